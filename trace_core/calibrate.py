@@ -1,0 +1,289 @@
+"""Calibrators: TRACE+ (features -> probability) and scalar calibrators for single scores.
+
+All follow scikit-learn's conventions (``__init__`` stores parameters, ``fit`` returns self and sets trailing-underscore
+attributes) and serialise to JSON, never pickle. Prediction uses numpy only, so a calibrator loaded from JSON works
+without scikit-learn's estimator objects. ``predict_proba`` returns the probability that each answer is correct,
+shape (n_answers,).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .features import feature_matrix, feature_names
+from .trace import Trace
+
+__all__ = ["IsotonicCalibrator", "NotFittedError", "PlattCalibrator", "TracePlus", "calibrator_from_json"]
+
+_FORMAT_VERSION = 1
+
+
+class NotFittedError(ValueError, AttributeError):
+    """Raised when predicting with a calibrator that has not been fitted."""
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    # tanh form: no overflow warnings for large |z|.
+    return 0.5 * (1.0 + np.tanh(0.5 * z))
+
+
+def _check_labels(y: Any, n: int) -> np.ndarray:
+    arr = np.asarray(y)
+    if arr.ndim != 1:
+        raise ValueError(f"`y` must be 1-D, got shape {arr.shape}")
+    if arr.shape[0] != n:
+        raise ValueError(f"`y` has {arr.shape[0]} labels but there are {n} answers")
+    if arr.dtype == bool:
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iuf" or not np.isin(arr, (0, 1)).all():
+        bad = int(np.flatnonzero(~np.isin(arr, (0, 1)))[0]) if arr.dtype.kind in "iuf" else 0
+        raise ValueError(f"`y` must hold 0/1 labels (1 = correct), got {arr[bad]!r} at index {bad}")
+    arr = arr.astype(np.int64)
+    classes = np.unique(arr)
+    if classes.shape[0] < 2:
+        raise ValueError(f"fitting needs both correct (1) and incorrect (0) answers; all {n} labels are {classes[0]}")
+    return arr
+
+
+def _check_scores(scores: Any, name: str = "scores") -> np.ndarray:
+    arr = np.asarray(scores, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"`{name}` must be 1-D, got shape {arr.shape}")
+    if not np.isfinite(arr).all():
+        bad = int(np.flatnonzero(~np.isfinite(arr))[0])
+        raise ValueError(f"`{name}` must be finite, got {arr[bad]} at index {bad}")
+    return arr
+
+
+def _check_fitted(obj: Any, attribute: str) -> None:
+    if not hasattr(obj, attribute):
+        raise NotFittedError(f"This {type(obj).__name__} is not fitted yet; call fit(...) before predicting.")
+
+
+def _loads(data: str | Mapping[str, Any], expected_type: str | None = None) -> dict[str, Any]:
+    obj = json.loads(data) if isinstance(data, str) else dict(data)
+    if not isinstance(obj, dict) or "type" not in obj:
+        raise ValueError("not a calibrator JSON: expected an object with a 'type' field")
+    if expected_type is not None and obj["type"] != expected_type:
+        raise ValueError(f"expected a {expected_type} calibrator, got {obj['type']!r}")
+    if obj.get("format_version") != _FORMAT_VERSION:
+        raise ValueError(f"unsupported calibrator format_version {obj.get('format_version')!r}; "
+                         f"this version reads {_FORMAT_VERSION}")
+    return obj
+
+
+def _dumps(obj: Mapping[str, Any]) -> str:
+    return json.dumps({"format_version": _FORMAT_VERSION, **obj}, indent=2, allow_nan=False)
+
+
+class TracePlus:
+    """TRACE+: standardised trace features and logistic regression, fitted on a calibration split.
+
+    Parameters
+    ----------
+    feature_set : str, default "paper"
+        A key of :data:`trace_core.features.FEATURE_SETS` ("paper" = the paper's 8 features).
+    C : float, default 1.0
+        Inverse L2 regularisation strength of the logistic regression.
+    max_iter : int, default 1000
+
+    Attributes
+    ----------
+    feature_names_ : tuple of str
+    mean_, scale_ : ndarray, shape (n_features,)
+        Standardisation statistics of the calibration split (a constant feature gets scale 1).
+    coef_ : ndarray, shape (n_features,)
+    intercept_ : float
+    n_samples_ : int
+    """
+
+    def __init__(self, *, feature_set: str = "paper", C: float = 1.0, max_iter: int = 1000) -> None:
+        self.feature_set = feature_set
+        self.C = C
+        self.max_iter = max_iter
+
+    def _features(self, X: Sequence[Trace] | np.ndarray) -> np.ndarray:
+        names = feature_names(self.feature_set)
+        if isinstance(X, np.ndarray) and X.dtype != object:
+            F = np.asarray(X, dtype=np.float64)
+            if F.ndim != 2 or F.shape[1] != len(names):
+                raise ValueError(f"feature matrix must have shape (n, {len(names)}) for feature set "
+                                 f"{self.feature_set!r}, got {F.shape}")
+        else:
+            F = feature_matrix(list(X), feature_set=self.feature_set)
+        if not np.isfinite(F).all():
+            row = int(np.flatnonzero(~np.isfinite(F).all(axis=1))[0])
+            raise ValueError(f"answer {row} has a non-finite feature; check its trace")
+        return F
+
+    def fit(self, X: Sequence[Trace] | np.ndarray, y: Any) -> "TracePlus":
+        """Fit on traces (or their feature matrix, shape (n, n_features)) and 0/1 correctness labels (n,)."""
+        from sklearn.linear_model import LogisticRegression
+
+        if not (isinstance(self.C, (int, float)) and self.C > 0):
+            raise ValueError(f"`C` must be a number > 0, got {self.C!r}")
+        F = self._features(X)
+        labels = _check_labels(y, F.shape[0])
+        mean = F.mean(axis=0)
+        scale = F.std(axis=0)
+        scale = np.where(scale > 1e-12, scale, 1.0)
+        model = LogisticRegression(C=self.C, max_iter=self.max_iter)
+        model.fit((F - mean) / scale, labels)
+        self.feature_names_ = feature_names(self.feature_set)
+        self.mean_, self.scale_ = mean, scale
+        self.coef_ = model.coef_.reshape(-1).astype(np.float64)
+        self.intercept_ = float(model.intercept_[0])
+        self.n_samples_ = int(F.shape[0])
+        return self
+
+    def decision_function(self, X: Sequence[Trace] | np.ndarray) -> np.ndarray:
+        """Log-odds of correctness, shape (n_answers,)."""
+        _check_fitted(self, "coef_")
+        F = self._features(X)
+        return ((F - self.mean_) / self.scale_) @ self.coef_ + self.intercept_
+
+    def predict_proba(self, X: Sequence[Trace] | np.ndarray) -> np.ndarray:
+        """Probability that each answer is correct, shape (n_answers,)."""
+        return _sigmoid(self.decision_function(X))
+
+    def feature_contributions(self, X: Sequence[Trace] | np.ndarray) -> np.ndarray:
+        """Each feature's additive share of the log-odds, shape (n_answers, n_features); rows sum to log-odds minus
+        the intercept. Used to explain a TRACE+ probability in plain language."""
+        _check_fitted(self, "coef_")
+        F = self._features(X)
+        return ((F - self.mean_) / self.scale_) * self.coef_
+
+    def to_json(self) -> str:
+        _check_fitted(self, "coef_")
+        return _dumps({
+            "type": "TracePlus",
+            "params": {"feature_set": self.feature_set, "C": self.C, "max_iter": self.max_iter},
+            "feature_names": list(self.feature_names_),
+            "mean": self.mean_.tolist(),
+            "scale": self.scale_.tolist(),
+            "coef": self.coef_.tolist(),
+            "intercept": self.intercept_,
+            "n_samples": self.n_samples_,
+        })
+
+    @classmethod
+    def from_json(cls, data: str | Mapping[str, Any]) -> "TracePlus":
+        obj = _loads(data, "TracePlus")
+        model = cls(**obj["params"])
+        names = tuple(obj["feature_names"])
+        if names != feature_names(model.feature_set):
+            raise ValueError(f"calibrator features {list(names)} do not match feature set {model.feature_set!r} "
+                             f"of this version ({list(feature_names(model.feature_set))})")
+        d = len(names)
+        arrays = {k: np.asarray(obj[k], dtype=np.float64) for k in ("mean", "scale", "coef")}
+        for key, arr in arrays.items():
+            if arr.shape != (d,) or not np.isfinite(arr).all():
+                raise ValueError(f"calibrator field {key!r} must be {d} finite numbers")
+        if (arrays["scale"] <= 0).any():
+            raise ValueError("calibrator field 'scale' must be positive")
+        model.feature_names_ = names
+        model.mean_, model.scale_, model.coef_ = arrays["mean"], arrays["scale"], arrays["coef"]
+        model.intercept_ = float(obj["intercept"])
+        model.n_samples_ = int(obj.get("n_samples", 0))
+        return model
+
+
+class PlattCalibrator:
+    """Platt scaling of one score: ``p = sigmoid(a * (score - mean) / std + b)``.
+
+    Parameters
+    ----------
+    C : float, default 1e4
+        Inverse regularisation strength; large by default (plain Platt scaling).
+    """
+
+    def __init__(self, *, C: float = 1e4) -> None:
+        self.C = C
+
+    def fit(self, scores: Any, y: Any) -> "PlattCalibrator":
+        from sklearn.linear_model import LogisticRegression
+
+        x = _check_scores(scores)
+        labels = _check_labels(y, x.shape[0])
+        mean, std = float(x.mean()), float(x.std())
+        std = std if std > 1e-12 else 1.0
+        model = LogisticRegression(C=self.C, max_iter=1000).fit(((x - mean) / std)[:, None], labels)
+        self.mean_, self.scale_ = mean, std
+        self.coef_ = float(model.coef_[0, 0])
+        self.intercept_ = float(model.intercept_[0])
+        return self
+
+    def predict_proba(self, scores: Any) -> np.ndarray:
+        """Probability of correctness, shape (n_answers,)."""
+        _check_fitted(self, "coef_")
+        x = _check_scores(scores)
+        return _sigmoid(self.coef_ * (x - self.mean_) / self.scale_ + self.intercept_)
+
+    def to_json(self) -> str:
+        _check_fitted(self, "coef_")
+        return _dumps({"type": "PlattCalibrator", "params": {"C": self.C}, "mean": self.mean_,
+                       "scale": self.scale_, "coef": self.coef_, "intercept": self.intercept_})
+
+    @classmethod
+    def from_json(cls, data: str | Mapping[str, Any]) -> "PlattCalibrator":
+        obj = _loads(data, "PlattCalibrator")
+        model = cls(**obj["params"])
+        values = [float(obj[k]) for k in ("mean", "scale", "coef", "intercept")]
+        if not all(math.isfinite(v) for v in values) or values[1] <= 0:
+            raise ValueError("calibrator fields must be finite numbers with a positive 'scale'")
+        model.mean_, model.scale_, model.coef_, model.intercept_ = values
+        return model
+
+
+class IsotonicCalibrator:
+    """Isotonic regression of correctness on one score (non-decreasing, clipped outside the fitted range)."""
+
+    def fit(self, scores: Any, y: Any) -> "IsotonicCalibrator":
+        from sklearn.isotonic import IsotonicRegression
+
+        x = _check_scores(scores)
+        labels = _check_labels(y, x.shape[0])
+        model = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip").fit(x, labels)
+        self.x_thresholds_ = np.asarray(model.X_thresholds_, dtype=np.float64)
+        self.y_thresholds_ = np.asarray(model.y_thresholds_, dtype=np.float64)
+        return self
+
+    def predict_proba(self, scores: Any) -> np.ndarray:
+        """Probability of correctness, shape (n_answers,)."""
+        _check_fitted(self, "x_thresholds_")
+        x = _check_scores(scores)
+        # np.interp clips to the end values outside the range, like out_of_bounds="clip".
+        return np.interp(x, self.x_thresholds_, self.y_thresholds_)
+
+    def to_json(self) -> str:
+        _check_fitted(self, "x_thresholds_")
+        return _dumps({"type": "IsotonicCalibrator", "params": {}, "x_thresholds": self.x_thresholds_.tolist(),
+                       "y_thresholds": self.y_thresholds_.tolist()})
+
+    @classmethod
+    def from_json(cls, data: str | Mapping[str, Any]) -> "IsotonicCalibrator":
+        obj = _loads(data, "IsotonicCalibrator")
+        x = np.asarray(obj["x_thresholds"], dtype=np.float64)
+        y = np.asarray(obj["y_thresholds"], dtype=np.float64)
+        if x.ndim != 1 or x.shape != y.shape or x.size == 0 or not (np.isfinite(x).all() and np.isfinite(y).all()):
+            raise ValueError("'x_thresholds' and 'y_thresholds' must be equal-length non-empty lists of numbers")
+        if (np.diff(x) < 0).any() or (np.diff(y) < 0).any() or y.min() < 0 or y.max() > 1:
+            raise ValueError("isotonic thresholds must be non-decreasing with y in [0, 1]")
+        model = cls()
+        model.x_thresholds_, model.y_thresholds_ = x, y
+        return model
+
+
+_TYPES = {"TracePlus": TracePlus, "PlattCalibrator": PlattCalibrator, "IsotonicCalibrator": IsotonicCalibrator}
+
+
+def calibrator_from_json(data: str | Mapping[str, Any]) -> TracePlus | PlattCalibrator | IsotonicCalibrator:
+    """Load any calibrator saved with ``to_json``."""
+    obj = _loads(data)
+    if obj["type"] not in _TYPES:
+        raise ValueError(f"unknown calibrator type {obj['type']!r}; expected one of {sorted(_TYPES)}")
+    return _TYPES[obj["type"]].from_json(obj)

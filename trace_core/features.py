@@ -1,0 +1,109 @@
+"""TRACE+ feature matrices for many traces at once.
+
+Every feature is computed from the trace only (surprisal s and entropy H per token), vectorised over the batch.
+Feature sets:
+
+``paper`` (8, the paper's TRACE+)
+    first-3 entropy confidence ``exp(-mean H[:3])``, mean entropy confidence ``exp(-mean H)``, log answer length
+    ``log T``, entropy slope (least-squares slope of H over t; 0 when T < 2), decayed entropy confidence
+    ``exp(-D_lam(H))`` for lam = 2 and 4, decayed surprisal confidence ``exp(-D_lam(s))`` for lam = 2 and 4.
+``extended`` (13)
+    ``paper`` plus ``M_4(H)``, ``M_4(s)``, the spike gaps ``M_4(H) - mean H`` and ``M_4(s) - mean s``, and TRACE R.
+``paper+likelihood`` / ``extended+likelihood`` (ablations)
+    adds likelihood summaries: min token probability ``min p_t``, geometric-mean token probability
+    ``exp(-mean s)``, and the low-probability token rate ``mean(p_t < 0.1)``. The paper excludes these by default.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .operators import Ragged, decayed_mean, first_k_mean, segment_max, segment_mean, slope, window_max_mean
+from .score import PAPER_CONFIG, TraceConfig, _risk_from_arrays, stack_traces
+from .trace import Trace
+
+__all__ = ["FEATURE_SETS", "LOW_PROB_THRESHOLD", "feature_matrix", "feature_matrix_from_arrays", "feature_names"]
+
+LOW_PROB_THRESHOLD = 0.1
+
+_PAPER = (
+    "first3_entropy_conf",
+    "mean_entropy_conf",
+    "log_length",
+    "entropy_slope",
+    "decayed_entropy_conf_l2",
+    "decayed_entropy_conf_l4",
+    "decayed_surprisal_conf_l2",
+    "decayed_surprisal_conf_l4",
+)
+_EXTENDED = ("window_entropy_max", "window_surprisal_max", "entropy_spike_gap", "surprisal_spike_gap", "trace_risk")
+_LIKELIHOOD = ("min_token_prob", "geomean_token_prob", "low_prob_rate")
+
+FEATURE_SETS: dict[str, tuple[str, ...]] = {
+    "paper": _PAPER,
+    "extended": _PAPER + _EXTENDED,
+    "paper+likelihood": _PAPER + _LIKELIHOOD,
+    "extended+likelihood": _PAPER + _EXTENDED + _LIKELIHOOD,
+}
+
+
+def feature_names(feature_set: str = "paper") -> tuple[str, ...]:
+    """Column names of :func:`feature_matrix` for ``feature_set``."""
+    if feature_set not in FEATURE_SETS:
+        raise ValueError(f"`feature_set` must be one of {sorted(FEATURE_SETS)}, got {feature_set!r}")
+    return FEATURE_SETS[feature_set]
+
+
+def feature_matrix(traces: Sequence[Trace], *, feature_set: str = "paper") -> np.ndarray:
+    """TRACE+ features of many traces.
+
+    Parameters
+    ----------
+    traces : sequence of Trace, length n_traces
+        Each must have at least one token.
+    feature_set : str
+        A key of :data:`FEATURE_SETS`.
+
+    Returns
+    -------
+    ndarray of float64, shape (n_traces, n_features)
+        Columns in the order of ``feature_names(feature_set)``.
+    """
+    surprisal, entropy = stack_traces(traces)
+    return feature_matrix_from_arrays(surprisal, entropy, feature_set=feature_set)
+
+
+def feature_matrix_from_arrays(surprisal: Ragged, entropy: Ragged, *, feature_set: str = "paper",
+                               config: TraceConfig = PAPER_CONFIG) -> np.ndarray:
+    """Same as :func:`feature_matrix`, from surprisal and entropy batches that share offsets."""
+    names = feature_names(feature_set)
+    if not np.array_equal(surprisal.offsets, entropy.offsets):
+        raise ValueError("`surprisal` and `entropy` must have the same offsets (the same traces)")
+    lengths = surprisal.lengths
+    if (lengths == 0).any():
+        raise ValueError(f"trace {int(np.flatnonzero(lengths == 0)[0])} is empty; TRACE+ needs at least one token")
+    columns: dict[str, np.ndarray] = {}
+    mean_h = np.asarray(segment_mean(entropy))
+    columns["first3_entropy_conf"] = np.exp(-np.asarray(first_k_mean(entropy, k=3)))
+    columns["mean_entropy_conf"] = np.exp(-mean_h)
+    columns["log_length"] = np.log(lengths.astype(np.float64))
+    columns["entropy_slope"] = np.asarray(slope(entropy))
+    for lam in (2, 4):
+        columns[f"decayed_entropy_conf_l{lam}"] = np.exp(-np.asarray(decayed_mean(entropy, lam=lam)))
+        columns[f"decayed_surprisal_conf_l{lam}"] = np.exp(-np.asarray(decayed_mean(surprisal, lam=lam)))
+    if set(_EXTENDED) & set(names):
+        mean_s = np.asarray(segment_mean(surprisal))
+        columns["window_entropy_max"] = np.asarray(window_max_mean(entropy, w=4))
+        columns["window_surprisal_max"] = np.asarray(window_max_mean(surprisal, w=4))
+        columns["entropy_spike_gap"] = columns["window_entropy_max"] - mean_h
+        columns["surprisal_spike_gap"] = columns["window_surprisal_max"] - mean_s
+        columns["trace_risk"] = _risk_from_arrays(surprisal, entropy, config)
+    if set(_LIKELIHOOD) & set(names):
+        probs = surprisal.with_values(np.exp(-surprisal.values))
+        columns["min_token_prob"] = np.exp(-np.asarray(segment_max(surprisal)))
+        columns["geomean_token_prob"] = np.exp(-np.asarray(segment_mean(surprisal)))
+        columns["low_prob_rate"] = np.asarray(segment_mean(probs.with_values(
+            (probs.values < LOW_PROB_THRESHOLD).astype(np.float64))))
+    return np.column_stack([columns[name] for name in names]) if len(lengths) else np.zeros((0, len(names)))

@@ -1,0 +1,275 @@
+"""Local-risk operators over per-token traces.
+
+Every operator takes either one 1-D trace (returns a float) or a :class:`Ragged` batch of traces (returns an array of
+shape (n_traces,)), and computes both with the same vectorised code: there is no Python loop over tokens or traces.
+An empty trace (T = 0) gives NaN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence, overload
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+__all__ = [
+    "Ragged",
+    "decay_weights",
+    "decayed_mean",
+    "first_k_mean",
+    "last_k_mean",
+    "length_normalized_sum",
+    "segment_max",
+    "segment_mean",
+    "segment_var",
+    "slope",
+    "window_means",
+    "window_max_mean",
+]
+
+
+@dataclass(frozen=True, eq=False)
+class Ragged:
+    """A batch of variable-length 1-D traces stored flat.
+
+    Attributes
+    ----------
+    values : ndarray of float64, shape (N,)
+        All traces concatenated.
+    offsets : ndarray of int64, shape (n_traces + 1,)
+        Trace i is ``values[offsets[i]:offsets[i + 1]]``; ``offsets[0] == 0`` and ``offsets[-1] == N``.
+    """
+
+    values: np.ndarray
+    offsets: np.ndarray
+
+    def __post_init__(self) -> None:
+        values = np.asarray(self.values, dtype=np.float64)
+        offsets = np.asarray(self.offsets, dtype=np.int64)
+        if values.ndim != 1:
+            raise ValueError(f"`values` must be 1-D, got shape {values.shape}")
+        if offsets.ndim != 1 or offsets.shape[0] < 1:
+            raise ValueError(f"`offsets` must be 1-D with at least one entry, got shape {offsets.shape}")
+        if offsets[0] != 0 or offsets[-1] != values.shape[0] or (np.diff(offsets) < 0).any():
+            raise ValueError("`offsets` must start at 0, be non-decreasing and end at len(values)")
+        object.__setattr__(self, "values", values)
+        object.__setattr__(self, "offsets", offsets)
+
+    @classmethod
+    def from_arrays(cls, arrays: Sequence[ArrayLike]) -> "Ragged":
+        """Build from a sequence of 1-D arrays (one per trace)."""
+        parts = [np.asarray(a, dtype=np.float64).reshape(-1) for a in arrays]
+        lengths = np.fromiter((p.shape[0] for p in parts), dtype=np.int64, count=len(parts))
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        values = np.concatenate(parts) if parts else np.zeros(0)
+        return cls(values, offsets)
+
+    def __len__(self) -> int:
+        return int(self.offsets.shape[0] - 1)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """(n_traces,) number of tokens per trace."""
+        return np.diff(self.offsets)
+
+    @property
+    def segment_ids(self) -> np.ndarray:
+        """(N,) index of the trace each value belongs to."""
+        return np.repeat(np.arange(len(self)), self.lengths)
+
+    @property
+    def positions(self) -> np.ndarray:
+        """(N,) 0-based position of each value within its trace."""
+        return np.arange(self.values.shape[0]) - np.repeat(self.offsets[:-1], self.lengths)
+
+    def with_values(self, values: np.ndarray) -> "Ragged":
+        """Same segmentation, new values (e.g. ``exp(-s)`` from ``s``)."""
+        return Ragged(values, self.offsets)
+
+    def split(self) -> list[np.ndarray]:
+        """Back to a list of 1-D arrays."""
+        return np.split(self.values, self.offsets[1:-1])
+
+
+@overload
+def _as_ragged(x: Ragged) -> tuple[Ragged, bool]: ...
+@overload
+def _as_ragged(x: ArrayLike) -> tuple[Ragged, bool]: ...
+
+
+def _as_ragged(x):
+    """Return (batch, was_single)."""
+    if isinstance(x, Ragged):
+        return x, False
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"a trace must be 1-D (or a Ragged batch), got shape {arr.shape}")
+    return Ragged(arr, np.array([0, arr.shape[0]])), True
+
+
+def _out(result: np.ndarray, single: bool):
+    return float(result[0]) if single else result
+
+
+def _segment_sum(batch: Ragged, weights: np.ndarray) -> np.ndarray:
+    return np.bincount(batch.segment_ids, weights=weights, minlength=len(batch))
+
+
+def _nan_where_empty(result: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    result = np.asarray(result, dtype=np.float64)
+    result[lengths == 0] = np.nan
+    return result
+
+
+def segment_mean(x: ArrayLike | Ragged) -> float | np.ndarray:
+    """Mean over tokens: ``(1/T) sum_t x_t``."""
+    batch, single = _as_ragged(x)
+    lengths = batch.lengths
+    with np.errstate(invalid="ignore", divide="ignore"):
+        result = _segment_sum(batch, batch.values) / lengths
+    return _out(_nan_where_empty(result, lengths), single)
+
+
+def segment_max(x: ArrayLike | Ragged) -> float | np.ndarray:
+    """Maximum over tokens: ``max_t x_t``."""
+    batch, single = _as_ragged(x)
+    return _out(_segment_reduce_max(batch.values, batch.offsets), single)
+
+
+def _segment_reduce_max(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    lengths = np.diff(offsets)
+    result = np.full(lengths.shape[0], np.nan)
+    nonempty = lengths > 0
+    if nonempty.any():
+        # reduceat over the starts of non-empty segments: each reduces up to the next start, i.e. exactly its segment.
+        result[nonempty] = np.maximum.reduceat(values, offsets[:-1][nonempty])
+    return result
+
+
+def segment_var(x: ArrayLike | Ragged) -> float | np.ndarray:
+    """Population variance over tokens: ``(1/T) sum_t (x_t - mean x)^2``."""
+    batch, single = _as_ragged(x)
+    lengths = batch.lengths
+    mean = np.asarray(segment_mean(batch))
+    centered = batch.values - np.nan_to_num(mean)[batch.segment_ids]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        result = _segment_sum(batch, centered * centered) / lengths
+    return _out(_nan_where_empty(result, lengths), single)
+
+
+def length_normalized_sum(x: ArrayLike | Ragged, *, rho: float = 0.25) -> float | np.ndarray:
+    """``L_rho(x) = sum_t x_t / T**rho`` (rho = 0 is the sum, rho = 1 the mean)."""
+    batch, single = _as_ragged(x)
+    lengths = batch.lengths
+    with np.errstate(invalid="ignore", divide="ignore"):
+        result = _segment_sum(batch, batch.values) / np.power(lengths.astype(np.float64), rho)
+    return _out(_nan_where_empty(result, lengths), single)
+
+
+def decay_weights(positions: np.ndarray, *, lam: float = 2.0, kernel: str = "harmonic") -> np.ndarray:
+    """Position weights of the decayed mean, largest at the first token.
+
+    ``harmonic``: ``w_t = lam / (lam + t - 1)`` for 1-based t (our kernel; the paper does not give one).
+    ``exponential``: ``w_t = exp(-(t - 1) / lam)``.
+    ``positions`` are 0-based, so ``t - 1 == positions``.
+    """
+    if not (isinstance(lam, (int, float)) and lam > 0):
+        raise ValueError(f"`lam` must be a number > 0, got {lam!r}")
+    positions = np.asarray(positions, dtype=np.float64)
+    if kernel == "harmonic":
+        return lam / (lam + positions)
+    if kernel == "exponential":
+        return np.exp(-positions / lam)
+    raise ValueError(f"`kernel` must be 'harmonic' or 'exponential', got {kernel!r}")
+
+
+def decayed_mean(x: ArrayLike | Ragged, *, lam: float = 2.0, kernel: str = "harmonic") -> float | np.ndarray:
+    """Position-decayed mean ``D_lam(x) = sum_t w_t x_t / sum_t w_t`` that weights early tokens more.
+
+    See :func:`decay_weights` for ``w_t``. Small ``lam`` concentrates the weight on the first few tokens.
+    """
+    batch, single = _as_ragged(x)
+    w = decay_weights(batch.positions, lam=lam, kernel=kernel)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        result = _segment_sum(batch, w * batch.values) / _segment_sum(batch, w)
+    return _out(_nan_where_empty(result, batch.lengths), single)
+
+
+def _check_window(w: int) -> None:
+    if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1:
+        raise ValueError(f"`w` must be an int >= 1, got {w!r}")
+
+
+def window_means(x: ArrayLike | Ragged, *, w: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of every window of ``w`` consecutive tokens that lies inside one trace.
+
+    Returns
+    -------
+    means : ndarray, shape (N,)
+        ``means[i]`` is the mean of the window *ending* at flat index i; NaN where fewer than ``w`` tokens of the
+        same trace end there (at positions < w - 1).
+    valid : ndarray of bool, shape (N,)
+    """
+    _check_window(w)
+    batch, _ = _as_ragged(x)
+    values = batch.values
+    # Sum of w shifted copies: exact window sums without the cancellation error of cumulative-sum differences.
+    sums = values.copy()
+    for shift in range(1, w):
+        sums[shift:] += values[:-shift]
+    valid = batch.positions >= w - 1
+    means = np.where(valid, sums / w, np.nan)
+    return means, valid
+
+
+def window_max_mean(x: ArrayLike | Ragged, *, w: int = 4) -> float | np.ndarray:
+    """``M_w(x)``: the largest mean over windows of ``w`` consecutive tokens; the whole-trace mean when T < w."""
+    batch, single = _as_ragged(x)
+    means, _ = window_means(batch, w=w)
+    filled = np.where(np.isnan(means), -np.inf, means)
+    result = _segment_reduce_max(filled, batch.offsets)
+    short = batch.lengths < w
+    result[short] = np.asarray(segment_mean(batch))[short]
+    return _out(result, single)
+
+
+def _check_k(k: int) -> None:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"`k` must be an int >= 1, got {k!r}")
+
+
+def first_k_mean(x: ArrayLike | Ragged, *, k: int = 3) -> float | np.ndarray:
+    """Mean of the first ``min(k, T)`` tokens."""
+    _check_k(k)
+    batch, single = _as_ragged(x)
+    keep = (batch.positions < k).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        result = _segment_sum(batch, keep * batch.values) / np.minimum(batch.lengths, k)
+    return _out(_nan_where_empty(result, batch.lengths), single)
+
+
+def last_k_mean(x: ArrayLike | Ragged, *, k: int = 3) -> float | np.ndarray:
+    """Mean of the last ``min(k, T)`` tokens."""
+    _check_k(k)
+    batch, single = _as_ragged(x)
+    from_end = np.repeat(batch.lengths, batch.lengths) - batch.positions  # 1 for the last token
+    keep = (from_end <= k).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        result = _segment_sum(batch, keep * batch.values) / np.minimum(batch.lengths, k)
+    return _out(_nan_where_empty(result, batch.lengths), single)
+
+
+def slope(x: ArrayLike | Ragged) -> float | np.ndarray:
+    """Least-squares slope of ``x_t`` against position t; 0 when T < 2 (NaN when T = 0).
+
+    ``slope = sum_t (t - tbar) x_t / sum_t (t - tbar)^2`` with ``sum_t (t - tbar)^2 = T (T^2 - 1) / 12``.
+    """
+    batch, single = _as_ragged(x)
+    lengths = batch.lengths.astype(np.float64)
+    t_centered = batch.positions - np.repeat((lengths - 1) / 2, batch.lengths)
+    denom = lengths * (lengths * lengths - 1) / 12
+    numer = _segment_sum(batch, t_centered * batch.values)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        result = np.where(lengths >= 2, numer / np.where(denom > 0, denom, 1.0), 0.0)
+    return _out(_nan_where_empty(result, batch.lengths), single)

@@ -1,0 +1,339 @@
+"""One answer's decoding trace: the per-token record that every TRACE score is computed from."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["DecodingConfig", "Trace", "TraceMetadata"]
+
+_ENTROPY_SOURCES = ("full_vocabulary", "top_k_approximation")
+_TRACE_SOURCES = ("generate", "teacher_forced", "imported")
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    """Decoding settings for traced generation (serialisable to JSON).
+
+    Parameters
+    ----------
+    max_new_tokens : int
+        Upper bound on generated tokens.
+    do_sample : bool
+        Sample from the (warped) distribution instead of greedy argmax.
+    temperature, top_k, top_p : float, int, float
+        Sampling warpers. They change which token is *drawn*, never what is *recorded*: the trace always holds the
+        model's distribution before these warpers. ``top_k=0`` and ``top_p=1.0`` mean "off".
+    repetition_penalty : float
+        1.0 is off. Any other value changes the recorded distribution (``TraceMetadata.processed`` is then True).
+    seed : int or None
+        Seed for sampling; None leaves torch's global generator alone.
+    n_alternatives : int
+        How many top alternatives (ids and log-probs) to store per token, k in the (T, k) arrays.
+    chat_template : bool
+        Wrap the prompt with the tokenizer's chat template (when it has one).
+    """
+
+    max_new_tokens: int = 64
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+    n_alternatives: int = 5
+    chat_template: bool = False
+
+    def __post_init__(self) -> None:
+        _check_int(self.max_new_tokens, "max_new_tokens", minimum=1)
+        _check_int(self.top_k, "top_k", minimum=0)
+        _check_int(self.n_alternatives, "n_alternatives", minimum=0)
+        if self.seed is not None:
+            _check_int(self.seed, "seed", minimum=0)
+        if not isinstance(self.do_sample, bool):
+            raise TypeError(f"`do_sample` must be a bool, got {self.do_sample!r}")
+        if not isinstance(self.chat_template, bool):
+            raise TypeError(f"`chat_template` must be a bool, got {self.chat_template!r}")
+        _check_float(self.temperature, "temperature", low=0.0, low_open=True)
+        _check_float(self.top_p, "top_p", low=0.0, high=1.0, low_open=True)
+        _check_float(self.repetition_penalty, "repetition_penalty", low=0.0, low_open=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "DecodingConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown decoding settings {unknown}; expected some of {sorted(known)}")
+        return cls(**dict(data))
+
+
+@dataclass(frozen=True)
+class TraceMetadata:
+    """Where a trace came from, so that scores are only compared between like traces.
+
+    Attributes
+    ----------
+    model_id : str
+        The model's name or local path as given to ``load_model``.
+    source : {"generate", "teacher_forced", "imported"}
+        Recorded during generation, by one teacher-forced pass over an existing answer, or imported from elsewhere.
+    decoding : dict
+        ``DecodingConfig.to_dict()`` for generated traces, empty otherwise.
+    processed : bool
+        True when logits processors that reshape the distribution (repetition penalty, forced or suppressed tokens,
+        minimum length) ran before recording; the trace is then of that processed distribution. Sampling warpers
+        (temperature, top-k, top-p) never count: they run after recording.
+    entropy_source : {"full_vocabulary", "top_k_approximation"}
+        Exact entropy over the whole vocabulary, or an estimate from the top-k log-probs (imported API traces).
+    tokenizer : str
+        Tokenizer name or path.
+    chat_template : bool
+        Whether the prompt was wrapped with the tokenizer's chat template.
+    extra : dict
+        Free-form JSON-serialisable details.
+    """
+
+    model_id: str = ""
+    source: str = "generate"
+    decoding: Mapping[str, Any] = field(default_factory=dict)
+    processed: bool = False
+    entropy_source: str = "full_vocabulary"
+    tokenizer: str = ""
+    chat_template: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.source not in _TRACE_SOURCES:
+            raise ValueError(f"`source` must be one of {_TRACE_SOURCES}, got {self.source!r}")
+        if self.entropy_source not in _ENTROPY_SOURCES:
+            raise ValueError(f"`entropy_source` must be one of {_ENTROPY_SOURCES}, got {self.entropy_source!r}")
+        for name in ("processed", "chat_template"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"`{name}` must be a bool, got {getattr(self, name)!r}")
+        object.__setattr__(self, "decoding", dict(self.decoding))
+        object.__setattr__(self, "extra", dict(self.extra))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: (dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v)
+                for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TraceMetadata":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown metadata fields {unknown}; expected some of {sorted(known)}")
+        return cls(**dict(data))
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """One answer's per-token decoding trace.
+
+    All per-token arrays have length T (the number of answer tokens, EOS excluded); they are stored read-only.
+
+    Attributes
+    ----------
+    prompt : str
+        The prompt as given (before any chat template).
+    answer : str
+        The answer text; equals ``"".join(tokens)``.
+    token_ids : ndarray of int64, shape (T,)
+    tokens : tuple of str, length T
+        Each token's text as it appears in the answer. Byte-level pieces that split a multi-byte character are
+        joined onto the token that completes it (the others are ""), so that concatenation gives the answer.
+    surprisal : ndarray of float64, shape (T,)
+        ``s_t = -log P(y_t | x, y_<t)`` in nats, >= 0.
+    entropy : ndarray of float64, shape (T,)
+        ``H_t = -sum_v P(v | .) log P(v | .)`` in nats, >= 0.
+    top_ids : ndarray of int64, shape (T, k)
+        The k most likely tokens at each step, most likely first (k may be 0).
+    top_logprobs : ndarray of float64, shape (T, k)
+        Their log-probabilities, non-increasing along each row.
+    ranks : ndarray of int64, shape (T,), or None
+        1-based rank of the chosen token in the distribution (1 = the argmax); None when unknown.
+    metadata : TraceMetadata
+    """
+
+    prompt: str
+    answer: str
+    token_ids: np.ndarray
+    tokens: tuple[str, ...]
+    surprisal: np.ndarray
+    entropy: np.ndarray
+    top_ids: np.ndarray
+    top_logprobs: np.ndarray
+    ranks: np.ndarray | None = None
+    metadata: TraceMetadata = field(default_factory=TraceMetadata)
+
+    def __post_init__(self) -> None:
+        for name in ("prompt", "answer"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"`{name}` must be a str, got {type(getattr(self, name)).__name__}")
+        if not isinstance(self.metadata, TraceMetadata):
+            raise TypeError(f"`metadata` must be a TraceMetadata, got {type(self.metadata).__name__}")
+        token_ids = _as_array(self.token_ids, "token_ids", np.int64, ndim=1)
+        n_tokens = token_ids.shape[0]
+        tokens = tuple(self.tokens)
+        if len(tokens) != n_tokens:
+            raise ValueError(f"`tokens` has {len(tokens)} entries but `token_ids` has {n_tokens}")
+        for i, tok in enumerate(tokens):
+            if not isinstance(tok, str):
+                raise TypeError(f"`tokens[{i}]` must be a str, got {type(tok).__name__}")
+        surprisal = _as_array(self.surprisal, "surprisal", np.float64, ndim=1, length=n_tokens)
+        entropy = _as_array(self.entropy, "entropy", np.float64, ndim=1, length=n_tokens)
+        for name, arr in (("surprisal", surprisal), ("entropy", entropy)):
+            _check_finite_nonneg(arr, name)
+        top_ids = _as_array(self.top_ids, "top_ids", np.int64, ndim=2, length=n_tokens, empty_shape=(n_tokens, 0))
+        top_logprobs = _as_array(self.top_logprobs, "top_logprobs", np.float64, ndim=2, length=n_tokens,
+                                 empty_shape=(n_tokens, 0))
+        if top_ids.shape != top_logprobs.shape:
+            raise ValueError(f"`top_ids` has shape {top_ids.shape} but `top_logprobs` has shape {top_logprobs.shape}")
+        if top_logprobs.size:
+            if np.isnan(top_logprobs).any() or (top_logprobs > 1e-6).any():
+                raise ValueError("`top_logprobs` must be log-probabilities (<= 0, not NaN)")
+        ranks = None
+        if self.ranks is not None:
+            ranks = _as_array(self.ranks, "ranks", np.int64, ndim=1, length=n_tokens)
+            if (ranks < 1).any():
+                raise ValueError(f"`ranks` are 1-based, got a minimum of {int(ranks.min())}")
+        for name, value in (("token_ids", token_ids), ("tokens", tokens), ("surprisal", surprisal),
+                            ("entropy", entropy), ("top_ids", top_ids), ("top_logprobs", top_logprobs),
+                            ("ranks", ranks)):
+            if isinstance(value, np.ndarray):
+                value.setflags(write=False)
+            object.__setattr__(self, name, value)
+
+    def __len__(self) -> int:
+        return int(self.token_ids.shape[0])
+
+    @property
+    def n_alternatives(self) -> int:
+        """k, the number of stored alternatives per token."""
+        return int(self.top_ids.shape[1])
+
+    @property
+    def token_probs(self) -> np.ndarray:
+        """``p_t = exp(-s_t)``, shape (T,)."""
+        return np.exp(-self.surprisal)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Trace):
+            return NotImplemented
+        if (self.prompt, self.answer, self.tokens, self.metadata) != (other.prompt, other.answer, other.tokens,
+                                                                       other.metadata):
+            return False
+        if (self.ranks is None) != (other.ranks is None):
+            return False
+        pairs = [(self.token_ids, other.token_ids), (self.surprisal, other.surprisal), (self.entropy, other.entropy),
+                 (self.top_ids, other.top_ids), (self.top_logprobs, other.top_logprobs)]
+        if self.ranks is not None:
+            pairs.append((self.ranks, other.ranks))
+        return all(a.shape == b.shape and np.array_equal(a, b) for a, b in pairs)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking arrays: not hashable, like numpy arrays
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain Python types only (lists, floats, ints, str), JSON-serialisable and lossless."""
+        return {
+            "prompt": self.prompt,
+            "answer": self.answer,
+            "token_ids": self.token_ids.tolist(),
+            "tokens": list(self.tokens),
+            "surprisal": self.surprisal.tolist(),
+            "entropy": self.entropy.tolist(),
+            "top_ids": self.top_ids.tolist(),
+            "top_logprobs": self.top_logprobs.tolist(),
+            "ranks": None if self.ranks is None else self.ranks.tolist(),
+            "metadata": self.metadata.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Trace":
+        required = ("prompt", "answer", "token_ids", "tokens", "surprisal", "entropy")
+        missing = [k for k in required if k not in data]
+        if missing:
+            raise ValueError(f"trace dict is missing {missing}")
+        known = set(required) | {"top_ids", "top_logprobs", "ranks", "metadata"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown trace fields {unknown}")
+        n_tokens = len(data["token_ids"])
+        return cls(
+            prompt=data["prompt"],
+            answer=data["answer"],
+            token_ids=np.asarray(data["token_ids"], dtype=np.int64).reshape(n_tokens),
+            tokens=tuple(data["tokens"]),
+            surprisal=data["surprisal"],
+            entropy=data["entropy"],
+            top_ids=_list2d(data.get("top_ids"), n_tokens, np.int64),
+            top_logprobs=_list2d(data.get("top_logprobs"), n_tokens, np.float64),
+            ranks=data.get("ranks"),
+            metadata=TraceMetadata.from_dict(data.get("metadata") or {}),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Trace":
+        return cls.from_dict(json.loads(text))
+
+
+def _list2d(value: Any, n_rows: int, dtype: type) -> np.ndarray:
+    if value is None:
+        return np.zeros((n_rows, 0), dtype=dtype)
+    arr = np.asarray(value, dtype=dtype)
+    if arr.size == 0:
+        return arr.reshape(n_rows, 0)
+    return arr
+
+
+def _as_array(value: Any, name: str, dtype: type, *, ndim: int, length: int | None = None,
+              empty_shape: tuple[int, ...] | None = None) -> np.ndarray:
+    try:
+        arr = np.array(value, dtype=dtype, copy=True)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"`{name}` must be an array of {np.dtype(dtype).name}, got {type(value).__name__}: {exc}")
+    if arr.size == 0 and empty_shape is not None:
+        arr = arr.reshape(empty_shape)
+    if arr.ndim != ndim:
+        raise ValueError(f"`{name}` must be {ndim}-D, got shape {arr.shape}")
+    if length is not None and arr.shape[0] != length:
+        raise ValueError(f"`{name}` has {arr.shape[0]} rows but the trace has {length} tokens")
+    if np.issubdtype(dtype, np.integer):
+        original = np.asarray(value)
+        if original.size and original.dtype.kind == "f" and not np.array_equal(original, np.round(original)):
+            raise ValueError(f"`{name}` must hold integers, got non-integral values")
+    return arr
+
+
+def _check_finite_nonneg(arr: np.ndarray, name: str) -> None:
+    if not np.isfinite(arr).all():
+        bad = int(np.flatnonzero(~np.isfinite(arr))[0])
+        raise ValueError(f"`{name}` must be finite, got {arr[bad]} at token {bad}")
+    # A log-softmax in float32 can give -1e-7 for a certain token; anything more negative is a bug upstream.
+    if (arr < -1e-5).any():
+        bad = int(np.flatnonzero(arr < -1e-5)[0])
+        raise ValueError(f"`{name}` must be >= 0 (nats), got {arr[bad]} at token {bad}")
+
+
+def _check_int(value: Any, name: str, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}")
+
+
+def _check_float(value: Any, name: str, *, low: float, high: float = math.inf, low_open: bool = False) -> None:
+    ok = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > low if low_open else value >= low) and value <= high
+    if not ok:
+        interval = f"{'(' if low_open else '['}{low}, {high}]"
+        raise ValueError(f"`{name}` must be a number in {interval}, got {value!r}")
