@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ._checks import check_labels, check_scores
 from .features import feature_matrix, feature_names
 from .trace import Trace
 
@@ -32,31 +33,17 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
 
 
 def _check_labels(y: Any, n: int) -> np.ndarray:
-    arr = np.asarray(y)
-    if arr.ndim != 1:
-        raise ValueError(f"`y` must be 1-D, got shape {arr.shape}")
-    if arr.shape[0] != n:
-        raise ValueError(f"`y` has {arr.shape[0]} labels but there are {n} answers")
-    if arr.dtype == bool:
-        arr = arr.astype(np.int64)
-    if arr.dtype.kind not in "iuf" or not np.isin(arr, (0, 1)).all():
-        bad = int(np.flatnonzero(~np.isin(arr, (0, 1)))[0]) if arr.dtype.kind in "iuf" else 0
-        raise ValueError(f"`y` must hold 0/1 labels (1 = correct), got {arr[bad]!r} at index {bad}")
-    arr = arr.astype(np.int64)
-    classes = np.unique(arr)
+    labels = check_labels(y, "y")
+    if labels.shape[0] != n:
+        raise ValueError(f"`y` has {labels.shape[0]} labels but there are {n} answers")
+    classes = np.unique(labels)
     if classes.shape[0] < 2:
         raise ValueError(f"fitting needs both correct (1) and incorrect (0) answers; all {n} labels are {classes[0]}")
-    return arr
+    return labels
 
 
-def _check_scores(scores: Any, name: str = "scores") -> np.ndarray:
-    arr = np.asarray(scores, dtype=np.float64)
-    if arr.ndim != 1:
-        raise ValueError(f"`{name}` must be 1-D, got shape {arr.shape}")
-    if not np.isfinite(arr).all():
-        bad = int(np.flatnonzero(~np.isfinite(arr))[0])
-        raise ValueError(f"`{name}` must be finite, got {arr[bad]} at index {bad}")
-    return arr
+def _check_scores(scores: Any) -> np.ndarray:
+    return check_scores(scores, "scores", probability=False)
 
 
 def _check_fitted(obj: Any, attribute: str) -> None:

@@ -270,7 +270,7 @@ class Trace:
         return cls(
             prompt=data["prompt"],
             answer=data["answer"],
-            token_ids=np.asarray(data["token_ids"], dtype=np.int64).reshape(n_tokens),
+            token_ids=data["token_ids"],
             tokens=tuple(data["tokens"]),
             surprisal=data["surprisal"],
             entropy=data["entropy"],

@@ -1,0 +1,28 @@
+"""Small builders shared by the tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trace_core import Trace
+
+
+def make_trace(surprisal, entropy=None, *, k: int = 2, prompt: str = "p") -> Trace:
+    """A Trace with the given per-token surprisal and entropy (entropy defaults to surprisal + 0.5)."""
+    s = np.asarray(surprisal, dtype=np.float64)
+    h = s + 0.5 if entropy is None else np.asarray(entropy, dtype=np.float64)
+    n = s.shape[0]
+    tokens = tuple(f"t{i} " for i in range(n))
+    top_lp = np.sort(-np.abs(np.random.default_rng(n).normal(size=(n, k))), axis=1)[:, ::-1]
+    return Trace(prompt=prompt, answer="".join(tokens), token_ids=np.arange(n), tokens=tokens, surprisal=s,
+                 entropy=h, top_ids=np.tile(np.arange(k), (n, 1)), top_logprobs=top_lp,
+                 ranks=np.ones(n, dtype=np.int64))
+
+
+def random_traces(n: int, *, seed: int = 0, min_len: int = 1, max_len: int = 40) -> list[Trace]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        length = int(rng.integers(min_len, max_len + 1))
+        out.append(make_trace(rng.gamma(1.0, 1.0, size=length), rng.gamma(2.0, 1.0, size=length)))
+    return out

@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from helpers import random_traces
+from sklearn.isotonic import IsotonicRegression
+from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import StandardScaler
+
+from trace_core import (
+    IsotonicCalibrator,
+    NotFittedError,
+    PlattCalibrator,
+    TracePlus,
+    calibrator_from_json,
+    feature_matrix,
+    trace_confidence,
+)
+
+
+@pytest.fixture(scope="module")
+def data():
+    traces = random_traces(400, seed=11)
+    conf = trace_confidence(traces)
+    rng = np.random.default_rng(0)
+    # Labels from a noisy function of the trace, so both classes appear and features carry signal.
+    y = (rng.random(400) < 0.15 + 0.8 * conf / conf.max()).astype(int)
+    return traces, y
+
+
+@pytest.mark.parametrize("feature_set", ["paper", "extended"])
+def test_traceplus_equals_sklearn_pipeline(data, feature_set):
+    traces, y = data
+    model = TracePlus(feature_set=feature_set, C=0.5).fit(traces, y)
+    F = feature_matrix(traces, feature_set=feature_set)
+    scaler = StandardScaler().fit(F)
+    reference = LogisticRegression(C=0.5, max_iter=1000).fit(scaler.transform(F), y)
+    np.testing.assert_allclose(model.predict_proba(traces), reference.predict_proba(scaler.transform(F))[:, 1],
+                               atol=1e-6)
+    assert model.coef_.shape == (F.shape[1],) and model.n_samples_ == 400
+    # the feature matrix is accepted directly too
+    np.testing.assert_allclose(model.predict_proba(F), model.predict_proba(traces))
+    contributions = model.feature_contributions(traces)
+    np.testing.assert_allclose(contributions.sum(axis=1) + model.intercept_, model.decision_function(traces))
+
+
+def test_traceplus_json_round_trip_predicts_identically(data):
+    traces, y = data
+    model = TracePlus().fit(traces, y)
+    text = model.to_json()
+    assert json.loads(text)["type"] == "TracePlus"
+    for loaded in (TracePlus.from_json(text), calibrator_from_json(text)):
+        np.testing.assert_array_equal(loaded.predict_proba(traces), model.predict_proba(traces))
+
+
+@pytest.mark.parametrize("make", [TracePlus, PlattCalibrator, IsotonicCalibrator])
+def test_predicting_before_fit_raises_clear_error(make):
+    with pytest.raises(NotFittedError, match=f"This {make.__name__} is not fitted yet"):
+        make().predict_proba(np.zeros((1, 8)) if make is TracePlus else [0.5])
+    with pytest.raises(NotFittedError):
+        make().to_json()
+
+
+def test_fit_errors_name_the_problem(data):
+    traces, y = data
+    with pytest.raises(ValueError, match="both correct .* and incorrect"):
+        TracePlus().fit(traces[:10], np.ones(10))
+    with pytest.raises(ValueError, match="`y` has 3 labels but there are 400 answers"):
+        TracePlus().fit(traces, [0, 1, 0])
+    with pytest.raises(ValueError, match=r"0/1 labels .* index 1 is 2"):
+        PlattCalibrator().fit([0.1, 0.2, 0.3], [0, 2, 1])
+    with pytest.raises(ValueError, match="must be finite; index 1 is nan"):
+        IsotonicCalibrator().fit([0.1, np.nan, 0.3], [0, 1, 1])
+    with pytest.raises(ValueError, match=r"shape \(n, 8\)"):
+        TracePlus().fit(np.zeros((4, 3)), [0, 1, 0, 1])
+    with pytest.raises(ValueError, match="`C` must be a number > 0"):
+        TracePlus(C=0).fit(traces, y)
+
+
+def test_platt_equals_sklearn_logistic_on_standardised_score(data):
+    traces, y = data
+    score = trace_confidence(traces)
+    platt = PlattCalibrator().fit(score, y)
+    z = (score - score.mean()) / score.std()
+    reference = LogisticRegression(C=1e4, max_iter=1000).fit(z[:, None], y)
+    np.testing.assert_allclose(platt.predict_proba(score), reference.predict_proba(z[:, None])[:, 1], atol=1e-6)
+    loaded = calibrator_from_json(platt.to_json())
+    np.testing.assert_array_equal(loaded.predict_proba(score), platt.predict_proba(score))
+
+
+def test_isotonic_equals_sklearn(data):
+    traces, y = data
+    score = trace_confidence(traces)
+    iso = IsotonicCalibrator().fit(score, y)
+    reference = IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip").fit(score, y)
+    probe = np.concatenate([score, [-1.0, 2.0], np.linspace(0, 1, 50)])
+    np.testing.assert_allclose(iso.predict_proba(probe), reference.predict(probe), atol=1e-12)
+    loaded = calibrator_from_json(iso.to_json())
+    np.testing.assert_array_equal(loaded.predict_proba(probe), iso.predict_proba(probe))
+    assert (np.diff(iso.predict_proba(np.sort(probe))) >= 0).all()
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda d: d.update(type="Pickle"), "unknown calibrator type"),
+    (lambda d: d.update(format_version=99), "unsupported calibrator format_version"),
+    (lambda d: d.update(coef=[1.0, 2.0]), "'coef' must be 8 finite numbers"),
+    (lambda d: d.update(scale=[0.0] * 8), "'scale' must be positive"),
+    (lambda d: d.update(feature_names=["a"] * 8), "do not match feature set"),
+])
+def test_from_json_validates(data, mutate, match):
+    traces, y = data
+    obj = json.loads(TracePlus().fit(traces, y).to_json())
+    mutate(obj)
+    with pytest.raises(ValueError, match=match):
+        calibrator_from_json(json.dumps(obj))
+
+
+def test_probabilities_are_in_unit_interval_even_for_extreme_scores():
+    platt = PlattCalibrator().fit(np.array([0.0, 0.1, 0.9, 1.0] * 5), np.array([0, 0, 1, 1] * 5))
+    p = platt.predict_proba([-1e6, 1e6])
+    assert ((p >= 0) & (p <= 1)).all()

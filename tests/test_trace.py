@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from helpers import make_trace
+
+from trace_core import DecodingConfig, Trace, TraceMetadata
+
+
+def full_trace() -> Trace:
+    return Trace(
+        prompt="Q: 2+2? <b>", answer=" 4 🙂", token_ids=[10, 11, 12], tokens=(" 4", " ", "🙂"),
+        surprisal=[0.1, 2.5, 1e-9], entropy=[0.3, 1.7, 0.0],
+        top_ids=[[10, 3], [11, 4], [12, 5]], top_logprobs=[[-0.1, -2.4], [-0.5, -2.5], [-1e-9, -30.0]],
+        ranks=[1, 2, 1],
+        metadata=TraceMetadata(model_id="demo", source="generate", decoding=DecodingConfig(seed=1).to_dict(),
+                               tokenizer="demo", extra={"finish_reason": "eos"}))
+
+
+def test_round_trip_dict_and_json_is_lossless():
+    trace = full_trace()
+    assert Trace.from_dict(trace.to_dict()) == trace
+    text = trace.to_json()
+    json.loads(text)  # plain JSON
+    again = Trace.from_json(text)
+    assert again == trace
+    np.testing.assert_array_equal(again.surprisal, trace.surprisal)  # bit-exact floats
+    assert again.surprisal.dtype == np.float64 and again.top_ids.dtype == np.int64
+
+
+def test_round_trip_without_top_k_or_ranks():
+    trace = Trace(prompt="", answer="ab", token_ids=[1, 2], tokens=("a", "b"), surprisal=[1, 2], entropy=[1, 1],
+                  top_ids=[], top_logprobs=[])
+    assert trace.n_alternatives == 0 and trace.ranks is None
+    assert Trace.from_json(trace.to_json()) == trace
+
+
+def test_arrays_are_read_only_and_equality_compares_values():
+    trace = full_trace()
+    with pytest.raises(ValueError):
+        trace.surprisal[0] = 5.0
+    other = Trace.from_dict({**trace.to_dict(), "entropy": [0.3, 1.7, 0.1]})
+    assert other != trace
+
+
+@pytest.mark.parametrize("change, error, match", [
+    ({"tokens": ["a", "b"]}, ValueError, "`tokens` has 2 entries but `token_ids` has 3"),
+    ({"surprisal": [0.1, 0.2]}, ValueError, "`surprisal` has 2 rows"),
+    ({"surprisal": [0.1, float("nan"), 0.2]}, ValueError, "`surprisal` must be finite, got nan at token 1"),
+    ({"entropy": [0.1, -1.0, 0.2]}, ValueError, "`entropy` must be >= 0"),
+    ({"top_logprobs": [[-0.1], [-0.2], [-0.3]]}, ValueError, "`top_ids` has shape"),
+    ({"top_logprobs": [[0.5, -1], [-0.5, -2], [-1, -3]]}, ValueError, "log-probabilities"),
+    ({"ranks": [0, 1, 1]}, ValueError, "1-based"),
+    ({"token_ids": [1.5, 2, 3]}, ValueError, "integers"),
+    ({"prompt": 3}, TypeError, "`prompt` must be a str"),
+    ({"tokens": ["a", 1, "c"]}, TypeError, r"`tokens\[1\]` must be a str"),
+])
+def test_validation_names_field_and_problem(change, error, match):
+    data = {**full_trace().to_dict(), **change}
+    with pytest.raises(error, match=match):
+        Trace.from_dict(data)
+
+
+def test_from_dict_rejects_unknown_and_missing_fields():
+    data = full_trace().to_dict()
+    with pytest.raises(ValueError, match="unknown trace fields"):
+        Trace.from_dict({**data, "bogus": 1})
+    del data["entropy"]
+    with pytest.raises(ValueError, match="missing"):
+        Trace.from_dict(data)
+
+
+def test_metadata_validation():
+    with pytest.raises(ValueError, match="`source` must be one of"):
+        TraceMetadata(source="magic")
+    with pytest.raises(ValueError, match="`entropy_source`"):
+        TraceMetadata(entropy_source="guess")
+    with pytest.raises(ValueError, match="unknown metadata fields"):
+        TraceMetadata.from_dict({"model": "x"})
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"max_new_tokens": 0}, "`max_new_tokens` must be an int >= 1, got 0"),
+    ({"temperature": 0.0}, "`temperature` must be a number in"),
+    ({"top_p": 1.5}, "`top_p` must be a number in"),
+    ({"top_k": -1}, "`top_k` must be an int >= 0"),
+    ({"n_alternatives": 2.5}, "`n_alternatives` must be an int"),
+])
+def test_decoding_config_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        DecodingConfig(**kwargs)
+
+
+def test_decoding_config_round_trip():
+    config = DecodingConfig(max_new_tokens=9, do_sample=True, temperature=0.5, top_k=4, top_p=0.8, seed=7)
+    assert DecodingConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    with pytest.raises(ValueError, match="unknown decoding settings"):
+        DecodingConfig.from_dict({"beams": 3})
+
+
+def test_token_probs_and_len():
+    trace = make_trace([0.0, np.log(2)])
+    assert len(trace) == 2
+    np.testing.assert_allclose(trace.token_probs, [1.0, 0.5])
