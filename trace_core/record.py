@@ -306,33 +306,38 @@ def token_pieces(tokenizer: Any, ids: Sequence[int]) -> list[str]:
 
 def _step_stats(logits: "torch.Tensor", k: int) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor",
                                                           "torch.Tensor"]:
-    """Log-probs (n, V), entropy (n,), top-k log-probs and ids (n, k) from logits (n, V), in float32."""
+    """Log-probs (n, V), entropy (n,), top-k log-probs and ids (n, max(k, 1)) from logits (n, V), in float32.
+
+    No host synchronisation, so a GPU is never stalled by the recorder.
+    """
     torch = _torch()
     logp = torch.log_softmax(logits.float(), dim=-1)
-    entropy = torch.special.entr(logp.exp()).sum(dim=-1)
-    if k > 0:
-        top_lp, top_ids = torch.topk(logp, k=min(k, logp.shape[-1]), dim=-1)
-    else:
-        top_lp = logp.new_zeros((logp.shape[0], 0))
-        top_ids = torch.zeros((logp.shape[0], 0), dtype=torch.long, device=logp.device)
+    # -sum p log p as one dot product per row (several times faster than torch.special.entr on CPU); the clamp
+    # makes masked tokens (logit -inf) contribute 0 * finite = 0 instead of 0 * -inf = nan.
+    entropy = -torch.linalg.vecdot(logp.exp(), logp.clamp(min=torch.finfo(logp.dtype).min))
+    top_lp, top_ids = torch.topk(logp, k=min(max(k, 1), logp.shape[-1]), dim=-1)
     return logp, entropy, top_lp, top_ids
 
 
 def _chosen_stats(logp: "torch.Tensor", chosen: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
     """Log-prob (n,) and 1-based rank (n,) of the chosen token in each row of logp (n, V)."""
+    torch = _torch()
     chosen_lp = logp.gather(-1, chosen[:, None]).squeeze(-1)
-    rank = (logp > chosen_lp[:, None]).sum(dim=-1) + 1
+    rank = torch.count_nonzero(logp > chosen_lp[:, None], dim=-1) + 1
     return chosen_lp, rank
 
 
 class _TraceRecorder:
-    """LogitsProcessor that records per-step entropy, top-k and (one step later) the chosen token's log-prob.
+    """LogitsProcessor body that records per-step entropy, top-k and the chosen token's log-prob and rank.
 
-    Holds only the latest step's log-probs (B x V) to resolve the chosen token; everything kept is O(T * B * k).
+    Under greedy decoding nothing runs after the recorder, so the chosen token is the argmax of what it sees: its
+    log-prob is the top-1 value and its rank 1 (ties included). Under sampling the chosen token is only known at the
+    next step, so the latest step's log-probs (B x V) are held until then. Everything kept is O(T * B * k).
     """
 
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int, *, greedy: bool) -> None:
         self.k = k
+        self.greedy = greedy
         self.entropy: list = []
         self.top_lp: list = []
         self.top_ids: list = []
@@ -347,16 +352,37 @@ class _TraceRecorder:
         self._pending = None
 
     def __call__(self, input_ids: "torch.Tensor", scores: "torch.Tensor") -> "torch.Tensor":
-        torch = _torch()
-        with torch.no_grad():
-            if self._pending is not None:
-                self.resolve(input_ids[:, -1])
-            logp, entropy, top_lp, top_ids = _step_stats(scores, self.k)
-            self.entropy.append(entropy)
-            self.top_lp.append(top_lp)
-            self.top_ids.append(top_ids)
+        # Runs at every decoding step: as few tensor operations as possible, slicing and stacking happen in finish().
+        if self._pending is not None:
+            self.resolve(input_ids[:, -1])
+        logp, entropy, top_lp, top_ids = _step_stats(scores, self.k)
+        self.entropy.append(entropy)
+        self.top_lp.append(top_lp)
+        self.top_ids.append(top_ids)
+        if not self.greedy:
             self._pending = logp
         return scores
+
+    def finish(self, sequences: "torch.Tensor") -> dict[str, np.ndarray]:
+        """Per-step arrays of shape (B, T[, k]) for the T generated steps in ``sequences`` (B, T)."""
+        torch = _torch()
+        n_steps = sequences.shape[1]
+        if n_steps > len(self.entropy):  # pragma: no cover - would mean generate() skipped the processor
+            raise RuntimeError("the trace recorder saw fewer steps than were generated; is this a custom generate()?")
+        if not self.greedy and len(self.chosen_lp) < n_steps:
+            self.resolve(sequences[:, n_steps - 1].to(self._pending.device))
+
+        def stacked(items: list) -> np.ndarray:
+            # Steps beyond n_steps were undone by generate() (deferred stop checks); drop them.
+            return torch.stack(items[:n_steps], dim=1).cpu().numpy()
+
+        top_lp, top_ids = stacked(self.top_lp), stacked(self.top_ids)
+        if self.greedy:
+            chosen_lp, rank = top_lp[:, :, 0], np.ones(top_lp.shape[:2], dtype=np.int64)
+        else:
+            chosen_lp, rank = stacked(self.chosen_lp), stacked(self.rank)
+        return {"entropy": stacked(self.entropy), "chosen_lp": chosen_lp, "rank": rank,
+                "top_lp": top_lp[:, :, :self.k], "top_ids": top_ids[:, :, :self.k]}
 
 
 def _make_logits_processor(recorder: _TraceRecorder) -> Any:
@@ -366,6 +392,8 @@ def _make_logits_processor(recorder: _TraceRecorder) -> Any:
         def __call__(self, input_ids, scores):  # noqa: D401 - transformers' signature
             return recorder(input_ids, scores)
 
+    # LogitsProcessorList inspects each processor's signature at every step; a precomputed one makes that cheap.
+    _Recorder.__call__.__signature__ = inspect.signature(_Recorder.__call__)
     return _Recorder()
 
 
@@ -514,7 +542,7 @@ def _generate_batch(lm: LoadedModel, prompts: list[str], encoded: list[list[int]
         input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
         attention_mask[row, width - len(ids):] = 1
     gen_config = _generation_config(lm, config, extra)
-    recorder = _TraceRecorder(config.n_alternatives)
+    recorder = _TraceRecorder(config.n_alternatives, greedy=not config.do_sample)
     with lm.lock, torch.no_grad():
         if config.seed is not None:
             torch.manual_seed(config.seed + seed_offset)
@@ -523,20 +551,9 @@ def _generate_batch(lm: LoadedModel, prompts: list[str], encoded: list[list[int]
                              logits_processor=LogitsProcessorList([_make_logits_processor(recorder)]))
     sequences = out.sequences[:, width:]
     n_steps = sequences.shape[1]
-    if n_steps > len(recorder.entropy):  # pragma: no cover - would mean generate skipped the processor
-        raise RuntimeError("the trace recorder saw fewer steps than were generated; is this a custom generate()?")
-    if len(recorder.chosen_lp) < n_steps:
-        recorder.resolve(sequences[:, n_steps - 1].to(recorder._pending.device))
-
-    def stacked(items: list) -> np.ndarray:
-        # Steps beyond n_steps were undone by generate (deferred stop checks); drop them.
-        return torch.stack(items[:n_steps], dim=1).cpu().numpy()
-
-    entropy = stacked(recorder.entropy)
-    chosen_lp = stacked(recorder.chosen_lp)
-    rank = stacked(recorder.rank)
-    top_lp = stacked(recorder.top_lp)
-    top_ids = stacked(recorder.top_ids)
+    arrays = recorder.finish(sequences)
+    entropy, chosen_lp, rank = arrays["entropy"], arrays["chosen_lp"], arrays["rank"]
+    top_lp, top_ids = arrays["top_lp"], arrays["top_ids"]
     seq = sequences.cpu().numpy()
     eos = _eos_ids(model, tokenizer)
     processed = _is_processed(gen_config)
@@ -687,6 +704,7 @@ def _score_batch(lm: LoadedModel, prompt_ids: list[list[int]], answer_ids: list[
             del logits
             logp, entropy, top_lp, top_ids = _step_stats(selected, k)
             chosen_lp, rank = _chosen_stats(logp, targets[:, start:stop][rows, cols].to(logp.device))
+            top_lp, top_ids = top_lp[:, :k], top_ids[:, :k]
             del selected, logp
             chunks.append(tuple(t.cpu().numpy() for t in (rows, chosen_lp, entropy, top_lp, top_ids, rank)))
     # Chunks are in position order and rows ascend within each chunk: a stable sort by row gives each row's tokens

@@ -1,0 +1,45 @@
+"""Random-weight models with a realistic vocabulary, built offline for benchmarks."""
+
+from __future__ import annotations
+
+import tempfile
+
+
+def word_tokenizer(vocab_size: int):
+    """A word-level tokenizer with `vocab_size` entries ("w0" ... ) and no EOS, so generation runs to the limit."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"w{i}": i for i in range(vocab_size)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0", pad_token="w0")
+
+
+def random_lm(*, arch: str = "gpt2", vocab_size: int = 32000, hidden: int = 64, layers: int = 2, seed: int = 0):
+    """A LoadedModel with random weights (saved and reloaded through load_model, like a user's model)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    from trace_core import load_model
+
+    torch.manual_seed(seed)
+    tokenizer = word_tokenizer(vocab_size)
+    if arch == "gpt2":
+        config = GPT2Config(vocab_size=vocab_size, n_positions=4096, n_embd=hidden, n_layer=layers,
+                            n_head=max(1, hidden // 32), initializer_range=0.2, eos_token_id=None,
+                            bos_token_id=None)
+        model = GPT2LMHeadModel(config)
+    else:
+        config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=hidden * 4,
+                             num_hidden_layers=layers, num_attention_heads=max(1, hidden // 32),
+                             max_position_embeddings=4096, initializer_range=0.2, eos_token_id=None,
+                             bos_token_id=None, pad_token_id=0)
+        model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    folder = tempfile.mkdtemp(prefix=f"bench-{arch}-")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return load_model(folder, device="cpu")

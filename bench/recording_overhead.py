@@ -1,0 +1,98 @@
+"""Traced generation vs plain ``model.generate`` (same settings, same tokens), and vs storing full logits.
+
+    python -m bench.recording_overhead [--vocab 32000] [--new-tokens 128] [--batch 1 8] [--repeats 5]
+
+Prints, per batch size: median wall time of plain generate, traced generate (trace_core) and the naive alternative
+(``output_logits=True``, entropy computed afterwards), their ratios to plain, and bytes kept per generated token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+
+def _prompts(batch: int) -> list[str]:
+    return [" ".join(f"w{(7 * i + j) % 50 + 1}" for j in range(8 + i % 3)) for i in range(batch)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", default="gpt2", choices=["gpt2", "llama"])
+    parser.add_argument("--vocab", type=int, default=32000)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--k", type=int, default=5, help="alternatives stored per token")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from trace_core import DecodingConfig, generate_traces
+    from trace_core.record import _generation_config, encode_prompt
+
+    from ._models import random_lm
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    lm = random_lm(arch=args.arch, vocab_size=args.vocab, hidden=args.hidden, layers=args.layers)
+    config = DecodingConfig(max_new_tokens=args.new_tokens, n_alternatives=args.k)
+    print(f"model: random {args.arch}, vocab {args.vocab}, hidden {args.hidden}, layers {args.layers}; "
+          f"{args.new_tokens} new tokens, greedy, k={args.k}, {torch.get_num_threads()} threads, "
+          f"median of {args.repeats}")
+    print(f"{'batch':>5} {'plain s':>9} {'traced s':>9} {'ratio':>6} {'naive s':>9} {'ratio':>6} "
+          f"{'trace B/token':>13} {'naive B/token':>13}")
+    for batch in args.batch:
+        prompts = _prompts(batch)
+        encoded = [encode_prompt(lm.tokenizer, p) for p in prompts]
+        width = max(map(len, encoded))
+        ids = torch.zeros((batch, width), dtype=torch.long)
+        mask = torch.zeros((batch, width), dtype=torch.long)
+        for r, e in enumerate(encoded):
+            ids[r, width - len(e):] = torch.tensor(e)
+            mask[r, width - len(e):] = 1
+        gen_config = _generation_config(lm, config, {})
+
+        def plain():
+            with torch.no_grad():
+                return lm.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_config)
+
+        def traced():
+            return generate_traces(lm, prompts, config=config, batch_size=batch)
+
+        def naive():
+            with torch.no_grad():
+                out = lm.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_config,
+                                        output_logits=True)
+            logits = torch.stack(out.logits, dim=1)  # (B, T, V): what such tools keep
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            entropy = -(logp.exp() * logp).sum(-1)
+            chosen = logp.gather(-1, out.sequences[:, width:, None]).squeeze(-1)
+            return logits, entropy, chosen
+
+        reference = plain().sequences[:, width:]
+        traces = traced()
+        assert all(np.array_equal(t.token_ids, reference[r].numpy()) for r, t in enumerate(traces)), \
+            "traced generation changed the decoded tokens"
+        naive()
+        times: dict[str, list[float]] = {"plain": [], "traced": [], "naive": []}
+        for _ in range(args.repeats):  # interleaved, so drift affects all three alike
+            for name, fn in (("plain", plain), ("traced", traced), ("naive", naive)):
+                start = time.perf_counter()
+                result = fn()
+                times[name].append(time.perf_counter() - start)
+                if name == "naive":
+                    naive_bytes = result[0].element_size() * result[0].numel() / (batch * args.new_tokens)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        trace_bytes = sum(sum(a.nbytes for a in (t.token_ids, t.surprisal, t.entropy, t.top_ids, t.top_logprobs,
+                                                 t.ranks)) for t in traces) / sum(len(t) for t in traces)
+        print(f"{batch:>5} {med['plain']:>9.3f} {med['traced']:>9.3f} {med['traced'] / med['plain']:>6.3f} "
+              f"{med['naive']:>9.3f} {med['naive'] / med['plain']:>6.3f} {trace_bytes:>13.0f} {naive_bytes:>13.0f}")
+
+
+if __name__ == "__main__":
+    main()
