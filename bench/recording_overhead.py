@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
             ids[r, width - len(e):] = torch.tensor(e)
             mask[r, width - len(e):] = 1
         gen_config = _generation_config(lm, config, {})
+        naive_config = _generation_config(lm, config, {"output_logits": True})
 
         def plain():
             with torch.no_grad():
@@ -66,8 +67,7 @@ def main(argv: list[str] | None = None) -> None:
 
         def naive():
             with torch.no_grad():
-                out = lm.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_config,
-                                        output_logits=True)
+                out = lm.model.generate(input_ids=ids, attention_mask=mask, generation_config=naive_config)
             logits = torch.stack(out.logits, dim=1)  # (B, T, V): what such tools keep
             logp = torch.log_softmax(logits.float(), dim=-1)
             entropy = -(logp.exp() * logp).sum(-1)

@@ -268,11 +268,30 @@ def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
 def token_pieces(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     """Each token's text, such that ``"".join(pieces) == tokenizer.decode(ids)``.
 
-    Decodes incrementally against a short window of preceding tokens (so context-dependent decoders, such as
-    SentencePiece's leading-space rule, are respected). A byte-level piece that ends inside a multi-byte UTF-8
-    character gives "" and the token that completes the character carries it.
+    Each token is decoded after the token before it (so context-dependent decoders, such as SentencePiece's
+    leading-space rule, are respected), in one batched call. When that does not reproduce the decoded text (a
+    byte-level piece that ends inside a multi-byte UTF-8 character), an exact incremental decoding is used instead:
+    a token that leaves a character incomplete gives "" and the token that completes it carries the character.
     """
     ids = [int(i) for i in ids]
+    if not ids:
+        return []
+    full = _decode(tokenizer, ids)
+    windows = [ids[max(0, i - 1):i + 1] for i in range(len(ids))] + [ids[i - 1:i] for i in range(1, len(ids))]
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:  # one call into the Rust tokenizer instead of a Python loop of decode() calls
+        texts = backend.decode_batch(windows, skip_special_tokens=False)
+    else:
+        texts = tokenizer.batch_decode(windows, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    pairs, prefixes = texts[:len(ids)], [""] + texts[len(ids):]
+    if all(p.startswith(q) and "\ufffd" not in p for p, q in zip(pairs, prefixes)):
+        pieces = [p[len(q):] for p, q in zip(pairs, prefixes)]
+        if "".join(pieces) == full:
+            return pieces
+    return _token_pieces_incremental(tokenizer, ids, full)
+
+
+def _token_pieces_incremental(tokenizer: Any, ids: list[int], full: str) -> list[str]:
     pieces: list[str] = []
     prefix_offset = read_offset = 0
     for i in range(len(ids)):
@@ -283,10 +302,9 @@ def token_pieces(tokenizer: Any, ids: Sequence[int]) -> list[str]:
             prefix_offset, read_offset = read_offset, i + 1
         else:
             pieces.append("")
-    if ids and read_offset < len(ids):  # trailing incomplete bytes: give them to the last token as decoded
+    if read_offset < len(ids):  # trailing incomplete bytes: give them to the last token as decoded
         tail = _decode(tokenizer, ids[prefix_offset:])[len(_decode(tokenizer, ids[prefix_offset:read_offset])):]
         pieces[-1] = tail
-    full = _decode(tokenizer, ids)
     if "".join(pieces) != full:
         # A decoder whose output is not prefix-stable: fall back to exact prefix differences (quadratic, rare).
         pieces, previous = [], ""
@@ -328,61 +346,71 @@ def _chosen_stats(logp: "torch.Tensor", chosen: "torch.Tensor") -> tuple["torch.
 
 
 class _TraceRecorder:
-    """LogitsProcessor body that records per-step entropy, top-k and the chosen token's log-prob and rank.
+    """LogitsProcessor body that records per-step entropy, top-k, and the chosen token's log-prob and rank.
 
-    Under greedy decoding nothing runs after the recorder, so the chosen token is the argmax of what it sees: its
-    log-prob is the top-1 value and its rank 1 (ties included). Under sampling the chosen token is only known at the
-    next step, so the latest step's log-probs (B x V) are held until then. Everything kept is O(T * B * k).
+    Each step's scores are copied into a small buffer of at most ``buffer_bytes`` (and 64 steps); when it is full,
+    the statistics of all buffered steps are computed in one vectorised call and the rows are dropped. Memory is
+    therefore bounded by the buffer, never T x V, and the per-step cost is one copy: on small models the fixed cost
+    of a dozen tensor operations per step would otherwise rival the model itself.
+
+    Chosen tokens: under greedy decoding nothing runs after the recorder, so the chosen token is the argmax of the
+    row it saw (log-prob = top-1 value, rank 1, ties included). Under sampling the token chosen at step t is read from
+    ``input_ids`` at a later step, or from the final sequences.
     """
 
-    def __init__(self, k: int, *, greedy: bool) -> None:
+    max_steps = 64
+
+    def __init__(self, k: int, *, greedy: bool, buffer_bytes: int = 2 * 2**20) -> None:
         self.k = k
         self.greedy = greedy
-        self.entropy: list = []
-        self.top_lp: list = []
-        self.top_ids: list = []
-        self.chosen_lp: list = []
-        self.rank: list = []
-        self._pending = None
-
-    def resolve(self, chosen: "torch.Tensor") -> None:
-        lp, rank = _chosen_stats(self._pending, chosen)
-        self.chosen_lp.append(lp)
-        self.rank.append(rank)
-        self._pending = None
+        self.buffer_bytes = buffer_bytes
+        self.prompt_width: int | None = None
+        self._rows: list = []  # buffered (B, V) score rows, steps _flushed .. _flushed + len(_rows) - 1
+        self._flushed = 0
+        self._limit = 1
+        self._parts: dict[str, list] = {"entropy": [], "top_lp": [], "top_ids": [], "chosen_lp": [], "rank": []}
 
     def __call__(self, input_ids: "torch.Tensor", scores: "torch.Tensor") -> "torch.Tensor":
-        # Runs at every decoding step: as few tensor operations as possible, slicing and stacking happen in finish().
-        if self._pending is not None:
-            self.resolve(input_ids[:, -1])
-        logp, entropy, top_lp, top_ids = _step_stats(scores, self.k)
-        self.entropy.append(entropy)
-        self.top_lp.append(top_lp)
-        self.top_ids.append(top_ids)
-        if not self.greedy:
-            self._pending = logp
+        if self.prompt_width is None:
+            self.prompt_width = input_ids.shape[1]
+            row_bytes = 4 * scores.shape[0] * scores.shape[1]
+            self._limit = max(1, min(self.max_steps, self.buffer_bytes // row_bytes))
+        if len(self._rows) >= self._limit:
+            # Every buffered step is before this one, so its chosen token is already in input_ids.
+            self._flush(input_ids[:, self.prompt_width:])
+        self._rows.append(scores.clone())
         return scores
+
+    def _flush(self, generated: "torch.Tensor", n_rows: int | None = None) -> None:
+        torch = _torch()
+        rows = self._rows[:n_rows] if n_rows is not None else self._rows
+        if not rows:
+            return
+        n_steps, batch = len(rows), rows[0].shape[0]
+        stacked = torch.stack(rows, dim=1)  # (B, n, V)
+        logp, entropy, top_lp, top_ids = _step_stats(stacked.reshape(batch * n_steps, -1), self.k)
+        if self.greedy:
+            chosen_lp = top_lp[:, 0]
+            rank = torch.ones_like(top_ids[:, 0])
+        else:
+            chosen = generated[:, self._flushed:self._flushed + n_steps].reshape(-1).to(logp.device)
+            chosen_lp, rank = _chosen_stats(logp, chosen)
+        for name, value in (("entropy", entropy), ("top_lp", top_lp[:, :self.k]), ("top_ids", top_ids[:, :self.k]),
+                            ("chosen_lp", chosen_lp), ("rank", rank)):
+            self._parts[name].append(value.reshape((batch, n_steps) + tuple(value.shape[1:])))
+        self._flushed += n_steps
+        self._rows = []
 
     def finish(self, sequences: "torch.Tensor") -> dict[str, np.ndarray]:
         """Per-step arrays of shape (B, T[, k]) for the T generated steps in ``sequences`` (B, T)."""
         torch = _torch()
         n_steps = sequences.shape[1]
-        if n_steps > len(self.entropy):  # pragma: no cover - would mean generate() skipped the processor
+        if n_steps > self._flushed + len(self._rows):  # pragma: no cover - generate() skipped the processor
             raise RuntimeError("the trace recorder saw fewer steps than were generated; is this a custom generate()?")
-        if not self.greedy and len(self.chosen_lp) < n_steps:
-            self.resolve(sequences[:, n_steps - 1].to(self._pending.device))
-
-        def stacked(items: list) -> np.ndarray:
-            # Steps beyond n_steps were undone by generate() (deferred stop checks); drop them.
-            return torch.stack(items[:n_steps], dim=1).cpu().numpy()
-
-        top_lp, top_ids = stacked(self.top_lp), stacked(self.top_ids)
-        if self.greedy:
-            chosen_lp, rank = top_lp[:, :, 0], np.ones(top_lp.shape[:2], dtype=np.int64)
-        else:
-            chosen_lp, rank = stacked(self.chosen_lp), stacked(self.rank)
-        return {"entropy": stacked(self.entropy), "chosen_lp": chosen_lp, "rank": rank,
-                "top_lp": top_lp[:, :, :self.k], "top_ids": top_ids[:, :, :self.k]}
+        # Steps beyond n_steps were undone by generate() (deferred stop checks): they are never scored.
+        self._flush(sequences, n_rows=max(0, n_steps - self._flushed))
+        self._rows = []
+        return {name: torch.cat(parts, dim=1)[:, :n_steps].cpu().numpy() for name, parts in self._parts.items()}
 
 
 def _make_logits_processor(recorder: _TraceRecorder) -> Any:
