@@ -30,6 +30,15 @@ def test_round_trip_dict_and_json_is_lossless():
     assert again.surprisal.dtype == np.float64 and again.top_ids.dtype == np.int64
 
 
+def test_round_trip_with_top_tokens():
+    trace = Trace.from_dict({**full_trace().to_dict(), "top_ids": [[-1, -1]] * 3,
+                             "top_tokens": [[" 4", " four"], [" ", "!"], ["🙂", ":)"]]})
+    assert trace.top_tokens[2] == ("🙂", ":)")
+    assert Trace.from_json(trace.to_json()) == trace
+    with pytest.raises(ValueError, match="`top_tokens` must have shape"):
+        Trace.from_dict({**full_trace().to_dict(), "top_tokens": [["a"]] * 3})
+
+
 def test_round_trip_without_top_k_or_ranks():
     trace = Trace(prompt="", answer="ab", token_ids=[1, 2], tokens=("a", "b"), surprisal=[1, 2], entropy=[1, 1],
                   top_ids=[], top_logprobs=[])

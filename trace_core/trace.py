@@ -161,6 +161,9 @@ class Trace:
     ranks : ndarray of int64, shape (T,), or None
         1-based rank of the chosen token in the distribution (1 = the argmax); None when unknown.
     metadata : TraceMetadata
+    top_tokens : tuple of tuple of str, shape (T, k), or None
+        The alternatives' text, when known without a tokenizer (imported API traces, whose ``top_ids`` are -1).
+        Recorded traces leave it None: the alternatives' text comes from decoding ``top_ids``.
     """
 
     prompt: str
@@ -173,6 +176,7 @@ class Trace:
     top_logprobs: np.ndarray
     ranks: np.ndarray | None = None
     metadata: TraceMetadata = field(default_factory=TraceMetadata)
+    top_tokens: tuple[tuple[str, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("prompt", "answer"):
@@ -205,9 +209,16 @@ class Trace:
             ranks = _as_array(self.ranks, "ranks", np.int64, ndim=1, length=n_tokens)
             if (ranks < 1).any():
                 raise ValueError(f"`ranks` are 1-based, got a minimum of {int(ranks.min())}")
+        top_tokens = None
+        if self.top_tokens is not None:
+            top_tokens = tuple(tuple(row) for row in self.top_tokens)
+            if len(top_tokens) != n_tokens or any(len(row) != top_ids.shape[1] for row in top_tokens):
+                raise ValueError(f"`top_tokens` must have shape {top_ids.shape} like `top_ids`")
+            if not all(isinstance(tok, str) for row in top_tokens for tok in row):
+                raise TypeError("`top_tokens` must hold strings")
         for name, value in (("token_ids", token_ids), ("tokens", tokens), ("surprisal", surprisal),
                             ("entropy", entropy), ("top_ids", top_ids), ("top_logprobs", top_logprobs),
-                            ("ranks", ranks)):
+                            ("ranks", ranks), ("top_tokens", top_tokens)):
             if isinstance(value, np.ndarray):
                 value.setflags(write=False)
             object.__setattr__(self, name, value)
@@ -228,8 +239,8 @@ class Trace:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Trace):
             return NotImplemented
-        if (self.prompt, self.answer, self.tokens, self.metadata) != (other.prompt, other.answer, other.tokens,
-                                                                       other.metadata):
+        if (self.prompt, self.answer, self.tokens, self.metadata, self.top_tokens) != (
+                other.prompt, other.answer, other.tokens, other.metadata, other.top_tokens):
             return False
         if (self.ranks is None) != (other.ranks is None):
             return False
@@ -254,6 +265,7 @@ class Trace:
             "top_logprobs": self.top_logprobs.tolist(),
             "ranks": None if self.ranks is None else self.ranks.tolist(),
             "metadata": self.metadata.to_dict(),
+            "top_tokens": None if self.top_tokens is None else [list(row) for row in self.top_tokens],
         }
 
     @classmethod
@@ -262,7 +274,7 @@ class Trace:
         missing = [k for k in required if k not in data]
         if missing:
             raise ValueError(f"trace dict is missing {missing}")
-        known = set(required) | {"top_ids", "top_logprobs", "ranks", "metadata"}
+        known = set(required) | {"top_ids", "top_logprobs", "ranks", "metadata", "top_tokens"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown trace fields {unknown}")
@@ -278,6 +290,7 @@ class Trace:
             top_logprobs=_list2d(data.get("top_logprobs"), n_tokens, np.float64),
             ranks=data.get("ranks"),
             metadata=TraceMetadata.from_dict(data.get("metadata") or {}),
+            top_tokens=data.get("top_tokens"),
         )
 
     def to_json(self) -> str:
