@@ -79,12 +79,13 @@ def test_fit_errors_name_the_problem(data):
         TracePlus(C=0).fit(traces, y)
 
 
-def test_platt_equals_sklearn_logistic_on_standardised_score(data):
+@pytest.mark.parametrize("C", [1e4, 0.05])
+def test_platt_equals_sklearn_logistic_on_standardised_score(data, C):
     traces, y = data
     score = trace_confidence(traces)
-    platt = PlattCalibrator().fit(score, y)
+    platt = PlattCalibrator(C=C).fit(score, y)
     z = (score - score.mean()) / score.std()
-    reference = LogisticRegression(C=1e4, max_iter=1000).fit(z[:, None], y)
+    reference = LogisticRegression(C=C, tol=1e-12, max_iter=10000).fit(z[:, None], y)
     np.testing.assert_allclose(platt.predict_proba(score), reference.predict_proba(z[:, None])[:, 1], atol=1e-6)
     loaded = calibrator_from_json(platt.to_json())
     np.testing.assert_array_equal(loaded.predict_proba(score), platt.predict_proba(score))

@@ -249,3 +249,20 @@ def test_masked_tokens_give_finite_entropy_of_the_processed_distribution(tiny_mo
     p = logp.exp()
     expected = -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(-1).numpy()
     np.testing.assert_allclose(trace.entropy, expected[:len(trace)], atol=1e-5)
+
+
+def test_beam_logprobs_are_sequence_log_probabilities(tiny_models):
+    from trace_core.record import beam_logprobs
+
+    lm = tiny_models["gpt2"]
+    (scores,) = beam_logprobs(lm, [PROMPTS[0]], num_beams=3, max_new_tokens=5)
+    assert len(scores) == 3 and scores == sorted(scores, reverse=True) and all(s < 0 for s in scores)
+    # The best beam's log-probability equals the teacher-forced sum over its tokens.
+    ids = torch.tensor([encode_prompt(lm.tokenizer, PROMPTS[0])])
+    with torch.no_grad():
+        out = lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), num_beams=3, max_new_tokens=5,
+                                length_penalty=0.0, do_sample=False, pad_token_id=lm.tokenizer.pad_token_id)
+    best = out[0, ids.shape[1]:].tolist()
+    assert -score_answer(lm, PROMPTS[0], best).surprisal.sum() == pytest.approx(scores[0], abs=1e-4)
+    with pytest.raises(ValueError, match="`num_beams` must be an int >= 2"):
+        beam_logprobs(lm, [PROMPTS[0]], num_beams=1)

@@ -4,7 +4,9 @@
 recorded (``trace_core.record``).
 """
 
+from .baselines import BASELINES, Baseline, BaselineScores, compute_baselines
 from .calibrate import IsotonicCalibrator, NotFittedError, PlattCalibrator, TracePlus, calibrator_from_json
+from .evaluate import EvaluationConfig, EvaluationResult, evaluate, evaluate_arrays, method_names
 from .features import FEATURE_SETS, feature_matrix, feature_matrix_from_arrays, feature_names
 from .metrics import (
     UndefinedMetricWarning,
@@ -39,6 +41,7 @@ from .record import (
     ModelLoadError,
     ModelNotFoundError,
     UnsafeModelError,
+    beam_logprobs,
     generate_trace,
     generate_traces,
     load_model,
@@ -46,6 +49,7 @@ from .record import (
     score_answers,
 )
 from .score import TraceConfig, TraceExplanation, explain_trace, trace_confidence, trace_risk
+from .synthetic import synthetic_traces
 from .trace import DecodingConfig, Trace, TraceMetadata
 
 __version__ = "0.1.0"
@@ -55,12 +59,21 @@ __all__ = [
     "auprc",
     "aurc",
     "auroc",
+    "Baseline",
+    "BASELINES",
+    "BaselineScores",
+    "beam_logprobs",
     "bin_probabilities",
     "bootstrap_ci",
     "brier_score",
     "calibrator_from_json",
+    "compute_baselines",
     "decayed_mean",
     "DecodingConfig",
+    "evaluate",
+    "evaluate_arrays",
+    "EvaluationConfig",
+    "EvaluationResult",
     "expected_calibration_error",
     "explain_trace",
     "feature_matrix",
@@ -75,6 +88,7 @@ __all__ = [
     "length_normalized_sum",
     "load_model",
     "LoadedModel",
+    "method_names",
     "ModelLoadError",
     "ModelNotFoundError",
     "NotFittedError",
@@ -90,6 +104,7 @@ __all__ = [
     "segment_mean",
     "segment_var",
     "slope",
+    "synthetic_traces",
     "tpr_at_fpr",
     "Trace",
     "trace_confidence",

@@ -67,6 +67,33 @@ def _dumps(obj: Mapping[str, Any]) -> str:
     return json.dumps({"format_version": _FORMAT_VERSION, **obj}, indent=2, allow_nan=False)
 
 
+def _fit_logistic_1d(z: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 100) -> tuple[float, float]:
+    """L2-regularised logistic regression on one feature by Newton's method: ``p = sigmoid(a * z + b)``.
+
+    Minimises ``sum_i logloss_i + a**2 / (2 C)`` (intercept unpenalised): the same optimum as scikit-learn's
+    ``LogisticRegression(C=C)``, in microseconds rather than milliseconds, which matters when the evaluation protocol
+    fits a calibrator for every method on every split.
+    """
+    a, b = 0.0, float(np.log((y.mean() + 1e-12) / (1 - y.mean() + 1e-12)))
+    penalty = 1.0 / C
+    zz, z1, n = float(z @ z), float(z.sum()), float(z.shape[0])
+    for _ in range(max_iter):
+        p = _sigmoid(a * z + b)
+        r = p - y
+        w = p * (1 - p)
+        g_a, g_b = float(z @ r) + penalty * a, float(r.sum())
+        h_aa, h_ab, h_bb = float((w * z) @ z) + penalty, float(w @ z), float(w.sum())
+        det = h_aa * h_bb - h_ab * h_ab
+        if det <= 1e-300 * max(zz, z1 * z1, n):
+            break
+        step_a = (h_bb * g_a - h_ab * g_b) / det
+        step_b = (h_aa * g_b - h_ab * g_a) / det
+        a, b = a - step_a, b - step_b
+        if abs(step_a) < 1e-10 and abs(step_b) < 1e-10:
+            break
+    return float(a), float(b)
+
+
 class TracePlus:
     """TRACE+: standardised trace features and logistic regression, fitted on a calibration split.
 
@@ -192,16 +219,12 @@ class PlattCalibrator:
         self.C = C
 
     def fit(self, scores: Any, y: Any) -> "PlattCalibrator":
-        from sklearn.linear_model import LogisticRegression
-
         x = _check_scores(scores)
         labels = _check_labels(y, x.shape[0])
         mean, std = float(x.mean()), float(x.std())
         std = std if std > 1e-12 else 1.0
-        model = LogisticRegression(C=self.C, max_iter=1000).fit(((x - mean) / std)[:, None], labels)
+        self.coef_, self.intercept_ = _fit_logistic_1d((x - mean) / std, labels, C=self.C)
         self.mean_, self.scale_ = mean, std
-        self.coef_ = float(model.coef_[0, 0])
-        self.intercept_ = float(model.intercept_[0])
         return self
 
     def predict_proba(self, scores: Any) -> np.ndarray:

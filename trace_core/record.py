@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "LoadedModel",
+    "beam_logprobs",
     "ModelLoadError",
     "ModelNotFoundError",
     "UnsafeModelError",
@@ -605,6 +606,39 @@ def _generate_batch(lm: LoadedModel, prompts: list[str], encoded: list[list[int]
             top_ids=top_ids[row, :length], top_logprobs=np.minimum(top_lp[row, :length].astype(np.float64), 0.0),
             ranks=rank[row, :length], metadata=metadata))
     return traces
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Beam search (inputs of the beam baselines)
+
+
+def beam_logprobs(lm: LoadedModel, prompts: Sequence[str], *, num_beams: int = 5, max_new_tokens: int = 64,
+                  chat_template: bool = False,
+                  progress: Callable[[int, int], None] | None = None) -> list[list[float]]:
+    """Log-probabilities of the ``num_beams`` beams of one beam-search call per prompt, most likely first.
+
+    This is the one extra (near-single-pass) call the beam baselines need; it never changes the traced answer. A beam's
+    log-probability is the sum of its tokens' log-probabilities (no length penalty), EOS included when a beam ends.
+    """
+    lm = _check_lm(lm)
+    prompts = _check_prompts(prompts)
+    if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 2:
+        raise ValueError(f"`num_beams` must be an int >= 2, got {num_beams!r}")
+    torch = _torch()
+    results: list[list[float]] = []
+    for i, prompt in enumerate(prompts):
+        ids = torch.tensor([encode_prompt(lm.tokenizer, prompt, chat_template=chat_template)], device=lm.device)
+        gen = copy.deepcopy(lm.model.generation_config)
+        gen.update(max_new_tokens=max_new_tokens, num_beams=num_beams, num_return_sequences=num_beams,
+                   do_sample=False, length_penalty=0.0, early_stopping=True, output_scores=True,
+                   return_dict_in_generate=True, pad_token_id=_pad_id(lm.model, lm.tokenizer),
+                   temperature=None, top_k=None, top_p=None)
+        with lm.lock, torch.no_grad():
+            out = lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=gen)
+        results.append(sorted(out.sequences_scores.float().cpu().tolist(), reverse=True))
+        if progress is not None:
+            progress(i + 1, len(prompts))
+    return results
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,96 @@
+"""Each baseline against a hand-computed example, and the registry's contract."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from helpers import make_trace, random_traces
+
+from trace_core.baselines import BASELINES, FIRST_K, HIGH_PROB_THRESHOLD, beam_scores, compute_baselines
+
+# p = [0.5, 0.25, 1.0, 0.8], so s = -log p; entropy chosen by hand.
+P = np.array([0.5, 0.25, 1.0, 0.8])
+H = np.array([1.0, 2.0, 0.0, 3.0, ])
+
+
+def hand_trace():
+    return make_trace(-np.log(P), H)
+
+
+EXPECTED = {
+    "First-Token Prob": 0.5,
+    "MeanProb": (0.5 + 0.25 + 1.0 + 0.8) / 4,
+    "Len-Norm LogP": (0.5 * 0.25 * 1.0 * 0.8) ** 0.25,
+    "SeqLogP": 0.5 * 0.25 * 1.0 * 0.8,
+    "MinProb": 0.25,
+    "High-Prob Token Rate": 1 / 4,          # only p = 1.0 is above 0.9 (0.8 is not)
+    "Mean Entropy": -1.5,
+    "Max Entropy": -3.0,
+    "First-k Entropy": -1.0,                # mean of [1, 2, 0]
+    "Last-k Entropy": -5 / 3,               # mean of [2, 0, 3]
+    "Windowed Entropy": -1.5,               # T = 4 = w: one window, its mean
+    "Entropy Variance": -1.25,
+    "Entropy Slope": -0.4,                  # slope of [1, 2, 0, 3] over t = 0..3 is 0.4
+    "Prob Slope": (-1.5 * 0.5 - 0.5 * 0.25 + 0.5 * 1.0 + 1.5 * 0.8) / 5,
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_trace_baselines_by_hand(name):
+    result = compute_baselines([hand_trace()], names=[name])
+    assert result.scores[name].iloc[0] == pytest.approx(EXPECTED[name])
+
+
+def test_registry_has_19_baselines_with_families_and_needs():
+    assert len(BASELINES) == 19
+    needs = [b.needs for b in BASELINES.values()]
+    assert needs.count("trace") == 14 and needs.count("beam") == 3 and needs.count("embedding") == 2
+    assert {b.family for b in BASELINES.values()} == {"likelihood", "entropy", "trajectory", "beam", "semantic"}
+    assert FIRST_K == 3 and HIGH_PROB_THRESHOLD == 0.9
+
+
+def test_beam_baselines_by_hand():
+    # beam probabilities 0.4, 0.2, 0.1 (normalised: 4/7, 2/7, 1/7)
+    out = beam_scores([np.log([0.2, 0.4, 0.1])])
+    q = np.array([4, 2, 1]) / 7
+    assert out["Beam-Ratio"][0] == pytest.approx(q[0] / (q[0] + q[1]))
+    assert out["Beam-TailThinness"][0] == pytest.approx(q[0])
+    assert out["Beam Entropy"][0] == pytest.approx(float((q * np.log(q)).sum()))
+    with pytest.raises(ValueError, match="at least 2 beam"):
+        beam_scores([[-1.0]])
+    with pytest.raises(ValueError, match="finite and <= 0"):
+        beam_scores([[-1.0, 0.5]])
+
+
+def test_missing_inputs_skip_with_reason_never_silently():
+    result = compute_baselines(random_traces(5))
+    assert set(result.scores.columns) == {n for n, b in BASELINES.items() if b.needs == "trace"}
+    assert set(result.skipped) == {n for n, b in BASELINES.items() if b.needs != "trace"}
+    assert all("needs" in reason for reason in result.skipped.values())
+
+
+def test_beam_columns_present_when_given():
+    traces = random_traces(3)
+    result = compute_baselines(traces, beam_logprobs=[[-1.0, -2.0], [-0.1, -3.0, -3.5], [-2.0, -2.0]])
+    assert result.scores["Beam-Ratio"].tolist() == pytest.approx(
+        [1 / (1 + math.exp(-1)), 1 / (1 + math.exp(-2.9)), 0.5])
+    assert "Beam-Ratio" not in result.skipped
+
+
+def test_all_confidences_rank_a_confident_trace_above_an_unsure_one():
+    sure = make_trace([0.01] * 6, [0.05] * 6)
+    unsure = make_trace([2.0, 0.5, 3.0, 2.5, 1.0, 2.0], [3.0, 1.0, 4.0, 3.5, 2.0, 3.0])
+    scores = compute_baselines([sure, unsure]).scores
+    for name in scores.columns:
+        if name in ("Entropy Slope", "Prob Slope", "Entropy Variance"):
+            continue  # shape statistics, not levels
+        assert scores[name].iloc[0] > scores[name].iloc[1], name
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="unknown baselines"):
+        compute_baselines(random_traces(2), names=["Oracle"])
+    with pytest.raises(ValueError, match="trace 1 is empty"):
+        compute_baselines([make_trace([1.0]), make_trace([])])

@@ -1,0 +1,298 @@
+"""The evaluation protocol: every method scores the same answers, over repeated calibration/evaluation splits.
+
+Per split (paper protocol): a random ``calibration_fraction`` of the answers (35% by default) fits the calibrators and
+the rest is evaluated. AUROC, AUPRC and AURC are computed on each method's raw score; Brier and ECE on probabilities
+from a calibrator fitted on the calibration split: TRACE and every scalar baseline go through the same scalar
+calibrator (Platt by default), TRACE+ through its own logistic regression on trace features. Results are reported as
+mean and standard deviation over the splits (20 by default).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .baselines import BASELINES, compute_baselines, trace_baseline_scores
+from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus
+from .features import FEATURE_SETS, feature_matrix_from_arrays
+from .metrics import auprc, aurc, auroc, brier_score, expected_calibration_error
+from .operators import Ragged
+from .score import PAPER_CONFIG, _risk_from_arrays, stack_traces
+from .trace import Trace
+
+__all__ = ["METRICS", "EvaluationConfig", "EvaluationResult", "evaluate", "evaluate_arrays", "method_names"]
+
+# name -> (higher is better, computed on "score" or "probability")
+METRICS: dict[str, tuple[bool, str]] = {
+    "brier": (False, "probability"),
+    "ece": (False, "probability"),
+    "auroc": (True, "score"),
+    "auprc": (True, "score"),
+    "aurc": (False, "score"),
+}
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    """Settings of the protocol (serialisable with ``dataclasses.asdict``)."""
+
+    n_splits: int = 20
+    calibration_fraction: float = 0.35
+    stratified: bool = False
+    seed: int = 0
+    n_bins: int = 10
+    scalar_calibrator: str = "platt"
+    metrics: tuple[str, ...] = ("brier", "ece", "auroc", "auprc", "aurc")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n_splits, bool) or not isinstance(self.n_splits, int) or self.n_splits < 1:
+            raise ValueError(f"`n_splits` must be an int >= 1, got {self.n_splits!r}")
+        if not isinstance(self.calibration_fraction, (int, float)) or not 0 < self.calibration_fraction < 1:
+            raise ValueError(f"`calibration_fraction` must be in (0, 1), got {self.calibration_fraction!r}")
+        if self.scalar_calibrator not in ("platt", "isotonic"):
+            raise ValueError(f"`scalar_calibrator` must be 'platt' or 'isotonic', got {self.scalar_calibrator!r}")
+        if isinstance(self.n_bins, bool) or not isinstance(self.n_bins, int) or self.n_bins < 1:
+            raise ValueError(f"`n_bins` must be an int >= 1, got {self.n_bins!r}")
+        unknown = [m for m in self.metrics if m not in METRICS]
+        if unknown:
+            raise ValueError(f"unknown metrics {unknown}; known: {list(METRICS)}")
+
+
+def method_names(*, extended: bool = False) -> list[str]:
+    """All method names: TRACE+, TRACE and the 19 baselines (plus the TRACE+ feature-set variants if asked)."""
+    variants = [f"TRACE+ ({fs})" for fs in FEATURE_SETS if fs != "paper"] if extended else []
+    return ["TRACE+", *variants, "TRACE", *BASELINES]
+
+
+def _family(method: str) -> str:
+    return "trace" if method.startswith("TRACE") else BASELINES[method].family
+
+
+@dataclass
+class EvaluationResult:
+    """Results of :func:`evaluate`.
+
+    Attributes
+    ----------
+    summary : DataFrame
+        Tidy: one row per (method, metric) with columns method, family, metric, mean, std, n_splits.
+    per_split : DataFrame
+        Tidy raw values: split, method, family, metric, value.
+    held_out : DataFrame
+        The first evaluated split's held-out answers: column ``label``, ``row`` (index into the inputs), and for every
+        method ``<method>`` (its calibrated probability) and ``<method> score`` (its raw score), for plots.
+    skipped : dict
+        Method -> why it did not run.
+    config : EvaluationConfig
+    n_answers : int
+    """
+
+    summary: pd.DataFrame
+    per_split: pd.DataFrame
+    held_out: pd.DataFrame
+    skipped: dict[str, str]
+    config: EvaluationConfig
+    n_answers: int
+    skipped_splits: int = 0
+    methods: list[str] = field(default_factory=list)
+
+    def table(self) -> pd.DataFrame:
+        """Wide table: one row per method (in method order), ``<metric>`` and ``<metric>_std`` columns."""
+        wide = self.summary.pivot(index="method", columns="metric", values="mean")
+        std = self.summary.pivot(index="method", columns="metric", values="std").add_suffix("_std")
+        metrics = [m for m in self.config.metrics if m in wide.columns]
+        out = pd.concat([wide[metrics], std[[f"{m}_std" for m in metrics]]], axis=1)
+        out = out.reindex([m for m in self.methods if m in out.index])
+        out.insert(0, "family", [_family(m) for m in out.index])
+        return out
+
+    def to_markdown(self, *, digits: int = 3) -> str:
+        """The wide table as Markdown, ``mean ± std``; the best mean per metric in bold."""
+        table = self.table()
+        metrics = [m for m in self.config.metrics if m in table.columns]
+        best = {m: (table[m].max() if METRICS[m][0] else table[m].min()) for m in metrics}
+        header = "| method | family | " + " | ".join(f"{m} {'↑' if METRICS[m][0] else '↓'}" for m in metrics) + " |"
+        lines = [header, "|" + "---|" * (len(metrics) + 2)]
+        for method, row in table.iterrows():
+            cells = []
+            for m in metrics:
+                text = f"{row[m]:.{digits}f} ± {row[f'{m}_std']:.{digits}f}"
+                cells.append(f"**{text}**" if np.isclose(row[m], best[m]) else text)
+            lines.append(f"| {method} | {row['family']} | " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": asdict(self.config), "n_answers": self.n_answers, "skipped": self.skipped,
+                "skipped_splits": self.skipped_splits, "summary": self.summary.to_dict(orient="records")}
+
+
+def _check_labels(labels: Any, n: int) -> np.ndarray:
+    from ._checks import check_labels
+
+    y = check_labels(labels, "labels")
+    if y.shape[0] != n:
+        raise ValueError(f"got {y.shape[0]} labels for {n} answers")
+    if np.unique(y).shape[0] < 2:
+        raise ValueError(f"evaluation needs both correct and incorrect answers; all {n} labels are {y[0]}")
+    return y
+
+
+def evaluate(traces: Sequence[Trace], labels: Any, *, config: EvaluationConfig = EvaluationConfig(),
+             methods: Sequence[str] | None = None, beam_logprobs: Sequence[Sequence[float]] | None = None,
+             embedder: Any = None, contexts: Sequence[str] | None = None) -> EvaluationResult:
+    """Run the protocol on recorded traces and 0/1 correctness labels.
+
+    Parameters
+    ----------
+    traces : sequence of Trace, length n_answers
+    labels : array-like of 0/1, shape (n_answers,)
+        1 = the answer is correct.
+    config : EvaluationConfig
+    methods : sequence of str, optional
+        Default: TRACE+, TRACE and every baseline whose inputs are available (see :func:`method_names`).
+    beam_logprobs, embedder, contexts
+        Inputs of the beam and semantic baselines (see :func:`trace_core.baselines.compute_baselines`).
+    """
+    traces = list(traces)
+    surprisal, entropy = stack_traces(traces)
+    wanted = _wanted(methods)
+    baseline_names = [m for m in wanted if m in BASELINES]
+    baselines = compute_baselines(traces, beam_logprobs=beam_logprobs, embedder=embedder, contexts=contexts,
+                                  names=baseline_names) if baseline_names else None
+    return _run(surprisal, entropy, labels, config=config, wanted=wanted, baselines=baselines)
+
+
+def evaluate_arrays(surprisal: Ragged, entropy: Ragged, labels: Any, *, config: EvaluationConfig = EvaluationConfig(),
+                    methods: Sequence[str] | None = None,
+                    beam_logprobs: Sequence[Sequence[float]] | None = None) -> EvaluationResult:
+    """:func:`evaluate` from surprisal and entropy batches (no Trace objects; semantic baselines are skipped)."""
+    wanted = _wanted(methods)
+    baseline_names = [m for m in wanted if m in BASELINES]
+    baselines = None
+    if baseline_names:
+        from .baselines import BaselineScores, beam_scores
+
+        columns = {k: v for k, v in trace_baseline_scores(surprisal, entropy).items() if k in baseline_names}
+        skipped = {}
+        beam_wanted = [m for m in baseline_names if BASELINES[m].needs == "beam"]
+        if beam_wanted and beam_logprobs is not None:
+            columns.update({k: v for k, v in beam_scores(beam_logprobs).items() if k in beam_wanted})
+        else:
+            skipped.update({m: "needs a beam-search call on the same prompt (beam log-probabilities)"
+                            for m in beam_wanted})
+        skipped.update({m: "needs the token texts and a sentence-embedding model" for m in baseline_names
+                        if BASELINES[m].needs == "embedding"})
+        baselines = BaselineScores(pd.DataFrame({n: columns[n] for n in BASELINES if n in columns}), skipped)
+    return _run(surprisal, entropy, labels, config=config, wanted=wanted, baselines=baselines)
+
+
+def _wanted(methods: Sequence[str] | None) -> list[str]:
+    if methods is None:
+        return method_names()
+    known = method_names(extended=True)
+    unknown = [m for m in methods if m not in known]
+    if unknown:
+        raise ValueError(f"unknown methods {unknown}; known: {known}")
+    return list(dict.fromkeys(methods))
+
+
+def _splits(y: np.ndarray, config: EvaluationConfig) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(config.seed)
+    n = y.shape[0]
+    out = []
+    for _ in range(config.n_splits):
+        if config.stratified:
+            cal_parts = []
+            for cls in (0, 1):
+                idx = np.flatnonzero(y == cls)
+                k = int(round(config.calibration_fraction * idx.shape[0]))
+                cal_parts.append(rng.permutation(idx)[:k])
+            cal = np.sort(np.concatenate(cal_parts))
+        else:
+            k = int(round(config.calibration_fraction * n))
+            cal = np.sort(rng.permutation(n)[:k])
+        mask = np.zeros(n, dtype=bool)
+        mask[cal] = True
+        out.append((cal, np.flatnonzero(~mask)))
+    return out
+
+
+def _run(surprisal: Ragged, entropy: Ragged, labels: Any, *, config: EvaluationConfig, wanted: list[str],
+         baselines: Any) -> EvaluationResult:
+    if not isinstance(config, EvaluationConfig):
+        raise TypeError(f"`config` must be an EvaluationConfig, got {type(config).__name__}")
+    n = len(surprisal)
+    y = _check_labels(labels, n)
+    if (surprisal.lengths == 0).any():
+        raise ValueError(f"answer {int(np.flatnonzero(surprisal.lengths == 0)[0])} has an empty trace; "
+                         "every method needs at least one token")
+    scalar: dict[str, np.ndarray] = {}
+    if "TRACE" in wanted:
+        scalar["TRACE"] = np.exp(-_risk_from_arrays(surprisal, entropy, PAPER_CONFIG))
+    skipped: dict[str, str] = {}
+    if baselines is not None:
+        skipped.update(baselines.skipped)
+        for name in baselines.scores.columns:
+            scalar[name] = baselines.scores[name].to_numpy(dtype=np.float64)
+    feature_sets: dict[str, tuple[str, np.ndarray]] = {}
+    for method in wanted:
+        if method.startswith("TRACE+"):
+            fs = "paper" if method == "TRACE+" else method[len("TRACE+ ("):-1]
+            feature_sets[method] = (fs, feature_matrix_from_arrays(surprisal, entropy, feature_set=fs))
+    ran = [m for m in wanted if m in scalar or m in feature_sets]
+    rows: list[tuple[int, str, str, float]] = []
+    held_out: pd.DataFrame | None = None
+    skipped_splits = 0
+    for split, (cal, ev) in enumerate(_splits(y, config)):
+        if np.unique(y[cal]).shape[0] < 2 or np.unique(y[ev]).shape[0] < 2:
+            skipped_splits += 1
+            continue
+        first = held_out is None
+        if first:
+            held_out = pd.DataFrame({"row": ev, "label": y[ev]})
+        for method in ran:
+            if method in feature_sets:
+                fs, F = feature_sets[method]
+                model = TracePlus(feature_set=fs).fit(F[cal], y[cal])
+                raw = model.decision_function(F[ev])
+                prob = 0.5 * (1.0 + np.tanh(0.5 * raw))
+            else:
+                score = scalar[method]
+                calibrator = PlattCalibrator() if config.scalar_calibrator == "platt" else IsotonicCalibrator()
+                prob = calibrator.fit(score[cal], y[cal]).predict_proba(score[ev])
+                raw = score[ev]
+            for metric in config.metrics:
+                rows.append((split, method, metric, _metric(metric, y[ev], prob, raw, config)))
+            if first:
+                held_out[method] = prob
+                held_out[f"{method} score"] = raw
+    if skipped_splits == config.n_splits:
+        raise ValueError("every split left one class only in its calibration or evaluation part; use more answers "
+                         "or `stratified=True`")
+    if skipped_splits:
+        warnings.warn(f"{skipped_splits} of {config.n_splits} splits skipped: one class only in the calibration or "
+                      "evaluation part (use stratified=True to avoid this)", stacklevel=2)
+    per_split = pd.DataFrame(rows, columns=["split", "method", "metric", "value"])
+    per_split.insert(2, "family", per_split["method"].map(_family))
+    grouped = per_split.groupby(["method", "metric"], sort=False)["value"]
+    summary = grouped.agg(mean="mean", std=lambda v: float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
+                          n_splits="count").reset_index()
+    summary.insert(1, "family", summary["method"].map(_family))
+    return EvaluationResult(summary=summary, per_split=per_split, held_out=held_out, skipped=skipped, config=config,
+                            n_answers=n, skipped_splits=skipped_splits, methods=ran)
+
+
+def _metric(name: str, y: np.ndarray, prob: np.ndarray, raw: np.ndarray, config: EvaluationConfig) -> float:
+    if name == "brier":
+        return brier_score(y, prob)
+    if name == "ece":
+        return expected_calibration_error(y, prob, n_bins=config.n_bins)
+    if name == "auroc":
+        return auroc(y, raw)
+    if name == "auprc":
+        return auprc(y, raw)
+    return aurc(y, raw)
