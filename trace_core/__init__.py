@@ -6,6 +6,17 @@ recorded (``trace_core.record``).
 
 from .baselines import BASELINES, Baseline, BaselineScores, compute_baselines
 from .calibrate import IsotonicCalibrator, NotFittedError, PlattCalibrator, TracePlus, calibrator_from_json
+from .data import (
+    DatasetError,
+    LabeledDataset,
+    RowError,
+    export_flagged,
+    label_from_reference,
+    read_dataset,
+    sanitize_cell,
+    trace_from_openai,
+    write_dataset,
+)
 from .evaluate import EvaluationConfig, EvaluationResult, evaluate, evaluate_arrays, method_names
 from .features import FEATURE_SETS, feature_matrix, feature_matrix_from_arrays, feature_names
 from .metrics import (
@@ -68,6 +79,7 @@ __all__ = [
     "brier_score",
     "calibrator_from_json",
     "compute_baselines",
+    "DatasetError",
     "decayed_mean",
     "DecodingConfig",
     "evaluate",
@@ -76,6 +88,7 @@ __all__ = [
     "EvaluationResult",
     "expected_calibration_error",
     "explain_trace",
+    "export_flagged",
     "feature_matrix",
     "feature_matrix_from_arrays",
     "feature_names",
@@ -84,6 +97,8 @@ __all__ = [
     "generate_trace",
     "generate_traces",
     "IsotonicCalibrator",
+    "label_from_reference",
+    "LabeledDataset",
     "last_k_mean",
     "length_normalized_sum",
     "load_model",
@@ -94,10 +109,13 @@ __all__ = [
     "NotFittedError",
     "PlattCalibrator",
     "Ragged",
+    "read_dataset",
     "reliability_table",
     "risk_at_coverage",
     "risk_coverage_curve",
     "roc_curve",
+    "RowError",
+    "sanitize_cell",
     "score_answer",
     "score_answers",
     "segment_max",
@@ -108,6 +126,7 @@ __all__ = [
     "tpr_at_fpr",
     "Trace",
     "trace_confidence",
+    "trace_from_openai",
     "trace_risk",
     "TraceConfig",
     "TraceExplanation",
@@ -117,4 +136,5 @@ __all__ = [
     "UnsafeModelError",
     "wilson_interval",
     "window_max_mean",
+    "write_dataset",
 ]

@@ -208,6 +208,9 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
     resolved_device = _resolve_device(device)
     resolved_dtype = _resolve_dtype(dtype, resolved_device)
     options = dict(local_files_only=local_files_only, trust_remote_code=trust_remote_code)
+    hf_logging = transformers.utils.logging
+    bar_was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a "Loading weights" bar per load is noise in a CLI or a server log
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **options)
         model = transformers.AutoModelForCausalLM.from_pretrained(
@@ -227,6 +230,9 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
             f"Model '{name}' was not found locally: it is not a folder, and not in the Hugging Face cache "
             f"({_cache_dir()}); download it once on a connected machine (huggingface-cli download {name}) or pass "
             "the path of a folder made by save_pretrained.") from exc
+    finally:
+        if bar_was_on:
+            hf_logging.enable_progress_bar()
     model.to(resolved_device)
     model.eval()
     return LoadedModel(model=model, tokenizer=tokenizer, model_id=name)

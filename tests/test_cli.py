@@ -1,0 +1,124 @@
+"""The command line end to end on a tiny model: generate -> score -> evaluate -> fit -> flag."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from trace_core.cli import main
+from trace_core.data import read_dataset, write_dataset
+from trace_core.synthetic import synthetic_traces
+from trace_core.trace import Trace
+
+
+@pytest.fixture
+def labeled_file(tmp_path):
+    """A JSONL dataset with recorded-style traces and labels, plus a hostile cell for the export check."""
+    s, h, y = synthetic_traces(120, kind="spike", seed=3, mean_length=12)
+    traces = []
+    for i, (si, hi) in enumerate(zip(s.split(), h.split())):
+        tokens = tuple(f" w{j}" for j in range(len(si)))
+        traces.append(Trace(prompt=f"q{i}", answer="".join(tokens), token_ids=np.arange(len(si)), tokens=tokens,
+                            surprisal=si, entropy=hi, top_ids=np.zeros((len(si), 0)), top_logprobs=np.zeros((len(si), 0))))
+    import pandas as pd
+
+    frame = pd.DataFrame({"prompt": [t.prompt for t in traces], "answer": [t.answer for t in traces], "label": y,
+                          "note": ["=HYPERLINK(\"http://x\")" if i == 0 else "ok" for i in range(len(traces))]})
+    path = tmp_path / "labeled.jsonl"
+    write_dataset(frame, path, traces=traces)
+    return path
+
+
+def test_generate_then_score_reproduces_traces(tiny_model_dirs, tmp_path, capsys):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Q: What is 2 plus 2? A:\n\nThe capital of France is\n", encoding="utf-8")
+    out = tmp_path / "gen.jsonl"
+    assert main(["generate", str(prompts), "--model", str(tiny_model_dirs["gpt2"]), "--out", str(out),
+                 "--max-new-tokens", "6", "--quiet"]) == 0
+    generated = read_dataset(out, require_label=False)
+    assert generated.n_valid == 2 and generated.has_traces
+    assert generated.frame["prompt"].tolist() == ["Q: What is 2 plus 2? A:", "The capital of France is"]
+    rescored_path = tmp_path / "rescored.jsonl"
+    assert main(["score", str(out), "--model", str(tiny_model_dirs["gpt2"]), "--out", str(rescored_path),
+                 "--rescore", "--quiet"]) == 0
+    rescored = read_dataset(rescored_path, require_label=False)
+    for a, b in zip(generated.traces, rescored.traces):
+        # text re-tokenized on its own can split differently; the byte-level toy tokenizer keeps it identical here
+        if a.token_ids.tolist() == b.token_ids.tolist():
+            np.testing.assert_allclose(a.surprisal, b.surprisal, atol=1e-4)
+    assert "recorded 2 traces" in capsys.readouterr().err
+
+
+def test_evaluate_prints_markdown_and_writes_csv_json(labeled_file, tmp_path, capsys):
+    assert main(["evaluate", str(labeled_file), "--splits", "3", "--methods", "TRACE+", "TRACE", "Mean Entropy"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| method |") and "| TRACE+ | trace |" in out and "3 splits" in out
+    target = tmp_path / "results.csv"
+    assert main(["evaluate", str(labeled_file), "--splits", "2", "--out", str(target)]) == 0
+    rows = list(csv.DictReader(target.open()))
+    assert {r["method"] for r in rows} >= {"TRACE+", "TRACE", "SeqLogP"}
+    target = tmp_path / "results.json"
+    assert main(["evaluate", str(labeled_file), "--splits", "2", "--out", str(target)]) == 0
+    data = json.loads(target.read_text())
+    assert data["config"]["n_splits"] == 2 and "Beam-Ratio" in data["skipped"]
+
+
+def test_fit_then_flag_exports_safe_rows(labeled_file, tmp_path):
+    calibrator = tmp_path / "cal.json"
+    assert main(["fit", str(labeled_file), "--out", str(calibrator)]) == 0
+    assert json.loads(calibrator.read_text())["type"] == "TracePlus"
+    flagged = tmp_path / "flagged.csv"
+    assert main(["flag", str(labeled_file), "--calibrator", str(calibrator), "--coverage", "0.5",
+                 "--out", str(flagged)]) == 0
+    with flagged.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 60
+    assert {"trace_confidence", "trace_risk", "probability_correct", "peak_risk_tokens", "note"} <= set(rows[0])
+    probabilities = [float(r["probability_correct"]) for r in rows]
+    assert probabilities == sorted(probabilities)
+    for r in rows:
+        assert not r["note"].startswith("=")  # the hostile cell is neutralised if flagged
+    assert main(["flag", str(labeled_file), "--calibrator", str(calibrator), "--threshold", "1.0",
+                 "--out", str(flagged)]) == 0
+    with flagged.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 120 and any(r["note"] == "'=HYPERLINK(\"http://x\")" for r in rows)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["evaluate", "missing.csv"], "missing.csv"),
+    (["fit", "{labeled}", "--out", "x.json", "--feature-set", "everything"], "`feature_set` must be one of"),
+    (["flag", "{labeled}", "--calibrator", "nope.json", "--threshold", "0.5", "--out", "f.csv"], "nope.json: no such"),
+    (["generate", "{prompts}", "--model", "nobody/no-model", "--out", "g.jsonl"], "was not found locally"),
+])
+def test_errors_are_one_line_with_nonzero_exit(argv, message, labeled_file, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prompts.txt").write_text("hello\n")
+    argv = [a.format(labeled=labeled_file, prompts=tmp_path / "prompts.txt") for a in argv]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and message in err[-1]
+    assert not any("Traceback" in line for line in err)
+
+
+def test_debug_shows_the_traceback(labeled_file, tmp_path):
+    with pytest.raises(ValueError):
+        main(["fit", str(labeled_file), "--out", str(tmp_path / "c.json"), "--feature-set", "nope", "--debug"])
+
+
+def test_evaluate_needs_traces(tmp_path, capsys):
+    path = tmp_path / "plain.csv"
+    path.write_text("prompt,answer,label\nq,a,1\nq2,b,0\n", encoding="utf-8")
+    assert main(["evaluate", str(path)]) == 1
+    assert "have no trace" in capsys.readouterr().err
+
+
+def test_module_entry_point_runs():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "trace_core", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "evaluate" in result.stdout

@@ -1,0 +1,391 @@
+"""Command line: ``python -m trace_core`` or ``trace-core``.
+
+Subcommands::
+
+    generate   prompts file -> answers + traces (a local model)
+    score      labeled dataset -> the same rows with traces (teacher forcing with a local model)
+    evaluate   dataset with traces and labels -> TRACE / TRACE+ / baselines results table
+    fit        dataset with traces and labels -> TRACE+ calibrator (JSON)
+    flag       dataset with traces + calibrator -> the low-confidence answers (CSV / JSONL)
+
+Errors are one line on stderr with exit status 1 (2 for usage errors); ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["main"]
+
+
+class CLIError(Exception):
+    """A user-facing error: printed as one line."""
+
+
+def _progress(total: int, description: str, enabled: bool):
+    """A tqdm bar on stderr (silent when disabled or when tqdm is missing); returns (update callback, close)."""
+    if not enabled:
+        return None, lambda: None
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is in the pinned set
+        return None, lambda: None
+    bar = tqdm(total=total, desc=description, unit="answer", file=sys.stderr, dynamic_ncols=True)
+
+    def update(done: int, _total: int) -> None:
+        bar.update(done - bar.n)
+
+    return update, bar.close
+
+
+def _load_model(args: argparse.Namespace):
+    from .record import load_model
+
+    return load_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code,
+                      allow_pickle_weights=args.allow_pickle_weights)
+
+
+def _read(path: str, *, require_label: bool, args: argparse.Namespace):
+    import warnings
+
+    from .data import DatasetWarning, read_dataset
+
+    with warnings.catch_warnings():  # the summary below says the same, once
+        warnings.simplefilter("ignore", DatasetWarning)
+        dataset = read_dataset(path, matcher=getattr(args, "matcher", "exact"),
+                               tolerance=getattr(args, "tolerance", 1e-6), require_label=require_label)
+    print(dataset.summary(), file=sys.stderr)
+    if dataset.n_valid == 0:
+        raise CLIError(f"{path}: no valid rows to use")
+    return dataset
+
+
+def _require_traces(dataset, path: str) -> list:
+    missing = [int(r) for r, t in zip(_row_numbers(dataset), dataset.traces) if t is None]
+    if missing:
+        shown = ", ".join(map(str, missing[:5])) + (" ..." if len(missing) > 5 else "")
+        rows = f"{len(missing)} row has" if len(missing) == 1 else f"{len(missing)} rows have"
+        raise CLIError(f"{path}: {rows} no trace (row{'s' if len(missing) > 1 else ''} {shown}); record traces "
+                       "first with `trace-core score DATA --model MODEL --out FILE`")
+    return list(dataset.traces)
+
+
+def _row_numbers(dataset) -> list[int]:
+    return dataset.frame[dataset.row_column].tolist()
+
+
+def _decoding(args: argparse.Namespace):
+    from .trace import DecodingConfig
+
+    return DecodingConfig(max_new_tokens=args.max_new_tokens, do_sample=args.sample, temperature=args.temperature,
+                          top_k=args.top_k, top_p=args.top_p, seed=args.seed, n_alternatives=args.alternatives,
+                          chat_template=args.chat_template)
+
+
+def _read_prompts(path: str) -> pd.DataFrame:
+    p = Path(path)
+    if not p.exists():
+        raise CLIError(f"{path}: no such file")
+    if p.suffix.lower() in (".txt", ""):
+        lines = [line.rstrip("\n") for line in p.read_text(encoding="utf-8").splitlines()]
+        prompts = [line for line in lines if line.strip()]
+        if not prompts:
+            raise CLIError(f"{path}: no prompts (expected one per line)")
+        return pd.DataFrame({"prompt": prompts})
+    dataset = _read(path, require_label=False, args=argparse.Namespace())
+    return dataset.frame.drop(columns=[dataset.row_column])
+
+
+def _write(frame: pd.DataFrame, traces: Sequence[Any] | None, out: str) -> None:
+    from .data import write_dataset
+
+    write_dataset(frame, out, traces=traces)
+    print(f"wrote {len(frame):,} rows to {out}", file=sys.stderr)
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    from .record import beam_logprobs, generate_traces
+
+    frame = _read_prompts(args.prompts)
+    if "prompt" not in frame.columns:
+        raise CLIError(f"{args.prompts}: needs a `prompt` column")
+    lm = _load_model(args)
+    prompts = frame["prompt"].astype(str).tolist()
+    update, close = _progress(len(prompts), "generating", not args.quiet)
+    try:
+        traces = generate_traces(lm, prompts, config=_decoding(args), batch_size=args.batch_size, progress=update)
+    finally:
+        close()
+    frame = frame.copy()
+    frame["answer"] = [t.answer for t in traces]
+    if args.beams:
+        frame["beam_logprobs"] = [json.dumps(b) for b in beam_logprobs(lm, prompts, num_beams=args.beams,
+                                                                          max_new_tokens=args.max_new_tokens,
+                                                                          chat_template=args.chat_template)]
+    _write(frame, traces, args.out)
+
+
+def cmd_score(args: argparse.Namespace) -> None:
+    from .record import beam_logprobs, score_answers
+
+    dataset = _read(args.data, require_label=False, args=args)
+    frame = dataset.frame
+    traces = list(dataset.traces)
+    todo = [i for i, t in enumerate(traces) if t is None or args.rescore]
+    if todo:
+        lm = _load_model(args)
+        update, close = _progress(len(todo), "scoring", not args.quiet)
+        try:
+            new = score_answers(lm, [str(frame["prompt"].iloc[i]) for i in todo],
+                                [str(frame["answer"].iloc[i]) for i in todo], chat_template=args.chat_template,
+                                n_alternatives=args.alternatives, batch_size=args.batch_size, progress=update)
+        finally:
+            close()
+        for i, trace in zip(todo, new):
+            traces[i] = trace
+        if args.beams:
+            frame = frame.copy()
+            frame["beam_logprobs"] = [json.dumps(b) for b in beam_logprobs(
+                lm, frame["prompt"].astype(str).tolist(), num_beams=args.beams, chat_template=args.chat_template)]
+    print(f"recorded {len(todo):,} traces; {len(traces) - len(todo):,} rows already had one", file=sys.stderr)
+    empty = [r for r, t in zip(_row_numbers(dataset), traces) if len(t) == 0]
+    if empty:
+        print(f"warning: {len(empty)} answers are empty (no tokens), e.g. row {empty[0]}; they cannot be scored",
+              file=sys.stderr)
+    _write(frame, traces, args.out)
+
+
+def _beams(dataset) -> list[list[float]] | None:
+    frame = dataset.frame
+    if "beam_logprobs" not in frame.columns:
+        return None
+    out = []
+    for row, value in zip(_row_numbers(dataset), frame["beam_logprobs"]):
+        try:
+            parsed = json.loads(value) if isinstance(value, str) else list(value)
+        except (TypeError, ValueError) as exc:
+            raise CLIError(f"row {row}: beam_logprobs: not a JSON list of numbers ({exc})") from exc
+        out.append([float(v) for v in parsed])
+    return out
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from .evaluate import EvaluationConfig, evaluate, method_names
+
+    dataset = _read(args.data, require_label=True, args=args)
+    traces = _require_traces(dataset, args.data)
+    labels = dataset.frame["label"].to_numpy()
+    methods = args.methods or None
+    if args.extended:
+        methods = (methods or method_names()) + [m for m in method_names(extended=True) if m.startswith("TRACE+ (")]
+    embedder = None
+    if args.embedder is not None:
+        from .semantic import load_embedder
+
+        embedder = load_embedder(args.embedder or None)
+    config = EvaluationConfig(n_splits=args.splits, calibration_fraction=args.calibration_fraction,
+                              stratified=args.stratified, seed=args.seed, n_bins=args.bins,
+                              scalar_calibrator=args.calibrator)
+    result = evaluate(traces, labels, config=config, methods=methods, beam_logprobs=_beams(dataset),
+                      embedder=embedder)
+    fmt = args.format or (Path(args.out).suffix.lstrip(".") if args.out else "markdown")
+    fmt = {"md": "markdown"}.get(fmt, fmt)
+    if fmt == "markdown":
+        text = result.to_markdown() + "\n"
+        notes = [f"- {name}: skipped ({reason})" for name, reason in result.skipped.items()]
+        text += (f"\n{result.n_answers:,} answers, {config.n_splits} splits, "
+                 f"{config.calibration_fraction:.0%} calibration, seed {config.seed}.\n")
+        if notes:
+            text += "\n" + "\n".join(notes) + "\n"
+    elif fmt == "csv":
+        text = result.summary.to_csv(index=False)
+    elif fmt == "json":
+        text = json.dumps(result.to_dict(), indent=2) + "\n"
+    else:
+        raise CLIError(f"unknown --format {fmt!r}; use markdown, csv or json")
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(f"wrote results to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+
+
+def cmd_fit(args: argparse.Namespace) -> None:
+    from .calibrate import TracePlus
+
+    dataset = _read(args.data, require_label=True, args=args)
+    traces = _require_traces(dataset, args.data)
+    model = TracePlus(feature_set=args.feature_set, C=args.C).fit(traces, dataset.frame["label"].to_numpy())
+    Path(args.out).write_text(model.to_json(), encoding="utf-8")
+    print(f"fitted TRACE+ ({args.feature_set}) on {model.n_samples_:,} answers; wrote {args.out}", file=sys.stderr)
+
+
+def flag_frame(frame: pd.DataFrame, traces: Sequence[Any], calibrator: Any, *, threshold: float | None = None,
+               coverage: float | None = None) -> pd.DataFrame:
+    """Score rows and return the flagged ones with confidence, risk and peak-risk tokens added.
+
+    ``threshold``: flag answers whose TRACE+ probability (or calibrated TRACE confidence) is below it.
+    ``coverage``: keep the most confident ``coverage`` share and flag the rest.
+    """
+    from .calibrate import TracePlus
+    from .score import explain_trace, trace_confidence, trace_risk
+
+    if (threshold is None) == (coverage is None):
+        raise CLIError("give exactly one of --threshold or --coverage")
+    if isinstance(calibrator, TracePlus):
+        probability = calibrator.predict_proba(list(traces))
+    else:
+        probability = calibrator.predict_proba(trace_confidence(list(traces)))
+    out = frame.copy()
+    out["trace_confidence"] = trace_confidence(list(traces))
+    out["trace_risk"] = trace_risk(list(traces))
+    out["probability_correct"] = probability
+    peaks = []
+    for trace in traces:
+        explanation = explain_trace(trace)
+        peaks.append(" | ".join(trace.tokens[i] for i in explanation.spikes))
+    out["peak_risk_tokens"] = peaks
+    if threshold is not None:
+        if not 0 <= threshold <= 1:
+            raise CLIError(f"--threshold must be in [0, 1], got {threshold}")
+        flagged = out["probability_correct"] < threshold
+    else:
+        if not 0 < coverage <= 1:
+            raise CLIError(f"--coverage must be in (0, 1], got {coverage}")
+        keep = int(np.ceil(coverage * len(out)))
+        order = np.argsort(-out["probability_correct"].to_numpy(), kind="stable")
+        flagged = np.ones(len(out), dtype=bool)
+        flagged[order[:keep]] = False
+        flagged = pd.Series(flagged, index=out.index)
+    return out[flagged].sort_values("probability_correct")
+
+
+def cmd_flag(args: argparse.Namespace) -> None:
+    from .calibrate import calibrator_from_json
+    from .data import export_flagged
+
+    dataset = _read(args.data, require_label=False, args=args)
+    traces = _require_traces(dataset, args.data)
+    try:
+        calibrator = calibrator_from_json(Path(args.calibrator).read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise CLIError(f"{args.calibrator}: no such file") from exc
+    except json.JSONDecodeError as exc:
+        raise CLIError(f"{args.calibrator}: not valid JSON ({exc})") from exc
+    flagged = flag_frame(dataset.frame, traces, calibrator, threshold=args.threshold, coverage=args.coverage)
+    fmt = "jsonl" if Path(args.out).suffix.lower() in (".jsonl", ".json") else "csv"
+    export_flagged(flagged, args.out, format=fmt)
+    print(f"flagged {len(flagged):,} of {len(dataset.frame):,} answers; wrote {args.out}", file=sys.stderr)
+
+
+def _model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="local model folder or a model id in the local Hugging Face cache")
+    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, mps")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--alternatives", type=int, default=5, help="top alternatives stored per token (default 5)")
+    p.add_argument("--chat-template", action="store_true", help="wrap prompts with the tokenizer's chat template")
+    p.add_argument("--beams", type=int, default=0,
+                   help="also run one beam search with this many beams per prompt (for the beam baselines)")
+    p.add_argument("--trust-remote-code", action="store_true", help="run code shipped with the model (off)")
+    p.add_argument("--allow-pickle-weights", action="store_true", help="accept pickle weights (off)")
+
+
+def _label_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--matcher", default="exact", choices=["exact", "contains", "numeric", "f1"],
+                   help="how answers are labeled against a `reference` column when there is no `label` column")
+    p.add_argument("--tolerance", type=float, default=1e-6, help="absolute tolerance of the numeric matcher")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trace-core", description="TRACE / TRACE+ confidence for LLM answers.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show tracebacks")
+    common.add_argument("--quiet", action="store_true", help="no progress bars")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub_add = sub.add_parser
+
+    def add_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return sub_add(name, parents=[common], **kwargs)
+
+    sub.add_parser = add_parser  # type: ignore[method-assign]
+
+    p = sub.add_parser("generate", help="generate answers with traces from a prompts file")
+    p.add_argument("prompts", help="a .txt file (one prompt per line) or a CSV/JSONL/Parquet with a `prompt` column")
+    p.add_argument("--out", required=True, help="output dataset (.jsonl, .csv or .parquet)")
+    _model_options(p)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("score", help="record traces of existing answers (teacher forcing)")
+    p.add_argument("data", help="dataset with `prompt` and `answer` columns")
+    p.add_argument("--out", required=True)
+    p.add_argument("--rescore", action="store_true", help="re-record rows that already have a trace")
+    _model_options(p)
+    _label_options(p)
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("evaluate", help="compare TRACE+, TRACE and the baselines on held-out splits")
+    p.add_argument("data", help="dataset with traces and labels (or references)")
+    p.add_argument("--splits", type=int, default=20)
+    p.add_argument("--calibration-fraction", type=float, default=0.35)
+    p.add_argument("--stratified", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bins", type=int, default=10, help="ECE bins")
+    p.add_argument("--calibrator", default="platt", choices=["platt", "isotonic"],
+                   help="scalar calibrator for TRACE and the baselines")
+    p.add_argument("--methods", nargs="+", help="restrict to these methods")
+    p.add_argument("--extended", action="store_true", help="also report the TRACE+ feature-set variants")
+    p.add_argument("--embedder", nargs="?", const="", default=None,
+                   help="run the semantic baselines with the packaged embedding model (or a local folder)")
+    p.add_argument("--format", choices=["markdown", "csv", "json"])
+    p.add_argument("--out", help="write the table here instead of standard output")
+    _label_options(p)
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("fit", help="fit a TRACE+ calibrator (JSON) on labeled traces")
+    p.add_argument("data")
+    p.add_argument("--out", required=True, help="calibrator JSON")
+    p.add_argument("--feature-set", default="paper")
+    p.add_argument("--C", type=float, default=1.0, help="inverse regularisation strength")
+    _label_options(p)
+    p.set_defaults(func=cmd_fit)
+
+    p = sub.add_parser("flag", help="flag low-confidence answers with a fitted calibrator")
+    p.add_argument("data")
+    p.add_argument("--calibrator", required=True, help="calibrator JSON from `trace-core fit`")
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--threshold", type=float, help="flag answers whose probability of being correct is below this")
+    group.add_argument("--coverage", type=float, help="keep this share of the most confident answers, flag the rest")
+    p.add_argument("--out", required=True, help="flagged rows (.csv or .jsonl), safe to open in a spreadsheet")
+    _label_options(p)
+    p.set_defaults(func=cmd_flag)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # one clear line for the user; the traceback only on request
+        if args.debug:
+            raise
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"error: {message}", file=sys.stderr)
+        return 1
+    return 0
