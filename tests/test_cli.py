@@ -55,7 +55,7 @@ def test_generate_then_score_reproduces_traces(tiny_model_dirs, tmp_path, capsys
 def test_evaluate_prints_markdown_and_writes_csv_json(labeled_file, tmp_path, capsys):
     assert main(["evaluate", str(labeled_file), "--splits", "3", "--methods", "TRACE+", "TRACE", "Mean Entropy"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("| method |") and "| TRACE+ | trace |" in out and "3 splits" in out
+    assert out.startswith("| method |") and "| TRACE+ | trace |" in out and "3 random splits" in out
     target = tmp_path / "results.csv"
     assert main(["evaluate", str(labeled_file), "--splits", "2", "--out", str(target)]) == 0
     rows = list(csv.DictReader(target.open()))
@@ -63,7 +63,7 @@ def test_evaluate_prints_markdown_and_writes_csv_json(labeled_file, tmp_path, ca
     target = tmp_path / "results.json"
     assert main(["evaluate", str(labeled_file), "--splits", "2", "--out", str(target)]) == 0
     data = json.loads(target.read_text())
-    assert data["config"]["n_splits"] == 2 and "Beam-Ratio" in data["skipped"]
+    assert data["all"]["config"]["n_splits"] == 2 and "Beam-Ratio" in data["all"]["skipped"]
 
 
 def test_fit_then_flag_exports_safe_rows(labeled_file, tmp_path):
@@ -122,3 +122,20 @@ def test_module_entry_point_runs():
 
     result = subprocess.run([sys.executable, "-m", "trace_core", "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "evaluate" in result.stdout
+
+
+def test_evaluate_group_by_reports_each_group_and_the_average(labeled_file, tmp_path, capsys):
+    import pandas as pd
+
+    dataset = read_dataset(labeled_file)
+    frame = dataset.frame.drop(columns=[dataset.row_column]).assign(family=["a", "b"] * 60)
+    grouped = tmp_path / "grouped.jsonl"
+    write_dataset(frame, grouped, traces=dataset.traces)
+    assert main(["evaluate", str(grouped), "--splits", "2", "--methods", "TRACE", "Mean Entropy",
+                 "--group-by", "family"]) == 0
+    out = capsys.readouterr().out
+    assert "### family = a (60 answers" in out and "### family = b (60 answers" in out
+    assert "### average (120 answers" in out
+    assert main(["evaluate", str(grouped), "--group-by", "nope"]) == 1
+    assert "no column 'nope'" in capsys.readouterr().err
+    del pd

@@ -193,21 +193,47 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     config = EvaluationConfig(n_splits=args.splits, calibration_fraction=args.calibration_fraction,
                               stratified=args.stratified, seed=args.seed, n_bins=args.bins,
                               scalar_calibrator=args.calibrator)
-    result = evaluate(traces, labels, config=config, methods=methods, beam_logprobs=_beams(dataset),
-                      embedder=embedder)
+    beams = _beams(dataset)
+    if args.group_by:
+        if args.group_by not in dataset.frame.columns:
+            raise CLIError(f"--group-by: no column {args.group_by!r}; columns are {list(dataset.frame.columns)}")
+        keys = dataset.frame[args.group_by].astype(str).to_numpy()
+        groups = {}
+        for key in dict.fromkeys(keys):
+            idx = np.flatnonzero(keys == key)
+            groups[key] = evaluate([traces[i] for i in idx], labels[idx], config=config, methods=methods,
+                                   beam_logprobs=None if beams is None else [beams[i] for i in idx],
+                                   embedder=embedder)
+        from .evaluate import average_results
+
+        results = {**{f"{args.group_by} = {k}": r for k, r in groups.items()}, "average": average_results(
+            list(groups.values()))}
+    else:
+        results = {"": evaluate(traces, labels, config=config, methods=methods, beam_logprobs=beams,
+                                embedder=embedder)}
     fmt = args.format or (Path(args.out).suffix.lstrip(".") if args.out else "markdown")
     fmt = {"md": "markdown"}.get(fmt, fmt)
     if fmt == "markdown":
-        text = result.to_markdown() + "\n"
-        notes = [f"- {name}: skipped ({reason})" for name, reason in result.skipped.items()]
-        text += (f"\n{result.n_answers:,} answers, {config.n_splits} splits, "
-                 f"{config.calibration_fraction:.0%} calibration, seed {config.seed}.\n")
+        parts = []
+        for title, result in results.items():
+            head = (f"### {title} ({result.n_answers:,} answers, {result.accuracy:.1%} correct)\n\n"
+                    if title else "")
+            parts.append(head + result.to_markdown() + "\n")
+        first = next(iter(results.values()))
+        text = "\n".join(parts)
+        if not first.methods or len(results) == 1:
+            text += f"\n{first.n_answers:,} answers, {first.accuracy:.1%} correct.\n"
+        text += (f"\nMean ± std over {config.n_splits} random splits, {config.calibration_fraction:.0%} calibration, "
+                 f"seed {config.seed}; AUROC, AUPRC and AURC on raw scores, Brier and ECE ({config.n_bins} bins) "
+                 f"after calibration ({config.scalar_calibrator} for scalar scores, logistic regression for TRACE+). "
+                 "Bold: the best mean per column.\n")
+        notes = [f"- {name}: skipped ({reason})" for name, reason in first.skipped.items()]
         if notes:
             text += "\n" + "\n".join(notes) + "\n"
     elif fmt == "csv":
-        text = result.summary.to_csv(index=False)
+        text = pd.concat([r.summary.assign(group=title or "all") for title, r in results.items()]).to_csv(index=False)
     elif fmt == "json":
-        text = json.dumps(result.to_dict(), indent=2) + "\n"
+        text = json.dumps({title or "all": r.to_dict() for title, r in results.items()}, indent=2) + "\n"
     else:
         raise CLIError(f"unknown --format {fmt!r}; use markdown, csv or json")
     if args.out:
@@ -349,6 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extended", action="store_true", help="also report the TRACE+ feature-set variants")
     p.add_argument("--embedder", nargs="?", const="", default=None,
                    help="run the semantic baselines with the packaged embedding model (or a local folder)")
+    p.add_argument("--group-by", help="also evaluate each value of this column separately (e.g. a task family) "
+                                      "and report their average")
     p.add_argument("--format", choices=["markdown", "csv", "json"])
     p.add_argument("--out", help="write the table here instead of standard output")
     _label_options(p)

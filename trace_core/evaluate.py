@@ -24,7 +24,8 @@ from .operators import Ragged
 from .score import PAPER_CONFIG, _risk_from_arrays, stack_traces
 from .trace import Trace
 
-__all__ = ["METRICS", "EvaluationConfig", "EvaluationResult", "evaluate", "evaluate_arrays", "method_names"]
+__all__ = ["METRICS", "EvaluationConfig", "EvaluationResult", "average_results", "evaluate", "evaluate_arrays",
+           "method_names"]
 
 # name -> (higher is better, computed on "score" or "probability")
 METRICS: dict[str, tuple[bool, str]] = {
@@ -99,6 +100,7 @@ class EvaluationResult:
     n_answers: int
     skipped_splits: int = 0
     methods: list[str] = field(default_factory=list)
+    accuracy: float = float("nan")  # share of correct answers (for averages: the mean over datasets)
 
     def table(self) -> pd.DataFrame:
         """Wide table: one row per method (in method order), ``<metric>`` and ``<metric>_std`` columns."""
@@ -126,7 +128,8 @@ class EvaluationResult:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"config": asdict(self.config), "n_answers": self.n_answers, "skipped": self.skipped,
+        return {"config": asdict(self.config), "n_answers": self.n_answers, "accuracy": self.accuracy,
+                "skipped": self.skipped,
                 "skipped_splits": self.skipped_splits, "summary": self.summary.to_dict(orient="records")}
 
 
@@ -283,7 +286,7 @@ def _run(surprisal: Ragged, entropy: Ragged, labels: Any, *, config: EvaluationC
                           n_splits="count").reset_index()
     summary.insert(1, "family", summary["method"].map(_family))
     return EvaluationResult(summary=summary, per_split=per_split, held_out=held_out, skipped=skipped, config=config,
-                            n_answers=n, skipped_splits=skipped_splits, methods=ran)
+                            n_answers=n, skipped_splits=skipped_splits, methods=ran, accuracy=float(y.mean()))
 
 
 def _metric(name: str, y: np.ndarray, prob: np.ndarray, raw: np.ndarray, config: EvaluationConfig) -> float:
@@ -296,3 +299,30 @@ def _metric(name: str, y: np.ndarray, prob: np.ndarray, raw: np.ndarray, config:
     if name == "auprc":
         return auprc(y, raw)
     return aurc(y, raw)
+
+
+def average_results(results: Sequence[EvaluationResult]) -> EvaluationResult:
+    """Average several datasets' results (e.g. task families), as the paper averages over datasets.
+
+    For each split index, method and metric the values are averaged over the datasets; the mean and standard deviation
+    are then taken over splits. Only methods present in every result are kept.
+    """
+    results = list(results)
+    if not results:
+        raise ValueError("`results` is empty")
+    common = [m for m in results[0].methods if all(m in r.methods for r in results)]
+    frames = [r.per_split[r.per_split["method"].isin(common)] for r in results]
+    per_split = (pd.concat(frames).groupby(["split", "method", "family", "metric"], sort=False)["value"]
+                 .agg(["mean", "count"]).reset_index())
+    per_split = per_split[per_split["count"] == len(results)].drop(columns="count").rename(columns={"mean": "value"})
+    grouped = per_split.groupby(["method", "metric"], sort=False)["value"]
+    summary = grouped.agg(mean="mean", std=lambda v: float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
+                          n_splits="count").reset_index()
+    summary.insert(1, "family", summary["method"].map(_family))
+    skipped: dict[str, str] = {}
+    for r in results:
+        skipped.update(r.skipped)
+    return EvaluationResult(summary=summary, per_split=per_split, held_out=pd.DataFrame(), skipped=skipped,
+                            config=results[0].config, n_answers=sum(r.n_answers for r in results),
+                            skipped_splits=max(r.skipped_splits for r in results), methods=common,
+                            accuracy=float(np.mean([r.accuracy for r in results])))

@@ -1,0 +1,85 @@
+"""The demo: deterministic, disjoint task generators; a few-step training smoke test; the shipped model and datasets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from demo.tasks import KnowledgeBase, arithmetic_problems, fact_problems, training_texts
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "assets" / "demo-model"
+DATASETS = ROOT / "assets" / "datasets"
+
+
+def test_generators_are_deterministic():
+    assert arithmetic_problems(50, split="test", seed=3) == arithmetic_problems(50, split="test", seed=3)
+    assert arithmetic_problems(50, split="test", seed=3) != arithmetic_problems(50, split="test", seed=4)
+    assert fact_problems("test") == fact_problems("test")
+    assert training_texts(n_arithmetic=300) == training_texts(n_arithmetic=300)
+
+
+def test_arithmetic_answers_are_right_and_splits_disjoint():
+    splits = {s: arithmetic_problems(400, split=s) for s in ("train", "validation", "test")}
+    questions = {s: {p.question for p in ps} for s, ps in splits.items()}
+    assert not questions["train"] & questions["test"] and not questions["train"] & questions["validation"]
+    assert not questions["validation"] & questions["test"]
+    p = next(p for p in splits["test"] if "buys" in p.question and "gives" not in p.question)
+    numbers = [int(w) for w in p.question.replace("?", " ").replace(".", " ").split() if w.isdigit()]
+    assert int(p.answer) == sum(numbers)
+    assert {p.detail for p in splits["test"]} == {"one-step", "two-step"}
+
+
+def test_fact_exposure_is_long_tailed_and_test_questions_never_appear_in_training():
+    kb = KnowledgeBase()
+    exposure = np.array(list(kb.exposure.values()))
+    assert 0.2 < (exposure == 0).mean() < 0.3 and ((exposure >= 1) & (exposure <= 2)).mean() > 0.15
+    assert exposure.max() > 4 * np.median(exposure[exposure >= 4])
+    corpus = "\n".join(kb.training_texts())
+    for problem in fact_problems("test")[:60]:
+        assert problem.question not in corpus
+    assert all(f"{c} " in corpus or f"{c}?" in corpus or f"{c}." in corpus
+               for (c, r), n in kb.exposure.items() if n > 0)
+
+
+def test_training_smoke_run_saves_a_loadable_model(tmp_path):
+    pytest.importorskip("torch")
+    from demo.train import main
+    from trace_core import DecodingConfig, generate_trace, load_model
+
+    main(["--out", str(tmp_path / "m"), "--smoke", "--steps", "2"])
+    lm = load_model(tmp_path / "m", device="cpu")
+    trace = generate_trace(lm, "Q: What is 1 plus 1?\nA:", config=DecodingConfig(max_new_tokens=3))
+    assert len(trace) <= 3
+
+
+@pytest.mark.skipif(not (MODEL / "model.safetensors").exists(), reason="demo model not built")
+def test_shipped_model_loads_offline_and_reproduces_stored_traces(monkeypatch):
+    pytest.importorskip("torch")
+    from trace_core import DecodingConfig, generate_traces, load_model, read_dataset
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    lm = load_model(MODEL, device="cpu")
+    dataset = read_dataset(DATASETS / "demo_test.csv")
+    rows = list(range(0, dataset.n_valid, max(1, dataset.n_valid // 12)))
+    prompts = [dataset.frame["prompt"].iloc[i] for i in rows]
+    fresh = generate_traces(lm, prompts, config=DecodingConfig(max_new_tokens=12, n_alternatives=5), batch_size=32)
+    for i, trace in zip(rows, fresh):
+        stored = dataset.traces[i]
+        assert trace.answer == dataset.frame["answer"].iloc[i]
+        np.testing.assert_array_equal(trace.token_ids, stored.token_ids)
+        np.testing.assert_allclose(trace.surprisal, stored.surprisal, atol=1e-4)
+        np.testing.assert_allclose(trace.entropy, stored.entropy, atol=1e-4)
+
+
+@pytest.mark.skipif(not (DATASETS / "demo_test.csv").exists(), reason="demo datasets not built")
+@pytest.mark.parametrize("name", ["demo_validation.csv", "demo_test.csv"])
+def test_shipped_datasets_are_valid_with_varied_correctness(name):
+    from trace_core import read_dataset
+
+    dataset = read_dataset(DATASETS / name)
+    assert dataset.n_rejected == 0 and dataset.has_traces
+    for family, group in dataset.frame.groupby("family"):
+        assert 0.3 <= group["label"].mean() <= 0.9, family
