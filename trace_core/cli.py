@@ -253,46 +253,6 @@ def cmd_fit(args: argparse.Namespace) -> None:
     print(f"fitted TRACE+ ({args.feature_set}) on {model.n_samples_:,} answers; wrote {args.out}", file=sys.stderr)
 
 
-def flag_frame(frame: pd.DataFrame, traces: Sequence[Any], calibrator: Any, *, threshold: float | None = None,
-               coverage: float | None = None) -> pd.DataFrame:
-    """Score rows and return the flagged ones with confidence, risk and peak-risk tokens added.
-
-    ``threshold``: flag answers whose TRACE+ probability (or calibrated TRACE confidence) is below it.
-    ``coverage``: keep the most confident ``coverage`` share and flag the rest.
-    """
-    from .calibrate import TracePlus
-    from .score import explain_trace, trace_confidence, trace_risk
-
-    if (threshold is None) == (coverage is None):
-        raise CLIError("give exactly one of --threshold or --coverage")
-    if isinstance(calibrator, TracePlus):
-        probability = calibrator.predict_proba(list(traces))
-    else:
-        probability = calibrator.predict_proba(trace_confidence(list(traces)))
-    out = frame.copy()
-    out["trace_confidence"] = trace_confidence(list(traces))
-    out["trace_risk"] = trace_risk(list(traces))
-    out["probability_correct"] = probability
-    peaks = []
-    for trace in traces:
-        explanation = explain_trace(trace)
-        peaks.append(" | ".join(trace.tokens[i] for i in explanation.spikes))
-    out["peak_risk_tokens"] = peaks
-    if threshold is not None:
-        if not 0 <= threshold <= 1:
-            raise CLIError(f"--threshold must be in [0, 1], got {threshold}")
-        flagged = out["probability_correct"] < threshold
-    else:
-        if not 0 < coverage <= 1:
-            raise CLIError(f"--coverage must be in (0, 1], got {coverage}")
-        keep = int(np.ceil(coverage * len(out)))
-        order = np.argsort(-out["probability_correct"].to_numpy(), kind="stable")
-        flagged = np.ones(len(out), dtype=bool)
-        flagged[order[:keep]] = False
-        flagged = pd.Series(flagged, index=out.index)
-    return out[flagged].sort_values("probability_correct")
-
-
 def cmd_flag(args: argparse.Namespace) -> None:
     from .calibrate import calibrator_from_json
     from .data import export_flagged
@@ -305,7 +265,14 @@ def cmd_flag(args: argparse.Namespace) -> None:
         raise CLIError(f"{args.calibrator}: no such file") from exc
     except json.JSONDecodeError as exc:
         raise CLIError(f"{args.calibrator}: not valid JSON ({exc})") from exc
-    flagged = flag_frame(dataset.frame, traces, calibrator, threshold=args.threshold, coverage=args.coverage)
+    from .flag import score_rows, select_flagged
+
+    scored = score_rows(dataset.frame, traces, calibrator)
+    labels = dataset.labels if "label" in dataset.frame.columns else None
+    if args.target_risk is not None and labels is None:
+        raise CLIError("--target-risk needs labeled answers (a `label` or `reference` column) to measure the risk")
+    flagged = select_flagged(scored, threshold=args.threshold, coverage=args.coverage, target_risk=args.target_risk,
+                             labels=labels)
     fmt = "jsonl" if Path(args.out).suffix.lower() in (".jsonl", ".json") else "csv"
     export_flagged(flagged, args.out, format=fmt)
     print(f"flagged {len(flagged):,} of {len(dataset.frame):,} answers; wrote {args.out}", file=sys.stderr)
@@ -396,6 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--threshold", type=float, help="flag answers whose probability of being correct is below this")
     group.add_argument("--coverage", type=float, help="keep this share of the most confident answers, flag the rest")
+    group.add_argument("--target-risk", type=float,
+                       help="keep as many answers as possible with at most this error rate (measured on the labels)")
     p.add_argument("--out", required=True, help="flagged rows (.csv or .jsonl), safe to open in a spreadsheet")
     _label_options(p)
     p.set_defaults(func=cmd_flag)

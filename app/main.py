@@ -1,0 +1,24 @@
+"""Entry point: ``streamlit run app/main.py`` (or ``make run``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # streamlit puts app/ on the path, the pages import app.*
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+from app.sidebar import sidebar  # noqa: E402
+
+st.set_page_config(page_title="TRACE — where is the model unsure?", page_icon="🔎", layout="wide")
+
+pages = st.navigation([
+    st.Page(ROOT / "pages" / "inspect.py", title="Inspect", icon="🔎", default=True),
+    st.Page(ROOT / "pages" / "calibrate.py", title="Calibrate", icon="📏"),
+    st.Page(ROOT / "pages" / "flag.py", title="Flag & export", icon="🚩"),
+])
+sidebar()
+pages.run()

@@ -1,0 +1,55 @@
+"""The sidebar shared by every page: which model, and how it decodes."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from trace_core import DecodingConfig, ModelLoadError
+
+from .services import DEMO_MODEL, get_model
+
+DEMO_LABEL = "Bundled demo model"
+LOCAL_LABEL = "Local folder or cached model id"
+
+
+def sidebar() -> None:
+    """Render the model and decoding settings; results go to ``st.session_state`` (``lm``, ``lm_error``,
+    ``decoding``)."""
+    with st.sidebar:
+        st.header("Model")
+        source = st.radio("Model", [DEMO_LABEL, LOCAL_LABEL], key="model_source", label_visibility="collapsed")
+        if source == DEMO_LABEL:
+            name = str(DEMO_MODEL)
+            st.caption("A small GPT-2 trained on arithmetic and invented-world facts, bundled with the app.")
+        else:
+            name = st.text_input("Folder or model id", key="model_name",
+                                 placeholder="/path/to/model or org/model-name",
+                                 help="A folder made by save_pretrained, or a model id already in the local "
+                                      "Hugging Face cache. Nothing is downloaded.").strip()
+        st.session_state["lm"], st.session_state["lm_error"] = None, None
+        if name:
+            try:
+                st.session_state["lm"] = get_model(name)
+            except (ModelLoadError, OSError, ValueError) as exc:
+                st.session_state["lm_error"] = str(exc)
+                st.error(str(exc))
+        lm = st.session_state["lm"]
+        if lm is not None:
+            st.caption(f"Loaded: `{lm.model_id if source != DEMO_LABEL else 'demo-model'}` · "
+                       f"vocabulary {lm.vocab_size:,} · {lm.device}")
+
+        with st.expander("Decoding", expanded=False):
+            max_new = st.slider("Max new tokens", 1, 512, 32, key="max_new_tokens")
+            sample = st.toggle("Sample (instead of greedy)", key="do_sample")
+            temperature = st.slider("Temperature", 0.05, 2.0, 1.0, 0.05, key="temperature", disabled=not sample)
+            top_k = st.number_input("Top-k (0 = off)", 0, 1000, 0, key="top_k", disabled=not sample)
+            top_p = st.slider("Top-p", 0.05, 1.0, 1.0, 0.05, key="top_p", disabled=not sample)
+            seed = st.number_input("Seed", 0, 2**31 - 1, 0, key="seed", disabled=not sample)
+            has_template = lm is not None and lm.has_chat_template
+            chat = st.toggle("Chat template", key="chat_template", disabled=not has_template,
+                             help="Wrap the prompt with the tokenizer's chat template"
+                                  + ("" if has_template else " (this model has none)"))
+            st.caption("The trace always records the model's distribution before temperature, top-k and top-p.")
+        st.session_state["decoding"] = DecodingConfig(
+            max_new_tokens=int(max_new), do_sample=bool(sample), temperature=float(temperature), top_k=int(top_k),
+            top_p=float(top_p), seed=int(seed) if sample else None, chat_template=bool(chat and has_template))

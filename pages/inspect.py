@@ -1,0 +1,93 @@
+"""Inspect: one prompt, one answer, every token coloured by how unsure the model was."""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from app.components import HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, signal_values, trace_figure
+from app.explain import explain_probability, explain_risk
+from app.services import alternatives_for, try_prompts
+from trace_core import DecodingConfig, TracePlus, explain_trace, generate_trace
+
+st.title("Inspect an answer")
+st.caption("Type a prompt; the model answers, and every generated token is coloured by its surprisal, entropy or share "
+           "of the TRACE risk. Hover a token for its probability, rank and the alternatives the model considered.")
+
+lm = st.session_state.get("lm")
+MAX_PROMPT_CHARS = 8000
+
+examples = try_prompts()
+if examples:
+    labels = ["(pick an example)"] + [f"{e['family']}: {e['prompt'].splitlines()[0][3:80]}" for e in examples]
+    choice = st.selectbox("Try these", range(len(labels)), format_func=lambda i: labels[i], key="example")
+    if choice and st.session_state.get("example_used") != choice:
+        st.session_state["prompt"] = examples[choice - 1]["prompt"]
+        st.session_state["example_used"] = choice
+
+with st.form("generate"):
+    prompt = st.text_area("Prompt", key="prompt", height=110, max_chars=MAX_PROMPT_CHARS,
+                          placeholder="Q: What is 23 plus 19?\nA:")
+    submitted = st.form_submit_button("Generate", type="primary", disabled=lm is None)
+
+if lm is None:
+    st.info(st.session_state.get("lm_error") or "Choose a model in the sidebar to generate answers.")
+
+if submitted:
+    config: DecodingConfig = st.session_state["decoding"]
+    if not prompt.strip():
+        st.warning("The prompt is empty: type a question first.")
+    else:
+        try:
+            with st.spinner("Generating…"):
+                st.session_state["inspect_trace"] = generate_trace(lm, prompt, config=config)
+        except ValueError as exc:
+            st.error(str(exc))
+
+trace = st.session_state.get("inspect_trace")
+if trace is not None:
+    if len(trace) == 0:
+        st.warning("The model ended the answer at once (an empty answer): there is no token to show.")
+    else:
+        exp = explain_trace(trace)
+        calibrator = st.session_state.get("calibrator")
+        cols = st.columns(4)
+        cols[0].metric("TRACE confidence", f"{exp.confidence:.3f}" if exp.confidence >= 1e-3 else f"{exp.confidence:.1e}",
+                       help="exp(-R): ranks answers, higher = more likely correct; not a probability.")
+        if isinstance(calibrator, TracePlus):
+            probability = float(calibrator.predict_proba([trace])[0])
+            cols[1].metric("TRACE+ probability correct", f"{probability:.0%}")
+        else:
+            probability = None
+            cols[1].metric("TRACE+ probability correct", "—",
+                           help="Fit or load a calibrator on the Calibrate page to see a probability.")
+        cols[2].metric("Tokens", f"{len(trace)}")
+        cols[3].metric("Stopped by", {"eos": "end of answer", "length": "token limit"}.get(
+            trace.metadata.extra.get("finish_reason", ""), "—"))
+
+        signal = st.radio("Colour by", list(SIGNALS), horizontal=True, key="signal",
+                          format_func=lambda s: {"surprisal": "Surprisal", "entropy": "Entropy",
+                                                 "risk": "TRACE risk per token"}[s])
+        alternatives = alternatives_for(lm)
+        st.html(HEATMAP_CSS + legend_html(signal_values(trace, signal, exp))
+                + heatmap_html(trace, signal=signal, explanation=exp, alternatives=alternatives))
+        st.html(explain_risk(trace, exp)
+                + (explain_probability(calibrator, trace, probability) if probability is not None else ""))
+
+        st.plotly_chart(trace_figure(trace, exp), width="stretch", key="trace_chart")
+
+        with st.expander("Token details"):
+            index = st.number_input("Token", 1, len(trace), int(exp.spikes[0]) + 1 if len(exp.spikes) else 1,
+                                    key="token_index") - 1
+            alts = alternatives(trace, index)
+            st.html(f'<p>Token {index + 1}: <code>{html.escape(repr(trace.tokens[index]))}</code> — '
+                    f'probability {np.exp(-trace.surprisal[index]):.1%}, entropy {trace.entropy[index]:.2f} nats'
+                    + (f", rank {int(trace.ranks[index])}" if trace.ranks is not None else "") + "</p>")
+            if trace.n_alternatives:
+                st.dataframe(pd.DataFrame({"alternative": [repr(a) for a in alts],
+                                           "probability": np.exp(trace.top_logprobs[index])}),
+                             hide_index=True, column_config={"probability": st.column_config.ProgressColumn(
+                                 "probability", min_value=0.0, max_value=1.0, format="percent")})

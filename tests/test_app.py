@@ -1,0 +1,159 @@
+"""Streamlit pages through AppTest (no browser), and the pure rendering components."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import make_trace, random_traces
+
+pytest.importorskip("streamlit")
+pytest.importorskip("torch")
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from app.components import heatmap_html, reliability_figure, risk_coverage_figure, roc_figure, trace_figure  # noqa
+from trace_core import Trace, write_dataset  # noqa: E402
+
+APP = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "app" / "main.py")
+HOSTILE = ["<img src=x onerror=alert(1)>", "<script>alert(2)</script>", "$x$", ":red[x]", "a\u202eb", "\x07",
+           "javascript:alert(3)", "x" * 10_000]
+
+
+def hostile_trace() -> Trace:
+    tokens = tuple(HOSTILE)
+    n = len(tokens)
+    return Trace(prompt="p", answer="".join(tokens), token_ids=np.arange(n), tokens=tokens,
+                 surprisal=np.linspace(0.1, 3, n), entropy=np.linspace(0.2, 2, n), top_ids=np.zeros((n, 1)),
+                 top_logprobs=np.full((n, 1), -0.5), top_tokens=tuple(("<b>alt</b>",) for _ in range(n)))
+
+
+def test_heatmap_escapes_every_token_and_tooltip():
+    out = heatmap_html(hostile_trace(), alternatives=lambda t, i: list(t.top_tokens[i]))
+    assert "<img" not in out and "<script" not in out and "<b>alt" not in out
+    assert "&lt;img src=x onerror=alert(1)&gt;" in out and "&lt;script&gt;" in out
+    assert "\u202e" not in out and "\\u202e" in out and "\x07" not in out
+    assert "+9800 chars" in out  # a 10k-character token is shortened on the page
+    assert out.count('class="tr-tok') == len(HOSTILE)
+
+
+def test_heatmap_keeps_whitespace_and_marks_spikes():
+    trace = make_trace([0.1, 0.1, 5.0, 0.1], [0.1, 0.1, 3.0, 0.1])
+    trace = Trace(**{**{f: getattr(trace, f) for f in ("prompt", "token_ids", "surprisal", "entropy", "top_ids",
+                                                         "top_logprobs")}, "tokens": ("a", " b\n", "\tc", " d"),
+                     "answer": "a b\n\tc d"})
+    out = heatmap_html(trace, signal="entropy")
+    assert "<br/>" in out and "&emsp;" in out
+    assert 'tr-spike' in out and 'data-index="2"' in out
+
+
+@pytest.mark.parametrize("fn", [trace_figure])
+def test_trace_figure_builds(fn):
+    fig = fn(make_trace([0.1, 2.0, 0.3, 0.2, 0.1], [0.5, 2.5, 0.4, 0.3, 0.2]))
+    assert len(fig.data) >= 2
+
+
+def test_calibration_figures_build():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 200)
+    p = {"A": rng.random(200), "B": np.clip(y * 0.6 + rng.random(200) * 0.4, 0, 1)}
+    assert "ECE" in reliability_figure(y, p, n_bins=8).data[1].name
+    assert "AURC" in risk_coverage_figure(y, p).data[1].name
+    assert "AUROC" in roc_figure(y, p).data[1].name
+
+
+@pytest.fixture
+def labeled_files(tmp_path):
+    traces = random_traces(90, seed=9)
+    y = (np.arange(90) % 3 != 0).astype(int)
+    frame = pd.DataFrame({"prompt": [f"Q{i}: <b>hi</b>" for i in range(90)], "answer": [t.answer for t in traces],
+                          "label": y})
+    with_traces = tmp_path / "with_traces.jsonl"
+    write_dataset(frame, with_traces, traces=traces)
+    plain = tmp_path / "plain.csv"
+    frame.head(6).assign(label=[1, 0, 1, 0, 1, "maybe"]).to_csv(plain, index=False)
+    return with_traces, plain
+
+
+def start(tiny_model_dirs, monkeypatch, page=None):
+    monkeypatch.setenv("TRACE_LOCAL_FILES", "1")
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    at.sidebar.radio(key="model_source").set_value("Local folder or cached model id").run()
+    at.sidebar.text_input(key="model_name").set_value(str(tiny_model_dirs["gpt2"])).run()
+    if page:
+        at.switch_page(page).run()
+    assert not at.exception
+    return at
+
+
+def test_inspect_page_generates_and_renders_heatmap(tiny_model_dirs, monkeypatch):
+    at = start(tiny_model_dirs, monkeypatch)
+    at.text_area(key="prompt").set_value("Q: 2 + 2 = <img src=x onerror=alert(1)>\nA:")
+    at.get("form_submit_button")[0].click().run()
+    assert not at.exception and not at.error
+    assert [m.label for m in at.metric][:2] == ["TRACE confidence", "TRACE+ probability correct"]
+    bodies = [h.proto.body for h in at.get("html")]
+    assert any('data-testid="trace-heatmap"' in b for b in bodies)
+    assert not any("<img src=x" in b for b in bodies)
+    for signal in ("entropy", "risk"):
+        at.radio(key="signal").set_value(signal).run()
+        assert not at.exception
+    assert len(at.get("plotly_chart")) == 1
+
+
+def test_inspect_page_with_missing_model_says_so(monkeypatch):
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.sidebar.radio(key="model_source").set_value("Local folder or cached model id").run()
+    at.sidebar.text_input(key="model_name").set_value("nobody/missing-model").run()
+    assert not at.exception
+    assert any("not found locally" in e.value for e in at.sidebar.error)
+
+
+def test_calibrate_then_flag_pages(tiny_model_dirs, monkeypatch, labeled_files):
+    with_traces, _ = labeled_files
+    at = start(tiny_model_dirs, monkeypatch, "../pages/calibrate.py")
+    at.radio(key="data_source").set_value("File path").run()
+    at.text_input(key="data_path").set_value(str(with_traces)).run()
+    at.slider(key="n_splits").set_value(3)
+    at.get("form_submit_button")[0].click().run()
+    assert not at.exception and not at.error
+    assert len(at.get("plotly_chart")) == 3
+    table = at.dataframe[0].value
+    assert {"TRACE+", "TRACE", "SeqLogP"} <= set(table["method"])
+    assert at.session_state["calibrator"] is not None
+    at.radio(key="bin_strategy").set_value("quantile").run()
+    assert not at.exception
+
+    at.switch_page("../pages/flag.py").run()
+    assert not at.exception and not at.error
+    assert at.metric[0].label == "Flagged"
+    for mode in ("risk", "coverage"):
+        at.radio(key="flag_mode").set_value(mode).run()
+        assert not at.exception and not at.error
+
+
+def test_calibrate_records_missing_traces_and_reports_bad_rows(tiny_model_dirs, monkeypatch, labeled_files):
+    _, plain = labeled_files
+    at = start(tiny_model_dirs, monkeypatch, "../pages/calibrate.py")
+    at.radio(key="data_source").set_value("File path").run()
+    at.text_input(key="data_path").set_value(str(plain)).run()
+    assert any("5 kept, 1 rejected" in w.value for w in at.warning)
+    assert any("5 of 5 answers have no recorded trace" in w.value for w in at.warning)
+    at.button(key="record").click().run()
+    assert not at.exception and not at.error
+    assert len(at.get("plotly_chart")) == 3  # recorded, then evaluated
+
+
+def test_calibrate_bad_path_and_flag_without_data(tiny_model_dirs, monkeypatch, tmp_path):
+    at = start(tiny_model_dirs, monkeypatch, "../pages/calibrate.py")
+    at.radio(key="data_source").set_value("File path").run()
+    at.text_input(key="data_path").set_value(str(tmp_path / "nope.csv")).run()
+    assert any("No file at" in e.value for e in at.error)
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    at.text_input(key="data_path").set_value(str(empty)).run()
+    assert any("empty" in e.value for e in at.error) and not at.exception
+    at.switch_page("../pages/flag.py").run()
+    assert any("Calibrate page first" in i.value for i in at.info)

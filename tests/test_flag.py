@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import make_trace, random_traces
+
+from trace_core import PlattCalibrator, TracePlus, trace_confidence
+from trace_core.flag import score_rows, select_flagged, spike_context, threshold_for_risk
+
+
+@pytest.fixture(scope="module")
+def scored():
+    traces = random_traces(60, seed=2)
+    y = (trace_confidence(traces) > np.median(trace_confidence(traces))).astype(int)
+    frame = pd.DataFrame({"prompt": [f"q{i}" for i in range(60)], "answer": [t.answer for t in traces]})
+    return score_rows(frame, traces, TracePlus().fit(traces, y)), y, traces
+
+
+def test_score_rows_adds_columns_and_keeps_inputs(scored):
+    table, _, traces = scored
+    assert list(table.columns[:2]) == ["prompt", "answer"]
+    assert {"trace_confidence", "trace_risk", "probability_correct", "peak_risk_tokens", "spike_context"} \
+        <= set(table.columns)
+    assert table["probability_correct"].between(0, 1).all()
+    scalar = score_rows(table[["prompt", "answer"]], traces,
+                        PlattCalibrator().fit(trace_confidence(traces), np.arange(60) % 2))
+    assert scalar["probability_correct"].between(0, 1).all()
+
+
+def test_threshold_and_coverage(scored):
+    table, _, _ = scored
+    flagged = select_flagged(table, threshold=0.5)
+    assert (flagged["probability_correct"] < 0.5).all()
+    assert len(flagged) == int((table["probability_correct"] < 0.5).sum())
+    assert flagged["probability_correct"].is_monotonic_increasing
+    assert len(select_flagged(table, coverage=0.75)) == 15
+    assert len(select_flagged(table, coverage=1.0)) == 0
+
+
+def test_target_risk_keeps_the_largest_prefix_within_risk():
+    p = np.array([0.9, 0.8, 0.7, 0.6, 0.5])
+    y = np.array([1, 1, 0, 1, 0])
+    # prefixes: 1/1 ok, 2/2 ok, 3 kept -> 1/3 errors, 4 -> 1/4, 5 -> 2/5
+    assert threshold_for_risk(p, y, 0.25) == 0.6
+    assert threshold_for_risk(p, y, 0.0) == 0.8
+    assert threshold_for_risk(np.array([0.9]), np.array([0]), 0.1) == float("inf")
+    table = pd.DataFrame({"probability_correct": p})
+    assert select_flagged(table, target_risk=0.25, labels=y)["probability_correct"].tolist() == [0.5]
+
+
+def test_target_risk_never_splits_ties():
+    p = np.array([0.9, 0.7, 0.7, 0.5])
+    y = np.array([1, 1, 0, 1])
+    assert threshold_for_risk(p, y, 0.0) == 0.9  # keeping one 0.7 but not the other is impossible
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({}, "exactly one"),
+    ({"threshold": 0.5, "coverage": 0.5}, "exactly one"),
+    ({"threshold": 1.5}, "`threshold` must be in"),
+    ({"coverage": 0.0}, "`coverage` must be in"),
+    ({"target_risk": 0.1}, "needs the answers' `labels`"),
+])
+def test_select_errors(scored, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        select_flagged(scored[0], **kwargs)
+
+
+def test_spike_context_marks_spikes_with_context():
+    trace = make_trace([0.1] * 10)
+    assert spike_context(trace, [5], width=1) == "…t4 [[t5 ]]t6 …"
+    assert spike_context(trace, [0, 9], width=1) == "[[t0 ]]t1 …t8 [[t9 ]]"

@@ -1,0 +1,111 @@
+"""Flagging low-confidence answers: score rows with a calibrator and pick the ones to review.
+
+Three ways to choose: a probability ``threshold`` (flag answers less likely than that to be correct), a ``coverage``
+(keep the most confident share, flag the rest), or a ``target_risk`` (keep as many answers as possible while the
+error rate among the kept ones, measured on labeled data, stays at or below the target).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .calibrate import TracePlus
+from .score import explain_trace, trace_confidence, trace_risk
+from .trace import Trace
+
+__all__ = ["score_rows", "select_flagged", "spike_context", "threshold_for_risk"]
+
+
+def spike_context(trace: Trace, spikes: Sequence[int], *, width: int = 3) -> str:
+    """The spike tokens in context: ``…the capital is [[Parus]] .…`` (plain text, for tables and exports)."""
+    if len(trace) == 0:
+        return ""
+    marks = set(int(i) for i in spikes)
+    pieces, last = [], -1
+    for i in sorted(marks):
+        lo, hi = max(0, i - width), min(len(trace), i + width + 1)
+        if lo > last + 1:
+            pieces.append("…")
+        for j in range(max(lo, last + 1), hi):
+            pieces.append(f"[[{trace.tokens[j]}]]" if j in marks else trace.tokens[j])
+        last = hi - 1
+    if last < len(trace) - 1:
+        pieces.append("…")
+    return "".join(pieces).replace("\n", "⏎")
+
+
+def score_rows(frame: pd.DataFrame, traces: Sequence[Trace], calibrator: Any) -> pd.DataFrame:
+    """``frame`` plus ``trace_confidence``, ``trace_risk``, ``probability_correct``, ``peak_risk_tokens`` and
+    ``spike_context`` columns (one row per trace, same order).
+
+    ``calibrator`` is a :class:`TracePlus` (uses the trace features) or a scalar calibrator (applied to the TRACE
+    confidence).
+    """
+    traces = list(traces)
+    if len(traces) != len(frame):
+        raise ValueError(f"got {len(traces)} traces for {len(frame)} rows")
+    empty = [i for i, t in enumerate(traces) if len(t) == 0]
+    if empty:
+        raise ValueError(f"row {empty[0] + 1} has an empty answer (no tokens); remove it or record it again")
+    confidence = trace_confidence(traces)
+    if isinstance(calibrator, TracePlus):
+        probability = calibrator.predict_proba(traces)
+    else:
+        probability = calibrator.predict_proba(confidence)
+    explanations = [explain_trace(t) for t in traces]
+    out = frame.copy()
+    out["trace_confidence"] = confidence
+    out["trace_risk"] = trace_risk(traces)
+    out["probability_correct"] = probability
+    out["peak_risk_tokens"] = [" | ".join(t.tokens[i] for i in e.spikes) for t, e in zip(traces, explanations)]
+    out["spike_context"] = [spike_context(t, e.spikes) for t, e in zip(traces, explanations)]
+    return out
+
+
+def threshold_for_risk(probability: np.ndarray, labels: np.ndarray, target_risk: float) -> float:
+    """The lowest probability threshold whose kept answers (probability >= threshold) have an error rate
+    <= ``target_risk`` on these labeled answers; ``inf`` (keep nothing) when no threshold achieves it."""
+    if not 0 <= target_risk <= 1:
+        raise ValueError(f"`target_risk` must be in [0, 1], got {target_risk!r}")
+    p = np.asarray(probability, dtype=np.float64)
+    y = np.asarray(labels)
+    order = np.argsort(-p, kind="stable")
+    errors = np.cumsum(1 - y[order])
+    kept = np.arange(1, len(p) + 1)
+    # Only cut between different probabilities, so that a threshold keeps exactly that prefix.
+    boundary = np.append(p[order][1:] < p[order][:-1], True)
+    ok = (errors / kept <= target_risk + 1e-12) & boundary
+    if not ok.any():
+        return float("inf")
+    return float(p[order][np.flatnonzero(ok)[-1]])
+
+
+def select_flagged(scored: pd.DataFrame, *, threshold: float | None = None, coverage: float | None = None,
+                   target_risk: float | None = None, labels: np.ndarray | None = None) -> pd.DataFrame:
+    """The rows of ``scored`` (from :func:`score_rows`) to flag, least likely to be correct first.
+
+    Give exactly one of ``threshold`` (in [0, 1]), ``coverage`` (in (0, 1]) or ``target_risk`` (in [0, 1], needs
+    ``labels``).
+    """
+    given = [v is not None for v in (threshold, coverage, target_risk)]
+    if sum(given) != 1:
+        raise ValueError("give exactly one of `threshold`, `coverage` or `target_risk`")
+    p = scored["probability_correct"].to_numpy(dtype=np.float64)
+    if coverage is not None:
+        if not 0 < coverage <= 1:
+            raise ValueError(f"`coverage` must be in (0, 1], got {coverage!r}")
+        keep = int(np.ceil(coverage * len(p) - 1e-9))
+        flagged = np.ones(len(p), dtype=bool)
+        flagged[np.argsort(-p, kind="stable")[:keep]] = False
+    else:
+        if target_risk is not None:
+            if labels is None:
+                raise ValueError("`target_risk` needs the answers' `labels` to measure the risk")
+            threshold = threshold_for_risk(p, labels, target_risk)
+        elif not 0 <= threshold <= 1:
+            raise ValueError(f"`threshold` must be in [0, 1], got {threshold!r}")
+        flagged = p < threshold
+    return scored[flagged].sort_values("probability_correct", kind="stable")
