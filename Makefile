@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test run bench clean
+.PHONY: install test run bench clean screenshots
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,12 +19,14 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 run: $(STAMP)
-	@if [ -f app/main.py ]; then \
-		$(PY) -m streamlit run app/main.py; \
-	else \
-		echo "The dashboard is not yet available in this version: the library (trace_core) and its tests are."; \
-		echo "Run 'make test' to check the install, or use trace_core from Python."; \
-	fi
+	$(PY) -m streamlit run app/main.py
+
+bench: $(STAMP)
+	$(PY) -m bench.recording_overhead
+
+# README screenshots: the browser end-to-end tests save one per page into docs/screenshots.
+screenshots: $(STAMP)
+	TRACE_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/e2e
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

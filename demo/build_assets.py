@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="assets/datasets")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--n-arithmetic", type=int, default=800, help="arithmetic problems per split")
+    parser.add_argument("--splits", nargs="+", default=["validation", "test"], choices=["validation", "test"])
     args = parser.parse_args(argv)
 
     from trace_core import load_model, write_dataset
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     lm = load_model(args.model, device="cpu")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for split in ("validation", "test"):
+    for split in args.splits:
         frame, traces = build_split(lm, split, n_arithmetic=args.n_arithmetic, seed=args.seed)
         empty = sum(len(t) == 0 for t in traces)
         path = out / f"demo_{split}.csv"

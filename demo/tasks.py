@@ -1,15 +1,15 @@
 """Deterministic task generators for the demo model: arithmetic word problems and factual recall.
 
 ``arithmetic``
-    SVAMP-like word problems: one step (a + b, a - b) and two steps (a + b - c, a + b + c) with two-digit numbers,
-    so carries and borrows are common. A problem belongs to the train, validation or test split by a hash of its
+    SVAMP-like word problems: one step (a + b, a - b) and two steps (a + b - c, a + b + c) with a two-digit ``a`` and
+    one-digit ``b`` and ``c``, so carries and borrows are common (47 + 8 = 55, 52 - 7 = 45). A problem belongs to the train, validation or test split by a hash of its
     numbers and template, so the splits are disjoint.
 ``facts``
     TriviaQA-like questions about an invented world (countries with a capital, a founding year and a leader), so no
     real-world knowledge is involved. Facts are shown in training with a long-tailed frequency: some many times, some
-    once or twice, some never, so the model knows some well, some weakly and some not at all. Training uses several
-    question templates; validation and test questions use held-out templates, so no test question appears verbatim in
-    training.
+    once or twice, some never, so the model knows some well, some weakly and some not at all. Each relation has five
+    question templates; a fact is trained with three of them and asked with the other two in validation and test
+    (every template is trained on for other facts), so no validation or test question appears verbatim in training.
 
 Prompts are ``"Q: <question>\\nA:"`` and answers ``" <answer>"``.
 """
@@ -21,7 +21,7 @@ import random
 from dataclasses import dataclass
 
 __all__ = ["FAMILIES", "KnowledgeBase", "Problem", "arithmetic_problems", "fact_problems", "format_prompt",
-           "training_texts"]
+           "training_pairs", "training_texts"]
 
 FAMILIES = ("arithmetic", "facts")
 
@@ -73,14 +73,16 @@ def arithmetic_problems(n: int, *, split: str, seed: int = 0, two_step_share: fl
     rng = random.Random(f"arith-{split}-{seed}")
     out: list[Problem] = []
     seen: set[str] = set()
+    attempts = 0
     while len(out) < n:
+        attempts += 1
+        if attempts > 200 * n:
+            raise ValueError(f"cannot draw {n} distinct {split} problems; the {split} split has only about "
+                             f"{len(seen)} (ask for fewer)")
         two = rng.random() < two_step_share
         kind, template = rng.choice(_TWO_STEP if two else _ONE_STEP)
-        a, b, c = rng.randint(10, 99), rng.randint(10, 99), rng.randint(10, 99)
-        if kind == "sub" and b > a:
-            a, b = b, a
-        if kind == "add_sub" and c > a + b:
-            c = rng.randint(1, a + b)
+        # A small model learns one-digit steps in minutes on a CPU; two-digit ones would need hours.
+        a, b, c = rng.randint(10, 99), rng.randint(2, 9), rng.randint(2, 9)
         value = {"add": a + b, "sub": a - b, "add_sub": a + b - c, "add_add": a + b + c}[kind]
         key = f"{template}|{a}|{b}|{c if two else ''}"
         if key in seen or _split_of(key) != split:
@@ -93,28 +95,23 @@ def arithmetic_problems(n: int, *, split: str, seed: int = 0, two_step_share: fl
 
 
 _RELATIONS = {
-    "capital": {
-        "train": ["What is the capital of {x}?", "Name the capital city of {x}.", "{x} has which capital?",
-                  "Tell me the capital of {x}."],
-        "validation": ["What city is the capital of {x}?"],
-        "test": ["Which city is the capital of {x}?"],
-        "statement": "The capital of {x} is {v}.",
-    },
-    "founded": {
-        "train": ["In what year was {x} founded?", "When was {x} founded?", "{x} was founded in which year?",
-                  "Tell me the year {x} was founded."],
-        "validation": ["What year did {x} get founded?"],
-        "test": ["What year was {x} founded in?"],
-        "statement": "{x} was founded in {v}.",
-    },
-    "leader": {
-        "train": ["Who leads {x}?", "Who is the leader of {x}?", "Name the leader of {x}.",
-                  "Tell me who leads {x}."],
-        "validation": ["Who is in charge of {x}?"],
-        "test": ["Who is the current leader of {x}?"],
-        "statement": "{x} is led by {v}.",
-    },
+    "capital": (["What is the capital of {x}?", "Name the capital city of {x}.", "Which city is the capital of {x}?",
+                 "Tell me the capital of {x}.", "{x} has which capital?"], "The capital of {x} is {v}."),
+    "founded": (["In what year was {x} founded?", "When was {x} founded?", "What year was {x} founded in?",
+                 "Tell me the year {x} was founded.", "{x} was founded in which year?"], "{x} was founded in {v}."),
+    "leader": (["Who leads {x}?", "Who is the leader of {x}?", "Who is the current leader of {x}?",
+                "Name the leader of {x}.", "Tell me who leads {x}."], "{x} is led by {v}."),
 }
+
+
+def _templates(relation: str, fact_index: int) -> dict[str, list[str]]:
+    """The question templates of one fact by split: every template is used in training for other facts, but each
+    fact's validation and test templates are held out from its own training questions."""
+    templates = _RELATIONS[relation][0]
+    k = len(templates)
+    val, test = fact_index % k, (fact_index + 1) % k
+    return {"validation": [templates[val]], "test": [templates[test]],
+            "train": [t for i, t in enumerate(templates) if i not in (val, test)]}
 
 
 class KnowledgeBase:
@@ -159,36 +156,37 @@ class KnowledgeBase:
                 self.exposure[key] = 4 + int((max_exposure - 4) * rng.random() ** 3)
 
     def questions(self, split: str) -> list[Problem]:
-        """One question per fact, with the split's templates (validation and test templates are held out)."""
+        """One question per fact, with the fact's template for that split (never used for it in training)."""
         out = []
-        for (country, relation), value in sorted(self.facts.items()):
-            templates = _RELATIONS[relation][split]
-            rng = random.Random(f"{country}-{relation}-{split}")
-            question = rng.choice(templates).format(x=country)
+        for index, ((country, relation), value) in enumerate(sorted(self.facts.items())):
+            question = _templates(relation, index)[split][0].format(x=country)
             out.append(Problem("facts", question, value, split, f"exposure={self.exposure[(country, relation)]}"))
         return out
 
-    def training_texts(self, *, seed: int = 0) -> list[str]:
-        """Each fact ``exposure`` times, as a question-answer pair (train templates) or a statement."""
-        rng = random.Random(f"kb-texts-{seed}")
-        texts = []
-        for (country, relation), value in sorted(self.facts.items()):
-            spec = _RELATIONS[relation]
-            for _ in range(self.exposure[(country, relation)]):
-                if rng.random() < 0.8:
-                    texts.append(format_prompt(rng.choice(spec["train"]).format(x=country)) + f" {value}")
-                else:
-                    texts.append(spec["statement"].format(x=country, v=value))
-        return texts
+    def training_pairs(self, *, seed: int = 0) -> list[tuple[str, str]]:
+        """Each fact ``exposure`` times as a (prompt, answer) pair, cycling through its training templates."""
+        pairs = []
+        for index, ((country, relation), value) in enumerate(sorted(self.facts.items())):
+            templates = _templates(relation, index)["train"]
+            for i in range(self.exposure[(country, relation)]):
+                pairs.append((format_prompt(templates[i % len(templates)].format(x=country)), f" {value}"))
+        return pairs
 
 
 def fact_problems(split: str, *, seed: int = 0) -> list[Problem]:
     return KnowledgeBase(seed=seed).questions(split)
 
 
-def training_texts(*, seed: int = 0, n_arithmetic: int = 40000) -> list[str]:
-    """The whole training corpus: arithmetic problems with answers and the knowledge base's facts, shuffled."""
-    texts = [p.prompt + f" {p.answer}" for p in arithmetic_problems(n_arithmetic, split="train", seed=seed)]
-    texts += KnowledgeBase(seed=seed).training_texts(seed=seed)
-    random.Random(f"shuffle-{seed}").shuffle(texts)
-    return texts
+def training_pairs(*, seed: int = 0, n_arithmetic: int = 10000, fact_repeats: int = 2) -> list[tuple[str, str]]:
+    """The whole training set as (prompt, answer) pairs: arithmetic problems and the knowledge base's facts (each
+    fact exposure repeated ``fact_repeats`` times, so facts get a fair share of the training steps; the relative
+    exposure of facts, and the facts never shown, are unchanged)."""
+    pairs = [(p.prompt, f" {p.answer}") for p in arithmetic_problems(n_arithmetic, split="train", seed=seed)]
+    pairs += KnowledgeBase(seed=seed).training_pairs(seed=seed) * fact_repeats
+    random.Random(f"shuffle-{seed}").shuffle(pairs)
+    return pairs
+
+
+def training_texts(*, seed: int = 0, n_arithmetic: int = 10000) -> list[str]:
+    """The training pairs as plain text (prompt + answer), e.g. to train the tokenizer."""
+    return [prompt + answer for prompt, answer in training_pairs(seed=seed, n_arithmetic=n_arithmetic)]

@@ -3,9 +3,12 @@
     python -m demo.train --out assets/demo-model            # the shipped model (about 25 minutes on 2 cores)
     python -m demo.train --out /tmp/smoke --smoke           # a few steps on a toy config, for tests
 
-The corpus comes from ``demo.tasks.training_texts`` (deterministic from ``--seed``). Texts are joined with the EOS token
-and cut into blocks; the model is trained with AdamW and a cosine schedule, then saved with ``save_pretrained``
-(safetensors, float16 weights to keep the repository small; they load as float32).
+The training set comes from ``demo.tasks.training_pairs`` (deterministic from ``--seed``): (prompt, answer) pairs.
+Each example is prompt + answer + EOS and the loss is on the answer and EOS only, so the model's capacity goes to
+answering (not to predicting the random numbers in questions). AdamW with a cosine schedule; the model is saved with
+``save_pretrained`` (safetensors, float16 weights to keep the repository small; they load as float32).
+``--checkpoints N M ...`` also saves the model at those steps (under ``<out>-step<N>``), so that the shipped one can be
+chosen on the validation split.
 """
 
 from __future__ import annotations
@@ -40,34 +43,33 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--block", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=96)
+    parser.add_argument("--checkpoints", type=int, nargs="*", default=[], help="also save the model at these steps")
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--embd", type=int, default=192)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--vocab", type=int, default=800)
-    parser.add_argument("--n-arithmetic", type=int, default=40000)
+    parser.add_argument("--n-arithmetic", type=int, default=10000)
     parser.add_argument("--smoke", action="store_true", help="tiny corpus and model, for the test suite")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.embd, args.layers, args.vocab, args.n_arithmetic, args.block, args.batch = 32, 1, 300, 200, 32, 4
+        args.embd, args.layers, args.vocab, args.n_arithmetic, args.batch = 32, 1, 300, 200, 4
 
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from .tasks import training_texts
+    from .tasks import training_pairs
 
     torch.manual_seed(args.seed)
     start = time.time()
-    texts = training_texts(seed=args.seed, n_arithmetic=args.n_arithmetic)
-    tokenizer = build_tokenizer(texts, vocab_size=args.vocab)
+    pairs = training_pairs(seed=args.seed, n_arithmetic=args.n_arithmetic)
+    tokenizer = build_tokenizer([p + a for p, a in pairs], vocab_size=args.vocab)
     eos = tokenizer.eos_token_id
-    stream: list[int] = []
-    for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]:
-        stream.extend(ids + [eos])
-    data = torch.tensor(stream, dtype=torch.long)
-    n_blocks = (len(data) - 1) // args.block
-    print(f"{len(texts):,} texts, {len(data):,} tokens, vocab {len(tokenizer)}, {n_blocks:,} blocks of {args.block}")
+    prompt_ids = tokenizer([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
+    answer_ids = tokenizer([a for _, a in pairs], add_special_tokens=False)["input_ids"]
+    examples = [(p, a + [eos]) for p, a in zip(prompt_ids, answer_ids)]
+    longest = max(len(p) + len(a) for p, a in examples)
+    print(f"{len(pairs):,} examples, longest {longest} tokens, vocab {len(tokenizer)}")
 
     config = GPT2Config(vocab_size=len(tokenizer), n_positions=256, n_embd=args.embd, n_layer=args.layers,
                         n_head=max(1, args.embd // 32), bos_token_id=eos, eos_token_id=eos, pad_token_id=eos,
@@ -86,14 +88,41 @@ def main(argv: list[str] | None = None) -> None:
         progress = (step - warmup) / max(1, args.steps - warmup)
         return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
+    def batch_at(indices: list[int]):
+        width = max(len(examples[i][0]) + len(examples[i][1]) for i in indices)
+        ids = torch.full((len(indices), width), eos, dtype=torch.long)
+        labels = torch.full((len(indices), width), -100, dtype=torch.long)
+        mask = torch.zeros((len(indices), width), dtype=torch.long)
+        for row, i in enumerate(indices):
+            p, a = examples[i]
+            ids[row, :len(p) + len(a)] = torch.tensor(p + a)
+            labels[row, len(p):len(p) + len(a)] = torch.tensor(a)
+            mask[row, :len(p) + len(a)] = 1
+        return ids, labels, mask
+
+    def save(folder: Path) -> None:
+        model.eval()
+        model.generation_config.eos_token_id = eos
+        model.generation_config.pad_token_id = eos
+        model.generation_config.max_new_tokens = 16
+        folder.mkdir(parents=True, exist_ok=True)
+        copy = GPT2LMHeadModel(config)
+        copy.load_state_dict(model.state_dict())
+        copy.generation_config = model.generation_config
+        copy.half().save_pretrained(folder, safe_serialization=True)
+        tokenizer.save_pretrained(folder)
+        (folder / "training.json").write_text(json.dumps({**vars(args), "examples": len(pairs),
+                                                          "seconds": round(time.time() - start)}, indent=2) + "\n")
+        model.train()
+
     generator = torch.Generator().manual_seed(args.seed)
     model.train()
     for step in range(args.steps):
-        starts = torch.randint(0, len(data) - args.block - 1, (args.batch,), generator=generator)
-        x = torch.stack([data[s:s + args.block] for s in starts.tolist()])
+        indices = torch.randint(0, len(examples), (args.batch,), generator=generator).tolist()
+        x, y, mask = batch_at(indices)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
-        loss = model(input_ids=x, labels=x).loss
+        loss = model(input_ids=x, attention_mask=mask, labels=y).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -101,17 +130,11 @@ def main(argv: list[str] | None = None) -> None:
         if step % 100 == 0 or step == args.steps - 1:
             print(f"step {step:>5}  loss {loss.item():.3f}  lr {lr_at(step):.2e}  {time.time() - start:.0f}s",
                   flush=True)
+        if step + 1 in args.checkpoints and step + 1 < args.steps:
+            save(Path(f"{args.out}-step{step + 1}"))
 
-    model.eval()
-    model.generation_config.eos_token_id = eos
-    model.generation_config.pad_token_id = eos
-    model.generation_config.max_new_tokens = 16
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model.half().save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
-    (out / "training.json").write_text(json.dumps({**vars(args), "texts": len(texts), "tokens": len(data),
-                                                   "seconds": round(time.time() - start)}, indent=2) + "\n")
+    save(out)
     print(f"saved to {out} in {time.time() - start:.0f}s")
 
 

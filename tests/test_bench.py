@@ -14,3 +14,11 @@ def test_recording_overhead_bench_runs(capsys):
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert len(lines) == 2 and "ratio" in out
+
+
+def test_protocol_scale_bench_runs(capsys):
+    from bench.protocol_scale import main
+
+    main(["--sizes", "300", "600", "--splits", "2", "--mean-length", "10"])
+    out = capsys.readouterr().out
+    assert len([line for line in out.splitlines() if line.strip()[:1].isdigit()]) == 2

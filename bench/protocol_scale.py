@@ -1,0 +1,39 @@
+"""Evaluation at scale: features, all trace-only baselines, TRACE+ fits and the 20-split protocol.
+
+    python -m bench.protocol_scale [--sizes 10000 100000 1000000] [--mean-length 64]
+
+Prints the wall time per size and its ratio to the smallest size (linear growth gives ratios equal to the size
+ratios), on synthetic spike traces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--mean-length", type=float, default=64.0)
+    parser.add_argument("--splits", type=int, default=20)
+    args = parser.parse_args(argv)
+
+    from trace_core import EvaluationConfig, evaluate_arrays, synthetic_traces
+
+    print(f"synthetic spike traces, mean length {args.mean_length:g}; TRACE+, TRACE and the 14 trace-only "
+          f"baselines; {args.splits} splits at 35% calibration")
+    print(f"{'answers':>10} {'tokens':>12} {'seconds':>8} {'x smallest':>10} {'size ratio':>10}")
+    first = None
+    for n in args.sizes:
+        surprisal, entropy, labels = synthetic_traces(n, mean_length=args.mean_length, seed=0)
+        start = time.perf_counter()
+        evaluate_arrays(surprisal, entropy, labels, config=EvaluationConfig(n_splits=args.splits))
+        seconds = time.perf_counter() - start
+        first = first or (n, seconds)
+        print(f"{n:>10,} {len(surprisal.values):>12,} {seconds:>8.2f} {seconds / first[1]:>10.2f} "
+              f"{n / first[0]:>10.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""End-to-end: the real Streamlit server driven by Playwright in Debian's headless Chromium.
+
+Skipped when Chromium or Playwright is missing (``.ci/run`` installs both). Screenshots of each page are saved under
+the test's temporary folder (and, with TRACE_SCREENSHOTS=folder, copied there for the README).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+playwright = pytest.importorskip("playwright.sync_api")
+if not CHROMIUM.exists():
+    pytest.skip("Debian's chromium is not installed (apt-get install chromium)", allow_module_level=True)
+if not (ROOT / "assets" / "demo-model" / "model.safetensors").exists():
+    pytest.skip("the demo model is not built", allow_module_level=True)
+
+pytestmark = pytest.mark.e2e
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    port = _free_port()
+    env = {**os.environ, "TRACE_LOCAL_FILES": "1", "PYTHONPATH": str(ROOT)}
+    log = tmp_path_factory.mktemp("server") / "streamlit.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
+                                 "--server.port", str(port), "--server.address", "127.0.0.1",
+                                 "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the Streamlit server did not start:\n" + log.read_text()[-3000:])
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                              args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                                    "--disable-background-networking", "--disable-component-update",
+                                    "--disable-sync"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    pg = context.new_page()
+    pg.dialogs = []
+    pg.on("dialog", lambda d: (pg.dialogs.append(d.message), d.dismiss()))
+    yield pg
+    context.close()
+
+
+def wait_idle(page, timeout: float = 60_000) -> None:
+    """Wait until the app has finished running its script."""
+    page.wait_for_selector('[data-testid="stApp"]', timeout=timeout)
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]') || "
+        "!document.querySelector('[data-testid=\"stStatusWidget\"]').innerText.includes('Running')",
+        timeout=timeout)
+    page.wait_for_timeout(500)
+
+
+def screenshot(page, tmp_path: Path, name: str) -> None:
+    path = tmp_path / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    target = os.environ.get("TRACE_SCREENSHOTS")
+    if target:
+        Path(target).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(target) / path.name)
+
+
+def generate(page, prompt: str) -> None:
+    box = page.get_by_label("Prompt")
+    box.fill(prompt)
+    page.get_by_role("button", name="Generate").click()
+    page.wait_for_selector('[data-testid="trace-heatmap"] .tr-tok', timeout=60_000)
+    wait_idle(page)
+
+
+def test_inspect_generates_heatmap(server, page, tmp_path):
+    page.goto(server)
+    wait_idle(page)
+    generate(page, "Q: Ana has 23 apples. Ana buys 19 more. How many apples does Ana have now?\nA:")
+    tokens = page.locator('[data-testid="trace-heatmap"] .tr-tok')
+    assert tokens.count() >= 1
+    assert page.locator(".js-plotly-plot").count() >= 1
+    assert "TRACE confidence" in page.inner_text("body")
+    screenshot(page, tmp_path, "inspect")
+
+
+def test_hostile_prompt_renders_as_text_and_no_dialog_fires(server, page, tmp_path):
+    page.goto(server)
+    wait_idle(page)
+    payload = 'Q: <img src=x onerror=alert(1)> <script>alert(2)</script> :red[x] $x$\nA:'
+    generate(page, payload)
+    page.wait_for_timeout(1000)
+    assert page.dialogs == []
+    assert page.locator('img[src="x"]').count() == 0
+    assert page.locator('[data-testid="trace-heatmap"] script').count() == 0
+
+
+def test_calibrate_upload_shows_reliability_and_flag_downloads(server, page, tmp_path):
+    page.goto(server)
+    wait_idle(page)
+    page.get_by_role("link", name="Calibrate").click()
+    wait_idle(page)
+    page.get_by_text("Upload a file").click()
+    wait_idle(page)
+    dataset = ROOT / "assets" / "datasets" / "demo_validation.csv"
+    page.locator('input[type="file"]').set_input_files(str(dataset))
+    page.wait_for_selector(".js-plotly-plot", timeout=120_000)
+    wait_idle(page, timeout=120_000)
+    assert "TRACE+" in page.inner_text("body")
+    screenshot(page, tmp_path, "calibrate")
+
+    page.get_by_role("link", name="Flag & export").click()
+    wait_idle(page)
+    with page.expect_download() as info:
+        page.get_by_role("button", name="Download flagged (CSV)").click()
+    path = tmp_path / "flagged.csv"
+    info.value.save_as(str(path))
+    with path.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and {"prompt", "answer", "probability_correct", "peak_risk_tokens"} <= set(rows[0])
+    assert all(float(r["probability_correct"]) < 0.5 for r in rows)
+    screenshot(page, tmp_path, "flag")
