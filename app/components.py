@@ -246,12 +246,14 @@ def roc_figure(y: np.ndarray, scores: dict[str, np.ndarray]) -> go.Figure:
     return fig
 
 
-def metrics_table(summary: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
-    """Wide table for display: one row per method, ``mean ± std`` text plus numeric columns for sorting."""
+def metrics_table(summary: pd.DataFrame, metrics: Sequence[str], order: Sequence[str]) -> pd.DataFrame:
+    """Wide table for display: one row per method (in ``order``), mean and std columns per metric."""
     wide = summary.pivot_table(index=["method", "family"], columns="metric", values=["mean", "std"])
     out = pd.DataFrame(index=wide.index)
     for m in metrics:
         if ("mean", m) in wide.columns:
             out[m] = wide[("mean", m)]
             out[f"{m} ±"] = wide[("std", m)]
-    return out.reset_index()
+    out = out.reset_index()
+    rank = {m: i for i, m in enumerate(order)}
+    return out.sort_values("method", key=lambda col: col.map(rank)).reset_index(drop=True)

@@ -13,12 +13,12 @@ import streamlit as st  # noqa: E402
 
 from app.sidebar import sidebar  # noqa: E402
 
-st.set_page_config(page_title="TRACE — where is the model unsure?", page_icon="🔎", layout="wide")
+st.set_page_config(page_title="TRACE — where is the model unsure?", page_icon=":material/search:", layout="wide")
 
 pages = st.navigation([
-    st.Page(ROOT / "pages" / "inspect.py", title="Inspect", icon="🔎", default=True),
-    st.Page(ROOT / "pages" / "calibrate.py", title="Calibrate", icon="📏"),
-    st.Page(ROOT / "pages" / "flag.py", title="Flag & export", icon="🚩"),
+    st.Page(ROOT / "pages" / "inspect.py", title="Inspect", icon=":material/search:", default=True),
+    st.Page(ROOT / "pages" / "calibrate.py", title="Calibrate", icon=":material/tune:"),
+    st.Page(ROOT / "pages" / "flag.py", title="Flag & export", icon=":material/flag:"),
 ])
 sidebar()
 pages.run()

@@ -95,7 +95,7 @@ def digest(*parts: Any) -> str:
 
 @st.cache_resource(show_spinner="Running the evaluation protocol…", max_entries=8)
 def evaluate_cached(_traces: Sequence[Trace], labels: np.ndarray, config: EvaluationConfig, methods: tuple[str, ...],
-                    key: str):
+                    key: str, _beams: Sequence[Sequence[float]] | None = None):
     """The protocol on a dataset; ``key`` identifies the traces (they are not hashed by Streamlit).
 
     Returns the result and the warnings it raised (e.g. skipped splits), for the page to show.
@@ -104,8 +104,25 @@ def evaluate_cached(_traces: Sequence[Trace], labels: np.ndarray, config: Evalua
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = evaluate(list(_traces), labels, config=config, methods=list(methods))
+        result = evaluate(list(_traces), labels, config=config, methods=list(methods), beam_logprobs=_beams)
     return result, [str(w.message) for w in caught]
+
+
+def parse_beams(frame, keep: np.ndarray) -> tuple[list[list[float]] | None, str | None]:
+    """The ``beam_logprobs`` column (JSON lists) for the kept rows, or (None, why not)."""
+    if "beam_logprobs" not in frame.columns:
+        return None, None
+    beams = []
+    for position in keep:
+        value = frame["beam_logprobs"].iloc[int(position)]
+        try:
+            parsed = json.loads(value) if isinstance(value, str) else list(value)
+            beams.append([float(v) for v in parsed])
+        except (TypeError, ValueError):
+            return None, f"the beam_logprobs cell of answer {int(position) + 1} is not a JSON list of numbers"
+        if len(beams[-1]) < 2:
+            return None, f"answer {int(position) + 1} has fewer than 2 beam log-probabilities"
+    return beams, None
 
 
 def alternatives_for(lm: LoadedModel | None):

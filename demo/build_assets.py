@@ -3,7 +3,7 @@
     python -m demo.build_assets --model assets/demo-model --out assets/datasets
 
 Writes, for the validation and test splits, ``demo_<split>.csv`` (prompt, answer, reference, label, family, detail,
-split, and the trace columns of trace_core's dataset format), plus ``try_prompts.json`` (a few right and wrong test questions) for the dashboard, and prints
+split, the log-probabilities of a 4-beam search on the prompt, and the trace columns of trace_core's dataset format), plus ``try_prompts.json`` (a few right and wrong test questions) for the dashboard, and prints
 the accuracy per task family. The answers come from the model loaded through ``trace_core.load_model``, exactly like a
 user's model.
 """
@@ -21,7 +21,7 @@ MATCHER = {"arithmetic": "numeric", "facts": "exact"}
 
 
 def build_split(lm, split: str, *, n_arithmetic: int, seed: int, batch_size: int = 32):
-    from trace_core import DecodingConfig, generate_traces, label_from_reference
+    from trace_core import DecodingConfig, beam_logprobs, generate_traces, label_from_reference
 
     from .tasks import arithmetic_problems, fact_problems
 
@@ -37,6 +37,9 @@ def build_split(lm, split: str, *, n_arithmetic: int, seed: int, batch_size: int
         "family": [p.family for p in problems],
         "detail": [p.detail for p in problems],
         "split": split,
+        # One extra beam search per prompt, for the beam baselines (the traced answer is the greedy one above).
+        "beam_logprobs": [json.dumps([round(v, 6) for v in b]) for b in beam_logprobs(
+            lm, [p.prompt for p in problems], num_beams=4, max_new_tokens=12)],
     })
     return frame, traces
 

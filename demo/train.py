@@ -1,6 +1,6 @@
 """Train the demo model: a byte-level BPE tokenizer and a small GPT-2, with plain torch on CPU.
 
-    python -m demo.train --out assets/demo-model            # the shipped model (about 25 minutes on 2 cores)
+    python -m demo.train --out assets/demo-model --steps 3000 --stop-after 1500   # the shipped model (~10 min)
     python -m demo.train --out /tmp/smoke --smoke           # a few steps on a toy config, for tests
 
 The training set comes from ``demo.tasks.training_pairs`` (deterministic from ``--seed``): (prompt, answer) pairs.
@@ -8,7 +8,7 @@ Each example is prompt + answer + EOS and the loss is on the answer and EOS only
 answering (not to predicting the random numbers in questions). AdamW with a cosine schedule; the model is saved with
 ``save_pretrained`` (safetensors, float16 weights to keep the repository small; they load as float32).
 ``--checkpoints N M ...`` also saves the model at those steps (under ``<out>-step<N>``), so that the shipped one can be
-chosen on the validation split.
+chosen on the validation split; ``--stop-after N`` then rebuilds checkpoint N directly.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--batch", type=int, default=96)
     parser.add_argument("--checkpoints", type=int, nargs="*", default=[], help="also save the model at these steps")
+    parser.add_argument("--stop-after", type=int, default=None,
+                        help="stop after this many steps (the learning-rate schedule still spans --steps)")
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--embd", type=int, default=192)
     parser.add_argument("--layers", type=int, default=4)
@@ -111,13 +113,14 @@ def main(argv: list[str] | None = None) -> None:
         copy.generation_config = model.generation_config
         copy.half().save_pretrained(folder, safe_serialization=True)
         tokenizer.save_pretrained(folder)
-        (folder / "training.json").write_text(json.dumps({**vars(args), "examples": len(pairs),
+        settings = {k: v for k, v in vars(args).items() if k != "out"}  # no local paths in the shipped files
+        (folder / "training.json").write_text(json.dumps({**settings, "examples": len(pairs),
                                                           "seconds": round(time.time() - start)}, indent=2) + "\n")
         model.train()
 
     generator = torch.Generator().manual_seed(args.seed)
     model.train()
-    for step in range(args.steps):
+    for step in range(min(args.steps, args.stop_after or args.steps)):
         indices = torch.randint(0, len(examples), (args.batch,), generator=generator).tolist()
         x, y, mask = batch_at(indices)
         for group in optimizer.param_groups:

@@ -13,6 +13,7 @@ from app.services import (
     evaluate_cached,
     file_bytes,
     local_files_allowed,
+    parse_beams,
     read_cached,
     read_local_file,
 )
@@ -49,10 +50,15 @@ else:
         st.stop()
     data, filename = uploaded.getvalue(), uploaded.name
 
-matcher = st.selectbox("Label answers against `reference` with", MATCHERS, key="matcher",
-                       help="Used only when the file has a reference column and no label column.")
 try:
-    dataset = read_cached(data, filename, matcher)
+    dataset = read_cached(data, filename, "exact")
+    if dataset.label_source.startswith("reference"):
+        matcher = st.selectbox("Label answers against their `reference` with", MATCHERS, key="matcher",
+                               help="exact: normalised exact match; contains: the reference appears in the answer; "
+                                    "numeric: the answer's last number equals it; f1: token F1 >= 0.5.")
+        dataset = read_cached(data, filename, matcher)
+    else:
+        matcher = "exact"
 except DatasetError as exc:
     st.error(f"{filename}: {exc}")
     st.stop()
@@ -119,7 +125,11 @@ with st.form("protocol"):
 config = EvaluationConfig(n_splits=int(n_splits), calibration_fraction=float(fraction), seed=int(seed),
                           stratified=bool(stratified))
 try:
-    result, notes = evaluate_cached(kept_traces, labels, config, tuple(method_names()), f"{data_key}/{model_key}")
+    beams, beam_problem = parse_beams(dataset.frame, keep)
+    if beam_problem:
+        st.warning(f"Beam baselines skipped: {beam_problem}.")
+    result, notes = evaluate_cached(kept_traces, labels, config, tuple(method_names()), f"{data_key}/{model_key}",
+                                    beams)
 except ValueError as exc:
     st.error(str(exc))
     st.stop()
@@ -129,7 +139,7 @@ for note in notes:
 st.subheader("Metrics (mean ± std over held-out splits)")
 st.caption(f"{len(kept_traces):,} answers, {labels.mean():.1%} correct. AUROC, AUPRC and AURC rank answers by each "
            "method's raw score; Brier and ECE use probabilities after calibration. ↑ higher is better, ↓ lower.")
-table = metrics_table(result.summary, config.metrics)
+table = metrics_table(result.summary, config.metrics, result.methods)
 st.dataframe(table, hide_index=True, key="metrics_table", column_config={
     "brier": st.column_config.NumberColumn("Brier ↓", format="%.3f"),
     "ece": st.column_config.NumberColumn("ECE ↓", format="%.3f"),

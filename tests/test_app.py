@@ -155,5 +155,8 @@ def test_calibrate_bad_path_and_flag_without_data(tiny_model_dirs, monkeypatch, 
     empty.write_text("")
     at.text_input(key="data_path").set_value(str(empty)).run()
     assert any("empty" in e.value for e in at.error) and not at.exception
-    at.switch_page("../pages/flag.py").run()
+
+
+def test_flag_page_before_any_dataset_says_where_to_start(tiny_model_dirs, monkeypatch):
+    at = start(tiny_model_dirs, monkeypatch, "../pages/flag.py")
     assert any("Calibrate page first" in i.value for i in at.info)

@@ -78,7 +78,7 @@ def browser():
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    context = browser.new_context(viewport={"width": 1400, "height": 2000}, accept_downloads=True)
     pg = context.new_page()
     pg.dialogs = []
     pg.on("dialog", lambda d: (pg.dialogs.append(d.message), d.dismiss()))
@@ -116,10 +116,11 @@ def generate(page, prompt: str) -> None:
 def test_inspect_generates_heatmap(server, page, tmp_path):
     page.goto(server)
     wait_idle(page)
-    generate(page, "Q: Ana has 23 apples. Ana buys 19 more. How many apples does Ana have now?\nA:")
+    # A demo test question the model gets wrong by one digit (1852 for 1862): the README's screenshot.
+    generate(page, "Q: Tell me the year Drahustan was founded.\nA:")
     tokens = page.locator('[data-testid="trace-heatmap"] .tr-tok')
     assert tokens.count() >= 1
-    assert page.locator(".js-plotly-plot").count() >= 1
+    page.wait_for_selector('[data-testid="stPlotlyChart"]', timeout=30_000)
     assert "TRACE confidence" in page.inner_text("body")
     screenshot(page, tmp_path, "inspect")
 
@@ -144,7 +145,7 @@ def test_calibrate_upload_shows_reliability_and_flag_downloads(server, page, tmp
     wait_idle(page)
     dataset = ROOT / "assets" / "datasets" / "demo_validation.csv"
     page.locator('input[type="file"]').set_input_files(str(dataset))
-    page.wait_for_selector(".js-plotly-plot", timeout=120_000)
+    page.wait_for_selector('[data-testid="stPlotlyChart"]', timeout=120_000)
     wait_idle(page, timeout=120_000)
     assert "TRACE+" in page.inner_text("body")
     screenshot(page, tmp_path, "calibrate")
