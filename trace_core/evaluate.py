@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .baselines import BASELINES, compute_baselines, trace_baseline_scores
+from .baselines import BASELINES, baseline_scores
 from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus
 from .features import FEATURE_SETS, feature_matrix_from_arrays
 from .metrics import auprc, aurc, auroc, brier_score, expected_calibration_error
@@ -164,8 +164,9 @@ def evaluate(traces: Sequence[Trace], labels: Any, *, config: EvaluationConfig =
     surprisal, entropy = stack_traces(traces)
     wanted = _wanted(methods)
     baseline_names = [m for m in wanted if m in BASELINES]
-    baselines = compute_baselines(traces, beam_logprobs=beam_logprobs, embedder=embedder, contexts=contexts,
-                                  names=baseline_names) if baseline_names else None
+    baselines = baseline_scores(surprisal, entropy, names=baseline_names, traces=traces,
+                                beam_logprobs=beam_logprobs, embedder=embedder,
+                                contexts=contexts) if baseline_names else None
     return _run(surprisal, entropy, labels, config=config, wanted=wanted, baselines=baselines)
 
 
@@ -175,21 +176,8 @@ def evaluate_arrays(surprisal: Ragged, entropy: Ragged, labels: Any, *, config: 
     """:func:`evaluate` from surprisal and entropy batches (no Trace objects; semantic baselines are skipped)."""
     wanted = _wanted(methods)
     baseline_names = [m for m in wanted if m in BASELINES]
-    baselines = None
-    if baseline_names:
-        from .baselines import BaselineScores, beam_scores
-
-        columns = {k: v for k, v in trace_baseline_scores(surprisal, entropy).items() if k in baseline_names}
-        skipped = {}
-        beam_wanted = [m for m in baseline_names if BASELINES[m].needs == "beam"]
-        if beam_wanted and beam_logprobs is not None:
-            columns.update({k: v for k, v in beam_scores(beam_logprobs).items() if k in beam_wanted})
-        else:
-            skipped.update({m: "needs a beam-search call on the same prompt (beam log-probabilities)"
-                            for m in beam_wanted})
-        skipped.update({m: "needs the token texts and a sentence-embedding model" for m in baseline_names
-                        if BASELINES[m].needs == "embedding"})
-        baselines = BaselineScores(pd.DataFrame({n: columns[n] for n in BASELINES if n in columns}), skipped)
+    baselines = baseline_scores(surprisal, entropy, names=baseline_names,
+                                beam_logprobs=beam_logprobs) if baseline_names else None
     return _run(surprisal, entropy, labels, config=config, wanted=wanted, baselines=baselines)
 
 

@@ -444,15 +444,7 @@ def _check_generate_kwargs(generate_kwargs: Mapping[str, Any]) -> None:
 
 
 def _is_processed(generation_config: Any) -> bool:
-    for name, off in _PROCESSING_FIELDS.items():
-        value = getattr(generation_config, name, off)
-        if value is None or value == off or (name in ("repetition_penalty", "encoder_repetition_penalty")
-                                             and value == 1.0):
-            continue
-        if name == "min_length" and not value:
-            continue
-        return True
-    return False
+    return any(getattr(generation_config, name, off) not in (None, off) for name, off in _PROCESSING_FIELDS.items())
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:

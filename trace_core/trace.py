@@ -68,11 +68,7 @@ class DecodingConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "DecodingConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown decoding settings {unknown}; expected some of {sorted(known)}")
-        return cls(**dict(data))
+        return _from_known_fields(cls, data, "decoding settings")
 
 
 @dataclass(frozen=True)
@@ -127,11 +123,7 @@ class TraceMetadata:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "TraceMetadata":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown metadata fields {unknown}; expected some of {sorted(known)}")
-        return cls(**dict(data))
+        return _from_known_fields(cls, data, "metadata fields")
 
 
 @dataclass(frozen=True, eq=False)
@@ -299,6 +291,14 @@ class Trace:
     @classmethod
     def from_json(cls, text: str) -> "Trace":
         return cls.from_dict(json.loads(text))
+
+
+def _from_known_fields(cls: type, data: Mapping[str, Any], what: str) -> Any:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown {what} {unknown}; expected some of {sorted(known)}")
+    return cls(**dict(data))
 
 
 def _list2d(value: Any, n_rows: int, dtype: type) -> np.ndarray:
