@@ -221,7 +221,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
             parts.append(head + result.to_markdown() + "\n")
         first = next(iter(results.values()))
         text = "\n".join(parts)
-        if not first.methods or len(results) == 1:
+        if len(results) == 1:
             text += f"\n{first.n_answers:,} answers, {first.accuracy:.1%} correct.\n"
         text += (f"\nMean ± std over {config.n_splits} random splits, {config.calibration_fraction:.0%} calibration, "
                  f"seed {config.seed}; AUROC, AUPRC and AURC on raw scores, Brier and ECE ({config.n_bins} bins) "
