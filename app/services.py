@@ -26,6 +26,7 @@ from trace_core import (
     load_model,
     read_dataset,
 )
+from trace_core.record import check_model_allowed
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_MODEL = ROOT / "assets" / "demo-model"
@@ -33,9 +34,17 @@ DATASETS = ROOT / "assets" / "datasets"
 
 
 @st.cache_resource(show_spinner="Loading the model…", max_entries=4)
-def get_model(name_or_path: str) -> LoadedModel:
-    """Load a model once per process (a local folder or a locally cached Hugging Face id)."""
+def _cached_model(name_or_path: str) -> LoadedModel:
     return load_model(name_or_path)
+
+
+def get_model(name_or_path: str) -> LoadedModel:
+    """Load a model once per process (a local folder or a locally cached Hugging Face id).
+
+    The allow-list is checked on every call, before the cache: a model cached earlier is not a way around it.
+    """
+    check_model_allowed(name_or_path)
+    return _cached_model(name_or_path)
 
 
 def demo_datasets() -> dict[str, Path]:
@@ -60,14 +69,26 @@ def read_cached(data: bytes, name: str, matcher: str) -> LabeledDataset:
     buffer.name = name
     with warnings.catch_warnings():  # the page shows the rejected rows itself
         warnings.simplefilter("ignore", DatasetWarning)
-        return read_dataset(buffer, matcher=matcher)
+        return read_dataset(buffer, matcher=matcher, max_rows=MAX_ROWS)
 
 
 def file_bytes(path: Path) -> bytes:
     return path.read_bytes()
 
 
-MAX_FILE_BYTES = 200 * 2**20
+def env_limit(name: str, default: int) -> int:
+    """A positive integer limit from the environment (a shared deployment sets these), else ``default``."""
+    try:
+        value = int(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+MAX_FILE_BYTES = env_limit("TRACE_MAX_FILE_MB", 200) * 2**20
+MAX_ROWS = env_limit("TRACE_MAX_ROWS", 100_000)
+MAX_NEW_TOKENS = env_limit("TRACE_MAX_NEW_TOKENS", 512)
+MAX_PROMPT_CHARS = env_limit("TRACE_MAX_PROMPT_CHARS", 8_000)
 
 
 def local_files_allowed() -> bool:

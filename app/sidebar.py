@@ -6,7 +6,7 @@ import streamlit as st
 
 from trace_core import DecodingConfig, ModelLoadError
 
-from .services import DEMO_MODEL, get_model
+from .services import DEMO_MODEL, MAX_NEW_TOKENS, get_model
 
 DEMO_LABEL = "Bundled demo model"
 LOCAL_LABEL = "Local folder or cached model id"
@@ -39,7 +39,7 @@ def sidebar() -> None:
                        f"vocabulary {lm.vocab_size:,} · {lm.device}")
 
         with st.expander("Decoding", expanded=False):
-            max_new = st.slider("Max new tokens", 1, 512, 32, key="max_new_tokens")
+            max_new = st.slider("Max new tokens", 1, MAX_NEW_TOKENS, min(32, MAX_NEW_TOKENS), key="max_new_tokens")
             sample = st.toggle("Sample (instead of greedy)", key="do_sample")
             temperature = st.slider("Temperature", 0.05, 2.0, 1.0, 0.05, key="temperature", disabled=not sample)
             top_k = st.number_input("Top-k (0 = off)", 0, 1000, 0, key="top_k", disabled=not sample)

@@ -10,7 +10,7 @@ import streamlit as st
 
 from app.components import HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, signal_values, trace_figure
 from app.explain import explain_probability, explain_risk
-from app.services import alternatives_for, try_prompts
+from app.services import MAX_PROMPT_CHARS, alternatives_for, try_prompts
 from trace_core import DecodingConfig, TracePlus, explain_trace, generate_trace
 
 st.title("Inspect an answer")
@@ -18,7 +18,6 @@ st.caption("Type a prompt; the model answers, and every generated token is colou
            "of the TRACE risk. Hover a token for its probability, rank and the alternatives the model considered.")
 
 lm = st.session_state.get("lm")
-MAX_PROMPT_CHARS = 8000
 
 examples = try_prompts()
 if examples:

@@ -160,3 +160,13 @@ def test_calibrate_bad_path_and_flag_without_data(tiny_model_dirs, monkeypatch, 
 def test_flag_page_before_any_dataset_says_where_to_start(tiny_model_dirs, monkeypatch):
     at = start(tiny_model_dirs, monkeypatch, "../pages/flag.py")
     assert any("Calibrate page first" in i.value for i in at.info)
+
+
+def test_allow_list_is_enforced_in_the_sidebar(tiny_model_dirs, monkeypatch):
+    monkeypatch.setenv("TRACE_MODEL_ALLOWLIST", str(tiny_model_dirs["llama"]))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.sidebar.radio(key="model_source").set_value("Local folder or cached model id").run()
+    at.sidebar.text_input(key="model_name").set_value(str(tiny_model_dirs["gpt2"])).run()
+    assert not at.exception
+    assert any("allow-list" in e.value for e in at.sidebar.error)

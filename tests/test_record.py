@@ -266,3 +266,30 @@ def test_beam_logprobs_are_sequence_log_probabilities(tiny_models):
     assert -score_answer(lm, PROMPTS[0], best).surprisal.sum() == pytest.approx(scores[0], abs=1e-4)
     with pytest.raises(ValueError, match="`num_beams` must be an int >= 2"):
         beam_logprobs(lm, [PROMPTS[0]], num_beams=1)
+
+
+def test_allow_list_refuses_other_models_and_accepts_listed_ones(tiny_model_dirs, monkeypatch):
+    from trace_core import ModelNotAllowedError
+
+    monkeypatch.setenv("TRACE_MODEL_ALLOWLIST", f"org/other-model, {tiny_model_dirs['gpt2']}")
+    with pytest.raises(ModelNotAllowedError, match="not on this deployment's allow-list"):
+        load_model(tiny_model_dirs["llama"], device="cpu")
+    assert load_model(tiny_model_dirs["gpt2"], device="cpu").vocab_size > 0
+    monkeypatch.setenv("TRACE_MODEL_ALLOWLIST", "")
+    assert load_model(tiny_model_dirs["llama"], device="cpu").vocab_size > 0
+
+
+def test_pickle_opt_in_through_environment(tiny_model_dirs, tmp_path, monkeypatch):
+    import shutil
+
+    folder = tmp_path / "pickled"
+    shutil.copytree(tiny_model_dirs["gpt2"], folder)
+    state = load_model(folder, device="cpu").model.state_dict()
+    for f in folder.glob("*.safetensors"):
+        f.unlink()
+    torch.save(state, folder / "pytorch_model.bin")
+    monkeypatch.setenv("TRACE_ALLOW_PICKLE_WEIGHTS", "0")
+    with pytest.raises(UnsafeModelError):
+        load_model(folder, device="cpu")
+    monkeypatch.setenv("TRACE_ALLOW_PICKLE_WEIGHTS", "1")
+    assert load_model(folder, device="cpu").vocab_size > 0

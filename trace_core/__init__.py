@@ -50,6 +50,7 @@ from .operators import (
 from .record import (
     LoadedModel,
     ModelLoadError,
+    ModelNotAllowedError,
     ModelNotFoundError,
     UnsafeModelError,
     beam_logprobs,
@@ -105,6 +106,7 @@ __all__ = [
     "LoadedModel",
     "method_names",
     "ModelLoadError",
+    "ModelNotAllowedError",
     "ModelNotFoundError",
     "NotFittedError",
     "PlattCalibrator",

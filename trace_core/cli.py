@@ -48,8 +48,9 @@ def _progress(total: int, description: str, enabled: bool):
 def _load_model(args: argparse.Namespace):
     from .record import load_model
 
-    return load_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code,
-                      allow_pickle_weights=args.allow_pickle_weights)
+    # A flag opts in; without it the environment's policy (off by default) applies.
+    return load_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code or None,
+                      allow_pickle_weights=args.allow_pickle_weights or None)
 
 
 def _read(path: str, *, require_label: bool, args: argparse.Namespace):

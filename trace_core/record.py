@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,9 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "LoadedModel",
     "beam_logprobs",
+    "check_model_allowed",
     "ModelLoadError",
+    "ModelNotAllowedError",
     "ModelNotFoundError",
     "UnsafeModelError",
     "encode_prompt",
@@ -89,6 +92,10 @@ class ModelNotFoundError(ModelLoadError, FileNotFoundError):
 
 class UnsafeModelError(ModelLoadError):
     """Loading would need pickle weights or remote code, and the caller did not opt in."""
+
+
+class ModelNotAllowedError(ModelLoadError):
+    """The deployment's allow-list (``TRACE_MODEL_ALLOWLIST``) does not include this model."""
 
 
 @dataclass(eq=False)
@@ -153,9 +160,34 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1
 
 
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def model_allowlist() -> tuple[str, ...] | None:
+    """Models a shared deployment allows, from ``TRACE_MODEL_ALLOWLIST`` (comma-separated ids or folder paths);
+    None when the variable is unset or empty (every local model allowed)."""
+    entries = tuple(e.strip() for e in os.environ.get("TRACE_MODEL_ALLOWLIST", "").split(",") if e.strip())
+    return entries or None
+
+
+def check_model_allowed(name_or_path: str | Path) -> None:
+    """Raise :class:`ModelNotAllowedError` if an allow-list is set and the model is not on it."""
+    allowed = model_allowlist()
+    if allowed is None:
+        return
+    name = str(name_or_path)
+    resolved = Path(name).expanduser().resolve() if name else None
+    for entry in allowed:
+        if name == entry or (resolved is not None and Path(entry).expanduser().resolve() == resolved):
+            return
+    raise ModelNotAllowedError(f"Model '{name}' is not on this deployment's allow-list (TRACE_MODEL_ALLOWLIST); "
+                               f"allowed: {', '.join(allowed)}.")
+
+
 def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | Any = "auto",
-               local_files_only: bool = True, trust_remote_code: bool = False,
-               allow_pickle_weights: bool = False) -> LoadedModel:
+               local_files_only: bool = True, trust_remote_code: bool | None = None,
+               allow_pickle_weights: bool | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer from a local folder or the local Hugging Face cache.
 
     Parameters
@@ -168,11 +200,15 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
         "auto" is float32 on CPU and bfloat16 (or float16) on CUDA.
     local_files_only : bool, default True
         Never reach a model hub. Set False only on a connected machine, deliberately.
-    trust_remote_code : bool, default False
-        Run Python code shipped with the model. Off unless you trust the model's source.
-    allow_pickle_weights : bool, default False
+    trust_remote_code : bool or None, default None
+        Run Python code shipped with the model. None: off unless the environment variable ``TRACE_TRUST_REMOTE_CODE``
+        is 1/true; only opt in when you trust the model's source.
+    allow_pickle_weights : bool or None, default None
         Accept ``pytorch_model.bin`` (pickle) weights when there are no safetensors weights. Loading a pickle can run
-        arbitrary code; off unless you trust the file.
+        arbitrary code. None: off unless ``TRACE_ALLOW_PICKLE_WEIGHTS`` is 1/true.
+
+    A shared deployment can restrict which models load with ``TRACE_MODEL_ALLOWLIST`` (see
+    :func:`check_model_allowed`); the check runs before anything is read.
 
     Raises
     ------
@@ -180,11 +216,18 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
         Nothing found locally under that name.
     UnsafeModelError
         Only pickle weights are present and ``allow_pickle_weights`` is False.
+    ModelNotAllowedError
+        An allow-list is set and the model is not on it.
     """
     _torch()
     import transformers
 
     name = str(name_or_path)
+    check_model_allowed(name)
+    if trust_remote_code is None:
+        trust_remote_code = _env_flag("TRACE_TRUST_REMOTE_CODE")
+    if allow_pickle_weights is None:
+        allow_pickle_weights = _env_flag("TRACE_ALLOW_PICKLE_WEIGHTS")
     if not name.strip():
         raise ModelNotFoundError("No model given: pass a local model folder or a cached Hugging Face model id.")
     path = Path(name).expanduser()
