@@ -129,6 +129,14 @@ def evaluate_cached(_traces: Sequence[Trace], labels: np.ndarray, config: Evalua
     return result, [str(w.message) for w in caught]
 
 
+@st.cache_resource(show_spinner="Fitting TRACE+…", max_entries=8)
+def fit_calibrator_cached(_traces: Sequence[Trace], labels: np.ndarray, key: str):
+    """TRACE+ fitted on all the labeled answers of a dataset; ``key`` identifies the traces."""
+    from trace_core import TracePlus
+
+    return TracePlus().fit(list(_traces), labels)
+
+
 def parse_beams(frame, keep: np.ndarray) -> tuple[list[list[float]] | None, str | None]:
     """The ``beam_logprobs`` column (JSON lists) for the kept rows, or (None, why not)."""
     if "beam_logprobs" not in frame.columns:

@@ -12,12 +12,13 @@ from app.services import (
     digest,
     evaluate_cached,
     file_bytes,
+    fit_calibrator_cached,
     local_files_allowed,
     parse_beams,
     read_cached,
     read_local_file,
 )
-from trace_core import DatasetError, EvaluationConfig, TracePlus, method_names, score_answers
+from trace_core import DatasetError, EvaluationConfig, method_names, score_answers
 from trace_core.data import MATCHERS
 
 st.title("Calibrate and compare")
@@ -173,7 +174,7 @@ with tabs[2]:
     st.plotly_chart(roc_figure(y, {m: held[f"{m} score"].to_numpy() for m in shown}), width="stretch", key="roc")
 
 st.subheader("Calibrator for production")
-model = TracePlus().fit(kept_traces, labels)
+model = fit_calibrator_cached(kept_traces, labels, f"{data_key}/{model_key}")
 st.session_state["calibrator"] = model
 st.session_state["flag_data"] = {"frame": dataset.frame.iloc[keep].reset_index(drop=True), "traces": kept_traces,
                                  "labels": labels, "name": filename, "row_column": dataset.row_column,
