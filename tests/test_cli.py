@@ -125,8 +125,6 @@ def test_module_entry_point_runs():
 
 
 def test_evaluate_group_by_reports_each_group_and_the_average(labeled_file, tmp_path, capsys):
-    import pandas as pd
-
     dataset = read_dataset(labeled_file)
     frame = dataset.frame.drop(columns=[dataset.row_column]).assign(family=["a", "b"] * 60)
     grouped = tmp_path / "grouped.jsonl"
@@ -138,4 +136,3 @@ def test_evaluate_group_by_reports_each_group_and_the_average(labeled_file, tmp_
     assert "### average (120 answers" in out
     assert main(["evaluate", str(grouped), "--group-by", "nope"]) == 1
     assert "no column 'nope'" in capsys.readouterr().err
-    del pd
