@@ -1,7 +1,7 @@
 """Train the demo model: a byte-level BPE tokenizer and a small GPT-2, with plain torch on CPU.
 
     python -m demo.train --out assets/demo-model --steps 3000 --stop-after 1500   # the shipped model (~10 min)
-    python -m demo.train --out /tmp/smoke --smoke           # a few steps on a toy config, for tests
+    python -m demo.train --out smoke-model --smoke               # a few steps on a toy config, for tests
 
 The training set comes from ``demo.tasks.training_pairs`` (deterministic from ``--seed``): (prompt, answer) pairs.
 Each example is prompt + answer + EOS and the loss is on the answer and EOS only, so the model's capacity goes to
