@@ -137,21 +137,17 @@ def fit_calibrator_cached(_traces: Sequence[Trace], labels: np.ndarray, key: str
     return TracePlus().fit(list(_traces), labels)
 
 
-def parse_beams(frame, keep: np.ndarray) -> tuple[list[list[float]] | None, str | None]:
-    """The ``beam_logprobs`` column (JSON lists) for the kept rows, or (None, why not)."""
+def parse_beams(dataset: LabeledDataset, keep: np.ndarray) -> tuple[list[list[float]] | None, str | None]:
+    """The ``beam_logprobs`` column for the kept rows, or (None, why not)."""
+    from trace_core.data import parse_beam_logprobs
+
+    frame = dataset.frame
     if "beam_logprobs" not in frame.columns:
         return None, None
-    beams = []
-    for position in keep:
-        value = frame["beam_logprobs"].iloc[int(position)]
-        try:
-            parsed = json.loads(value) if isinstance(value, str) else list(value)
-            beams.append([float(v) for v in parsed])
-        except (TypeError, ValueError):
-            return None, f"the beam_logprobs cell of answer {int(position) + 1} is not a JSON list of numbers"
-        if len(beams[-1]) < 2:
-            return None, f"answer {int(position) + 1} has fewer than 2 beam log-probabilities"
-    return beams, None
+    try:
+        return parse_beam_logprobs(frame["beam_logprobs"].iloc[keep], frame[dataset.row_column].iloc[keep]), None
+    except ValueError as exc:
+        return None, str(exc)
 
 
 def alternatives_for(lm: LoadedModel | None):

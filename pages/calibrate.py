@@ -126,7 +126,7 @@ with st.form("protocol"):
 config = EvaluationConfig(n_splits=int(n_splits), calibration_fraction=float(fraction), seed=int(seed),
                           stratified=bool(stratified))
 try:
-    beams, beam_problem = parse_beams(dataset.frame, keep)
+    beams, beam_problem = parse_beams(dataset, keep)
     if beam_problem:
         st.warning(f"Beam baselines skipped: {beam_problem}.")
     result, notes = evaluate_cached(kept_traces, labels, config, tuple(method_names()), f"{data_key}/{model_key}",

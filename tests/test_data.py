@@ -632,3 +632,13 @@ def test_export_flagged_jsonl_keeps_values_unless_asked_and_accepts_buffers():
     assert json.loads(binary.getvalue())["prompt"] == "'=1+1"
     with pytest.raises(ValueError, match="`format` must be 'csv' or 'jsonl'"):
         export_flagged(frame, binary, format="parquet")
+
+
+def test_parse_beam_logprobs_column():
+    from trace_core.data import parse_beam_logprobs
+
+    assert parse_beam_logprobs(["[-0.5, -2]", [-1, -3, -4]], [3, 4]) == [[-0.5, -2.0], [-1.0, -3.0, -4.0]]
+    with pytest.raises(ValueError, match=r"row 8: beam_logprobs: not a JSON list of numbers"):
+        parse_beam_logprobs(["[-1, -2]", "oops"], [7, 8])
+    with pytest.raises(ValueError, match=r"row 2: beam_logprobs: needs at least 2 beam log-probabilities, got 1"):
+        parse_beam_logprobs(["[-1]"], [2])

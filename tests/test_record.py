@@ -208,7 +208,9 @@ def test_load_model_missing_folder(tmp_path):
         load_model(tmp_path, device="cpu")
 
 
-def test_load_model_refuses_pickle_weights(tiny_model_dirs, tmp_path):
+@pytest.fixture
+def pickled_folder(tiny_model_dirs, tmp_path):
+    """The tiny GPT-2 with its weights as a pickle (pytorch_model.bin) instead of safetensors."""
     import shutil
 
     folder = tmp_path / "pickled"
@@ -217,6 +219,11 @@ def test_load_model_refuses_pickle_weights(tiny_model_dirs, tmp_path):
     for f in folder.glob("*.safetensors"):
         f.unlink()
     torch.save(state, folder / "pytorch_model.bin")
+    return folder
+
+
+def test_load_model_refuses_pickle_weights(pickled_folder):
+    folder = pickled_folder
     with pytest.raises(UnsafeModelError, match="pickle"):
         load_model(folder, device="cpu")
 
@@ -279,15 +286,8 @@ def test_allow_list_refuses_other_models_and_accepts_listed_ones(tiny_model_dirs
     assert load_model(tiny_model_dirs["llama"], device="cpu").vocab_size > 0
 
 
-def test_pickle_opt_in_through_environment(tiny_model_dirs, tmp_path, monkeypatch):
-    import shutil
-
-    folder = tmp_path / "pickled"
-    shutil.copytree(tiny_model_dirs["gpt2"], folder)
-    state = load_model(folder, device="cpu").model.state_dict()
-    for f in folder.glob("*.safetensors"):
-        f.unlink()
-    torch.save(state, folder / "pytorch_model.bin")
+def test_pickle_opt_in_through_environment(pickled_folder, monkeypatch):
+    folder = pickled_folder
     monkeypatch.setenv("TRACE_ALLOW_PICKLE_WEIGHTS", "0")
     with pytest.raises(UnsafeModelError):
         load_model(folder, device="cpu")

@@ -164,17 +164,11 @@ def cmd_score(args: argparse.Namespace) -> None:
 
 
 def _beams(dataset) -> list[list[float]] | None:
-    frame = dataset.frame
-    if "beam_logprobs" not in frame.columns:
+    from .data import parse_beam_logprobs
+
+    if "beam_logprobs" not in dataset.frame.columns:
         return None
-    out = []
-    for row, value in zip(_row_numbers(dataset), frame["beam_logprobs"]):
-        try:
-            parsed = json.loads(value) if isinstance(value, str) else list(value)
-        except (TypeError, ValueError) as exc:
-            raise CLIError(f"row {row}: beam_logprobs: not a JSON list of numbers ({exc})") from exc
-        out.append([float(v) for v in parsed])
-    return out
+    return parse_beam_logprobs(dataset.frame["beam_logprobs"], _row_numbers(dataset))
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:

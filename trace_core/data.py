@@ -66,6 +66,7 @@ __all__ = [
     "export_flagged",
     "label_from_reference",
     "normalize_answer",
+    "parse_beam_logprobs",
     "parse_label",
     "read_dataset",
     "sanitize_cell",
@@ -1420,6 +1421,28 @@ def write_dataset(frame: pd.DataFrame, dest: PathOrBuffer, *, traces: Sequence[T
 # --------------------------------------------------------------------------------------------------
 # Export for people
 # --------------------------------------------------------------------------------------------------
+
+def parse_beam_logprobs(values: Iterable[object], rows: Iterable[int]) -> list[list[float]]:
+    """The ``beam_logprobs`` column: per answer, the log-probabilities of a beam search's beams (a JSON list in CSV
+    cells, a list in JSONL/Parquet). ``rows`` are the data-row numbers used in error messages.
+
+    Raises
+    ------
+    ValueError
+        ``"row 7: beam_logprobs: ..."`` for a cell that is not a list of at least 2 numbers.
+    """
+    out = []
+    for row, value in zip(rows, values):
+        try:
+            parsed = json.loads(value) if isinstance(value, str) else list(value)
+            beams = [float(v) for v in parsed]
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"row {row}: beam_logprobs: not a JSON list of numbers ({exc})") from exc
+        if len(beams) < 2:
+            raise ValueError(f"row {row}: beam_logprobs: needs at least 2 beam log-probabilities, got {len(beams)}")
+        out.append(beams)
+    return out
+
 
 def sanitize_cell(value: object) -> object:
     """Neutralise spreadsheet formula injection in one exported cell.
