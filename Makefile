@@ -22,7 +22,7 @@ run: $(STAMP)
 	$(PY) -m streamlit run app/main.py
 
 bench: $(STAMP)
-	$(PY) -m bench.recording_overhead
+	$(PY) -m bench
 
 # README screenshots: the browser end-to-end tests save one per page into docs/screenshots.
 screenshots: $(STAMP)

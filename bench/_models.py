@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 
 
@@ -17,12 +18,11 @@ def word_tokenizer(vocab_size: int):
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0", pad_token="w0")
 
 
-def random_lm(*, arch: str = "gpt2", vocab_size: int = 32000, hidden: int = 64, layers: int = 2, seed: int = 0):
-    """A LoadedModel with random weights (saved and reloaded through load_model, like a user's model)."""
+def save_random_lm(folder: str, *, arch: str = "gpt2", vocab_size: int = 32000, hidden: int = 64, layers: int = 2,
+                   seed: int = 0) -> str:
+    """Save a random-weight causal LM and its word tokenizer into `folder` (no end-of-answer token)."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
-
-    from trace_core import load_model
 
     torch.manual_seed(seed)
     tokenizer = word_tokenizer(vocab_size)
@@ -39,7 +39,18 @@ def random_lm(*, arch: str = "gpt2", vocab_size: int = 32000, hidden: int = 64, 
         model = LlamaForCausalLM(config)
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
-    folder = tempfile.mkdtemp(prefix=f"bench-{arch}-")
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    return load_model(folder, device="cpu")
+    return folder
+
+
+def random_lm(*, arch: str = "gpt2", vocab_size: int = 32000, hidden: int = 64, layers: int = 2, seed: int = 0):
+    """A LoadedModel with random weights (saved and reloaded through load_model, like a user's model)."""
+    from trace_core import load_model
+
+    folder = tempfile.mkdtemp(prefix=f"bench-{arch}-")
+    try:
+        save_random_lm(folder, arch=arch, vocab_size=vocab_size, hidden=hidden, layers=layers, seed=seed)
+        return load_model(folder, device="cpu")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -22,3 +22,42 @@ def test_protocol_scale_bench_runs(capsys):
     main(["--sizes", "300", "600", "--splits", "2", "--mean-length", "10"])
     out = capsys.readouterr().out
     assert len([line for line in out.splitlines() if line.strip()[:1].isdigit()]) == 2
+
+
+def _table_rows(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.strip()[:1].isdigit()]
+
+
+def test_scoring_throughput_bench_runs(capsys):
+    from bench.scoring_throughput import main
+
+    main(["--answers", "6", "--batch", "4", "--repeats", "1", "--vocab", "300", "--hidden", "32", "--layers", "1"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith(("demo", "random"))]
+    assert len(rows) == 2 and all(row.split()[-2] == "yes" for row in rows), out
+
+
+def test_trace_memory_bench_runs(capsys):
+    from bench.trace_memory import main
+
+    main(["--lengths", "8", "--vocabs", "300", "--hidden", "32", "--layers", "1"])
+    out = capsys.readouterr().out
+    rows = _table_rows(out)
+    assert len(rows) == 1 and "MiB" in rows[0], out
+
+
+def test_dashboard_bench_runs(capsys, monkeypatch):
+    from bench.dashboard import main
+
+    monkeypatch.setenv("TRACE_LOCAL_FILES", "1")
+    main(["--tokens", "8", "--rows", "120", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert out.count("Inspect:") == 2 and "Calibrate: 120 rows" in out, out
+
+
+def test_bench_runner_lists_every_benchmark(capsys):
+    from bench.__main__ import BENCHES, main
+
+    main(["--list"])
+    out = capsys.readouterr().out
+    assert all(name in out for name in BENCHES)

@@ -36,7 +36,7 @@ def test_traceplus_equals_sklearn_pipeline(data, feature_set):
     model = TracePlus(feature_set=feature_set, C=0.5).fit(traces, y)
     F = feature_matrix(traces, feature_set=feature_set)
     scaler = StandardScaler().fit(F)
-    reference = LogisticRegression(C=0.5, max_iter=1000).fit(scaler.transform(F), y)
+    reference = LogisticRegression(C=0.5, tol=1e-12, max_iter=10000).fit(scaler.transform(F), y)
     np.testing.assert_allclose(model.predict_proba(traces), reference.predict_proba(scaler.transform(F))[:, 1],
                                atol=1e-6)
     assert model.coef_.shape == (F.shape[1],) and model.n_samples_ == 400
@@ -122,3 +122,25 @@ def test_probabilities_are_in_unit_interval_even_for_extreme_scores():
     platt = PlattCalibrator().fit(np.array([0.0, 0.1, 0.9, 1.0] * 5), np.array([0, 0, 1, 1] * 5))
     p = platt.predict_proba([-1e6, 1e6])
     assert ((p >= 0) & (p <= 1)).all()
+
+
+@pytest.mark.parametrize("C", [1e-3, 1.0, 1e3])
+@pytest.mark.parametrize("case", ["overlapping", "separable", "constant_feature", "imbalanced"])
+def test_traceplus_newton_solver_matches_sklearn_coefficients(C, case):
+    rng = np.random.default_rng(3)
+    F = rng.normal(size=(300, 8)) * rng.uniform(0.1, 5.0, size=8)
+    if case == "separable":
+        y = (F[:, 0] > 0).astype(int)
+    elif case == "imbalanced":
+        y = (rng.random(300) < 0.03 + 0.05 * (F[:, 1] > 0)).astype(int)
+        y[:2] = [0, 1]
+    else:
+        y = (rng.random(300) < 1 / (1 + np.exp(-F[:, 0] + 0.5 * F[:, 2]))).astype(int)
+    if case == "constant_feature":
+        F[:, 3] = 2.5
+    model = TracePlus(C=C).fit(F, y)
+    scaler = StandardScaler().fit(F)
+    reference = LogisticRegression(C=C, tol=1e-12, max_iter=100000).fit(scaler.transform(F), y)
+    np.testing.assert_allclose(model.coef_, reference.coef_.ravel(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(model.intercept_, reference.intercept_[0], rtol=1e-4, atol=1e-5)
+    assert np.isfinite(model.predict_proba(F)).all()

@@ -597,3 +597,33 @@ def test_bootstrap_rejects_bad_metric() -> None:
         bootstrap_ci("auroc", [1, 0], [0.2, 0.9])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"`metric` must return a real number"):
         bootstrap_ci(lambda y, s: "high", [1, 0], [0.2, 0.9])  # type: ignore[arg-type, return-value]
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_rank_groups_equal_the_single_metrics_on_every_subset(ties):
+    from trace_core.metrics import RankGroups
+
+    rng = np.random.default_rng(7)
+    n = 500
+    score = rng.integers(0, 12, n).astype(float) if ties else rng.normal(size=n)
+    y = (rng.random(n) < 1 / (1 + np.exp(-score / 3))).astype(int)
+    groups = RankGroups(score)
+    for _ in range(10):
+        subset = np.sort(rng.permutation(n)[: rng.integers(20, n)])
+        got = groups.ranking_metrics(y[subset], subset)
+        assert got["auroc"] == pytest.approx(auroc(y[subset], score[subset]), abs=1e-12)
+        assert got["auprc"] == pytest.approx(auprc(y[subset], score[subset]), abs=1e-12)
+        assert got["aurc"] == pytest.approx(aurc(y[subset], score[subset]), abs=1e-12)
+    whole = groups.ranking_metrics(y)
+    assert whole["auroc"] == pytest.approx(auroc(y, score), abs=1e-12)
+
+
+def test_rank_groups_one_class_subset_is_undefined_except_aurc():
+    from trace_core.metrics import RankGroups, UndefinedMetricWarning
+
+    groups = RankGroups([0.1, 0.4, 0.3, 0.9])
+    with pytest.warns(UndefinedMetricWarning):
+        got = groups.ranking_metrics([1, 1], [0, 3])
+    assert np.isnan(got["auroc"]) and np.isnan(got["auprc"]) and got["aurc"] == 0.0
+    with pytest.raises(ValueError, match="2 answers"):
+        groups.ranking_metrics([1, 0, 1], [0, 3])

@@ -28,8 +28,11 @@ class NotFittedError(ValueError, AttributeError):
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
-    # tanh form: no overflow warnings for large |z|.
-    return 0.5 * (1.0 + np.tanh(0.5 * z))
+    # scipy's expit: no overflow warnings for large |z|, and several times faster than numpy's tanh form, which
+    # matters in the evaluation protocol's hundreds of fits.
+    from scipy.special import expit
+
+    return expit(z)
 
 
 def _check_labels(y: Any, n: int) -> np.ndarray:
@@ -94,6 +97,48 @@ def _fit_logistic_1d(z: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 
     return float(a), float(b)
 
 
+def _fit_logistic(F: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 100) -> tuple[np.ndarray, float]:
+    """L2-regularised logistic regression by damped Newton steps: ``p = sigmoid(F @ coef + intercept)``.
+
+    Minimises ``sum_i logloss_i + |coef|**2 / (2 C)`` (intercept unpenalised), scikit-learn's
+    ``LogisticRegression(C=C)`` objective, solved to near machine precision. With a handful of features the
+    (d+1)-square Newton system is tiny, so a fit takes a few passes over the data instead of lbfgs' dozens.
+    """
+    n, d = F.shape
+    X = np.hstack([F, np.ones((n, 1))])
+    reg = np.full(d + 1, 1.0 / C)
+    reg[-1] = 0.0
+    mean_y = float(y.mean())
+    w = np.zeros(d + 1)
+    w[-1] = math.log(mean_y / (1.0 - mean_y))
+
+    def loss(weights: np.ndarray) -> float:
+        z = X @ weights
+        # logloss = log(1 + e^z) - y z, computed stably
+        return float(np.logaddexp(0.0, z).sum() - y @ z + 0.5 * (reg * weights) @ weights)
+
+    current = loss(w)
+    for _ in range(max_iter):
+        p = _sigmoid(X @ w)
+        grad = X.T @ (p - y) + reg * w
+        hess = (X * (p * (1.0 - p))[:, None]).T @ X + np.diag(reg)
+        try:
+            step = np.linalg.solve(hess + 1e-12 * np.eye(d + 1), grad)
+        except np.linalg.LinAlgError:  # pragma: no cover - only for degenerate, all-constant features
+            step = grad / (np.diag(hess) + 1e-12)
+        t = 1.0
+        while True:  # backtracking: Newton's full step can overshoot far from the optimum
+            candidate = w - t * step
+            value = loss(candidate)
+            if value <= current + 1e-4 * t * float(grad @ -step) or t < 1e-8:
+                break
+            t *= 0.5
+        w, previous, current = candidate, current, value
+        if np.max(np.abs(t * step)) < 1e-10 or previous - current < 1e-14 * max(1.0, abs(current)):
+            break
+    return w[:-1].copy(), float(w[-1])
+
+
 class TracePlus:
     """TRACE+: standardised trace features and logistic regression, fitted on a calibration split.
 
@@ -136,8 +181,6 @@ class TracePlus:
 
     def fit(self, X: Sequence[Trace] | np.ndarray, y: Any) -> "TracePlus":
         """Fit on traces (or their feature matrix, shape (n, n_features)) and 0/1 correctness labels (n,)."""
-        from sklearn.linear_model import LogisticRegression
-
         if not (isinstance(self.C, (int, float)) and self.C > 0):
             raise ValueError(f"`C` must be a number > 0, got {self.C!r}")
         F = self._features(X)
@@ -145,12 +188,11 @@ class TracePlus:
         mean = F.mean(axis=0)
         scale = F.std(axis=0)
         scale = np.where(scale > 1e-12, scale, 1.0)
-        model = LogisticRegression(C=self.C, max_iter=self.max_iter)
-        model.fit((F - mean) / scale, labels)
+        coef, intercept = _fit_logistic((F - mean) / scale, labels.astype(np.float64), C=float(self.C),
+                                        max_iter=self.max_iter)
         self.feature_names_ = feature_names(self.feature_set)
         self.mean_, self.scale_ = mean, scale
-        self.coef_ = model.coef_.reshape(-1).astype(np.float64)
-        self.intercept_ = float(model.intercept_[0])
+        self.coef_, self.intercept_ = coef, intercept
         self.n_samples_ = int(F.shape[0])
         return self
 

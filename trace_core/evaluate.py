@@ -19,7 +19,7 @@ import pandas as pd
 from .baselines import BASELINES, baseline_scores
 from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus
 from .features import FEATURE_SETS, feature_matrix_from_arrays
-from .metrics import auprc, aurc, auroc, brier_score, expected_calibration_error
+from .metrics import RankGroups, brier_score, expected_calibration_error
 from .operators import Ragged
 from .score import PAPER_CONFIG, _risk_from_arrays, stack_traces
 from .trace import Trace
@@ -235,6 +235,9 @@ def _run(surprisal: Ragged, entropy: Ragged, labels: Any, *, config: EvaluationC
             fs = "paper" if method == "TRACE+" else method[len("TRACE+ ("):-1]
             feature_sets[method] = (fs, feature_matrix_from_arrays(surprisal, entropy, feature_set=fs))
     ran = [m for m in wanted if m in scalar or m in feature_sets]
+    # Each scalar score is sorted once for all splits; TRACE+'s raw score changes per split.
+    rank_groups = {m: RankGroups(scalar[m]) for m in ran if m in scalar}
+    ranking = [m for m in config.metrics if METRICS[m][1] == "score"]
     rows: list[tuple[int, str, str, float]] = []
     held_out: pd.DataFrame | None = None
     skipped_splits = 0
@@ -251,13 +254,16 @@ def _run(surprisal: Ragged, entropy: Ragged, labels: Any, *, config: EvaluationC
                 model = TracePlus(feature_set=fs).fit(F[cal], y[cal])
                 raw = model.decision_function(F[ev])
                 prob = 0.5 * (1.0 + np.tanh(0.5 * raw))
+                ranked = RankGroups(raw).ranking_metrics(y[ev]) if ranking else {}
             else:
                 score = scalar[method]
                 calibrator = PlattCalibrator() if config.scalar_calibrator == "platt" else IsotonicCalibrator()
                 prob = calibrator.fit(score[cal], y[cal]).predict_proba(score[ev])
                 raw = score[ev]
+                ranked = rank_groups[method].ranking_metrics(y[ev], ev) if ranking else {}
             for metric in config.metrics:
-                rows.append((split, method, metric, _metric(metric, y[ev], prob, raw, config)))
+                value = ranked[metric] if metric in ranked else _metric(metric, y[ev], prob, config)
+                rows.append((split, method, metric, value))
             if first:
                 held_out[method] = prob
                 held_out[f"{method} score"] = raw
@@ -277,16 +283,10 @@ def _run(surprisal: Ragged, entropy: Ragged, labels: Any, *, config: EvaluationC
                             n_answers=n, skipped_splits=skipped_splits, methods=ran, accuracy=float(y.mean()))
 
 
-def _metric(name: str, y: np.ndarray, prob: np.ndarray, raw: np.ndarray, config: EvaluationConfig) -> float:
+def _metric(name: str, y: np.ndarray, prob: np.ndarray, config: EvaluationConfig) -> float:
     if name == "brier":
         return brier_score(y, prob)
-    if name == "ece":
-        return expected_calibration_error(y, prob, n_bins=config.n_bins)
-    if name == "auroc":
-        return auroc(y, raw)
-    if name == "auprc":
-        return auprc(y, raw)
-    return aurc(y, raw)
+    return expected_calibration_error(y, prob, n_bins=config.n_bins)
 
 
 def average_results(results: Sequence[EvaluationResult]) -> EvaluationResult:

@@ -31,6 +31,7 @@ from ._checks import check_labels as _check_labels
 from ._checks import check_scores as _check_scores
 
 __all__ = [
+    "RankGroups",
     "UndefinedMetricWarning",
     "auprc",
     "aurc",
@@ -593,6 +594,71 @@ def auprc(y_true: ArrayLike, score: ArrayLike) -> float:
     precision = tps / (tps + fps)
     recall = tps / tps[-1]
     return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+def _aurc_from_groups(sizes: NDArray[np.float64], errors: NDArray[np.float64]) -> float:
+    """AURC from tied groups in decreasing confidence, in O(groups) after an O(n) harmonic table.
+
+    Inside a group of m answers with error rate r, kept after K answers with E expected errors, the risks at
+    k = K+1 .. K+m sum to ``m r + (E - K r)(H_{K+m} - H_K)`` with H the harmonic numbers; this equals the mean of
+    :func:`risk_coverage_curve`'s risks without expanding the groups to answers.
+    """
+    n = int(sizes.sum())
+    harmonic = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, n + 1, dtype=np.float64))])
+    rate = errors / sizes
+    kept_before = np.cumsum(sizes) - sizes
+    errors_before = np.cumsum(errors) - errors
+    ends = kept_before.astype(np.int64)
+    h = harmonic[ends + sizes.astype(np.int64)] - harmonic[ends]
+    return float(np.sum(sizes * rate + (errors_before - kept_before * rate) * h) / n)
+
+
+class RankGroups:
+    """A score's distinct values, found once, so AUROC, AUPRC and AURC of any subset of the answers need no sort.
+
+    The evaluation protocol scores every method on 20 random held-out subsets; sorting the full score once and
+    counting per distinct value with ``bincount`` makes each subset O(n) instead of three O(n log n) sorts. The
+    results equal :func:`auroc`, :func:`auprc` and :func:`aurc` on ``score[subset]`` (ties included).
+
+    Parameters
+    ----------
+    score : array-like of shape (n_answers,)
+        Confidence score, any finite real, higher = more likely correct.
+    """
+
+    def __init__(self, score: ArrayLike) -> None:
+        s = _check_scores(score, "score", probability=False)
+        if s.shape[0] == 0:
+            raise ValueError("`score` is empty")
+        values, inverse = np.unique(s, return_inverse=True)
+        self.n_values_ = int(values.shape[0])
+        self._inverse = inverse.reshape(-1)
+
+    def ranking_metrics(self, y_true: ArrayLike, subset: ArrayLike | None = None) -> dict[str, float]:
+        """``{"auroc", "auprc", "aurc"}`` of the answers in ``subset`` (indices; all if None), labels ``y_true``
+        aligned with the subset. AUROC and AUPRC are ``nan`` (with a warning) when the subset has one class."""
+        groups = self._inverse if subset is None else self._inverse[np.asarray(subset, dtype=np.int64)]
+        y = _check_labels(y_true, "y_true")
+        if y.shape[0] != groups.shape[0]:
+            raise ValueError(f"`y_true` has {y.shape[0]} labels but the subset has {groups.shape[0]} answers")
+        if y.shape[0] == 0:
+            raise ValueError("the subset is empty")
+        total = np.bincount(groups, minlength=self.n_values_)
+        pos = np.bincount(groups, weights=y.astype(np.float64), minlength=self.n_values_)
+        present = total > 0
+        total, pos = total[present].astype(np.float64), pos[present]  # ascending score
+        neg = total - pos
+        n = float(y.shape[0])
+        out = {"aurc": _aurc_from_groups(total[::-1], neg[::-1])}
+        if not _has_both_classes(y, "AUROC and AUPRC"):
+            return {"auroc": float("nan"), "auprc": float("nan"), **out}
+        n_pos = float(pos.sum())
+        before = np.cumsum(total) - total
+        u = float(pos @ (before + (total + 1) / 2.0)) - n_pos * (n_pos + 1) / 2.0
+        out["auroc"] = u / (n_pos * (n - n_pos))
+        tps, fps = np.cumsum(pos[::-1]), np.cumsum(neg[::-1])
+        out["auprc"] = float(np.sum(np.diff(np.r_[0.0, tps / n_pos]) * (tps / (tps + fps))))
+        return out
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,40 @@
+"""Run every benchmark in turn: ``python -m bench [names ...]`` (default: all); ``python -m bench --list``.
+
+Each prints its own table of timings as ratios against a baseline run in the same process. The README's
+"Performance" section gives the exact command behind each published figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import time
+
+BENCHES = {
+    "recording_overhead": "traced generation vs plain generate vs keeping full logits",
+    "trace_memory": "peak extra memory of a trace vs full logits as T and V grow",
+    "scoring_throughput": "teacher-forced scoring, batched vs a per-example loop",
+    "protocol_scale": "features + baselines + TRACE+ + 20-split protocol at 10k / 100k / 1M answers",
+    "dashboard": "Inspect and Calibrate page update times",
+    "load_test": "8 concurrent browser sessions against one server",
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", choices=[*BENCHES, []], metavar="NAME")
+    parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    args = parser.parse_args(argv)
+    if args.list:
+        for name, what in BENCHES.items():
+            print(f"{name:<20} {what}")
+        return
+    for name in args.names or list(BENCHES):
+        print(f"\n=== {name}: {BENCHES[name]}", flush=True)
+        start = time.perf_counter()
+        importlib.import_module(f"bench.{name}").main([])
+        print(f"({time.perf_counter() - start:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
