@@ -69,7 +69,7 @@ def _visible(token: str) -> str:
     return text.replace("\n", '<span class="tr-nl">↵</span><br/>').replace("\t", "&emsp;")
 
 
-def _control_safe(text: str) -> str:
+def control_safe(text: str) -> str:
     """Replace control and bidi-override characters with visible escapes (they could reorder or hide text)."""
     out = []
     for ch in text:
@@ -82,10 +82,20 @@ def _control_safe(text: str) -> str:
     return "".join(out)
 
 
+def md_literal(text: str) -> str:
+    """Untrusted text for a Streamlit Markdown string (``st.error``, ``st.warning``, ``st.caption``), shown literally.
+
+    Backslash escapes are not enough (``:material/...:`` and ``:red[...]`` still render), so every ASCII punctuation
+    character becomes a numeric character reference, which Markdown shows as that character and never parses.
+    """
+    return "".join(f"&#{ord(ch)};" if ch.isascii() and not ch.isalnum() and not ch.isspace() else ch
+                   for ch in control_safe(str(text)))
+
+
 def token_tooltip(trace: Trace, i: int, alternatives: Sequence[str] | None) -> str:
     """Plain-text hover details of token i: probability, surprisal, entropy, rank and the top-k alternatives."""
     p = float(np.exp(-trace.surprisal[i]))
-    lines = [f"token {i + 1}: {_control_safe(trace.tokens[i])!r}",
+    lines = [f"token {i + 1}: {control_safe(trace.tokens[i])!r}",
              f"probability {p:.1%} · surprisal {trace.surprisal[i]:.2f} · entropy {trace.entropy[i]:.2f}"]
     if trace.ranks is not None:
         lines.append(f"rank {int(trace.ranks[i])} of the vocabulary")
@@ -93,7 +103,7 @@ def token_tooltip(trace: Trace, i: int, alternatives: Sequence[str] | None) -> s
         lines.append("alternatives:")
         for j in range(trace.n_alternatives):
             label = alternatives[j] if alternatives is not None else f"id {int(trace.top_ids[i, j])}"
-            lines.append(f"  {np.exp(trace.top_logprobs[i, j]):6.1%}  {_control_safe(label)!r}")
+            lines.append(f"  {np.exp(trace.top_logprobs[i, j]):6.1%}  {control_safe(label)!r}")
     return "\n".join(lines)
 
 
@@ -111,7 +121,7 @@ def heatmap_html(trace: Trace, *, signal: str = "surprisal", explanation: TraceE
     start, stop = exp.peak_window
     parts = ['<div class="tr-heatmap" data-testid="trace-heatmap">']
     for i, token in enumerate(trace.tokens):
-        shown = _control_safe(token)
+        shown = control_safe(token)
         if len(shown) > max_token_chars:
             shown = shown[:max_token_chars] + f"… (+{len(shown) - max_token_chars} chars)"
         if shown == "":
@@ -157,7 +167,8 @@ def trace_figure(trace: Trace, explanation: TraceExplanation | None = None) -> g
     """Surprisal and entropy over token positions, the peak window shaded and spikes marked."""
     exp = explanation or explain_trace(trace)
     x = np.arange(1, len(trace) + 1)
-    labels = [_control_safe(t)[:40] for t in trace.tokens]
+    # Plotly reads tags in hover text (<b>, <span style>, <a>): escaped, a token shows as typed.
+    labels = [html.escape(control_safe(t)[:40], quote=False) for t in trace.tokens]
     fig = go.Figure()
     start, stop = exp.peak_window
     if stop > start:

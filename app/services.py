@@ -103,7 +103,9 @@ def read_local_file(path_text: str) -> tuple[bytes, str]:
         raise ValueError(f"No file at '{path_text}'.")
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
-        raise ValueError(f"'{path.name}' is {size / 2**20:.0f} MB; the limit is {MAX_FILE_BYTES // 2**20} MB.")
+        # exact bytes too: a file just over the limit would otherwise read "200 MB; the limit is 200 MB"
+        raise ValueError(f"'{path.name}' is {size:,} bytes ({size / 2**20:,.1f} MB); the limit is "
+                         f"{MAX_FILE_BYTES:,} bytes ({MAX_FILE_BYTES / 2**20:,.0f} MB, TRACE_MAX_FILE_MB).")
     return path.read_bytes(), path.name
 
 
@@ -148,6 +150,23 @@ def parse_beams(dataset: LabeledDataset, keep: np.ndarray) -> tuple[list[list[fl
         return parse_beam_logprobs(frame["beam_logprobs"].iloc[keep], frame[dataset.row_column].iloc[keep]), None
     except ValueError as exc:
         return None, str(exc)
+
+
+def context_length(lm: LoadedModel) -> int | None:
+    """How many tokens (prompt and answer together) the model reads, from its config; None when it does not say."""
+    value = getattr(getattr(lm.model, "config", None), "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def rows_over_context(lm: LoadedModel, prompts: Sequence[str], answers: Sequence[str]) -> list[int]:
+    """Positions of the (prompt, answer) pairs too long for the model to score; tokenized as ``score_answers``
+    does (prompt with special tokens, answer without)."""
+    limit = context_length(lm)
+    if limit is None or not len(prompts):
+        return []
+    prompt_ids = lm.tokenizer(list(prompts), add_special_tokens=True)["input_ids"]
+    answer_ids = lm.tokenizer(list(answers), add_special_tokens=False)["input_ids"]
+    return [i for i, (p, a) in enumerate(zip(prompt_ids, answer_ids)) if len(p) + len(a) > limit]
 
 
 def alternatives_for(lm: LoadedModel | None):

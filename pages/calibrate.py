@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app.components import metrics_table, reliability_figure, risk_coverage_figure, roc_figure
+from app.components import md_literal, metrics_table, reliability_figure, risk_coverage_figure, roc_figure
 from app.services import (
+    context_length,
     demo_datasets,
     digest,
     evaluate_cached,
@@ -17,6 +18,7 @@ from app.services import (
     parse_beams,
     read_cached,
     read_local_file,
+    rows_over_context,
 )
 from trace_core import DatasetError, EvaluationConfig, method_names, score_answers
 from trace_core.data import MATCHERS
@@ -40,7 +42,7 @@ elif source == "File path":
     try:
         data, filename = read_local_file(path_text)
     except (OSError, ValueError) as exc:
-        st.error(str(exc))
+        st.error(md_literal(str(exc)))
         st.stop()
 else:
     uploaded = st.file_uploader("CSV, JSON Lines or Parquet", type=["csv", "tsv", "jsonl", "json", "ndjson", "parquet"],
@@ -61,7 +63,7 @@ try:
     else:
         matcher = "exact"
 except DatasetError as exc:
-    st.error(f"{filename}: {exc}")
+    st.error(md_literal(f"{filename}: {exc}"))
     st.stop()
 
 if dataset.n_rejected:
@@ -82,6 +84,19 @@ store = recorded.get((data_key, model_key), {})
 for i, t in store.items():
     traces[i] = t
 missing = [i for i, t in enumerate(traces) if t is None]
+if missing and lm is not None:
+    # The model cannot score what does not fit its context: leave those rows out instead of failing the batch.
+    frame = dataset.frame
+    too_long = {missing[j] for j in rows_over_context(lm, [str(frame["prompt"].iloc[i]) for i in missing],
+                                                      [str(frame["answer"].iloc[i]) for i in missing])}
+    if too_long:
+        long_rows = frame[dataset.row_column].iloc[sorted(too_long)].tolist()
+        one = len(long_rows) == 1
+        shown = ", ".join(map(str, long_rows[:10])) + (" …" if len(long_rows) > 10 else "")
+        st.warning(f"{len(long_rows):,} {'answer does' if one else 'answers do'} not fit the model's context "
+                   f"({context_length(lm):,} tokens, prompt and answer together) and {'is' if one else 'are'} left "
+                   f"out (row{'' if one else 's'} {shown}).")
+        missing = [i for i in missing if i not in too_long]
 if missing:
     st.warning(f"{len(missing):,} of {len(traces):,} answers have no recorded trace.")
     if lm is None:
@@ -104,15 +119,22 @@ if missing:
         st.rerun()
     st.stop()
 
-empty = [i for i, t in enumerate(traces) if len(t) == 0]
+empty = [i for i, t in enumerate(traces) if t is not None and len(t) == 0]
 if empty:
-    st.warning(f"{len(empty):,} answers are empty (no tokens) and are left out of the evaluation.")
-keep = np.array([i for i in range(len(traces)) if len(traces[i]) > 0], dtype=np.int64)
+    empty_rows = dataset.frame[dataset.row_column].iloc[empty].tolist()
+    shown = ", ".join(map(str, empty_rows[:10])) + (" …" if len(empty_rows) > 10 else "")
+    st.warning(f"{len(empty):,} answers are empty (no tokens) and are left out of the evaluation "
+               f"(row{'s' if len(empty_rows) > 1 else ''} {shown}).")
+keep = np.array([i for i, t in enumerate(traces) if t is not None and len(t) > 0], dtype=np.int64)
 labels = dataset.labels[keep]
 kept_traces = [traces[i] for i in keep]
+if len(labels) == 0:
+    st.error(f"All {len(traces):,} answers are empty (no tokens): there is nothing to evaluate.")
+    st.stop()
 if len(np.unique(labels)) < 2:
-    st.error(f"All {len(labels):,} usable answers are labeled {'correct' if labels[0] == 1 else 'wrong'}: "
-             "calibration and every metric need both correct and wrong answers.")
+    which = "correct" if labels[0] == 1 else "wrong"
+    who = "The only usable answer is" if len(labels) == 1 else f"All {len(labels):,} usable answers are"
+    st.error(f"{who} labeled {which}: calibration and every metric need both correct and wrong answers.")
     st.stop()
 
 with st.form("protocol"):
@@ -128,11 +150,11 @@ config = EvaluationConfig(n_splits=int(n_splits), calibration_fraction=float(fra
 try:
     beams, beam_problem = parse_beams(dataset, keep)
     if beam_problem:
-        st.warning(f"Beam baselines skipped: {beam_problem}.")
+        st.warning(f"Beam baselines skipped: {md_literal(beam_problem)}.")
     result, notes = evaluate_cached(kept_traces, labels, config, tuple(method_names()), f"{data_key}/{model_key}",
                                     beams)
 except ValueError as exc:
-    st.error(str(exc))
+    st.error(md_literal(str(exc)))
     st.stop()
 for note in notes:
     st.warning(note)

@@ -6,7 +6,7 @@ import io
 
 import streamlit as st
 
-from app.components import HEATMAP_CSS, heatmap_html, legend_html, signal_values
+from app.components import HEATMAP_CSS, control_safe, heatmap_html, legend_html, md_literal, signal_values
 from app.services import alternatives_for, digest
 from trace_core import calibrator_from_json, explain_trace
 from trace_core.data import export_flagged
@@ -24,7 +24,7 @@ with st.expander("Use a saved calibrator instead"):
             st.session_state["calibrator"] = calibrator_from_json(uploaded.getvalue().decode("utf-8"))
             st.success("Calibrator loaded.")
         except (ValueError, UnicodeDecodeError, KeyError, TypeError) as exc:
-            st.error(f"{uploaded.name}: not a calibrator this version can read ({exc}).")
+            st.error(md_literal(f"{uploaded.name}: not a calibrator this version can read ({exc})."))
 
 data = st.session_state.get("flag_data")
 calibrator = st.session_state.get("calibrator")
@@ -65,6 +65,9 @@ if len(flagged):
 row_column = data["row_column"]
 view = flagged[[row_column, "prompt", "answer", "probability_correct", "spike_context"]
                + (["label"] if "label" in flagged.columns else [])]
+# Bidi overrides would reorder the table's text (and control characters hide it): show them as \uXXXX.
+view = view.assign(**{c: view[c].map(lambda v: control_safe(v) if isinstance(v, str) else v)
+                      for c in ("prompt", "answer", "spike_context")})
 event = st.dataframe(view, hide_index=True, on_select="rerun", selection_mode="single-row", key="flag_table",
                      column_config={
                          row_column: st.column_config.NumberColumn("row"),

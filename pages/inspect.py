@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 
 import numpy as np
@@ -10,8 +11,9 @@ import streamlit as st
 
 from app.components import HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, signal_values, trace_figure
 from app.explain import explain_probability, explain_risk
-from app.services import MAX_PROMPT_CHARS, alternatives_for, try_prompts
+from app.services import MAX_PROMPT_CHARS, alternatives_for, context_length, try_prompts
 from trace_core import DecodingConfig, TracePlus, explain_trace, generate_trace
+from trace_core.record import encode_prompt
 
 st.title("Inspect an answer")
 st.caption("Type a prompt; the model answers, and every generated token is coloured by its surprisal, entropy or share "
@@ -41,6 +43,16 @@ if submitted:
         st.warning("The prompt is empty: type a question first.")
     else:
         try:
+            limit = context_length(lm)
+            n_prompt = len(encode_prompt(lm.tokenizer, prompt, chat_template=config.chat_template))
+            if limit is not None and n_prompt >= limit:
+                raise ValueError(f"The prompt is {n_prompt:,} tokens; this model reads at most {limit:,} tokens, "
+                                 "prompt and answer together. Shorten the prompt.")
+            if limit is not None and n_prompt + config.max_new_tokens > limit:
+                # Past its last position the model fails with an IndexError: stop the answer there instead.
+                config = dataclasses.replace(config, max_new_tokens=limit - n_prompt)
+                st.caption(f"The answer is limited to {limit - n_prompt:,} new tokens: this model reads at most "
+                           f"{limit:,} tokens, prompt and answer together.")
             with st.spinner("Generating…"):
                 st.session_state["inspect_trace"] = generate_trace(lm, prompt, config=config)
         except ValueError as exc:

@@ -53,6 +53,12 @@ def test_trace_figure_builds(fn):
     assert len(fig.data) >= 2
 
 
+def test_trace_figure_hover_labels_are_escaped():
+    labels = [str(x) for x in trace_figure(hostile_trace()).data[0].customdata]
+    assert not any("<" in label for label in labels)  # Plotly would render <b>, <span style>, <a> from them
+    assert "&lt;img src=x onerror=alert(1)&gt;" in labels and "a\\u202eb" in labels
+
+
 def test_calibration_figures_build():
     rng = np.random.default_rng(0)
     y = rng.integers(0, 2, 200)
@@ -100,6 +106,34 @@ def test_inspect_page_generates_and_renders_heatmap(tiny_model_dirs, monkeypatch
         at.radio(key="signal").set_value(signal).run()
         assert not at.exception
     assert len(at.get("plotly_chart")) == 1
+
+
+def test_inspect_page_keeps_prompt_and_answer_within_the_model_context(tiny_model_dirs, monkeypatch):
+    at = start(tiny_model_dirs, monkeypatch)  # the tiny GPT-2 reads 512 positions
+    at.text_area(key="prompt").set_value("Q: " + "zq " * 600 + "\nA:")
+    at.get("form_submit_button")[0].click().run()
+    assert not at.exception
+    assert any("Shorten the prompt" in e.value for e in at.error)
+    at.sidebar.slider(key="max_new_tokens").set_value(64).run()
+    at.text_area(key="prompt").set_value("Q: " + "1" * 480 + "\nA:")  # fits, but not with 64 new tokens
+    at.get("form_submit_button")[0].click().run()
+    assert not at.exception and not at.error
+    assert any("The answer is limited to" in c.value for c in at.caption)
+    assert len(at.session_state["inspect_trace"]) <= 64
+
+
+def test_calibrate_leaves_out_answers_longer_than_the_model_context(tiny_model_dirs, monkeypatch, tmp_path):
+    frame = pd.DataFrame({"prompt": [f"Q: {i} + {i}?" for i in range(12)],
+                          "answer": [str(2 * i) for i in range(11)] + ["9" * 2000], "label": [1, 0] * 6})
+    frame.to_csv(tmp_path / "long.csv", index=False)
+    at = start(tiny_model_dirs, monkeypatch, "../pages/calibrate.py")
+    at.radio(key="data_source").set_value("File path").run()
+    at.text_input(key="data_path").set_value(str(tmp_path / "long.csv")).run()
+    assert any("1 answer does not fit the model's context (512 tokens" in w.value and "(row 12)" in w.value
+               for w in at.warning)
+    at.button(key="record").click().run()
+    assert not at.exception and not at.error
+    assert len(at.session_state["flag_data"]["traces"]) == 11
 
 
 def test_inspect_page_with_missing_model_says_so(monkeypatch):

@@ -72,7 +72,7 @@ def _require_traces(dataset, path: str) -> list:
     missing = [int(r) for r, t in zip(_row_numbers(dataset), dataset.traces) if t is None]
     if missing:
         shown = ", ".join(map(str, missing[:5])) + (" ..." if len(missing) > 5 else "")
-        rows = f"{len(missing)} row has" if len(missing) == 1 else f"{len(missing)} rows have"
+        rows = f"{len(missing):,} row has" if len(missing) == 1 else f"{len(missing):,} rows have"
         raise CLIError(f"{path}: {rows} no trace (row{'s' if len(missing) > 1 else ''} {shown}); record traces "
                        "first with `trace-core score DATA --model MODEL --out FILE`")
     return list(dataset.traces)
@@ -80,6 +80,34 @@ def _require_traces(dataset, path: str) -> list:
 
 def _row_numbers(dataset) -> list[int]:
     return dataset.frame[dataset.row_column].tolist()
+
+
+def _rows_text(rows: Sequence[int]) -> str:
+    return f"row{'s' if len(rows) > 1 else ''} " + ", ".join(map(str, rows[:5])) + (" ..." if len(rows) > 5 else "")
+
+
+def _without_empty_answers(dataset, path: str):
+    """The dataset without its empty answers (no tokens: no method can score them), as the dashboard does; says
+    which file rows were left out."""
+    from dataclasses import replace
+
+    empty = [r for r, t in zip(_row_numbers(dataset), dataset.traces) if len(t) == 0]
+    if not empty:
+        return dataset
+    if len(empty) == dataset.n_valid:
+        raise CLIError(f"{path}: every answer is empty (no tokens), so there is nothing to score")
+    print(f"warning: {len(empty):,} empty answer{'s' if len(empty) > 1 else ''} (no tokens) left out: "
+          f"{_rows_text(empty)}", file=sys.stderr)
+    keep = [i for i, t in enumerate(dataset.traces) if len(t) > 0]
+    return replace(dataset, frame=dataset.frame.iloc[keep].reset_index(drop=True),
+                   traces=[dataset.traces[i] for i in keep])
+
+
+def _require_both_classes(labels: np.ndarray, path: str, consequence: str) -> None:
+    if np.unique(labels).shape[0] < 2:
+        which = "correct (1)" if labels[0] == 1 else "wrong (0)"
+        who = "the only usable answer is" if len(labels) == 1 else f"all {len(labels):,} usable answers are"
+        raise CLIError(f"{path}: {who} labeled {which}, so {consequence}; this needs both correct and wrong answers")
 
 
 def _decoding(args: argparse.Namespace):
@@ -175,8 +203,12 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from .evaluate import EvaluationConfig, evaluate, method_names
 
     dataset = _read(args.data, require_label=True, args=args)
-    traces = _require_traces(dataset, args.data)
+    _require_traces(dataset, args.data)
+    dataset = _without_empty_answers(dataset, args.data)
+    traces = list(dataset.traces)
     labels = dataset.frame["label"].to_numpy()
+    _require_both_classes(labels, args.data, "the metrics are undefined (AUROC and AUPRC need both classes; Brier "
+                                             "and ECE need a calibrator fitted on both)")
     methods = args.methods or None
     if args.extended:
         methods = (methods or method_names()) + [m for m in method_names(extended=True) if m.startswith("TRACE+ (")]
@@ -245,7 +277,10 @@ def cmd_fit(args: argparse.Namespace) -> None:
     from .calibrate import TracePlus
 
     dataset = _read(args.data, require_label=True, args=args)
-    traces = _require_traces(dataset, args.data)
+    _require_traces(dataset, args.data)
+    dataset = _without_empty_answers(dataset, args.data)
+    traces = list(dataset.traces)
+    _require_both_classes(dataset.frame["label"].to_numpy(), args.data, "no calibrator can be fitted")
     model = TracePlus(feature_set=args.feature_set, C=args.C).fit(traces, dataset.frame["label"].to_numpy())
     Path(args.out).write_text(model.to_json(), encoding="utf-8")
     print(f"fitted TRACE+ ({args.feature_set}) on {model.n_samples_:,} answers; wrote {args.out}", file=sys.stderr)
@@ -265,6 +300,10 @@ def cmd_flag(args: argparse.Namespace) -> None:
         raise CLIError(f"{args.calibrator}: not valid JSON ({exc})") from exc
     from .flag import score_rows, select_flagged
 
+    empty = [r for r, t in zip(_row_numbers(dataset), traces) if len(t) == 0]
+    if empty:  # named here by file row (score_rows counts the kept rows only)
+        raise CLIError(f"{args.data}: {len(empty):,} empty answer{'s' if len(empty) > 1 else ''} (no tokens) cannot "
+                       f"be scored: {_rows_text(empty)}; remove them or record them again")
     scored = score_rows(dataset.frame, traces, calibrator)
     labels = dataset.labels if "label" in dataset.frame.columns else None
     if args.target_risk is not None and labels is None:

@@ -704,8 +704,10 @@ def _read_csv(text: str, *, name: str, max_rows: int | None) -> _Table:
     header: list[str] | None = None
     rows: list[dict[str, Any] | None] = []
     errors: list[RowError] = []
+    last_line = 0
     try:
         for record in reader:
+            first_line, last_line = last_line + 1, reader.line_num
             if _is_blank(record):
                 continue
             if header is None:
@@ -713,8 +715,14 @@ def _read_csv(text: str, *, name: str, max_rows: int | None) -> _Table:
                 continue
             _too_many(max_rows, len(rows) + 1)
             if len(record) != len(header):
-                errors.append(RowError(len(rows) + 1, "", f"has {len(record)} fields but the header has "
-                                                          f"{len(header)} (a stray delimiter or quote?)"))
+                message = f"has {len(record)} fields but the header has {len(header)}"
+                if last_line > first_line:  # an unclosed quote swallows the lines after it: say so, they are lost
+                    message += (f", and it runs from line {first_line} to line {last_line} of the file: a quote on "
+                                f"line {first_line} is probably never closed, so those lines were read as this one "
+                                f"row")
+                else:
+                    message += " (a stray delimiter or quote?)"
+                errors.append(RowError(len(rows) + 1, "", message))
                 rows.append(None)
             else:
                 rows.append(dict(zip(header, record)))

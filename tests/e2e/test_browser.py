@@ -7,16 +7,10 @@ the test's temporary folder (and, with TRACE_SCREENSHOTS=folder, copied there fo
 from __future__ import annotations
 
 import csv
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import generate, screenshot, wait_idle
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -27,90 +21,6 @@ if not (ROOT / "assets" / "demo-model" / "model.safetensors").exists():
     pytest.skip("the demo model is not built", allow_module_level=True)
 
 pytestmark = pytest.mark.e2e
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    port = _free_port()
-    env = {**os.environ, "TRACE_LOCAL_FILES": "1", "PYTHONPATH": str(ROOT)}
-    log = tmp_path_factory.mktemp("server") / "streamlit.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
-                                 "--server.port", str(port), "--server.address", "127.0.0.1",
-                                 "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("the Streamlit server did not start:\n" + log.read_text()[-3000:])
-    yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                              args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                                    "--disable-background-networking", "--disable-component-update",
-                                    "--disable-sync"])
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 2000}, accept_downloads=True)
-    pg = context.new_page()
-    pg.dialogs = []
-    pg.on("dialog", lambda d: (pg.dialogs.append(d.message), d.dismiss()))
-    yield pg
-    context.close()
-
-
-def wait_idle(page, timeout: float = 60_000) -> None:
-    """Wait until the app has finished running its script."""
-    page.wait_for_selector('[data-testid="stApp"]', timeout=timeout)
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]') || "
-        "!document.querySelector('[data-testid=\"stStatusWidget\"]').innerText.includes('Running')",
-        timeout=timeout)
-    page.wait_for_timeout(500)
-
-
-def screenshot(page, tmp_path: Path, name: str) -> None:
-    path = tmp_path / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    target = os.environ.get("TRACE_SCREENSHOTS")
-    if target:
-        Path(target).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, Path(target) / path.name)
-
-
-def generate(page, prompt: str) -> None:
-    box = page.get_by_label("Prompt")
-    box.fill(prompt)
-    page.get_by_role("button", name="Generate").click()
-    page.wait_for_selector('[data-testid="trace-heatmap"] .tr-tok', timeout=60_000)
-    wait_idle(page)
 
 
 def test_inspect_generates_heatmap(server, page, tmp_path):
