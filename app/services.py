@@ -26,7 +26,7 @@ from trace_core import (
     load_model,
     read_dataset,
 )
-from trace_core.record import check_model_allowed
+from trace_core.record import check_model_allowed, context_length
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_MODEL = ROOT / "assets" / "demo-model"
@@ -150,12 +150,6 @@ def parse_beams(dataset: LabeledDataset, keep: np.ndarray) -> tuple[list[list[fl
         return parse_beam_logprobs(frame["beam_logprobs"].iloc[keep], frame[dataset.row_column].iloc[keep]), None
     except ValueError as exc:
         return None, str(exc)
-
-
-def context_length(lm: LoadedModel) -> int | None:
-    """How many tokens (prompt and answer together) the model reads, from its config; None when it does not say."""
-    value = getattr(getattr(lm.model, "config", None), "max_position_embeddings", None)
-    return value if isinstance(value, int) and value > 0 else None
 
 
 def rows_over_context(lm: LoadedModel, prompts: Sequence[str], answers: Sequence[str]) -> list[int]:

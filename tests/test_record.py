@@ -293,3 +293,16 @@ def test_pickle_opt_in_through_environment(pickled_folder, monkeypatch):
         load_model(folder, device="cpu")
     monkeypatch.setenv("TRACE_ALLOW_PICKLE_WEIGHTS", "1")
     assert load_model(folder, device="cpu").vocab_size > 0
+
+
+def test_inputs_past_the_model_context_are_refused_with_a_message(tiny_models):
+    tiny_gpt2 = tiny_models["gpt2"]
+    from trace_core.record import context_length
+
+    limit = context_length(tiny_gpt2)
+    assert limit is not None
+    long_prompt = "1" * (limit + 10)
+    with pytest.raises(ValueError, match=r"prompt 0 is .* at most"):
+        generate_traces(tiny_gpt2, [long_prompt], config=DecodingConfig(max_new_tokens=4))
+    with pytest.raises(ValueError, match=r"answer 1: .* at most"):
+        score_answers(tiny_gpt2, ["Q: 1", "Q: 2"], ["2", "3" * (limit + 10)])

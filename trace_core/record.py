@@ -513,6 +513,12 @@ def _pad_id(model: Any, tokenizer: Any) -> int:
     return 0
 
 
+def context_length(lm: LoadedModel) -> int | None:
+    """How many tokens (prompt and answer together) the model reads, from its config; None when it does not say."""
+    value = getattr(getattr(lm.model, "config", None), "max_position_embeddings", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _check_lm(lm: Any) -> LoadedModel:
     if not isinstance(lm, LoadedModel):
         raise TypeError(f"`lm` must be a LoadedModel (from load_model), got {type(lm).__name__}")
@@ -577,6 +583,12 @@ def generate_traces(lm: LoadedModel, prompts: Sequence[str], *, config: Decoding
     extra = dict(generate_kwargs or {})
     _check_generate_kwargs(extra)
     encoded = [encode_prompt(lm.tokenizer, p, chat_template=config.chat_template) for p in prompts]
+    limit = context_length(lm)
+    for i, ids in enumerate(encoded):
+        if limit is not None and len(ids) + config.max_new_tokens > limit:
+            # Past its last position a model fails deep inside torch (IndexError); say why instead.
+            raise ValueError(f"prompt {i} is {len(ids):,} tokens and max_new_tokens is {config.max_new_tokens:,}, "
+                             f"but the model reads at most {limit:,} tokens, prompt and answer together")
     traces: list[Trace] = []
     for start in range(0, len(prompts), batch_size):
         chunk = range(start, min(start + batch_size, len(prompts)))
@@ -748,6 +760,11 @@ def score_answers(lm: LoadedModel, prompts: Sequence[str], answers: Sequence[str
                 answer_ids.append([int(t) for t in answer])
             except (TypeError, ValueError) as exc:
                 raise TypeError(f"`answers[{i}]` must be a str or a sequence of token ids") from exc
+    limit = context_length(lm)
+    for i, (p, a) in enumerate(zip(prompt_ids, answer_ids)):
+        if limit is not None and len(p) + len(a) > limit:
+            raise ValueError(f"answer {i}: prompt and answer are {len(p) + len(a):,} tokens, but the model reads at "
+                             f"most {limit:,}")
     order = sorted(range(len(prompts)), key=lambda i: len(prompt_ids[i]) + len(answer_ids[i]))
     results: dict[int, Trace] = {}
     for start in range(0, len(order), batch_size):
@@ -798,18 +815,30 @@ def _score_batch(lm: LoadedModel, prompt_ids: list[list[int]], answer_ids: list[
             cache = DynamicCache(config=model.config)
             # transformers 5.2x renamed the forward argument `past_key_values` to `cache`.
             cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        # Most models can skip the vocabulary projection at positions nobody reads (prompt, padding): with long
+        # prompts that projection is most of the work.
+        keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
         for start in range(0, width, chunk):
             stop = min(start + chunk, width)
             need = predicts[:, start:stop]
+            extra: dict[str, Any] = {}
+            kept = need.any(dim=0).nonzero(as_tuple=True)[0]
+            if keep_arg and need.any():
+                extra["logits_to_keep"] = kept.to(device)
             if cache is None:
-                logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+                logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **extra).logits
             else:
                 logits = model(input_ids=input_ids[:, start:stop], attention_mask=attention_mask[:, :stop],
-                               use_cache=True, **{cache_arg: cache}).logits
+                               use_cache=True, **{cache_arg: cache}, **extra).logits
             if not need.any():
                 continue
             rows, cols = need.nonzero(as_tuple=True)
-            selected = logits[rows.to(logits.device), cols.to(logits.device)]
+            if "logits_to_keep" in extra:  # logits hold the kept positions only, in order
+                position = torch.full((stop - start,), -1, dtype=torch.long)
+                position[kept] = torch.arange(kept.shape[0])
+                selected = logits[rows.to(logits.device), position[cols].to(logits.device)]
+            else:
+                selected = logits[rows.to(logits.device), cols.to(logits.device)]
             del logits
             logp, entropy, top_lp, top_ids = _step_stats(selected, k)
             chosen_lp, rank = _chosen_stats(logp, targets[:, start:stop][rows, cols].to(logp.device))
