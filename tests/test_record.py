@@ -306,3 +306,14 @@ def test_inputs_past_the_model_context_are_refused_with_a_message(tiny_models):
         generate_traces(tiny_gpt2, [long_prompt], config=DecodingConfig(max_new_tokens=4))
     with pytest.raises(ValueError, match=r"answer 1: .* at most"):
         score_answers(tiny_gpt2, ["Q: 1", "Q: 2"], ["2", "3" * (limit + 10)])
+
+
+def test_teacher_forcing_statistics_in_small_blocks_match_one_block(lm, monkeypatch):
+    import trace_core.record as record
+
+    prompts, answers = ["Q: 12 + 7 =", "Q: 3 + 4 =", "Q: a b"], [" 19", " 7 and then 8", " c d e f g"]
+    whole = score_answers(lm, prompts, answers, batch_size=3)
+    monkeypatch.setattr(record, "_STATS_BLOCK_BYTES", 1)  # one token per block
+    blocks = score_answers(lm, prompts, answers, batch_size=3)
+    for a, b in zip(whole, blocks):
+        assert a == b

@@ -929,9 +929,10 @@ def _trace_from_cells(cells: dict[str, Any], *, prompt: str, answer: str) -> Tra
         raise _Bad("tokens", "is missing; a row with trace columns needs `tokens` (leave every trace column empty "
                              "for a row without a trace)")
     tokens = _list(cells["tokens"], "tokens")
-    for i, tok in enumerate(tokens):
-        if not isinstance(tok, str):
-            raise _Bad("tokens", f"tokens[{i}] is {_show(tok)}; expected a string")
+    if not set(map(type, tokens)) <= _ALLOWED_TYPES["str"]:
+        for i, tok in enumerate(tokens):
+            if not isinstance(tok, str):
+                raise _Bad("tokens", f"tokens[{i}] is {_show(tok)}; expected a string")
     n = len(tokens)
 
     surprisal = None

@@ -395,6 +395,9 @@ def _chosen_stats(logp: "torch.Tensor", chosen: "torch.Tensor") -> tuple["torch.
     return chosen_lp, rank
 
 
+_STATS_BLOCK_BYTES = 4 * 2**20
+
+
 class _TraceRecorder:
     """LogitsProcessor body that records per-step entropy, top-k, and the chosen token's log-prob and rank.
 
@@ -836,15 +839,20 @@ def _score_batch(lm: LoadedModel, prompt_ids: list[list[int]], answer_ids: list[
             if "logits_to_keep" in extra:  # logits hold the kept positions only, in order
                 position = torch.full((stop - start,), -1, dtype=torch.long)
                 position[kept] = torch.arange(kept.shape[0])
-                selected = logits[rows.to(logits.device), position[cols].to(logits.device)]
+                at = position[cols]
             else:
-                selected = logits[rows.to(logits.device), cols.to(logits.device)]
+                at = cols
+            chosen = targets[:, start:stop][rows, cols]
+            # Statistics in blocks of about 4 MiB of float32 rows: the half-dozen passes over the vocabulary then
+            # stay in cache instead of streaming a (tokens x V) tensor from memory each time.
+            block = max(1, _STATS_BLOCK_BYTES // (4 * vocab))
+            for b in range(0, rows.shape[0], block):
+                r, a = rows[b:b + block].to(logits.device), at[b:b + block].to(logits.device)
+                logp, entropy, top_lp, top_ids = _step_stats(logits[r, a], k)
+                chosen_lp, rank = _chosen_stats(logp, chosen[b:b + block].to(logp.device))
+                chunks.append(tuple(t.cpu().numpy() for t in (rows[b:b + block], chosen_lp, entropy, top_lp[:, :k],
+                                                               top_ids[:, :k], rank)))
             del logits
-            logp, entropy, top_lp, top_ids = _step_stats(selected, k)
-            chosen_lp, rank = _chosen_stats(logp, targets[:, start:stop][rows, cols].to(logp.device))
-            top_lp, top_ids = top_lp[:, :k], top_ids[:, :k]
-            del selected, logp
-            chunks.append(tuple(t.cpu().numpy() for t in (rows, chosen_lp, entropy, top_lp, top_ids, rank)))
     # Chunks are in position order and rows ascend within each chunk: a stable sort by row gives each row's tokens
     # in position order.
     if not chunks:  # every answer is empty

@@ -181,9 +181,10 @@ class Trace:
         tokens = tuple(self.tokens)
         if len(tokens) != n_tokens:
             raise ValueError(f"`tokens` has {len(tokens)} entries but `token_ids` has {n_tokens}")
-        for i, tok in enumerate(tokens):
-            if not isinstance(tok, str):
-                raise TypeError(f"`tokens[{i}]` must be a str, got {type(tok).__name__}")
+        if not set(map(type, tokens)) <= {str}:  # one C-level pass; the loop below only finds the culprit
+            for i, tok in enumerate(tokens):
+                if not isinstance(tok, str):
+                    raise TypeError(f"`tokens[{i}]` must be a str, got {type(tok).__name__}")
         surprisal = _as_array(self.surprisal, "surprisal", np.float64, ndim=1, length=n_tokens)
         entropy = _as_array(self.entropy, "entropy", np.float64, ndim=1, length=n_tokens)
         for name, arr in (("surprisal", surprisal), ("entropy", entropy)):
@@ -322,7 +323,7 @@ def _as_array(value: Any, name: str, dtype: type, *, ndim: int, length: int | No
         raise ValueError(f"`{name}` must be {ndim}-D, got shape {arr.shape}")
     if length is not None and arr.shape[0] != length:
         raise ValueError(f"`{name}` has {arr.shape[0]} rows but the trace has {length} tokens")
-    if np.issubdtype(dtype, np.integer):
+    if arr.dtype.kind in "iu":
         original = np.asarray(value)
         if original.size and original.dtype.kind == "f" and not np.array_equal(original, np.round(original)):
             raise ValueError(f"`{name}` must hold integers, got non-integral values")
