@@ -419,6 +419,8 @@ class _TraceRecorder:
         self.buffer_bytes = buffer_bytes
         self.prompt_width: int | None = None
         self._buffer = None  # (limit, B, V) float32: steps _flushed .. _flushed + _n - 1 are buffered
+        self._work = None  # workspaces of the buffer's shape (float32, bool), made on first use
+        self._above = None
         self._n = 0
         self._flushed = 0
         self._limit = 1
@@ -439,25 +441,52 @@ class _TraceRecorder:
         return scores
 
     def _flush(self, generated: "torch.Tensor", n_rows: int | None = None) -> None:
-        torch = _torch()
         n_steps = self._n if n_rows is None else min(n_rows, self._n)
         if n_steps == 0:
             return
         batch = self._buffer.shape[1]
         # Rows in step-major order (step, sequence): a view of the buffer, no copy.
-        logp, entropy, top_lp, top_ids = _step_stats(self._buffer[:n_steps].reshape(n_steps * batch, -1), self.k)
-        if self.greedy:
-            chosen_lp = top_lp[:, 0]
-            rank = torch.ones_like(top_ids[:, 0])
-        else:
-            chosen = generated[:, self._flushed:self._flushed + n_steps].T.reshape(-1).to(logp.device)
-            chosen_lp, rank = _chosen_stats(logp, chosen)
+        chosen = None
+        if not self.greedy:
+            chosen = generated[:, self._flushed:self._flushed + n_steps].T.reshape(-1).to(self._buffer.device)
+        entropy, top_lp, top_ids, chosen_lp, rank = self._stats_in_place(n_steps * batch, chosen)
         for name, value in (("entropy", entropy), ("top_lp", top_lp[:, :self.k]), ("top_ids", top_ids[:, :self.k]),
                             ("chosen_lp", chosen_lp), ("rank", rank)):
             value = value.reshape((n_steps, batch) + tuple(value.shape[1:])).transpose(0, 1)
             self._parts[name].append(value)
         self._flushed += n_steps
         self._n = 0
+
+    def _stats_in_place(self, n: int, chosen: "torch.Tensor | None") -> tuple["torch.Tensor", ...]:
+        """Entropy, top-k log-probs and ids, and the chosen tokens' log-probs and ranks of the first n buffered rows
+        (greedy: chosen = the argmax), as :func:`_step_stats` and :func:`_chosen_stats` compute them but inside the
+        buffer and preallocated workspaces. No vocabulary-sized temporaries: the allocator then has nothing to strand
+        between the long-lived tensors generate() keeps growing (at some vocabulary sizes that stranding cost
+        hundreds of MiB over a long answer)."""
+        torch = _torch()
+        width = self._buffer.shape[-1]
+        x = self._buffer.view(-1, width)[:n]
+        if self._work is None:
+            self._work = torch.empty_like(self._buffer)
+        work = self._work.view(-1, width)[:n]
+        x.sub_(x.amax(dim=-1, keepdim=True))
+        torch.exp(x, out=work)
+        total = work.sum(dim=-1, keepdim=True)
+        x.sub_(total.log())  # log p
+        top_lp, top_ids = torch.topk(x, k=min(max(self.k, 1), width), dim=-1)
+        if chosen is None:
+            chosen_lp, rank = top_lp[:, 0], torch.ones_like(top_ids[:, 0])
+        else:
+            chosen_lp = x.gather(-1, chosen[:, None]).squeeze(-1)
+            if self._above is None:
+                self._above = torch.empty(self._buffer.shape, dtype=torch.bool, device=self._buffer.device)
+            above = self._above.view(-1, width)[:n]
+            torch.gt(x, chosen_lp[:, None], out=above)
+            rank = above.sum(dim=-1) + 1
+        work.div_(total)  # p
+        # -sum p log p; the clamp makes masked tokens (log p = -inf, p = 0) add 0 instead of nan.
+        entropy = -torch.linalg.vecdot(work, x.clamp_(min=torch.finfo(x.dtype).min))
+        return entropy, top_lp, top_ids, chosen_lp, rank
 
     def finish(self, sequences: "torch.Tensor") -> dict[str, np.ndarray]:
         """Per-step arrays of shape (B, T[, k]) for the T generated steps in ``sequences`` (B, T)."""
@@ -468,7 +497,7 @@ class _TraceRecorder:
         # Steps beyond n_steps were undone by generate() (deferred stop checks): they are never scored.
         self._flush(sequences, n_rows=max(0, n_steps - self._flushed))
         self._n = 0
-        self._buffer = None
+        self._buffer = self._work = self._above = None
         return {name: torch.cat(parts, dim=1)[:, :n_steps].cpu().numpy() for name, parts in self._parts.items()}
 
 
