@@ -31,6 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 DATASET = ROOT / "assets" / "datasets" / "demo_validation.csv"
 # Two prompts, so that from 3 sessions on several sessions ask the same one at the same time.
 PROMPTS = ["Q: What is 23 plus 19?\nA:", "Q: Tell me the year Drahustan was founded.\nA:"]
@@ -281,8 +283,7 @@ async def run(url: str, sessions: int, rounds: int, results: Results) -> None:
     async with async_playwright() as p:
         browser = await p.chromium.launch(
             executable_path=str(CHROMIUM), headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            args=[*CHROMIUM_ARGS,
                   # Every session's page is "in front": no throttled timers or frames in the ones that are not.
                   "--disable-background-timer-throttling", "--disable-backgrounding-occluded-windows",
                   "--disable-renderer-backgrounding"])

@@ -9,55 +9,31 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from bench.load_test import CHROMIUM, CHROMIUM_ARGS, start_server, stop_server
+
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def skip_unless_ready() -> None:
+    """Skip the calling test module (at import) when Chromium or the demo model is missing."""
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)", allow_module_level=True)
+    if not (ROOT / "assets" / "demo-model" / "model.safetensors").exists():
+        pytest.skip("the demo model is not built", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    port = _free_port()
-    env = {**os.environ, "TRACE_LOCAL_FILES": "1", "PYTHONPATH": str(ROOT)}
-    log = tmp_path_factory.mktemp("server") / "streamlit.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
-                                 "--server.port", str(port), "--server.address", "127.0.0.1",
-                                 "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("the Streamlit server did not start:\n" + log.read_text()[-3000:])
-    yield url
-    proc.terminate()
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        proc, url = start_server(tmp_path_factory.mktemp("server") / "streamlit.log")
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    yield url
+    stop_server(proc)
 
 
 @pytest.fixture(scope="module")
@@ -109,4 +85,14 @@ def generate(page, prompt: str) -> None:
     box.fill(prompt)
     page.get_by_role("button", name="Generate").click()
     page.wait_for_selector('[data-testid="trace-heatmap"] .tr-tok', timeout=60_000)
+    wait_idle(page)
+
+
+def open_calibrate_upload(page, server: str) -> None:
+    """Open the app, go to Calibrate and choose "Upload a file", waiting for each script run."""
+    page.goto(server)
+    wait_idle(page)
+    page.get_by_role("link", name="Calibrate").click()
+    wait_idle(page)
+    page.get_by_text("Upload a file").click()
     wait_idle(page)

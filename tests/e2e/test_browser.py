@@ -7,18 +7,12 @@ the test's temporary folder (and, with TRACE_SCREENSHOTS=folder, copied there fo
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 
 import pytest
-from conftest import generate, screenshot, wait_idle
+from conftest import ROOT, generate, open_calibrate_upload, screenshot, skip_unless_ready, wait_idle
 
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
 playwright = pytest.importorskip("playwright.sync_api")
-if not CHROMIUM.exists():
-    pytest.skip("Debian's chromium is not installed (apt-get install chromium)", allow_module_level=True)
-if not (ROOT / "assets" / "demo-model" / "model.safetensors").exists():
-    pytest.skip("the demo model is not built", allow_module_level=True)
+skip_unless_ready()
 
 pytestmark = pytest.mark.e2e
 
@@ -47,12 +41,7 @@ def test_hostile_prompt_renders_as_text_and_no_dialog_fires(server, page, tmp_pa
 
 
 def test_calibrate_upload_shows_reliability_and_flag_downloads(server, page, tmp_path):
-    page.goto(server)
-    wait_idle(page)
-    page.get_by_role("link", name="Calibrate").click()
-    wait_idle(page)
-    page.get_by_text("Upload a file").click()
-    wait_idle(page)
+    open_calibrate_upload(page, server)
     dataset = ROOT / "assets" / "datasets" / "demo_validation.csv"
     page.locator('input[type="file"]').set_input_files(str(dataset))
     page.wait_for_selector('[data-testid="stPlotlyChart"]', timeout=120_000)

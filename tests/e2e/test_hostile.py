@@ -10,13 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import CHROMIUM, ROOT, generate, wait_idle
+from conftest import ROOT, generate, open_calibrate_upload, skip_unless_ready, wait_idle
 
 pytest.importorskip("playwright.sync_api")
-if not CHROMIUM.exists():
-    pytest.skip("Debian's chromium is not installed (apt-get install chromium)", allow_module_level=True)
-if not (ROOT / "assets" / "demo-model" / "model.safetensors").exists():
-    pytest.skip("the demo model is not built", allow_module_level=True)
+skip_unless_ready()
 
 pytestmark = pytest.mark.e2e
 
@@ -120,12 +117,7 @@ def test_inspect_hostile_prompts(server, page):
 def test_calibrate_and_flag_hostile_dataset(server, page, tmp_path):
     path = tmp_path / "hostile.csv"
     written = hostile_csv(path)
-    page.goto(server)
-    wait_idle(page)
-    page.get_by_role("link", name="Calibrate").click()
-    wait_idle(page)
-    page.get_by_text("Upload a file").click()
-    wait_idle(page)
+    open_calibrate_upload(page, server)
     page.locator('input[type="file"]').set_input_files(str(path))
     wait_idle(page)
     assert_nothing_injected(page)
@@ -206,12 +198,7 @@ MARKDOWN_PAYLOADS = f"{IMG} {RED} {MATH} {ICON} [md-link](javascript:alert(1)) *
 
 
 def test_hostile_file_names_and_paths_in_messages(server, page):
-    page.goto(server)
-    wait_idle(page)
-    page.get_by_role("link", name="Calibrate").click()
-    wait_idle(page)
-    page.get_by_text("Upload a file").click()
-    wait_idle(page)
+    open_calibrate_upload(page, server)
     # Not a dataset: the error message repeats the file's name.
     page.locator('input[type="file"]').set_input_files(
         files=[{"name": f"{RED} {MATH} {SCRIPT}.csv", "mimeType": "text/csv", "buffer": b"not,a,dataset\n1,2,3\n"}])

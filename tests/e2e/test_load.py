@@ -8,13 +8,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import CHROMIUM, ROOT
+from conftest import ROOT, skip_unless_ready
 
 pytest.importorskip("playwright.async_api")
-if not CHROMIUM.exists():
-    pytest.skip("Debian's chromium is not installed (apt-get install chromium)", allow_module_level=True)
-if not (ROOT / "assets" / "demo-model" / "model.safetensors").exists():
-    pytest.skip("the demo model is not built", allow_module_level=True)
+skip_unless_ready()
 
 pytestmark = pytest.mark.e2e
 
