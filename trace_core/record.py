@@ -372,27 +372,35 @@ def _token_pieces_incremental(tokenizer: Any, ids: list[int], full: str) -> list
 # Per-step statistics
 
 
-def _step_stats(logits: "torch.Tensor", k: int) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor",
-                                                          "torch.Tensor"]:
-    """Log-probs (n, V), entropy (n,), top-k log-probs and ids (n, max(k, 1)) from logits (n, V), in float32.
+def _stats_in_place(x: "torch.Tensor", k: int, chosen: "torch.Tensor | None", *, work: "torch.Tensor | None" = None,
+                    above: "torch.Tensor | None" = None) -> tuple["torch.Tensor", ...]:
+    """Entropy (n,), top-k log-probs and ids (n, k), and the chosen tokens' log-probs and 1-based ranks (n,) from
+    float32 logits x (n, V), which are overwritten. ``chosen`` None means greedy: the chosen token is the argmax.
 
-    No host synchronisation, so a GPU is never stalled by the recorder.
+    Computed inside x and workspaces of its shape (``work`` float32, ``above`` bool; made here if not given): no
+    other vocabulary-sized temporaries, so the allocator has nothing to strand between the long-lived tensors
+    generate() keeps growing (at some vocabulary sizes that stranding cost hundreds of MiB over a long answer). No
+    host synchronisation, so a GPU is never stalled.
     """
     torch = _torch()
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    work = torch.empty_like(x) if work is None else work
+    x.sub_(x.amax(dim=-1, keepdim=True))
+    torch.exp(x, out=work)
+    total = work.sum(dim=-1, keepdim=True)
+    x.sub_(total.log())  # log p
+    top_lp, top_ids = torch.topk(x, k=min(max(k, 1), x.shape[-1]), dim=-1)
+    if chosen is None:
+        chosen_lp, rank = top_lp[:, 0], torch.ones_like(top_ids[:, 0])
+    else:
+        chosen_lp = x.gather(-1, chosen[:, None]).squeeze(-1)
+        above = torch.empty(x.shape, dtype=torch.bool, device=x.device) if above is None else above
+        torch.gt(x, chosen_lp[:, None], out=above)
+        rank = above.sum(dim=-1) + 1  # sum of a bool tensor: twice as fast as count_nonzero
+    work.div_(total)  # p
     # -sum p log p as one dot product per row (several times faster than torch.special.entr on CPU); the clamp
-    # makes masked tokens (logit -inf) contribute 0 * finite = 0 instead of 0 * -inf = nan.
-    entropy = -torch.linalg.vecdot(logp.exp(), logp.clamp(min=torch.finfo(logp.dtype).min))
-    top_lp, top_ids = torch.topk(logp, k=min(max(k, 1), logp.shape[-1]), dim=-1)
-    return logp, entropy, top_lp, top_ids
-
-
-def _chosen_stats(logp: "torch.Tensor", chosen: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
-    """Log-prob (n,) and 1-based rank (n,) of the chosen token in each row of logp (n, V)."""
-    torch = _torch()
-    chosen_lp = logp.gather(-1, chosen[:, None]).squeeze(-1)
-    rank = (logp > chosen_lp[:, None]).sum(dim=-1) + 1  # sum of a bool tensor: twice as fast as count_nonzero
-    return chosen_lp, rank
+    # makes masked tokens (log p = -inf, p = 0) add 0 instead of 0 * -inf = nan.
+    entropy = -torch.linalg.vecdot(work, x.clamp_(min=torch.finfo(x.dtype).min))
+    return entropy, top_lp[:, :k], top_ids[:, :k], chosen_lp, rank
 
 
 _STATS_BLOCK_BYTES = 4 * 2**20
@@ -401,8 +409,9 @@ _STATS_BLOCK_BYTES = 4 * 2**20
 class _TraceRecorder:
     """LogitsProcessor body that records per-step entropy, top-k, and the chosen token's log-prob and rank.
 
-    Each step's scores are copied into a preallocated buffer of at most ``buffer_bytes`` (and 64 steps); when it is full,
-    the statistics of all buffered steps are computed in one vectorised call and the rows are dropped. Memory is
+    Each step's scores are copied into a preallocated buffer of at most ``buffer_bytes`` (and 64 steps); when it is
+    full, the statistics of all buffered steps are computed in one vectorised call (inside the buffer, see
+    :func:`_stats_in_place`) and the rows are dropped. Memory is
     therefore bounded by the buffer, never T x V, and the per-step cost is one copy: on small models the fixed cost
     of a dozen tensor operations per step would otherwise rival the model itself.
 
@@ -441,6 +450,7 @@ class _TraceRecorder:
         return scores
 
     def _flush(self, generated: "torch.Tensor", n_rows: int | None = None) -> None:
+        torch = _torch()
         n_steps = self._n if n_rows is None else min(n_rows, self._n)
         if n_steps == 0:
             return
@@ -449,44 +459,21 @@ class _TraceRecorder:
         chosen = None
         if not self.greedy:
             chosen = generated[:, self._flushed:self._flushed + n_steps].T.reshape(-1).to(self._buffer.device)
-        entropy, top_lp, top_ids, chosen_lp, rank = self._stats_in_place(n_steps * batch, chosen)
-        for name, value in (("entropy", entropy), ("top_lp", top_lp[:, :self.k]), ("top_ids", top_ids[:, :self.k]),
+        width = self._buffer.shape[-1]
+        if self._work is None:
+            self._work = torch.empty_like(self._buffer)
+            self._above = None if self.greedy else torch.empty(self._buffer.shape, dtype=torch.bool,
+                                                                device=self._buffer.device)
+        n = n_steps * batch
+        entropy, top_lp, top_ids, chosen_lp, rank = _stats_in_place(
+            self._buffer.view(-1, width)[:n], self.k, chosen, work=self._work.view(-1, width)[:n],
+            above=None if self._above is None else self._above.view(-1, width)[:n])
+        for name, value in (("entropy", entropy), ("top_lp", top_lp), ("top_ids", top_ids),
                             ("chosen_lp", chosen_lp), ("rank", rank)):
             value = value.reshape((n_steps, batch) + tuple(value.shape[1:])).transpose(0, 1)
             self._parts[name].append(value)
         self._flushed += n_steps
         self._n = 0
-
-    def _stats_in_place(self, n: int, chosen: "torch.Tensor | None") -> tuple["torch.Tensor", ...]:
-        """Entropy, top-k log-probs and ids, and the chosen tokens' log-probs and ranks of the first n buffered rows
-        (greedy: chosen = the argmax), as :func:`_step_stats` and :func:`_chosen_stats` compute them but inside the
-        buffer and preallocated workspaces. No vocabulary-sized temporaries: the allocator then has nothing to strand
-        between the long-lived tensors generate() keeps growing (at some vocabulary sizes that stranding cost
-        hundreds of MiB over a long answer)."""
-        torch = _torch()
-        width = self._buffer.shape[-1]
-        x = self._buffer.view(-1, width)[:n]
-        if self._work is None:
-            self._work = torch.empty_like(self._buffer)
-        work = self._work.view(-1, width)[:n]
-        x.sub_(x.amax(dim=-1, keepdim=True))
-        torch.exp(x, out=work)
-        total = work.sum(dim=-1, keepdim=True)
-        x.sub_(total.log())  # log p
-        top_lp, top_ids = torch.topk(x, k=min(max(self.k, 1), width), dim=-1)
-        if chosen is None:
-            chosen_lp, rank = top_lp[:, 0], torch.ones_like(top_ids[:, 0])
-        else:
-            chosen_lp = x.gather(-1, chosen[:, None]).squeeze(-1)
-            if self._above is None:
-                self._above = torch.empty(self._buffer.shape, dtype=torch.bool, device=self._buffer.device)
-            above = self._above.view(-1, width)[:n]
-            torch.gt(x, chosen_lp[:, None], out=above)
-            rank = above.sum(dim=-1) + 1
-        work.div_(total)  # p
-        # -sum p log p; the clamp makes masked tokens (log p = -inf, p = 0) add 0 instead of nan.
-        entropy = -torch.linalg.vecdot(work, x.clamp_(min=torch.finfo(x.dtype).min))
-        return entropy, top_lp, top_ids, chosen_lp, rank
 
     def finish(self, sequences: "torch.Tensor") -> dict[str, np.ndarray]:
         """Per-step arrays of shape (B, T[, k]) for the T generated steps in ``sequences`` (B, T)."""
@@ -877,10 +864,11 @@ def _score_batch(lm: LoadedModel, prompt_ids: list[list[int]], answer_ids: list[
             block = max(1, _STATS_BLOCK_BYTES // (4 * vocab))
             for b in range(0, rows.shape[0], block):
                 r, a = rows[b:b + block].to(logits.device), at[b:b + block].to(logits.device)
-                logp, entropy, top_lp, top_ids = _step_stats(logits[r, a], k)
-                chosen_lp, rank = _chosen_stats(logp, chosen[b:b + block].to(logp.device))
-                chunks.append(tuple(t.cpu().numpy() for t in (rows[b:b + block], chosen_lp, entropy, top_lp[:, :k],
-                                                               top_ids[:, :k], rank)))
+                # The gathered block is a copy, so it can be overwritten.
+                entropy, top_lp, top_ids, chosen_lp, rank = _stats_in_place(
+                    logits[r, a].float(), k, chosen[b:b + block].to(logits.device))
+                chunks.append(tuple(t.cpu().numpy() for t in (rows[b:b + block], chosen_lp, entropy, top_lp,
+                                                               top_ids, rank)))
             del logits
     # Chunks are in position order and rows ascend within each chunk: a stable sort by row gives each row's tokens
     # in position order.
