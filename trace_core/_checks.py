@@ -1,11 +1,107 @@
-"""Input checks shared by the metrics and the calibrators: labels and scores, validated once at the boundary."""
+"""The one set of input checks: scalars (ints, reals, choices, flags), labels and score arrays.
+
+Every public function validates its arguments once, at the boundary, with these helpers. A value of the wrong type
+raises TypeError, a value of the right type outside its range raises ValueError; messages name the argument, the
+expectation and the value, shortened so that user input is never echoed at more than ~200 characters.
+"""
 
 from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Iterable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["as_1d", "check_labels", "check_scores"]
+__all__ = ["MAX_ECHO", "as_1d", "check_bool", "check_choice", "check_int", "check_labels", "check_real",
+           "check_scores", "shorten"]
+
+MAX_ECHO = 200  # characters of user input an error message may quote
+
+
+def shorten(value: object, limit: int = MAX_ECHO) -> str:
+    """``repr(value)`` cut to about ``limit`` characters (the cut says how much was left out)."""
+    size = len(value) if isinstance(value, str) else None
+    if size is not None and size > 4 * limit:
+        value = value[: 4 * limit]  # never build the repr of a huge string
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({size if size is not None else len(text):,} characters in all)"
+
+
+def _range_text(minimum: float | None, maximum: float | None, low_open: bool, high_open: bool) -> str:
+    parts = []
+    if minimum is not None:
+        parts.append(f"{'>' if low_open else '>='} {minimum}")
+    if maximum is not None:
+        parts.append(f"{'<' if high_open else '<='} {maximum}")
+    return " and ".join(parts)
+
+
+def _is_integer(value: object) -> bool:
+    return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_int(value: Any, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value`` as a Python int (numpy integers accepted; bools and floats such as 2.0 refused).
+
+    >>> check_int(np.int64(5), "n_splits", minimum=1)
+    5
+    """
+    expected = "an int" + (f" {_range_text(minimum, maximum, False, False)}" if minimum is not None
+                           or maximum is not None else "")
+    if not _is_integer(value):
+        raise TypeError(f"`{name}` must be {expected}, got {shorten(value)}")
+    value = int(value)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ValueError(f"`{name}` must be {expected}, got {value!r}")
+    return value
+
+
+def check_real(value: Any, name: str, *, minimum: float | None = None, maximum: float | None = None,
+               low_open: bool = False, high_open: bool = False, finite: bool = True) -> float:
+    """``value`` as a Python float (ints and numpy numbers accepted; bools, strings and NaN refused).
+
+    ``low_open``/``high_open`` make the bounds strict; ``finite=False`` admits ±inf (never NaN).
+
+    >>> check_real(0.35, "calibration_fraction", minimum=0, maximum=1, low_open=True, high_open=True)
+    0.35
+    """
+    bounds = _range_text(minimum, maximum, low_open, high_open)
+    expected = ("a finite real number" if finite else "a real number") + (f" {bounds}" if bounds else "")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.integer, np.floating)):
+        raise TypeError(f"`{name}` must be {expected}, got {shorten(value)}")
+    value = float(value)
+    if math.isnan(value) or (finite and math.isinf(value)):
+        raise ValueError(f"`{name}` must be {expected}, got {value!r}")
+    too_low = minimum is not None and (value <= minimum if low_open else value < minimum)
+    too_high = maximum is not None and (value >= maximum if high_open else value > maximum)
+    if too_low or too_high:
+        raise ValueError(f"`{name}` must be {expected}, got {value!r}")
+    return value
+
+
+def check_choice(value: Any, name: str, choices: Iterable[Any]) -> Any:
+    """``value`` if it is one of ``choices`` (compared by equality; unhashable values are refused, not crashed on)."""
+    choices = tuple(choices)
+    try:
+        ok = any(type(value) is type(c) and value == c for c in choices) or (
+            isinstance(value, str) and value in [c for c in choices if isinstance(c, str)])
+    except Exception:  # an exotic __eq__ is a bad value, not a crash
+        ok = False
+    if not ok:
+        shown = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"`{name}` must be one of {shown}; got {shorten(value)}")
+    return value
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` as a bool (Python or numpy bools only: 0/1 and strings are refused)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be True or False, got {shorten(value)}")
+    return bool(value)
 
 
 def as_1d(x: ArrayLike, name: str) -> np.ndarray:

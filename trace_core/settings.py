@@ -1,0 +1,108 @@
+"""Every ``TRACE_*`` environment variable, read here and nowhere else, parsed one way.
+
+Flags accept ``1/true/yes/on`` and ``0/false/no/off`` in any case (an empty value means the default); anything else
+is an error naming the variable and the value. Values are read when asked for, not at import, so a test or a process
+that changes its environment sees the change.
+
+The table in the README is :func:`settings_table`'s output.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ._checks import shorten
+
+__all__ = ["SETTINGS", "Setting", "SettingError", "get", "settings_table"]
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+class SettingError(ValueError):
+    """An environment variable has a value that cannot be parsed."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: its name, kind (``flag``, ``int`` or ``list``), default and meaning."""
+
+    name: str
+    kind: str
+    default: Any
+    help: str
+
+    def parse(self, raw: str) -> Any:
+        text = raw.strip()
+        if self.kind == "flag":
+            if text == "":
+                return self.default
+            if text.lower() in _TRUE:
+                return True
+            if text.lower() in _FALSE:
+                return False
+            raise SettingError(f"{self.name}={shorten(raw)}: expected one of 1/true/yes/on or 0/false/no/off")
+        if self.kind == "int":
+            if text == "":
+                return self.default
+            try:
+                value = int(text)
+            except ValueError:
+                value = 0
+            if value < 1 or not text.lstrip("+").isdigit():
+                raise SettingError(f"{self.name}={shorten(raw)}: expected a whole number >= 1")
+            return value
+        if self.kind == "list":  # comma-separated; None when unset or empty
+            entries = tuple(e.strip() for e in raw.split(",") if e.strip())
+            return entries or None
+        return text or self.default  # "text"
+
+
+SETTINGS: dict[str, Setting] = {s.name: s for s in [
+    Setting("TRACE_TRUST_REMOTE_CODE", "flag", False,
+            "Run Python code shipped with a model (`trust_remote_code`). Only for models whose source you trust."),
+    Setting("TRACE_ALLOW_PICKLE_WEIGHTS", "flag", False,
+            "Accept pickle weights (`pytorch_model.bin`) when a model has no safetensors; loading a pickle can run "
+            "code."),
+    Setting("TRACE_MODEL_ALLOWLIST", "list", None,
+            "Comma-separated model ids or folders that may be loaded; unset: every local model."),
+    Setting("TRACE_LOCAL_FILES", "flag", True,
+            "Whether the dashboard may read dataset files by path on the machine it runs on."),
+    Setting("TRACE_MAX_FILE_MB", "int", 200, "Largest dataset file the dashboard reads, in MiB."),
+    Setting("TRACE_MAX_ROWS", "int", 100_000, "Most rows the dashboard reads from one dataset."),
+    Setting("TRACE_MAX_NEW_TOKENS", "int", 512, "Most new tokens the dashboard lets a user ask for."),
+    Setting("TRACE_MAX_PROMPT_CHARS", "int", 8_000, "Longest prompt (characters) the Inspect page accepts."),
+    Setting("TRACE_SCREENSHOTS", "text", "", "Development: folder where the browser tests save page screenshots."),
+    Setting("TRACE_LOAD_SHOTS", "text", "", "Development: folder where the load test saves screenshots."),
+]}
+
+
+def get(name: str) -> Any:
+    """The parsed value of setting ``name`` (its default when the variable is unset).
+
+    >>> get("TRACE_MAX_ROWS")  # doctest: +SKIP
+    100000
+    """
+    try:
+        setting = SETTINGS[name]
+    except KeyError:
+        raise KeyError(f"unknown setting {name!r}; known: {', '.join(SETTINGS)}") from None
+    raw = os.environ.get(name)
+    return setting.default if raw is None else setting.parse(raw)
+
+
+def settings_table() -> str:
+    """The settings as a Markdown table (the README shows it)."""
+
+    def shown(s: Setting) -> str:
+        if s.kind == "flag":
+            return "on" if s.default else "off"
+        return "unset" if s.default in (None, "") else f"{s.default:,}" if isinstance(s.default, int) else s.default
+
+    lines = ["| variable | value | default | meaning |", "|---|---|---|---|"]
+    kinds = {"flag": "on/off", "int": "number", "list": "list", "text": "folder"}
+    for s in SETTINGS.values():
+        lines.append(f"| `{s.name}` | {kinds[s.kind]} | {shown(s)} | {s.help} |")
+    return "\n".join(lines)
