@@ -1,4 +1,5 @@
-"""Rendering: the token heatmap (escaped HTML) and the Plotly figures. Pure functions, no Streamlit calls.
+"""Rendering: the token heatmap (escaped HTML), the Plotly figures and the metrics table. Pure functions: nothing
+here draws on the page (the table's column settings are plain Streamlit config objects).
 
 Every piece of text that comes from a model or a file goes through :func:`html.escape` before it reaches HTML, so a
 token such as ``<img src=x onerror=alert(1)>`` shows literally.
@@ -8,14 +9,15 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from trace_core import Trace, TraceExplanation, bin_probabilities, explain_trace, reliability_table, roc_curve
+from trace_core import EvaluationResult, Trace, TraceExplanation, explain_trace, reliability_table, roc_curve
 from trace_core.metrics import risk_coverage_curve
+from trace_core.registry import METRICS
 
 SIGNALS = {
     "surprisal": ("Surprisal (nats): how unexpected the chosen token was", 6.0),
@@ -188,6 +190,31 @@ def trace_figure(trace: Trace, explanation: TraceExplanation | None = None) -> g
     return fig
 
 
+# One colour per method, in the order a figure's caller lists them (the same list for every figure of a page).
+_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
+            "#7f7f7f")
+
+
+def _colour(position: int) -> str:
+    return _COLOURS[position % len(_COLOURS)]
+
+
+def histogram_bars(table: pd.DataFrame, name: str, colour: str) -> go.Bar:
+    """How many answers fall in each bin, drawn from a :func:`trace_core.reliability_table`'s ``count``, ``lower``
+    and ``upper`` columns: the very bins of the points above and of the ECE (one binning, never ``np.histogram``,
+    whose ``[a, b)`` bins differ from ``bin_probabilities``' ``(a, b]``)."""
+    lower, upper = table["lower"].to_numpy(), table["upper"].to_numpy()
+    # Tied probabilities can make an equal-mass bin zero-wide; give it a sliver so that its answers still show.
+    width = np.maximum(upper - lower, 0.01)
+    # Overlaid per method: a light fill with an outline in the method's colour keeps each method's bars readable.
+    fill = f"rgba({int(colour[1:3], 16)}, {int(colour[3:5], 16)}, {int(colour[5:7], 16)}, 0.2)"
+    return go.Bar(x=(lower + upper) / 2, y=table["count"].to_numpy(), width=width, name=name, legendgroup=name,
+                  showlegend=False, marker=dict(color=fill, line=dict(color=colour, width=1.5)),
+                  customdata=np.stack([lower, upper], axis=1),
+                  hovertemplate="bin %{customdata[0]:.2f}–%{customdata[1]:.2f}<br>%{y} answers<extra>" + name
+                                + "</extra>")
+
+
 def reliability_figure(y: np.ndarray, probabilities: dict[str, np.ndarray], *, n_bins: int = 10,
                        strategy: str = "uniform") -> go.Figure:
     """Reliability diagram: per-bin accuracy with Wilson intervals vs mean confidence, the diagonal, and a histogram
@@ -199,24 +226,21 @@ def reliability_figure(y: np.ndarray, probabilities: dict[str, np.ndarray], *, n
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.75, 0.25], vertical_spacing=0.04)
     fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration",
                              line=dict(color="#999", dash="dash")), row=1, col=1)
-    for name, p in probabilities.items():
+    for position, (name, p) in enumerate(probabilities.items()):
+        colour = _colour(position)
         table = reliability_table(y, p, n_bins=n_bins, strategy=strategy)
         table = table[table["count"] > 0]
         ece = expected_calibration_error(y, p, n_bins=n_bins, strategy=strategy)
         err = dict(type="data", symmetric=False, array=table["wilson_high"] - table["accuracy"],
                    arrayminus=table["accuracy"] - table["wilson_low"])
         fig.add_trace(go.Scatter(x=table["mean_confidence"], y=table["accuracy"], error_y=err, mode="lines+markers",
-                                 name=f"{name} (ECE {ece:.3f})", legendgroup=name,
+                                 name=f"{name} (ECE {ece:.3f})", legendgroup=name, marker_color=colour,
                                  customdata=np.stack([table["count"], table["lower"], table["upper"]], axis=1),
                                  hovertemplate=("bin %{customdata[1]:.2f}–%{customdata[2]:.2f}<br>"
                                                 "confidence %{x:.2f}<br>accuracy %{y:.2f}<br>"
                                                 "%{customdata[0]} answers<extra>" + name + "</extra>")),
                       row=1, col=1)
-        edges, _ = bin_probabilities(p, n_bins=n_bins, strategy=strategy)
-        counts, _ = np.histogram(p, bins=np.unique(edges))
-        centers = (np.unique(edges)[:-1] + np.unique(edges)[1:]) / 2
-        fig.add_trace(go.Bar(x=centers, y=counts, name=name, legendgroup=name, showlegend=False, opacity=0.5),
-                      row=2, col=1)
+        fig.add_trace(histogram_bars(table, name, colour), row=2, col=1)
     fig.update_layout(height=520, margin=dict(l=10, r=10, t=30, b=10), barmode="overlay",
                       legend=dict(orientation="h", y=1.08))
     fig.update_xaxes(range=[0, 1], row=2, col=1, title="predicted probability of a correct answer")
@@ -235,36 +259,71 @@ def risk_coverage_figure(y: np.ndarray, scores: dict[str, np.ndarray]) -> go.Fig
     k = np.arange(1, len(y) + 1)
     fig.add_trace(go.Scatter(x=k / len(y), y=np.cumsum(order_oracle) / k, mode="lines", name="oracle",
                              line=dict(color="#999", dash="dash")))
-    for name, score in scores.items():
+    for position, (name, score) in enumerate(scores.items()):
         coverage, risk = risk_coverage_curve(y, score)
-        fig.add_trace(go.Scatter(x=coverage, y=risk, mode="lines", name=f"{name} (AURC {aurc(y, score):.3f})"))
+        fig.add_trace(go.Scatter(x=coverage, y=risk, mode="lines", name=f"{name} (AURC {aurc(y, score):.3f})",
+                                 line=dict(color=_colour(position))))
     fig.update_layout(height=380, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="coverage (share of answers kept)",
                       yaxis_title="risk (error rate among kept)", legend=dict(orientation="h", y=1.15))
     return fig
 
 
 def roc_figure(y: np.ndarray, scores: dict[str, np.ndarray]) -> go.Figure:
+    """ROC curves of raw scores (correct answers are the positives), with chance."""
     from trace_core import auroc
 
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="chance", line=dict(color="#999", dash="dash")))
-    for name, score in scores.items():
+    for position, (name, score) in enumerate(scores.items()):
         fpr, tpr, _ = roc_curve(y, score)
-        fig.add_trace(go.Scatter(x=fpr, y=tpr, mode="lines", name=f"{name} (AUROC {auroc(y, score):.3f})"))
+        fig.add_trace(go.Scatter(x=fpr, y=tpr, mode="lines", name=f"{name} (AUROC {auroc(y, score):.3f})",
+                                 line=dict(color=_colour(position))))
     fig.update_layout(height=380, margin=dict(l=10, r=10, t=30, b=10),
                       xaxis_title="false positive rate (wrong answers accepted)",
                       yaxis_title="true positive rate (correct answers accepted)", legend=dict(orientation="h", y=1.15))
     return fig
 
 
-def metrics_table(summary: pd.DataFrame, metrics: Sequence[str], order: Sequence[str]) -> pd.DataFrame:
-    """Wide table for display: one row per method (in ``order``), mean and std columns per metric."""
-    wide = summary.pivot_table(index=["method", "family"], columns="metric", values=["mean", "std"])
-    out = pd.DataFrame(index=wide.index)
-    for m in metrics:
-        if ("mean", m) in wide.columns:
-            out[m] = wide[("mean", m)]
-            out[f"{m} ±"] = wide[("std", m)]
-    out = out.reset_index()
-    rank = {m: i for i, m in enumerate(order)}
-    return out.sort_values("method", key=lambda col: col.map(rank)).reset_index(drop=True)
+def metrics_frame(result: EvaluationResult) -> pd.DataFrame:
+    """The page's metrics table: :meth:`EvaluationResult.table` (one row per method, in method order; ``family``,
+    ``<metric>`` and ``<metric>_std`` columns) with the method as its first column."""
+    table = result.table()
+    return table.rename_axis("method").reset_index()
+
+
+def metric_columns(metrics: Sequence[str]) -> dict[str, Any]:
+    """Streamlit column settings for :func:`metrics_frame`: headers and help from the metric registry
+    (``"AUROC ↑"`` over ``auroc``, ``"±"`` over ``auroc_std``)."""
+    import streamlit as st
+
+    columns: dict[str, Any] = {}
+    for name in metrics:
+        spec = METRICS[name]
+        basis = "each method's raw score" if spec.on == "score" else "calibrated probabilities"
+        direction = "higher" if spec.higher_is_better else "lower"
+        columns[name] = st.column_config.NumberColumn(spec.title, format="%.3f",
+                                                      help=f"{spec.label} on {basis}; {direction} is better.")
+        columns[f"{name}_std"] = st.column_config.NumberColumn("±", format="%.3f",
+                                                               help=f"{spec.label}: standard deviation over splits.")
+    return columns
+
+
+def metrics_caption(metrics: Sequence[str]) -> str:
+    """What the metrics are computed on and their directions, from the registry."""
+
+    def labels(on: str) -> str:
+        names = [METRICS[m].label for m in metrics if METRICS[m].on == on]
+        return ", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1] if names else ""
+
+    ranked, calibrated = labels("score"), labels("probability")
+    parts = []
+    if ranked:
+        parts.append(f"{ranked} rank answers by each method's raw score")
+    if calibrated:
+        parts.append(f"{calibrated} use probabilities after calibration")
+    return "; ".join(parts) + (". " if parts else "") + "↑ higher is better, ↓ lower."
+
+
+def sentence(message: str) -> str:
+    """A library message (lower case, no full stop) as a sentence for the page."""
+    return message[:1].upper() + message[1:] + ("" if message.endswith((".", "…")) else ".")

@@ -40,6 +40,7 @@ def code(text: str) -> str:
 
 
 def explain_risk(trace: Trace, exp: TraceExplanation) -> str:
+    """Which TRACE component carries most of the risk, the riskiest tokens (escaped) and the peak window."""
     main = max(exp.components, key=exp.components.get)
     share = exp.components[main] / exp.risk if exp.risk > 0 else 0.0
     spikes = ", ".join(code(trace.tokens[i]) for i in exp.spikes[:5])
@@ -50,6 +51,7 @@ def explain_risk(trace: Trace, exp: TraceExplanation) -> str:
 
 
 def explain_probability(model: TracePlus, trace: Trace, probability: float) -> str:
+    """The TRACE+ probability with the (at most two) features that raised it and lowered it most."""
     contributions = model.feature_contributions([trace])[0]
     order = np.argsort(contributions)
     down = [FEATURE_PHRASES.get(model.feature_names_[i], model.feature_names_[i]) for i in order[:2]

@@ -11,9 +11,18 @@ if str(ROOT) not in sys.path:  # streamlit puts app/ on the path, the pages impo
 
 import streamlit as st  # noqa: E402
 
+from app.components import md_literal  # noqa: E402
 from app.sidebar import sidebar  # noqa: E402
+from trace_core import settings  # noqa: E402
 
 st.set_page_config(page_title="TRACE — where is the model unsure?", page_icon=":material/search:", layout="wide")
+
+try:  # a misconfigured deployment gets one sentence naming the variable, not a traceback on some page
+    for setting in settings.SETTINGS:
+        settings.get(setting)
+except settings.SettingError as exc:
+    st.error(md_literal(str(exc)))
+    st.stop()
 
 pages = st.navigation([
     st.Page(ROOT / "pages" / "inspect.py", title="Inspect", icon=":material/search:", default=True),

@@ -1,8 +1,9 @@
-"""Cached services shared by the pages: the model, datasets, recorded traces, evaluations.
+"""Cached work shared by the pages: the model, datasets, evaluations, the calibrator and the Flag page's scores.
 
-Models are loaded once per process (``st.cache_resource``) and used under the LoadedModel's lock, so several
-sessions can share one model safely. Everything else is cached per input (``st.cache_data``) so a rerun does not
-recompute.
+Everything is cached with ``st.cache_resource``: one object per input for the whole process, shared by every session
+and never copied (``st.cache_data`` would pickle and copy large tables and traces on every rerun). Callers must not
+modify what these functions return. Models are used under the LoadedModel's lock, so sessions can share one.
+Limits come from :mod:`trace_core.settings`, read when used (a test or a deployment sets the environment).
 """
 
 from __future__ import annotations
@@ -10,23 +11,29 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
+import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 
 from trace_core import (
     EvaluationConfig,
+    EvaluationResult,
     LabeledDataset,
     LoadedModel,
     Trace,
+    TracePlus,
     evaluate,
     load_model,
     read_dataset,
+    settings,
 )
-from trace_core.record import check_model_allowed, context_length
+from trace_core.record import check_model_allowed
+
+from . import state
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_MODEL = ROOT / "assets" / "demo-model"
@@ -48,10 +55,12 @@ def get_model(name_or_path: str) -> LoadedModel:
 
 
 def demo_datasets() -> dict[str, Path]:
+    """The bundled labeled datasets, by name."""
     return {p.stem: p for p in sorted(DATASETS.glob("demo_*.csv"))}
 
 
 def try_prompts() -> list[dict[str, str]]:
+    """The Inspect page's example prompts (``family`` and ``prompt`` each)."""
     path = DATASETS / "try_prompts.json"
     if not path.exists():
         return []
@@ -59,57 +68,46 @@ def try_prompts() -> list[dict[str, str]]:
 
 
 @st.cache_resource(show_spinner="Reading the dataset…", max_entries=8)
-def read_cached(data: bytes, name: str, matcher: str) -> LabeledDataset:
-    """Read (and validate) a dataset from bytes; cached by content and shared, so callers must not modify it."""
-    import warnings
-
+def _read(data: bytes, name: str, matcher: str, max_rows: int) -> LabeledDataset:
     from trace_core.data import DatasetWarning
 
     buffer = io.BytesIO(data)
     buffer.name = name
     with warnings.catch_warnings():  # the page shows the rejected rows itself
         warnings.simplefilter("ignore", DatasetWarning)
-        return read_dataset(buffer, matcher=matcher, max_rows=MAX_ROWS)
+        return read_dataset(buffer, matcher=matcher, max_rows=max_rows)
+
+
+def read_cached(data: bytes, name: str, matcher: str) -> LabeledDataset:
+    """Read (and validate) a dataset from bytes, at most TRACE_MAX_ROWS rows; cached by content and shared."""
+    return _read(data, name, matcher, settings.get("TRACE_MAX_ROWS"))
 
 
 def file_bytes(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def env_limit(name: str, default: int) -> int:
-    """A positive integer limit from the environment (a shared deployment sets these), else ``default``."""
-    try:
-        value = int(os.environ.get(name, default))
-    except ValueError:
-        return default
-    return value if value > 0 else default
-
-
-MAX_FILE_BYTES = env_limit("TRACE_MAX_FILE_MB", 200) * 2**20
-MAX_ROWS = env_limit("TRACE_MAX_ROWS", 100_000)
-MAX_NEW_TOKENS = env_limit("TRACE_MAX_NEW_TOKENS", 512)
-MAX_PROMPT_CHARS = env_limit("TRACE_MAX_PROMPT_CHARS", 8_000)
-
-
 def local_files_allowed() -> bool:
-    """Whether the pages may read files by path on the server (on by default for a local dashboard; set
-    TRACE_LOCAL_FILES=0 for a shared deployment)."""
-    return os.environ.get("TRACE_LOCAL_FILES", "1") != "0"
+    """Whether the pages may read files by path on the server: TRACE_LOCAL_FILES (on by default for a local
+    dashboard; a shared deployment turns it off with 0/false/no/off)."""
+    return bool(settings.get("TRACE_LOCAL_FILES"))
 
 
 def read_local_file(path_text: str) -> tuple[bytes, str]:
+    """The bytes and name of a dataset file given by path; ValueError when it is missing or over TRACE_MAX_FILE_MB."""
     path = Path(path_text).expanduser()
     if not path.is_file():
         raise ValueError(f"No file at '{path_text}'.")
-    size = path.stat().st_size
-    if size > MAX_FILE_BYTES:
+    size, limit = path.stat().st_size, settings.get("TRACE_MAX_FILE_MB") * 2**20
+    if size > limit:
         # exact bytes too: a file just over the limit would otherwise read "200 MB; the limit is 200 MB"
         raise ValueError(f"'{path.name}' is {size:,} bytes ({size / 2**20:,.1f} MB); the limit is "
-                         f"{MAX_FILE_BYTES:,} bytes ({MAX_FILE_BYTES / 2**20:,.0f} MB, TRACE_MAX_FILE_MB).")
+                         f"{limit:,} bytes ({limit / 2**20:,.0f} MB, TRACE_MAX_FILE_MB).")
     return path.read_bytes(), path.name
 
 
 def digest(*parts: Any) -> str:
+    """A short content hash of ``parts`` (bytes as they are, anything else by its repr), for cache keys."""
     h = hashlib.sha256()
     for part in parts:
         h.update(part if isinstance(part, bytes) else repr(part).encode())
@@ -118,13 +116,11 @@ def digest(*parts: Any) -> str:
 
 @st.cache_resource(show_spinner="Running the evaluation protocol…", max_entries=8)
 def evaluate_cached(_traces: Sequence[Trace], labels: np.ndarray, config: EvaluationConfig, methods: tuple[str, ...],
-                    key: str, _beams: Sequence[Sequence[float]] | None = None):
+                    key: str, _beams: Sequence[Sequence[float]] | None = None) -> tuple[EvaluationResult, list[str]]:
     """The protocol on a dataset; ``key`` identifies the traces (they are not hashed by Streamlit).
 
     Returns the result and the warnings it raised (e.g. skipped splits), for the page to show.
     """
-    import warnings
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = evaluate(list(_traces), labels, config=config, methods=list(methods), beam_logprobs=_beams)
@@ -132,10 +128,8 @@ def evaluate_cached(_traces: Sequence[Trace], labels: np.ndarray, config: Evalua
 
 
 @st.cache_resource(show_spinner="Fitting TRACE+…", max_entries=8)
-def fit_calibrator_cached(_traces: Sequence[Trace], labels: np.ndarray, key: str):
+def fit_calibrator_cached(_traces: Sequence[Trace], labels: np.ndarray, key: str) -> TracePlus:
     """TRACE+ fitted on all the labeled answers of a dataset; ``key`` identifies the traces."""
-    from trace_core import TracePlus
-
     return TracePlus().fit(list(_traces), labels)
 
 
@@ -152,18 +146,16 @@ def parse_beams(dataset: LabeledDataset, keep: np.ndarray) -> tuple[list[list[fl
         return None, str(exc)
 
 
-def rows_over_context(lm: LoadedModel, prompts: Sequence[str], answers: Sequence[str]) -> list[int]:
-    """Positions of the (prompt, answer) pairs too long for the model to score; tokenized as ``score_answers``
-    does (prompt with special tokens, answer without)."""
-    limit = context_length(lm)
-    if limit is None or not len(prompts):
-        return []
-    prompt_ids = lm.tokenizer(list(prompts), add_special_tokens=True)["input_ids"]
-    answer_ids = lm.tokenizer(list(answers), add_special_tokens=False)["input_ids"]
-    return [i for i, (p, a) in enumerate(zip(prompt_ids, answer_ids)) if len(p) + len(a) > limit]
+def scored_rows(data: state.CalibratedData, calibrator: Any) -> pd.DataFrame:
+    """The hand-off's rows scored by ``calibrator`` (:func:`trace_core.flag.score_rows`), once per data and
+    calibrator in a session: moving the Flag page's sliders does not score again."""
+    from trace_core.flag import score_rows
+
+    compute: Callable[[], pd.DataFrame] = lambda: score_rows(data.frame, data.traces, calibrator)  # noqa: E731
+    return state.scored(digest(data.key, calibrator.to_json()), compute)
 
 
-def alternatives_for(lm: LoadedModel | None):
+def alternatives_for(lm: LoadedModel | None) -> Callable[[Trace, int], list[str]]:
     """A function giving the text of a trace's top-k alternatives at one position (decoded with the model's
     tokenizer, or the trace's own ``top_tokens``)."""
 

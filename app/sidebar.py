@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import streamlit as st
 
-from trace_core import DecodingConfig, ModelLoadError
+from trace_core import DecodingConfig, ModelLoadError, settings
 
-from .services import DEMO_MODEL, MAX_NEW_TOKENS, get_model
+from . import state
+from .services import DEMO_MODEL, get_model
 
 DEMO_LABEL = "Bundled demo model"
 LOCAL_LABEL = "Local folder or cached model id"
 
 
 def sidebar() -> None:
-    """Render the model and decoding settings; results go to ``st.session_state`` (``lm``, ``lm_error``,
-    ``decoding``)."""
+    """Render the model and decoding settings; the results go to session state (:func:`app.state.set_model`,
+    :func:`app.state.set_decoding`)."""
     with st.sidebar:
         st.header("Model")
         source = st.radio("Model", [DEMO_LABEL, LOCAL_LABEL], key="model_source", label_visibility="collapsed")
@@ -26,20 +27,21 @@ def sidebar() -> None:
                                  placeholder="/path/to/model or org/model-name",
                                  help="A folder made by save_pretrained, or a model id already in the local "
                                       "Hugging Face cache. Nothing is downloaded.").strip()
-        st.session_state["lm"], st.session_state["lm_error"] = None, None
+        lm, error = None, None
         if name:
             try:
-                st.session_state["lm"] = get_model(name)
+                lm = get_model(name)
             except (ModelLoadError, OSError, ValueError) as exc:
-                st.session_state["lm_error"] = str(exc)
-                st.error(str(exc))
-        lm = st.session_state["lm"]
+                error = str(exc)
+                st.error(error)
+        state.set_model(lm, error)
         if lm is not None:
             st.caption(f"Loaded: `{lm.model_id if source != DEMO_LABEL else 'demo-model'}` · "
                        f"vocabulary {lm.vocab_size:,} · {lm.device}")
 
         with st.expander("Decoding", expanded=False):
-            max_new = st.slider("Max new tokens", 1, MAX_NEW_TOKENS, min(32, MAX_NEW_TOKENS), key="max_new_tokens")
+            limit = settings.get("TRACE_MAX_NEW_TOKENS")
+            max_new = st.slider("Max new tokens", 1, limit, min(32, limit), key="max_new_tokens")
             sample = st.toggle("Sample (instead of greedy)", key="do_sample")
             temperature = st.slider("Temperature", 0.05, 2.0, 1.0, 0.05, key="temperature", disabled=not sample)
             top_k = st.number_input("Top-k (0 = off)", 0, 1000, 0, key="top_k", disabled=not sample)
@@ -50,6 +52,6 @@ def sidebar() -> None:
                              help="Wrap the prompt with the tokenizer's chat template"
                                   + ("" if has_template else " (this model has none)"))
             st.caption("The trace always records the model's distribution before temperature, top-k and top-p.")
-        st.session_state["decoding"] = DecodingConfig(
+        state.set_decoding(DecodingConfig(
             max_new_tokens=int(max_new), do_sample=bool(sample), temperature=float(temperature), top_k=int(top_k),
-            top_p=float(top_p), seed=int(seed) if sample else None, chat_template=bool(chat and has_template))
+            top_p=float(top_p), seed=int(seed) if sample else None, chat_template=bool(chat and has_template)))

@@ -21,10 +21,13 @@ BENCHES = {
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", choices=[*BENCHES, []], metavar="NAME")
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"benchmarks to run: {', '.join(BENCHES)}")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     args = parser.parse_args(argv)
+    unknown = [name for name in args.names if name not in BENCHES]
+    if unknown:  # checked here: argparse's `choices` with nargs="*" would also test the empty default
+        parser.error(f"unknown benchmark {', '.join(map(repr, unknown))}; choose from {', '.join(BENCHES)}")
     if args.list:
         for name, what in BENCHES.items():
             print(f"{name:<20} {what}")

@@ -29,6 +29,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trace_core import settings
+
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -71,7 +73,10 @@ def start_server(log_path: Path, timeout: float = 90) -> tuple[subprocess.Popen,
     with log_path.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
                                  "--server.port", str(port), "--server.address", "127.0.0.1",
-                                 "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+                                 "--server.headless", "true", "--browser.gatherUsageStats", "false",
+                                 # no reloading of edited modules mid-run: a model cached before an edit would no
+                                 # longer be an instance of the reloaded LoadedModel class
+                                 "--server.fileWatcherType", "none"],
                                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + timeout
@@ -142,8 +147,9 @@ async def timed(results: Results, session: str, action: str, step) -> bool:
     results.record(action, time.perf_counter() - start)
     if problem:
         results.errors.append((session, action, problem))
-        if os.environ.get("TRACE_LOAD_SHOTS"):
-            await step.page.screenshot(path=str(Path(os.environ["TRACE_LOAD_SHOTS"]) / f"{session}-{action}.png"))
+        shots = settings.get("TRACE_LOAD_SHOTS")
+        if shots:
+            await step.page.screenshot(path=str(Path(shots) / f"{session}-{action}.png"))
     return problem is None
 
 

@@ -19,16 +19,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--splits", type=int, default=20)
     args = parser.parse_args(argv)
 
-    from trace_core import EvaluationConfig, evaluate_arrays, synthetic_traces
+    from trace_core import METHODS, EvaluationConfig, evaluate_arrays, synthetic_traces
 
-    print(f"synthetic spike traces, mean length {args.mean_length:g}; TRACE+, TRACE and the 14 trace-only "
-          f"baselines; {args.splits} splits at 35% calibration")
+    config = EvaluationConfig(n_splits=args.splits)
+    n_trace_only = sum(m.kind == "baseline" and m.needs == "trace" for m in METHODS.values())
+    print(f"synthetic spike traces, mean length {args.mean_length:g}; TRACE+, TRACE and the {n_trace_only} "
+          f"trace-only baselines; {config.n_splits} splits at {config.calibration_fraction:.0%} calibration")
     print(f"{'answers':>10} {'tokens':>12} {'seconds':>8} {'x smallest':>10} {'size ratio':>10}")
     first = None
     for n in args.sizes:
         surprisal, entropy, labels = synthetic_traces(n, mean_length=args.mean_length, seed=0)
         start = time.perf_counter()
-        evaluate_arrays(surprisal, entropy, labels, config=EvaluationConfig(n_splits=args.splits))
+        evaluate_arrays(surprisal, entropy, labels, config=config)
         seconds = time.perf_counter() - start
         first = first or (n, seconds)
         print(f"{n:>10,} {len(surprisal.values):>12,} {seconds:>8.2f} {seconds / first[1]:>10.2f} "

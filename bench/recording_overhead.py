@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from trace_core import DecodingConfig, generate_traces
-    from trace_core.record import _generation_config, encode_prompt
+    from trace_core.record import encode_prompt
+    from trace_core.record.backends.hf import generation_config
 
     from ._models import random_lm
 
@@ -55,8 +56,8 @@ def main(argv: list[str] | None = None) -> None:
         for r, e in enumerate(encoded):
             ids[r, width - len(e):] = torch.tensor(e)
             mask[r, width - len(e):] = 1
-        gen_config = _generation_config(lm, config, {})
-        naive_config = _generation_config(lm, config, {"output_logits": True})
+        gen_config = generation_config(lm, config, {})
+        naive_config = generation_config(lm, config, {"output_logits": True})
 
         def plain():
             with torch.no_grad():

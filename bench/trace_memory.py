@@ -39,7 +39,8 @@ def _child(variant: str, length: int, vocab: int, hidden: int, layers: int) -> d
     import torch
 
     from trace_core import DecodingConfig, generate_traces
-    from trace_core.record import _generation_config, encode_prompt
+    from trace_core.record import encode_prompt
+    from trace_core.record.backends.hf import generation_config
 
     from ._models import random_lm
 
@@ -48,10 +49,10 @@ def _child(variant: str, length: int, vocab: int, hidden: int, layers: int) -> d
     config = DecodingConfig(max_new_tokens=length, n_alternatives=5)
     prompt = "w1 w2 w3 w4 w5 w6 w7 w8"
     ids = torch.tensor([encode_prompt(lm.tokenizer, prompt)])
-    plain_config = _generation_config(lm, config, {})
-    naive_config = _generation_config(lm, config, {"output_logits": True})
+    plain_config = generation_config(lm, config, {})
+    naive_config = generation_config(lm, config, {"output_logits": True})
     with torch.no_grad():  # warm-up: allocator pools, lazy imports
-        lm.model.generate(input_ids=ids, generation_config=_generation_config(
+        lm.model.generate(input_ids=ids, generation_config=generation_config(
             lm, DecodingConfig(max_new_tokens=4), {}))
     gc.collect()
     _reset_peak()

@@ -6,11 +6,12 @@ import io
 
 import streamlit as st
 
+from app import state
 from app.components import HEATMAP_CSS, control_safe, heatmap_html, legend_html, md_literal, signal_values
-from app.services import alternatives_for, digest
+from app.services import alternatives_for, scored_rows
 from trace_core import calibrator_from_json, explain_trace
 from trace_core.data import export_flagged
-from trace_core.flag import score_rows, select_flagged
+from trace_core.flag import select_flagged
 
 st.title("Flag & export")
 st.caption("Answers the calibrator finds unlikely to be correct, with the tokens that drove the risk, ready to review "
@@ -21,24 +22,17 @@ with st.expander("Use a saved calibrator instead"):
                                 key="calibrator_upload")
     if uploaded is not None:
         try:
-            st.session_state["calibrator"] = calibrator_from_json(uploaded.getvalue().decode("utf-8"))
+            state.set_calibrator(calibrator_from_json(uploaded.getvalue().decode("utf-8")))
             st.success("Calibrator loaded.")
         except (ValueError, UnicodeDecodeError, KeyError, TypeError) as exc:
             st.error(md_literal(f"{uploaded.name}: not a calibrator this version can read ({exc})."))
 
-data = st.session_state.get("flag_data")
-calibrator = st.session_state.get("calibrator")
+data, calibrator = state.calibrated_data(), state.calibrator()
 if data is None or calibrator is None:
     st.info("Choose a dataset on the Calibrate page first: it fits the calibrator and brings the answers here.")
     st.stop()
-
-scored_key = digest(data["key"], calibrator.to_json())
-cache = st.session_state.setdefault("scored", {})
-if scored_key not in cache:
-    cache.clear()
-    cache[scored_key] = score_rows(data["frame"], data["traces"], calibrator)
-scored = cache[scored_key]
-labels = data["labels"]
+scored = scored_rows(data, calibrator)
+labels = data.labels
 
 mode = st.radio("Flag by", ["threshold", "risk", "coverage"], horizontal=True, key="flag_mode",
                 format_func=lambda m: {"threshold": "Probability threshold", "risk": "Target risk",
@@ -62,7 +56,7 @@ if kept.any():
 if len(flagged):
     cols[2].metric("Error rate among flagged", f"{1 - labels[~kept].mean():.1%}")
 
-row_column = data["row_column"]
+row_column = data.row_column
 view = flagged[[row_column, "prompt", "answer", "probability_correct", "spike_context"]
                + (["label"] if "label" in flagged.columns else [])]
 # Bidi overrides would reorder the table's text (and control characters hide it): show them as \uXXXX.
@@ -77,13 +71,13 @@ event = st.dataframe(view, hide_index=True, on_select="rerun", selection_mode="s
 selected = event.selection.rows if event is not None else []
 if selected:
     position = flagged.index[selected[0]]
-    trace = data["traces"][position]
+    trace = data.traces[position]
     exp = explain_trace(trace)
     st.markdown(f"**Row {int(flagged.loc[position, row_column])}** — TRACE confidence {exp.confidence:.3f}, "
                 f"P(correct) {flagged.loc[position, 'probability_correct']:.0%}")
     st.html(HEATMAP_CSS + legend_html(signal_values(trace, "surprisal", exp))
             + heatmap_html(trace, signal="surprisal", explanation=exp,
-                           alternatives=alternatives_for(st.session_state.get("lm"))))
+                           alternatives=alternatives_for(state.model())))
 else:
     st.caption("Select a row to see its answer's heatmap.")
 

@@ -9,64 +9,58 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from app import state
 from app.components import HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, signal_values, trace_figure
 from app.explain import explain_probability, explain_risk
-from app.services import MAX_PROMPT_CHARS, alternatives_for, context_length, try_prompts
-from trace_core import DecodingConfig, TracePlus, explain_trace, generate_trace
-from trace_core.record import encode_prompt
+from app.services import alternatives_for, try_prompts
+from trace_core import TracePlus, explain_trace, generate_trace, settings
+from trace_core.policy import fit_new_tokens
 
 st.title("Inspect an answer")
 st.caption("Type a prompt; the model answers, and every generated token is coloured by its surprisal, entropy or share "
            "of the TRACE risk. Hover a token for its probability, rank and the alternatives the model considered.")
 
-lm = st.session_state.get("lm")
+lm = state.model()
 
 examples = try_prompts()
 if examples:
     labels = ["(pick an example)"] + [f"{e['family']}: {e['prompt'].splitlines()[0][3:80]}" for e in examples]
     choice = st.selectbox("Try these", range(len(labels)), format_func=lambda i: labels[i], key="example")
-    if choice and st.session_state.get("example_used") != choice:
-        st.session_state["prompt"] = examples[choice - 1]["prompt"]
-        st.session_state["example_used"] = choice
+    state.use_example(choice, examples[choice - 1]["prompt"] if choice else "")
 
 with st.form("generate"):
-    prompt = st.text_area("Prompt", key="prompt", height=110, max_chars=MAX_PROMPT_CHARS,
+    prompt = st.text_area("Prompt", key=state.PROMPT, height=110, max_chars=settings.get("TRACE_MAX_PROMPT_CHARS"),
                           placeholder="Q: What is 23 plus 19?\nA:")
     submitted = st.form_submit_button("Generate", type="primary", disabled=lm is None)
 
 if lm is None:
-    st.info(st.session_state.get("lm_error") or "Choose a model in the sidebar to generate answers.")
+    st.info(state.model_error() or "Choose a model in the sidebar to generate answers.")
 
 if submitted:
-    config: DecodingConfig = st.session_state["decoding"]
+    config = state.decoding()
     if not prompt.strip():
         st.warning("The prompt is empty: type a question first.")
     else:
         try:
-            limit = context_length(lm)
-            n_prompt = len(encode_prompt(lm.tokenizer, prompt, chat_template=config.chat_template))
-            if limit is not None and n_prompt >= limit:
-                raise ValueError(f"The prompt is {n_prompt:,} tokens; this model reads at most {limit:,} tokens, "
-                                 "prompt and answer together. Shorten the prompt.")
-            if limit is not None and n_prompt + config.max_new_tokens > limit:
-                # Past its last position the model fails with an IndexError: stop the answer there instead.
-                config = dataclasses.replace(config, max_new_tokens=limit - n_prompt)
-                st.caption(f"The answer is limited to {limit - n_prompt:,} new tokens: this model reads at most "
-                           f"{limit:,} tokens, prompt and answer together.")
+            fit = fit_new_tokens(lm, prompt, max_new_tokens=config.max_new_tokens, chat_template=config.chat_template)
+            if fit.note:  # the answer stops at the model's last position instead of failing there
+                config = dataclasses.replace(config, max_new_tokens=fit.max_new_tokens)
+                st.caption(fit.note)
             with st.spinner("Generating…"):
-                st.session_state["inspect_trace"] = generate_trace(lm, prompt, config=config)
+                state.set_inspect_trace(generate_trace(lm, prompt, config=config))
         except ValueError as exc:
             st.error(str(exc))
 
-trace = st.session_state.get("inspect_trace")
+trace = state.inspect_trace()
 if trace is not None:
     if len(trace) == 0:
         st.warning("The model ended the answer at once (an empty answer): there is no token to show.")
     else:
         exp = explain_trace(trace)
-        calibrator = st.session_state.get("calibrator")
+        calibrator = state.calibrator()
         cols = st.columns(4)
-        cols[0].metric("TRACE confidence", f"{exp.confidence:.3f}" if exp.confidence >= 1e-3 else f"{exp.confidence:.1e}",
+        confidence = f"{exp.confidence:.3f}" if exp.confidence >= 1e-3 else f"{exp.confidence:.1e}"
+        cols[0].metric("TRACE confidence", confidence,
                        help="exp(-R): ranks answers, higher = more likely correct; not a probability.")
         if isinstance(calibrator, TracePlus):
             probability = float(calibrator.predict_proba([trace])[0])

@@ -58,26 +58,26 @@ def _metaspace_tokenizer():
                                    pad_token="</s>")
 
 
-def _build(arch: str, tmp_path_factory):
+def _build(arch: str, tmp_path_factory, *, n_positions: int = 512):
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     if arch == "gpt2":
         tokenizer = _byte_level_tokenizer()
-        config = GPT2Config(vocab_size=len(tokenizer), n_positions=512, n_embd=32, n_layer=2, n_head=2,
+        config = GPT2Config(vocab_size=len(tokenizer), n_positions=n_positions, n_embd=32, n_layer=2, n_head=2,
                             initializer_range=0.3, bos_token_id=tokenizer.eos_token_id,
                             eos_token_id=tokenizer.eos_token_id)
         model = GPT2LMHeadModel(config)
     else:
         tokenizer = _metaspace_tokenizer()
         config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=n_positions,
                              initializer_range=0.3, bos_token_id=tokenizer.bos_token_id,
                              eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
         model = LlamaForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    folder = tmp_path_factory.mktemp(f"tiny-{arch}")
+    folder = tmp_path_factory.mktemp(f"tiny-{arch}" + ("" if n_positions == 512 else f"-ctx{n_positions}"))
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -99,3 +99,12 @@ def tiny_models(tiny_model_dirs):
 @pytest.fixture(params=["gpt2", "llama"])
 def lm(request, tiny_models):
     return tiny_models[request.param]
+
+
+@pytest.fixture(scope="session")
+def short_context_lm(tmp_path_factory):
+    """A tiny GPT-2 that reads at most 24 tokens, prompt and answer together (for context-fit rules)."""
+    pytest.importorskip("torch")
+    from trace_core import load_model
+
+    return load_model(_build("gpt2", tmp_path_factory, n_positions=24), device="cpu")

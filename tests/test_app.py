@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,7 +15,9 @@ pytest.importorskip("torch")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from app.components import heatmap_html, reliability_figure, risk_coverage_figure, roc_figure, trace_figure  # noqa
-from trace_core import Trace, write_dataset  # noqa: E402
+from app.state import CALIBRATED_DATA, CalibratedData  # noqa: E402
+from trace_core import EvaluationConfig, Trace, evaluate, read_dataset, write_dataset  # noqa: E402
+from trace_core.registry import METRICS  # noqa: E402
 
 APP = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "app" / "main.py")
 HOSTILE = ["<img src=x onerror=alert(1)>", "<script>alert(2)</script>", "$x$", ":red[x]", "a\u202eb", "\x07",
@@ -129,11 +133,15 @@ def test_calibrate_leaves_out_answers_longer_than_the_model_context(tiny_model_d
     at = start(tiny_model_dirs, monkeypatch, "../pages/calibrate.py")
     at.radio(key="data_source").set_value("File path").run()
     at.text_input(key="data_path").set_value(str(tmp_path / "long.csv")).run()
-    assert any("1 answer does not fit the model's context (512 tokens" in w.value and "(row 12)" in w.value
-               for w in at.warning)
+    # The policy's message, as the command line words it; rows named by the file's row numbers.
+    assert [w.value for w in at.warning if "context" in w.value] == [
+        "1 answer does not fit the model's context (512 tokens, prompt and answer together) and is left out: row 12."]
+    assert "11 rows have no trace (rows 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 …)." in [w.value for w in at.warning]
     at.button(key="record").click().run()
     assert not at.exception and not at.error
-    assert len(at.session_state["flag_data"]["traces"]) == 11
+    handed = at.session_state[CALIBRATED_DATA]
+    assert isinstance(handed, CalibratedData) and len(handed.traces) == 11
+    assert handed.frame[handed.row_column].tolist() == list(range(1, 12)) and handed.labels.tolist() == [1, 0] * 5 + [1]
 
 
 def test_inspect_page_with_missing_model_says_so(monkeypatch):
@@ -157,6 +165,14 @@ def test_calibrate_then_flag_pages(tiny_model_dirs, monkeypatch, labeled_files):
     table = at.dataframe[0].value
     assert {"TRACE+", "TRACE", "SeqLogP"} <= set(table["method"])
     assert at.session_state["calibrator"] is not None
+    # The table is EvaluationResult.table() of the same protocol (rows in method order), headers from the registry.
+    dataset = read_dataset(with_traces)
+    expected = evaluate(dataset.traces, dataset.labels, config=EvaluationConfig(n_splits=3)).table()
+    assert table["method"].tolist() == expected.index.tolist()
+    pd.testing.assert_frame_equal(table.set_index("method"), expected, check_names=False)
+    headers = {name: column["label"] for name, column in json.loads(at.dataframe[0].proto.columns).items()
+               if "label" in column}
+    assert headers == {**{m: spec.title for m, spec in METRICS.items()}, **{f"{m}_std": "±" for m in METRICS}}
     at.radio(key="bin_strategy").set_value("quantile").run()
     assert not at.exception
 
@@ -174,7 +190,7 @@ def test_calibrate_records_missing_traces_and_reports_bad_rows(tiny_model_dirs, 
     at.radio(key="data_source").set_value("File path").run()
     at.text_input(key="data_path").set_value(str(plain)).run()
     assert any("5 kept, 1 rejected" in w.value for w in at.warning)
-    assert any("5 of 5 answers have no recorded trace" in w.value for w in at.warning)
+    assert "5 rows have no trace (rows 1, 2, 3, 4, 5)." in [w.value for w in at.warning]
     at.button(key="record").click().run()
     assert not at.exception and not at.error
     assert len(at.get("plotly_chart")) == 3  # recorded, then evaluated

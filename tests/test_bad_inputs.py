@@ -104,18 +104,18 @@ CASES = [
     Case("unclosed_quote.csv", n_read=2, kept=(1,), row_errors=(
         (2, "", "has 2 fields but the header has 3, and it runs from line 3 to line 5 of the file: a quote on "
                 "line 3 is probably never closed"),),
-         cli_error="1 row has no trace (row 1)", page_notes=("1 of 1 answers have no recorded trace",)),
+         cli_error="1 row has no trace (row 1)", page_notes=("1 row has no trace (row 1)",)),
     Case("empty_answers.csv", n_read=10, kept=_all_but(10, 2), row_errors=((2, "label", f"'maybe' {LABEL_WORDS}"),),
          cli_notes=("warning: 2 empty answers (no tokens) left out: rows 4, 7",),
-         page_notes=("2 answers are empty (no tokens) and are left out of the evaluation (rows 4, 7).",)),
+         page_notes=("2 empty answers (no tokens) left out: rows 4, 7",)),
     Case("all_answers_empty.csv", n_read=2, kept=(1, 2), cli_error="every answer is empty (no tokens)",
-         page_notes=("All 2 answers are empty (no tokens): there is nothing to evaluate.",)),
+         page_notes=("Every answer is empty (no tokens), so there is nothing to score",)),
     Case("one_class.csv", n_read=6, kept=_all_but(6),
          cli_error="all 6 usable answers are labeled correct (1), so the metrics are undefined",
-         page_notes=("All 6 usable answers are labeled correct: calibration and every metric need both",)),
+         page_notes=("All 6 usable answers are labeled correct (1), so the metrics are undefined",)),
     Case("single_row.csv", n_read=1, kept=(1,),
          cli_error="the only usable answer is labeled correct (1), so the metrics are undefined",
-         page_notes=("The only usable answer is labeled correct: calibration and every metric need both",)),
+         page_notes=("The only usable answer is labeled correct (1), so the metrics are undefined",)),
 ]
 
 
@@ -302,9 +302,7 @@ def test_calibrate_page(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_calibrate_page_refuses_a_file_over_the_size_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("streamlit")
-    from app import services
-
-    monkeypatch.setattr(services, "MAX_FILE_BYTES", 2**20)
+    monkeypatch.setenv("TRACE_MAX_FILE_MB", "1")
     path = make_bad.write_oversize(tmp_path / "oversize.csv", 2**20)
     size = path.stat().st_size
     assert 2**20 < size < 2**20 + 1000
@@ -350,16 +348,14 @@ def test_million_rows_cli(million_rows: Path, capsys: pytest.CaptureFixture[str]
     assert err[0] == (f"1,000,000 rows read: 999,990 kept, 10 rejected (row 100000: label: 'maybe' {LABEL_WORDS}; "
                       f"row 200000: label: 'maybe' {LABEL_WORDS}; row 300000: label: 'maybe' {LABEL_WORDS}; "
                       "and 7 more)")
-    assert err[1] == (f"error: {million_rows}: 999,990 rows have no trace (rows 1, 2, 3, 4, 5 ...); record traces "
-                      "first with `trace-core score DATA --model MODEL --out FILE`")
+    assert err[1] == (f"error: {million_rows}: 999,990 rows have no trace (rows 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 …); "
+                      "record traces first with `trace-core score DATA --model MODEL --out FILE`")
     assert len(err) == 2
 
 
 def test_million_rows_page_hits_the_row_cap(million_rows: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("streamlit")
-    from app import services
-
-    monkeypatch.setattr(services, "MAX_ROWS", 100_000)
+    monkeypatch.setenv("TRACE_MAX_ROWS", "100000")
     at = _calibrate_page(million_rows, monkeypatch)
     assert _texts(at.error) == ["million_rows.csv: the file has more than 100,000 data rows (max_rows=100000); "
                                 "split it or raise the limit"]

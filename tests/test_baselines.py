@@ -107,3 +107,46 @@ def test_semantic_baselines_run_with_the_packaged_embedder(monkeypatch):
     assert list(result.scores.columns) == ["MeanProb", "TokenSAR", "MARS-style"] and not result.skipped
     assert (result.scores["TokenSAR"].iloc[0] < result.scores["TokenSAR"].iloc[1])
     assert ((result.scores[["TokenSAR", "MARS-style"]] > 0) & (result.scores[["TokenSAR", "MARS-style"]] <= 1)).all().all()
+
+
+def _docstring_table() -> list[list[str]]:
+    """The rows of the module docstring's table, split at the column extents its ``====`` border gives."""
+    import trace_core.baselines as module
+
+    lines = module.__doc__.splitlines()
+    borders = [i for i, line in enumerate(lines) if line.startswith("=====")]
+    assert len(borders) == 3, "expected an RST simple table: border, header, border, rows, border"
+    spans, start = [], 0
+    for run in lines[borders[0]].split(" "):
+        if run:
+            spans.append((start, start + len(run)))
+        start += len(run) + 1
+    spans[-1] = (spans[-1][0], None)  # the last column runs to the end of the line
+    return [[line[a:b].strip() for a, b in spans] for line in lines[borders[1] + 1:borders[2]]]
+
+
+def test_the_docstring_table_lists_exactly_the_registry():
+    rows = _docstring_table()
+    assert [r[0] for r in rows] == list(BASELINES)
+    for name, family, needs, confidence in rows:
+        baseline = BASELINES[name]
+        assert (family, needs) == (baseline.family, baseline.needs), name
+        assert confidence.startswith(f"``{baseline.formula}``"), (name, confidence, baseline.formula)
+
+
+def test_each_baseline_is_scored_by_its_registry_entry():
+    """The registry's function is what runs: the scores equal calling each entry on the same inputs."""
+    from trace_core.baselines import TraceBatch, trace_baseline_scores
+    from trace_core.score import stack_traces
+
+    traces = random_traces(30, seed=5)
+    s, h = stack_traces(traces)
+    batch = TraceBatch.from_arrays(s, h)
+    scores = trace_baseline_scores(s, h)
+    assert list(scores) == [n for n, b in BASELINES.items() if b.needs == "trace"]
+    for name, values in scores.items():
+        np.testing.assert_array_equal(values, BASELINES[name].score(batch))
+    only = trace_baseline_scores(s, h, names=["MinProb", "Mean Entropy"])
+    assert list(only) == ["MinProb", "Mean Entropy"]
+    beams = [np.log([0.5, 0.3, 0.2])]
+    assert beam_scores(beams, names=["Beam-Ratio"]) == {"Beam-Ratio": pytest.approx([0.625])}

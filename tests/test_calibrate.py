@@ -75,8 +75,12 @@ def test_fit_errors_name_the_problem(data):
         IsotonicCalibrator().fit([0.1, np.nan, 0.3], [0, 1, 1])
     with pytest.raises(ValueError, match=r"shape \(n, 8\)"):
         TracePlus().fit(np.zeros((4, 3)), [0, 1, 0, 1])
-    with pytest.raises(ValueError, match="`C` must be a number > 0"):
+    with pytest.raises(ValueError, match="`C` must be a finite real number > 0"):
         TracePlus(C=0).fit(traces, y)
+    with pytest.raises(TypeError, match="`C` must be a finite real number > 0, got '1'"):
+        PlattCalibrator(C="1").fit([0.1, 0.2, 0.3], [0, 1, 1])
+    with pytest.raises(TypeError, match="`max_iter` must be an int >= 1, got 10.5"):
+        TracePlus(max_iter=10.5).fit(traces, y)
 
 
 @pytest.mark.parametrize("C", [1e4, 0.05])
@@ -144,3 +148,65 @@ def test_traceplus_newton_solver_matches_sklearn_coefficients(C, case):
     np.testing.assert_allclose(model.coef_, reference.coef_.ravel(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(model.intercept_, reference.intercept_[0], rtol=1e-4, atol=1e-5)
     assert np.isfinite(model.predict_proba(F)).all()
+
+
+def _guarded_imports(tree) -> set[int]:
+    """ids of import statements inside ``try: ... except ImportError`` (optional at run time by design)."""
+    import ast
+
+    guarded = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(
+                isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError")
+                for h in node.handlers):
+            guarded |= {id(n) for stmt in node.body for n in ast.walk(stmt)
+                        if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return guarded
+
+
+def test_every_library_import_is_a_declared_dependency():
+    """A third-party module the library imports (scipy's expit here) must be declared in pyproject.toml.
+
+    The recording layer (``record/``) and ``semantic.py`` import their optional extras (torch, transformers, ...);
+    they are checked by the extras' own tests, not here.
+    """
+    import ast
+    import importlib.metadata
+    import re
+    import sys
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(__file__).resolve().parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    requirements = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+
+    def canonical(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    declared = {canonical(re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0]) for r in requirements}
+    distributions = importlib.metadata.packages_distributions()
+    undeclared = {}
+    for path in sorted((root / "trace_core").rglob("*.py")):
+        relative = path.relative_to(root / "trace_core")
+        if relative.parts[0] == "record" or relative.name == "semantic.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        guarded = _guarded_imports(tree)
+        for node in ast.walk(tree):
+            if id(node) in guarded:
+                continue
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                top = module.split(".")[0]
+                if top in sys.stdlib_module_names or top == "trace_core":
+                    continue
+                dists = {canonical(d) for d in distributions.get(top, [top])}
+                if not dists & declared:
+                    undeclared.setdefault(top, []).append(str(relative))
+    assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"

@@ -192,8 +192,10 @@ def test_matcher_options_are_validated():
     assert MATCHERS == ("exact", "contains", "numeric", "f1")
     with pytest.raises(ValueError, match="`matcher` must be one of"):
         label_from_reference("a", "a", matcher="fuzzy")
-    with pytest.raises(ValueError, match="`f1_threshold` must be a number in"):
+    with pytest.raises(ValueError, match=r"`f1_threshold` must be .*\[0, 1\].*got 1\.5"):
         label_from_reference("a", "a", matcher="f1", f1_threshold=1.5)
+    with pytest.raises(TypeError, match="`tolerance` must be a .*real number"):  # wrong type: TypeError
+        label_from_reference("1", "1", matcher="numeric", tolerance="0.1")
     with pytest.raises(ValueError, match="`matcher` must be one of"):
         read_text("prompt,answer,reference\np,a,a\n", matcher="regex")
 
@@ -630,7 +632,7 @@ def test_export_flagged_jsonl_keeps_values_unless_asked_and_accepts_buffers():
     binary = io.BytesIO()
     export_flagged(frame, binary, format="jsonl", sanitize=True)
     assert json.loads(binary.getvalue())["prompt"] == "'=1+1"
-    with pytest.raises(ValueError, match="`format` must be 'csv' or 'jsonl'"):
+    with pytest.raises(ValueError, match="`format` must be one of 'csv', 'jsonl'; got 'parquet'"):
         export_flagged(frame, binary, format="parquet")
 
 

@@ -52,6 +52,25 @@ def test_fact_exposure_is_long_tailed_and_test_questions_never_appear_in_trainin
         assert problem.prompt.replace(country, "{x}") in trained_templates
 
 
+def greedy(lm, prompt: str, max_new_tokens: int) -> tuple[list[int], list[float], bool]:
+    """An independent greedy loop: argmax of the model's logits, one full forward pass per token, until the model's
+    end-of-answer token or the limit; returns the ids, their surprisal and whether it stopped at the end token."""
+    import torch
+
+    ids = lm.tokenizer(prompt, add_special_tokens=True)["input_ids"]
+    out: list[int] = []
+    surprisal: list[float] = []
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits = lm.model(torch.tensor([ids + out])).logits[0, -1].double()
+            token = int(logits.argmax())
+            if token == lm.tokenizer.eos_token_id:
+                return out, surprisal, True
+            out.append(token)
+            surprisal.append(float(-torch.log_softmax(logits, -1)[token]))
+    return out, surprisal, False
+
+
 def test_training_smoke_run_saves_a_loadable_model(tmp_path):
     pytest.importorskip("torch")
     from demo.train import main
@@ -59,17 +78,28 @@ def test_training_smoke_run_saves_a_loadable_model(tmp_path):
 
     main(["--out", str(tmp_path / "m"), "--smoke", "--steps", "2"])
     lm = load_model(tmp_path / "m", device="cpu")
-    trace = generate_trace(lm, "Q: What is 1 plus 1?\nA:", config=DecodingConfig(max_new_tokens=3))
-    assert len(trace) <= 3
+    prompt = "Q: What is 1 plus 1?\nA:"
+    trace = generate_trace(lm, prompt, config=DecodingConfig(max_new_tokens=3))
+    ids, surprisal, stopped = greedy(lm, prompt, 3)  # the saved weights, decoded without trace_core
+    np.testing.assert_array_equal(trace.token_ids, ids)
+    np.testing.assert_allclose(trace.surprisal, surprisal, atol=1e-4)
+    assert trace.metadata.extra["finish_reason"] == ("eos" if stopped else "length")
 
 
 @pytest.mark.skipif(not (MODEL / "model.safetensors").exists(), reason="demo model not built")
 def test_shipped_model_loads_offline_and_reproduces_stored_traces(monkeypatch):
     pytest.importorskip("torch")
-    from trace_core import DecodingConfig, generate_traces, load_model, read_dataset
+    from trace_core import DecodingConfig, generate_trace, generate_traces, load_model, read_dataset
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     lm = load_model(MODEL, device="cpu")
+    # The README's question: the model answers 1852 (for 1862) and ends the answer well before the limit.
+    prompt = "Q: Tell me the year Drahustan was founded.\nA:"
+    trace = generate_trace(lm, prompt, config=DecodingConfig(max_new_tokens=12))
+    ids, surprisal, stopped = greedy(lm, prompt, 12)
+    assert stopped and trace.answer == " 1852" and trace.metadata.extra["finish_reason"] == "eos"
+    np.testing.assert_array_equal(trace.token_ids, ids)
+    np.testing.assert_allclose(trace.surprisal, surprisal, atol=1e-4)
     dataset = read_dataset(DATASETS / "demo_test.csv")
     rows = list(range(0, dataset.n_valid, max(1, dataset.n_valid // 12)))
     prompts = [dataset.frame["prompt"].iloc[i] for i in rows]

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from helpers import random_traces
 
-from trace_core.evaluate import EvaluationConfig, evaluate, evaluate_arrays, method_names
+from trace_core.calibrate import TracePlus
+from trace_core.evaluate import (
+    EvaluationConfig,
+    EvaluationResult,
+    _splits,
+    average_results,
+    evaluate,
+    evaluate_arrays,
+    method_names,
+)
+from trace_core.features import feature_matrix_from_arrays
 from trace_core.metrics import auroc
+from trace_core.operators import Ragged
 from trace_core.synthetic import synthetic_traces
 
 FAST = EvaluationConfig(n_splits=5)
@@ -54,11 +66,61 @@ def test_result_tables_and_split_mechanics():
     first = result.per_split[(result.per_split.split == 0) & (result.per_split.method == "TRACE")
                              & (result.per_split.metric == "auroc")]["value"].iloc[0]
     assert auroc(held["label"], held["TRACE score"]) == pytest.approx(first)
-    # stratified: each split keeps the class ratio in the calibration part
     table = result.table()
     assert list(table.index[:2]) == ["TRACE+", "TRACE"] and "auroc_std" in table.columns
     markdown = result.to_markdown()
     assert markdown.count("\n") == len(table) + 1 and "± " in markdown
+
+
+@pytest.mark.parametrize("fraction", [0.35, 0.5])
+def test_stratified_splits_keep_each_class_share_in_the_calibration_part(fraction):
+    y = np.array([1] * 37 + [0] * 13)
+    rng = np.random.default_rng(0)
+    y = y[rng.permutation(y.shape[0])]
+    config = EvaluationConfig(n_splits=6, seed=2, stratified=True, calibration_fraction=fraction)
+    splits = _splits(y, config)
+    assert len(splits) == 6
+    for cal, ev in splits:
+        assert np.array_equal(np.sort(np.concatenate([cal, ev])), np.arange(y.shape[0]))  # a partition
+        for cls in (0, 1):
+            assert (y[cal] == cls).sum() == round(fraction * (y == cls).sum())
+    # different splits, not one repeated
+    assert len({tuple(cal) for cal, _ in splits}) == 6
+
+
+def test_unstratified_splits_draw_the_calibration_size_from_all_answers():
+    y = np.array([1] * 37 + [0] * 13)
+    for cal, ev in _splits(y, EvaluationConfig(n_splits=4, seed=1)):
+        assert cal.shape[0] == round(0.35 * 50) and ev.shape[0] == 50 - cal.shape[0]
+
+
+def test_traceplus_held_out_probabilities_equal_predict_proba_at_extreme_decision_values():
+    """The protocol's TRACE+ probabilities are TracePlus.predict_proba's, to the last bit, even far in the tails
+    (the tanh form 0.5 * (1 + tanh(z / 2)) rounds to exactly 0 there)."""
+    rng = np.random.default_rng(0)
+    n = 200
+    y = (np.arange(n) % 2).astype(int)
+    entropy = [rng.gamma(2.0, 0.3 if label else 0.6, size=int(rng.integers(3, 30))) for label in y]
+    config = EvaluationConfig(n_splits=1, seed=0)
+
+    def run():
+        s, h = Ragged.from_arrays([e * 0.5 for e in entropy]), Ragged.from_arrays(entropy)
+        return s, h, evaluate_arrays(s, h, y, config=config, methods=["TRACE+"])
+
+    held_rows = run()[2].held_out["row"].to_numpy()
+    for i in held_rows[:4]:  # the split depends on n and the seed only: make four held-out answers extreme
+        entropy[i] = np.array([0.0, 40.0, 80.0, 120.0]) if y[i] == 0 else np.array([120.0, 80.0, 40.0, 0.0])
+    s, h, result = run()
+    held = result.held_out
+    assert np.array_equal(held["row"].to_numpy(), held_rows)
+    calibration = np.setdiff1d(np.arange(n), held_rows)
+    features = feature_matrix_from_arrays(s, h)
+    model = TracePlus().fit(features[calibration], y[calibration])
+    decision = model.decision_function(features[held_rows])
+    assert decision.min() < -30  # far in the tail: the tanh form gives exactly 0 there
+    np.testing.assert_array_equal(held["TRACE+ score"].to_numpy(), decision)
+    np.testing.assert_array_equal(held["TRACE+"].to_numpy(), model.predict_proba(features[held_rows]))
+    assert held["TRACE+"].min() > 0.0
 
 
 def test_same_seed_same_result_and_different_seed_differs():
@@ -83,23 +145,53 @@ def test_isotonic_calibrator_option_changes_brier_not_auroc():
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"n_splits": 0}, "`n_splits` must be an int >= 1"),
-    ({"calibration_fraction": 1.0}, "`calibration_fraction` must be in"),
-    ({"scalar_calibrator": "beta"}, "`scalar_calibrator`"),
+    ({"calibration_fraction": 1.0}, r"`calibration_fraction` must be a finite real number in \(0, 1\), got 1.0"),
+    ({"scalar_calibrator": "beta"}, "`scalar_calibrator` must be one of 'platt', 'isotonic'"),
     ({"metrics": ("accuracy",)}, "unknown metrics"),
+    ({"seed": -1}, "`seed` must be an int >= 0"),
 ])
 def test_config_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         EvaluationConfig(**kwargs)
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    ({"n_splits": 2.5}, "`n_splits` must be an int >= 1, got 2.5"),
+    ({"n_bins": 2.5}, "`n_bins` must be an int >= 1, got 2.5"),  # as bin_probabilities says
+    ({"n_splits": True}, "`n_splits` must be an int >= 1, got True"),
+    ({"calibration_fraction": "0.3"}, "`calibration_fraction` must be a finite real number"),
+    ({"stratified": 1}, "`stratified` must be True or False"),
+    ({"metrics": "auroc"}, "`metrics` must be a sequence of metric names"),
+])
+def test_config_values_of_the_wrong_type_raise_type_error(kwargs, match):
+    with pytest.raises(TypeError, match=match):
+        EvaluationConfig(**kwargs)
+
+
+def test_config_accepts_numpy_numbers_and_stores_python_ones():
+    config = EvaluationConfig(n_splits=np.int64(5), calibration_fraction=np.float32(0.5), seed=np.int32(3),
+                              n_bins=np.int64(8), stratified=np.bool_(True), metrics=["auroc"])
+    assert config == EvaluationConfig(n_splits=5, calibration_fraction=0.5, seed=3, n_bins=8, stratified=True,
+                                      metrics=("auroc",))
+    assert type(config.n_splits) is int and type(config.stratified) is bool
+    import json
+    from dataclasses import asdict
+
+    json.dumps(asdict(config))  # numpy numbers would not serialise
+
+
 def test_input_errors():
     traces = random_traces(20)
-    with pytest.raises(ValueError, match="both correct and incorrect"):
+    with pytest.raises(ValueError, match=r"evaluation needs both correct \(1\) and incorrect \(0\) answers"):
         evaluate(traces, np.ones(20))
-    with pytest.raises(ValueError, match="got 3 labels for 20 answers"):
+    with pytest.raises(ValueError, match="`labels` has 3 labels but there are 20 answers"):
         evaluate(traces, [0, 1, 0])
     with pytest.raises(ValueError, match="unknown methods"):
         evaluate(traces, np.arange(20) % 2, methods=["GPT-judge"])
+    from helpers import make_trace
+
+    with pytest.raises(ValueError, match="trace 2 is empty; every method needs at least one token"):
+        evaluate(traces[:2] + [make_trace([])] + traces[3:], np.arange(20) % 2, methods=["TRACE"])
 
 
 def test_tiny_unstratified_data_skips_one_class_splits_with_a_warning():
@@ -116,3 +208,60 @@ def test_tiny_unstratified_data_skips_one_class_splits_with_a_warning():
 def test_method_names():
     assert method_names()[:2] == ["TRACE+", "TRACE"] and len(method_names()) == 21
     assert "TRACE+ (extended)" in method_names(extended=True)
+
+
+def _result(per_split: pd.DataFrame, *, methods: list[str], n_answers: int = 10, accuracy: float = 0.5,
+            metrics: tuple[str, ...] = ("brier", "auroc")) -> EvaluationResult:
+    """An EvaluationResult built by hand from per-split values (the summary computed independently here)."""
+    per_split = per_split.assign(family=per_split["method"].map(lambda m: "trace" if m.startswith("TRACE")
+                                                                 else "entropy"))
+    rows = []
+    for (method, metric), values in per_split.groupby(["method", "metric"], sort=False)["value"]:
+        rows.append((method, "trace" if method.startswith("TRACE") else "entropy", metric, values.mean(),
+                     values.std(ddof=1) if len(values) > 1 else 0.0, len(values)))
+    summary = pd.DataFrame(rows, columns=["method", "family", "metric", "mean", "std", "n_splits"])
+    return EvaluationResult(summary=summary, per_split=per_split, held_out=pd.DataFrame(), skipped={},
+                            config=EvaluationConfig(n_splits=3, metrics=metrics), n_answers=n_answers,
+                            methods=methods, accuracy=accuracy)
+
+
+def _per_split(values: dict[tuple[str, str], list[float]]) -> pd.DataFrame:
+    return pd.DataFrame([(split, method, metric, v) for (method, metric), vs in values.items()
+                         for split, v in enumerate(vs)], columns=["split", "method", "metric", "value"])
+
+
+def test_table_is_one_row_per_method_in_method_order_with_means_and_stds():
+    result = _result(_per_split({("Mean Entropy", "auroc"): [0.6, 0.7, 0.8], ("Mean Entropy", "brier"): [0.3] * 3,
+                                 ("TRACE", "auroc"): [0.9, 0.7, 0.8], ("TRACE", "brier"): [0.1, 0.3, 0.2]}),
+                     methods=["TRACE", "Mean Entropy"])
+    table = result.table()
+    assert list(table.index) == ["TRACE", "Mean Entropy"]
+    assert list(table.columns) == ["family", "brier", "auroc", "brier_std", "auroc_std"]
+    assert table.loc["TRACE", "family"] == "trace" and table.loc["Mean Entropy", "family"] == "entropy"
+    assert table.loc["TRACE", "auroc"] == pytest.approx(0.8) and table.loc["TRACE", "auroc_std"] == pytest.approx(0.1)
+    assert table.loc["Mean Entropy", "brier"] == pytest.approx(0.3)
+    assert table.loc["Mean Entropy", "brier_std"] == pytest.approx(0.0)
+    lines = result.to_markdown(digits=2).splitlines()
+    assert lines[0] == "| method | family | brier ↓ | auroc ↑ |"
+    # the best mean per column is bold: TRACE's Brier (lower) and its AUROC (higher)
+    assert lines[2] == "| TRACE | trace | **0.20 ± 0.10** | **0.80 ± 0.10** |"
+    assert lines[3] == "| Mean Entropy | entropy | 0.30 ± 0.00 | 0.70 ± 0.10 |"
+
+
+def test_average_results_means_over_datasets_per_split_then_over_splits():
+    a = _result(_per_split({("TRACE", "auroc"): [0.6, 0.8, 0.7], ("Mean Entropy", "auroc"): [0.5, 0.6, 0.7]}),
+                methods=["TRACE", "Mean Entropy"], n_answers=10, accuracy=0.4, metrics=("auroc",))
+    b = _result(_per_split({("TRACE", "auroc"): [0.8, 0.6, 0.9]}), methods=["TRACE"], n_answers=30, accuracy=0.8,
+                metrics=("auroc",))
+    averaged = average_results([a, b])
+    assert averaged.methods == ["TRACE"]  # only the methods every dataset has
+    per_split = averaged.per_split.sort_values("split")["value"].to_numpy()
+    np.testing.assert_allclose(per_split, [0.7, 0.7, 0.8])  # mean over the two datasets, split by split
+    row = averaged.summary.set_index("method").loc["TRACE"]
+    assert row["mean"] == pytest.approx((0.7 + 0.7 + 0.8) / 3)
+    assert row["std"] == pytest.approx(np.std([0.7, 0.7, 0.8], ddof=1))
+    assert row["n_splits"] == 3 and row["family"] == "trace"
+    assert averaged.n_answers == 40 and averaged.accuracy == pytest.approx(0.6)
+    assert list(averaged.table().index) == ["TRACE"]
+    with pytest.raises(ValueError, match="`results` is empty"):
+        average_results([])

@@ -58,13 +58,22 @@ def test_target_risk_never_splits_ties():
 @pytest.mark.parametrize("kwargs, match", [
     ({}, "exactly one"),
     ({"threshold": 0.5, "coverage": 0.5}, "exactly one"),
-    ({"threshold": 1.5}, "`threshold` must be in"),
-    ({"coverage": 0.0}, "`coverage` must be in"),
+    ({"threshold": 1.5}, r"`threshold` must be a finite real number in \[0, 1\], got 1.5"),
+    ({"coverage": 0.0}, r"`coverage` must be a finite real number in \(0, 1\], got 0.0"),
     ({"target_risk": 0.1}, "needs the answers' `labels`"),
 ])
 def test_select_errors(scored, kwargs, match):
     with pytest.raises(ValueError, match=match):
         select_flagged(scored[0], **kwargs)
+
+
+def test_select_options_of_the_wrong_type_raise_type_error(scored):
+    with pytest.raises(TypeError, match="`threshold` must be a finite real number"):
+        select_flagged(scored[0], threshold="0.5")
+    with pytest.raises(TypeError, match="`width` must be an int >= 0"):
+        spike_context(make_trace([0.1] * 4), [1], width=1.5)
+    kept = select_flagged(scored[0], coverage=np.float32(0.5))  # numpy numbers are numbers
+    assert len(kept) == len(select_flagged(scored[0], coverage=0.5))
 
 
 def test_spike_context_marks_spikes_with_context():

@@ -250,8 +250,10 @@ def test_wilson_wider_at_higher_confidence() -> None:
         ({"successes": -1, "n": 3}, ValueError, r"`successes` must be a non-negative integer count, got -1"),
         ({"successes": 1.5, "n": 3}, ValueError, r"`successes` must be a non-negative integer count, got 1.5"),
         ({"successes": [1, 2], "n": [3, np.nan]}, ValueError, r"`n` must be .* index 1 is nan"),
-        ({"successes": 1, "n": 3, "confidence": 1.5}, ValueError, r"`confidence` must be in \(0, 1\), got 1.5"),
-        ({"successes": 1, "n": 3, "confidence": 0}, ValueError, r"`confidence` must be in \(0, 1\), got 0"),
+        ({"successes": 1, "n": 3, "confidence": 1.5}, ValueError,
+         r"`confidence` must be a finite real number in \(0, 1\), got 1.5"),
+        ({"successes": 1, "n": 3, "confidence": 0}, ValueError,
+         r"`confidence` must be a finite real number in \(0, 1\), got 0"),
     ],
 )
 def test_wilson_validation(kwargs: dict, error: type[Exception], match: str) -> None:
@@ -498,12 +500,21 @@ def test_raw_scores_outside_unit_interval_are_fine_for_ranking() -> None:
         ({"n_bins": -3}, ValueError, r"`n_bins` must be an int >= 1, got -3"),
         ({"n_bins": 2.5}, TypeError, r"`n_bins` must be an int >= 1, got 2.5"),
         ({"n_bins": True}, TypeError, r"`n_bins` must be an int >= 1, got True"),
-        ({"strategy": "equal"}, ValueError, r"`strategy` must be one of 'uniform', 'quantile', got 'equal'"),
+        ({"strategy": "equal"}, ValueError, r"`strategy` must be one of 'uniform', 'quantile'; got 'equal'"),
     ],
 )
 def test_binning_option_validation(call, kwargs: dict, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         call(**kwargs)
+
+
+def test_options_accept_numpy_numbers() -> None:
+    y, p = [1, 0, 1, 1], [0.2, 0.9, 0.55, 0.7]
+    assert expected_calibration_error(y, p, n_bins=np.int64(5)) == expected_calibration_error(y, p, n_bins=5)
+    assert reliability_table(y, p, n_bins=np.int32(4), confidence=np.float32(0.9)).shape == (4, 9)
+    assert risk_at_coverage(y, p, coverage=np.float64(0.5)) == risk_at_coverage(y, p, coverage=0.5)
+    assert tpr_at_fpr(y, p, fpr=np.float32(0.0)) == tpr_at_fpr(y, p, fpr=0)
+    assert bootstrap_ci(auroc, y, p, n_boot=np.int64(20)) == bootstrap_ci(auroc, y, p, n_boot=20)
 
 
 def test_bin_probabilities_validates_probabilities() -> None:
@@ -526,7 +537,7 @@ def test_tpr_at_fpr_rejects_bad_fpr(fpr: float) -> None:
 
 
 def test_reliability_table_rejects_bad_confidence() -> None:
-    with pytest.raises(ValueError, match=r"`confidence` must be in \(0, 1\), got 1"):
+    with pytest.raises(ValueError, match=r"`confidence` must be a finite real number in \(0, 1\), got 1"):
         reliability_table([1, 0], [0.2, 0.9], confidence=1)
 
 
@@ -584,7 +595,7 @@ def test_bootstrap_mostly_undefined_warns_and_returns_nan_bounds() -> None:
     [
         ({"n_boot": 0}, ValueError, r"`n_boot` must be an int >= 1, got 0"),
         ({"n_boot": 10.0}, TypeError, r"`n_boot` must be an int >= 1, got 10.0"),
-        ({"confidence": 1.0}, ValueError, r"`confidence` must be in \(0, 1\), got 1.0"),
+        ({"confidence": 1.0}, ValueError, r"`confidence` must be a finite real number in \(0, 1\), got 1.0"),
     ],
 )
 def test_bootstrap_option_validation(kwargs: dict, error: type[Exception], match: str) -> None:

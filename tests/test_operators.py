@@ -80,7 +80,7 @@ def test_empty_trace_gives_nan(fn):
 @pytest.mark.parametrize("call, match", [
     (lambda: window_max_mean([1.0], w=0), "`w` must be an int >= 1, got 0"),
     (lambda: first_k_mean([1.0], k=0), "`k` must be an int >= 1, got 0"),
-    (lambda: decayed_mean([1.0], lam=0), "`lam` must be a number > 0"),
+    (lambda: decayed_mean([1.0], lam=0), "`lam` must be a finite real number > 0"),
     (lambda: decayed_mean([1.0], kernel="gauss"), "`kernel` must be"),
     (lambda: segment_mean([[1.0, 2.0]]), "must be 1-D"),
     (lambda: Ragged(np.zeros(3), np.array([0, 2])), "`offsets` must"),
@@ -88,6 +88,25 @@ def test_empty_trace_gives_nan(fn):
 def test_operator_validation(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: window_max_mean([1.0], w=2.5), "`w` must be an int >= 1, got 2.5"),
+    (lambda: first_k_mean([1.0], k=True), "`k` must be an int >= 1, got True"),
+    (lambda: last_k_mean([1.0], k="3"), "`k` must be an int >= 1, got '3'"),
+    (lambda: decayed_mean([1.0], lam="2"), "`lam` must be a finite real number > 0"),
+    (lambda: length_normalized_sum([1.0], rho=None), "`rho` must be a finite real number"),
+])
+def test_operator_options_of_the_wrong_type_raise_type_error(call, match):
+    with pytest.raises(TypeError, match=match):
+        call()
+
+
+def test_operator_options_accept_numpy_scalars():
+    x = [1.0, 3.0, 2.0, 5.0, 4.0]
+    assert window_max_mean(x, w=np.int64(2)) == window_max_mean(x, w=2)
+    assert first_k_mean(x, k=np.int32(3)) == first_k_mean(x, k=3)
+    assert decayed_mean(x, lam=np.float32(2.0)) == decayed_mean(x, lam=2)
 
 
 # Batch against a naive per-trace reference -------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from trace_core import (  # noqa: E402
     score_answer,
     score_answers,
 )
-from trace_core.record import encode_prompt, token_pieces  # noqa: E402
+from trace_core.record import beam_logprobs, encode_prompt, token_pieces  # noqa: E402
 
 PROMPTS = ["Q: What is 12 plus 7? A:", "The capital of France is", "Unicode: café"]
 
@@ -53,7 +53,7 @@ def naive_generate(lm, prompt, config):
 @pytest.mark.parametrize("prompt", PROMPTS[:2])
 @pytest.mark.parametrize("buffer_steps", [64, 3], ids=["one-flush", "flush-every-3"])
 def test_recorder_matches_naive_full_logits(lm, config, prompt, buffer_steps, monkeypatch):
-    from trace_core.record import _TraceRecorder
+    from trace_core.record.stats import _TraceRecorder
 
     # A 3-step buffer makes the recorder flush mid-generation, reading sampled tokens back from input_ids.
     monkeypatch.setattr(_TraceRecorder, "max_steps", buffer_steps)
@@ -160,12 +160,24 @@ def test_processing_flag_set_by_repetition_penalty(tiny_models):
     assert trace.metadata.processed is True
 
 
-def test_memory_kept_is_independent_of_vocabulary(tiny_models):
-    lm = tiny_models["gpt2"]
-    trace = generate_trace(lm, PROMPTS[0], config=DecodingConfig(max_new_tokens=16, n_alternatives=3))
-    per_token = sum(a.nbytes for a in (trace.token_ids, trace.surprisal, trace.entropy, trace.top_ids,
-                                       trace.top_logprobs, trace.ranks)) / len(trace)
-    assert per_token == 8 * (1 + 1 + 1 + 3 + 3 + 1)
+def test_memory_kept_is_independent_of_vocabulary():
+    from bench._models import random_lm
+
+    # Word-level tokenizers without an end-of-answer token: both answers run to max_new_tokens, so only V differs.
+    config = DecodingConfig(max_new_tokens=16, n_alternatives=3)
+    kept = {}
+    for vocab in (300, 6000):
+        lm = random_lm(vocab_size=vocab, hidden=32, layers=1)
+        assert lm.vocab_size == vocab
+        generated = generate_trace(lm, "w1 w2 w3", config=config)
+        scored = score_answer(lm, "w1 w2 w3", generated.token_ids, n_alternatives=3)
+        for trace in (generated, scored):
+            arrays = [trace.token_ids, trace.surprisal, trace.entropy, trace.top_ids, trace.top_logprobs, trace.ranks]
+            assert len(trace) == 16
+            assert sum(a.nbytes for a in arrays) / len(trace) == 8 * (1 + 1 + 1 + 3 + 3 + 1)
+        kept[vocab] = [(a.shape, a.dtype) for t in (generated, scored)
+                       for a in (t.token_ids, t.surprisal, t.entropy, t.top_ids, t.top_logprobs, t.ranks)]
+    assert kept[300] == kept[6000]
 
 
 @pytest.mark.parametrize("text", ["café naïve 日本語 🙂", "Line one\nLine two\n\t<b>x</b> $x$", " leading space", ""])
@@ -233,8 +245,9 @@ def test_empty_prompt_is_rejected(tiny_models):
         generate_trace(tiny_models["gpt2"], "")
 
 
-def test_import_trace_core_does_not_import_torch():
-    code = ("import sys, trace_core; bad = [m for m in ('torch', 'transformers', 'streamlit') if m in sys.modules];"
+@pytest.mark.parametrize("module", ["trace_core", "trace_core.record"])
+def test_import_does_not_import_torch(module):
+    code = (f"import sys, {module}; bad = [m for m in ('torch', 'transformers', 'streamlit') if m in sys.modules];"
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -259,8 +272,6 @@ def test_masked_tokens_give_finite_entropy_of_the_processed_distribution(tiny_mo
 
 
 def test_beam_logprobs_are_sequence_log_probabilities(tiny_models):
-    from trace_core.record import beam_logprobs
-
     lm = tiny_models["gpt2"]
     (scores,) = beam_logprobs(lm, [PROMPTS[0]], num_beams=3, max_new_tokens=5)
     assert len(scores) == 3 and scores == sorted(scores, reverse=True) and all(s < 0 for s in scores)
@@ -286,13 +297,37 @@ def test_allow_list_refuses_other_models_and_accepts_listed_ones(tiny_model_dirs
     assert load_model(tiny_model_dirs["llama"], device="cpu").vocab_size > 0
 
 
-def test_pickle_opt_in_through_environment(pickled_folder, monkeypatch):
-    folder = pickled_folder
-    monkeypatch.setenv("TRACE_ALLOW_PICKLE_WEIGHTS", "0")
+@pytest.mark.parametrize("value", ["0", "false", "FALSE", "off", ""])
+def test_pickle_weights_stay_refused_when_the_environment_says_off(pickled_folder, monkeypatch, value):
+    monkeypatch.setenv("TRACE_ALLOW_PICKLE_WEIGHTS", value)
     with pytest.raises(UnsafeModelError):
-        load_model(folder, device="cpu")
-    monkeypatch.setenv("TRACE_ALLOW_PICKLE_WEIGHTS", "1")
-    assert load_model(folder, device="cpu").vocab_size > 0
+        load_model(pickled_folder, device="cpu")
+
+
+@pytest.mark.parametrize("value", ["1", "true", "Yes", "ON"])
+def test_pickle_opt_in_through_environment(pickled_folder, monkeypatch, value):
+    monkeypatch.setenv("TRACE_ALLOW_PICKLE_WEIGHTS", value)
+    assert load_model(pickled_folder, device="cpu").vocab_size > 0
+
+
+@pytest.mark.parametrize("name", ["TRACE_ALLOW_PICKLE_WEIGHTS", "TRACE_TRUST_REMOTE_CODE"])
+def test_a_policy_flag_that_is_not_a_flag_is_an_error_naming_it(tiny_model_dirs, monkeypatch, name):
+    from trace_core.settings import SettingError
+
+    monkeypatch.setenv(name, "maybe")
+    with pytest.raises(SettingError, match=f"{name}='maybe'"):
+        load_model(tiny_model_dirs["gpt2"], device="cpu")
+
+
+def test_policy_environment_is_read_only_through_settings():
+    from pathlib import Path
+
+    import trace_core.record as record
+
+    package = Path(record.__file__).parent
+    for path in package.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert "os.environ" not in text and "getenv" not in text, path
 
 
 def test_inputs_past_the_model_context_are_refused_with_a_message(tiny_models):
@@ -309,11 +344,32 @@ def test_inputs_past_the_model_context_are_refused_with_a_message(tiny_models):
 
 
 def test_teacher_forcing_statistics_in_small_blocks_match_one_block(lm, monkeypatch):
-    import trace_core.record as record
+    from trace_core.record import stats
 
     prompts, answers = ["Q: 12 + 7 =", "Q: 3 + 4 =", "Q: a b"], [" 19", " 7 and then 8", " c d e f g"]
     whole = score_answers(lm, prompts, answers, batch_size=3)
-    monkeypatch.setattr(record, "_STATS_BLOCK_BYTES", 1)  # one token per block
+    monkeypatch.setattr(stats, "_STATS_BLOCK_BYTES", 1)  # one token per block
     blocks = score_answers(lm, prompts, answers, batch_size=3)
     for a, b in zip(whole, blocks):
         assert a == b
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda lm: score_answers(lm, ["Q"], ["A"], n_alternatives=2.5), TypeError, "`n_alternatives` must be an int"),
+    (lambda lm: score_answers(lm, ["Q"], ["A"], n_alternatives=-1), ValueError, "`n_alternatives` must be an int"),
+    (lambda lm: score_answers(lm, ["Q"], ["A"], batch_size="2"), TypeError, "`batch_size` must be an int >= 1"),
+    (lambda lm: score_answers(lm, ["Q"], ["A"], batch_size=0), ValueError, "`batch_size` must be an int >= 1"),
+    (lambda lm: score_answers(lm, ["Q"], ["A"], max_logits_bytes=True), TypeError, "`max_logits_bytes`"),
+    (lambda lm: score_answers(lm, ["Q"], ["A"], max_logits_bytes=0), ValueError, "`max_logits_bytes`"),
+    (lambda lm: score_answers(lm, ["Q"], ["A"], chat_template="yes"), TypeError, "`chat_template`"),
+    (lambda lm: generate_traces(lm, ["Q"], batch_size=1.0), TypeError, "`batch_size` must be an int >= 1"),
+    (lambda lm: generate_traces(lm, ["Q"], batch_size=0), ValueError, "`batch_size` must be an int >= 1"),
+    (lambda lm: beam_logprobs(lm, ["Q"], num_beams=2.5), TypeError, "`num_beams` must be an int >= 2"),
+    (lambda lm: beam_logprobs(lm, ["Q"], max_new_tokens=0), ValueError, "`max_new_tokens` must be an int >= 1"),
+    (lambda lm: generate_traces("not a model", ["Q"]), TypeError, "`lm` must be a LoadedModel"),
+    (lambda lm: generate_traces(lm, "Q"), TypeError, "`prompts` must be a list of strings"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_arguments_are_checked_once_with_type_and_range_errors(tiny_models, call, error, match):
+    # Wrong type -> TypeError, right type out of range -> ValueError (n_alternatives=2.5 used to be a ValueError).
+    with pytest.raises(error, match=match):
+        call(tiny_models["gpt2"])

@@ -58,7 +58,8 @@ def test_explanation_decomposes_risk_and_finds_the_spike():
     assert exp.risk == pytest.approx(trace_risk(trace))
     assert exp.contributions.sum() == pytest.approx(exp.risk)
     assert sum(exp.components.values()) == pytest.approx(exp.risk)
-    assert exp.peak_window == (11, 15) or exp.peak_window == (12, 16)
+    # Windows [11, 15) and [12, 16) tie (10.0 each); the documented rule picks the first maximum, the earliest.
+    assert exp.peak_window == (11, 15)
     assert 13 in exp.spikes
     assert exp.confidence == pytest.approx(math.exp(-exp.risk))
 
@@ -81,8 +82,15 @@ def test_config_changes_weights_and_validates():
     assert trace_risk(trace, config=only_length) == pytest.approx(np.mean([1.0, 2.0, 0.5, 0.1, 0.3]))
     with pytest.raises(ValueError, match="`window` must be an int >= 1"):
         TraceConfig(window=0)
-    with pytest.raises(ValueError, match="`weight_decay` must be a finite number >= 0"):
+    with pytest.raises(ValueError, match="`weight_decay` must be a finite real number >= 0"):
         TraceConfig(weight_decay=-1)
+    with pytest.raises(TypeError, match="`window` must be an int >= 1, got 2.5"):
+        TraceConfig(window=2.5)
+    with pytest.raises(ValueError, match="`decay_kernel` must be one of 'harmonic', 'exponential'"):
+        TraceConfig(decay_kernel="gauss")
+    # numpy scalars are accepted and stored as Python numbers, so the config equals the paper's
+    config = TraceConfig(window=np.int64(4), weight_decay=np.float64(0.4))
+    assert config == TraceConfig() and type(config.window) is int
 
 
 def test_single_trace_must_be_wrapped_for_batch_helpers():

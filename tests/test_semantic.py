@@ -168,6 +168,8 @@ def test_token_relevance_batch_chunks_many_answers(monkeypatch):
         (lambda e: token_relevance(e, "Paris"), TypeError, r"must be a sequence of str"),
         (lambda e: token_relevance(e, ["a", 3]), TypeError, r"`token_lists\[0\]\[1\]` must be a str, got int"),
         (lambda e: token_relevance(e, ["a"], batch_size=0), ValueError, r"`batch_size` must be an int >= 1, got 0"),
+        # a wrong type is a TypeError (it was a ValueError before the shared checks)
+        (lambda e: token_relevance(e, ["a"], batch_size=2.5), TypeError, r"`batch_size` must be an int >= 1, got 2.5"),
         (lambda e: token_relevance_batch(e, [["a"], ["b"]], contexts=["x"]), ValueError,
          r"`contexts` must have one entry per answer \(2\), got 1"),
         (lambda e: token_relevance_batch(e, "ab"), TypeError, r"`token_lists` must be a sequence"),

@@ -90,16 +90,28 @@ def test_metadata_validation():
         TraceMetadata.from_dict({"model": "x"})
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"max_new_tokens": 0}, "`max_new_tokens` must be an int >= 1, got 0"),
-    ({"temperature": 0.0}, "`temperature` must be a number in"),
-    ({"top_p": 1.5}, "`top_p` must be a number in"),
-    ({"top_k": -1}, "`top_k` must be an int >= 0"),
-    ({"n_alternatives": 2.5}, "`n_alternatives` must be an int"),
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"max_new_tokens": 0}, ValueError, "`max_new_tokens` must be an int >= 1, got 0"),
+    ({"temperature": 0.0}, ValueError, r"`temperature` must be a finite real number > 0, got 0\.0"),
+    ({"top_p": 1.5}, ValueError, r"`top_p` must be a finite real number in \(0, 1\], got 1\.5"),
+    ({"top_k": -1}, ValueError, "`top_k` must be an int >= 0"),
+    # A value of the wrong type is a TypeError (the shared rule of trace_core._checks), also for 2.5 as an int.
+    ({"n_alternatives": 2.5}, TypeError, "`n_alternatives` must be an int >= 0, got 2.5"),
+    ({"seed": "7"}, TypeError, "`seed` must be an int >= 0"),
+    ({"temperature": "hot"}, TypeError, "`temperature` must be a finite real number"),
+    ({"do_sample": 1}, TypeError, "`do_sample` must be True or False"),
 ])
-def test_decoding_config_validation(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+def test_decoding_config_validation(kwargs, error, match):
+    with pytest.raises(error, match=match):
         DecodingConfig(**kwargs)
+
+
+def test_decoding_config_takes_numpy_scalars_and_stores_python_ones():
+    config = DecodingConfig(max_new_tokens=np.int64(8), temperature=np.float32(0.5), seed=np.int64(3),
+                            do_sample=np.bool_(True))
+    assert config == DecodingConfig(max_new_tokens=8, temperature=0.5, seed=3, do_sample=True)
+    assert type(config.max_new_tokens) is int and type(config.temperature) is float and type(config.do_sample) is bool
+    json.dumps(config.to_dict())  # plain Python values: serialisable
 
 
 def test_decoding_config_round_trip():

@@ -17,7 +17,7 @@ from .data import (
     trace_from_openai,
     write_dataset,
 )
-from .evaluate import EvaluationConfig, EvaluationResult, evaluate, evaluate_arrays, method_names
+from .evaluate import EvaluationConfig, EvaluationResult, average_results, evaluate, evaluate_arrays
 from .features import FEATURE_SETS, feature_matrix, feature_matrix_from_arrays, feature_names
 from .metrics import (
     UndefinedMetricWarning,
@@ -60,6 +60,7 @@ from .record import (
     score_answer,
     score_answers,
 )
+from .registry import METHODS, METRICS, Method, MetricSpec, get_method, method_names
 from .score import TraceConfig, TraceExplanation, explain_trace, trace_confidence, trace_risk
 from .synthetic import synthetic_traces
 from .trace import DecodingConfig, Trace, TraceMetadata
@@ -71,6 +72,7 @@ __all__ = [
     "auprc",
     "aurc",
     "auroc",
+    "average_results",
     "Baseline",
     "BASELINES",
     "BaselineScores",
@@ -97,6 +99,7 @@ __all__ = [
     "first_k_mean",
     "generate_trace",
     "generate_traces",
+    "get_method",
     "IsotonicCalibrator",
     "label_from_reference",
     "LabeledDataset",
@@ -104,7 +107,11 @@ __all__ = [
     "length_normalized_sum",
     "load_model",
     "LoadedModel",
+    "Method",
     "method_names",
+    "METHODS",
+    "METRICS",
+    "MetricSpec",
     "ModelLoadError",
     "ModelNotAllowedError",
     "ModelNotFoundError",

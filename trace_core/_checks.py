@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 __all__ = ["MAX_ECHO", "as_1d", "check_bool", "check_choice", "check_int", "check_labels", "check_real",
-           "check_scores", "shorten"]
+           "check_scores", "set_checked", "shorten"]
 
 MAX_ECHO = 200  # characters of user input an error message may quote
 
@@ -31,13 +31,19 @@ def shorten(value: object, limit: int = MAX_ECHO) -> str:
     return f"{text[:limit]}… ({size if size is not None else len(text):,} characters in all)"
 
 
+def _number(x: float) -> str:
+    return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
+
+
 def _range_text(minimum: float | None, maximum: float | None, low_open: bool, high_open: bool) -> str:
-    parts = []
+    """``">= 1"``, ``"<= 5"`` or, with both bounds, an interval: ``"in (0, 1]"``."""
+    if minimum is not None and maximum is not None:
+        return f"in {'(' if low_open else '['}{_number(minimum)}, {_number(maximum)}{')' if high_open else ']'}"
     if minimum is not None:
-        parts.append(f"{'>' if low_open else '>='} {minimum}")
+        return f"{'>' if low_open else '>='} {_number(minimum)}"
     if maximum is not None:
-        parts.append(f"{'<' if high_open else '<='} {maximum}")
-    return " and ".join(parts)
+        return f"{'<' if high_open else '<='} {_number(maximum)}"
+    return ""
 
 
 def _is_integer(value: object) -> bool:
@@ -50,8 +56,8 @@ def check_int(value: Any, name: str, *, minimum: int | None = None, maximum: int
     >>> check_int(np.int64(5), "n_splits", minimum=1)
     5
     """
-    expected = "an int" + (f" {_range_text(minimum, maximum, False, False)}" if minimum is not None
-                           or maximum is not None else "")
+    bounds = _range_text(minimum, maximum, False, False)
+    expected = "an int" + (f" {bounds}" if bounds else "")
     if not _is_integer(value):
         raise TypeError(f"`{name}` must be {expected}, got {shorten(value)}")
     value = int(value)
@@ -104,6 +110,15 @@ def check_bool(value: Any, name: str) -> bool:
     return bool(value)
 
 
+def set_checked(obj: Any, values: Mapping[str, Any]) -> None:
+    """Store checked values on a frozen dataclass from its ``__post_init__``.
+
+    The checks return plain Python numbers (numpy scalars converted), so configs compare equal and serialise to JSON.
+    """
+    for name, value in values.items():
+        object.__setattr__(obj, name, value)
+
+
 def as_1d(x: ArrayLike, name: str) -> np.ndarray:
     arr = np.asarray(x)
     if arr.ndim != 1:
@@ -113,12 +128,30 @@ def as_1d(x: ArrayLike, name: str) -> np.ndarray:
     return arr
 
 
-def check_labels(y_true: ArrayLike, name: str = "y_true") -> NDArray[np.int64]:
-    """Return ``y_true`` as an int64 array of 0/1, or raise naming the first bad entry."""
+def check_labels(y_true: ArrayLike, name: str = "y_true", *, n: int | None = None,
+                 purpose: str | None = None) -> NDArray[np.int64]:
+    """``y_true`` as an int64 array of 0/1 correctness labels, or ValueError naming the first bad entry.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_answers,)
+        Bools, or numbers equal to 0 or 1 (the string ``"1"`` is refused, not guessed).
+    name : str
+        The argument's name, for messages.
+    n : int, optional
+        The number of answers the labels belong to; a different length is a ValueError.
+    purpose : str, optional
+        What needs the labels (``"fitting"``, ``"evaluation"``): when given, both classes must be present.
+
+    Examples
+    --------
+    >>> check_labels([True, False, 1], n=3, purpose="fitting").tolist()
+    [1, 0, 1]
+    """
     arr = as_1d(y_true, name)
     if arr.dtype.kind == "b":
-        return arr.astype(np.int64)
-    if arr.dtype.kind in "iuf":
+        ok = np.ones(arr.shape, dtype=bool)
+    elif arr.dtype.kind in "iuf":
         ok = (arr == 0) | (arr == 1)  # NaN compares False, so it is reported as a bad label
     else:
         # Object/string arrays: only genuine numbers (or bools) equal to 0 or 1 are labels;
@@ -135,9 +168,15 @@ def check_labels(y_true: ArrayLike, name: str = "y_true") -> NDArray[np.int64]:
         i = int(np.argmin(ok))
         value = arr[i].item() if hasattr(arr[i], "item") else arr[i]
         raise ValueError(
-            f"`{name}` must contain only 0/1 labels (bool or 0/1 numbers); index {i} is {value!r}"
+            f"`{name}` must contain only 0/1 labels (bool or 0/1 numbers); index {i} is {shorten(value)}"
         )
-    return arr.astype(np.int64)
+    labels = arr.astype(np.int64)
+    if n is not None and labels.shape[0] != n:
+        raise ValueError(f"`{name}` has {labels.shape[0]:,} labels but there are {n:,} answers")
+    if purpose is not None and labels.min() == labels.max():
+        raise ValueError(f"{purpose} needs both correct (1) and incorrect (0) answers; all {labels.shape[0]:,} "
+                         f"labels are {labels[0]}")
+    return labels
 
 
 def check_scores(x: ArrayLike, name: str, *, probability: bool) -> NDArray[np.float64]:

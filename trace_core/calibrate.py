@@ -1,9 +1,9 @@
 """Calibrators: TRACE+ (features -> probability) and scalar calibrators for single scores.
 
 All follow scikit-learn's conventions (``__init__`` stores parameters, ``fit`` returns self and sets trailing-underscore
-attributes) and serialise to JSON, never pickle. Prediction uses numpy only, so a calibrator loaded from JSON works
-without scikit-learn's estimator objects. ``predict_proba`` returns the probability that each answer is correct,
-shape (n_answers,).
+attributes) and serialise to JSON, never pickle. Prediction needs numpy and scipy's ``expit`` only, so a calibrator
+loaded from JSON works without scikit-learn's estimator objects. ``predict_proba`` returns the probability that each
+answer is correct, shape (n_answers,).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ._checks import check_labels, check_scores
+from ._checks import check_int, check_labels, check_real, check_scores, shorten
 from .features import feature_matrix, feature_names
 from .trace import Trace
 
@@ -28,21 +28,18 @@ class NotFittedError(ValueError, AttributeError):
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
-    # scipy's expit: no overflow warnings for large |z|, and several times faster than numpy's tanh form, which
-    # matters in the evaluation protocol's hundreds of fits.
-    from scipy.special import expit
+    """``1 / (1 + exp(-z))``: the one logistic function of the package (the evaluation protocol uses it too).
+
+    scipy's expit: no overflow warnings for large |z|, exact in the tails where ``0.5 * (1 + tanh(z / 2))`` rounds to
+    0 or 1, and several times faster than that tanh form, which matters in the protocol's hundreds of fits.
+    """
+    from scipy.special import expit  # imported on first use: `import trace_core` stays light
 
     return expit(z)
 
 
 def _check_labels(y: Any, n: int) -> np.ndarray:
-    labels = check_labels(y, "y")
-    if labels.shape[0] != n:
-        raise ValueError(f"`y` has {labels.shape[0]} labels but there are {n} answers")
-    classes = np.unique(labels)
-    if classes.shape[0] < 2:
-        raise ValueError(f"fitting needs both correct (1) and incorrect (0) answers; all {n} labels are {classes[0]}")
-    return labels
+    return check_labels(y, "y", n=n, purpose="fitting")
 
 
 def _check_scores(scores: Any) -> np.ndarray:
@@ -59,9 +56,9 @@ def _loads(data: str | Mapping[str, Any], expected_type: str | None = None) -> d
     if not isinstance(obj, dict) or "type" not in obj:
         raise ValueError("not a calibrator JSON: expected an object with a 'type' field")
     if expected_type is not None and obj["type"] != expected_type:
-        raise ValueError(f"expected a {expected_type} calibrator, got {obj['type']!r}")
+        raise ValueError(f"expected a {expected_type} calibrator, got {shorten(obj['type'])}")
     if obj.get("format_version") != _FORMAT_VERSION:
-        raise ValueError(f"unsupported calibrator format_version {obj.get('format_version')!r}; "
+        raise ValueError(f"unsupported calibrator format_version {shorten(obj.get('format_version'))}; "
                          f"this version reads {_FORMAT_VERSION}")
     return obj
 
@@ -181,15 +178,14 @@ class TracePlus:
 
     def fit(self, X: Sequence[Trace] | np.ndarray, y: Any) -> "TracePlus":
         """Fit on traces (or their feature matrix, shape (n, n_features)) and 0/1 correctness labels (n,)."""
-        if not (isinstance(self.C, (int, float)) and self.C > 0):
-            raise ValueError(f"`C` must be a number > 0, got {self.C!r}")
+        C = check_real(self.C, "C", minimum=0, low_open=True)
+        max_iter = check_int(self.max_iter, "max_iter", minimum=1)
         F = self._features(X)
         labels = _check_labels(y, F.shape[0])
         mean = F.mean(axis=0)
         scale = F.std(axis=0)
         scale = np.where(scale > 1e-12, scale, 1.0)
-        coef, intercept = _fit_logistic((F - mean) / scale, labels.astype(np.float64), C=float(self.C),
-                                        max_iter=self.max_iter)
+        coef, intercept = _fit_logistic((F - mean) / scale, labels.astype(np.float64), C=C, max_iter=max_iter)
         self.feature_names_ = feature_names(self.feature_set)
         self.mean_, self.scale_ = mean, scale
         self.coef_, self.intercept_ = coef, intercept
@@ -232,7 +228,7 @@ class TracePlus:
         model = cls(**obj["params"])
         names = tuple(obj["feature_names"])
         if names != feature_names(model.feature_set):
-            raise ValueError(f"calibrator features {list(names)} do not match feature set {model.feature_set!r} "
+            raise ValueError(f"calibrator features {shorten(list(names))} do not match feature set {model.feature_set!r} "
                              f"of this version ({list(feature_names(model.feature_set))})")
         d = len(names)
         arrays = {k: np.asarray(obj[k], dtype=np.float64) for k in ("mean", "scale", "coef")}
@@ -261,11 +257,12 @@ class PlattCalibrator:
         self.C = C
 
     def fit(self, scores: Any, y: Any) -> "PlattCalibrator":
+        C = check_real(self.C, "C", minimum=0, low_open=True)
         x = _check_scores(scores)
         labels = _check_labels(y, x.shape[0])
         mean, std = float(x.mean()), float(x.std())
         std = std if std > 1e-12 else 1.0
-        self.coef_, self.intercept_ = _fit_logistic_1d((x - mean) / std, labels, C=self.C)
+        self.coef_, self.intercept_ = _fit_logistic_1d((x - mean) / std, labels, C=C)
         self.mean_, self.scale_ = mean, std
         return self
 
@@ -337,5 +334,5 @@ def calibrator_from_json(data: str | Mapping[str, Any]) -> TracePlus | PlattCali
     """Load any calibrator saved with ``to_json``."""
     obj = _loads(data)
     if obj["type"] not in _TYPES:
-        raise ValueError(f"unknown calibrator type {obj['type']!r}; expected one of {sorted(_TYPES)}")
+        raise ValueError(f"unknown calibrator type {shorten(obj['type'])}; expected one of {sorted(_TYPES)}")
     return _TYPES[obj["type"]].from_json(obj)

@@ -8,7 +8,10 @@ Subcommands::
     fit        dataset with traces and labels -> TRACE+ calibrator (JSON)
     flag       dataset with traces + calibrator -> the low-confidence answers (CSV / JSONL)
 
-Errors are one line on stderr with exit status 1 (2 for usage errors); ``--debug`` shows the traceback.
+Errors are one line on stderr with exit status 1 (2 for usage errors); ``--debug`` shows the traceback. Which rows
+are usable (missing traces, empty answers, one class) and the words that say so come from :mod:`trace_core.policy`,
+shared with the dashboard; environment settings are read by :mod:`trace_core.settings` (through the library), never
+here.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["main"]
+from ._checks import shorten
+
+__all__ = ["build_parser", "main"]
 
 
 class CLIError(Exception):
@@ -68,46 +73,38 @@ def _read(path: str, *, require_label: bool, args: argparse.Namespace):
     return dataset
 
 
-def _require_traces(dataset, path: str) -> list:
-    missing = [int(r) for r, t in zip(_row_numbers(dataset), dataset.traces) if t is None]
-    if missing:
-        shown = ", ".join(map(str, missing[:5])) + (" ..." if len(missing) > 5 else "")
-        rows = f"{len(missing):,} row has" if len(missing) == 1 else f"{len(missing):,} rows have"
-        raise CLIError(f"{path}: {rows} no trace (row{'s' if len(missing) > 1 else ''} {shown}); record traces "
-                       "first with `trace-core score DATA --model MODEL --out FILE`")
-    return list(dataset.traces)
-
-
 def _row_numbers(dataset) -> list[int]:
     return dataset.frame[dataset.row_column].tolist()
 
 
-def _rows_text(rows: Sequence[int]) -> str:
-    return f"row{'s' if len(rows) > 1 else ''} " + ", ".join(map(str, rows[:5])) + (" ..." if len(rows) > 5 else "")
-
-
-def _without_empty_answers(dataset, path: str):
-    """The dataset without its empty answers (no tokens: no method can score them), as the dashboard does; says
-    which file rows were left out."""
+def _usable(dataset, path: str, *, consequence: str | None = None):
+    """The dataset's usable rows under the shared policy (:func:`trace_core.policy.usable_rows`), as the dashboard
+    uses them: missing traces are an error; empty answers are left out with a warning, or are an error when
+    ``consequence`` is None (flagging must score every row); one class only is an error saying ``consequence``."""
     from dataclasses import replace
 
-    empty = [r for r, t in zip(_row_numbers(dataset), dataset.traces) if len(t) == 0]
-    if not empty:
+    from .policy import one_class_message, usable_rows
+
+    usable = usable_rows(dataset.traces, row_numbers=_row_numbers(dataset))
+    if usable.missing:
+        raise CLIError(f"{path}: {usable.missing_message()}; record traces first with "
+                       "`trace-core score DATA --model MODEL --out FILE`")
+    if consequence is None:
+        if usable.empty:
+            raise CLIError(f"{path}: {usable.empty_message(left_out=False)}; remove them or record them again")
         return dataset
-    if len(empty) == dataset.n_valid:
-        raise CLIError(f"{path}: every answer is empty (no tokens), so there is nothing to score")
-    print(f"warning: {len(empty):,} empty answer{'s' if len(empty) > 1 else ''} (no tokens) left out: "
-          f"{_rows_text(empty)}", file=sys.stderr)
-    keep = [i for i, t in enumerate(dataset.traces) if len(t) > 0]
-    return replace(dataset, frame=dataset.frame.iloc[keep].reset_index(drop=True),
-                   traces=[dataset.traces[i] for i in keep])
-
-
-def _require_both_classes(labels: np.ndarray, path: str, consequence: str) -> None:
-    if np.unique(labels).shape[0] < 2:
-        which = "correct (1)" if labels[0] == 1 else "wrong (0)"
-        who = "the only usable answer is" if len(labels) == 1 else f"all {len(labels):,} usable answers are"
-        raise CLIError(f"{path}: {who} labeled {which}, so {consequence}; this needs both correct and wrong answers")
+    if usable.nothing_left_message():
+        raise CLIError(f"{path}: {usable.nothing_left_message()}")
+    for note in usable.notes():
+        print(f"warning: {note}", file=sys.stderr)
+    if len(usable.keep) < len(dataset.traces):
+        keep = usable.keep.tolist()
+        dataset = replace(dataset, frame=dataset.frame.iloc[keep].reset_index(drop=True),
+                          traces=[dataset.traces[i] for i in keep])
+    message = one_class_message(dataset.frame["label"].to_numpy(), consequence)
+    if message:
+        raise CLIError(f"{path}: {message}")
+    return dataset
 
 
 def _decoding(args: argparse.Namespace):
@@ -162,6 +159,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
 
 def cmd_score(args: argparse.Namespace) -> None:
+    from .policy import usable_rows
     from .record import beam_logprobs, score_answers
 
     dataset = _read(args.data, require_label=False, args=args)
@@ -184,10 +182,9 @@ def cmd_score(args: argparse.Namespace) -> None:
             frame["beam_logprobs"] = [json.dumps(b) for b in beam_logprobs(
                 lm, frame["prompt"].astype(str).tolist(), num_beams=args.beams, chat_template=args.chat_template)]
     print(f"recorded {len(todo):,} traces; {len(traces) - len(todo):,} rows already had one", file=sys.stderr)
-    empty = [r for r, t in zip(_row_numbers(dataset), traces) if len(t) == 0]
-    if empty:
-        print(f"warning: {len(empty)} answers are empty (no tokens), e.g. row {empty[0]}; they cannot be scored",
-              file=sys.stderr)
+    unscorable = usable_rows(traces, row_numbers=_row_numbers(dataset)).empty_message(left_out=False)
+    if unscorable:
+        print(f"warning: {unscorable}", file=sys.stderr)
     _write(frame, traces, args.out)
 
 
@@ -200,18 +197,17 @@ def _beams(dataset) -> list[list[float]] | None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from .evaluate import EvaluationConfig, evaluate, method_names
+    from .evaluate import EvaluationConfig, evaluate
+    from .policy import METRICS_UNDEFINED
+    from .registry import METHODS, method_names
 
-    dataset = _read(args.data, require_label=True, args=args)
-    _require_traces(dataset, args.data)
-    dataset = _without_empty_answers(dataset, args.data)
+    dataset = _usable(_read(args.data, require_label=True, args=args), args.data,
+                      consequence=METRICS_UNDEFINED)
     traces = list(dataset.traces)
     labels = dataset.frame["label"].to_numpy()
-    _require_both_classes(labels, args.data, "the metrics are undefined (AUROC and AUPRC need both classes; Brier "
-                                             "and ECE need a calibrator fitted on both)")
     methods = args.methods or None
-    if args.extended:
-        methods = (methods or method_names()) + [m for m in method_names(extended=True) if m.startswith("TRACE+ (")]
+    if args.extended:  # the TRACE+ feature-set variants, after the asked-for (or default) methods
+        methods = (methods or method_names()) + [m.name for m in METHODS.values() if m.extended]
     embedder = None
     if args.embedder is not None:
         from .semantic import load_embedder
@@ -223,7 +219,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     beams = _beams(dataset)
     if args.group_by:
         if args.group_by not in dataset.frame.columns:
-            raise CLIError(f"--group-by: no column {args.group_by!r}; columns are {list(dataset.frame.columns)}")
+            raise CLIError(f"--group-by: no column {shorten(args.group_by)}; columns are "
+                           f"{shorten(list(dataset.frame.columns))}")
         keys = dataset.frame[args.group_by].astype(str).to_numpy()
         groups = {}
         for key in dict.fromkeys(keys):
@@ -262,7 +259,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     elif fmt == "json":
         text = json.dumps({title or "all": r.to_dict() for title, r in results.items()}, indent=2) + "\n"
     else:
-        raise CLIError(f"unknown --format {fmt!r}; use markdown, csv or json")
+        raise CLIError(f"unknown --format {shorten(fmt)}; use markdown, csv or json")
     if args.out:
         if fmt == "markdown":
             command = " ".join(["trace-core", *(_quote(a) for a in args.argv)])
@@ -275,12 +272,10 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 def cmd_fit(args: argparse.Namespace) -> None:
     from .calibrate import TracePlus
+    from .policy import NO_CALIBRATOR
 
-    dataset = _read(args.data, require_label=True, args=args)
-    _require_traces(dataset, args.data)
-    dataset = _without_empty_answers(dataset, args.data)
+    dataset = _usable(_read(args.data, require_label=True, args=args), args.data, consequence=NO_CALIBRATOR)
     traces = list(dataset.traces)
-    _require_both_classes(dataset.frame["label"].to_numpy(), args.data, "no calibrator can be fitted")
     model = TracePlus(feature_set=args.feature_set, C=args.C).fit(traces, dataset.frame["label"].to_numpy())
     Path(args.out).write_text(model.to_json(), encoding="utf-8")
     print(f"fitted TRACE+ ({args.feature_set}) on {model.n_samples_:,} answers; wrote {args.out}", file=sys.stderr)
@@ -290,8 +285,8 @@ def cmd_flag(args: argparse.Namespace) -> None:
     from .calibrate import calibrator_from_json
     from .data import export_flagged
 
-    dataset = _read(args.data, require_label=False, args=args)
-    traces = _require_traces(dataset, args.data)
+    dataset = _usable(_read(args.data, require_label=False, args=args), args.data)
+    traces = list(dataset.traces)
     try:
         calibrator = calibrator_from_json(Path(args.calibrator).read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
@@ -300,10 +295,6 @@ def cmd_flag(args: argparse.Namespace) -> None:
         raise CLIError(f"{args.calibrator}: not valid JSON ({exc})") from exc
     from .flag import score_rows, select_flagged
 
-    empty = [r for r, t in zip(_row_numbers(dataset), traces) if len(t) == 0]
-    if empty:  # named here by file row (score_rows counts the kept rows only)
-        raise CLIError(f"{args.data}: {len(empty):,} empty answer{'s' if len(empty) > 1 else ''} (no tokens) cannot "
-                       f"be scored: {_rows_text(empty)}; remove them or record them again")
     scored = score_rows(dataset.frame, traces, calibrator)
     labels = dataset.labels if "label" in dataset.frame.columns else None
     if args.target_risk is not None and labels is None:
@@ -328,25 +319,29 @@ def _model_options(p: argparse.ArgumentParser) -> None:
 
 
 def _label_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--matcher", default="exact", choices=["exact", "contains", "numeric", "f1"],
+    from .data import MATCHERS
+
+    p.add_argument("--matcher", default="exact", choices=list(MATCHERS),
                    help="how answers are labeled against a `reference` column when there is no `label` column")
     p.add_argument("--tolerance", type=float, default=1e-6, help="absolute tolerance of the numeric matcher")
 
 
+def _subcommand(sub: Any, common: argparse.ArgumentParser, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """A subcommand parser that also takes the options every subcommand shares (``--debug``, ``--quiet``)."""
+    return sub.add_parser(name, parents=[common], **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .evaluate import SCALAR_CALIBRATORS
+    from .features import FEATURE_SETS
+
     parser = argparse.ArgumentParser(prog="trace-core", description="TRACE / TRACE+ confidence for LLM answers.")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks")
     common.add_argument("--quiet", action="store_true", help="no progress bars")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub_add = sub.add_parser
 
-    def add_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
-        return sub_add(name, parents=[common], **kwargs)
-
-    sub.add_parser = add_parser  # type: ignore[method-assign]
-
-    p = sub.add_parser("generate", help="generate answers with traces from a prompts file")
+    p = _subcommand(sub, common, "generate", help="generate answers with traces from a prompts file")
     p.add_argument("prompts", help="a .txt file (one prompt per line) or a CSV/JSONL/Parquet with a `prompt` column")
     p.add_argument("--out", required=True, help="output dataset (.jsonl, .csv or .parquet)")
     _model_options(p)
@@ -358,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None)
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("score", help="record traces of existing answers (teacher forcing)")
+    p = _subcommand(sub, common, "score", help="record traces of existing answers (teacher forcing)")
     p.add_argument("data", help="dataset with `prompt` and `answer` columns")
     p.add_argument("--out", required=True)
     p.add_argument("--rescore", action="store_true", help="re-record rows that already have a trace")
@@ -366,14 +361,14 @@ def build_parser() -> argparse.ArgumentParser:
     _label_options(p)
     p.set_defaults(func=cmd_score)
 
-    p = sub.add_parser("evaluate", help="compare TRACE+, TRACE and the baselines on held-out splits")
+    p = _subcommand(sub, common, "evaluate", help="compare TRACE+, TRACE and the baselines on held-out splits")
     p.add_argument("data", help="dataset with traces and labels (or references)")
     p.add_argument("--splits", type=int, default=20)
     p.add_argument("--calibration-fraction", type=float, default=0.35)
     p.add_argument("--stratified", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bins", type=int, default=10, help="ECE bins")
-    p.add_argument("--calibrator", default="platt", choices=["platt", "isotonic"],
+    p.add_argument("--calibrator", default="platt", choices=list(SCALAR_CALIBRATORS),
                    help="scalar calibrator for TRACE and the baselines")
     p.add_argument("--methods", nargs="+", help="restrict to these methods")
     p.add_argument("--extended", action="store_true", help="also report the TRACE+ feature-set variants")
@@ -386,15 +381,16 @@ def build_parser() -> argparse.ArgumentParser:
     _label_options(p)
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("fit", help="fit a TRACE+ calibrator (JSON) on labeled traces")
+    p = _subcommand(sub, common, "fit", help="fit a TRACE+ calibrator (JSON) on labeled traces")
     p.add_argument("data")
     p.add_argument("--out", required=True, help="calibrator JSON")
-    p.add_argument("--feature-set", default="paper")
+    p.add_argument("--feature-set", default="paper", choices=list(FEATURE_SETS),
+                   help="TRACE+ features (default: paper, the paper's 8)")
     p.add_argument("--C", type=float, default=1.0, help="inverse regularisation strength")
     _label_options(p)
     p.set_defaults(func=cmd_fit)
 
-    p = sub.add_parser("flag", help="flag low-confidence answers with a fitted calibrator")
+    p = _subcommand(sub, common, "flag", help="flag low-confidence answers with a fitted calibrator")
     p.add_argument("data")
     p.add_argument("--calibrator", required=True, help="calibrator JSON from `trace-core fit`")
     group = p.add_mutually_exclusive_group(required=True)

@@ -16,30 +16,46 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .baselines import BASELINES, baseline_scores
-from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus
-from .features import FEATURE_SETS, feature_matrix_from_arrays
+from ._checks import check_bool, check_choice, check_int, check_labels, check_real, set_checked
+from .baselines import baseline_scores
+from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus, _sigmoid
+from .features import feature_matrix_from_arrays
 from .metrics import RankGroups, brier_score, expected_calibration_error
-from .operators import Ragged
+from .operators import Ragged, check_paired
+from .registry import METHODS, METRICS, method_names
 from .score import PAPER_CONFIG, _risk_from_arrays, stack_traces
 from .trace import Trace
 
-__all__ = ["METRICS", "EvaluationConfig", "EvaluationResult", "average_results", "evaluate", "evaluate_arrays",
-           "method_names"]
+__all__ = ["SCALAR_CALIBRATORS", "EvaluationConfig", "EvaluationResult", "average_results", "evaluate",
+           "evaluate_arrays"]
 
-# name -> (higher is better, computed on "score" or "probability")
-METRICS: dict[str, tuple[bool, str]] = {
-    "brier": (False, "probability"),
-    "ece": (False, "probability"),
-    "auroc": (True, "score"),
-    "auprc": (True, "score"),
-    "aurc": (False, "score"),
-}
+SCALAR_CALIBRATORS = ("platt", "isotonic")  # how TRACE and the baselines get probabilities
 
 
 @dataclass(frozen=True)
 class EvaluationConfig:
-    """Settings of the protocol (serialisable with ``dataclasses.asdict``)."""
+    """Settings of the protocol (serialisable with ``dataclasses.asdict``).
+
+    Attributes
+    ----------
+    n_splits : int, default 20
+        Random calibration/evaluation splits, >= 1.
+    calibration_fraction : float, default 0.35
+        Share of the answers that fits the calibrators, in (0, 1).
+    stratified : bool, default False
+        Keep each class's share in the calibration part (``round(fraction * n_class)`` of each class).
+    seed : int, default 0
+        Seed of the splits, >= 0.
+    n_bins : int, default 10
+        ECE bins, >= 1.
+    scalar_calibrator : {"platt", "isotonic"}
+        Calibrator of TRACE and the baselines (TRACE+ has its own logistic regression).
+    metrics : tuple of str
+        Keys of :data:`trace_core.registry.METRICS`.
+
+    Numpy numbers are accepted and stored as Python numbers; a wrong type raises TypeError, a value out of range
+    ValueError.
+    """
 
     n_splits: int = 20
     calibration_fraction: float = 0.35
@@ -50,27 +66,26 @@ class EvaluationConfig:
     metrics: tuple[str, ...] = ("brier", "ece", "auroc", "auprc", "aurc")
 
     def __post_init__(self) -> None:
-        if isinstance(self.n_splits, bool) or not isinstance(self.n_splits, int) or self.n_splits < 1:
-            raise ValueError(f"`n_splits` must be an int >= 1, got {self.n_splits!r}")
-        if not isinstance(self.calibration_fraction, (int, float)) or not 0 < self.calibration_fraction < 1:
-            raise ValueError(f"`calibration_fraction` must be in (0, 1), got {self.calibration_fraction!r}")
-        if self.scalar_calibrator not in ("platt", "isotonic"):
-            raise ValueError(f"`scalar_calibrator` must be 'platt' or 'isotonic', got {self.scalar_calibrator!r}")
-        if isinstance(self.n_bins, bool) or not isinstance(self.n_bins, int) or self.n_bins < 1:
-            raise ValueError(f"`n_bins` must be an int >= 1, got {self.n_bins!r}")
+        if isinstance(self.metrics, str) or not isinstance(self.metrics, Sequence):
+            raise TypeError(f"`metrics` must be a sequence of metric names, got {type(self.metrics).__name__}")
         unknown = [m for m in self.metrics if m not in METRICS]
         if unknown:
             raise ValueError(f"unknown metrics {unknown}; known: {list(METRICS)}")
+        checked = {
+            "n_splits": check_int(self.n_splits, "n_splits", minimum=1),
+            "calibration_fraction": check_real(self.calibration_fraction, "calibration_fraction", minimum=0,
+                                               maximum=1, low_open=True, high_open=True),
+            "stratified": check_bool(self.stratified, "stratified"),
+            "seed": check_int(self.seed, "seed", minimum=0),
+            "n_bins": check_int(self.n_bins, "n_bins", minimum=1),
+            "scalar_calibrator": check_choice(self.scalar_calibrator, "scalar_calibrator", SCALAR_CALIBRATORS),
+            "metrics": tuple(self.metrics),
+        }
+        set_checked(self, checked)
 
 
-def method_names(*, extended: bool = False) -> list[str]:
-    """All method names: TRACE+, TRACE and the 19 baselines (plus the TRACE+ feature-set variants if asked)."""
-    variants = [f"TRACE+ ({fs})" for fs in FEATURE_SETS if fs != "paper"] if extended else []
-    return ["TRACE+", *variants, "TRACE", *BASELINES]
-
-
-def _family(method: str) -> str:
-    return "trace" if method.startswith("TRACE") else BASELINES[method].family
+def _families(methods: pd.Series) -> pd.Series:
+    return methods.map(lambda m: METHODS[m].family)
 
 
 @dataclass
@@ -109,15 +124,15 @@ class EvaluationResult:
         metrics = [m for m in self.config.metrics if m in wide.columns]
         out = pd.concat([wide[metrics], std[[f"{m}_std" for m in metrics]]], axis=1)
         out = out.reindex([m for m in self.methods if m in out.index])
-        out.insert(0, "family", [_family(m) for m in out.index])
+        out.insert(0, "family", _families(out.index.to_series()).to_numpy())
         return out
 
     def to_markdown(self, *, digits: int = 3) -> str:
         """The wide table as Markdown, ``mean ± std``; the best mean per metric in bold."""
         table = self.table()
         metrics = [m for m in self.config.metrics if m in table.columns]
-        best = {m: (table[m].max() if METRICS[m][0] else table[m].min()) for m in metrics}
-        header = "| method | family | " + " | ".join(f"{m} {'↑' if METRICS[m][0] else '↓'}" for m in metrics) + " |"
+        best = {m: METRICS[m].best(table[m]) for m in metrics}
+        header = "| method | family | " + " | ".join(f"{m} {METRICS[m].arrow}" for m in metrics) + " |"
         lines = [header, "|" + "---|" * (len(metrics) + 2)]
         for method, row in table.iterrows():
             cells = []
@@ -133,17 +148,6 @@ class EvaluationResult:
                 "skipped_splits": self.skipped_splits, "summary": self.summary.to_dict(orient="records")}
 
 
-def _check_labels(labels: Any, n: int) -> np.ndarray:
-    from ._checks import check_labels
-
-    y = check_labels(labels, "labels")
-    if y.shape[0] != n:
-        raise ValueError(f"got {y.shape[0]} labels for {n} answers")
-    if np.unique(y).shape[0] < 2:
-        raise ValueError(f"evaluation needs both correct and incorrect answers; all {n} labels are {y[0]}")
-    return y
-
-
 def evaluate(traces: Sequence[Trace], labels: Any, *, config: EvaluationConfig = EvaluationConfig(),
              methods: Sequence[str] | None = None, beam_logprobs: Sequence[Sequence[float]] | None = None,
              embedder: Any = None, contexts: Sequence[str] | None = None) -> EvaluationResult:
@@ -156,28 +160,33 @@ def evaluate(traces: Sequence[Trace], labels: Any, *, config: EvaluationConfig =
         1 = the answer is correct.
     config : EvaluationConfig
     methods : sequence of str, optional
-        Default: TRACE+, TRACE and every baseline whose inputs are available (see :func:`method_names`).
+        Default: TRACE+, TRACE and every baseline whose inputs are available
+        (see :func:`trace_core.registry.method_names`).
     beam_logprobs, embedder, contexts
         Inputs of the beam and semantic baselines (see :func:`trace_core.baselines.compute_baselines`).
     """
     traces = list(traces)
     surprisal, entropy = stack_traces(traces)
-    wanted = _wanted(methods)
-    baseline_names = [m for m in wanted if m in BASELINES]
-    baselines = baseline_scores(surprisal, entropy, names=baseline_names, traces=traces,
-                                beam_logprobs=beam_logprobs, embedder=embedder,
-                                contexts=contexts) if baseline_names else None
-    return _run(surprisal, entropy, labels, config=config, wanted=wanted, baselines=baselines)
+    return _evaluate(surprisal, entropy, labels, config=config, methods=methods, traces=traces,
+                     beam_logprobs=beam_logprobs, embedder=embedder, contexts=contexts)
 
 
 def evaluate_arrays(surprisal: Ragged, entropy: Ragged, labels: Any, *, config: EvaluationConfig = EvaluationConfig(),
                     methods: Sequence[str] | None = None,
                     beam_logprobs: Sequence[Sequence[float]] | None = None) -> EvaluationResult:
     """:func:`evaluate` from surprisal and entropy batches (no Trace objects; semantic baselines are skipped)."""
+    return _evaluate(surprisal, entropy, labels, config=config, methods=methods, beam_logprobs=beam_logprobs)
+
+
+def _evaluate(surprisal: Ragged, entropy: Ragged, labels: Any, *, config: EvaluationConfig,
+              methods: Sequence[str] | None, traces: Sequence[Trace] | None = None,
+              beam_logprobs: Sequence[Sequence[float]] | None = None, embedder: Any = None,
+              contexts: Sequence[str] | None = None) -> EvaluationResult:
     wanted = _wanted(methods)
-    baseline_names = [m for m in wanted if m in BASELINES]
-    baselines = baseline_scores(surprisal, entropy, names=baseline_names,
-                                beam_logprobs=beam_logprobs) if baseline_names else None
+    check_paired(surprisal, entropy, who="every method needs")
+    baseline_names = [m for m in wanted if METHODS[m].kind == "baseline"]
+    baselines = baseline_scores(surprisal, entropy, names=baseline_names, traces=traces, beam_logprobs=beam_logprobs,
+                                embedder=embedder, contexts=contexts) if baseline_names else None
     return _run(surprisal, entropy, labels, config=config, wanted=wanted, baselines=baselines)
 
 
@@ -217,10 +226,7 @@ def _run(surprisal: Ragged, entropy: Ragged, labels: Any, *, config: EvaluationC
     if not isinstance(config, EvaluationConfig):
         raise TypeError(f"`config` must be an EvaluationConfig, got {type(config).__name__}")
     n = len(surprisal)
-    y = _check_labels(labels, n)
-    if (surprisal.lengths == 0).any():
-        raise ValueError(f"answer {int(np.flatnonzero(surprisal.lengths == 0)[0])} has an empty trace; "
-                         "every method needs at least one token")
+    y = check_labels(labels, "labels", n=n, purpose="evaluation")
     scalar: dict[str, np.ndarray] = {}
     if "TRACE" in wanted:
         scalar["TRACE"] = np.exp(-_risk_from_arrays(surprisal, entropy, PAPER_CONFIG))
@@ -231,13 +237,13 @@ def _run(surprisal: Ragged, entropy: Ragged, labels: Any, *, config: EvaluationC
             scalar[name] = baselines.scores[name].to_numpy(dtype=np.float64)
     feature_sets: dict[str, tuple[str, np.ndarray]] = {}
     for method in wanted:
-        if method.startswith("TRACE+"):
-            fs = "paper" if method == "TRACE+" else method[len("TRACE+ ("):-1]
+        if METHODS[method].kind == "trace_plus":
+            fs = METHODS[method].feature_set
             feature_sets[method] = (fs, feature_matrix_from_arrays(surprisal, entropy, feature_set=fs))
     ran = [m for m in wanted if m in scalar or m in feature_sets]
     # Each scalar score is sorted once for all splits; TRACE+'s raw score changes per split.
     rank_groups = {m: RankGroups(scalar[m]) for m in ran if m in scalar}
-    ranking = [m for m in config.metrics if METRICS[m][1] == "score"]
+    ranking = [m for m in config.metrics if METRICS[m].on == "score"]
     rows: list[tuple[int, str, str, float]] = []
     held_out: pd.DataFrame | None = None
     skipped_splits = 0
@@ -253,7 +259,7 @@ def _run(surprisal: Ragged, entropy: Ragged, labels: Any, *, config: EvaluationC
                 fs, F = feature_sets[method]
                 model = TracePlus(feature_set=fs).fit(F[cal], y[cal])
                 raw = model.decision_function(F[ev])
-                prob = 0.5 * (1.0 + np.tanh(0.5 * raw))
+                prob = _sigmoid(raw)  # TracePlus.predict_proba's function, so held-out probabilities equal it
                 ranked = RankGroups(raw).ranking_metrics(y[ev]) if ranking else {}
             else:
                 score = scalar[method]
@@ -274,13 +280,19 @@ def _run(surprisal: Ragged, entropy: Ragged, labels: Any, *, config: EvaluationC
         warnings.warn(f"{skipped_splits} of {config.n_splits} splits skipped: one class only in the calibration or "
                       "evaluation part (use stratified=True to avoid this)", stacklevel=2)
     per_split = pd.DataFrame(rows, columns=["split", "method", "metric", "value"])
-    per_split.insert(2, "family", per_split["method"].map(_family))
+    per_split.insert(2, "family", _families(per_split["method"]))
+    return EvaluationResult(summary=_summary(per_split), per_split=per_split, held_out=held_out, skipped=skipped,
+                            config=config, n_answers=n, skipped_splits=skipped_splits, methods=ran,
+                            accuracy=float(y.mean()))
+
+
+def _summary(per_split: pd.DataFrame) -> pd.DataFrame:
+    """Mean and standard deviation (ddof 1; 0 for one split) over splits, per method and metric."""
     grouped = per_split.groupby(["method", "metric"], sort=False)["value"]
     summary = grouped.agg(mean="mean", std=lambda v: float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
                           n_splits="count").reset_index()
-    summary.insert(1, "family", summary["method"].map(_family))
-    return EvaluationResult(summary=summary, per_split=per_split, held_out=held_out, skipped=skipped, config=config,
-                            n_answers=n, skipped_splits=skipped_splits, methods=ran, accuracy=float(y.mean()))
+    summary.insert(1, "family", _families(summary["method"]))
+    return summary
 
 
 def _metric(name: str, y: np.ndarray, prob: np.ndarray, config: EvaluationConfig) -> float:
@@ -303,14 +315,10 @@ def average_results(results: Sequence[EvaluationResult]) -> EvaluationResult:
     per_split = (pd.concat(frames).groupby(["split", "method", "family", "metric"], sort=False)["value"]
                  .agg(["mean", "count"]).reset_index())
     per_split = per_split[per_split["count"] == len(results)].drop(columns="count").rename(columns={"mean": "value"})
-    grouped = per_split.groupby(["method", "metric"], sort=False)["value"]
-    summary = grouped.agg(mean="mean", std=lambda v: float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
-                          n_splits="count").reset_index()
-    summary.insert(1, "family", summary["method"].map(_family))
     skipped: dict[str, str] = {}
     for r in results:
         skipped.update(r.skipped)
-    return EvaluationResult(summary=summary, per_split=per_split, held_out=pd.DataFrame(), skipped=skipped,
+    return EvaluationResult(summary=_summary(per_split), per_split=per_split, held_out=pd.DataFrame(), skipped=skipped,
                             config=results[0].config, n_answers=sum(r.n_answers for r in results),
                             skipped_splits=max(r.skipped_splits for r in results), methods=common,
                             accuracy=float(np.mean([r.accuracy for r in results])))

@@ -20,7 +20,17 @@ from typing import Sequence
 
 import numpy as np
 
-from .operators import Ragged, decayed_mean, first_k_mean, segment_max, segment_mean, slope, window_max_mean
+from ._checks import check_choice
+from .operators import (
+    Ragged,
+    check_paired,
+    decayed_mean,
+    first_k_mean,
+    segment_max,
+    segment_mean,
+    slope,
+    window_max_mean,
+)
 from .score import PAPER_CONFIG, TraceConfig, _risk_from_arrays, stack_traces
 from .trace import Trace
 
@@ -51,9 +61,7 @@ FEATURE_SETS: dict[str, tuple[str, ...]] = {
 
 def feature_names(feature_set: str = "paper") -> tuple[str, ...]:
     """Column names of :func:`feature_matrix` for ``feature_set``."""
-    if feature_set not in FEATURE_SETS:
-        raise ValueError(f"`feature_set` must be one of {sorted(FEATURE_SETS)}, got {feature_set!r}")
-    return FEATURE_SETS[feature_set]
+    return FEATURE_SETS[check_choice(feature_set, "feature_set", FEATURE_SETS)]
 
 
 def feature_matrix(traces: Sequence[Trace], *, feature_set: str = "paper") -> np.ndarray:
@@ -79,11 +87,8 @@ def feature_matrix_from_arrays(surprisal: Ragged, entropy: Ragged, *, feature_se
                                config: TraceConfig = PAPER_CONFIG) -> np.ndarray:
     """Same as :func:`feature_matrix`, from surprisal and entropy batches that share offsets."""
     names = feature_names(feature_set)
-    if not np.array_equal(surprisal.offsets, entropy.offsets):
-        raise ValueError("`surprisal` and `entropy` must have the same offsets (the same traces)")
+    check_paired(surprisal, entropy, who="TRACE+ needs")
     lengths = surprisal.lengths
-    if (lengths == 0).any():
-        raise ValueError(f"trace {int(np.flatnonzero(lengths == 0)[0])} is empty; TRACE+ needs at least one token")
     columns: dict[str, np.ndarray] = {}
     mean_h = np.asarray(segment_mean(entropy))
     columns["first3_entropy_conf"] = np.exp(-np.asarray(first_k_mean(entropy, k=3)))

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from ._checks import check_int, check_real
 from .calibrate import TracePlus
 from .score import explain_trace, trace_confidence, trace_risk
 from .trace import Trace
@@ -21,6 +22,7 @@ __all__ = ["score_rows", "select_flagged", "spike_context", "threshold_for_risk"
 
 def spike_context(trace: Trace, spikes: Sequence[int], *, width: int = 3) -> str:
     """The spike tokens in context: ``…the capital is [[Parus]] .…`` (plain text, for tables and exports)."""
+    width = check_int(width, "width", minimum=0)
     if len(trace) == 0:
         return ""
     marks = set(int(i) for i in spikes)
@@ -68,8 +70,7 @@ def score_rows(frame: pd.DataFrame, traces: Sequence[Trace], calibrator: Any) ->
 def threshold_for_risk(probability: np.ndarray, labels: np.ndarray, target_risk: float) -> float:
     """The lowest probability threshold whose kept answers (probability >= threshold) have an error rate
     <= ``target_risk`` on these labeled answers; ``inf`` (keep nothing) when no threshold achieves it."""
-    if not 0 <= target_risk <= 1:
-        raise ValueError(f"`target_risk` must be in [0, 1], got {target_risk!r}")
+    target_risk = check_real(target_risk, "target_risk", minimum=0, maximum=1)
     p = np.asarray(probability, dtype=np.float64)
     y = np.asarray(labels)
     order = np.argsort(-p, kind="stable")
@@ -95,8 +96,7 @@ def select_flagged(scored: pd.DataFrame, *, threshold: float | None = None, cove
         raise ValueError("give exactly one of `threshold`, `coverage` or `target_risk`")
     p = scored["probability_correct"].to_numpy(dtype=np.float64)
     if coverage is not None:
-        if not 0 < coverage <= 1:
-            raise ValueError(f"`coverage` must be in (0, 1], got {coverage!r}")
+        coverage = check_real(coverage, "coverage", minimum=0, maximum=1, low_open=True)
         keep = int(np.ceil(coverage * len(p) - 1e-9))
         flagged = np.ones(len(p), dtype=bool)
         flagged[np.argsort(-p, kind="stable")[:keep]] = False
@@ -105,7 +105,7 @@ def select_flagged(scored: pd.DataFrame, *, threshold: float | None = None, cove
             if labels is None:
                 raise ValueError("`target_risk` needs the answers' `labels` to measure the risk")
             threshold = threshold_for_risk(p, labels, target_risk)
-        elif not 0 <= threshold <= 1:
-            raise ValueError(f"`threshold` must be in [0, 1], got {threshold!r}")
+        else:
+            threshold = check_real(threshold, "threshold", minimum=0, maximum=1)
         flagged = p < threshold
     return scored[flagged].sort_values("probability_correct", kind="stable")

@@ -13,8 +13,12 @@ from typing import Sequence, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ._checks import check_choice, check_int, check_real
+
 __all__ = [
+    "KERNELS",
     "Ragged",
+    "check_paired",
     "decay_weights",
     "decayed_mean",
     "first_k_mean",
@@ -27,6 +31,8 @@ __all__ = [
     "window_means",
     "window_max_mean",
 ]
+
+KERNELS = ("harmonic", "exponential")  # position weights of the decayed mean (see decay_weights)
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,13 +128,27 @@ def _nan_where_empty(result: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return result
 
 
+def _ratio(batch: Ragged, numerator: np.ndarray, denominator: np.ndarray, single: bool) -> float | np.ndarray:
+    """``numerator / denominator`` per trace; NaN for empty traces (whose 0/0 is not worth a warning)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        result = numerator / denominator
+    return _out(_nan_where_empty(result, batch.lengths), single)
+
+
+def check_paired(surprisal: Ragged, entropy: Ragged, *, who: str) -> None:
+    """ValueError unless ``surprisal`` and ``entropy`` hold the same traces and none is empty (``who`` says what
+    needs a token, e.g. ``"TRACE+ needs"``)."""
+    if not np.array_equal(surprisal.offsets, entropy.offsets):
+        raise ValueError("`surprisal` and `entropy` must have the same offsets (the same traces)")
+    empty = np.flatnonzero(surprisal.lengths == 0)
+    if empty.size:
+        raise ValueError(f"trace {int(empty[0])} is empty; {who} at least one token")
+
+
 def segment_mean(x: ArrayLike | Ragged) -> float | np.ndarray:
     """Mean over tokens: ``(1/T) sum_t x_t``."""
     batch, single = _as_ragged(x)
-    lengths = batch.lengths
-    with np.errstate(invalid="ignore", divide="ignore"):
-        result = _segment_sum(batch, batch.values) / lengths
-    return _out(_nan_where_empty(result, lengths), single)
+    return _ratio(batch, _segment_sum(batch, batch.values), batch.lengths, single)
 
 
 def segment_max(x: ArrayLike | Ragged) -> float | np.ndarray:
@@ -150,21 +170,16 @@ def _segment_reduce_max(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 def segment_var(x: ArrayLike | Ragged) -> float | np.ndarray:
     """Population variance over tokens: ``(1/T) sum_t (x_t - mean x)^2``."""
     batch, single = _as_ragged(x)
-    lengths = batch.lengths
     mean = np.asarray(segment_mean(batch))
     centered = batch.values - np.nan_to_num(mean)[batch.segment_ids]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        result = _segment_sum(batch, centered * centered) / lengths
-    return _out(_nan_where_empty(result, lengths), single)
+    return _ratio(batch, _segment_sum(batch, centered * centered), batch.lengths, single)
 
 
 def length_normalized_sum(x: ArrayLike | Ragged, *, rho: float = 0.25) -> float | np.ndarray:
     """``L_rho(x) = sum_t x_t / T**rho`` (rho = 0 is the sum, rho = 1 the mean)."""
+    rho = check_real(rho, "rho")
     batch, single = _as_ragged(x)
-    lengths = batch.lengths
-    with np.errstate(invalid="ignore", divide="ignore"):
-        result = _segment_sum(batch, batch.values) / np.power(lengths.astype(np.float64), rho)
-    return _out(_nan_where_empty(result, lengths), single)
+    return _ratio(batch, _segment_sum(batch, batch.values), np.power(batch.lengths.astype(np.float64), rho), single)
 
 
 def decay_weights(positions: np.ndarray, *, lam: float = 2.0, kernel: str = "harmonic") -> np.ndarray:
@@ -174,14 +189,12 @@ def decay_weights(positions: np.ndarray, *, lam: float = 2.0, kernel: str = "har
     ``exponential``: ``w_t = exp(-(t - 1) / lam)``.
     ``positions`` are 0-based, so ``t - 1 == positions``.
     """
-    if not (isinstance(lam, (int, float)) and lam > 0):
-        raise ValueError(f"`lam` must be a number > 0, got {lam!r}")
+    lam = check_real(lam, "lam", minimum=0, low_open=True)
+    kernel = check_choice(kernel, "kernel", KERNELS)
     positions = np.asarray(positions, dtype=np.float64)
     if kernel == "harmonic":
         return lam / (lam + positions)
-    if kernel == "exponential":
-        return np.exp(-positions / lam)
-    raise ValueError(f"`kernel` must be 'harmonic' or 'exponential', got {kernel!r}")
+    return np.exp(-positions / lam)
 
 
 def decayed_mean(x: ArrayLike | Ragged, *, lam: float = 2.0, kernel: str = "harmonic") -> float | np.ndarray:
@@ -191,14 +204,7 @@ def decayed_mean(x: ArrayLike | Ragged, *, lam: float = 2.0, kernel: str = "harm
     """
     batch, single = _as_ragged(x)
     w = decay_weights(batch.positions, lam=lam, kernel=kernel)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        result = _segment_sum(batch, w * batch.values) / _segment_sum(batch, w)
-    return _out(_nan_where_empty(result, batch.lengths), single)
-
-
-def _check_window(w: int) -> None:
-    if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1:
-        raise ValueError(f"`w` must be an int >= 1, got {w!r}")
+    return _ratio(batch, _segment_sum(batch, w * batch.values), _segment_sum(batch, w), single)
 
 
 def window_means(x: ArrayLike | Ragged, *, w: int = 4) -> tuple[np.ndarray, np.ndarray]:
@@ -211,7 +217,7 @@ def window_means(x: ArrayLike | Ragged, *, w: int = 4) -> tuple[np.ndarray, np.n
         same trace end there (at positions < w - 1).
     valid : ndarray of bool, shape (N,)
     """
-    _check_window(w)
+    w = check_int(w, "w", minimum=1)
     batch, _ = _as_ragged(x)
     values = batch.values
     # Sum of w shifted copies: exact window sums without the cancellation error of cumulative-sum differences.
@@ -234,30 +240,21 @@ def window_max_mean(x: ArrayLike | Ragged, *, w: int = 4) -> float | np.ndarray:
     return _out(result, single)
 
 
-def _check_k(k: int) -> None:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"`k` must be an int >= 1, got {k!r}")
-
-
 def first_k_mean(x: ArrayLike | Ragged, *, k: int = 3) -> float | np.ndarray:
     """Mean of the first ``min(k, T)`` tokens."""
-    _check_k(k)
+    k = check_int(k, "k", minimum=1)
     batch, single = _as_ragged(x)
     keep = (batch.positions < k).astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        result = _segment_sum(batch, keep * batch.values) / np.minimum(batch.lengths, k)
-    return _out(_nan_where_empty(result, batch.lengths), single)
+    return _ratio(batch, _segment_sum(batch, keep * batch.values), np.minimum(batch.lengths, k), single)
 
 
 def last_k_mean(x: ArrayLike | Ragged, *, k: int = 3) -> float | np.ndarray:
     """Mean of the last ``min(k, T)`` tokens."""
-    _check_k(k)
+    k = check_int(k, "k", minimum=1)
     batch, single = _as_ragged(x)
     from_end = np.repeat(batch.lengths, batch.lengths) - batch.positions  # 1 for the last token
     keep = (from_end <= k).astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        result = _segment_sum(batch, keep * batch.values) / np.minimum(batch.lengths, k)
-    return _out(_nan_where_empty(result, batch.lengths), single)
+    return _ratio(batch, _segment_sum(batch, keep * batch.values), np.minimum(batch.lengths, k), single)
 
 
 def slope(x: ArrayLike | Ragged) -> float | np.ndarray:

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["ContextFit", "Usable", "fit_new_tokens", "one_class_message", "rows_over_context", "rows_text",
+__all__ = ["METRICS_UNDEFINED", "NO_CALIBRATOR", "ContextFit", "Usable", "fit_new_tokens", "one_class_message", "rows_over_context", "rows_text",
            "usable_rows"]
 
 _SHOWN_ROWS = 10
@@ -32,6 +32,12 @@ def rows_text(rows: Sequence[Any], *, limit: int = _SHOWN_ROWS) -> str:
 
 def _count(n: int, singular: str, plural: str | None = None) -> str:
     return f"{n:,} {singular if n == 1 else (plural or singular + 's')}"
+
+
+# What one class only makes impossible, as the CLI and the dashboard both say it.
+METRICS_UNDEFINED = ("the metrics are undefined (AUROC and AUPRC need both classes; Brier and ECE need a calibrator "
+                     "fitted on both)")
+NO_CALIBRATOR = "no calibrator can be fitted"
 
 
 def one_class_message(labels: np.ndarray, consequence: str) -> str | None:
@@ -84,12 +90,15 @@ class Usable:
         have = "row has" if len(self.missing) == 1 else "rows have"
         return f"{len(self.missing):,} {have} no trace ({rows_text(self.rows(self.missing))})"
 
-    def empty_message(self) -> str | None:
-        """Empty answers left out, or None."""
+    def empty_message(self, *, left_out: bool = True) -> str | None:
+        """``"2 empty answers (no tokens) left out: rows 4, 7"``, or None when no answer is empty.
+
+        ``left_out=False`` says ``cannot be scored`` instead, for callers that must score every row (flagging).
+        """
         if not self.empty:
             return None
-        return (f"{_count(len(self.empty), 'empty answer')} (no tokens) left out: "
-                f"{rows_text(self.rows(self.empty))}")
+        return (f"{_count(len(self.empty), 'empty answer')} (no tokens) "
+                f"{'left out' if left_out else 'cannot be scored'}: {rows_text(self.rows(self.empty))}")
 
     def too_long_message(self) -> str | None:
         """Answers that do not fit the model's context, left out, or None."""
@@ -105,10 +114,13 @@ class Usable:
         return [m for m in (self.empty_message(), self.too_long_message()) if m]
 
     def nothing_left_message(self) -> str | None:
-        """Why no row at all is usable (every answer empty), or None. Missing traces are reported separately."""
-        if len(self.keep) or self.missing or not self.empty:
+        """Why no row at all is usable (every answer empty or too long), or None. Missing traces are reported
+        separately."""
+        if len(self.keep) or self.missing or not (self.empty or self.too_long):
             return None
-        return "every answer is empty (no tokens), so there is nothing to score"
+        if not self.too_long:
+            return "every answer is empty (no tokens), so there is nothing to score"
+        return "no answer is left to score: every one is empty or does not fit the model's context"
 
 
 def usable_rows(traces: Sequence[Any], *, row_numbers: Sequence[Any] | None = None,

@@ -7,9 +7,10 @@ the CLI table, the dashboard table and the plots all read these; no code slices 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from .baselines import BASELINES
+from .baselines import BASELINES, Baseline
 from .features import FEATURE_SETS
 
 __all__ = ["METHODS", "METRICS", "Method", "MetricSpec", "get_method", "method_names"]
@@ -44,8 +45,8 @@ class MetricSpec:
         """Label with its direction, for table headers: ``"AUROC ↑"``."""
         return f"{self.label} {self.arrow}"
 
-    def best(self, values):
-        """The best of ``values`` (a pandas Series or array) in this metric's direction."""
+    def best(self, values: Any) -> Any:
+        """The best of ``values`` (a pandas Series or numpy array) in this metric's direction."""
         return values.max() if self.higher_is_better else values.min()
 
 
@@ -76,6 +77,8 @@ class Method:
         TRACE+ only: the key of :data:`trace_core.features.FEATURE_SETS`.
     extended : bool
         Listed only when the extended set of methods is asked for (the TRACE+ feature-set variants).
+    baseline : Baseline or None
+        Baselines only: the :data:`trace_core.baselines.BASELINES` entry (formula and scoring function).
     """
 
     name: str
@@ -84,6 +87,7 @@ class Method:
     needs: str = "trace"
     feature_set: str | None = None
     extended: bool = False
+    baseline: Baseline | None = field(default=None, repr=False)
 
     @property
     def is_trace(self) -> bool:
@@ -95,7 +99,7 @@ def _methods() -> dict[str, Method]:
     out += [Method(f"TRACE+ ({fs})", "trace", "trace_plus", feature_set=fs, extended=True)
             for fs in FEATURE_SETS if fs != "paper"]
     out.append(Method("TRACE", "trace", "trace"))
-    out += [Method(b.name, b.family, "baseline", needs=b.needs) for b in BASELINES.values()]
+    out += [Method(b.name, b.family, "baseline", needs=b.needs, baseline=b) for b in BASELINES.values()]
     return {m.name: m for m in out}
 
 

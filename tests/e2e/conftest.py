@@ -7,13 +7,13 @@ start things.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from bench.load_test import CHROMIUM, CHROMIUM_ARGS, start_server, stop_server
+from trace_core import settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,7 +74,7 @@ def wait_idle(page, timeout: float = 60_000) -> None:
 def screenshot(page, tmp_path: Path, name: str) -> None:
     path = tmp_path / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
-    target = os.environ.get("TRACE_SCREENSHOTS")
+    target = settings.get("TRACE_SCREENSHOTS")
     if target:
         Path(target).mkdir(parents=True, exist_ok=True)
         shutil.copy(path, Path(target) / path.name)

@@ -129,8 +129,8 @@ def test_calibrate_and_flag_hostile_dataset(server, page, tmp_path):
     assert "TRACE+" in main and "1 rejected" in main
     # The 10,000-character answer is longer than the model's context: left out with a reason, not a crash.
     too_long = next(n for n, r in written.items() if r["answer"] == LONG)
-    assert f"1 answer does not fit the model's context (256 tokens, prompt and answer together) and is left out " \
-           f"(row {too_long})" in main
+    assert f"1 answer does not fit the model's context (256 tokens, prompt and answer together) and is left out: " \
+           f"row {too_long}." in main
     page.get_by_text("Rejected rows and why").click()
     wait_idle(page)
     rejected = page.locator('[data-testid="stExpander"] [data-testid="stDataFrame"]').text_content()

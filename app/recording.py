@@ -1,0 +1,119 @@
+"""Which rows of a dataset have a usable trace, and recording the missing ones with the sidebar's model.
+
+Row bookkeeping follows :mod:`trace_core.policy` (the command line follows it too): traces stored in the file, then
+the ones recorded in this session; rows that do not fit the model's context are left out instead of failing the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+import streamlit as st
+
+from trace_core import LabeledDataset, LoadedModel, Trace, score_answers
+from trace_core.policy import Usable, rows_over_context, usable_rows
+from trace_core.record import context_length
+
+from . import state
+
+BATCH_SIZE = 16  # answers per teacher-forcing batch; also how often Stop can take effect
+
+
+@dataclass(frozen=True, eq=False)
+class DatasetTraces:
+    """A dataset's traces as this session has them, and which rows are usable.
+
+    Attributes
+    ----------
+    dataset : LabeledDataset
+    traces : tuple of (Trace or None)
+        One per row of ``dataset.frame``; None where no trace is stored or recorded yet.
+    usable : Usable
+        The policy's sorting of the rows (kept, missing, empty, too long) with its messages.
+    key : str
+        Identifies these traces (the file's digest and the recording model), for caches.
+    store : dict
+        This session's recorded traces for the dataset and model (position -> Trace), filled by :func:`record_panel`.
+    """
+
+    dataset: LabeledDataset
+    traces: tuple[Trace | None, ...]
+    usable: Usable
+    key: str
+    store: dict[int, Trace]
+
+    def kept(self) -> list[Trace]:
+        """The usable traces, in row order."""
+        return [self.traces[i] for i in self.usable.keep]
+
+    def labels(self) -> np.ndarray:
+        """The usable rows' labels, in row order."""
+        return self.dataset.labels[self.usable.keep]
+
+    def hand_off(self, name: str) -> state.CalibratedData:
+        """The usable rows for the Flag & export page."""
+        frame = self.dataset.frame.iloc[self.usable.keep].reset_index(drop=True)
+        return state.CalibratedData(frame=frame, traces=tuple(self.kept()), labels=self.labels(), name=name,
+                                    row_column=self.dataset.row_column, key=self.key)
+
+
+def dataset_traces(dataset: LabeledDataset, data_key: str, lm: LoadedModel | None) -> DatasetTraces:
+    """The file's traces merged with those recorded in this session, sorted by :func:`trace_core.policy.usable_rows`.
+
+    With a model, rows still missing a trace are checked against its context (they would be recorded next).
+    """
+    model_id = lm.model_id if lm is not None else None
+    store = state.recorded_traces(data_key, model_id)
+    traces = list(dataset.traces)
+    for i, trace in store.items():
+        traces[i] = trace
+    missing = [i for i, t in enumerate(traces) if t is None]
+    too_long: list[int] = []
+    limit = None
+    if missing and lm is not None:
+        prompts, answers = _texts(dataset, missing)
+        too_long = [missing[j] for j in rows_over_context(lm, prompts, answers)]
+        limit = context_length(lm)
+    usable = usable_rows(traces, row_numbers=dataset.frame[dataset.row_column].tolist(), too_long=too_long,
+                         context_limit=limit)
+    return DatasetTraces(dataset, tuple(traces), usable, f"{data_key}/{model_id}", store)
+
+
+def _texts(dataset: LabeledDataset, positions: Sequence[int]) -> tuple[list[str], list[str]]:
+    frame = dataset.frame.iloc[list(positions)]
+    return frame["prompt"].astype(str).tolist(), frame["answer"].astype(str).tolist()
+
+
+def record_batches(lm: LoadedModel, dataset: LabeledDataset, positions: Sequence[int], *,
+                   batch_size: int = BATCH_SIZE) -> Iterator[dict[int, Trace]]:
+    """Teacher-force the answers at ``positions`` in batches, yielding each batch's traces by position.
+
+    A generator, so that a caller keeps every finished batch even when it stops early.
+    """
+    positions = list(positions)
+    for start in range(0, len(positions), batch_size):
+        rows = positions[start:start + batch_size]
+        prompts, answers = _texts(dataset, rows)
+        yield dict(zip(rows, score_answers(lm, prompts, answers, batch_size=batch_size)))
+
+
+def record_panel(lm: LoadedModel, rows: DatasetTraces) -> None:
+    """The "Record" button; once clicked, a Stop button and a progress bar while the missing traces are recorded,
+    then a rerun.
+
+    Each batch goes into the session's store at once: Stop interrupts the script at its next Streamlit call (the
+    progress update), so what was recorded before is kept.
+    """
+    missing = rows.usable.missing
+    if not st.button(f"Record {len(missing):,} traces with the selected model", type="primary", key="record"):
+        return
+    st.button("Stop", key="stop_recording", help="Stops after the current batch; recorded traces are kept.")
+    bar = st.progress(0.0, text="Recording traces…")
+    done = 0
+    for batch in record_batches(lm, rows.dataset, missing):
+        rows.store.update(batch)
+        done += len(batch)
+        bar.progress(done / len(missing), text=f"Recorded {done:,} of {len(missing):,} traces")
+    st.rerun()

@@ -1,0 +1,60 @@
+"""Datasets: reading and validating labeled tables, labeling answers from references, importing API traces,
+writing tables back, and exporting rows for people.
+
+A labeled dataset is a table (CSV, JSON Lines or Parquet) with one answer per row:
+
+==================  ==========================================================================================
+column              meaning
+==================  ==========================================================================================
+``prompt``          the prompt (required, non-empty text)
+``answer``          the answer to score (may be empty; when missing or empty, ``response`` gives it)
+``label``           1 = the answer is correct, 0 = wrong; accepted spellings: see :func:`parse_label`
+``reference``       the gold answer, used to label the answer with a matcher when there is no ``label`` column
+trace columns       an optional pre-recorded trace: ``tokens``, ``surprisal`` (or ``logprobs``), ``entropy``, ...;
+                    every one, with its meaning, is listed in :data:`trace_core.data.codec.COLUMNS`
+``response``        a raw OpenAI-compatible API response with logprobs (:func:`trace_from_openai`), used for
+                    the row's trace when the file has none of the trace columns
+==================  ==========================================================================================
+
+Column names are matched ignoring case and surrounding spaces and are lower-cased in the returned frame; any other
+column is kept as read. Every data row is numbered from 1 (the header is not counted; blank lines are skipped and not
+counted), and every rejected row is reported with that number, the column and the reason -- nothing is dropped
+silently. Problems that leave nothing to read (an empty or binary file, missing columns, ...) raise
+:class:`DatasetError`.
+
+:func:`write_dataset` writes what :func:`read_dataset` reads back unchanged (floats as exact JSON reprs);
+:func:`export_flagged` writes files for people, with spreadsheet formula injection neutralised (:func:`sanitize_cell`).
+
+Modules: ``read`` (bytes -> raw rows), ``codec`` (trace columns <-> Trace), ``labels`` (labels and matchers),
+``responses`` (API responses -> Trace), ``validate`` (rows -> :class:`LabeledDataset`), ``write``, ``export``.
+"""
+
+from .codec import TRACE_COLUMNS, entropy_from_top_k, parse_beam_logprobs, traces_to_columns
+from .errors import DatasetError, DatasetWarning, RowError
+from .export import export_flagged, sanitize_cell
+from .labels import MATCHERS, label_from_reference, normalize_answer, parse_label
+from .read import FORMATS
+from .responses import trace_from_openai
+from .validate import LabeledDataset, read_dataset
+from .write import write_dataset
+
+__all__ = [
+    "DatasetError",
+    "DatasetWarning",
+    "FORMATS",
+    "LabeledDataset",
+    "MATCHERS",
+    "RowError",
+    "TRACE_COLUMNS",
+    "entropy_from_top_k",
+    "export_flagged",
+    "label_from_reference",
+    "normalize_answer",
+    "parse_beam_logprobs",
+    "parse_label",
+    "read_dataset",
+    "sanitize_cell",
+    "trace_from_openai",
+    "traces_to_columns",
+    "write_dataset",
+]

@@ -1,0 +1,435 @@
+"""The trace columns of a dataset table: one registry of columns, and the one decoder (cells -> :class:`Trace`) and
+encoder (traces -> column cells) that reading and writing both use.
+
+A row's trace is stored per token (length T) across the columns of :data:`COLUMNS` (their meaning is given there);
+in CSV cells the values are JSON text, in JSON Lines and Parquet native lists too. A row whose trace cells are all
+empty has no trace (``None``), so a dataset may mix recorded and not-yet-recorded answers. The decoded trace's
+answer is the row's ``answer`` as given, even when ``"".join(tokens)`` differs from it (the row is not rejected for
+that).
+
+Sign checks use :data:`trace_core.trace.LOGPROB_TOLERANCE`, the slack :class:`Trace` itself allows, so a row the
+reader accepts always makes a valid Trace.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..trace import LOGPROB_TOLERANCE, Trace, TraceMetadata
+from ._values import ABSENT, CellError, as_finite_float, is_blank, is_int64, is_number, json_cell, show
+
+if TYPE_CHECKING:
+    import pyarrow
+
+__all__ = ["COLUMNS", "TRACE_COLUMNS", "TraceColumn", "entropy_from_top_k", "parse_beam_logprobs",
+           "trace_from_cells", "traces_to_columns"]
+
+
+@dataclass(frozen=True)
+class TraceColumn:
+    """One trace column of a dataset table.
+
+    Attributes
+    ----------
+    name : str
+        The column name (lower case).
+    element : {"str", "int", "float", "json"}
+        The type of each value; ``"json"`` is one free-form JSON object per row.
+    ndim : int
+        1: one value per token, shape (T,); 2: k values per token, shape (T, k); 0: one value per row.
+    field : str or None
+        The :meth:`Trace.to_dict` key written into this column; None for a column that is only read.
+    meaning : str
+        What the column holds, for people.
+    """
+
+    name: str
+    element: str
+    ndim: int
+    field: str | None
+    meaning: str
+
+    def arrow_array(self, values: Sequence[Any]) -> "pyarrow.Array":
+        """``values`` (one per row, None where the row has no trace) as a typed Arrow array, for Parquet."""
+        import pyarrow as pa
+
+        if self.element == "json":  # a free-form object: stored as JSON text, decoded on reading
+            return pa.array([None if v is None else json.dumps(v, ensure_ascii=False) for v in values],
+                            type=pa.string())
+        arrow_type = {"str": pa.string(), "int": pa.int64(), "float": pa.float64()}[self.element]
+        for _ in range(self.ndim):
+            arrow_type = pa.list_(arrow_type)
+        return pa.array(values, type=arrow_type)
+
+
+#: Every column that carries a pre-recorded trace, in the order they are read and written.
+COLUMNS: tuple[TraceColumn, ...] = (
+    TraceColumn("tokens", "str", 1, "tokens", "each token's text (required in a row with a trace)"),
+    TraceColumn("token_ids", "int", 1, "token_ids", "the tokens' ids (-1 when unknown)"),
+    TraceColumn("surprisal", "float", 1, "surprisal", "-log p of each chosen token, >= 0 nats"),
+    TraceColumn("logprobs", "float", 1, None, "log p of each chosen token, <= 0 (read only: surprisal = -logprob)"),
+    TraceColumn("entropy", "float", 1, "entropy",
+                ">= 0 nats; when missing, estimated from top_logprobs (entropy_from_top_k)"),
+    TraceColumn("top_ids", "int", 2, "top_ids", "the k most likely tokens' ids, T x k (-1 when unknown)"),
+    TraceColumn("top_logprobs", "float", 2, "top_logprobs",
+                "their log-probabilities, T x k, each row sorted from most to least likely"),
+    TraceColumn("top_tokens", "str", 2, "top_tokens", "their text, T x k"),
+    TraceColumn("ranks", "int", 1, "ranks", "1-based rank of each chosen token"),
+    TraceColumn("trace_metadata", "json", 0, "metadata", "a JSON object: TraceMetadata.to_dict()"),
+)
+#: The trace column names (``response`` is separate: it is used only when none of these exist).
+TRACE_COLUMNS: tuple[str, ...] = tuple(c.name for c in COLUMNS)
+_BY_NAME = {c.name: c for c in COLUMNS}
+_WRITTEN = tuple(c for c in COLUMNS if c.field is not None)
+_PY_TYPES = {"float": {float, int}, "int": {int}, "str": {str}}  # element types that need no per-value check
+_DTYPES = {"float": np.float64, "int": np.int64}
+
+
+# --------------------------------------------------------------------------------------------------
+# Decoding: cells -> Trace
+# --------------------------------------------------------------------------------------------------
+
+def decode_cell(value: object, name: str) -> Any:
+    """One trace cell as a Python value: JSON text decoded, a native list kept; :data:`ABSENT` when empty."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (list, tuple, dict)):
+        return value
+    if isinstance(value, str) or is_blank(value):  # JSON text of any value: the column's decoder reports a non-list
+        return json_cell(value, name)
+    raise CellError(name, f"is {show(value)}; expected a list (or its JSON text)")
+
+
+def _list(value: object, name: str, where: str = "") -> list[Any]:
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        raise CellError(name, f"{where + ' ' if where else ''}is {show(value)}; expected a list")
+    return list(value)
+
+
+def _check_element(value: object, element: str, where: str, name: str) -> None:
+    """Raise a CellError naming ``where`` when ``value`` is not one valid element of this type."""
+    if element == "str":
+        if not isinstance(value, str):
+            raise CellError(name, f"{where} is {show(value)}; expected a string")
+    elif element == "int":
+        if not is_int64(value):
+            raise CellError(name, f"{where} is {show(value)}; expected an integer")
+    elif not is_number(value):
+        raise CellError(name, f"{where} is {show(value)}; expected a number")
+    elif as_finite_float(value) is None:
+        shown = show(value) if isinstance(value, (int, np.integer)) else str(float(value))  # type: ignore[arg-type]
+        raise CellError(name, f"{where} is {shown}; expected a finite number")
+
+
+def _fast_array(values: list[Any], element: str) -> Any:
+    """``values`` (of plain types) as an array when every one is valid; None sends the caller to the slow path,
+    which names the culprit."""
+    if element == "str":
+        return values
+    try:
+        arr = np.array(values, dtype=_DTYPES[element])
+    except OverflowError:  # an int beyond int64 (or, for floats, beyond float64)
+        return None
+    return arr if element == "int" or np.isfinite(arr).all() else None
+
+
+def _vector(value: object, column: TraceColumn, n_tokens: int | None) -> Any:
+    """A per-token column: an ndarray of shape (T,) for numbers, a list of str for text."""
+    name, element = column.name, column.element
+    items = _list(value, name)
+    out = _fast_array(items, element) if set(map(type, items)) <= _PY_TYPES[element] else None
+    if out is None:
+        for i, x in enumerate(items):
+            _check_element(x, element, f"{name}[{i}]", name)
+        out = items if element == "str" else np.array(
+            [int(x) for x in items] if element == "int" else items, dtype=_DTYPES[element])
+    if n_tokens is not None and len(out) != n_tokens:
+        raise CellError(name, f"{name} has {len(out)} values but tokens has {n_tokens}")
+    return out
+
+
+def _matrix(value: object, column: TraceColumn, n_tokens: int) -> Any:
+    """A (T, k) column: an ndarray for numbers, a list of lists of str for text."""
+    name, element = column.name, column.element
+    rows = _list(value, name)
+    if not rows and n_tokens > 0:
+        rows = [[] for _ in range(n_tokens)]  # [] means "no alternatives"
+    if len(rows) != n_tokens:
+        raise CellError(name, f"{name} has {len(rows)} rows but tokens has {n_tokens}")
+    if (set(map(type, rows)) <= {list} and len(set(map(len, rows))) <= 1
+            and set(map(type, itertools.chain.from_iterable(rows))) <= _PY_TYPES[element]):
+        k = len(rows[0]) if rows else 0
+        out = _fast_array(rows, element)
+        if out is not None:
+            return out if element == "str" else out.reshape(n_tokens, k)
+    lists = [_list(r, name, f"{name}[{i}]") for i, r in enumerate(rows)]
+    k = len(lists[0]) if lists else 0
+    for i, r in enumerate(lists):
+        if len(r) != k:
+            raise CellError(name, f"{name}[{i}] has {len(r)} values but {name}[0] has {k} (every token needs "
+                                  f"the same number k of alternatives)")
+        for j, x in enumerate(r):
+            _check_element(x, element, f"{name}[{i}][{j}]", name)
+    if element == "str":
+        return lists
+    return np.array(lists, dtype=_DTYPES[element]).reshape(n_tokens, k)
+
+
+def _decode(name: str, cells: Mapping[str, Any], n_tokens: int | None) -> Any:
+    """A per-token or (T, k) column of one row, decoded and checked; None when its cell is empty."""
+    value = cells.get(name, ABSENT)
+    if value is ABSENT:
+        return None
+    column = _BY_NAME[name]
+    return _vector(value, column, n_tokens) if column.ndim == 1 else _matrix(value, column, n_tokens or 0)
+
+
+def _check_sign(arr: np.ndarray, name: str, *, nonnegative: bool, rule: str) -> None:
+    """Refuse the first value on the wrong side of 0 by more than the slack Trace allows."""
+    wrong = arr < -LOGPROB_TOLERANCE if nonnegative else arr > LOGPROB_TOLERANCE
+    if wrong.any():
+        index = tuple(int(i) for i in np.argwhere(wrong)[0])
+        raise CellError(name, f"{name}{''.join(f'[{i}]' for i in index)} is {float(arr[index])!r}; {rule}")
+
+
+_FIELD_COLUMNS = {c.field: c.name for c in _WRITTEN}
+
+
+def _column_named_in(message: str) -> str:
+    """The column that one of Trace's messages ("`top_logprobs` must be ...") is about; "" when none."""
+    match = re.match(r"`(\w+)", message)
+    return _FIELD_COLUMNS.get(match.group(1), "") if match else ""
+
+
+def trace_from_cells(cells: Mapping[str, Any], *, prompt: str, answer: str) -> Trace:
+    """Validate one row's trace cells and build its Trace.
+
+    Parameters
+    ----------
+    cells : Mapping
+        Column name -> value as decoded by :func:`decode_cell` (:data:`ABSENT` where the cell is empty).
+    prompt, answer : str
+        The row's prompt and answer, stored on the trace as given.
+
+    Returns
+    -------
+    Trace
+
+    Raises
+    ------
+    CellError
+        The first problem found, naming the column at fault.
+    """
+    if cells.get("tokens", ABSENT) is ABSENT:
+        raise CellError("tokens", "is missing; a row with trace columns needs `tokens` (leave every trace column "
+                                  "empty for a row without a trace)")
+    tokens = _decode("tokens", cells, None)
+    n = len(tokens)
+
+    surprisal = _decode("surprisal", cells, n)
+    if surprisal is not None:
+        _check_sign(surprisal, "surprisal", nonnegative=True,
+                    rule="surprisal must be >= 0 (nats) -- log-probabilities (<= 0) go in a `logprobs` column")
+    logprobs = _decode("logprobs", cells, n)
+    if logprobs is not None:
+        _check_sign(logprobs, "logprobs", nonnegative=False,
+                    rule="log-probabilities must be <= 0 -- surprisal (>= 0) goes in a `surprisal` column")
+        if surprisal is None:
+            surprisal = -logprobs
+        elif not np.allclose(surprisal, -logprobs, rtol=0.0, atol=1e-6):
+            i = int(np.flatnonzero(~np.isclose(surprisal, -logprobs, rtol=0.0, atol=1e-6))[0])
+            raise CellError("logprobs", f"logprobs[{i}] is {float(logprobs[i])!r} but surprisal[{i}] is "
+                                        f"{float(surprisal[i])!r}; expected surprisal = -logprob (or give only one "
+                                        f"of them)")
+    if surprisal is None:
+        raise CellError("surprisal", "is missing; a trace needs `surprisal` (or `logprobs`)")
+
+    top_logprobs = _decode("top_logprobs", cells, n)
+    if top_logprobs is None:
+        top_logprobs = np.zeros((n, 0))
+    else:
+        _check_sign(top_logprobs, "top_logprobs", nonnegative=False, rule="log-probabilities must be <= 0")
+        unsorted = (np.diff(top_logprobs, axis=1) > 1e-12).any(axis=1)
+        if unsorted.any():
+            i = int(np.flatnonzero(unsorted)[0])
+            raise CellError("top_logprobs", f"top_logprobs[{i}] is {show(top_logprobs[i].tolist())}; each row must "
+                                            f"be sorted from most to least likely")
+    k = top_logprobs.shape[1]
+    top_ids = _decode("top_ids", cells, n)
+    if top_ids is None:
+        top_ids = np.full((n, k), -1, dtype=np.int64)
+    elif top_ids.shape != top_logprobs.shape:
+        raise CellError("top_ids", f"top_ids has shape {top_ids.shape} but top_logprobs has shape "
+                                   f"{top_logprobs.shape}")
+    top_tokens = _decode("top_tokens", cells, n)
+    if top_tokens is not None:
+        if any(len(r) != k for r in top_tokens):
+            raise CellError("top_tokens", f"top_tokens has {len(top_tokens[0]) if top_tokens else 0} alternatives "
+                                          f"per token but top_logprobs has {k}")
+        top_tokens = tuple(tuple(r) for r in top_tokens)
+
+    entropy = _decode("entropy", cells, n)
+    estimated = entropy is None
+    if entropy is not None:
+        _check_sign(entropy, "entropy", nonnegative=True, rule="entropy must be >= 0 (nats)")
+    elif k > 0 or n == 0:
+        entropy = entropy_from_top_k(top_logprobs)
+    else:
+        raise CellError("entropy", "is missing; a trace needs `entropy` (or `top_logprobs` to estimate it)")
+
+    token_ids = _decode("token_ids", cells, n)
+    if token_ids is None:
+        token_ids = np.full(n, -1, dtype=np.int64)
+    ranks = _decode("ranks", cells, n)
+    if ranks is not None and (ranks < 1).any():
+        raise CellError("ranks", f"ranks[{int(np.argmin(ranks))}] is {int(ranks.min())}; ranks are 1-based (>= 1)")
+
+    metadata = TraceMetadata(source="imported")
+    if cells.get("trace_metadata", ABSENT) is not ABSENT:
+        meta = cells["trace_metadata"]
+        if not isinstance(meta, Mapping):
+            raise CellError("trace_metadata", f"is {show(meta)}; expected a JSON object")
+        try:
+            metadata = TraceMetadata.from_dict(meta)
+        except (TypeError, ValueError) as exc:
+            raise CellError("trace_metadata", str(exc)) from None
+    if estimated:
+        metadata = replace(metadata, entropy_source="top_k_approximation")
+    try:
+        return Trace(prompt=prompt, answer=answer, token_ids=token_ids, tokens=tuple(tokens), surprisal=surprisal,
+                     entropy=entropy, top_ids=top_ids, top_logprobs=top_logprobs, ranks=ranks, metadata=metadata,
+                     top_tokens=top_tokens)
+    except (TypeError, ValueError) as exc:  # the checks above mirror Trace's; should one miss, name the column
+        raise CellError(_column_named_in(str(exc)), f"inconsistent trace: {exc}") from None
+
+
+def entropy_from_top_k(top_logprobs: Any) -> np.ndarray:
+    """Entropy estimated from the top-k log-probabilities, with the rest of the mass as one extra outcome.
+
+    ``p_i = exp(l_i)``, ``r = max(0, 1 - sum_i p_i)``, ``H = -sum_i p_i l_i - r log r``. Merging the unseen tokens into
+    one bucket can only lower the entropy, so (for exact top-k log-probs) this is a lower bound on the full-vocabulary
+    entropy; it is exact when the top-k hold all the mass. ``-inf`` entries count as probability 0; values above 0
+    by at most :data:`~trace_core.trace.LOGPROB_TOLERANCE` count as 0.
+
+    Parameters
+    ----------
+    top_logprobs : array-like of float, shape (T, k)
+
+    Returns
+    -------
+    ndarray of float64, shape (T,)
+
+    Raises
+    ------
+    ValueError
+        Not 2-D, NaN, or a log-probability above 0 (beyond the tolerance).
+
+    Examples
+    --------
+    >>> entropy_from_top_k([[np.log(0.5), np.log(0.5)]]).round(4)  # all the mass in the top 2: exact
+    array([0.6931])
+    """
+    lp = np.asarray(top_logprobs, dtype=np.float64)
+    if lp.ndim != 2:
+        raise ValueError(f"`top_logprobs` must be 2-D (T, k), got shape {lp.shape}")
+    if np.isnan(lp).any() or (lp > LOGPROB_TOLERANCE).any():
+        raise ValueError("`top_logprobs` must be log-probabilities (<= 0, not NaN)")
+    lp = np.minimum(lp, 0.0)
+    p = np.exp(lp)
+    known = -np.sum(np.where(p > 0, p * np.where(np.isfinite(lp), lp, 0.0), 0.0), axis=1)
+    rest = np.clip(1.0 - p.sum(axis=1), 0.0, None)
+    tail = -np.where(rest > 0, rest * np.log(np.where(rest > 0, rest, 1.0)), 0.0)
+    return np.maximum(known + tail, 0.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Encoding: traces -> cells
+# --------------------------------------------------------------------------------------------------
+
+def traces_to_columns(traces: Sequence[Trace | None]) -> dict[str, list[Any]]:
+    """Trace columns as plain Python lists, one entry per trace (None where a trace is None).
+
+    Parameters
+    ----------
+    traces : sequence of Trace or None
+
+    Returns
+    -------
+    dict
+        ``tokens``, ``token_ids``, ``surprisal``, ``entropy``, ``top_ids``, ``top_logprobs`` (lists per trace),
+        ``top_tokens`` and ``ranks`` (None where the trace has none) and ``trace_metadata`` (dicts): every column of
+        :data:`COLUMNS` but the read-only ``logprobs``. Together they rebuild each trace exactly (with its row's
+        prompt and answer).
+
+    Examples
+    --------
+    >>> traces_to_columns([None])["tokens"]
+    [None]
+    """
+    out: dict[str, list[Any]] = {c.name: [] for c in _WRITTEN}
+    for i, trace in enumerate(traces):
+        if trace is None:
+            for values in out.values():
+                values.append(None)
+            continue
+        if not isinstance(trace, Trace):
+            raise TypeError(f"`traces[{i}]` must be a Trace or None, got {type(trace).__name__}")
+        d = trace.to_dict()
+        for column in _WRITTEN:
+            out[column.name].append(d[column.field])  # type: ignore[index]
+    return out
+
+
+def trace_column(name: str) -> TraceColumn | None:
+    """The registry entry of a column name; None for a column that is not a trace column."""
+    return _BY_NAME.get(name)
+
+
+# --------------------------------------------------------------------------------------------------
+# The beam column (not part of a trace)
+# --------------------------------------------------------------------------------------------------
+
+def parse_beam_logprobs(values: Iterable[object], rows: Iterable[int]) -> list[list[float]]:
+    """Decode the ``beam_logprobs`` column: per answer, the log-probabilities of a beam search's beams.
+
+    Parameters
+    ----------
+    values : iterable
+        The column's cells: a JSON list in CSV cells, a list in JSONL/Parquet.
+    rows : iterable of int
+        The data-row numbers of the cells, used in error messages.
+
+    Returns
+    -------
+    list of list of float
+        One list of at least 2 beam log-probabilities per cell.
+
+    Raises
+    ------
+    ValueError
+        ``"row 7: beam_logprobs: ..."`` for a cell that is not a list of at least 2 numbers.
+
+    Examples
+    --------
+    >>> parse_beam_logprobs(["[-0.5, -1.5]", [-0.1, -2.0]], [1, 2])
+    [[-0.5, -1.5], [-0.1, -2.0]]
+    """
+    out = []
+    for row, value in zip(rows, values):
+        try:
+            parsed = json.loads(value) if isinstance(value, str) else list(value)  # type: ignore[call-overload]
+            beams = [float(v) for v in parsed]
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"row {row}: beam_logprobs: not a JSON list of numbers ({exc})") from exc
+        if len(beams) < 2:
+            raise ValueError(f"row {row}: beam_logprobs: needs at least 2 beam log-probabilities, got {len(beams)}")
+        out.append(beams)
+    return out

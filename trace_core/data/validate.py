@@ -1,0 +1,315 @@
+"""Validating a table row by row into a :class:`LabeledDataset`: every valid row kept with its label and trace, every
+rejected row reported with its number, column and reason (nothing is dropped silently)."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .._checks import check_bool, check_int
+from ..trace import Trace
+from ._values import ABSENT, CellError, is_blank, is_missing, json_cell, show
+from .codec import TRACE_COLUMNS, decode_cell, trace_from_cells
+from .errors import DatasetError, DatasetWarning, RowError
+from .labels import LABEL_EXPECTED, check_matcher_options, label_from_reference, parse_label
+from .read import PathOrBuffer, Table, read_table
+from .responses import trace_from_openai
+
+__all__ = ["LabeledDataset", "read_dataset"]
+
+
+@dataclass
+class LabeledDataset:
+    """The valid rows of a dataset, their traces, and every rejected row with its reason.
+
+    Attributes
+    ----------
+    frame : pandas.DataFrame, shape (n_valid, ...)
+        The valid rows, every input column kept as read (names lower-cased), an int column ``label`` (0/1; the
+        input's ``label`` column is replaced by its parsed value; absent when ``label_source == "none"``), an
+        ``answer`` column (added when taken from ``response``), and an int column ``row_column`` holding each row's
+        1-based data-row number in the file. The index is 0..n_valid-1.
+    traces : list of Trace or None, length n_valid
+        One per valid row, None where the row carries no trace.
+    errors : list of RowError
+        Every problem found; a rejected row has one or more entries.
+    n_read : int
+        Data rows read from the file.
+    label_source : str
+        ``"label"``, ``"reference:<matcher>"`` or ``"none"``.
+    row_column : str
+        Name of the row-number column: ``"row"``, or ``"_row"`` when the input already has a ``row`` column.
+    """
+
+    frame: pd.DataFrame
+    traces: list[Trace | None]
+    errors: list[RowError]
+    n_read: int
+    label_source: str
+    row_column: str = "row"
+
+    @property
+    def n_valid(self) -> int:
+        return int(len(self.frame))
+
+    @property
+    def n_rejected(self) -> int:
+        return self.n_read - self.n_valid
+
+    @property
+    def has_traces(self) -> bool:
+        """True when there is at least one valid row and every valid row has a trace."""
+        return bool(self.traces) and all(t is not None for t in self.traces)
+
+    @property
+    def labels(self) -> np.ndarray:
+        """The 0/1 labels of the valid rows, shape (n_valid,), int64."""
+        if "label" not in self.frame.columns:
+            raise ValueError("this dataset has no labels (label_source is 'none')")
+        return self.frame["label"].to_numpy(dtype=np.int64)
+
+    def summary(self, *, max_errors: int = 3) -> str:
+        """One line, e.g. ``"1,000 rows read: 997 kept, 3 rejected (row 4: label: 'maybe' is not one of ...)"``."""
+        text = f"{self.n_read:,} rows read: {self.n_valid:,} kept, {self.n_rejected:,} rejected"
+        if self.errors:
+            shown = "; ".join(str(e) for e in self.errors[:max_errors])
+            more = len(self.errors) - max_errors
+            text += f" ({shown}{f'; and {more:,} more' if more > 0 else ''})"
+        return text
+
+
+def read_dataset(source: PathOrBuffer | bytes, *, format: str | None = None, matcher: str = "exact",
+                 tolerance: float = 1e-6, f1_threshold: float = 0.5, require_label: bool = True,
+                 max_rows: int | None = None) -> LabeledDataset:
+    """Read and validate a labeled dataset (CSV, JSON Lines or Parquet); see :mod:`trace_core.data` for the columns.
+
+    Parameters
+    ----------
+    source : str, Path, bytes or binary file-like
+        A path, the file's bytes, or an open binary file (a Streamlit ``UploadedFile`` works: it is rewound first
+        and its ``.name`` gives the format).
+    format : {"csv", "jsonl", "parquet"} or None
+        None: from the extension (.csv/.tsv/.txt, .jsonl/.json/.ndjson, .parquet/.pq). CSV delimiters ``,`` ``;``
+        tab and ``|`` are recognised from the header; a ``.json`` file may also hold one JSON array of objects.
+    matcher, tolerance, f1_threshold
+        How answers are labeled from a ``reference`` column when there is no ``label`` column; see
+        :func:`label_from_reference`.
+    require_label : bool
+        When False, a file without ``label`` and ``reference`` columns is read unlabeled (``label_source="none"``).
+    max_rows : int or None
+        Refuse files with more data rows than this (>= 1).
+
+    Returns
+    -------
+    LabeledDataset
+        The valid rows and their traces, and one :class:`RowError` per problem. When rows were rejected a
+        :class:`DatasetWarning` with the summary is also emitted.
+
+    Raises
+    ------
+    DatasetError
+        The file is empty, has no data rows, is not UTF-8 text (CSV/JSONL), not a table, lacks required columns,
+        has duplicate column names, has more than ``max_rows`` rows, or its format cannot be told.
+    TypeError, ValueError
+        An option of the wrong type or out of range.
+
+    Examples
+    --------
+    >>> ds = read_dataset(b"prompt,answer,label\\nQ,A,yes\\nQ2,B,no\\n", format="csv")
+    >>> ds.n_valid, ds.labels.tolist(), ds.summary()
+    (2, [1, 0], '2 rows read: 2 kept, 0 rejected')
+    """
+    check_matcher_options(matcher, tolerance, f1_threshold)
+    check_bool(require_label, "require_label")
+    if max_rows is not None:
+        check_int(max_rows, "max_rows", minimum=1)
+    table, fmt = read_table(source, format=format, max_rows=max_rows)
+    return _validate_table(table, fmt=fmt, matcher=matcher, tolerance=tolerance, f1_threshold=f1_threshold,
+                           require_label=require_label)
+
+
+def _columns_text(columns: Sequence[str]) -> str:
+    shown = ", ".join(repr(c) for c in columns[:20])
+    return f"[{shown}{', ...' if len(columns) > 20 else ''}]"
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """What every row of one table is checked against (decided once, from its columns and the options)."""
+
+    trace_columns: tuple[str, ...]  # the trace columns the table has
+    use_response: bool              # the trace (and a missing answer) come from a `response` column
+    label_source: str
+    matcher: str
+    tolerance: float
+    f1_threshold: float
+
+
+def _validate_table(table: Table, *, fmt: str, matcher: str, tolerance: float, f1_threshold: float,
+                    require_label: bool) -> LabeledDataset:
+    columns = table.columns
+    has = set(columns)
+    trace_columns = tuple(c for c in TRACE_COLUMNS if c in has)
+    use_response = "response" in has and not trace_columns
+    missing = [c for c in ("prompt", "answer") if c not in has and not (c == "answer" and use_response)]
+    if missing:
+        needed = " and ".join(f"`{c}`" for c in missing)
+        raise DatasetError(f"missing required column{'s' if len(missing) > 1 else ''} {needed}; found columns "
+                           f"{_columns_text(columns)}{table.hint}")
+    if "label" in has:
+        label_source = "label"
+    elif "reference" in has:
+        label_source = f"reference:{matcher}"
+    elif require_label:
+        raise DatasetError(f"the dataset needs a `label` column ({LABEL_EXPECTED}) or a `reference` column (the "
+                           f"gold answer, to label answers with a matcher); found columns {_columns_text(columns)}"
+                           f"{table.hint}")
+    else:
+        label_source = "none"
+    rules = _Rules(trace_columns, use_response, label_source, matcher, tolerance, f1_threshold)
+
+    errors = list(table.errors)
+    valid_index: list[int] = []
+    traces: list[Trace | None] = []
+    labels: list[int] = []
+    answers: list[str] = []
+    for i, raw in enumerate(table.rows):
+        if raw is None:
+            continue
+        problems: list[CellError] = []
+        trace, answer, label = _check_row(raw, rules, problems)
+        if problems:
+            errors.extend(RowError(i + 1, p.field, p.message) for p in problems)
+            continue
+        valid_index.append(i)
+        traces.append(trace)
+        labels.append(label)
+        answers.append(answer if answer is not None else "")
+
+    errors.sort(key=lambda e: e.row)  # stable: a row's errors keep their order
+    frame = _valid_frame(table, valid_index, fmt)
+    if "answer" not in frame.columns:
+        frame.insert(columns.index("prompt") + 1, "answer", pd.Series(answers, index=frame.index, dtype=str))
+    elif use_response:  # answers filled in from responses where missing
+        frame["answer"] = pd.Series(answers, index=frame.index, dtype=str)
+    if label_source != "none":  # replaces the input's label column in place, or is added at the end
+        frame["label"] = pd.Series(labels, index=frame.index, dtype=np.int64)
+    row_column = "row"
+    while row_column in frame.columns:
+        row_column = "_" + row_column
+    frame[row_column] = pd.Series([i + 1 for i in valid_index], index=frame.index, dtype=np.int64)
+    frame.attrs["trace_core_row_column"] = row_column
+    dataset = LabeledDataset(frame=frame, traces=traces, errors=errors, n_read=len(table.rows),
+                             label_source=label_source, row_column=row_column)
+    if dataset.n_rejected:
+        warnings.warn(f"{dataset.summary()}; every problem is listed in LabeledDataset.errors", DatasetWarning,
+                      stacklevel=3)
+    return dataset
+
+
+def _check_row(raw: Mapping[str, Any], rules: _Rules, problems: list[CellError]) -> tuple[Trace | None, str | None,
+                                                                                            int]:
+    """One row's trace, answer and label (-1 when unlabeled); every problem found is appended to ``problems``, so a
+    row with several bad cells reports them all."""
+    prompt = answer = None
+    try:
+        prompt = _text_cell(raw.get("prompt"), "prompt", allow_empty=False)
+        if prompt is None:
+            raise CellError("prompt", "is missing; expected non-empty text")
+    except CellError as exc:
+        problems.append(exc)
+    try:
+        answer = _text_cell(raw.get("answer"), "answer", allow_empty=True)
+    except CellError as exc:
+        problems.append(exc)
+        answer = ""  # reported; keep going to report other problems too
+
+    trace: Trace | None = None
+    response_failed = False
+    if rules.use_response:
+        try:
+            response = _response_cell(raw.get("response"))
+            if response is not None:
+                trace = trace_from_openai(response, prompt=prompt or "")
+        except CellError as exc:
+            problems.append(exc)
+            response_failed = True
+        except (TypeError, ValueError) as exc:
+            problems.append(CellError("response", str(exc)))
+            response_failed = True
+        if trace is not None and not answer:  # missing or empty answer: the response's text
+            answer = trace.answer
+    if answer is None:
+        if not response_failed:  # a broken response was reported already; it was to give the answer
+            problems.append(CellError("answer", "is missing; expected text (it may be empty)"))
+    elif rules.trace_columns:
+        try:
+            cells = {c: decode_cell(raw.get(c), c) for c in rules.trace_columns}
+            if any(v is not ABSENT for v in cells.values()):
+                trace = trace_from_cells(cells, prompt=prompt or "", answer=answer)
+        except CellError as exc:
+            problems.append(exc)
+    if trace is not None and answer is not None and (trace.answer != answer or trace.prompt != (prompt or "")):
+        trace = replace(trace, answer=answer, prompt=prompt or "")
+    try:
+        label = _label(raw, answer, rules)
+    except CellError as exc:
+        problems.append(exc)
+        label = -1
+    return trace, answer, label
+
+
+def _label(raw: Mapping[str, Any], answer: str | None, rules: _Rules) -> int:
+    """The row's 0/1 label from its ``label`` cell or by matching its answer with its ``reference``; -1 when the
+    table is unlabeled (or the answer is missing, which is reported already)."""
+    if rules.label_source == "label":
+        try:
+            return parse_label(raw.get("label"))
+        except ValueError as exc:
+            raise CellError("label", str(exc)) from None
+    if rules.label_source == "none" or answer is None:
+        return -1
+    reference = raw.get("reference")
+    if is_blank(reference):
+        raise CellError("reference", "is missing; expected the gold answer")
+    try:
+        return label_from_reference(answer, reference, matcher=rules.matcher, tolerance=rules.tolerance,
+                                    f1_threshold=rules.f1_threshold)
+    except (TypeError, ValueError) as exc:
+        raise CellError("reference", str(exc)) from None
+
+
+def _valid_frame(table: Table, valid_index: list[int], fmt: str) -> pd.DataFrame:
+    if table.frame is not None:
+        return table.frame.iloc[valid_index].reset_index(drop=True)
+    records = [table.rows[i] for i in valid_index]
+    if fmt == "csv":
+        values = [[r[c] for c in table.columns] for r in records]  # type: ignore[index]
+        return pd.DataFrame(values, columns=table.columns, dtype=str) if values else pd.DataFrame(
+            {c: pd.Series([], dtype=str) for c in table.columns})
+    frame = pd.DataFrame.from_records(records, columns=table.columns)
+    return frame.reset_index(drop=True)
+
+
+def _text_cell(value: object, name: str, *, allow_empty: bool) -> str | None:
+    """A text cell as str; None when missing (callers decide); raises CellError for non-text or forbidden empty."""
+    if is_missing(value):
+        return None
+    if not isinstance(value, str):
+        raise CellError(name, f"is {show(value)}; expected text")
+    if not allow_empty and not value.strip():
+        raise CellError(name, "is empty; expected non-empty text")
+    return value
+
+
+def _response_cell(value: object) -> Mapping[str, Any] | None:
+    value = json_cell(value, "response")
+    if value is ABSENT:
+        return None
+    if not isinstance(value, Mapping):
+        raise CellError("response", f"is {show(value)}; expected an OpenAI-style response object")
+    return value

@@ -1,0 +1,138 @@
+"""Selective prediction: the risk (error rate among the answers kept, most confident first) at each coverage."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from .._checks import check_real
+from ._common import check_pair
+
+__all__ = ["aurc", "risk_at_coverage", "risk_coverage_curve"]
+
+
+def risk_coverage_curve(
+    y_true: ArrayLike, confidence: ArrayLike
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Selective risk at every coverage, keeping the most confident answers first.
+
+    For ``k = 1 .. n``: ``coverage_k = k / n`` and ``risk_k = E[errors among the k most confident] / k``,
+    where an error is ``y_true == 0``. Ties in ``confidence`` are resolved by expectation: inside a
+    group of ``m`` tied answers containing ``e`` errors, each kept answer adds ``e / m`` expected
+    errors (the average over all orders of the group). The curve therefore does not depend on the
+    order of the input.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_answers,)
+        1 if the answer is correct, 0 otherwise.
+    confidence : array-like of shape (n_answers,)
+        Confidence score, any finite real, higher = more likely correct.
+
+    Returns
+    -------
+    coverage : ndarray of shape (n_answers,)
+        ``k / n`` for ``k = 1 .. n``.
+    risk : ndarray of shape (n_answers,)
+        Expected error rate among the ``k`` kept answers, in [0, 1]; ``risk[-1]`` is the overall
+        error rate. Defined with a single class (no warning).
+
+    Raises
+    ------
+    ValueError
+        On empty input, length mismatch, bad labels or non-finite scores.
+    """
+    y, c = check_pair(y_true, confidence, "confidence", probability=False)
+    n = y.shape[0]
+    values, inverse = np.unique(c, return_inverse=True)
+    errors = np.bincount(inverse, weights=(1 - y).astype(np.float64), minlength=values.size)
+    sizes = np.bincount(inverse, minlength=values.size)
+    group_rate = errors / sizes
+    # Expected error of each kept answer, in order of decreasing confidence: a group's answers
+    # appear consecutively and each contributes the group's average error rate.
+    per_answer = np.repeat(group_rate[::-1], sizes[::-1])
+    k = np.arange(1, n + 1, dtype=np.float64)
+    return k / n, np.cumsum(per_answer) / k
+
+
+def aurc(y_true: ArrayLike, confidence: ArrayLike) -> float:
+    """Area under the risk-coverage curve.
+
+    ``AURC = (1/n) * sum_{k=1..n} risk_k`` with ``risk_k`` from :func:`risk_coverage_curve`
+    (ties resolved by expectation). Lower is better; for a fixed set of labels it is minimal when
+    every correct answer is ranked above every wrong one and maximal for the reverse order.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_answers,)
+        1 if the answer is correct, 0 otherwise.
+    confidence : array-like of shape (n_answers,)
+        Confidence score, any finite real, higher = more likely correct.
+
+    Returns
+    -------
+    float
+        AURC in [0, 1]. Defined with a single class (0 if all correct, 1 if all wrong).
+
+    Raises
+    ------
+    ValueError
+        On empty input, length mismatch, bad labels or non-finite scores.
+    """
+    _, risk = risk_coverage_curve(y_true, confidence)
+    return float(np.mean(risk))
+
+
+def risk_at_coverage(y_true: ArrayLike, confidence: ArrayLike, *, coverage: float = 0.5) -> float:
+    """Selective risk when keeping the most confident ``coverage`` share of the answers.
+
+    Returns ``risk_k`` of :func:`risk_coverage_curve` at ``k = max(1, ceil(coverage * n))``.
+    ``coverage * n`` within 1e-9 (relative) of an integer is taken as that integer, so float
+    round-off (``0.07 * 100 = 7.000000000000001``) does not add an answer.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_answers,)
+        1 if the answer is correct, 0 otherwise.
+    confidence : array-like of shape (n_answers,)
+        Confidence score, any finite real, higher = more likely correct.
+    coverage : float, default=0.5
+        Share of answers kept, ``0 < coverage <= 1``.
+
+    Returns
+    -------
+    float
+        Expected error rate among the kept answers, in [0, 1].
+
+    Raises
+    ------
+    ValueError
+        On invalid inputs or ``coverage`` outside (0, 1].
+    """
+    cov = check_real(coverage, "coverage", minimum=0, maximum=1, low_open=True)
+    _, risk = risk_coverage_curve(y_true, confidence)
+    n = risk.shape[0]
+    exact = cov * n
+    nearest = round(exact)
+    k = nearest if math.isclose(exact, nearest, rel_tol=1e-9, abs_tol=1e-9) else math.ceil(exact)
+    k = min(max(1, int(k)), n)
+    return float(risk[k - 1])
+
+
+def _aurc_from_groups(sizes: NDArray[np.float64], errors: NDArray[np.float64]) -> float:
+    """AURC from tied groups in decreasing confidence, in O(groups) after an O(n) harmonic table.
+
+    Inside a group of m answers with error rate r, kept after K answers with E expected errors, the risks at
+    k = K+1 .. K+m sum to ``m r + (E - K r)(H_{K+m} - H_K)`` with H the harmonic numbers; this equals the mean of
+    :func:`risk_coverage_curve`'s risks without expanding the groups to answers.
+    """
+    n = int(sizes.sum())
+    harmonic = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, n + 1, dtype=np.float64))])
+    rate = errors / sizes
+    kept_before = np.cumsum(sizes) - sizes
+    errors_before = np.cumsum(errors) - errors
+    ends = kept_before.astype(np.int64)
+    h = harmonic[ends + sizes.astype(np.int64)] - harmonic[ends]
+    return float(np.sum(sizes * rate + (errors_before - kept_before * rate) * h) / n)

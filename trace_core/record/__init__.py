@@ -1,0 +1,51 @@
+"""Recording traces: the only part of trace_core that touches torch and transformers.
+
+Both are imported lazily, inside functions, so ``import trace_core`` and ``import trace_core.record`` stay light.
+
+* :mod:`.load` -- :func:`load_model` under the model policy (offline, safetensors only, no remote code, the
+  deployment's allow-list); :mod:`.folders` -- what a model folder holds (shared with :mod:`trace_core.semantic`).
+* :mod:`.tokens` -- :func:`encode_prompt`, :func:`token_pieces`, :func:`context_length`.
+* :mod:`.generate` -- :func:`generate_traces`: generate and record in the same pass.
+* :mod:`.teacher` -- :func:`score_answers`: the trace of existing answers by teacher forcing.
+* :mod:`.beam` -- :func:`beam_logprobs`: the inputs of the beam baselines.
+* :mod:`.stats` -- the recorder statistics both generation and teacher forcing use; :mod:`.build` -- the one
+  builder of a Trace from recorded arrays.
+* :mod:`.backends` -- what runs the model: the public functions validate, tokenize and build traces; a backend
+  (today the local Hugging Face one) turns token ids into per-token arrays.
+"""
+
+from __future__ import annotations
+
+from .beam import beam_logprobs
+from .generate import generate_trace, generate_traces
+from .load import (
+    LoadedModel,
+    ModelLoadError,
+    ModelNotAllowedError,
+    ModelNotFoundError,
+    UnsafeModelError,
+    check_model_allowed,
+    load_model,
+    model_allowlist,
+)
+from .teacher import score_answer, score_answers
+from .tokens import context_length, encode_prompt, token_pieces
+
+__all__ = [
+    "LoadedModel",
+    "ModelLoadError",
+    "ModelNotAllowedError",
+    "ModelNotFoundError",
+    "UnsafeModelError",
+    "beam_logprobs",
+    "check_model_allowed",
+    "context_length",
+    "encode_prompt",
+    "generate_trace",
+    "generate_traces",
+    "load_model",
+    "model_allowlist",
+    "score_answer",
+    "score_answers",
+    "token_pieces",
+]

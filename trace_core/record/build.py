@@ -1,0 +1,60 @@
+"""From a backend's raw arrays to a :class:`~trace_core.trace.Trace`: one builder for generation and teacher forcing.
+
+Sharing it keeps the two sources of traces alike in everything but ``metadata.source``: the same token pieces, the
+same dtypes, the same clipping of rounding noise and the same metadata fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..trace import Trace, TraceMetadata
+from .backends import Backend, RecordedAnswer
+from .tokens import token_pieces
+
+
+def _build_trace(backend: Backend, prompt: str, recorded: RecordedAnswer, *, source: str,
+                 decoding: Mapping[str, Any], chat_template: bool, prompt_tokens: int) -> Trace:
+    """The Trace of one recorded answer.
+
+    Parameters
+    ----------
+    backend : Backend
+        Gives the model id and the tokenizer (for the token pieces and ``metadata.tokenizer``).
+    prompt : str
+        The prompt as the user wrote it.
+    recorded : RecordedAnswer
+        The backend's arrays for the answer.
+    source : {"generate", "teacher_forced"}
+        ``metadata.source``.
+    decoding : mapping
+        ``DecodingConfig.to_dict()`` for generation, ``{}`` for teacher forcing.
+    chat_template : bool
+        Whether the prompt was wrapped in the chat template.
+    prompt_tokens : int
+        Length of the encoded prompt, kept in ``metadata.extra``.
+
+    Returns
+    -------
+    Trace
+        ``surprisal = max(-log p, 0)``, ``entropy = max(H, 0)`` and ``top_logprobs = min(log p, 0)`` in float64:
+        float32 rounding can put a certain token's log-probability a hair above 0.
+    """
+    tokenizer = backend.tokenizer
+    pieces = token_pieces(tokenizer, recorded.token_ids)
+    extra: dict[str, Any] = {}
+    if recorded.finish_reason is not None:
+        extra["finish_reason"] = recorded.finish_reason
+    extra["prompt_tokens"] = prompt_tokens
+    metadata = TraceMetadata(
+        model_id=backend.model_id, source=source, decoding=dict(decoding), processed=recorded.processed,
+        entropy_source=recorded.entropy_source, tokenizer=str(getattr(tokenizer, "name_or_path", "")),
+        chat_template=chat_template, extra=extra)
+    return Trace(
+        prompt=prompt, answer="".join(pieces), token_ids=recorded.token_ids, tokens=tuple(pieces),
+        surprisal=np.maximum(-recorded.chosen_logprobs.astype(np.float64), 0.0),
+        entropy=np.maximum(recorded.entropy.astype(np.float64), 0.0),
+        top_ids=recorded.top_ids, top_logprobs=np.minimum(recorded.top_logprobs.astype(np.float64), 0.0),
+        ranks=recorded.ranks, metadata=metadata)

@@ -1,0 +1,99 @@
+"""Traced generation: generate answers and record each answer's trace in the same pass."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from .._checks import check_int
+from ..trace import DecodingConfig, Trace
+from .backends import backend_of
+from .build import _build_trace
+from .load import LoadedModel
+from .tokens import _check_prompts, encode_prompt
+
+__all__ = ["generate_trace", "generate_traces"]
+
+
+def generate_trace(lm: LoadedModel, prompt: str, *, config: DecodingConfig = DecodingConfig(),
+                   generate_kwargs: Mapping[str, Any] | None = None) -> Trace:
+    """Generate an answer to one prompt and record its trace. See :func:`generate_traces`.
+
+    Examples
+    --------
+    >>> config = DecodingConfig(max_new_tokens=8)
+    >>> trace = generate_trace(lm, "Q: What is 12 plus 7? A:", config=config)  # doctest: +SKIP
+    >>> trace.surprisal.shape == (len(trace),)  # doctest: +SKIP
+    True
+    """
+    if not isinstance(prompt, str):
+        raise TypeError(f"`prompt` must be a str, got {type(prompt).__name__}")
+    return generate_traces(lm, [prompt], config=config, generate_kwargs=generate_kwargs)[0]
+
+
+def generate_traces(lm: LoadedModel, prompts: Sequence[str], *, config: DecodingConfig = DecodingConfig(),
+                    batch_size: int = 8, generate_kwargs: Mapping[str, Any] | None = None,
+                    progress: Callable[[int, int], None] | None = None) -> list[Trace]:
+    """Generate answers and record each answer's trace in the same pass.
+
+    For each step t the trace keeps the chosen token's surprisal ``s_t = -log p_t(y_t)``, the entropy
+    ``H_t = -sum_v p_t(v) log p_t(v)`` over the whole vocabulary, the top ``k = config.n_alternatives`` alternatives
+    and the chosen token's rank: O(T * k) numbers per answer, never the T x V logits.
+
+    Parameters
+    ----------
+    lm : LoadedModel
+        From :func:`~trace_core.record.load_model`.
+    prompts : sequence of str
+    config : DecodingConfig
+        Greedy (default) or sampled decoding; the trace is of the distribution before temperature/top-k/top-p.
+    batch_size : int, default 8
+        Prompts per ``generate`` call (left-padded).
+    generate_kwargs : mapping, optional
+        Extra ``generate`` options. Beam search, assisted decoding and other multi-sequence methods are refused.
+    progress : callable(done, total), optional
+        Called after each batch; raise from it to cancel.
+
+    Returns
+    -------
+    list of Trace
+        One per prompt, in order; the answer stops before the first EOS token (EOS is not part of the trace), and
+        ``metadata.extra["finish_reason"]`` says "eos" or "length".
+
+    Raises
+    ------
+    ValueError
+        A prompt plus ``config.max_new_tokens`` does not fit the model's context, a prompt is empty after
+        tokenization, or ``generate_kwargs`` asks for a multi-sequence decoding method.
+
+    Examples
+    --------
+    >>> traces = generate_traces(lm, ["The capital of France is", "2 + 2 ="],  # doctest: +SKIP
+    ...                          config=DecodingConfig(max_new_tokens=16, n_alternatives=3))
+    >>> traces[0].top_logprobs.shape  # doctest: +SKIP
+    (16, 3)
+    """
+    backend = backend_of(lm)
+    prompts = _check_prompts(prompts)
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
+    if not isinstance(config, DecodingConfig):
+        raise TypeError(f"`config` must be a DecodingConfig, got {type(config).__name__}")
+    options = dict(generate_kwargs or {})
+    backend.check_generate_options(options)
+    encoded = [encode_prompt(backend.tokenizer, p, chat_template=config.chat_template) for p in prompts]
+    limit = backend.context_length()
+    for i, ids in enumerate(encoded):
+        if limit is not None and len(ids) + config.max_new_tokens > limit:
+            # Past its last position a model fails deep inside torch (IndexError); say why instead.
+            raise ValueError(f"prompt {i} is {len(ids):,} tokens and max_new_tokens is {config.max_new_tokens:,}, "
+                             f"but the model reads at most {limit:,} tokens, prompt and answer together")
+    decoding = config.to_dict()
+    traces: list[Trace] = []
+    for start in range(0, len(prompts), batch_size):
+        rows = range(start, min(start + batch_size, len(prompts)))
+        recorded = backend.generate([encoded[i] for i in rows], config, options, seed_offset=start)
+        traces.extend(_build_trace(backend, prompts[i], answer, source="generate", decoding=decoding,
+                                   chat_template=config.chat_template, prompt_tokens=len(encoded[i]))
+                      for i, answer in zip(rows, recorded))
+        if progress is not None:
+            progress(len(traces), len(prompts))
+    return traces

@@ -1,0 +1,242 @@
+"""Loading a Hugging Face causal LM under the deployment's model policy.
+
+The policy: models load offline (``local_files_only``), from safetensors weights only, with
+``trust_remote_code=False``, unless the caller or the environment (``TRACE_ALLOW_PICKLE_WEIGHTS``,
+``TRACE_TRUST_REMOTE_CODE``, read through :mod:`trace_core.settings`) opts in; a shared deployment can restrict
+which models load at all with ``TRACE_MODEL_ALLOWLIST``. torch and transformers are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import settings
+from .folders import looks_like_path, model_folder
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = ["LoadedModel", "ModelLoadError", "ModelNotAllowedError", "ModelNotFoundError", "UnsafeModelError",
+           "check_model_allowed", "load_model", "model_allowlist"]
+
+
+class ModelLoadError(RuntimeError):
+    """A model could not be loaded; the message says why and what to do."""
+
+
+class ModelNotFoundError(ModelLoadError, FileNotFoundError):
+    """The model is neither a local folder nor in the local Hugging Face cache."""
+
+
+class UnsafeModelError(ModelLoadError):
+    """Loading would need pickle weights or remote code, and the caller did not opt in."""
+
+
+class ModelNotAllowedError(ModelLoadError):
+    """The deployment's allow-list (``TRACE_MODEL_ALLOWLIST``) does not include this model."""
+
+
+@dataclass(eq=False)
+class LoadedModel:
+    """A causal LM with its tokenizer, ready for recording.
+
+    ``lock`` serialises use of the model: several threads (dashboard sessions) may share one LoadedModel.
+    """
+
+    model: Any
+    tokenizer: Any
+    model_id: str
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    @property
+    def device(self) -> "torch.device":
+        return next(self.model.parameters()).device
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+
+def _torch() -> Any:
+    """The torch module, or an ImportError that says which extra to install."""
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - exercised only without torch
+        raise ImportError("recording traces needs torch and transformers: pip install 'trace-core[record]'") from exc
+    return torch
+
+
+def _resolve_device(device: str | Any) -> Any:
+    torch = _torch()
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    return torch.device(device)
+
+
+def _resolve_dtype(dtype: str | Any, device: Any) -> Any:
+    torch = _torch()
+    if dtype == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    if isinstance(dtype, str):
+        names = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+        if dtype not in names:
+            raise ValueError(f"`dtype` must be 'auto' or one of {sorted(names)}, got {dtype!r}")
+        return names[dtype]
+    return dtype
+
+
+def model_allowlist() -> tuple[str, ...] | None:
+    """Models a shared deployment allows, from ``TRACE_MODEL_ALLOWLIST`` (comma-separated ids or folder paths).
+
+    Returns
+    -------
+    tuple of str or None
+        The entries; None when the variable is unset or empty (every local model allowed).
+    """
+    return settings.get("TRACE_MODEL_ALLOWLIST")
+
+
+def check_model_allowed(name_or_path: str | Path) -> None:
+    """Raise :class:`ModelNotAllowedError` if an allow-list is set and the model is not on it.
+
+    A model is on the list when its name equals an entry, or when both name the same folder once resolved.
+
+    >>> check_model_allowed("any/model")  # no allow-list set: every model is allowed  # doctest: +SKIP
+    """
+    allowed = model_allowlist()
+    if allowed is None:
+        return
+    name = str(name_or_path)
+    resolved = Path(name).expanduser().resolve() if name else None
+    for entry in allowed:
+        if name == entry or (resolved is not None and Path(entry).expanduser().resolve() == resolved):
+            return
+    raise ModelNotAllowedError(f"Model '{name}' is not on this deployment's allow-list (TRACE_MODEL_ALLOWLIST); "
+                               f"allowed: {', '.join(allowed)}.")
+
+
+def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | Any = "auto",
+               local_files_only: bool = True, trust_remote_code: bool | None = None,
+               allow_pickle_weights: bool | None = None) -> LoadedModel:
+    """Load a causal LM and its tokenizer from a local folder or the local Hugging Face cache.
+
+    Parameters
+    ----------
+    name_or_path : str or Path
+        A folder saved with ``save_pretrained``, or a model id already in the local cache.
+    device : str, default "auto"
+        "auto" picks CUDA, then MPS, then CPU.
+    dtype : str or torch.dtype, default "auto"
+        "auto" is float32 on CPU and bfloat16 (or float16) on CUDA.
+    local_files_only : bool, default True
+        Never reach a model hub. Set False only on a connected machine, deliberately.
+    trust_remote_code : bool or None, default None
+        Run Python code shipped with the model. None: the setting ``TRACE_TRUST_REMOTE_CODE`` (off by default);
+        only opt in when you trust the model's source.
+    allow_pickle_weights : bool or None, default None
+        Accept ``pytorch_model.bin`` (pickle) weights when there are no safetensors weights. Loading a pickle can run
+        arbitrary code. None: the setting ``TRACE_ALLOW_PICKLE_WEIGHTS`` (off by default).
+
+    Returns
+    -------
+    LoadedModel
+        The model in eval mode on ``device``, its tokenizer, and ``model_id = str(name_or_path)``.
+
+    Raises
+    ------
+    ModelNotFoundError
+        Nothing found locally under that name.
+    UnsafeModelError
+        Only pickle weights are present and ``allow_pickle_weights`` is off, or the model needs remote code and
+        ``trust_remote_code`` is off.
+    ModelNotAllowedError
+        An allow-list is set (``TRACE_MODEL_ALLOWLIST``, see :func:`check_model_allowed`) and the model is not on
+        it; the check runs before anything is read.
+    trace_core.settings.SettingError
+        One of the environment variables above has a value that is not a flag.
+
+    Examples
+    --------
+    >>> lm = load_model("assets/demo-model", device="cpu")  # doctest: +SKIP
+    >>> lm.vocab_size  # doctest: +SKIP
+    """
+    _torch()
+    import transformers
+
+    name = str(name_or_path)
+    check_model_allowed(name)
+    if trust_remote_code is None:
+        trust_remote_code = settings.get("TRACE_TRUST_REMOTE_CODE")
+    if allow_pickle_weights is None:
+        allow_pickle_weights = settings.get("TRACE_ALLOW_PICKLE_WEIGHTS")
+    if not name.strip():
+        raise ModelNotFoundError("No model given: pass a local model folder or a cached Hugging Face model id.")
+    folder = model_folder(name)
+    if folder is not None:
+        if folder.only_pickle and not allow_pickle_weights:
+            raise UnsafeModelError(
+                f"Model folder '{name}' has only pickle weights (pytorch_model.bin), which can run code when loaded; "
+                "convert them to safetensors, or opt in with allow_pickle_weights=True if you trust the file.")
+        if not folder.has_safetensors and not folder.has_pickle:
+            raise ModelNotFoundError(f"Model folder '{name}' has no weights (*.safetensors); save the model there "
+                                     "with save_pretrained(..., safe_serialization=True).")
+        source = str(folder.path)
+    elif looks_like_path(name):
+        raise ModelNotFoundError(f"No model folder at '{name}'; check the path (it must be a folder made by "
+                                 "save_pretrained, with config.json and *.safetensors).")
+    else:
+        source = name
+
+    resolved_device = _resolve_device(device)
+    resolved_dtype = _resolve_dtype(dtype, resolved_device)
+    options = dict(local_files_only=local_files_only, trust_remote_code=trust_remote_code)
+    hf_logging = transformers.utils.logging
+    bar_was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a "Loading weights" bar per load is noise in a CLI or a server log
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, **options)
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            source, dtype=resolved_dtype, use_safetensors=None if allow_pickle_weights else True, **options)
+    except (OSError, ValueError) as exc:
+        text = str(exc)
+        if "trust_remote_code" in text and not trust_remote_code:
+            raise UnsafeModelError(f"Model '{name}' needs its own Python code (trust_remote_code); it is off by "
+                                   "default. Opt in only if you trust the model's source.") from exc
+        if "safetensors" in text.lower() and not allow_pickle_weights:
+            raise UnsafeModelError(f"Model '{name}' has no safetensors weights in the local cache; only pickle "
+                                   "weights, which can run code when loaded. Convert them to safetensors, or opt in "
+                                   "with allow_pickle_weights=True if you trust the file.") from exc
+        if folder is not None:
+            raise ModelLoadError(f"Model folder '{name}' could not be loaded: {text.splitlines()[0]}") from exc
+        raise ModelNotFoundError(
+            f"Model '{name}' was not found locally: it is not a folder, and not in the Hugging Face cache "
+            f"({_cache_dir()}); download it once on a connected machine (huggingface-cli download {name}) or pass "
+            "the path of a folder made by save_pretrained.") from exc
+    finally:
+        if bar_was_on:
+            hf_logging.enable_progress_bar()
+    model.to(resolved_device)
+    model.eval()
+    return LoadedModel(model=model, tokenizer=tokenizer, model_id=name)
+
+
+def _cache_dir() -> str:
+    try:
+        from huggingface_hub import constants
+
+        return str(constants.HF_HUB_CACHE)
+    except Exception:  # pragma: no cover - hub package layout differs
+        return "the Hugging Face cache"

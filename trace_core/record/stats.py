@@ -1,0 +1,134 @@
+"""The recorder statistics: entropy, top-k, and the chosen token's log-probability and rank from logits.
+
+One routine, :func:`_stats_in_place`, serves generation (through :class:`_TraceRecorder`, a logits-processor body
+that buffers steps) and teacher forcing (in blocks of ``_STATS_BLOCK_BYTES``), so both give the same numbers for the
+same logits. Everything here works on torch tensors; torch is imported when a function runs, never at import.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .load import _torch
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+def _stats_in_place(x: "torch.Tensor", k: int, chosen: "torch.Tensor | None", *, work: "torch.Tensor | None" = None,
+                    above: "torch.Tensor | None" = None) -> tuple["torch.Tensor", ...]:
+    """Entropy (n,), top-k log-probs and ids (n, k), and the chosen tokens' log-probs and 1-based ranks (n,) from
+    float32 logits x (n, V), which are overwritten. ``chosen`` None means greedy: the chosen token is the argmax.
+
+    Computed inside x and workspaces of its shape (``work`` float32, ``above`` bool; made here if not given): no
+    other vocabulary-sized temporaries, so the allocator has nothing to strand between the long-lived tensors
+    generate() keeps growing (at some vocabulary sizes that stranding cost hundreds of MiB over a long answer). No
+    host synchronisation, so a GPU is never stalled.
+    """
+    torch = _torch()
+    work = torch.empty_like(x) if work is None else work
+    x.sub_(x.amax(dim=-1, keepdim=True))
+    torch.exp(x, out=work)
+    total = work.sum(dim=-1, keepdim=True)
+    x.sub_(total.log())  # log p
+    top_lp, top_ids = torch.topk(x, k=min(max(k, 1), x.shape[-1]), dim=-1)
+    if chosen is None:
+        chosen_lp, rank = top_lp[:, 0], torch.ones_like(top_ids[:, 0])
+    else:
+        chosen_lp = x.gather(-1, chosen[:, None]).squeeze(-1)
+        above = torch.empty(x.shape, dtype=torch.bool, device=x.device) if above is None else above
+        torch.gt(x, chosen_lp[:, None], out=above)
+        rank = above.sum(dim=-1) + 1  # sum of a bool tensor: twice as fast as count_nonzero
+    work.div_(total)  # p
+    # -sum p log p as one dot product per row (several times faster than torch.special.entr on CPU); the clamp
+    # makes masked tokens (log p = -inf, p = 0) add 0 instead of 0 * -inf = nan.
+    entropy = -torch.linalg.vecdot(work, x.clamp_(min=torch.finfo(x.dtype).min))
+    return entropy, top_lp[:, :k], top_ids[:, :k], chosen_lp, rank
+
+
+# Teacher forcing computes statistics in blocks of about this many bytes of float32 logits rows: the half-dozen
+# passes over the vocabulary then stay in cache instead of streaming a (tokens x V) tensor from memory each time.
+_STATS_BLOCK_BYTES = 4 * 2**20
+
+
+class _TraceRecorder:
+    """LogitsProcessor body that records per-step entropy, top-k, and the chosen token's log-prob and rank.
+
+    Each step's scores are copied into a preallocated buffer of at most ``buffer_bytes`` (and 64 steps); when it is
+    full, the statistics of all buffered steps are computed in one vectorised call (inside the buffer, see
+    :func:`_stats_in_place`) and the rows are dropped. Memory is
+    therefore bounded by the buffer, never T x V, and the per-step cost is one copy: on small models the fixed cost
+    of a dozen tensor operations per step would otherwise rival the model itself.
+
+    Chosen tokens: under greedy decoding nothing runs after the recorder, so the chosen token is the argmax of the
+    row it saw (log-prob = top-1 value, rank 1, ties included). Under sampling the token chosen at step t is read from
+    ``input_ids`` at a later step, or from the final sequences.
+    """
+
+    max_steps = 64
+
+    def __init__(self, k: int, *, greedy: bool, buffer_bytes: int = 2 * 2**20) -> None:
+        self.k = k
+        self.greedy = greedy
+        self.buffer_bytes = buffer_bytes
+        self.prompt_width: int | None = None
+        self._buffer = None  # (limit, B, V) float32: steps _flushed .. _flushed + _n - 1 are buffered
+        self._work = None  # workspaces of the buffer's shape (float32, bool), made on first use
+        self._above = None
+        self._n = 0
+        self._flushed = 0
+        self._limit = 1
+        self._parts: dict[str, list] = {"entropy": [], "top_lp": [], "top_ids": [], "chosen_lp": [], "rank": []}
+
+    def __call__(self, input_ids: "torch.Tensor", scores: "torch.Tensor") -> "torch.Tensor":
+        if self.prompt_width is None:
+            self.prompt_width = input_ids.shape[1]
+            row_bytes = 4 * scores.shape[0] * scores.shape[1]
+            self._limit = max(1, min(self.max_steps, self.buffer_bytes // row_bytes))
+            self._buffer = _torch().empty((self._limit,) + tuple(scores.shape), dtype=_torch().float32,
+                                          device=scores.device)
+        if self._n >= self._limit:
+            # Every buffered step is before this one, so its chosen token is already in input_ids.
+            self._flush(input_ids[:, self.prompt_width:])
+        self._buffer[self._n].copy_(scores)  # one copy into preallocated memory (and to float32)
+        self._n += 1
+        return scores
+
+    def _flush(self, generated: "torch.Tensor", n_rows: int | None = None) -> None:
+        torch = _torch()
+        n_steps = self._n if n_rows is None else min(n_rows, self._n)
+        if n_steps == 0:
+            return
+        batch = self._buffer.shape[1]
+        # Rows in step-major order (step, sequence): a view of the buffer, no copy.
+        chosen = None
+        if not self.greedy:
+            chosen = generated[:, self._flushed:self._flushed + n_steps].T.reshape(-1).to(self._buffer.device)
+        width = self._buffer.shape[-1]
+        if self._work is None:
+            self._work = torch.empty_like(self._buffer)
+            self._above = None if self.greedy else torch.empty(self._buffer.shape, dtype=torch.bool,
+                                                                device=self._buffer.device)
+        n = n_steps * batch
+        entropy, top_lp, top_ids, chosen_lp, rank = _stats_in_place(
+            self._buffer.view(-1, width)[:n], self.k, chosen, work=self._work.view(-1, width)[:n],
+            above=None if self._above is None else self._above.view(-1, width)[:n])
+        for name, value in (("entropy", entropy), ("top_lp", top_lp), ("top_ids", top_ids),
+                            ("chosen_lp", chosen_lp), ("rank", rank)):
+            value = value.reshape((n_steps, batch) + tuple(value.shape[1:])).transpose(0, 1)
+            self._parts[name].append(value)
+        self._flushed += n_steps
+        self._n = 0
+
+    def finish(self, sequences: "torch.Tensor") -> dict[str, np.ndarray]:
+        """Per-step arrays of shape (B, T[, k]) for the T generated steps in ``sequences`` (B, T)."""
+        torch = _torch()
+        n_steps = sequences.shape[1]
+        if n_steps > self._flushed + self._n:  # pragma: no cover - generate() skipped the processor
+            raise RuntimeError("the trace recorder saw fewer steps than were generated; is this a custom generate()?")
+        # Steps beyond n_steps were undone by generate() (deferred stop checks): they are never scored.
+        self._flush(sequences, n_rows=max(0, n_steps - self._flushed))
+        self._n = 0
+        self._buffer = self._work = self._above = None
+        return {name: torch.cat(parts, dim=1)[:, :n_steps].cpu().numpy() for name, parts in self._parts.items()}
