@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 
-import numpy as np
 import pytest
 
 from trace_core import Trace

@@ -57,7 +57,7 @@ from .operators import (
 )
 from .score import stack_traces
 from .semantic import mars_confidence, token_relevance_batch, tokensar_confidence
-from .trace import Trace
+from .trace import LOGPROB_TOLERANCE, Trace
 
 __all__ = ["BASELINES", "Baseline", "BaselineScores", "FIRST_K", "HIGH_PROB_THRESHOLD", "LAST_K", "NEEDS", "WINDOW",
            "TraceBatch", "baseline_scores", "beam_scores", "compute_baselines", "trace_baseline_scores"]
@@ -226,7 +226,7 @@ def beam_scores(beam_logprobs: Sequence[Sequence[float]], *,
         lp = np.asarray(row, dtype=np.float64)
         if lp.ndim != 1 or lp.shape[0] < 2:
             raise ValueError(f"answer {i}: beam baselines need at least 2 beam log-probabilities, got {lp.shape}")
-        if not np.isfinite(lp).all() or (lp > 1e-6).any():
+        if not np.isfinite(lp).all() or (lp > LOGPROB_TOLERANCE).any():  # the slack Trace allows
             raise ValueError(f"answer {i}: beam log-probabilities must be finite and <= 0")
         q = np.exp(np.sort(lp)[::-1] - lp.max())
         q /= q.sum()

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ._checks import check_bool, check_choice, check_int, check_real
+from ._checks import check_bool, check_choice, check_int, check_real, set_checked
 
 __all__ = ["LOGPROB_TOLERANCE", "DecodingConfig", "Trace", "TraceMetadata"]
 
@@ -69,8 +69,7 @@ class DecodingConfig:
             "n_alternatives": check_int(self.n_alternatives, "n_alternatives", minimum=0),
             "chat_template": check_bool(self.chat_template, "chat_template"),
         }
-        for name, value in checked.items():  # numpy scalars become Python ones, so to_dict() is JSON-ready
-            object.__setattr__(self, name, value)
+        set_checked(self, checked)  # numpy scalars become Python ones, so to_dict() is JSON-ready
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -118,10 +117,9 @@ class TraceMetadata:
     def __post_init__(self) -> None:
         check_choice(self.source, "source", _TRACE_SOURCES)
         check_choice(self.entropy_source, "entropy_source", _ENTROPY_SOURCES)
-        for name in ("processed", "chat_template"):
-            object.__setattr__(self, name, check_bool(getattr(self, name), name))
-        object.__setattr__(self, "decoding", dict(self.decoding))
-        object.__setattr__(self, "extra", dict(self.extra))
+        set_checked(self, {"processed": check_bool(self.processed, "processed"),
+                           "chat_template": check_bool(self.chat_template, "chat_template"),
+                           "decoding": dict(self.decoding), "extra": dict(self.extra)})
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: (dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v)

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, generate, open_calibrate_upload, skip_unless_ready, wait_idle
+from conftest import generate, open_calibrate_upload, skip_unless_ready, wait_idle
 
 pytest.importorskip("playwright.sync_api")
 skip_unless_ready()

@@ -3,7 +3,7 @@
 Both are imported lazily, inside functions, so ``import trace_core`` and ``import trace_core.record`` stay light.
 
 * :mod:`.load` -- :func:`load_model` under the model policy (offline, safetensors only, no remote code, the
-  deployment's allow-list); :mod:`.folders` -- what a model folder holds (shared with :mod:`trace_core.semantic`).
+  deployment's allow-list); :mod:`.folders` -- what a model folder holds (shared with :mod:`.embedder`).
 * :mod:`.tokens` -- :func:`encode_prompt`, :func:`token_pieces`, :func:`context_length`.
 * :mod:`.generate` -- :func:`generate_traces`: generate and record in the same pass.
 * :mod:`.teacher` -- :func:`score_answers`: the trace of existing answers by teacher forcing.
@@ -12,6 +12,7 @@ Both are imported lazily, inside functions, so ``import trace_core`` and ``impor
   builder of a Trace from recorded arrays.
 * :mod:`.backends` -- what runs the model: the public functions validate, tokenize and build traces; a backend
   (today the local Hugging Face one) turns token ids into per-token arrays.
+* :mod:`.embedder` -- the sentence-embedding model of the semantic baselines (:mod:`trace_core.semantic`).
 """
 
 from __future__ import annotations
