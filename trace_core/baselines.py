@@ -115,6 +115,9 @@ class Baseline:
         By ``needs``: ``trace``: ``score(batch: TraceBatch) -> ndarray (n_answers,)``; ``beam``:
         ``score(q) -> float`` for one answer's normalised beam probabilities ``q`` (most likely first);
         ``embedding``: ``score(surprisal, relevance) -> float`` for one answer.
+    transform : str, default "identity"
+        The monotone transform a scalar calibrator is fitted on (a key of
+        :data:`trace_core.calibrate.SCORE_TRANSFORMS`); rankings use the raw score.
     """
 
     name: str
@@ -122,6 +125,7 @@ class Baseline:
     needs: str
     formula: str
     score: Callable[..., Any] = field(repr=False, compare=False)
+    transform: str = "identity"
 
 
 def _beam_negentropy(q: np.ndarray) -> float:

@@ -14,11 +14,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ._checks import check_int, check_labels, check_real, check_scores, shorten
+from ._checks import check_choice, check_int, check_labels, check_real, check_scores, shorten
 from .features import feature_matrix, feature_names
 from .trace import Trace
 
-__all__ = ["IsotonicCalibrator", "NotFittedError", "PlattCalibrator", "TracePlus", "calibrator_from_json"]
+__all__ = ["SCORE_TRANSFORMS", "IsotonicCalibrator", "NotFittedError", "PlattCalibrator", "TracePlus", "calibrator_from_json",
+           "transform_scores"]
 
 _FORMAT_VERSION = 1
 
@@ -65,6 +66,28 @@ def _loads(data: str | Mapping[str, Any], expected_type: str | None = None) -> d
 
 def _dumps(obj: Mapping[str, Any]) -> str:
     return json.dumps({"format_version": _FORMAT_VERSION, **obj}, indent=2, allow_nan=False)
+
+
+# Monotone transforms a scalar calibrator is fitted on (registry: Method.transform). Probability-type scores such as
+# exp(sum log p) crowd against 0 over many orders of magnitude; their log is well conditioned.
+SCORE_TRANSFORMS = ("identity", "log")
+_LOG_FLOOR = np.finfo(np.float64).tiny  # log(0) would be -inf: a score of exactly 0 is the smallest positive float
+
+
+def transform_scores(scores: Any, transform: str) -> np.ndarray:
+    """``scores`` under a calibration transform (order kept): ``identity`` or ``log`` (of ``max(score, tiny)``).
+
+    >>> transform_scores([1.0, np.e], "log").round(6).tolist()
+    [0.0, 1.0]
+    """
+    check_choice(transform, "transform", SCORE_TRANSFORMS)
+    x = _check_scores(scores)
+    if transform == "log":
+        if (x < 0).any():
+            i = int(np.argmax(x < 0))
+            raise ValueError(f"the log transform needs scores >= 0; index {i} is {float(x[i])!r}")
+        return np.log(np.maximum(x, _LOG_FLOOR))
+    return x
 
 
 def _fit_logistic_1d(z: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 100) -> tuple[float, float]:

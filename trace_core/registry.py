@@ -79,6 +79,9 @@ class Method:
         Listed only when the extended set of methods is asked for (the TRACE+ feature-set variants).
     baseline : Baseline or None
         Baselines only: the :data:`trace_core.baselines.BASELINES` entry (formula and scoring function).
+    transform : str
+        Scalar methods: the monotone transform their scalar calibrator is fitted on (a key of
+        :data:`trace_core.calibrate.SCORE_TRANSFORMS`); TRACE's ``exp(-R)`` is calibrated on ``log``, i.e. on ``-R``.
     """
 
     name: str
@@ -88,6 +91,7 @@ class Method:
     feature_set: str | None = None
     extended: bool = False
     baseline: Baseline | None = field(default=None, repr=False)
+    transform: str = "identity"
 
     @property
     def is_trace(self) -> bool:
@@ -98,8 +102,9 @@ def _methods() -> dict[str, Method]:
     out = [Method("TRACE+", "trace", "trace_plus", feature_set="paper")]
     out += [Method(f"TRACE+ ({fs})", "trace", "trace_plus", feature_set=fs, extended=True)
             for fs in FEATURE_SETS if fs != "paper"]
-    out.append(Method("TRACE", "trace", "trace"))
-    out += [Method(b.name, b.family, "baseline", needs=b.needs, baseline=b) for b in BASELINES.values()]
+    out.append(Method("TRACE", "trace", "trace", transform="log"))
+    out += [Method(b.name, b.family, "baseline", needs=b.needs, baseline=b, transform=b.transform)
+            for b in BASELINES.values()]
     return {m.name: m for m in out}
 
 
