@@ -58,6 +58,9 @@ def signal_values(trace: Trace, signal: str, explanation: TraceExplanation | Non
     if signal == "surprisal":
         return HeatmapScale(signal, trace.surprisal, SIGNALS["surprisal"][1])
     if signal == "entropy":
+        if not trace.has_entropy:
+            raise ValueError("this trace has no entropy (its data held only the chosen tokens' log-probabilities); "
+                             "colour by surprisal instead")
         return HeatmapScale(signal, trace.entropy, SIGNALS["entropy"][1])
     exp = explanation or explain_trace(trace)
     values = exp.contributions
@@ -98,7 +101,8 @@ def token_tooltip(trace: Trace, i: int, alternatives: Sequence[str] | None) -> s
     """Plain-text hover details of token i: probability, surprisal, entropy, rank and the top-k alternatives."""
     p = float(np.exp(-trace.surprisal[i]))
     lines = [f"token {i + 1}: {control_safe(trace.tokens[i])!r}",
-             f"probability {p:.1%} · surprisal {trace.surprisal[i]:.2f} · entropy {trace.entropy[i]:.2f}"]
+             f"probability {p:.1%} · surprisal {trace.surprisal[i]:.2f}"
+             + (f" · entropy {trace.entropy[i]:.2f}" if trace.has_entropy else " · entropy not recorded")]
     if trace.ranks is not None:
         lines.append(f"rank {int(trace.ranks[i])} of the vocabulary")
     if trace.n_alternatives:
@@ -166,7 +170,7 @@ HEATMAP_CSS = """
 
 
 def trace_figure(trace: Trace, explanation: TraceExplanation | None = None) -> go.Figure:
-    """Surprisal and entropy over token positions, the peak window shaded and spikes marked."""
+    """Surprisal and entropy (when recorded) over token positions, the peak window shaded and spikes marked."""
     exp = explanation or explain_trace(trace)
     x = np.arange(1, len(trace) + 1)
     # Plotly reads tags in hover text (<b>, <span style>, <a>): escaped, a token shows as typed.
@@ -178,9 +182,10 @@ def trace_figure(trace: Trace, explanation: TraceExplanation | None = None) -> g
                       annotation_text="peak window", annotation_position="top left")
     fig.add_trace(go.Scatter(x=x, y=trace.surprisal, mode="lines+markers", name="surprisal", customdata=labels,
                              hovertemplate="token %{x}: %{customdata}<br>surprisal %{y:.2f}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=x, y=trace.entropy, mode="lines+markers", name="entropy", customdata=labels,
-                             line=dict(dash="dot"),
-                             hovertemplate="token %{x}: %{customdata}<br>entropy %{y:.2f}<extra></extra>"))
+    if trace.has_entropy:
+        fig.add_trace(go.Scatter(x=x, y=trace.entropy, mode="lines+markers", name="entropy", customdata=labels,
+                                 line=dict(dash="dot"),
+                                 hovertemplate="token %{x}: %{customdata}<br>entropy %{y:.2f}<extra></extra>"))
     if len(exp.spikes):
         spikes = np.asarray(exp.spikes)
         fig.add_trace(go.Scatter(x=spikes + 1, y=trace.surprisal[spikes], mode="markers", name="spike",
@@ -284,11 +289,26 @@ def roc_figure(y: np.ndarray, scores: dict[str, np.ndarray]) -> go.Figure:
     return fig
 
 
-def metrics_frame(result: EvaluationResult) -> pd.DataFrame:
-    """The page's metrics table: :meth:`EvaluationResult.table` (one row per method, in method order; ``family``,
-    ``<metric>`` and ``<metric>_std`` columns) with the method as its first column."""
-    table = result.table()
-    return table.rename_axis("method").reset_index()
+def metrics_frame(result: EvaluationResult, calibrator: str | None = None) -> pd.DataFrame:
+    """The page's metrics table: :meth:`EvaluationResult.table` under ``calibrator`` (one row per method, in method
+    order; ``family``, ``<metric>`` and ``<metric>_std`` columns) with the method as its first column and each
+    method's note (uninformative, supervised reference) as its last."""
+    table = result.table(calibrator=calibrator).rename_axis("method").reset_index()
+    table["note"] = table["method"].map(result.note)
+    return table
+
+
+def paired_frame(result: EvaluationResult, calibrator: str | None = None) -> pd.DataFrame:
+    """TRACE+ and TRACE minus the best baseline (chosen on each split's calibration part) and minus the supervised
+    reference: ``"+0.012 ± 0.004 (18/20)"`` cells, headers from the metric registry."""
+    from trace_core.compare import BEST_BASELINE
+    from trace_core.registry import REFERENCE
+
+    if result.paired is None:
+        return pd.DataFrame()
+    table = result.paired.table(calibrator=calibrator or result.config.scalar_calibrator,
+                                versus=(BEST_BASELINE, REFERENCE))
+    return table.rename(columns={"versus": "minus", **{m: METRICS[m].title for m in METRICS if m in table}})
 
 
 def metric_columns(metrics: Sequence[str]) -> dict[str, Any]:

@@ -22,6 +22,9 @@ FEATURE_PHRASES = {
     "entropy_spike_gap": "how far its most uncertain stretch stands out",
     "surprisal_spike_gap": "how far its most surprising stretch stands out",
     "trace_risk": "the TRACE risk",
+    "first3_surprisal_conf": "how expected its first three tokens were",
+    "mean_surprisal_conf": "how expected its tokens were on average",
+    "surprisal_slope": "whether its tokens grew more or less surprising along the answer",
     "min_token_prob": "its least likely token",
     "geomean_token_prob": "its average token probability",
     "low_prob_rate": "how many unlikely tokens it chose",
@@ -30,6 +33,12 @@ FEATURE_PHRASES = {
 COMPONENT_PHRASES = {
     "decay": "uncertainty at the start of the answer",
     "window": "the most uncertain stretch of four tokens",
+    "length": "the total surprise of the chosen tokens",
+}
+# TRACE (surprisal-only) applies the same operators to surprisal: the traces held no entropy.
+SURPRISAL_COMPONENT_PHRASES = {
+    "decay": "surprise at the start of the answer",
+    "window": "the most surprising stretch of four tokens",
     "length": "the total surprise of the chosen tokens",
 }
 
@@ -41,13 +50,18 @@ def code(text: str) -> str:
 
 def explain_risk(trace: Trace, exp: TraceExplanation) -> str:
     """Which TRACE component carries most of the risk, the riskiest tokens (escaped) and the peak window."""
+    surprisal_only = exp.variant != "TRACE"
+    phrases = SURPRISAL_COMPONENT_PHRASES if surprisal_only else COMPONENT_PHRASES
     main = max(exp.components, key=exp.components.get)
     share = exp.components[main] / exp.risk if exp.risk > 0 else 0.0
     spikes = ", ".join(code(trace.tokens[i]) for i in exp.spikes[:5])
     start, stop = exp.peak_window
-    return (f"<p><b>Why this confidence:</b> {share:.0%} of the risk comes from {COMPONENT_PHRASES[main]}. "
-            f"The riskiest tokens (outlined) are {spikes}; the most uncertain stretch (underlined) is tokens "
-            f"{start + 1}–{stop}.</p>")
+    note = (f" ({html.escape(exp.variant)}: these traces hold no entropy, so surprisal stands in for it.)"
+            if surprisal_only else "")
+    stretch = "most surprising" if surprisal_only else "most uncertain"
+    return (f"<p><b>Why this confidence:</b> {share:.0%} of the risk comes from {phrases[main]}. "
+            f"The riskiest tokens (outlined) are {spikes}; the {stretch} stretch (underlined) is tokens "
+            f"{start + 1}–{stop}.{note}</p>")
 
 
 def explain_probability(model: TracePlus, trace: Trace, probability: float) -> str:

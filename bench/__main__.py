@@ -17,6 +17,7 @@ BENCHES = {
     "protocol_scale": "features + baselines + TRACE+ + 20-split protocol at 10k / 100k / 1M answers",
     "dashboard": "Inspect and Calibrate page update times",
     "load_test": "8 concurrent browser sessions against one server",
+    "large_jsonl": "reading and evaluating a 200 MB JSON Lines file: peak memory and time vs json.loads",
 }
 
 

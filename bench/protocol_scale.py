@@ -1,9 +1,10 @@
 """Evaluation at scale: features, all trace-only baselines, TRACE+ fits and the 20-split protocol.
 
-    python -m bench.protocol_scale [--sizes 10000 100000 1000000] [--mean-length 64]
+    python -m bench.protocol_scale [--sizes 10000 100000 1000000] [--mean-length 64] [--kind surprisal_spike]
 
 Prints the wall time per size and its ratio to the smallest size (linear growth gives ratios equal to the size
-ratios), on synthetic spike traces.
+ratios), on synthetic traces (spike by default; ``surprisal_spike`` has no entropy, as saved runs with chosen-token
+log-probabilities only). Every scalar method gets both calibrators (Platt and isotonic) on every split.
 """
 
 from __future__ import annotations
@@ -17,18 +18,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--mean-length", type=float, default=64.0)
     parser.add_argument("--splits", type=int, default=20)
+    from trace_core.synthetic import KINDS
+
+    parser.add_argument("--kind", default="spike", choices=list(KINDS))
     args = parser.parse_args(argv)
 
     from trace_core import METHODS, EvaluationConfig, evaluate_arrays, synthetic_traces
 
     config = EvaluationConfig(n_splits=args.splits)
     n_trace_only = sum(m.kind == "baseline" and m.needs == "trace" for m in METHODS.values())
-    print(f"synthetic spike traces, mean length {args.mean_length:g}; TRACE+, TRACE and the {n_trace_only} "
-          f"trace-only baselines; {config.n_splits} splits at {config.calibration_fraction:.0%} calibration")
+    print(f"synthetic {args.kind} traces, mean length {args.mean_length:g}; TRACE+, TRACE, the {n_trace_only} "
+          f"trace-only baselines (those the data allow) and the likelihood reference; {config.n_splits} splits at "
+          f"{config.calibration_fraction:.0%} calibration, Platt and isotonic for every scalar score")
     print(f"{'answers':>10} {'tokens':>12} {'seconds':>8} {'x smallest':>10} {'size ratio':>10}")
     first = None
     for n in args.sizes:
-        surprisal, entropy, labels = synthetic_traces(n, mean_length=args.mean_length, seed=0)
+        surprisal, entropy, labels = synthetic_traces(n, kind=args.kind, mean_length=args.mean_length, seed=0)
         start = time.perf_counter()
         evaluate_arrays(surprisal, entropy, labels, config=config)
         seconds = time.perf_counter() - start

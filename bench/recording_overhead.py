@@ -89,8 +89,7 @@ def main(argv: list[str] | None = None) -> None:
                 if name == "naive":
                     naive_bytes = result[0].element_size() * result[0].numel() / (batch * args.new_tokens)
         med = {k: statistics.median(v) for k, v in times.items()}
-        trace_bytes = sum(sum(a.nbytes for a in (t.token_ids, t.surprisal, t.entropy, t.top_ids, t.top_logprobs,
-                                                 t.ranks)) for t in traces) / sum(len(t) for t in traces)
+        trace_bytes = sum(t.nbytes for t in traces) / sum(len(t) for t in traces)
         print(f"{batch:>5} {med['plain']:>9.3f} {med['traced']:>9.3f} {med['traced'] / med['plain']:>6.3f} "
               f"{med['naive']:>9.3f} {med['naive'] / med['plain']:>6.3f} {trace_bytes:>13.0f} {naive_bytes:>13.0f}")
 

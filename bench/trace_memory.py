@@ -65,8 +65,7 @@ def _child(variant: str, length: int, vocab: int, hidden: int, layers: int) -> d
     elif variant == "traced":
         trace = generate_traces(lm, [prompt], config=config, batch_size=1)[0]
         n = len(trace)
-        kept = sum(a.nbytes for a in (trace.token_ids, trace.surprisal, trace.entropy, trace.top_ids,
-                                      trace.top_logprobs, trace.ranks))
+        kept = trace.nbytes
     else:
         with torch.no_grad():
             out = lm.model.generate(input_ids=ids, generation_config=naive_config)

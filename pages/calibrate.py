@@ -5,12 +5,14 @@ from __future__ import annotations
 import streamlit as st
 
 from app import state
-from app.components import (md_literal, metric_columns, metrics_caption, metrics_frame, reliability_figure,
-                            risk_coverage_figure, roc_figure, sentence)
+from app.components import (md_literal, metric_columns, metrics_caption, metrics_frame, paired_frame,
+                            reliability_figure, risk_coverage_figure, roc_figure, sentence)
 from app.inputs import pick_dataset_file, read_labeled
 from app.recording import dataset_traces, record_panel
 from app.services import evaluate_cached, fit_calibrator_cached, parse_beams
 from trace_core import EvaluationConfig
+from trace_core.evaluate import SCALAR_CALIBRATORS
+from trace_core.results import CALIBRATOR_NAMES
 from trace_core.policy import METRICS_UNDEFINED, one_class_message
 from trace_core.registry import get_method, method_names
 
@@ -62,17 +64,30 @@ for note in notes:
     st.warning(note)
 
 st.subheader("Metrics (mean ± std over held-out splits)")
-st.caption(f"{len(kept):,} answers, {labels.mean():.1%} correct. {metrics_caption(config.metrics)}")
+calibrator = st.radio("Calibrator for TRACE and the baselines", SCALAR_CALIBRATORS, horizontal=True,
+                      key="scalar_calibrator", format_func=CALIBRATOR_NAMES.get,
+                      help="Both are fitted on every split; TRACE+ and the reference use their own logistic regression.")
+st.caption(f"{md_literal(result.data_note)}; {len(kept):,} answers, {labels.mean():.1%} correct. "
+           f"{md_literal(result.caption(calibrator=calibrator))} {metrics_caption(config.metrics)}")
 columns = metric_columns(config.metrics)  # each metric followed by its ±
-st.dataframe(metrics_frame(result), hide_index=True, key="metrics_table", column_config=columns,
-             column_order=["method", "family", *columns])
+st.dataframe(metrics_frame(result, calibrator), hide_index=True, key="metrics_table", column_config=columns,
+             column_order=["method", "family", *columns, "note"])
 if result.skipped:
     st.caption("Not run: " + "; ".join(f"{k} ({v})" for k, v in result.skipped.items()))
+st.subheader("Paired differences")
+st.caption("Per split, TRACE+ and TRACE minus the best baseline (chosen on that split's calibration part, then "
+           "measured on its evaluation part) and minus the supervised likelihood reference: mean ± std "
+           f"(wins/splits). Best baseline chosen: {md_literal(result.paired.chosen_note(calibrator=calibrator))}."
+           if result.paired is not None else "")
+st.dataframe(paired_frame(result, calibrator), hide_index=True, key="paired_table")
+verdict = result.reference_sentence(calibrator=calibrator)
+if verdict:
+    st.info(md_literal(verdict))
 
 available = [m for m in result.methods if not get_method(m).is_trace]
 chosen = st.multiselect("Baselines in the plots", available, default=[m for m in ("SeqLogP", "Mean Entropy")
                                                                        if m in available], key="plot_baselines")
-shown = ["TRACE+", "TRACE", *chosen]
+shown = [*(m for m in result.methods if get_method(m).is_trace), *chosen]  # surprisal-only variants too
 held = result.held_out
 y = held["label"].to_numpy()
 tabs = st.tabs(["Reliability", "Risk–coverage", "ROC"])
@@ -81,10 +96,11 @@ with tabs[0]:
     strategy = cols[0].radio("Bins", ["uniform", "quantile"], horizontal=True, key="bin_strategy",
                              format_func=lambda s: {"uniform": "equal width", "quantile": "equal mass"}[s])
     n_bins = cols[1].slider("Number of bins", 3, 30, 10, key="n_bins")
-    st.plotly_chart(reliability_figure(y, {m: held[m].to_numpy() for m in shown}, n_bins=n_bins, strategy=strategy),
-                    width="stretch", key="reliability")
-    st.caption("First held-out split. Points: observed accuracy per bin with 95% Wilson intervals; bars: how many "
-               "answers fall in each bin.")
+    probabilities = {m: held[f"{m} {calibrator}" if f"{m} {calibrator}" in held else m].to_numpy() for m in shown}
+    st.plotly_chart(reliability_figure(y, probabilities, n_bins=n_bins, strategy=strategy), width="stretch",
+                    key="reliability")
+    st.caption(f"First held-out split; TRACE and the baselines after {CALIBRATOR_NAMES[calibrator]}. Points: observed "
+               "accuracy per bin with 95% Wilson intervals; bars: how many answers fall in each bin.")
 with tabs[1]:
     st.plotly_chart(risk_coverage_figure(y, {m: held[f"{m} score"].to_numpy() for m in shown}), width="stretch",
                     key="risk_coverage")

@@ -73,7 +73,8 @@ if trace is not None:
         cols[3].metric("Stopped by", {"eos": "end of answer", "length": "token limit"}.get(
             trace.metadata.extra.get("finish_reason", ""), "—"))
 
-        signal = st.radio("Colour by", list(SIGNALS), horizontal=True, key="signal",
+        signal = st.radio("Colour by", [s for s in SIGNALS if s != "entropy" or trace.has_entropy], horizontal=True,
+                          key="signal",
                           format_func=lambda s: {"surprisal": "Surprisal", "entropy": "Entropy",
                                                  "risk": "TRACE risk per token"}[s])
         alternatives = alternatives_for(lm)
@@ -89,7 +90,8 @@ if trace is not None:
                                     key="token_index") - 1
             alts = alternatives(trace, index)
             st.html(f'<p>Token {index + 1}: <code>{html.escape(repr(trace.tokens[index]))}</code> — '
-                    f'probability {np.exp(-trace.surprisal[index]):.1%}, entropy {trace.entropy[index]:.2f} nats'
+                    f'probability {np.exp(-trace.surprisal[index]):.1%}'
+                    + (f", entropy {trace.entropy[index]:.2f} nats" if trace.has_entropy else "")
                     + (f", rank {int(trace.ranks[index])}" if trace.ranks is not None else "") + "</p>")
             if trace.n_alternatives:
                 st.dataframe(pd.DataFrame({"alternative": [repr(a) for a in alts],

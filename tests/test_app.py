@@ -153,6 +153,28 @@ def test_inspect_page_with_missing_model_says_so(monkeypatch):
     assert any("not found locally" in e.value for e in at.sidebar.error)
 
 
+def test_calibrate_switches_calibrator_and_shows_the_paired_comparison(tiny_model_dirs, monkeypatch, labeled_files):
+    with_traces, _ = labeled_files
+    at = start(tiny_model_dirs, monkeypatch, "../pages/calibrate.py")
+    at.radio(key="data_source").set_value("File path").run()
+    at.text_input(key="data_path").set_value(str(with_traces)).run()
+    at.slider(key="n_splits").set_value(3)
+    at.get("form_submit_button")[0].click().run()
+    assert not at.exception and not at.error
+    dataset = read_dataset(with_traces)
+    result = evaluate(dataset.traces, dataset.labels, config=EvaluationConfig(n_splits=3))
+    for calibrator in ("platt", "isotonic"):
+        at.radio(key="scalar_calibrator").set_value(calibrator).run()
+        table = at.dataframe[0].value.set_index("method")
+        expected = result.table(calibrator=calibrator)
+        np.testing.assert_allclose(table.loc[expected.index, "brier"], expected["brier"])
+        assert any(calibrator_name in c.value for c in at.caption
+                   for calibrator_name in [{"platt": "Platt scaling", "isotonic": "isotonic regression"}[calibrator]])
+    paired = at.dataframe[1].value
+    assert {"best baseline", "Likelihood LR (reference)"} <= set(paired["minus"])
+    assert any("supervised likelihood reference" in i.value for i in at.info)
+
+
 def test_calibrate_then_flag_pages(tiny_model_dirs, monkeypatch, labeled_files):
     with_traces, _ = labeled_files
     at = start(tiny_model_dirs, monkeypatch, "../pages/calibrate.py")
@@ -169,7 +191,8 @@ def test_calibrate_then_flag_pages(tiny_model_dirs, monkeypatch, labeled_files):
     dataset = read_dataset(with_traces)
     expected = evaluate(dataset.traces, dataset.labels, config=EvaluationConfig(n_splits=3)).table()
     assert table["method"].tolist() == expected.index.tolist()
-    pd.testing.assert_frame_equal(table.set_index("method"), expected, check_names=False)
+    pd.testing.assert_frame_equal(table.set_index("method").drop(columns="note"), expected, check_names=False)
+    assert table.set_index("method").loc["Likelihood LR (reference)", "note"] == "supervised reference"
     headers = {name: column["label"] for name, column in json.loads(at.dataframe[0].proto.columns).items()
                if "label" in column}
     assert headers == {**{m: spec.title for m, spec in METRICS.items()}, **{f"{m}_std": "±" for m in METRICS}}

@@ -128,10 +128,96 @@ def _docstring_table() -> list[list[str]]:
 def test_the_docstring_table_lists_exactly_the_registry():
     rows = _docstring_table()
     assert [r[0] for r in rows] == list(BASELINES)
-    for name, family, needs, confidence in rows:
+    for name, family, needs, needs_h, calibrated_on, confidence in rows:
         baseline = BASELINES[name]
         assert (family, needs) == (baseline.family, baseline.needs), name
+        assert needs_h == ("yes" if baseline.needs_entropy else "no"), name
+        assert calibrated_on == baseline.transform, name
         assert confidence.startswith(f"``{baseline.formula}``"), (name, confidence, baseline.formula)
+
+
+def test_every_baseline_has_a_transform_with_a_reason_and_the_registry_uses_it():
+    from trace_core.calibrate import SCORE_TRANSFORMS
+    from trace_core.registry import METHODS
+
+    for name, baseline in BASELINES.items():
+        assert baseline.transform in SCORE_TRANSFORMS, name
+        assert 20 < len(baseline.transform_reason) <= 120, name
+        assert METHODS[name].transform == baseline.transform, name
+    by_transform = {t: [n for n, b in BASELINES.items() if b.transform == t] for t in SCORE_TRANSFORMS}
+    assert by_transform["log"] == ["Len-Norm LogP", "SeqLogP", "TokenSAR", "MARS-style"]
+    assert by_transform["logit"] == ["First-Token Prob", "MeanProb", "MinProb", "Beam-Ratio", "Beam-TailThinness"]
+
+
+def test_every_score_lies_in_its_transforms_domain_and_transforms_to_finite_values():
+    """The calibrator can always be fitted on the registered transform (log: >= 0, logit: in [0, 1])."""
+    from trace_core.calibrate import transform_scores
+
+    traces = random_traces(40, seed=2) + [make_trace([0.0, 0.0]), make_trace([800.0, 0.0, 1.0])]  # p = 1; p = 0
+    beams = [[-0.1, -0.2]] * 40 + [[0.0, -1e-300], [-1e-9, -900.0]]
+    scores = compute_baselines(traces, beam_logprobs=beams).scores
+    for name in scores.columns:
+        transformed = transform_scores(scores[name].to_numpy(), BASELINES[name].transform)
+        assert np.isfinite(transformed).all(), name
+        order = np.argsort(scores[name].to_numpy(), kind="stable")
+        assert (np.diff(transformed[order]) >= 0).all(), name  # monotone: the ranking is kept
+
+
+def test_needs_entropy_marks_the_entropy_and_entropy_trajectory_baselines():
+    needing = [n for n, b in BASELINES.items() if b.needs_entropy]
+    assert needing == ["Mean Entropy", "Max Entropy", "First-k Entropy", "Last-k Entropy", "Windowed Entropy",
+                       "Entropy Variance", "Entropy Slope"]
+    assert all(b.needs == "trace" for b in BASELINES.values() if b.needs_entropy)
+
+
+def _entropy_free_traces(n: int, seed: int = 0) -> list:
+    from trace_core.trace import TraceMetadata
+
+    out = []
+    for t in random_traces(n, seed=seed):
+        out.append(type(t)(prompt=t.prompt, answer=t.answer, token_ids=t.token_ids, tokens=t.tokens,
+                           surprisal=t.surprisal, entropy=None, top_ids=[], top_logprobs=[],
+                           metadata=TraceMetadata(entropy_source="absent")))
+    return out
+
+
+def test_without_entropy_the_entropy_baselines_are_skipped_with_the_reason_and_the_others_run():
+    from trace_core.baselines import NO_ENTROPY_REASON, baseline_scores, trace_baseline_scores
+    from trace_core.score import stack_traces
+
+    full = random_traces(12, seed=4)
+    s, h = stack_traces(full)
+    with_h = baseline_scores(s, h)
+    without = baseline_scores(s, None)
+    needing = {n for n, b in BASELINES.items() if b.needs_entropy}
+    assert set(without.scores.columns) == set(with_h.scores.columns) - needing
+    assert {n: r for n, r in without.skipped.items() if n in needing} == {n: NO_ENTROPY_REASON for n in needing}
+    assert NO_ENTROPY_REASON == "needs token entropy; the data hold only the chosen tokens' log-probabilities"
+    for name in without.scores.columns:  # the surprisal-only baselines give the same numbers either way
+        np.testing.assert_array_equal(without.scores[name], with_h.scores[name])
+    assert list(without.skipped) == [n for n in BASELINES if n in without.skipped]  # registry order
+    only = trace_baseline_scores(s, None, names=["Mean Entropy", "SeqLogP", "Prob Slope"])
+    assert list(only) == ["SeqLogP", "Prob Slope"]
+    beams = compute_baselines(_entropy_free_traces(3), beam_logprobs=[[-1.0, -2.0]] * 3)
+    assert "Beam-Ratio" in beams.scores.columns and beams.skipped["Max Entropy"] == NO_ENTROPY_REASON
+
+
+def test_compute_baselines_on_traces_without_entropy():
+    from trace_core.baselines import NO_ENTROPY_REASON
+    from trace_core.score import stack_traces
+
+    traces = _entropy_free_traces(8, seed=1)
+    assert stack_traces(traces)[1] is None
+    result = compute_baselines(traces, names=["SeqLogP", "MinProb", "Entropy Slope", "Prob Slope"])
+    assert list(result.scores.columns) == ["SeqLogP", "MinProb", "Prob Slope"]
+    assert result.skipped == {"Entropy Slope": NO_ENTROPY_REASON}
+    expected = [math.exp(-float(t.surprisal.sum())) for t in traces]
+    assert result.scores["SeqLogP"].tolist() == pytest.approx(expected)
+    with pytest.raises(ValueError, match="trace 1 is empty"):
+        from trace_core.baselines import trace_baseline_scores
+        from trace_core.operators import Ragged
+
+        trace_baseline_scores(Ragged.from_arrays([[1.0], []]), None)
 
 
 def test_each_baseline_is_scored_by_its_registry_entry():

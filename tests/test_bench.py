@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
-pytest.importorskip("torch")
+# Every benchmark but large_jsonl and protocol_scale runs a model (torch); the runner and those two need none.
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 
 
+@needs_torch
 def test_recording_overhead_bench_runs(capsys):
     from bench.recording_overhead import main
 
@@ -28,6 +32,7 @@ def _table_rows(out: str) -> list[str]:
     return [line for line in out.splitlines() if line.strip()[:1].isdigit()]
 
 
+@needs_torch
 def test_scoring_throughput_bench_runs(capsys):
     from bench.scoring_throughput import main
 
@@ -37,6 +42,7 @@ def test_scoring_throughput_bench_runs(capsys):
     assert len(rows) == 2 and all(row.split()[-2] == "yes" for row in rows), out
 
 
+@needs_torch
 def test_trace_memory_bench_runs(capsys):
     from bench.trace_memory import main
 
@@ -46,6 +52,7 @@ def test_trace_memory_bench_runs(capsys):
     assert len(rows) == 1 and "MiB" in rows[0], out
 
 
+@needs_torch
 def test_dashboard_bench_runs(capsys, monkeypatch):
     from bench.dashboard import main
 
@@ -61,3 +68,15 @@ def test_bench_runner_lists_every_benchmark(capsys):
     main(["--list"])
     out = capsys.readouterr().out
     assert all(name in out for name in BENCHES)
+
+
+def test_large_jsonl_bench_runs(capsys, tmp_path):
+    from bench.large_jsonl import main
+
+    main(["--rows", "60", "--splits", "2", "--keep", str(tmp_path / "small.jsonl")])
+    out = capsys.readouterr().out
+    names = ("json.loads", "read_dataset", "evaluate")
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(names)}
+    assert set(rows) == set(names), out
+    assert all(row[-1] == "ok" for row in rows.values()), out  # every run exited 0
+    assert (tmp_path / "small.jsonl").stat().st_size > 0 and "60 answers" in out

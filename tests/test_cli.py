@@ -62,17 +62,33 @@ def test_generate_then_score_reproduces_traces(tiny_model_dirs, tmp_path, capsys
 
 
 def test_evaluate_prints_markdown_and_writes_csv_json(labeled_file, tmp_path, capsys):
-    assert main(["evaluate", str(labeled_file), "--splits", "3", "--methods", "TRACE+", "TRACE", "Mean Entropy"]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("| method |") and "| TRACE+ | trace |" in out and "3 random splits" in out
+    assert main(["evaluate", str(labeled_file), "--splits", "3", "--methods", "TRACE+", "TRACE", "Mean Entropy",
+                 "Likelihood LR (reference)"]) == 0
+    captured = capsys.readouterr()
+    out = captured.out
+    assert out.startswith("120 traces: entropy exact; 120 answers, ")
+    assert "| TRACE+ | trace |" in out and "3 random splits" in out and "after Platt scaling" in out
+    assert "| prr ↑ |" in out
+    assert "| TRACE+ | best baseline |" in out and "| TRACE+ | Likelihood LR (reference) |" in out
+    assert "Best baseline chosen on calibration: Brier: Mean Entropy (3 of 3)" in out
+    assert "TRACE+ beats the supervised likelihood reference" in out or "TRACE+ does not beat" in out
+    assert "scoring 120 answers" in captured.err  # progress on stderr
+    assert main(["evaluate", str(labeled_file), "--splits", "3", "--methods", "TRACE", "--calibrator", "isotonic",
+                 "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert "after isotonic regression" in captured.out and "scoring" not in captured.err
     target = tmp_path / "results.csv"
     assert main(["evaluate", str(labeled_file), "--splits", "2", "--out", str(target)]) == 0
     rows = list(csv.DictReader(target.open()))
     assert {r["method"] for r in rows} >= {"TRACE+", "TRACE", "SeqLogP"}
+    assert {r["calibrator"] for r in rows if r["method"] == "SeqLogP"} == {"platt", "isotonic", "none"}
     target = tmp_path / "results.json"
     assert main(["evaluate", str(labeled_file), "--splits", "2", "--out", str(target)]) == 0
     data = json.loads(target.read_text())
     assert data["all"]["config"]["n_splits"] == 2 and "Beam-Ratio" in data["all"]["skipped"]
+    assert data["all"]["data_note"] == "120 traces: entropy exact"
+    assert {r["versus"] for r in data["all"]["paired"]} >= {"best baseline", "SeqLogP", "Likelihood LR (reference)"}
+    assert data["all"]["reference_sentence"].startswith("TRACE+ ")
 
 
 def test_fit_then_flag_exports_safe_rows(labeled_file, tmp_path):
@@ -167,5 +183,51 @@ def test_evaluate_group_by_reports_each_group_and_the_average(labeled_file, tmp_
     out = capsys.readouterr().out
     assert "### family = a (60 answers" in out and "### family = b (60 answers" in out
     assert "### average (120 answers" in out
+    assert "average over 2 groups, 2 of 2 splits present in every group" in out
     assert main(["evaluate", str(grouped), "--group-by", "nope"]) == 1
     assert "no column 'nope'" in capsys.readouterr().err
+
+
+def test_group_by_reports_skipped_splits_per_group_as_plain_lines(labeled_file, tmp_path, capsys):
+    dataset = read_dataset(labeled_file)
+    labels = dataset.frame["label"].to_numpy()
+    # group "small": 2 wrong answers among 12, so some unstratified splits have one class only in a part
+    wrong = np.flatnonzero(labels == 0)[:2].tolist()
+    right = np.flatnonzero(labels == 1)[:10].tolist()
+    family = np.array(["big"] * len(labels), dtype=object)
+    family[wrong + right] = "small"
+    frame = dataset.frame.drop(columns=[dataset.row_column]).assign(family=family)
+    grouped = tmp_path / "grouped.jsonl"
+    write_dataset(frame, grouped, traces=dataset.traces)
+    assert main(["evaluate", str(grouped), "--splits", "20", "--methods", "TRACE", "SeqLogP",
+                 "--group-by", "family", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    skipped = [line for line in err if "splits skipped" in line]
+    assert len(skipped) == 1 and skipped[0].startswith("warning: family = small: ")
+    assert skipped[0].endswith("use --stratified to keep both classes in every part")
+    assert not any("UserWarning" in line or ".py:" in line or "stratified=True" in line for line in err)
+    n_used = int(skipped[0].split(": ")[2].split(" of ")[0])
+    assert f"average over 2 groups, {20 - n_used} of 20 splits present in every group" in captured.out
+    assert f"Mean ± std over {20 - n_used} splits present in every group (of 20)" in captured.out
+
+
+def test_evaluate_on_traces_without_entropy_says_what_the_data_held(tmp_path, capsys):
+    from trace_core.trace import TraceMetadata
+
+    s, _, y = synthetic_traces(150, kind="surprisal_spike", mean_length=20, seed=4)
+    traces = [Trace(prompt=f"q{i}", answer="".join(f" w{j}" for j in range(len(si))), token_ids=np.arange(len(si)),
+                    tokens=tuple(f" w{j}" for j in range(len(si))), surprisal=si, entropy=None,
+                    top_ids=np.zeros((len(si), 0)), top_logprobs=np.zeros((len(si), 0)),
+                    metadata=TraceMetadata(entropy_source="absent")) for i, si in enumerate(s.split())]
+    import pandas as pd
+
+    frame = pd.DataFrame({"prompt": [t.prompt for t in traces], "answer": [t.answer for t in traces], "label": y})
+    path = tmp_path / "no_entropy.jsonl"
+    write_dataset(frame, path, traces=traces)
+    assert main(["evaluate", str(path), "--splits", "3", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("150 traces: chosen-token log-probabilities only (no entropy): entropy methods skipped")
+    assert "| TRACE (surprisal-only) | trace |" in out and "| TRACE | trace |" not in out
+    assert "First-Token Prob (uninformative (constant))" in out
+    assert "- Mean Entropy: skipped (needs token entropy" in out

@@ -75,7 +75,7 @@ def rich_traces() -> list[Trace]:
                                      tokenizer="demo", extra={"note": "é"}))
     b = Trace(prompt="Q: 2+2?", answer=" 4", token_ids=[-1], tokens=(" 4",), surprisal=[0.5], entropy=[0.7],
               top_ids=[[-1, -1]], top_logprobs=[[-0.5, -0.9]], top_tokens=((" 4", " four"),),
-              metadata=TraceMetadata(source="imported", entropy_source="top_k_approximation"))
+              metadata=TraceMetadata(source="imported", entropy_source="top_k", entropy_k=2))
     c = Trace(prompt="Q: say nothing", answer="", token_ids=[], tokens=(), surprisal=[], entropy=[],
               top_ids=[], top_logprobs=[], metadata=TraceMetadata(source="teacher_forced"))
     return [a, b, c]
@@ -282,7 +282,7 @@ def test_traces_to_columns():
     assert columns["tokens"] == [[" 4"], None]
     assert columns["top_logprobs"] == [[[-0.5, -0.9]], None]
     assert columns["top_tokens"] == [[[" 4", " four"]], None] and columns["ranks"] == [None, None]
-    assert columns["trace_metadata"][0]["entropy_source"] == "top_k_approximation"
+    assert columns["trace_metadata"][0]["entropy_source"] == "top_k" and columns["trace_metadata"][0]["entropy_k"] == 2
     assert set(columns) >= {"tokens", "token_ids", "surprisal", "entropy", "top_ids", "top_logprobs"}
     with pytest.raises(TypeError, match=r"`traces\[0\]` must be a Trace or None"):
         traces_to_columns(["not a trace"])
@@ -399,9 +399,11 @@ def test_jsonl_with_a_bad_line_keeps_the_others():
     text = ('{"prompt": "p", "answer": "a", "label": 1}\n\n{"prompt": "q", "answer": \n'
             '{"prompt": "r", "answer": 5, "label": 0}\n{"prompt": "s", "answer": "", "label": 0}\n')
     ds = read_with_rejects(text, "data.jsonl")
-    assert ds.n_read == 4 and ds.frame["prompt"].tolist() == ["p", "s"] and ds.frame["row"].tolist() == [1, 4]
-    assert ds.errors[0].row == 2 and ds.errors[0].message.startswith("not valid JSON (Expecting value")
-    assert str(ds.errors[1]) == "row 3: answer: is 5; expected text"
+    # JSON Lines rows are numbered by file line (the blank line 2 is skipped but counted), so a row number finds the
+    # line in an editor.
+    assert ds.n_read == 4 and ds.frame["prompt"].tolist() == ["p", "s"] and ds.frame["row"].tolist() == [1, 5]
+    assert ds.errors[0].row == 3 and ds.errors[0].message.startswith("not valid JSON (Expecting value")
+    assert str(ds.errors[1]) == "row 4: answer: is 5; expected text"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -426,7 +428,6 @@ def trace_row(**cells) -> dict:
     ({"entropy": "[1.0]"}, "entropy", "^entropy has 1 values but tokens has 2$"),
     ({"entropy": "[1.0, 2.0, 3.0]"}, "entropy", "^entropy has 3 values but tokens has 2$"),
     ({"entropy": "[1.0, -1.0]"}, "entropy", r"^entropy\[1\] is -1\.0; entropy must be >= 0"),
-    ({"entropy": ""}, "entropy", r"needs `entropy` \(or `top_logprobs` to estimate it\)"),
     ({"surprisal": ""}, "surprisal", r"needs `surprisal` \(or `logprobs`\)"),
     ({"tokens": ""}, "tokens", "is missing; a row with trace columns needs `tokens`"),
     ({"token_ids": "[1, 2.5]"}, "token_ids", r"token_ids\[1\] is 2\.5; expected an integer"),
@@ -468,7 +469,8 @@ def test_entropy_is_estimated_from_top_logprobs_when_missing():
                              top_tokens=json.dumps([["a", "A", "x"], ["b", "B", "y"]]))])
     trace = read_text(text).traces[0]
     np.testing.assert_allclose(trace.entropy, [hand_entropy(top[0]), hand_entropy(top[1])], rtol=1e-12)
-    assert trace.metadata.entropy_source == "top_k_approximation" and trace.metadata.source == "imported"
+    assert trace.metadata.entropy_source == "top_k" and trace.metadata.source == "imported"
+    assert trace.metadata.entropy_k == 3
     assert trace.top_ids.tolist() == [[-1, -1, -1]] * 2 and trace.token_ids.tolist() == [-1, -1]
     assert trace.top_tokens == (("a", "A", "x"), ("b", "B", "y"))
 
@@ -478,7 +480,7 @@ def test_trace_columns_rules():
     text = csv_of([trace_row(answer="a b"), trace_row(tokens="", surprisal="", entropy="")])
     ds = read_text(text)
     assert ds.traces[0].answer == "a b" and ds.traces[0].tokens == ("a", "b") and ds.traces[1] is None
-    assert ds.traces[0].prompt == "p" and ds.traces[0].metadata.entropy_source == "full_vocabulary"
+    assert ds.traces[0].prompt == "p" and ds.traces[0].metadata.entropy_source == "exact"
     # JSONL cells may be native lists.
     jsonl = json.dumps({"prompt": "p", "answer": "ab", "label": 1, "tokens": ["a", "b"], "surprisal": [0.5, 1],
                         "entropy": [1, 2], "top_logprobs": [[], []]})
@@ -523,7 +525,8 @@ def test_chat_response_with_a_character_split_across_tokens():
     assert trace.top_tokens[1] == ("\\xc3", "e") and trace.top_tokens[3] == (".", "?")
     assert trace.top_ids.tolist() == [[-1, -1]] * 4 and trace.token_ids.tolist() == [-1] * 4
     meta = trace.metadata
-    assert (meta.model_id, meta.source, meta.entropy_source) == ("test-model-chat", "imported", "top_k_approximation")
+    assert (meta.model_id, meta.source, meta.entropy_source, meta.entropy_k) == (
+        "test-model-chat", "imported", "top_k", 2)
     assert meta.extra == {"api": "chat", "finish_reason": "stop"}
     assert trace_from_openai(load("openai_chat_response.json"), model_id="mine").metadata.model_id == "mine"
     assert Trace.from_json(trace.to_json()) == trace
@@ -547,8 +550,9 @@ def test_completions_without_alternatives_and_with_legacy_byte_tokens():
     trace = trace_from_openai(response)
     assert trace.tokens == ("", "日", " ok") and trace.answer == "日 ok"
     assert trace.n_alternatives == 0  # steps 1 and 3 offer none
-    np.testing.assert_allclose(trace.entropy, [hand_entropy([-0.4]), hand_entropy([-0.1]), hand_entropy([-1.0])],
-                               rtol=1e-12)
+    # One probability per step says nothing about the rest of the distribution: no entropy, not a one-bucket guess.
+    assert trace.entropy is None and trace.metadata.entropy_source == "absent" and trace.metadata.entropy_k is None
+    assert trace.surprisal.tolist() == [0.4, 0.1, 1.0]
 
 
 @pytest.mark.parametrize("response, match", [

@@ -173,3 +173,37 @@ def test_response_shapes_are_detected_in_order():
 def test_an_unknown_response_shape_says_what_is_missing(response, match):
     with pytest.raises(ValueError, match=match):
         trace_from_openai(response)
+
+
+# --------------------------------------------------------------------------------------------------
+# Where the entropy comes from
+# --------------------------------------------------------------------------------------------------
+
+def test_entropy_source_follows_the_cells():
+    """An entropy cell: as the metadata says (default exact); none: a top-k estimate, else absent -- whatever the
+    metadata cell claimed, since the data decide what the trace holds."""
+    exact_meta = {"entropy_source": "exact"}
+    ds = read_jsonl_rows(trace_row(),
+                         trace_row(entropy=None, top_logprobs=[[-0.1, -3.0], [-0.2, -2.0]], trace_metadata=exact_meta),
+                         trace_row(entropy=None, trace_metadata=exact_meta),
+                         trace_row(entropy=None, logprobs=[-0.5, -1.0], surprisal=None),
+                         trace_row(trace_metadata={"entropy_source": "top_k", "entropy_k": 5}))
+    assert ds.errors == []
+    sources = [(t.metadata.entropy_source, t.metadata.entropy_k, t.has_entropy) for t in ds.traces]
+    assert sources == [("exact", None, True), ("top_k", 2, True), ("absent", None, False), ("absent", None, False),
+                       ("top_k", 5, True)]
+
+
+def test_metadata_saying_absent_next_to_an_entropy_cell_is_a_row_error():
+    with pytest.warns(DatasetWarning):
+        ds = read_jsonl_rows(trace_row(), trace_row(trace_metadata={"entropy_source": "absent"}))
+    assert [(e.row, e.field) for e in ds.errors] == [(2, "trace_metadata")]
+    assert "'absent' but `entropy` was given" in ds.errors[0].message
+
+
+def test_old_entropy_source_names_in_a_saved_file_are_read():
+    ds = read_jsonl_rows(trace_row(trace_metadata={"entropy_source": "full_vocabulary"}),
+                         trace_row(top_logprobs=[[-0.1], [-0.2]], trace_metadata={"entropy_source":
+                                                                                  "top_k_approximation"}))
+    assert ds.errors == []
+    assert [(t.metadata.entropy_source, t.metadata.entropy_k) for t in ds.traces] == [("exact", None), ("top_k", 1)]

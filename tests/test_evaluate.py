@@ -54,20 +54,30 @@ def test_result_tables_and_split_mechanics():
     traces = random_traces(200, seed=4)
     y = np.random.default_rng(0).integers(0, 2, 200)
     result = evaluate(traces, y, config=EvaluationConfig(n_splits=4, seed=3, stratified=True))
-    assert set(result.summary.columns) == {"method", "family", "metric", "mean", "std", "n_splits"}
+    assert set(result.summary.columns) == {"method", "family", "metric", "calibrator", "mean", "std", "n_splits",
+                                           "uninformative"}
     assert (result.summary["n_splits"] == 4).all()
     assert set(result.per_split["split"]) == {0, 1, 2, 3}
-    assert result.methods[:2] == ["TRACE+", "TRACE"] and len(result.methods) == 16
+    assert result.methods[:2] == ["TRACE+", "TRACE"] and len(result.methods) == 17
+    assert result.methods[-1] == "Likelihood LR (reference)"
+    # Brier and ECE: both scalar calibrators for scalar methods, TRACE+'s and the reference's own logistic regression
+    cals = result.summary.groupby("method")["calibrator"].agg(set)
+    assert cals["TRACE"] == cals["SeqLogP"] == {"platt", "isotonic", "none"}
+    assert cals["TRACE+"] == cals["Likelihood LR (reference)"] == {"logistic", "none"}
+    assert set(result.summary.query("calibrator == 'none'")["metric"]) == {"auroc", "auprc", "aurc", "prr"}
+    assert result.data_note == "200 traces: entropy exact"
     assert set(result.skipped) == {"Beam-Ratio", "Beam-TailThinness", "Beam Entropy", "TokenSAR", "MARS-style"}
     # held-out split: 65% of the answers, each method's probability in [0, 1] and AUROC consistent with per_split
     held = result.held_out
     assert len(held) == 200 - 70
     assert ((held["TRACE"] >= 0) & (held["TRACE"] <= 1)).all()
+    np.testing.assert_array_equal(held["TRACE"], held["TRACE platt"])  # the shown calibrator's probabilities
     first = result.per_split[(result.per_split.split == 0) & (result.per_split.method == "TRACE")
                              & (result.per_split.metric == "auroc")]["value"].iloc[0]
     assert auroc(held["label"], held["TRACE score"]) == pytest.approx(first)
     table = result.table()
     assert list(table.index[:2]) == ["TRACE+", "TRACE"] and "auroc_std" in table.columns
+    assert result.note("Likelihood LR (reference)") == "supervised reference" and result.note("TRACE") == ""
     markdown = result.to_markdown()
     assert markdown.count("\n") == len(table) + 1 and "± " in markdown
 
@@ -132,15 +142,42 @@ def test_same_seed_same_result_and_different_seed_differs():
     assert not a.per_split["value"].equals(c.per_split["value"])
 
 
-def test_isotonic_calibrator_option_changes_brier_not_auroc():
+def test_both_scalar_calibrators_are_computed_and_the_option_picks_the_shown_one():
     s, h, y = synthetic_traces(800, seed=6)
-    platt = evaluate_arrays(s, h, y, config=EvaluationConfig(n_splits=2), methods=["TRACE"])
+    platt = evaluate_arrays(s, h, y, config=EvaluationConfig(n_splits=2), methods=["TRACE", "SeqLogP"])
     iso = evaluate_arrays(s, h, y, config=EvaluationConfig(n_splits=2, scalar_calibrator="isotonic"),
-                          methods=["TRACE"])
+                          methods=["TRACE", "SeqLogP"])
+    pd.testing.assert_frame_equal(platt.summary, iso.summary)  # the option only chooses what tables show
     assert auroc_of(platt, "TRACE") == pytest.approx(auroc_of(iso, "TRACE"))
-    pb = platt.summary.query("metric == 'brier'")["mean"].iloc[0]
-    ib = iso.summary.query("metric == 'brier'")["mean"].iloc[0]
-    assert pb != ib
+    brier = platt.summary.query("metric == 'brier' and method == 'TRACE'").set_index("calibrator")["mean"]
+    assert set(brier.index) == {"platt", "isotonic"} and brier["platt"] != brier["isotonic"]
+    assert platt.table().loc["TRACE", "brier"] == pytest.approx(brier["platt"])
+    assert iso.table().loc["TRACE", "brier"] == pytest.approx(brier["isotonic"])
+    assert platt.table(calibrator="isotonic").loc["TRACE", "brier"] == pytest.approx(brier["isotonic"])
+    assert "Platt scaling" in platt.caption() and "isotonic regression" in iso.caption()
+    np.testing.assert_array_equal(iso.held_out["TRACE"], iso.held_out["TRACE isotonic"])
+
+
+def test_scalar_calibrators_are_fitted_on_the_documented_transform():
+    """SeqLogP = exp(sum log p) crowds against 0; calibrated on its log (the registry's transform), Platt matches
+    a logistic regression on the summed log-probability."""
+    from sklearn.linear_model import LogisticRegression
+
+    from trace_core.evaluate import _splits as splits_of
+    from trace_core.metrics import brier_score
+    from trace_core.operators import segment_mean
+    from trace_core.registry import METHODS
+
+    s, h, y = synthetic_traces(1500, kind="length", mean_length=60, seed=4)
+    config = EvaluationConfig(n_splits=1, metrics=("brier",))
+    result = evaluate_arrays(s, h, y, config=config, methods=["SeqLogP"])
+    assert METHODS["SeqLogP"].transform == "log"
+    cal, ev = splits_of(y, config)[0]
+    log_seq = -(np.asarray(segment_mean(s)) * s.lengths).reshape(-1, 1)
+    model = LogisticRegression(C=1e4, max_iter=10_000).fit(log_seq[cal], y[cal])
+    expected = brier_score(y[ev], model.predict_proba(log_seq[ev])[:, 1])
+    got = result.summary.query("calibrator == 'platt'")["mean"].iloc[0]
+    assert got == pytest.approx(expected, abs=1e-4)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -197,29 +234,38 @@ def test_input_errors():
 def test_tiny_unstratified_data_skips_one_class_splits_with_a_warning():
     traces = random_traces(12, seed=1)
     y = np.array([1] * 10 + [0, 0])
-    with pytest.warns(UserWarning, match="splits skipped"):
+    from trace_core.evaluate import SkippedSplitsWarning
+
+    with pytest.warns(SkippedSplitsWarning, match="splits skipped") as caught:
         result = evaluate(traces, y, config=EvaluationConfig(n_splits=20), methods=["TRACE"])
-    assert 0 < result.skipped_splits < 20
+    message = str(caught[0].message)
+    assert "use stratified splits" in message and "=True" not in message  # neutral: the CLI names its option
+    assert 0 < result.skipped_splits < 20 and result.n_splits_used == 20 - result.skipped_splits
     assert (result.summary["n_splits"] == 20 - result.skipped_splits).all()
     with pytest.raises(ValueError, match="every split left one class only"):
         evaluate(traces[:8], [1] * 7 + [0], config=EvaluationConfig(n_splits=3), methods=["TRACE"])
 
 
 def test_method_names():
-    assert method_names()[:2] == ["TRACE+", "TRACE"] and len(method_names()) == 21
-    assert "TRACE+ (extended)" in method_names(extended=True)
+    assert method_names()[:2] == ["TRACE+", "TRACE"] and len(method_names()) == 22
+    assert method_names()[-1] == "Likelihood LR (reference)"
+    assert {"TRACE+ (extended)", "TRACE+ (surprisal-only)", "TRACE (surprisal-only)"} <= set(
+        method_names(extended=True))
 
 
 def _result(per_split: pd.DataFrame, *, methods: list[str], n_answers: int = 10, accuracy: float = 0.5,
             metrics: tuple[str, ...] = ("brier", "auroc")) -> EvaluationResult:
     """An EvaluationResult built by hand from per-split values (the summary computed independently here)."""
     per_split = per_split.assign(family=per_split["method"].map(lambda m: "trace" if m.startswith("TRACE")
-                                                                 else "entropy"))
+                                                                 else "entropy"),
+                                 calibrator=per_split["metric"].map(lambda m: "none" if m == "auroc" else "platt"))
     rows = []
     for (method, metric), values in per_split.groupby(["method", "metric"], sort=False)["value"]:
-        rows.append((method, "trace" if method.startswith("TRACE") else "entropy", metric, values.mean(),
-                     values.std(ddof=1) if len(values) > 1 else 0.0, len(values)))
-    summary = pd.DataFrame(rows, columns=["method", "family", "metric", "mean", "std", "n_splits"])
+        rows.append((method, "trace" if method.startswith("TRACE") else "entropy", metric,
+                     "none" if metric == "auroc" else "platt", values.mean(),
+                     values.std(ddof=1) if len(values) > 1 else 0.0, len(values), False))
+    summary = pd.DataFrame(rows, columns=["method", "family", "metric", "calibrator", "mean", "std", "n_splits",
+                                          "uninformative"])
     return EvaluationResult(summary=summary, per_split=per_split, held_out=pd.DataFrame(), skipped={},
                             config=EvaluationConfig(n_splits=3, metrics=metrics), n_answers=n_answers,
                             methods=methods, accuracy=accuracy)
@@ -265,3 +311,16 @@ def test_average_results_means_over_datasets_per_split_then_over_splits():
     assert list(averaged.table().index) == ["TRACE"]
     with pytest.raises(ValueError, match="`results` is empty"):
         average_results([])
+
+
+def test_average_uses_exactly_the_splits_present_in_every_group_and_says_how_many():
+    a = _result(_per_split({("TRACE", "auroc"): [0.6, 0.8, 0.7]}), methods=["TRACE"], metrics=("auroc",))
+    b = _result(_per_split({("TRACE", "auroc"): [0.8, 0.6, 0.9]}), methods=["TRACE"], metrics=("auroc",))
+    b.per_split = b.per_split[b.per_split["split"] != 1]  # group b skipped split 1
+    b.skipped_splits = 1
+    averaged = average_results([a, b])
+    assert sorted(averaged.per_split["split"]) == [0, 2]
+    np.testing.assert_allclose(averaged.per_split.sort_values("split")["value"], [0.7, 0.8])
+    assert averaged.skipped_splits == 1 and averaged.n_splits_used == 2
+    assert averaged.group_note == "average over 2 groups, 2 of 3 splits present in every group"
+    assert averaged.summary.set_index("method").loc["TRACE", "n_splits"] == 2

@@ -7,6 +7,7 @@ import pytest
 from helpers import make_trace, random_traces
 
 from trace_core import FEATURE_SETS, feature_matrix, feature_names, trace_risk
+from trace_core.features import feature_matrix_from_arrays, needs_entropy
 
 
 def naive_features(trace):
@@ -39,6 +40,9 @@ def naive_features(trace):
         "min_token_prob": float(p.min()),
         "geomean_token_prob": float(np.exp(np.log(p).mean())),
         "low_prob_rate": float((p < 0.1).mean()),
+        "first3_surprisal_conf": math.exp(-s[:3].mean()),
+        "mean_surprisal_conf": math.exp(-s.mean()),
+        "surprisal_slope": 0.0 if T < 2 else float(np.polyfit(np.arange(T), s, 1)[0]),
     }
 
 
@@ -74,3 +78,21 @@ def test_errors():
 
 def test_no_traces_gives_empty_matrix():
     assert feature_matrix([]).shape == (0, 8)
+
+
+def test_feature_names_are_unique_within_every_set_and_needs_entropy_is_right():
+    for name, names in FEATURE_SETS.items():
+        assert len(set(names)) == len(names), name
+        assert needs_entropy(name) == any("entropy" in n or n == "trace_risk" for n in names)
+    assert [n for n in FEATURE_SETS if not needs_entropy(n)] == ["surprisal"]
+
+
+def test_surprisal_set_reads_no_entropy():
+    traces = random_traces(20, seed=2, max_len=9)
+    from trace_core.score import stack_traces
+
+    s, h = stack_traces(traces)
+    np.testing.assert_array_equal(feature_matrix_from_arrays(s, feature_set="surprisal"),
+                                  feature_matrix_from_arrays(s, h, feature_set="surprisal"))
+    with pytest.raises(ValueError, match="feature set 'paper' needs entropy.*feature_set='surprisal'"):
+        feature_matrix_from_arrays(s, None, feature_set="paper")

@@ -80,3 +80,19 @@ def test_spike_context_marks_spikes_with_context():
     trace = make_trace([0.1] * 10)
     assert spike_context(trace, [5], width=1) == "…t4 [[t5 ]]t6 …"
     assert spike_context(trace, [0, 9], width=1) == "[[t0 ]]t1 …t8 [[t9 ]]"
+
+
+def test_score_rows_on_traces_without_entropy_uses_the_named_surprisal_only_variant():
+    from trace_core import Trace, TraceMetadata
+    from trace_core.score import SURPRISAL_ONLY_CONFIG
+
+    full = random_traces(30, seed=5, min_len=2)
+    bare = [Trace(prompt=t.prompt, answer=t.answer, token_ids=t.token_ids, tokens=t.tokens, surprisal=t.surprisal,
+                  entropy=None, top_ids=np.zeros((len(t), 0)), top_logprobs=np.zeros((len(t), 0)),
+                  metadata=TraceMetadata(entropy_source="absent")) for t in full]
+    y = np.arange(30) % 2
+    frame = pd.DataFrame({"prompt": [t.prompt for t in bare], "answer": [t.answer for t in bare]})
+    table = score_rows(frame, bare, TracePlus(feature_set="surprisal").fit(bare, y))
+    assert set(table["trace_variant"]) == {"TRACE (surprisal-only)"}
+    np.testing.assert_allclose(table["trace_confidence"], trace_confidence(bare, config=SURPRISAL_ONLY_CONFIG))
+    assert set(score_rows(frame, full, TracePlus().fit(full, y))["trace_variant"]) == {"TRACE"}

@@ -71,6 +71,7 @@ def test_recorder_matches_naive_full_logits(lm, config, prompt, buffer_steps, mo
         assert (trace.ranks == 1).all()
     assert trace.metadata.processed is False
     assert trace.metadata.decoding == config.to_dict()
+    assert (trace.metadata.entropy_source, trace.metadata.entropy_k) == ("exact", None) and trace.has_entropy
 
 
 def test_sampled_tokens_identical_to_plain_generate(lm):
@@ -95,7 +96,7 @@ def test_teacher_forcing_reproduces_generation_trace(lm):
         np.testing.assert_allclose(scored.entropy, generated.entropy, atol=1e-4)
         np.testing.assert_allclose(scored.top_logprobs, generated.top_logprobs, atol=1e-4)
         np.testing.assert_array_equal(scored.ranks, generated.ranks)
-        assert scored.metadata.source == "teacher_forced"
+        assert scored.metadata.source == "teacher_forced" and scored.metadata.entropy_source == "exact"
 
 
 def test_batched_generation_with_left_padding_matches_single(lm):

@@ -76,6 +76,7 @@ def test_generation_goes_through_the_backend_and_one_trace_builder(fixed):
         assert (trace.top_logprobs == 0.0).all()
         meta = trace.metadata
         assert (meta.model_id, meta.source, meta.processed) == ("fixed-backend", "generate", True)
+        assert meta.entropy_source == "exact"  # RecordedAnswer's default: a local model's full distribution
         assert meta.extra["finish_reason"] == "length" and meta.decoding == DecodingConfig(n_alternatives=2).to_dict()
     assert [t.metadata.extra["prompt_tokens"] for t in traces] == [
         len(fixed.tokenizer(p)["input_ids"]) for p in ["Q: 1", "Q: 22", "Q: 333"]]
@@ -109,3 +110,20 @@ def test_a_loaded_model_runs_on_the_hugging_face_backend(tiny_models):
     assert isinstance(backend, HuggingFaceBackend)
     assert (backend.model_id, backend.tokenizer, backend.vocab_size) == (lm.model_id, lm.tokenizer, lm.vocab_size)
     assert backend.context_length() == context_length(lm) == lm.model.config.max_position_embeddings
+
+
+def test_a_backend_without_entropy_gives_traces_that_say_so(fixed, monkeypatch):
+    """A backend that knows only the chosen tokens' log-probabilities (a server without top_logprobs)."""
+    def chosen_only(ids, **fields):
+        n = len(ids)
+        return RecordedAnswer(token_ids=np.asarray(ids), chosen_logprobs=np.array([0.0, -1.0, -2.0][:n]),
+                              entropy=None, top_logprobs=np.zeros((n, 0)), top_ids=np.zeros((n, 0), dtype=np.int64),
+                              ranks=np.ones(n, dtype=np.int64), entropy_source="absent", **fields)
+
+    monkeypatch.setattr(fixed, "_answer", chosen_only)
+    trace = score_answers(object(), ["Q: a"], [[5, 6, 7]], n_alternatives=0)[0]
+    assert trace.entropy is None and trace.metadata.entropy_source == "absent"
+    np.testing.assert_array_equal(trace.surprisal, [0.0, 1.0, 2.0])
+    assert RecordedAnswer(token_ids=np.zeros(0), chosen_logprobs=np.zeros(0), entropy=np.zeros(0),
+                          top_logprobs=np.zeros((0, 0)), top_ids=np.zeros((0, 0)),
+                          ranks=np.zeros(0)).entropy_source == "exact"

@@ -11,12 +11,12 @@ import pytest
 import trace_core
 from trace_core.baselines import BASELINES
 from trace_core.features import FEATURE_SETS
-from trace_core.registry import METHODS, METRICS, Method, MetricSpec, get_method, method_names
+from trace_core.registry import METHODS, METRICS, REFERENCE, Method, MetricSpec, get_method, method_names
 
 
 def test_metric_specs_say_direction_and_input():
-    assert list(METRICS) == ["brier", "ece", "auroc", "auprc", "aurc"]
-    assert {m.name for m in METRICS.values() if m.higher_is_better} == {"auroc", "auprc"}
+    assert list(METRICS) == ["brier", "ece", "auroc", "auprc", "aurc", "prr"]
+    assert {m.name for m in METRICS.values() if m.higher_is_better} == {"auroc", "auprc", "prr"}
     assert {m.name for m in METRICS.values() if m.on == "probability"} == {"brier", "ece"}
     assert {m.on for m in METRICS.values()} == {"score", "probability"}
     assert all(name == spec.name for name, spec in METRICS.items())
@@ -38,13 +38,35 @@ def test_specs_are_frozen():
         METHODS["TRACE"].family = "x"  # type: ignore[misc]
 
 
-def test_methods_are_trace_plus_trace_and_every_baseline_in_order():
+def test_methods_are_trace_plus_trace_every_baseline_and_the_reference_in_order():
     names = method_names()
-    assert names[:2] == ["TRACE+", "TRACE"] and names[2:] == list(BASELINES) and len(names) == 21
+    assert names[:2] == ["TRACE+", "TRACE"] and names[2:-1] == list(BASELINES) and len(names) == 22
+    assert names[-1] == REFERENCE == "Likelihood LR (reference)"
     extended = method_names(extended=True)
-    variants = [f"TRACE+ ({fs})" for fs in FEATURE_SETS if fs != "paper"]
-    assert extended == ["TRACE+", *variants, "TRACE", *BASELINES]
+    variants = [f"TRACE+ ({fs})" for fs in FEATURE_SETS if fs not in ("paper", "surprisal")]
+    assert extended == ["TRACE+", *variants, "TRACE+ (surprisal-only)", "TRACE", "TRACE (surprisal-only)",
+                        *BASELINES, REFERENCE]
     assert list(METHODS) == extended
+
+
+def test_entropy_needs_and_surprisal_only_variants():
+    from trace_core.features import needs_entropy
+
+    assert METHODS["TRACE"].surprisal_only == "TRACE (surprisal-only)"
+    assert METHODS["TRACE+"].surprisal_only == "TRACE+ (surprisal-only)"
+    assert METHODS["TRACE+ (surprisal-only)"].feature_set == "surprisal"
+    for m in METHODS.values():
+        if m.kind == "trace_plus":
+            assert m.needs_entropy == needs_entropy(m.feature_set)
+        if m.baseline is not None:
+            assert m.needs_entropy == m.baseline.needs_entropy
+    assert not METHODS["TRACE (surprisal-only)"].needs_entropy and METHODS["TRACE"].needs_entropy
+    assert {m.name for m in METHODS.values() if m.kind == "baseline" and m.needs_entropy} == {
+        "Mean Entropy", "Max Entropy", "First-k Entropy", "Last-k Entropy", "Windowed Entropy", "Entropy Variance",
+        "Entropy Slope"}
+    reference = METHODS[REFERENCE]
+    assert (reference.kind, reference.family, reference.needs_entropy, reference.is_trace, reference.is_fitted) == (
+        "reference", "reference", False, False, True)
 
 
 def test_method_descriptors_carry_kind_family_needs_and_feature_set():

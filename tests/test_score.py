@@ -98,3 +98,23 @@ def test_single_trace_must_be_wrapped_for_batch_helpers():
 
     with pytest.raises(TypeError, match="wrap a single trace"):
         stack_traces(make_trace([1.0]))
+
+
+def test_stack_traces_gives_no_entropy_batch_when_a_trace_has_none():
+    from trace_core import Trace, TraceMetadata
+    from trace_core.score import SURPRISAL_ONLY_CONFIG, stack_traces
+
+    absent = Trace(prompt="", answer="a", token_ids=[1], tokens=("a",), surprisal=[0.5], entropy=None,
+                   top_ids=[], top_logprobs=[], metadata=TraceMetadata(entropy_source="absent"))
+    traces = random_traces(3, seed=1)
+    assert stack_traces(traces)[1] is not None
+    s, h = stack_traces(traces + [absent])
+    assert h is None and len(s) == 4
+    with pytest.raises(ValueError, match="TRACE needs entropy for every answer but 1 of 4"):
+        trace_risk(traces + [absent])
+    risk = trace_risk(traces + [absent], config=SURPRISAL_ONLY_CONFIG)
+    only_s = TraceConfig(weight_decay=0.4, weight_window=0.4, weight_length=0.2, signal="surprisal")
+    np.testing.assert_allclose(risk, [naive_risk(t.surprisal.tolist(), t.surprisal.tolist())
+                                      for t in traces + [absent]], rtol=1e-10)
+    assert only_s == SURPRISAL_ONLY_CONFIG
+    assert explain_trace(absent).variant == "TRACE (surprisal-only)" and explain_trace(traces[0]).variant == "TRACE"

@@ -261,3 +261,29 @@ def test_content_word_is_more_relevant_than_function_word(embedder):
     batch = token_relevance_batch(embedder, [tokens, tokens], contexts=["", "What is the capital of France?\n"])
     np.testing.assert_allclose(batch[0], r, atol=1e-5)
     np.testing.assert_allclose(batch[1], with_context, atol=1e-5)
+
+
+def test_semantic_baselines_run_on_traces_without_entropy():
+    """TokenSAR and MARS-style read surprisal and token texts only: they run when the data hold no entropy, and give
+    the same scores as with it."""
+    from trace_core import Trace
+    from trace_core.baselines import BASELINES, NO_ENTROPY_REASON, compute_baselines
+    from trace_core.trace import TraceMetadata
+
+    assert not BASELINES["TokenSAR"].needs_entropy and not BASELINES["MARS-style"].needs_entropy
+    answers = [TOKENS[:4], ["12", " plus", " 7"], ["Yes"]]
+    surprisal = [[0.1, 2.0, 0.3, 0.05], [1.0, 0.2, 3.0], [0.4]]
+    with_h, without = [], []
+    for tokens, s in zip(answers, surprisal):
+        common = dict(prompt="q", answer="".join(tokens), token_ids=list(range(len(tokens))), tokens=tuple(tokens),
+                      surprisal=s)
+        with_h.append(Trace(**common, entropy=[x + 0.5 for x in s], top_ids=[[0]] * len(s),
+                            top_logprobs=[[-0.1]] * len(s)))
+        without.append(Trace(**common, entropy=None, top_ids=[], top_logprobs=[],
+                             metadata=TraceMetadata(entropy_source="absent")))
+    names = ["TokenSAR", "MARS-style", "Mean Entropy"]
+    full = compute_baselines(with_h, embedder=BagOfWordsEmbedder(), names=names)
+    bare = compute_baselines(without, embedder=BagOfWordsEmbedder(), names=names)
+    assert list(bare.scores.columns) == ["TokenSAR", "MARS-style"]
+    assert bare.skipped == {"Mean Entropy": NO_ENTROPY_REASON}
+    np.testing.assert_allclose(bare.scores.to_numpy(), full.scores[["TokenSAR", "MARS-style"]].to_numpy())

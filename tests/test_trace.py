@@ -125,3 +125,28 @@ def test_token_probs_and_len():
     trace = make_trace([0.0, np.log(2)])
     assert len(trace) == 2
     np.testing.assert_allclose(trace.token_probs, [1.0, 0.5])
+
+
+def test_trace_without_entropy():
+    absent = TraceMetadata(source="imported", entropy_source="absent")
+    trace = Trace(prompt="", answer="ab", token_ids=[1, 2], tokens=("a", "b"), surprisal=[0.0, 2.0], entropy=None,
+                  top_ids=[], top_logprobs=[], metadata=absent)
+    assert not trace.has_entropy and trace.entropy is None and full_trace().has_entropy
+    assert Trace.from_json(trace.to_json()) == trace and trace.to_dict()["entropy"] is None
+    assert trace != Trace.from_dict({**trace.to_dict(), "entropy": [0.0, 0.0], "metadata": {}})
+    assert trace.nbytes == 2 * 8 * 2
+    assert full_trace().nbytes == 3 * 8 * 3 + 2 * 3 * 2 * 8 + 3 * 8  # ids, s, H; top ids and log-probs; ranks
+    with pytest.raises(ValueError, match="`entropy` is None but `metadata.entropy_source` is 'exact'"):
+        Trace.from_dict({**trace.to_dict(), "metadata": {}})
+
+
+def test_entropy_sources_old_names_and_k():
+    assert TraceMetadata(entropy_source="full_vocabulary").entropy_source == "exact"
+    assert TraceMetadata.from_dict({"entropy_source": "top_k_approximation"}).entropy_source == "top_k"
+    trace = Trace.from_dict({**full_trace().to_dict(), "metadata": {"entropy_source": "top_k_approximation"}})
+    assert trace.metadata.entropy_k == 2  # filled from the top-k width
+    assert TraceMetadata.from_dict(trace.metadata.to_dict()) == trace.metadata
+    with pytest.raises(ValueError, match="`entropy_k` is 3 but `entropy_source` is 'absent'"):
+        TraceMetadata(entropy_source="absent", entropy_k=3)
+    with pytest.raises(TypeError, match="`entropy_k` must be an int >= 1"):
+        TraceMetadata(entropy_source="top_k", entropy_k=2.0)

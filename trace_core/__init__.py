@@ -5,7 +5,14 @@ recorded (``trace_core.record``).
 """
 
 from .baselines import BASELINES, Baseline, BaselineScores, compute_baselines
-from .calibrate import IsotonicCalibrator, NotFittedError, PlattCalibrator, TracePlus, calibrator_from_json
+from .calibrate import (
+    IsotonicCalibrator,
+    NotFittedError,
+    PlattCalibrator,
+    TracePlus,
+    calibrator_from_json,
+    transform_scores,
+)
 from .data import (
     DatasetError,
     LabeledDataset,
@@ -17,6 +24,7 @@ from .data import (
     trace_from_openai,
     write_dataset,
 )
+from .compare import PairedComparison, paired_comparison, reference_sentence
 from .evaluate import EvaluationConfig, EvaluationResult, average_results, evaluate, evaluate_arrays
 from .features import FEATURE_SETS, feature_matrix, feature_matrix_from_arrays, feature_names
 from .metrics import (
@@ -24,6 +32,7 @@ from .metrics import (
     auprc,
     aurc,
     auroc,
+    prr,
     bin_probabilities,
     bootstrap_ci,
     brier_score,
@@ -60,7 +69,8 @@ from .record import (
     score_answer,
     score_answers,
 )
-from .registry import METHODS, METRICS, Method, MetricSpec, get_method, method_names
+from .registry import METHODS, METRICS, REFERENCE, Method, MetricSpec, get_method, method_names
+from .results import report_markdown
 from .score import TraceConfig, TraceExplanation, explain_trace, trace_confidence, trace_risk
 from .synthetic import synthetic_traces
 from .trace import DecodingConfig, Trace, TraceMetadata
@@ -116,10 +126,16 @@ __all__ = [
     "ModelNotAllowedError",
     "ModelNotFoundError",
     "NotFittedError",
+    "paired_comparison",
+    "PairedComparison",
     "PlattCalibrator",
+    "prr",
     "Ragged",
     "read_dataset",
     "reliability_table",
+    "report_markdown",
+    "reference_sentence",
+    "REFERENCE",
     "risk_at_coverage",
     "risk_coverage_curve",
     "roc_curve",
@@ -137,6 +153,7 @@ __all__ = [
     "trace_confidence",
     "trace_from_openai",
     "trace_risk",
+    "transform_scores",
     "TraceConfig",
     "TraceExplanation",
     "TraceMetadata",

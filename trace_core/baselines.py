@@ -1,33 +1,50 @@
 """The 19 baseline confidence scores TRACE is compared with, described once in :data:`BASELINES`.
 
 Every baseline returns a *confidence*: higher = the answer is more likely correct. Each :class:`Baseline` entry carries
-its name, family, what it needs, its formula and the function that scores it; the table below is documentation of
-that registry (a test checks that it lists exactly the registry's names, families, needs and formulas). With
-``p_t = exp(-s_t)`` the probability of the chosen token t and ``H_t`` its step's entropy:
+its name, family, what it needs, its formula, the transform its scalar calibrator is fitted on and the function that
+scores it; the table below is documentation of that registry (a test checks that it lists exactly the registry's
+names, families, needs, transforms and formulas). With ``p_t = exp(-s_t)`` the probability of the chosen token t and
+``H_t`` its step's entropy:
 
-=====================  ===========  ==========  =======================================================================
-name                   family       needs       confidence
-=====================  ===========  ==========  =======================================================================
-First-Token Prob       likelihood   trace       ``p_1``
-MeanProb               likelihood   trace       ``mean_t p_t``
-Len-Norm LogP          likelihood   trace       ``exp(mean_t log p_t)`` (geometric-mean token probability)
-SeqLogP                likelihood   trace       ``exp(sum_t log p_t)`` (sequence probability)
-MinProb                likelihood   trace       ``min_t p_t``
-High-Prob Token Rate   likelihood   trace       ``mean_t [p_t > 0.9]``: the share of tokens with p_t above 0.9
-Mean Entropy           entropy      trace       ``-mean_t H_t``
-Max Entropy            entropy      trace       ``-max_t H_t``
-First-k Entropy        entropy      trace       ``-mean H[:3]`` (all tokens when T < 3)
-Last-k Entropy         entropy      trace       ``-mean H[-3:]``
-Windowed Entropy       trajectory   trace       ``-M_4(H)``: minus the highest mean entropy over 4 consecutive tokens
-Entropy Variance       trajectory   trace       ``-var_t H_t`` (population variance)
-Entropy Slope          trajectory   trace       ``-slope(H)``: minus the least-squares slope of H over t (0 when T < 2)
-Prob Slope             trajectory   trace       ``slope(p)``: the least-squares slope of p over t
-Beam-Ratio             beam         beam        ``q_1 / (q_1 + q_2)``
-Beam-TailThinness      beam         beam        ``1 - sum_{i>=2} q_i`` (= q_1)
-Beam Entropy           beam         beam        ``sum_i q_i log q_i``: the beam entropy, negated
-TokenSAR               semantic     embedding   ``exp(-sum_t r_t s_t)``, r = normalised token relevance
-MARS-style             semantic     embedding   ``exp(-sum_t (0.5 / T + 0.5 r_t) s_t)``
-=====================  ===========  ==========  =======================================================================
+====================  ==========  =========  =======  =============  ================================================
+name                  family      needs      needs H  calibrated on  confidence
+====================  ==========  =========  =======  =============  ================================================
+First-Token Prob      likelihood  trace      no       logit          ``p_1``
+MeanProb              likelihood  trace      no       logit          ``mean_t p_t``
+Len-Norm LogP         likelihood  trace      no       log            ``exp(mean_t log p_t)``: geometric-mean p_t
+SeqLogP               likelihood  trace      no       log            ``exp(sum_t log p_t)``: sequence probability
+MinProb               likelihood  trace      no       logit          ``min_t p_t``
+High-Prob Token Rate  likelihood  trace      no       identity       ``mean_t [p_t > 0.9]``: share of p_t above 0.9
+Mean Entropy          entropy     trace      yes      identity       ``-mean_t H_t``
+Max Entropy           entropy     trace      yes      identity       ``-max_t H_t``
+First-k Entropy       entropy     trace      yes      identity       ``-mean H[:3]`` (all tokens when T < 3)
+Last-k Entropy        entropy     trace      yes      identity       ``-mean H[-3:]``
+Windowed Entropy      trajectory  trace      yes      identity       ``-M_4(H)``: minus the top 4-token mean of H
+Entropy Variance      trajectory  trace      yes      identity       ``-var_t H_t`` (population variance)
+Entropy Slope         trajectory  trace      yes      identity       ``-slope(H)`` (least squares over t; 0 if T < 2)
+Prob Slope            trajectory  trace      no       identity       ``slope(p)``: least-squares slope of p over t
+Beam-Ratio            beam        beam       no       logit          ``q_1 / (q_1 + q_2)``
+Beam-TailThinness     beam        beam       no       logit          ``1 - sum_{i>=2} q_i`` (= q_1)
+Beam Entropy          beam        beam       no       identity       ``sum_i q_i log q_i``: the beam entropy, negated
+TokenSAR              semantic    embedding  no       log            ``exp(-sum_t r_t s_t)``, r: normalised relevance
+MARS-style            semantic    embedding  no       log            ``exp(-sum_t (0.5 / T + 0.5 r_t) s_t)``
+====================  ==========  =========  =======  =============  ================================================
+
+**needs H**: the baseline needs the token entropy (:attr:`Baseline.needs_entropy`). On data that hold only the chosen
+tokens' log-probabilities (``entropy_source == "absent"``) these are skipped with :data:`NO_ENTROPY_REASON` and the
+others run.
+
+**Calibrated on** is the monotone transform (:func:`trace_core.calibrate.transform_scores`) a scalar calibrator
+(Platt) is fitted on, so that no baseline is handicapped by an ill-conditioned score; rankings (AUROC, AUPRC, AURC,
+PRR) use the raw score. The rule, with each entry's one-line reason in its ``transform_reason``:
+
+* ``log`` for ``exp(-(a sum or weighted mean of surprisals))``: these crowd against 0 over many orders of magnitude
+  (``exp(sum log p)`` of a 100-token answer), and their log is the surprisal statistic itself.
+* ``logit`` for a single probability, or a mean of probabilities, in [0, 1]: it crowds against 0 for unsure answers
+  and against 1 for sure ones (a multiple-choice letter at p = 0.999); the logit equals the log near 0, spreads the
+  scores near 1, and Platt on it is temperature scaling. For the beam ratios the logit is the log-probability gap
+  between the top beam and the next beam / all the others.
+* ``identity`` for scores already on a log or linear scale: negated entropies (nats), rates, variances, slopes.
 
 Beam baselines use ``q_i``, the beam sequence probabilities of one extra beam-search call on the same prompt,
 normalised over the returned beams (sorted, most likely first). They describe the prompt's answer distribution, not
@@ -59,8 +76,9 @@ from .score import stack_traces
 from .semantic import mars_confidence, token_relevance_batch, tokensar_confidence
 from .trace import LOGPROB_TOLERANCE, Trace
 
-__all__ = ["BASELINES", "Baseline", "BaselineScores", "FIRST_K", "HIGH_PROB_THRESHOLD", "LAST_K", "NEEDS", "WINDOW",
-           "TraceBatch", "baseline_scores", "beam_scores", "compute_baselines", "trace_baseline_scores"]
+__all__ = ["BASELINES", "Baseline", "BaselineScores", "FIRST_K", "HIGH_PROB_THRESHOLD", "LAST_K", "NEEDS",
+           "NO_ENTROPY_REASON", "WINDOW", "TraceBatch", "baseline_scores", "beam_scores", "compute_baselines",
+           "trace_baseline_scores"]
 
 FIRST_K = 3
 LAST_K = 3
@@ -69,10 +87,13 @@ WINDOW = 4
 
 #: What a baseline needs beyond the decoded answer's trace, and why it is skipped without it.
 NEEDS: dict[str, str] = {
-    "trace": "the answer's trace (surprisal and entropy per token)",
+    "trace": "the answer's trace (surprisal per token; entropy too for the baselines with needs_entropy)",
     "beam": "a beam-search call on the same prompt (beam log-probabilities)",
     "embedding": "the answers' token texts and a sentence-embedding model",
 }
+
+#: Why a baseline with ``needs_entropy`` is skipped on data without entropy (``entropy_source == "absent"``).
+NO_ENTROPY_REASON = "needs token entropy; the data hold only the chosen tokens' log-probabilities"
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,19 +102,27 @@ class TraceBatch:
 
     Attributes
     ----------
-    surprisal, entropy : Ragged
-        Per-token values of every answer (same offsets).
+    surprisal : Ragged
+        Per-token surprisal of every answer.
+    entropy : Ragged or None
+        Per-token entropy (same offsets), or None when the data hold only the chosen tokens' log-probabilities; the
+        baselines with ``needs_entropy`` do not run then.
     probs : Ragged
         ``p_t = exp(-s_t)``, computed once for all the baselines that use it.
     """
 
     surprisal: Ragged
-    entropy: Ragged
+    entropy: Ragged | None
     probs: Ragged
 
     @classmethod
-    def from_arrays(cls, surprisal: Ragged, entropy: Ragged) -> "TraceBatch":
-        check_paired(surprisal, entropy, who="baselines need")
+    def from_arrays(cls, surprisal: Ragged, entropy: Ragged | None) -> "TraceBatch":
+        if entropy is None:
+            empty = np.flatnonzero(surprisal.lengths == 0)
+            if empty.size:
+                raise ValueError(f"trace {int(empty[0])} is empty; baselines need at least one token")
+        else:
+            check_paired(surprisal, entropy, who="baselines need")
         return cls(surprisal, entropy, surprisal.with_values(np.exp(-surprisal.values)))
 
 
@@ -117,7 +146,12 @@ class Baseline:
         ``embedding``: ``score(surprisal, relevance) -> float`` for one answer.
     transform : str, default "identity"
         The monotone transform a scalar calibrator is fitted on (a key of
-        :data:`trace_core.calibrate.SCORE_TRANSFORMS`); rankings use the raw score.
+        :data:`trace_core.calibrate.SCORE_TRANSFORMS`; the rule is in the module docstring); rankings use the raw
+        score.
+    transform_reason : str
+        One line: why this transform (shown in the docs and tooltips).
+    needs_entropy : bool, default False
+        Reads the per-token entropy H: skipped with :data:`NO_ENTROPY_REASON` on data without entropy.
     """
 
     name: str
@@ -126,6 +160,8 @@ class Baseline:
     formula: str
     score: Callable[..., Any] = field(repr=False, compare=False)
     transform: str = "identity"
+    transform_reason: str = ""
+    needs_entropy: bool = False
 
 
 def _beam_negentropy(q: np.ndarray) -> float:
@@ -141,31 +177,56 @@ def _high_prob_rate(b: TraceBatch) -> np.ndarray:
     return np.asarray(segment_mean(b.probs.with_values((b.probs.values > HIGH_PROB_THRESHOLD).astype(np.float64))))
 
 
+# One-line reasons for the calibration transforms (the rule is in the module docstring).
+_SURPRISAL_SUM = "exp(-(a sum of surprisals)) crowds against 0 over many orders of magnitude; its log is that sum"
+_ONE_PROB = "one token's probability crowds against 0 (unsure) and 1 (sure); the logit spreads both ends"
+_ENTROPY = "a negated entropy in nats: already on a log scale"
+_SHAPE = "a signed shape statistic (slope or variance), not a probability"
+
+
+def _likelihood(name: str, formula: str, score: Callable[[TraceBatch], np.ndarray], transform: str,
+                reason: str) -> Baseline:
+    return Baseline(name, "likelihood", "trace", formula, score, transform, reason)
+
+
+def _entropy(name: str, family: str, formula: str, score: Callable[[TraceBatch], np.ndarray],
+             reason: str = _ENTROPY) -> Baseline:
+    return Baseline(name, family, "trace", formula, score, "identity", reason, needs_entropy=True)
+
+
 _LIST = [
-    Baseline("First-Token Prob", "likelihood", "trace", "p_1", _first_token),
-    Baseline("MeanProb", "likelihood", "trace", "mean_t p_t", lambda b: np.asarray(segment_mean(b.probs))),
-    Baseline("Len-Norm LogP", "likelihood", "trace", "exp(mean_t log p_t)",
-             lambda b: np.exp(-np.asarray(segment_mean(b.surprisal)))),
-    Baseline("SeqLogP", "likelihood", "trace", "exp(sum_t log p_t)",
-             lambda b: np.exp(-np.asarray(segment_mean(b.surprisal)) * b.surprisal.lengths)),
-    Baseline("MinProb", "likelihood", "trace", "min_t p_t", lambda b: np.exp(-np.asarray(segment_max(b.surprisal)))),
-    Baseline("High-Prob Token Rate", "likelihood", "trace", f"mean_t [p_t > {HIGH_PROB_THRESHOLD}]", _high_prob_rate),
-    Baseline("Mean Entropy", "entropy", "trace", "-mean_t H_t", lambda b: -np.asarray(segment_mean(b.entropy))),
-    Baseline("Max Entropy", "entropy", "trace", "-max_t H_t", lambda b: -np.asarray(segment_max(b.entropy))),
-    Baseline("First-k Entropy", "entropy", "trace", f"-mean H[:{FIRST_K}]",
+    _likelihood("First-Token Prob", "p_1", _first_token, "logit", _ONE_PROB),
+    _likelihood("MeanProb", "mean_t p_t", lambda b: np.asarray(segment_mean(b.probs)), "logit",
+                "a mean of probabilities crowds against 1 for confident answers: the logit spreads it"),
+    _likelihood("Len-Norm LogP", "exp(mean_t log p_t)", lambda b: np.exp(-np.asarray(segment_mean(b.surprisal))),
+                "log", "its log is minus the mean surprisal, linear in the token surprisals"),
+    _likelihood("SeqLogP", "exp(sum_t log p_t)",
+                lambda b: np.exp(-np.asarray(segment_mean(b.surprisal)) * b.surprisal.lengths), "log", _SURPRISAL_SUM),
+    _likelihood("MinProb", "min_t p_t", lambda b: np.exp(-np.asarray(segment_max(b.surprisal))), "logit",
+                "one token's probability: tiny in long answers (logit = log = minus the largest surprisal), "
+                "near 1 in sure short ones"),
+    _likelihood("High-Prob Token Rate", f"mean_t [p_t > {HIGH_PROB_THRESHOLD}]", _high_prob_rate, "identity",
+                "a share of tokens with many exact 0s and 1s: the logit would put them far apart"),
+    _entropy("Mean Entropy", "entropy", "-mean_t H_t", lambda b: -np.asarray(segment_mean(b.entropy))),
+    _entropy("Max Entropy", "entropy", "-max_t H_t", lambda b: -np.asarray(segment_max(b.entropy))),
+    _entropy("First-k Entropy", "entropy", f"-mean H[:{FIRST_K}]",
              lambda b: -np.asarray(first_k_mean(b.entropy, k=FIRST_K))),
-    Baseline("Last-k Entropy", "entropy", "trace", f"-mean H[-{LAST_K}:]",
+    _entropy("Last-k Entropy", "entropy", f"-mean H[-{LAST_K}:]",
              lambda b: -np.asarray(last_k_mean(b.entropy, k=LAST_K))),
-    Baseline("Windowed Entropy", "trajectory", "trace", f"-M_{WINDOW}(H)",
+    _entropy("Windowed Entropy", "trajectory", f"-M_{WINDOW}(H)",
              lambda b: -np.asarray(window_max_mean(b.entropy, w=WINDOW))),
-    Baseline("Entropy Variance", "trajectory", "trace", "-var_t H_t", lambda b: -np.asarray(segment_var(b.entropy))),
-    Baseline("Entropy Slope", "trajectory", "trace", "-slope(H)", lambda b: -np.asarray(slope(b.entropy))),
-    Baseline("Prob Slope", "trajectory", "trace", "slope(p)", lambda b: np.asarray(slope(b.probs))),
-    Baseline("Beam-Ratio", "beam", "beam", "q_1 / (q_1 + q_2)", lambda q: q[0] / (q[0] + q[1])),
-    Baseline("Beam-TailThinness", "beam", "beam", "1 - sum_{i>=2} q_i", lambda q: 1.0 - q[1:].sum()),
-    Baseline("Beam Entropy", "beam", "beam", "sum_i q_i log q_i", _beam_negentropy),
-    Baseline("TokenSAR", "semantic", "embedding", "exp(-sum_t r_t s_t)", tokensar_confidence),
-    Baseline("MARS-style", "semantic", "embedding", "exp(-sum_t (0.5 / T + 0.5 r_t) s_t)", mars_confidence),
+    _entropy("Entropy Variance", "trajectory", "-var_t H_t", lambda b: -np.asarray(segment_var(b.entropy)), _SHAPE),
+    _entropy("Entropy Slope", "trajectory", "-slope(H)", lambda b: -np.asarray(slope(b.entropy)), _SHAPE),
+    Baseline("Prob Slope", "trajectory", "trace", "slope(p)", lambda b: np.asarray(slope(b.probs)), "identity", _SHAPE),
+    Baseline("Beam-Ratio", "beam", "beam", "q_1 / (q_1 + q_2)", lambda q: q[0] / (q[0] + q[1]), "logit",
+             "in [1/2, 1], crowding against 1 when the top beam dominates; its logit is log q_1 - log q_2"),
+    Baseline("Beam-TailThinness", "beam", "beam", "1 - sum_{i>=2} q_i", lambda q: 1.0 - q[1:].sum(), "logit",
+             "q_1 crowds against 1 when the top beam dominates; its logit is log q_1 - log(sum of the others)"),
+    Baseline("Beam Entropy", "beam", "beam", "sum_i q_i log q_i", _beam_negentropy, "identity", _ENTROPY),
+    Baseline("TokenSAR", "semantic", "embedding", "exp(-sum_t r_t s_t)", tokensar_confidence, "log",
+             "exp(-(a relevance-weighted mean of surprisals)): its log is that mean"),
+    Baseline("MARS-style", "semantic", "embedding", "exp(-sum_t (0.5 / T + 0.5 r_t) s_t)", mars_confidence, "log",
+             "exp(-(a relevance-weighted mean of surprisals)): its log is that mean"),
 ]
 
 BASELINES: dict[str, Baseline] = {b.name: b for b in _LIST}
@@ -196,9 +257,24 @@ class BaselineScores:
     skipped: dict[str, str]
 
 
-def trace_baseline_scores(surprisal: Ragged, entropy: Ragged, *,
+def _entropy_free(names: Sequence[str], entropy: Ragged | None) -> tuple[list[str], list[str]]:
+    """``names`` split into those that can run and those that need the entropy the data lack."""
+    if entropy is not None:
+        return list(names), []
+    return ([n for n in names if not BASELINES[n].needs_entropy], [n for n in names if BASELINES[n].needs_entropy])
+
+
+def trace_baseline_scores(surprisal: Ragged, entropy: Ragged | None, *,
                           names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
     """The trace-only baselines (all 14, or those of ``names``) for a batch, vectorised.
+
+    Parameters
+    ----------
+    surprisal : Ragged
+    entropy : Ragged or None
+        Same offsets as ``surprisal``; None when the data hold only the chosen tokens' log-probabilities: the
+        baselines with ``needs_entropy`` are then left out (:func:`baseline_scores` reports them as skipped).
+    names : sequence of str, optional
 
     Returns
     -------
@@ -206,7 +282,8 @@ def trace_baseline_scores(surprisal: Ragged, entropy: Ragged, *,
         Baseline name -> confidences, shape (n_traces,), in registry order.
     """
     batch = TraceBatch.from_arrays(surprisal, entropy)
-    return {n: BASELINES[n].score(batch) for n in _names(names, "trace")}
+    runnable, _ = _entropy_free(_names(names, "trace"), entropy)
+    return {n: BASELINES[n].score(batch) for n in runnable}
 
 
 def beam_scores(beam_logprobs: Sequence[Sequence[float]], *,
@@ -249,6 +326,8 @@ def compute_baselines(traces: Sequence[Trace], *, beam_logprobs: Sequence[Sequen
     traces : sequence of Trace, length n_answers
     beam_logprobs : sequence of sequences of float, optional
         Beam log-probabilities per answer (see :func:`beam_scores`); without them the beam baselines are skipped.
+        Traces without entropy (``entropy_source == "absent"``): the baselines with ``needs_entropy`` are skipped with
+        :data:`NO_ENTROPY_REASON` (for all answers if any trace lacks it) and the others run.
     embedder : trace_core.semantic.Embedder, optional
         Sentence-embedding model; without it TokenSAR and MARS-style are skipped.
     contexts : sequence of str, optional
@@ -262,14 +341,16 @@ def compute_baselines(traces: Sequence[Trace], *, beam_logprobs: Sequence[Sequen
                            embedder=embedder, contexts=contexts)
 
 
-def baseline_scores(surprisal: Ragged, entropy: Ragged, *, names: Sequence[str] | None = None,
+def baseline_scores(surprisal: Ragged, entropy: Ragged | None, *, names: Sequence[str] | None = None,
                     traces: Sequence[Trace] | None = None, beam_logprobs: Sequence[Sequence[float]] | None = None,
                     embedder: Any = None, contexts: Sequence[str] | None = None) -> BaselineScores:
     """:func:`compute_baselines` from surprisal and entropy batches; the semantic baselines also need ``traces``
-    (their token texts)."""
+    (their token texts). ``entropy=None`` (only the chosen tokens' log-probabilities): the baselines with
+    ``needs_entropy`` are skipped with :data:`NO_ENTROPY_REASON`."""
     wanted = _names(names)
+    wanted, no_entropy = _entropy_free(wanted, entropy)
+    skipped: dict[str, str] = {n: NO_ENTROPY_REASON for n in no_entropy}
     columns: dict[str, np.ndarray] = trace_baseline_scores(surprisal, entropy, names=_names(wanted, "trace"))
-    skipped: dict[str, str] = {}
     beam_wanted = _names(wanted, "beam")
     if beam_wanted:
         if beam_logprobs is None:
@@ -289,4 +370,4 @@ def baseline_scores(surprisal: Ragged, entropy: Ragged, *, names: Sequence[str] 
             for n in semantic_wanted:
                 columns[n] = np.array([BASELINES[n].score(t.surprisal, r) for t, r in zip(traces, relevance)])
     ordered = {n: columns[n] for n in BASELINES if n in columns}
-    return BaselineScores(pd.DataFrame(ordered), skipped)
+    return BaselineScores(pd.DataFrame(ordered), {n: skipped[n] for n in BASELINES if n in skipped})

@@ -34,7 +34,7 @@ class CLIError(Exception):
     """A user-facing error: printed as one line."""
 
 
-def _progress(total: int, description: str, enabled: bool):
+def _progress(total: int, description: str, enabled: bool, *, unit: str = "answer"):
     """A tqdm bar on stderr (silent when disabled or when tqdm is missing); returns (update callback, close)."""
     if not enabled:
         return None, lambda: None
@@ -42,12 +42,33 @@ def _progress(total: int, description: str, enabled: bool):
         from tqdm import tqdm
     except ImportError:  # pragma: no cover - tqdm is in the pinned set
         return None, lambda: None
-    bar = tqdm(total=total, desc=description, unit="answer", file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(total=total or None, desc=description, unit=unit, unit_scale=unit == "B", file=sys.stderr,
+               dynamic_ncols=True, leave=False)
 
-    def update(done: int, _total: int) -> None:
+    def update(done: int, total_now: int) -> None:
+        if total_now and bar.total != total_now:
+            bar.total = total_now
         bar.update(done - bar.n)
 
     return update, bar.close
+
+
+def _cli_words(message: str) -> str:
+    """A library message in the command line's words: options instead of keyword arguments."""
+    return (message.replace("`stratified=True`", "--stratified").replace("stratified=True", "--stratified")
+            .replace("stratified splits", "--stratified"))
+
+
+def _plain_warnings(caught: Sequence[Any], *, skip: tuple[type, ...] = ()) -> None:
+    """Library warnings as plain ``warning: ...`` lines on stderr (each text once), never with source paths."""
+    seen = set()
+    for w in caught:
+        if skip and issubclass(w.category, skip):
+            continue
+        text = _cli_words(str(w.message).strip())
+        if text and text not in seen:
+            seen.add(text)
+            print(f"warning: {text}", file=sys.stderr)
 
 
 def _load_model(args: argparse.Namespace):
@@ -59,14 +80,26 @@ def _load_model(args: argparse.Namespace):
 
 
 def _read(path: str, *, require_label: bool, args: argparse.Namespace):
+    import inspect
     import warnings
 
     from .data import DatasetWarning, read_dataset
 
-    with warnings.catch_warnings():  # the summary below says the same, once
-        warnings.simplefilter("ignore", DatasetWarning)
-        dataset = read_dataset(path, matcher=getattr(args, "matcher", "exact"),
-                               tolerance=getattr(args, "tolerance", 1e-6), require_label=require_label)
+    options: dict[str, Any] = {}
+    show = not getattr(args, "quiet", True)
+    update, close = None, lambda: None
+    if show and "progress" in inspect.signature(read_dataset).parameters:  # byte progress while reading
+        update, close = _progress(0, f"reading {Path(path).name}", True, unit="B")
+        options["progress"] = update
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            dataset = read_dataset(path, matcher=getattr(args, "matcher", "exact"),
+                                   tolerance=getattr(args, "tolerance", 1e-6), require_label=require_label,
+                                   **options)
+        finally:
+            close()
+    _plain_warnings(caught, skip=(DatasetWarning,))  # the summary below says what DatasetWarning says, once
     print(dataset.summary(), file=sys.stderr)
     if dataset.n_valid == 0:
         raise CLIError(f"{path}: no valid rows to use")
@@ -196,9 +229,38 @@ def _beams(dataset) -> list[list[float]] | None:
     return parse_beam_logprobs(dataset.frame["beam_logprobs"], _row_numbers(dataset))
 
 
+def _evaluate_one(traces: list, labels: np.ndarray, beams: list | None, *, title: str, args: argparse.Namespace,
+                  config: Any, methods: list[str] | None, embedder: Any):
+    """One evaluation with progress on stderr and the library's warnings as plain lines (skipped splits named with
+    their group and the option that avoids them)."""
+    import warnings
+
+    from .evaluate import SkippedSplitsWarning, evaluate
+
+    show = not args.quiet
+    where = f" ({title})" if title else ""
+    if show:
+        print(f"scoring {len(traces):,} answers{where}: TRACE features and baselines", file=sys.stderr)
+    update, close = _progress(config.n_splits, f"splits{where}", show, unit="split")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = evaluate(traces, labels, config=config, methods=methods, beam_logprobs=beams, embedder=embedder,
+                              progress=update)
+        finally:
+            close()
+    _plain_warnings(caught, skip=(SkippedSplitsWarning,))
+    if result.skipped_splits:
+        print(f"warning: {title or 'the data'}: {result.skipped_splits} of {config.n_splits} splits skipped (one "
+              "class only in their calibration or evaluation part); use --stratified to keep both classes in every "
+              "part", file=sys.stderr)
+    return result
+
+
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from .evaluate import EvaluationConfig, evaluate
+    from .evaluate import EvaluationConfig, average_results
     from .policy import METRICS_UNDEFINED
+    from .results import report_markdown
     from .registry import METHODS, method_names
 
     dataset = _usable(_read(args.data, require_label=True, args=args), args.data,
@@ -206,7 +268,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     traces = list(dataset.traces)
     labels = dataset.frame["label"].to_numpy()
     methods = args.methods or None
-    if args.extended:  # the TRACE+ feature-set variants, after the asked-for (or default) methods
+    if args.extended:  # the TRACE+ feature-set and surprisal-only variants, after the asked-for (or default) methods
         methods = (methods or method_names()) + [m.name for m in METHODS.values() if m.extended]
     embedder = None
     if args.embedder is not None:
@@ -217,6 +279,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
                               stratified=args.stratified, seed=args.seed, n_bins=args.bins,
                               scalar_calibrator=args.calibrator)
     beams = _beams(dataset)
+    options = dict(args=args, config=config, methods=methods, embedder=embedder)
     if args.group_by:
         if args.group_by not in dataset.frame.columns:
             raise CLIError(f"--group-by: no column {shorten(args.group_by)}; columns are "
@@ -225,36 +288,17 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         groups = {}
         for key in dict.fromkeys(keys):
             idx = np.flatnonzero(keys == key)
-            groups[key] = evaluate([traces[i] for i in idx], labels[idx], config=config, methods=methods,
-                                   beam_logprobs=None if beams is None else [beams[i] for i in idx],
-                                   embedder=embedder)
-        from .evaluate import average_results
-
-        results = {**{f"{args.group_by} = {k}": r for k, r in groups.items()}, "average": average_results(
-            list(groups.values()))}
+            title = f"{args.group_by} = {key}"
+            groups[title] = _evaluate_one([traces[i] for i in idx], labels[idx],
+                                          None if beams is None else [beams[i] for i in idx], title=title, **options)
+        results = {**groups, "average": average_results(list(groups.values()))}
     else:
-        results = {"": evaluate(traces, labels, config=config, methods=methods, beam_logprobs=beams,
-                                embedder=embedder)}
+        results = {"": _evaluate_one(traces, labels, beams, title="", **options)}
     fmt = args.format or (Path(args.out).suffix.lstrip(".") if args.out else "markdown")
     fmt = {"md": "markdown"}.get(fmt, fmt)
     if fmt == "markdown":
-        parts = []
-        for title, result in results.items():
-            head = (f"### {title} ({result.n_answers:,} answers, {result.accuracy:.1%} correct)\n\n"
-                    if title else "")
-            parts.append(head + result.to_markdown() + "\n")
-        first = next(iter(results.values()))
-        text = "\n".join(parts)
-        if len(results) == 1:
-            text += f"\n{first.n_answers:,} answers, {first.accuracy:.1%} correct.\n"
-        text += (f"\nMean ± std over {config.n_splits} random splits, {config.calibration_fraction:.0%} calibration, "
-                 f"seed {config.seed}; AUROC, AUPRC and AURC on raw scores, Brier and ECE ({config.n_bins} bins) "
-                 f"after calibration ({config.scalar_calibrator} for scalar scores, logistic regression for TRACE+). "
-                 "Bold: the best mean per column.\n")
-        notes = [f"- {name}: skipped ({reason})" for name, reason in first.skipped.items()]
-        if notes:
-            text += "\n" + "\n".join(notes) + "\n"
-    elif fmt == "csv":
+        text = report_markdown(results, calibrator=config.scalar_calibrator)
+    elif fmt == "csv":  # both scalar calibrators, one row per (method, metric, calibrator)
         text = pd.concat([r.summary.assign(group=title or "all") for title, r in results.items()]).to_csv(index=False)
     elif fmt == "json":
         text = json.dumps({title or "all": r.to_dict() for title, r in results.items()}, indent=2) + "\n"
@@ -338,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trace-core", description="TRACE / TRACE+ confidence for LLM answers.")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks")
-    common.add_argument("--quiet", action="store_true", help="no progress bars")
+    common.add_argument("--quiet", action="store_true", help="no progress on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = _subcommand(sub, common, "generate", help="generate answers with traces from a prompts file")
@@ -365,11 +409,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("data", help="dataset with traces and labels (or references)")
     p.add_argument("--splits", type=int, default=20)
     p.add_argument("--calibration-fraction", type=float, default=0.35)
-    p.add_argument("--stratified", action="store_true")
+    p.add_argument("--stratified", action="store_true",
+                   help="keep each class's share in every calibration part (no split is skipped for one class)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bins", type=int, default=10, help="ECE bins")
     p.add_argument("--calibrator", default="platt", choices=list(SCALAR_CALIBRATORS),
-                   help="scalar calibrator for TRACE and the baselines")
+                   help="scalar calibrator of TRACE and the baselines that the Markdown table shows (CSV and JSON "
+                        "carry both; TRACE+ has its own logistic regression)")
     p.add_argument("--methods", nargs="+", help="restrict to these methods")
     p.add_argument("--extended", action="store_true", help="also report the TRACE+ feature-set variants")
     p.add_argument("--embedder", nargs="?", const="", default=None,
@@ -424,6 +470,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {_cli_words(message)}", file=sys.stderr)
         return 1
     return 0

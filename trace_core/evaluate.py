@@ -1,35 +1,55 @@
 """The evaluation protocol: every method scores the same answers, over repeated calibration/evaluation splits.
 
 Per split (paper protocol): a random ``calibration_fraction`` of the answers (35% by default) fits the calibrators and
-the rest is evaluated. AUROC, AUPRC and AURC are computed on each method's raw score; Brier and ECE on probabilities
-from a calibrator fitted on the calibration split: TRACE and every scalar baseline go through the same scalar
-calibrator (Platt by default), TRACE+ through its own logistic regression on trace features. Results are reported as
-mean and standard deviation over the splits (20 by default).
+the rest is evaluated. AUROC, AUPRC, AURC and PRR are computed on each method's raw score; Brier and ECE on
+probabilities from calibrators fitted on the calibration part:
+
+- TRACE and every scalar baseline get *both* scalar calibrators, Platt scaling and isotonic regression, each fitted on
+  the score's documented monotone transform (``registry.Method.transform``, e.g. the log of ``exp(sum log p)``), so
+  that no score is handicapped by its scale. Results carry both (``calibrator`` "platt" / "isotonic");
+  ``EvaluationConfig.scalar_calibrator`` picks the one the table shows.
+- TRACE+ and the supervised likelihood reference are their own logistic regression (``calibrator`` "logistic").
+- Ranking metrics have ``calibrator`` "none".
+
+A score that is constant (or nearly so: fewer than 2 distinct values, or a relative standard deviation below
+:data:`CONSTANT_RTOL`) on the data or on a calibration part is *uninformative*: it is marked, never bolded and never
+chosen as the best baseline (a constant predictor's ECE can be tiny). Results are the mean and standard deviation
+over the splits (20 by default), plus the paired comparison of :mod:`trace_core.compare`.
+
+On data without entropy (only the chosen tokens' log-probabilities) the methods that read entropy are skipped with
+that reason, and TRACE and TRACE+ run as their surprisal-only variants under their own names.
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
-from ._checks import check_bool, check_choice, check_int, check_labels, check_real, set_checked
-from .baselines import baseline_scores
-from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus, _sigmoid
+from ._checks import check_bool, check_choice, check_int, check_real, set_checked
+from .baselines import NO_ENTROPY_REASON, baseline_scores
+from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus, _fit_logistic, _sigmoid, transform_scores
+from .compare import FITTED, RAW, paired_comparison
 from .features import feature_matrix_from_arrays
 from .metrics import RankGroups, brier_score, expected_calibration_error
-from .operators import Ragged, check_paired
+from .operators import Ragged, check_paired, segment_max, segment_mean
 from .registry import METHODS, METRICS, method_names
-from .score import PAPER_CONFIG, _risk_from_arrays, stack_traces
+from .results import CONSTANT_RTOL, SCALAR_CALIBRATORS, UNINFORMATIVE, EvaluationResult, average_results, summarise
 from .trace import Trace
 
-__all__ = ["SCALAR_CALIBRATORS", "EvaluationConfig", "EvaluationResult", "average_results", "evaluate",
-           "evaluate_arrays"]
+__all__ = ["CONSTANT_RTOL", "SCALAR_CALIBRATORS", "UNINFORMATIVE", "EvaluationConfig", "EvaluationResult",
+           "SkippedSplitsWarning", "average_results", "data_note", "evaluate", "evaluate_arrays", "is_constant",
+           "method_names"]
 
-SCALAR_CALIBRATORS = ("platt", "isotonic")  # how TRACE and the baselines get probabilities
+
+Progress = Callable[[int, int], None]
+
+
+class SkippedSplitsWarning(UserWarning):
+    """Some splits had one class only in their calibration or evaluation part and were skipped."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +69,8 @@ class EvaluationConfig:
     n_bins : int, default 10
         ECE bins, >= 1.
     scalar_calibrator : {"platt", "isotonic"}
-        Calibrator of TRACE and the baselines (TRACE+ has its own logistic regression).
+        The calibrator of TRACE and the baselines that tables show (both are always computed; TRACE+ has its own
+        logistic regression).
     metrics : tuple of str
         Keys of :data:`trace_core.registry.METRICS`.
 
@@ -63,7 +84,7 @@ class EvaluationConfig:
     seed: int = 0
     n_bins: int = 10
     scalar_calibrator: str = "platt"
-    metrics: tuple[str, ...] = ("brier", "ece", "auroc", "auprc", "aurc")
+    metrics: tuple[str, ...] = ("brier", "ece", "auroc", "auprc", "aurc", "prr")
 
     def __post_init__(self) -> None:
         if isinstance(self.metrics, str) or not isinstance(self.metrics, Sequence):
@@ -84,73 +105,38 @@ class EvaluationConfig:
         set_checked(self, checked)
 
 
-def _families(methods: pd.Series) -> pd.Series:
-    return methods.map(lambda m: METHODS[m].family)
+_SOURCE_WORDS = {"exact": "entropy exact", "absent": "chosen-token log-probabilities only (no entropy)"}
 
 
-@dataclass
-class EvaluationResult:
-    """Results of :func:`evaluate`.
+def data_note(summary: dict[str, Any] | None, *, n: int | None = None, has_entropy: bool = True) -> str:
+    """What the data held, in words, for results headers: ``"1,160 traces: entropy exact"``, ``"3,869 traces:
+    chosen-token log-probabilities only (no entropy): entropy methods skipped"``, ``"96,000 traces: top-10 entropy
+    estimate"``; mixed sources are counted (``"… entropy exact (600), top-10 entropy estimate (400)"``).
 
-    Attributes
+    Parameters
     ----------
-    summary : DataFrame
-        Tidy: one row per (method, metric) with columns method, family, metric, mean, std, n_splits.
-    per_split : DataFrame
-        Tidy raw values: split, method, family, metric, value.
-    held_out : DataFrame
-        The first evaluated split's held-out answers: column ``label``, ``row`` (index into the inputs), and for every
-        method ``<method>`` (its calibrated probability) and ``<method> score`` (its raw score), for plots.
-    skipped : dict
-        Method -> why it did not run.
-    config : EvaluationConfig
-    n_answers : int
+    summary : dict or None
+        :func:`trace_core.score.entropy_summary` of the traces; None for arrays without traces (then ``n`` answers,
+        with or without entropy as ``has_entropy`` says).
     """
-
-    summary: pd.DataFrame
-    per_split: pd.DataFrame
-    held_out: pd.DataFrame
-    skipped: dict[str, str]
-    config: EvaluationConfig
-    n_answers: int
-    skipped_splits: int = 0
-    methods: list[str] = field(default_factory=list)
-    accuracy: float = float("nan")  # share of correct answers (for averages: the mean over datasets)
-
-    def table(self) -> pd.DataFrame:
-        """Wide table: one row per method (in method order), ``<metric>`` and ``<metric>_std`` columns."""
-        wide = self.summary.pivot(index="method", columns="metric", values="mean")
-        std = self.summary.pivot(index="method", columns="metric", values="std").add_suffix("_std")
-        metrics = [m for m in self.config.metrics if m in wide.columns]
-        out = pd.concat([wide[metrics], std[[f"{m}_std" for m in metrics]]], axis=1)
-        out = out.reindex([m for m in self.methods if m in out.index])
-        out.insert(0, "family", _families(out.index.to_series()).to_numpy())
-        return out
-
-    def to_markdown(self, *, digits: int = 3) -> str:
-        """The wide table as Markdown, ``mean ± std``; the best mean per metric in bold."""
-        table = self.table()
-        metrics = [m for m in self.config.metrics if m in table.columns]
-        best = {m: METRICS[m].best(table[m]) for m in metrics}
-        header = "| method | family | " + " | ".join(f"{m} {METRICS[m].arrow}" for m in metrics) + " |"
-        lines = [header, "|" + "---|" * (len(metrics) + 2)]
-        for method, row in table.iterrows():
-            cells = []
-            for m in metrics:
-                text = f"{row[m]:.{digits}f} ± {row[f'{m}_std']:.{digits}f}"
-                cells.append(f"**{text}**" if np.isclose(row[m], best[m]) else text)
-            lines.append(f"| {method} | {row['family']} | " + " | ".join(cells) + " |")
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"config": asdict(self.config), "n_answers": self.n_answers, "accuracy": self.accuracy,
-                "skipped": self.skipped,
-                "skipped_splits": self.skipped_splits, "summary": self.summary.to_dict(orient="records")}
+    if summary is None:
+        count = int(n or 0)
+        parts = ["entropy given" if has_entropy else _SOURCE_WORDS["absent"]]
+    else:
+        k = summary.get("k") or []
+        words = {**_SOURCE_WORDS, "top_k": f"top-{k[0]} entropy estimate" if len(k) == 1 else "top-k entropy estimate"}
+        present = [s for s in ("exact", "top_k", "absent") if summary.get(s)]
+        count = int(sum(summary.get(s, 0) for s in present))
+        parts = ([words[s] for s in present] if len(present) == 1
+                 else [f"{words[s]} ({summary[s]:,})" for s in present])
+    note = f"{count:,} trace{'s' if count != 1 else ''}: " + ", ".join(parts)
+    return note + ("" if has_entropy else ": entropy methods skipped")
 
 
 def evaluate(traces: Sequence[Trace], labels: Any, *, config: EvaluationConfig = EvaluationConfig(),
              methods: Sequence[str] | None = None, beam_logprobs: Sequence[Sequence[float]] | None = None,
-             embedder: Any = None, contexts: Sequence[str] | None = None) -> EvaluationResult:
+             embedder: Any = None, contexts: Sequence[str] | None = None,
+             progress: Progress | None = None) -> EvaluationResult:
     """Run the protocol on recorded traces and 0/1 correctness labels.
 
     Parameters
@@ -160,44 +146,94 @@ def evaluate(traces: Sequence[Trace], labels: Any, *, config: EvaluationConfig =
         1 = the answer is correct.
     config : EvaluationConfig
     methods : sequence of str, optional
-        Default: TRACE+, TRACE and every baseline whose inputs are available
-        (see :func:`trace_core.registry.method_names`).
+        Default: :func:`trace_core.registry.method_names` (TRACE+, TRACE, every baseline whose inputs are
+        available, the supervised likelihood reference). On data without entropy, methods that need it are skipped
+        and TRACE / TRACE+ run as their surprisal-only variants.
     beam_logprobs, embedder, contexts
         Inputs of the beam and semantic baselines (see :func:`trace_core.baselines.compute_baselines`).
+    progress : callable, optional
+        ``progress(done, total)`` after the scores are computed (``done`` 0) and after each split.
+
+    Examples
+    --------
+    >>> from trace_core import synthetic_traces, evaluate_arrays
+    >>> s, h, y = synthetic_traces(300, seed=0)
+    >>> result = evaluate_arrays(s, h, y, config=EvaluationConfig(n_splits=2), methods=["TRACE", "SeqLogP"])
+    >>> sorted(result.summary["calibrator"].unique())
+    ['isotonic', 'none', 'platt']
     """
+    from .score import entropy_summary, stack_traces
+
     traces = list(traces)
     surprisal, entropy = stack_traces(traces)
-    return _evaluate(surprisal, entropy, labels, config=config, methods=methods, traces=traces,
-                     beam_logprobs=beam_logprobs, embedder=embedder, contexts=contexts)
+    held = entropy_summary(traces)
+    result = _evaluate(surprisal, entropy, labels, config=config, methods=methods, traces=traces,
+                       beam_logprobs=beam_logprobs, embedder=embedder, contexts=contexts,
+                       note=data_note(held, has_entropy=entropy is not None), progress=progress)
+    result.entropy_summary = held
+    return result
 
 
-def evaluate_arrays(surprisal: Ragged, entropy: Ragged, labels: Any, *, config: EvaluationConfig = EvaluationConfig(),
-                    methods: Sequence[str] | None = None,
-                    beam_logprobs: Sequence[Sequence[float]] | None = None) -> EvaluationResult:
-    """:func:`evaluate` from surprisal and entropy batches (no Trace objects; semantic baselines are skipped)."""
-    return _evaluate(surprisal, entropy, labels, config=config, methods=methods, beam_logprobs=beam_logprobs)
+def evaluate_arrays(surprisal: Ragged, entropy: Ragged | None, labels: Any, *,
+                    config: EvaluationConfig = EvaluationConfig(), methods: Sequence[str] | None = None,
+                    beam_logprobs: Sequence[Sequence[float]] | None = None,
+                    progress: Progress | None = None) -> EvaluationResult:
+    """:func:`evaluate` from surprisal and entropy batches (entropy None: chosen-token log-probabilities only; no
+    Trace objects, so the semantic baselines are skipped)."""
+    note = data_note(None, n=len(surprisal), has_entropy=entropy is not None)
+    return _evaluate(surprisal, entropy, labels, config=config, methods=methods, beam_logprobs=beam_logprobs,
+                     note=note, progress=progress)
 
 
-def _evaluate(surprisal: Ragged, entropy: Ragged, labels: Any, *, config: EvaluationConfig,
+def _evaluate(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: EvaluationConfig,
               methods: Sequence[str] | None, traces: Sequence[Trace] | None = None,
               beam_logprobs: Sequence[Sequence[float]] | None = None, embedder: Any = None,
-              contexts: Sequence[str] | None = None) -> EvaluationResult:
-    wanted = _wanted(methods)
-    check_paired(surprisal, entropy, who="every method needs")
+              contexts: Sequence[str] | None = None, note: str = "",
+              progress: Progress | None = None) -> EvaluationResult:
+    if not isinstance(config, EvaluationConfig):
+        raise TypeError(f"`config` must be an EvaluationConfig, got {type(config).__name__}")
+    wanted, skipped = _wanted(methods, has_entropy=entropy is not None)
+    if entropy is not None:
+        check_paired(surprisal, entropy, who="every method needs")
+    else:
+        _check_nonempty(surprisal)
     baseline_names = [m for m in wanted if METHODS[m].kind == "baseline"]
     baselines = baseline_scores(surprisal, entropy, names=baseline_names, traces=traces, beam_logprobs=beam_logprobs,
                                 embedder=embedder, contexts=contexts) if baseline_names else None
-    return _run(surprisal, entropy, labels, config=config, wanted=wanted, baselines=baselines)
+    if baselines is not None:
+        skipped.update(baselines.skipped)
+    return _run(surprisal, entropy, labels, config=config, wanted=wanted, baselines=baselines, skipped=skipped,
+               note=note, progress=progress)
 
 
-def _wanted(methods: Sequence[str] | None) -> list[str]:
+def _check_nonempty(surprisal: Ragged) -> None:
+    empty = np.flatnonzero(surprisal.lengths == 0)
+    if empty.size:
+        raise ValueError(f"trace {int(empty[0])} is empty; every method needs at least one token")
+
+
+def _wanted(methods: Sequence[str] | None, *, has_entropy: bool) -> tuple[list[str], dict[str, str]]:
+    """The methods to run, in order, and the ones skipped for lack of entropy (with the reason)."""
     if methods is None:
-        return method_names()
-    known = method_names(extended=True)
-    unknown = [m for m in methods if m not in known]
-    if unknown:
-        raise ValueError(f"unknown methods {unknown}; known: {known}")
-    return list(dict.fromkeys(methods))
+        names = method_names()
+    else:
+        known = method_names(extended=True)
+        unknown = [m for m in methods if m not in known]
+        if unknown:
+            raise ValueError(f"unknown methods {unknown}; known: {known}")
+        names = list(dict.fromkeys(methods))
+    out: list[str] = []
+    skipped: dict[str, str] = {}
+    for name in names:
+        spec = METHODS[name]
+        if spec.needs_entropy and not has_entropy:
+            substitute = spec.surprisal_only
+            skipped[name] = NO_ENTROPY_REASON + (f"; ran as {substitute}" if substitute else "")
+            if substitute:
+                out.append(substitute)
+            continue
+        out.append(name)
+    return list(dict.fromkeys(out)), skipped
 
 
 def _splits(y: np.ndarray, config: EvaluationConfig) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -221,104 +257,146 @@ def _splits(y: np.ndarray, config: EvaluationConfig) -> list[tuple[np.ndarray, n
     return out
 
 
-def _run(surprisal: Ragged, entropy: Ragged, labels: Any, *, config: EvaluationConfig, wanted: list[str],
-         baselines: Any) -> EvaluationResult:
-    if not isinstance(config, EvaluationConfig):
-        raise TypeError(f"`config` must be an EvaluationConfig, got {type(config).__name__}")
-    n = len(surprisal)
-    y = check_labels(labels, "labels", n=n, purpose="evaluation")
+def is_constant(scores: Any) -> bool:
+    """True when ``scores`` cannot rank anything: fewer than 2 distinct values, or a standard deviation below
+    :data:`CONSTANT_RTOL` times the mean magnitude."""
+    x = np.asarray(scores, dtype=np.float64)
+    if x.size < 2 or x.min() == x.max():
+        return True
+    return bool(x.std() <= CONSTANT_RTOL * max(abs(float(x.mean())), np.finfo(np.float64).tiny))
+
+
+def reference_features(surprisal: Ragged) -> np.ndarray:
+    """The supervised likelihood reference's features, shape (n_answers, 3): mean surprisal, ``log T`` and the
+    minimum token probability ``exp(-max s)``."""
+    return np.column_stack([np.asarray(segment_mean(surprisal)), np.log(surprisal.lengths.astype(np.float64)),
+                            np.exp(-np.asarray(segment_max(surprisal)))])
+
+
+def _fit_reference(F: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """TRACE+'s fit (standardise on the calibration part, the same L2 logistic regression with C = 1) on the
+    reference's features; returns the decision function."""
+    mean, scale = F.mean(axis=0), F.std(axis=0)
+    scale = np.where(scale > 1e-12, scale, 1.0)
+    coef, intercept = _fit_logistic((F - mean) / scale, y.astype(np.float64), C=1.0)
+    return lambda X: ((X - mean) / scale) @ coef + intercept
+
+
+def _scores(surprisal: Ragged, entropy: Ragged | None, wanted: list[str],
+            baselines: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Scalar scores (TRACE, baselines) and feature matrices (TRACE+ variants, the reference) of the methods."""
+    from . import score as score_module
+
     scalar: dict[str, np.ndarray] = {}
-    if "TRACE" in wanted:
-        scalar["TRACE"] = np.exp(-_risk_from_arrays(surprisal, entropy, PAPER_CONFIG))
-    skipped: dict[str, str] = {}
-    if baselines is not None:
-        skipped.update(baselines.skipped)
-        for name in baselines.scores.columns:
-            scalar[name] = baselines.scores[name].to_numpy(dtype=np.float64)
-    feature_sets: dict[str, tuple[str, np.ndarray]] = {}
+    features: dict[str, np.ndarray] = {}
     for method in wanted:
-        if METHODS[method].kind == "trace_plus":
-            fs = METHODS[method].feature_set
-            feature_sets[method] = (fs, feature_matrix_from_arrays(surprisal, entropy, feature_set=fs))
-    ran = [m for m in wanted if m in scalar or m in feature_sets]
-    # Each scalar score is sorted once for all splits; TRACE+'s raw score changes per split.
-    rank_groups = {m: RankGroups(scalar[m]) for m in ran if m in scalar}
-    ranking = [m for m in config.metrics if METRICS[m].on == "score"]
-    rows: list[tuple[int, str, str, float]] = []
-    held_out: pd.DataFrame | None = None
-    skipped_splits = 0
-    for split, (cal, ev) in enumerate(_splits(y, config)):
-        if np.unique(y[cal]).shape[0] < 2 or np.unique(y[ev]).shape[0] < 2:
-            skipped_splits += 1
-            continue
-        first = held_out is None
-        if first:
-            held_out = pd.DataFrame({"row": ev, "label": y[ev]})
-        for method in ran:
-            if method in feature_sets:
-                fs, F = feature_sets[method]
-                model = TracePlus(feature_set=fs).fit(F[cal], y[cal])
-                raw = model.decision_function(F[ev])
-                prob = _sigmoid(raw)  # TracePlus.predict_proba's function, so held-out probabilities equal it
-                ranked = RankGroups(raw).ranking_metrics(y[ev]) if ranking else {}
-            else:
-                score = scalar[method]
-                calibrator = PlattCalibrator() if config.scalar_calibrator == "platt" else IsotonicCalibrator()
-                prob = calibrator.fit(score[cal], y[cal]).predict_proba(score[ev])
-                raw = score[ev]
-                ranked = rank_groups[method].ranking_metrics(y[ev], ev) if ranking else {}
-            for metric in config.metrics:
-                value = ranked[metric] if metric in ranked else _metric(metric, y[ev], prob, config)
-                rows.append((split, method, metric, value))
-            if first:
-                held_out[method] = prob
-                held_out[f"{method} score"] = raw
-    if skipped_splits == config.n_splits:
-        raise ValueError("every split left one class only in its calibration or evaluation part; use more answers "
-                         "or `stratified=True`")
-    if skipped_splits:
-        warnings.warn(f"{skipped_splits} of {config.n_splits} splits skipped: one class only in the calibration or "
-                      "evaluation part (use stratified=True to avoid this)", stacklevel=2)
-    per_split = pd.DataFrame(rows, columns=["split", "method", "metric", "value"])
-    per_split.insert(2, "family", _families(per_split["method"]))
-    return EvaluationResult(summary=_summary(per_split), per_split=per_split, held_out=held_out, skipped=skipped,
-                            config=config, n_answers=n, skipped_splits=skipped_splits, methods=ran,
-                            accuracy=float(y.mean()))
+        spec = METHODS[method]
+        if spec.kind == "trace":
+            trace_config = (score_module.PAPER_CONFIG if spec.needs_entropy
+                            else score_module.SURPRISAL_ONLY_CONFIG)
+            risk = score_module._risk_from_arrays(surprisal, entropy if spec.needs_entropy else None, trace_config)
+            scalar[method] = np.exp(-np.asarray(risk, dtype=np.float64))
+        elif spec.kind == "trace_plus":
+            features[method] = feature_matrix_from_arrays(surprisal, entropy, feature_set=spec.feature_set)
+        elif spec.kind == "reference":
+            features[method] = reference_features(surprisal)
+        elif baselines is not None and method in baselines.scores.columns:
+            scalar[method] = baselines.scores[method].to_numpy(dtype=np.float64)
+    return scalar, features
 
 
-def _summary(per_split: pd.DataFrame) -> pd.DataFrame:
-    """Mean and standard deviation (ddof 1; 0 for one split) over splits, per method and metric."""
-    grouped = per_split.groupby(["method", "metric"], sort=False)["value"]
-    summary = grouped.agg(mean="mean", std=lambda v: float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
-                          n_splits="count").reset_index()
-    summary.insert(1, "family", _families(summary["method"]))
-    return summary
-
-
-def _metric(name: str, y: np.ndarray, prob: np.ndarray, config: EvaluationConfig) -> float:
+def _probability_metric(name: str, y: np.ndarray, prob: np.ndarray, config: EvaluationConfig) -> float:
     if name == "brier":
         return brier_score(y, prob)
-    return expected_calibration_error(y, prob, n_bins=config.n_bins)
+    if name == "ece":
+        return expected_calibration_error(y, prob, n_bins=config.n_bins)
+    raise ValueError(f"no probability metric {name!r}")  # pragma: no cover - the registry lists brier and ece
 
 
-def average_results(results: Sequence[EvaluationResult]) -> EvaluationResult:
-    """Average several datasets' results (e.g. task families), as the paper averages over datasets.
+def _calibrator(name: str) -> PlattCalibrator | IsotonicCalibrator:
+    return PlattCalibrator() if name == "platt" else IsotonicCalibrator()
 
-    For each split index, method and metric the values are averaged over the datasets; the mean and standard deviation
-    are then taken over splits. Only methods present in every result are kept.
-    """
-    results = list(results)
-    if not results:
-        raise ValueError("`results` is empty")
-    common = [m for m in results[0].methods if all(m in r.methods for r in results)]
-    frames = [r.per_split[r.per_split["method"].isin(common)] for r in results]
-    per_split = (pd.concat(frames).groupby(["split", "method", "family", "metric"], sort=False)["value"]
-                 .agg(["mean", "count"]).reset_index())
-    per_split = per_split[per_split["count"] == len(results)].drop(columns="count").rename(columns={"mean": "value"})
-    skipped: dict[str, str] = {}
-    for r in results:
-        skipped.update(r.skipped)
-    return EvaluationResult(summary=_summary(per_split), per_split=per_split, held_out=pd.DataFrame(), skipped=skipped,
-                            config=results[0].config, n_answers=sum(r.n_answers for r in results),
-                            skipped_splits=max(r.skipped_splits for r in results), methods=common,
-                            accuracy=float(np.mean([r.accuracy for r in results])))
+
+def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: EvaluationConfig, wanted: list[str],
+         baselines: Any, skipped: dict[str, str], note: str, progress: Progress | None) -> EvaluationResult:
+    from ._checks import check_labels
+
+    n = len(surprisal)
+    y = check_labels(labels, "labels", n=n, purpose="evaluation")
+    scalar, features = _scores(surprisal, entropy, wanted, baselines)
+    ran = [m for m in wanted if m in scalar or m in features]
+    uninformative = {m: UNINFORMATIVE for m in ran if m in scalar and is_constant(scalar[m])}
+    # Calibrators are fitted on each score's documented transform; rankings use the raw score, sorted once.
+    transformed = {m: transform_scores(scalar[m], METHODS[m].transform) for m in scalar}
+    rank_groups = {m: RankGroups(scalar[m]) for m in scalar}
+    ranking = [m for m in config.metrics if METRICS[m].on == "score"]
+    probability = [m for m in config.metrics if METRICS[m].on == "probability"]
+    rows: list[tuple[int, str, str, str, float]] = []
+    cal_rows: list[tuple[int, str, str, str, float]] = []
+    held: dict[str, np.ndarray] | None = None
+    skipped_splits = 0
+    splits = _splits(y, config)
+    if progress is not None:
+        progress(0, len(splits))
+    for split, (cal, ev) in enumerate(splits):
+        if np.unique(y[cal]).shape[0] < 2 or np.unique(y[ev]).shape[0] < 2:
+            skipped_splits += 1
+            if progress is not None:
+                progress(split + 1, len(splits))
+            continue
+        first = held is None
+        if first:
+            held = {"row": ev, "label": y[ev]}
+        for method in ran:
+            spec = METHODS[method]
+            if method in features:
+                F = features[method]
+                if spec.kind == "trace_plus":
+                    decision = TracePlus(feature_set=spec.feature_set).fit(F[cal], y[cal]).decision_function
+                else:
+                    decision = _fit_reference(F[cal], y[cal])
+                raw = decision(F[ev])
+                probs = {FITTED: _sigmoid(raw)}  # TracePlus.predict_proba's function: held-out values equal it
+                ranked = RankGroups(raw).ranking_metrics(y[ev]) if ranking else {}
+            else:
+                raw, z = scalar[method][ev], transformed[method]
+                if is_constant(scalar[method][cal]):
+                    uninformative[method] = UNINFORMATIVE
+                fitted = {c: _calibrator(c).fit(z[cal], y[cal]) for c in SCALAR_CALIBRATORS}
+                probs = {c: model.predict_proba(z[ev]) for c, model in fitted.items()}
+                ranked = rank_groups[method].ranking_metrics(y[ev], ev) if ranking else {}
+                if spec.kind == "baseline":  # the calibration part's values choose the best baseline
+                    on_cal = rank_groups[method].ranking_metrics(y[cal], cal) if ranking else {}
+                    cal_rows += [(split, method, m, RAW, on_cal[m]) for m in ranking]
+                    cal_rows += [(split, method, m, c, _probability_metric(m, y[cal], model.predict_proba(z[cal]),
+                                                                           config))
+                                 for c, model in fitted.items() for m in probability]
+            rows += [(split, method, m, RAW, ranked[m]) for m in ranking]
+            rows += [(split, method, m, c, _probability_metric(m, y[ev], p, config))
+                     for c, p in probs.items() for m in probability]
+            if first:
+                shown = probs.get(FITTED, probs.get(config.scalar_calibrator))
+                held[method] = shown
+                held[f"{method} score"] = raw
+                if FITTED not in probs:
+                    held.update({f"{method} {c}": p for c, p in probs.items()})
+        if progress is not None:
+            progress(split + 1, len(splits))
+    if skipped_splits == config.n_splits:
+        raise ValueError("every split left one class only in its calibration or evaluation part; use more answers "
+                         "or stratified splits")
+    if skipped_splits:
+        warnings.warn(f"{skipped_splits} of {config.n_splits} splits skipped: one class only in the calibration or "
+                      "evaluation part (use stratified splits to avoid this)", SkippedSplitsWarning, stacklevel=3)
+    columns = ["split", "method", "metric", "calibrator", "value"]
+    per_split = pd.DataFrame(rows, columns=columns)
+    per_split.insert(2, "family", per_split["method"].map(lambda m: METHODS[m].family))
+    calibration_values = pd.DataFrame(cal_rows, columns=columns)
+    uninformative = {m: uninformative[m] for m in ran if m in uninformative}
+    paired = paired_comparison(per_split, calibration_values, methods=ran, metrics=config.metrics,
+                               uninformative=list(uninformative))
+    return EvaluationResult(summary=summarise(per_split, uninformative), per_split=per_split,
+                            held_out=pd.DataFrame(held), skipped=skipped, config=config, n_answers=n,
+                            skipped_splits=skipped_splits, methods=ran, accuracy=float(y.mean()),
+                            calibration_values=calibration_values, paired=paired, uninformative=uninformative,
+                            data_note=note)

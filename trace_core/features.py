@@ -12,6 +12,14 @@ Feature sets:
 ``paper+likelihood`` / ``extended+likelihood`` (ablations)
     adds likelihood summaries: min token probability ``min p_t``, geometric-mean token probability
     ``exp(-mean s)``, and the low-probability token rate ``mean(p_t < 0.1)``. The paper excludes these by default.
+``surprisal`` (6, TRACE+ (surprisal-only), for traces without entropy)
+    the paper set with surprisal s in place of entropy H: first-3 surprisal confidence ``exp(-mean s[:3])``
+    (``first3_surprisal_conf``), mean surprisal confidence ``exp(-mean s)`` (``mean_surprisal_conf``; the same
+    value as the likelihood summary ``geomean_token_prob``), ``log T``, surprisal slope (``surprisal_slope``), and
+    ``exp(-D_lam(s))`` for lam = 2 and 4. The paper set's two decayed-surprisal features are these last two, so they
+    appear once, under their paper names.
+
+Every feature has one name, used in every set that holds it; :func:`needs_entropy` says whether a set reads H.
 """
 
 from __future__ import annotations
@@ -31,10 +39,11 @@ from .operators import (
     slope,
     window_max_mean,
 )
-from .score import PAPER_CONFIG, TraceConfig, _risk_from_arrays, stack_traces
+from .score import PAPER_CONFIG, TraceConfig, _as_trace_list, _risk_from_arrays, stack_traces
 from .trace import Trace
 
-__all__ = ["FEATURE_SETS", "LOW_PROB_THRESHOLD", "feature_matrix", "feature_matrix_from_arrays", "feature_names"]
+__all__ = ["FEATURE_SETS", "LOW_PROB_THRESHOLD", "feature_matrix", "feature_matrix_from_arrays", "feature_names",
+           "needs_entropy"]
 
 LOW_PROB_THRESHOLD = 0.1
 
@@ -50,12 +59,24 @@ _PAPER = (
 )
 _EXTENDED = ("window_entropy_max", "window_surprisal_max", "entropy_spike_gap", "surprisal_spike_gap", "trace_risk")
 _LIKELIHOOD = ("min_token_prob", "geomean_token_prob", "low_prob_rate")
+_SURPRISAL = (
+    "first3_surprisal_conf",
+    "mean_surprisal_conf",
+    "log_length",
+    "surprisal_slope",
+    "decayed_surprisal_conf_l2",
+    "decayed_surprisal_conf_l4",
+)
+#: The features that read entropy; a set holding any of them needs entropy for every answer.
+_ENTROPY_FEATURES = frozenset({"first3_entropy_conf", "mean_entropy_conf", "entropy_slope", "decayed_entropy_conf_l2",
+                               "decayed_entropy_conf_l4", "window_entropy_max", "entropy_spike_gap", "trace_risk"})
 
 FEATURE_SETS: dict[str, tuple[str, ...]] = {
     "paper": _PAPER,
     "extended": _PAPER + _EXTENDED,
     "paper+likelihood": _PAPER + _LIKELIHOOD,
     "extended+likelihood": _PAPER + _EXTENDED + _LIKELIHOOD,
+    "surprisal": _SURPRISAL,
 }
 
 
@@ -64,13 +85,30 @@ def feature_names(feature_set: str = "paper") -> tuple[str, ...]:
     return FEATURE_SETS[check_choice(feature_set, "feature_set", FEATURE_SETS)]
 
 
+def needs_entropy(feature_set: str) -> bool:
+    """Whether ``feature_set`` reads entropy (every set but ``"surprisal"``).
+
+    Examples
+    --------
+    >>> needs_entropy("paper"), needs_entropy("surprisal")
+    (True, False)
+    """
+    return bool(_ENTROPY_FEATURES & set(feature_names(feature_set)))
+
+
+def _missing_entropy(feature_set: str, detail: str = "the entropy batch is None") -> ValueError:
+    return ValueError(f"feature set {feature_set!r} needs entropy for every answer, but {detail} "
+                      f"(entropy_source='absent'); use feature_set='surprisal', TRACE+ (surprisal-only)")
+
+
 def feature_matrix(traces: Sequence[Trace], *, feature_set: str = "paper") -> np.ndarray:
     """TRACE+ features of many traces.
 
     Parameters
     ----------
     traces : sequence of Trace, length n_traces
-        Each must have at least one token.
+        Each must have at least one token; for a set that reads entropy (:func:`needs_entropy`), each must have
+        entropy too.
     feature_set : str
         A key of :data:`FEATURE_SETS`.
 
@@ -78,26 +116,48 @@ def feature_matrix(traces: Sequence[Trace], *, feature_set: str = "paper") -> np
     -------
     ndarray of float64, shape (n_traces, n_features)
         Columns in the order of ``feature_names(feature_set)``.
+
+    Raises
+    ------
+    ValueError
+        An empty trace, or ``feature_set`` reads entropy and a trace has none (the message names the set and
+        suggests ``"surprisal"``).
     """
+    traces = _as_trace_list(traces)
     surprisal, entropy = stack_traces(traces)
+    if entropy is None and needs_entropy(feature_set):
+        without = sum(not t.has_entropy for t in traces)
+        raise _missing_entropy(feature_set, f"{without:,} of {len(traces):,} traces have none")
     return feature_matrix_from_arrays(surprisal, entropy, feature_set=feature_set)
 
 
-def feature_matrix_from_arrays(surprisal: Ragged, entropy: Ragged, *, feature_set: str = "paper",
+def feature_matrix_from_arrays(surprisal: Ragged, entropy: Ragged | None = None, *, feature_set: str = "paper",
                                config: TraceConfig = PAPER_CONFIG) -> np.ndarray:
-    """Same as :func:`feature_matrix`, from surprisal and entropy batches that share offsets."""
+    """Same as :func:`feature_matrix`, from surprisal and entropy batches that share offsets.
+
+    ``entropy`` may be None (traces without entropy) for a set that does not read it (``"surprisal"``); otherwise
+    ValueError naming the set.
+    """
     names = feature_names(feature_set)
+    if entropy is None and needs_entropy(feature_set):
+        raise _missing_entropy(feature_set)
     check_paired(surprisal, entropy, who="TRACE+ needs")
     lengths = surprisal.lengths
-    columns: dict[str, np.ndarray] = {}
-    mean_h = np.asarray(segment_mean(entropy))
-    columns["first3_entropy_conf"] = np.exp(-np.asarray(first_k_mean(entropy, k=3)))
-    columns["mean_entropy_conf"] = np.exp(-mean_h)
-    columns["log_length"] = np.log(lengths.astype(np.float64))
-    columns["entropy_slope"] = np.asarray(slope(entropy))
+    wanted = set(names)
+    columns: dict[str, np.ndarray] = {"log_length": np.log(lengths.astype(np.float64))}
     for lam in (2, 4):
-        columns[f"decayed_entropy_conf_l{lam}"] = np.exp(-np.asarray(decayed_mean(entropy, lam=lam)))
         columns[f"decayed_surprisal_conf_l{lam}"] = np.exp(-np.asarray(decayed_mean(surprisal, lam=lam)))
+    if wanted & set(_SURPRISAL):
+        columns["first3_surprisal_conf"] = np.exp(-np.asarray(first_k_mean(surprisal, k=3)))
+        columns["mean_surprisal_conf"] = np.exp(-np.asarray(segment_mean(surprisal)))
+        columns["surprisal_slope"] = np.asarray(slope(surprisal))
+    if entropy is not None and wanted & _ENTROPY_FEATURES:
+        mean_h = np.asarray(segment_mean(entropy))
+        columns["first3_entropy_conf"] = np.exp(-np.asarray(first_k_mean(entropy, k=3)))
+        columns["mean_entropy_conf"] = np.exp(-mean_h)
+        columns["entropy_slope"] = np.asarray(slope(entropy))
+        for lam in (2, 4):
+            columns[f"decayed_entropy_conf_l{lam}"] = np.exp(-np.asarray(decayed_mean(entropy, lam=lam)))
     if set(_EXTENDED) & set(names):
         mean_s = np.asarray(segment_mean(surprisal))
         columns["window_entropy_max"] = np.asarray(window_max_mean(entropy, w=4))

@@ -14,7 +14,7 @@ import pandas as pd
 
 from ._checks import check_int, check_real
 from .calibrate import TracePlus
-from .score import explain_trace, trace_confidence, trace_risk
+from .score import config_for, explain_trace, trace_confidence, trace_risk
 from .trace import Trace
 
 __all__ = ["score_rows", "select_flagged", "spike_context", "threshold_for_risk"]
@@ -40,11 +40,12 @@ def spike_context(trace: Trace, spikes: Sequence[int], *, width: int = 3) -> str
 
 
 def score_rows(frame: pd.DataFrame, traces: Sequence[Trace], calibrator: Any) -> pd.DataFrame:
-    """``frame`` plus ``trace_confidence``, ``trace_risk``, ``probability_correct``, ``peak_risk_tokens`` and
-    ``spike_context`` columns (one row per trace, same order).
+    """``frame`` plus ``trace_confidence``, ``trace_risk``, ``trace_variant``, ``probability_correct``,
+    ``peak_risk_tokens`` and ``spike_context`` columns (one row per trace, same order).
 
     ``calibrator`` is a :class:`TracePlus` (uses the trace features) or a scalar calibrator (applied to the TRACE
-    confidence).
+    confidence). When some trace has no entropy, TRACE is its surprisal-only variant for every row
+    (:func:`trace_core.score.config_for`), and ``trace_variant`` says so.
     """
     traces = list(traces)
     if len(traces) != len(frame):
@@ -52,15 +53,17 @@ def score_rows(frame: pd.DataFrame, traces: Sequence[Trace], calibrator: Any) ->
     empty = [i for i, t in enumerate(traces) if len(t) == 0]
     if empty:
         raise ValueError(f"row {empty[0] + 1} has an empty answer (no tokens); remove it or record it again")
-    confidence = trace_confidence(traces)
+    config = config_for(traces)  # one variant for all rows, so their confidences compare
+    confidence = trace_confidence(traces, config=config)
     if isinstance(calibrator, TracePlus):
         probability = calibrator.predict_proba(traces)
     else:
         probability = calibrator.predict_proba(confidence)
-    explanations = [explain_trace(t) for t in traces]
+    explanations = [explain_trace(t, config=config) for t in traces]
     out = frame.copy()
     out["trace_confidence"] = confidence
-    out["trace_risk"] = trace_risk(traces)
+    out["trace_risk"] = trace_risk(traces, config=config)
+    out["trace_variant"] = config.variant
     out["probability_correct"] = probability
     out["peak_risk_tokens"] = [" | ".join(t.tokens[i] for i in e.spikes) for t, e in zip(traces, explanations)]
     out["spike_context"] = [spike_context(t, e.spikes) for t, e in zip(traces, explanations)]

@@ -135,10 +135,14 @@ def _ratio(batch: Ragged, numerator: np.ndarray, denominator: np.ndarray, single
     return _out(_nan_where_empty(result, batch.lengths), single)
 
 
-def check_paired(surprisal: Ragged, entropy: Ragged, *, who: str) -> None:
+def check_paired(surprisal: Ragged, entropy: Ragged | None, *, who: str) -> None:
     """ValueError unless ``surprisal`` and ``entropy`` hold the same traces and none is empty (``who`` says what
-    needs a token, e.g. ``"TRACE+ needs"``)."""
-    if not np.array_equal(surprisal.offsets, entropy.offsets):
+    needs a token, e.g. ``"TRACE+ needs"``).
+
+    ``entropy`` may be None (traces without entropy, see :func:`trace_core.score.stack_traces`): then only the
+    surprisal batch is checked.
+    """
+    if entropy is not None and not np.array_equal(surprisal.offsets, entropy.offsets):
         raise ValueError("`surprisal` and `entropy` must have the same offsets (the same traces)")
     empty = np.flatnonzero(surprisal.lengths == 0)
     if empty.size:

@@ -11,7 +11,7 @@ import numpy as np
 
 from ._checks import check_bool, check_choice, check_int, check_real, set_checked
 
-__all__ = ["LOGPROB_TOLERANCE", "DecodingConfig", "Trace", "TraceMetadata"]
+__all__ = ["ENTROPY_SOURCES", "LEGACY_ENTROPY_SOURCES", "LOGPROB_TOLERANCE", "DecodingConfig", "Trace", "TraceMetadata"]
 
 #: How far a log-probability may lie above 0 (or a surprisal or an entropy below 0) and still be accepted: rounding in
 #: a float32 log-softmax puts a near-certain token a little above 0 (about 1e-7, more for large logits). The one slack
@@ -19,7 +19,11 @@ __all__ = ["LOGPROB_TOLERANCE", "DecodingConfig", "Trace", "TraceMetadata"]
 #: Trace (with two slacks, a top-k log-prob of 5e-6 was accepted by one and refused by the other).
 LOGPROB_TOLERANCE = 1e-5
 
-_ENTROPY_SOURCES = ("full_vocabulary", "top_k_approximation")
+#: Where a trace's entropy comes from (``TraceMetadata.entropy_source``): the full distribution, an estimate from the
+#: top-k log-probabilities, or nowhere (only the chosen token's log-probability is known).
+ENTROPY_SOURCES = ("exact", "top_k", "absent")
+#: Values written by earlier versions, still read: the meaning is unchanged, only the name.
+LEGACY_ENTROPY_SOURCES = {"full_vocabulary": "exact", "top_k_approximation": "top_k"}
 _TRACE_SOURCES = ("generate", "teacher_forced", "imported")
 
 
@@ -95,8 +99,15 @@ class TraceMetadata:
         True when logits processors that reshape the distribution (repetition penalty, forced or suppressed tokens,
         minimum length) ran before recording; the trace is then of that processed distribution. Sampling warpers
         (temperature, top-k, top-p) never count: they run after recording.
-    entropy_source : {"full_vocabulary", "top_k_approximation"}
-        Exact entropy over the whole vocabulary, or an estimate from the top-k log-probs (imported API traces).
+    entropy_source : {"exact", "top_k", "absent"}
+        ``"exact"``: entropy over the whole vocabulary (a local model, a server returning every log-probability).
+        ``"top_k"``: estimated from the top-k log-probabilities (most APIs). ``"absent"``: only the chosen token's
+        log-probability is known (many saved runs); the trace then has ``entropy=None``. The names of earlier
+        versions are read too (:data:`LEGACY_ENTROPY_SOURCES`: ``"full_vocabulary"`` -> ``"exact"``,
+        ``"top_k_approximation"`` -> ``"top_k"``).
+    entropy_k : int or None
+        k of a ``"top_k"`` estimate (>= 1); None when unknown or for the other sources. A :class:`Trace` fills it
+        from its top-k width when it is None.
     tokenizer : str
         Tokenizer name or path.
     chat_template : bool
@@ -109,17 +120,26 @@ class TraceMetadata:
     source: str = "generate"
     decoding: Mapping[str, Any] = field(default_factory=dict)
     processed: bool = False
-    entropy_source: str = "full_vocabulary"
+    entropy_source: str = "exact"
     tokenizer: str = ""
     chat_template: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
+    entropy_k: int | None = None
 
     def __post_init__(self) -> None:
         check_choice(self.source, "source", _TRACE_SOURCES)
-        check_choice(self.entropy_source, "entropy_source", _ENTROPY_SOURCES)
+        source = self.entropy_source
+        if isinstance(source, str) and source in LEGACY_ENTROPY_SOURCES:  # saved by an earlier version
+            source = LEGACY_ENTROPY_SOURCES[source]
+        check_choice(source, "entropy_source", ENTROPY_SOURCES)
+        k = None if self.entropy_k is None else check_int(self.entropy_k, "entropy_k", minimum=1)
+        if k is not None and source != "top_k":
+            raise ValueError(f"`entropy_k` is {k} but `entropy_source` is {source!r}; k belongs to a 'top_k' "
+                             f"estimate only (leave it None)")
         set_checked(self, {"processed": check_bool(self.processed, "processed"),
                            "chat_template": check_bool(self.chat_template, "chat_template"),
-                           "decoding": dict(self.decoding), "extra": dict(self.extra)})
+                           "decoding": dict(self.decoding), "extra": dict(self.extra),
+                           "entropy_source": source, "entropy_k": k})
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: (dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v)
@@ -151,8 +171,10 @@ class Trace:
         joined onto the token that completes it (the others are ""), so that concatenation gives the decoded text.
     surprisal : ndarray of float64, shape (T,)
         ``s_t = -log P(y_t | x, y_<t)`` in nats, >= 0.
-    entropy : ndarray of float64, shape (T,)
-        ``H_t = -sum_v P(v | .) log P(v | .)`` in nats, >= 0.
+    entropy : ndarray of float64, shape (T,), or None
+        ``H_t = -sum_v P(v | .) log P(v | .)`` in nats, >= 0: exact, or a top-k estimate (see
+        ``metadata.entropy_source``). None exactly when ``metadata.entropy_source == "absent"`` (only the chosen
+        token's log-probability is known); :attr:`has_entropy` says which.
     top_ids : ndarray of int64, shape (T, k)
         The k most likely tokens at each step, most likely first (k may be 0).
     top_logprobs : ndarray of float64, shape (T, k)
@@ -170,7 +192,7 @@ class Trace:
     token_ids: np.ndarray
     tokens: tuple[str, ...]
     surprisal: np.ndarray
-    entropy: np.ndarray
+    entropy: np.ndarray | None
     top_ids: np.ndarray
     top_logprobs: np.ndarray
     ranks: np.ndarray | None = None
@@ -193,9 +215,19 @@ class Trace:
                 if not isinstance(tok, str):
                     raise TypeError(f"`tokens[{i}]` must be a str, got {type(tok).__name__}")
         surprisal = _as_array(self.surprisal, "surprisal", np.float64, ndim=1, length=n_tokens)
-        entropy = _as_array(self.entropy, "entropy", np.float64, ndim=1, length=n_tokens)
-        for name, arr in (("surprisal", surprisal), ("entropy", entropy)):
-            _check_finite_nonneg(arr, name)
+        _check_finite_nonneg(surprisal, "surprisal")
+        entropy = None
+        metadata = self.metadata
+        if self.entropy is None:
+            if metadata.entropy_source != "absent":
+                raise ValueError(f"`entropy` is None but `metadata.entropy_source` is {metadata.entropy_source!r}; "
+                                 f"a trace without entropy says entropy_source='absent'")
+        else:
+            if metadata.entropy_source == "absent":
+                raise ValueError("`metadata.entropy_source` is 'absent' but `entropy` was given; give entropy=None "
+                                 "or say where the entropy comes from ('exact' or 'top_k')")
+            entropy = _as_array(self.entropy, "entropy", np.float64, ndim=1, length=n_tokens)
+            _check_finite_nonneg(entropy, "entropy")
         top_ids = _as_array(self.top_ids, "top_ids", np.int64, ndim=2, length=n_tokens, empty_shape=(n_tokens, 0))
         top_logprobs = _as_array(self.top_logprobs, "top_logprobs", np.float64, ndim=2, length=n_tokens,
                                  empty_shape=(n_tokens, 0))
@@ -216,9 +248,11 @@ class Trace:
                 raise ValueError(f"`top_tokens` must have shape {top_ids.shape} like `top_ids`")
             if not all(isinstance(tok, str) for row in top_tokens for tok in row):
                 raise TypeError("`top_tokens` must hold strings")
+        if metadata.entropy_source == "top_k" and metadata.entropy_k is None and top_ids.shape[1] > 0:
+            metadata = dataclasses.replace(metadata, entropy_k=int(top_ids.shape[1]))  # k is the stored width
         for name, value in (("token_ids", token_ids), ("tokens", tokens), ("surprisal", surprisal),
                             ("entropy", entropy), ("top_ids", top_ids), ("top_logprobs", top_logprobs),
-                            ("ranks", ranks), ("top_tokens", top_tokens)):
+                            ("ranks", ranks), ("top_tokens", top_tokens), ("metadata", metadata)):
             if isinstance(value, np.ndarray):
                 value.setflags(write=False)
             object.__setattr__(self, name, value)
@@ -232,6 +266,20 @@ class Trace:
         return int(self.top_ids.shape[1])
 
     @property
+    def has_entropy(self) -> bool:
+        """Whether the trace has per-token entropy (False exactly when ``metadata.entropy_source == "absent"``)."""
+        return self.entropy is not None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the trace's arrays (token ids, surprisal, entropy when present, top-k, ranks).
+
+        The memory figure of a trace; token texts and metadata are not counted.
+        """
+        arrays = (self.token_ids, self.surprisal, self.entropy, self.top_ids, self.top_logprobs, self.ranks)
+        return int(sum(a.nbytes for a in arrays if a is not None))
+
+    @property
     def token_probs(self) -> np.ndarray:
         """``p_t = exp(-s_t)``, shape (T,)."""
         return np.exp(-self.surprisal)
@@ -242,25 +290,27 @@ class Trace:
         if (self.prompt, self.answer, self.tokens, self.metadata, self.top_tokens) != (
                 other.prompt, other.answer, other.tokens, other.metadata, other.top_tokens):
             return False
-        if (self.ranks is None) != (other.ranks is None):
+        if (self.ranks is None) != (other.ranks is None) or (self.entropy is None) != (other.entropy is None):
             return False
-        pairs = [(self.token_ids, other.token_ids), (self.surprisal, other.surprisal), (self.entropy, other.entropy),
+        pairs = [(self.token_ids, other.token_ids), (self.surprisal, other.surprisal),
                  (self.top_ids, other.top_ids), (self.top_logprobs, other.top_logprobs)]
-        if self.ranks is not None:
-            pairs.append((self.ranks, other.ranks))
+        pairs += [(a, b) for a, b in ((self.ranks, other.ranks), (self.entropy, other.entropy)) if a is not None]
         return all(a.shape == b.shape and np.array_equal(a, b) for a, b in pairs)
 
     __hash__ = None  # type: ignore[assignment]  # mutable-looking arrays: not hashable, like numpy arrays
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain Python types only (lists, floats, ints, str), JSON-serialisable and lossless."""
+        """Plain Python types only (lists, floats, ints, str), JSON-serialisable and lossless.
+
+        ``entropy`` is None for a trace without entropy (``entropy_source == "absent"``).
+        """
         return {
             "prompt": self.prompt,
             "answer": self.answer,
             "token_ids": self.token_ids.tolist(),
             "tokens": list(self.tokens),
             "surprisal": self.surprisal.tolist(),
-            "entropy": self.entropy.tolist(),
+            "entropy": None if self.entropy is None else self.entropy.tolist(),
             "top_ids": self.top_ids.tolist(),
             "top_logprobs": self.top_logprobs.tolist(),
             "ranks": None if self.ranks is None else self.ranks.tolist(),

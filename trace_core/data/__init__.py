@@ -11,16 +11,19 @@ column              meaning
 ``label``           1 = the answer is correct, 0 = wrong; accepted spellings: see :func:`parse_label`
 ``reference``       the gold answer, used to label the answer with a matcher when there is no ``label`` column
 trace columns       an optional pre-recorded trace: ``tokens``, ``surprisal`` (or ``logprobs``), ``entropy``, ...;
-                    every one, with its meaning, is listed in :data:`trace_core.data.codec.COLUMNS`
-``response``        a raw OpenAI-compatible API response with logprobs (:func:`trace_from_openai`), used for
-                    the row's trace when the file has none of the trace columns
+                    every one, with its meaning, is listed in :data:`trace_core.data.codec.COLUMNS`. Without
+                    ``entropy`` the trace's entropy is estimated from ``top_logprobs`` (``"top_k"``) or absent
+                    (``"absent"``: chosen-token log-probabilities only, still scored by surprisal-only methods)
+``response``        a raw OpenAI-compatible API response with logprobs (:func:`trace_from_openai`; without
+                    ``top_logprobs`` the trace has no entropy), used for the row's trace when the file has none
+                    of the trace columns
 ==================  ==========================================================================================
 
 Column names are matched ignoring case and surrounding spaces and are lower-cased in the returned frame; any other
-column is kept as read. Every data row is numbered from 1 (the header is not counted; blank lines are skipped and not
-counted), and every rejected row is reported with that number, the column and the reason -- nothing is dropped
-silently. Problems that leave nothing to read (an empty or binary file, missing columns, ...) raise
-:class:`DatasetError`.
+column is kept as read. Every data row is numbered from 1 (CSV: the header is not counted, blank lines are skipped and
+not counted; JSON Lines: the row's line in the file), and every rejected row is reported with that number, the column
+and the reason -- nothing is dropped silently. Problems that leave nothing to read (an empty or binary file, missing
+columns, ...) raise :class:`DatasetError`.
 
 :func:`write_dataset` writes what :func:`read_dataset` reads back unchanged (floats as exact JSON reprs);
 :func:`export_flagged` writes files for people, with spreadsheet formula injection neutralised (:func:`sanitize_cell`).

@@ -7,6 +7,12 @@ empty has no trace (``None``), so a dataset may mix recorded and not-yet-recorde
 answer is the row's ``answer`` as given, even when ``"".join(tokens)`` differs from it (the row is not rejected for
 that).
 
+Where the entropy comes from (``TraceMetadata.entropy_source``): an ``entropy`` cell gives it (``"exact"`` unless
+the row's ``trace_metadata`` says otherwise); without one (no column, or an empty cell), it is estimated from the
+row's top-k log-probabilities (``"top_k"``, ``entropy_k`` = k, :func:`entropy_from_top_k`), and a row with neither
+has no entropy (``"absent"``, ``entropy=None``: only the chosen tokens' log-probabilities, the most common format
+of saved runs). Writing a trace without entropy leaves its ``entropy`` cell empty (null in JSON Lines and Parquet).
+
 Sign checks use :data:`trace_core.trace.LOGPROB_TOLERANCE`, the slack :class:`Trace` itself allows, so a row the
 reader accepts always makes a valid Trace.
 """
@@ -75,7 +81,7 @@ COLUMNS: tuple[TraceColumn, ...] = (
     TraceColumn("surprisal", "float", 1, "surprisal", "-log p of each chosen token, >= 0 nats"),
     TraceColumn("logprobs", "float", 1, None, "log p of each chosen token, <= 0 (read only: surprisal = -logprob)"),
     TraceColumn("entropy", "float", 1, "entropy",
-                ">= 0 nats; when missing, estimated from top_logprobs (entropy_from_top_k)"),
+                ">= 0 nats; when missing, estimated from top_logprobs (entropy_from_top_k), else absent (no entropy)"),
     TraceColumn("top_ids", "int", 2, "top_ids", "the k most likely tokens' ids, T x k (-1 when unknown)"),
     TraceColumn("top_logprobs", "float", 2, "top_logprobs",
                 "their log-probabilities, T x k, each row sorted from most to least likely"),
@@ -277,13 +283,10 @@ def trace_from_cells(cells: Mapping[str, Any], *, prompt: str, answer: str) -> T
         top_tokens = tuple(tuple(r) for r in top_tokens)
 
     entropy = _decode("entropy", cells, n)
-    estimated = entropy is None
     if entropy is not None:
         _check_sign(entropy, "entropy", nonnegative=True, rule="entropy must be >= 0 (nats)")
-    elif k > 0 or n == 0:
+    elif k > 0:
         entropy = entropy_from_top_k(top_logprobs)
-    else:
-        raise CellError("entropy", "is missing; a trace needs `entropy` (or `top_logprobs` to estimate it)")
 
     token_ids = _decode("token_ids", cells, n)
     if token_ids is None:
@@ -301,8 +304,10 @@ def trace_from_cells(cells: Mapping[str, Any], *, prompt: str, answer: str) -> T
             metadata = TraceMetadata.from_dict(meta)
         except (TypeError, ValueError) as exc:
             raise CellError("trace_metadata", str(exc)) from None
-    if estimated:
-        metadata = replace(metadata, entropy_source="top_k_approximation")
+    if entropy is None:  # the chosen tokens' log-probabilities only: surprisal-only methods still run
+        metadata = replace(metadata, entropy_source="absent", entropy_k=None)
+    elif cells.get("entropy", ABSENT) is ABSENT:  # estimated here: say so, whatever the metadata cell claimed
+        metadata = replace(metadata, entropy_source="top_k", entropy_k=k)
     try:
         return Trace(prompt=prompt, answer=answer, token_ids=token_ids, tokens=tuple(tokens), surprisal=surprisal,
                      entropy=entropy, top_ids=top_ids, top_logprobs=top_logprobs, ranks=ranks, metadata=metadata,

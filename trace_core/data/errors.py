@@ -22,7 +22,9 @@ class RowError:
     Attributes
     ----------
     row : int
-        1-based data-row number (the header is not counted); 0 for a file-level problem.
+        The row's 1-based number; 0 for a file-level problem. CSV and Parquet: the data row (the header and blank
+        lines are not counted). JSON Lines: the line of the file the record is on, so blank lines, which hold no
+        row, are counted (lines end at ``\n`` only; ``\r\n`` works too). A JSON array: the item's position.
     field : str
         The column at fault, or "" when the problem is the row as a whole.
     message : str

@@ -1,17 +1,24 @@
-"""Reading tables: a path, bytes or upload -> column names and raw rows (CSV with delimiter sniffing, JSON Lines or
-a JSON array, Parquet), with the checks that refuse what is not a readable table (empty, binary, not UTF-8, too many
-rows, duplicate column names). Nothing is validated per cell here: see :mod:`trace_core.data.validate`.
+"""Reading tables: a path, bytes or upload -> column names and a stream of raw rows (CSV with delimiter sniffing,
+JSON Lines or a JSON array, Parquet), with the checks that refuse what is not a readable table (empty, binary, not
+UTF-8, too many rows, duplicate column names). Nothing is validated per cell here: see
+:mod:`trace_core.data.validate`.
+
+Files are read as a stream: lines are split from the bytes on ``\\n`` only and decoded one at a time, so a reader
+never holds the whole text, a list of its lines and its parsed rows at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
+import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Sequence, Union
+from typing import IO, Any, Callable, ContextManager, Iterator, Sequence, Union
 
 import pandas as pd
 
@@ -19,11 +26,15 @@ from .._checks import check_choice
 from ._values import show
 from .errors import DatasetError, RowError
 
-__all__ = ["FORMATS", "PathOrBuffer", "Table", "format_from_name", "read_table"]
+__all__ = ["FORMATS", "PathOrBuffer", "Progress", "Row", "Table", "format_from_name", "read_table"]
 
 FORMATS = ("csv", "jsonl", "parquet")
 
 PathOrBuffer = Union[str, Path, IO[bytes], IO[str]]
+#: ``progress(done, total)``: the bytes of the file read so far, and its size in bytes.
+Progress = Callable[[int, Union[int, None]], None]
+#: One data row as read: (its number, its cells by normalized column name, or None where it could not be parsed).
+Row = tuple[int, Union[dict[str, Any], None]]
 
 _EXTENSIONS = {".csv": "csv", ".tsv": "csv", ".txt": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl",
                ".parquet": "parquet", ".pq": "parquet"}
@@ -31,21 +42,41 @@ _EXTENSIONS_TEXT = ".csv/.tsv (csv), .jsonl/.json/.ndjson (jsonl), .parquet/.pq 
 _DELIMITERS = (",", ";", "\t", "|")
 _DELIMITER_NAMES = {",": "','", ";": "';'", "\t": "tab", "|": "'|'"}
 _CSV_FIELD_LIMIT = 2**31 - 1  # trace cells of long answers exceed the csv module's default 128 KiB per field
+_HEAD = 8192                  # bytes looked at for binary signatures
+_PROGRESS_STEP = 1 << 20      # report progress about once per MiB read
+_LONE_CR = re.compile(r"(?<=\r)(?!\n)")  # where CSV's universal newlines also end a line: after a \r not before \n
+_PARQUET_BATCH = 4096
 
 
 @dataclass
 class Table:
-    """A file's rows as read, before any cell is validated."""
+    """A file's rows as read, before any cell is validated.
+
+    ``rows`` is an iterator: rows are parsed as it is consumed, and ``columns`` and ``errors`` are complete only
+    once it is exhausted (a JSON Lines file's columns are the union of its records' keys, in order of appearance).
+    The iterator raises :class:`DatasetError` for a problem with the whole file, at the latest when it ends.
+    """
 
     columns: list[str]                      # normalized names, in file order
-    rows: list[dict[str, Any] | None]       # one per data row; None where the row could not be parsed
-    errors: list[RowError] = field(default_factory=list)
-    frame: pd.DataFrame | None = None       # Parquet: the typed frame of all rows, normalized names
+    rows: Iterator[Row]                     # one per data row (see Row), in file order
+    errors: list[RowError] = field(default_factory=list)  # rows that could not be parsed
+    frame: Callable[[Sequence[str]], pd.DataFrame] | None = None  # Parquet: the typed frame of these columns
     hint: str = ""                          # added to the missing-column message
+    again: Callable[[], "Table"] | None = None  # the same file read again from its start (a second pass)
 
 
-def read_table(source: PathOrBuffer | bytes, *, format: str | None, max_rows: int | None) -> tuple[Table, str]:
-    """Read a file into a :class:`Table` of raw rows.
+@dataclass(frozen=True)
+class _Source:
+    """A file that can be opened (again) as a binary stream from its start."""
+
+    name: str
+    size: int | None
+    open: Callable[[], ContextManager[IO[bytes]]]
+
+
+def read_table(source: PathOrBuffer | bytes, *, format: str | None, max_rows: int | None,
+               progress: Progress | None = None) -> tuple[Table, str]:
+    """Open a file as a :class:`Table` of raw rows, read as its ``rows`` are consumed.
 
     Parameters
     ----------
@@ -55,56 +86,90 @@ def read_table(source: PathOrBuffer | bytes, *, format: str | None, max_rows: in
         None: from the extension of the path or of the buffer's ``.name``.
     max_rows : int or None
         Refuse files with more data rows than this.
+    progress : callable(done, total) or None
+        Called about once per MiB and at the end with the bytes read so far (Parquet: the file's size times the
+        share of rows read) and the file's size; ``done`` never decreases.
 
     Returns
     -------
     (Table, str)
-        The table, with at least one data row, and the format it was read as.
+        The table and the format it is read as.
 
     Raises
     ------
     DatasetError
         Empty, binary, not UTF-8, not a table, duplicate column names, too many rows, no data rows, or the format
-        cannot be told.
+        cannot be told; some of these only while ``rows`` is consumed.
     """
-    data, name = _read_source(source)
-    fmt = format_from_name(name, format, "upload")
-    if not data:
+    src = _open_source(source)
+    fmt = format_from_name(src.name, format, "upload")
+    with src.open() as stream:
+        head = stream.read(_HEAD)
+    if not head:
         raise DatasetError("the file is empty (0 bytes)")
+    report = _Reporter(progress)
     if fmt == "parquet":
-        table = _read_parquet(data, max_rows=max_rows)
-    else:
-        text = _decode_text(data, fmt)
-        if not text.strip():
-            raise DatasetError("the file is empty (only whitespace)")
-        table = _read_csv(text, name=name, max_rows=max_rows) if fmt == "csv" else _read_jsonl(text,
-                                                                                               max_rows=max_rows)
-    if not table.rows:
-        raise DatasetError(f"no data rows: the file has columns {table.columns} but no rows below the header")
-    return table, fmt
+        return _read_parquet(src, max_rows=max_rows, report=report), fmt
+    _check_binary(head, fmt)
+    reader = _read_csv if fmt == "csv" else _read_jsonl
+    return reader(src, max_rows=max_rows, report=report), fmt
 
 
-def _read_source(source: object) -> tuple[bytes, str]:
+def _open_source(source: object) -> _Source:
     if isinstance(source, (str, Path)):
         path = Path(source)
         if not path.is_file():
             raise FileNotFoundError(f"no dataset file at {str(path)!r}")
-        return path.read_bytes(), path.name
+        return _Source(path.name, path.stat().st_size, lambda: open(path, "rb"))
     if isinstance(source, (bytes, bytearray)):
-        return bytes(source), ""
-    if hasattr(source, "read"):
-        if hasattr(source, "seek"):
-            try:  # Streamlit's UploadedFile (a BytesIO) may have been read already
-                source.seek(0)
-            except (OSError, ValueError):
-                pass
-        data = source.read()
-        if isinstance(data, str):
-            data = data.encode("utf-8")
-        if not isinstance(data, (bytes, bytearray)):
-            raise TypeError(f"`source.read()` must return bytes, got {type(data).__name__}")
-        return bytes(data), str(getattr(source, "name", "") or "")
-    raise TypeError(f"`source` must be a path or a binary file-like object, got {type(source).__name__}")
+        data = bytes(source)
+        return _Source("", len(data), lambda: io.BytesIO(data))
+    if not hasattr(source, "read"):
+        raise TypeError(f"`source` must be a path or a binary file-like object, got {type(source).__name__}")
+    name = str(getattr(source, "name", "") or "")
+    if isinstance(source, io.IOBase) and _seekable(source):  # read in place, rewound for every pass (Streamlit's
+        # UploadedFile, a BytesIO, may have been read already)
+        buffer: Any = source
+        size = buffer.seek(0, os.SEEK_END)
+        buffer.seek(0)
+        if isinstance(buffer.read(0), (bytes, bytearray)):
+
+            def rewound() -> ContextManager[IO[bytes]]:
+                buffer.seek(0)
+                return contextlib.nullcontext(buffer)  # the caller's buffer stays open
+
+            return _Source(name, size, rewound)
+    data = source.read()  # type: ignore[attr-defined]  # a text buffer or a pipe: read once, kept as bytes
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    if not isinstance(data, (bytes, bytearray)):
+        raise TypeError(f"`source.read()` must return bytes, got {type(data).__name__}")
+    data = bytes(data)
+    return _Source(name, len(data), lambda: io.BytesIO(data))
+
+
+def _seekable(source: Any) -> bool:
+    try:
+        if not hasattr(source, "seek") or (hasattr(source, "seekable") and not source.seekable()):
+            return False
+        source.seek(0)
+        return True
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+class _Reporter:
+    """Forwards progress to the caller's callback at most about once per MiB, never with a smaller ``done``."""
+
+    def __init__(self, callback: Progress | None) -> None:
+        self.callback, self.last, self.next = callback, -1, 0
+
+    def __call__(self, done: int, total: int | None, *, final: bool = False) -> None:
+        if self.callback is None or done <= self.last:
+            return
+        if final or done >= self.next:
+            self.callback(done, total)
+            self.last, self.next = done, done + _PROGRESS_STEP
 
 
 def format_from_name(name: str, format: str | None, what: str) -> str:
@@ -119,8 +184,7 @@ def format_from_name(name: str, format: str | None, what: str) -> str:
                        f"or pass format= one of {FORMATS}")
 
 
-def _check_binary(data: bytes, format: str) -> None:
-    head = data[:8192]
+def _check_binary(head: bytes, format: str) -> None:
     signatures = ((b"PAR1", "a Parquet file: use format='parquet' or a .parquet extension"),
                   (b"PK\x03\x04", "a ZIP archive (an Excel .xlsx workbook?): save it as CSV UTF-8"),
                   (b"\x1f\x8b", "gzip-compressed: decompress it first"),
@@ -133,15 +197,43 @@ def _check_binary(data: bytes, format: str) -> None:
                            f"text file")
 
 
-def _decode_text(data: bytes, format: str) -> str:
-    _check_binary(data, format)
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise DatasetError(f"the file is not valid UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start} "
-                           f"(line {line}) cannot be decoded; save the file as UTF-8 (in Excel: 'CSV UTF-8') and "
-                           f"try again") from None
+class _Lines:
+    """The decoded lines of a UTF-8 file, split on ``\\n`` only (each keeps its line ending).
+
+    Not ``str.splitlines``: that also splits on U+2028, U+2029, U+0085, U+000B, U+000C and U+001C-U+001E, which JSON
+    strings may hold raw, so records were cut in two and every later line number was off. ``blank`` records whether
+    the text seen so far is only whitespace.
+    """
+
+    def __init__(self, src: _Source, report: _Reporter) -> None:
+        self.src, self.report = src, report
+        self.number = 0       # 1-based number of the last line returned
+        self.blank = True
+
+    def __iter__(self) -> Iterator[str]:
+        done = 0
+        with self.src.open() as stream:
+            for raw in stream:  # a binary stream's lines end at b"\n" only, and a UTF-8 "\n" byte is always "\n"
+                start, done = done, done + len(raw)
+                self.number += 1
+                if self.number == 1 and raw.startswith(b"\xef\xbb\xbf"):  # the BOM Excel writes
+                    raw, start = raw[3:], start + 3
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    offset = start + exc.start
+                    raise DatasetError(f"the file is not valid UTF-8: byte 0x{raw[exc.start]:02x} at offset {offset} "
+                                       f"(line {self.number}) cannot be decoded; save the file as UTF-8 (in Excel: "
+                                       f"'CSV UTF-8') and try again") from None
+                if self.blank and line.strip():
+                    self.blank = False
+                self.report(done, self.src.size)
+                yield line
+        self.report(done, self.src.size, final=True)
+
+    def check_not_blank(self) -> None:
+        if self.blank:
+            raise DatasetError("the file is empty (only whitespace)")
 
 
 def _normalize_columns(raw: Sequence[object]) -> list[str]:
@@ -164,19 +256,36 @@ def _too_many(limit: int | None, count: int) -> None:
                            f"the limit")
 
 
+def _no_rows(columns: Sequence[str]) -> DatasetError:
+    return DatasetError(f"no data rows: the file has columns {list(columns)} but no rows below the header")
+
+
+# --------------------------------------------------------------------------------------------------
+# CSV
+# --------------------------------------------------------------------------------------------------
+
 def _is_blank(record: list[str]) -> bool:
     return not record or (len(record) == 1 and not record[0].strip())
 
 
-def _header_delimiter(text: str, preferred: str) -> str:
+def _csv_lines(lines: _Lines) -> Iterator[str]:
+    """``lines`` as the csv module reads text opened with ``newline=''``: a lone ``\\r`` also ends a line."""
+    for line in lines:
+        if "\r" in line and not (line.endswith("\r\n") and line.count("\r") == 1):  # not just a "\r\n" ending
+            yield from (part for part in _LONE_CR.split(line) if part)
+        else:
+            yield line
+
+
+def _header_delimiter(src: _Source, preferred: str) -> str:
     """The delimiter whose header holds the required columns (tried: , ; tab |); else the one that splits the
     header into the most columns (the preferred one on ties), so a missing column is reported by its name."""
     candidates = (preferred,) + tuple(d for d in _DELIMITERS if d != preferred)
     widths = {}
     for delimiter in candidates:
         try:
-            header = next((r for r in csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
-                           if not _is_blank(r)), [])
+            lines = _Lines(src, _Reporter(None))
+            header = next((r for r in csv.reader(_csv_lines(lines), delimiter=delimiter) if not _is_blank(r)), [])
         except csv.Error:
             continue
         names = {str(h).strip().lower() for h in header}
@@ -186,25 +295,44 @@ def _header_delimiter(text: str, preferred: str) -> str:
     return max(widths, key=lambda d: widths[d], default=preferred)  # max keeps the first of equals
 
 
-def _read_csv(text: str, *, name: str, max_rows: int | None) -> Table:
+def _read_csv(src: _Source, *, max_rows: int | None, report: _Reporter) -> Table:
     if csv.field_size_limit() < _CSV_FIELD_LIMIT:
         csv.field_size_limit(_CSV_FIELD_LIMIT)  # only ever raised, never lowered: harmless for other readers
-    preferred = "\t" if name.lower().endswith(".tsv") else ","
-    delimiter = _header_delimiter(text, preferred)
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    delimiter = _header_delimiter(src, "\t" if src.name.lower().endswith(".tsv") else ",")
+    lines = _Lines(src, report)
+    reader = csv.reader(_csv_lines(lines), delimiter=delimiter)
     header: list[str] | None = None
-    rows: list[dict[str, Any] | None] = []
-    errors: list[RowError] = []
-    last_line = 0
+    try:
+        for record in reader:
+            if not _is_blank(record):
+                header = _normalize_columns(record)
+                break
+    except csv.Error as exc:
+        raise DatasetError(f"cannot parse the CSV near data row 1: {exc}") from None
+    if header is None:
+        lines.check_not_blank()
+        raise DatasetError("the file is empty (no header row)")
+    hint = ""
+    if len(header) == 1:
+        hint = (f"; the header was read as one column, so the file may use a delimiter other than "
+                f"{', '.join(_DELIMITER_NAMES[d] for d in _DELIMITERS)} -- save it as comma-separated CSV")
+    table = Table(columns=header, rows=iter(()), hint=hint, again=lambda: _read_csv(src, max_rows=max_rows,
+                                                                                     report=report))
+    table.rows = _csv_rows(reader, lines, header, table.errors, max_rows)
+    return table
+
+
+def _csv_rows(reader: Any, lines: _Lines, header: list[str], errors: list[RowError],
+              max_rows: int | None) -> Iterator[Row]:
+    """The data rows below the header, numbered from 1 (blank lines are skipped and not counted)."""
+    count, last_line = 0, reader.line_num
     try:
         for record in reader:
             first_line, last_line = last_line + 1, reader.line_num
             if _is_blank(record):
                 continue
-            if header is None:
-                header = _normalize_columns(record)
-                continue
-            _too_many(max_rows, len(rows) + 1)
+            count += 1
+            _too_many(max_rows, count)
             if len(record) != len(header):
                 message = f"has {len(record)} fields but the header has {len(header)}"
                 if last_line > first_line:  # an unclosed quote swallows the lines after it: say so, they are lost
@@ -213,20 +341,20 @@ def _read_csv(text: str, *, name: str, max_rows: int | None) -> Table:
                                 f"row")
                 else:
                     message += " (a stray delimiter or quote?)"
-                errors.append(RowError(len(rows) + 1, "", message))
-                rows.append(None)
+                errors.append(RowError(count, "", message))
+                yield count, None
             else:
-                rows.append(dict(zip(header, record)))
+                yield count, dict(zip(header, record))
     except csv.Error as exc:
-        raise DatasetError(f"cannot parse the CSV near data row {len(rows) + 1}: {exc}") from None
-    if header is None:
-        raise DatasetError("the file is empty (no header row)")
-    hint = ""
-    if len(header) == 1:
-        hint = (f"; the header was read as one column, so the file may use a delimiter other than "
-                f"{', '.join(_DELIMITER_NAMES[d] for d in _DELIMITERS)} -- save it as comma-separated CSV")
-    return Table(columns=header, rows=rows, errors=errors, hint=hint)
+        raise DatasetError(f"cannot parse the CSV near data row {count + 1}: {exc}") from None
+    lines.check_not_blank()
+    if not count:
+        raise _no_rows(header)
 
+
+# --------------------------------------------------------------------------------------------------
+# JSON Lines and JSON arrays
+# --------------------------------------------------------------------------------------------------
 
 def _row_from_json(obj: object, row: int, errors: list[RowError]) -> dict[str, Any] | None:
     if not isinstance(obj, dict):
@@ -243,61 +371,127 @@ def _row_from_json(obj: object, row: int, errors: list[RowError]) -> dict[str, A
     return out
 
 
-def _read_jsonl(text: str, *, max_rows: int | None) -> Table:
-    rows: list[dict[str, Any] | None] = []
-    errors: list[RowError] = []
-    if text.lstrip().startswith("["):  # a JSON array of objects (a common ".json" export)
+def _read_jsonl(src: _Source, *, max_rows: int | None, report: _Reporter) -> Table:
+    table = Table(columns=[], rows=iter(()), again=lambda: _read_jsonl(src, max_rows=max_rows, report=report))
+    table.rows = _jsonl_rows(_Lines(src, report), table, max_rows)
+    return table
+
+
+def _jsonl_rows(lines: _Lines, table: Table, max_rows: int | None) -> Iterator[Row]:
+    """One row per non-blank line, numbered by its line in the file (blank lines hold no row but are counted), or
+    one per item of a JSON array; ``table.columns`` grows as new keys appear."""
+    seen: set[str] = set()
+    count, objects, first_error = 0, 0, ""
+    is_array: bool | None = None
+    stream = iter(lines)  # one pass: the array case below reads the rest of this same pass
+    for line in stream:
+        if not line.strip():
+            continue
+        if is_array is None:
+            is_array = line.lstrip().startswith("[")
+            if is_array:  # a JSON array of objects (a common ".json" export): parsed whole, numbered by item
+                text = "\n" * (lines.number - 1) + line + "".join(stream)
+                items = _json_array(text)
+                break
+        count += 1
+        _too_many(max_rows, count)
+        line = line[:-1] if line.endswith("\n") else line  # without its ending, so error columns are on its line
+        line = line[:-1] if line.endswith("\r") else line  # "\r\n" endings too
         try:
-            items = json.loads(text)
+            obj = json.loads(line, strict=False)  # strict=False: control characters raw inside strings are kept
         except json.JSONDecodeError as exc:
-            raise DatasetError(f"the file starts like a JSON array but is not valid JSON ({exc.msg} at line "
-                               f"{exc.lineno}, column {exc.colno})") from None
+            message = f"not valid JSON ({exc.msg} at column {exc.colno})"
+            first_error = first_error or f"line {lines.number}: {message}"
+            table.errors.append(RowError(lines.number, "", message))
+            yield lines.number, None
+            continue
+        row = _row_from_json(obj, lines.number, table.errors)
+        if row is not None:
+            objects += 1
+            _add_columns(table.columns, seen, row)
+        yield lines.number, row
+    if is_array:
         _too_many(max_rows, len(items))
         for i, obj in enumerate(items, start=1):
-            rows.append(_row_from_json(obj, i, errors))
-    else:
-        first_error = ""
-        for line_no, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            row = len(rows) + 1
-            _too_many(max_rows, row)
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                message = f"not valid JSON ({exc.msg} at column {exc.colno})"
-                first_error = first_error or f"line {line_no}: {message}"
-                errors.append(RowError(row, "", message))
-                rows.append(None)
-                continue
-            rows.append(_row_from_json(obj, row, errors))
-        if rows and all(r is None for r in rows):
-            raise DatasetError(f"the file is not JSON Lines: no line holds a JSON object ({first_error or errors[0]}); "
-                               f"expected one object per line, like {{\"prompt\": \"...\", \"answer\": \"...\", "
-                               f"\"label\": 1}}")
-    columns: list[str] = []
-    seen: set[str] = set()
-    for r in rows:
-        for key in r or ():
+            row = _row_from_json(obj, i, table.errors)
+            items[i - 1] = None  # each item is dropped once handed over
+            if row is not None:
+                _add_columns(table.columns, seen, row)
+            yield i, row
+        count = len(items)
+    lines.check_not_blank()
+    if not count:
+        raise _no_rows(table.columns)
+    if not is_array and not objects:
+        raise DatasetError(f"the file is not JSON Lines: no line holds a JSON object "
+                           f"({first_error or table.errors[0]}); expected one object per line, like "
+                           f"{{\"prompt\": \"...\", \"answer\": \"...\", \"label\": 1}}")
+
+
+def _json_array(text: str) -> list[Any]:
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"the file starts like a JSON array but is not valid JSON ({exc.msg} at line "
+                           f"{exc.lineno}, column {exc.colno})") from None
+    return items
+
+
+def _add_columns(columns: list[str], seen: set[str], row: dict[str, Any]) -> None:
+    if len(row) > len(seen) or not seen.issuperset(row):
+        for key in row:
             if key not in seen:
                 seen.add(key)
                 columns.append(key)
-    return Table(columns=columns, rows=rows, errors=errors)
 
 
-def _read_parquet(data: bytes, *, max_rows: int | None) -> Table:
+# --------------------------------------------------------------------------------------------------
+# Parquet
+# --------------------------------------------------------------------------------------------------
+
+def _read_parquet(src: _Source, *, max_rows: int | None, report: _Reporter) -> Table:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as exc:
         raise ImportError("reading Parquet needs pyarrow: pip install pyarrow") from exc
     try:
-        table = pq.read_table(io.BytesIO(data))
+        with src.open() as stream:
+            metadata = pq.ParquetFile(stream).metadata
     except (pa.ArrowException, OSError) as exc:
         raise DatasetError(f"the file is not a readable Parquet file ({exc}); expected a Parquet table") from None
-    _too_many(max_rows, table.num_rows)
-    columns = _normalize_columns(table.column_names)
-    table = table.rename_columns(columns)
-    rows: list[dict[str, Any] | None] = list(table.to_pylist())
-    frame = table.to_pandas()
-    return Table(columns=columns, rows=rows, frame=frame)
+    _too_many(max_rows, metadata.num_rows)
+    raw_names = list(metadata.schema.to_arrow_schema().names)
+    columns = _normalize_columns(raw_names)
+
+    def _bytes_of(rows: int) -> int:  # progress in bytes, like text files: the share of the rows read
+        return (src.size or 0) * rows // max(metadata.num_rows, 1)
+
+    def frame(wanted: Sequence[str]) -> pd.DataFrame:  # the typed columns, as pandas converts them
+        names = [name for name in columns if name in set(wanted)]
+        with src.open() as stream:
+            table = pq.ParquetFile(stream).read(columns=[raw_names[columns.index(name)] for name in names])
+        return table.rename_columns(names).to_pandas()
+
+    def rows() -> Iterator[Row]:
+        count = 0
+        with src.open() as stream:
+            batches = pq.ParquetFile(stream).iter_batches(batch_size=_PARQUET_BATCH)
+            while True:
+                try:
+                    batch = next(batches, None)
+                except (pa.ArrowException, OSError) as exc:  # a damaged page, found when it is reached
+                    raise DatasetError(f"the file is not a readable Parquet file ({exc}); expected a Parquet "
+                                       f"table") from None
+                if batch is None:
+                    break
+                for record in batch.rename_columns(columns).to_pylist():
+                    count += 1
+                    yield count, record
+                report(_bytes_of(count), src.size)
+        report(_bytes_of(count), src.size, final=True)
+        if not count:
+            raise _no_rows(columns)
+
+    return Table(columns=columns, rows=rows(), frame=frame,
+                 again=lambda: _read_parquet(src, max_rows=max_rows, report=report))

@@ -236,20 +236,24 @@ def _trace_from_steps(parsed: ParsedResponse, *, api: str, prompt: str, model_id
     answer = "".join(pieces) if parsed.text is None else parsed.text
     n = len(steps)
     surprisal = np.array([-lp for _, lp, _ in steps], dtype=np.float64)
-    entropy = np.empty(n, dtype=np.float64)
-    alternatives = []
-    for t, (raw, lp, offered) in enumerate(steps):
-        alts = sorted(((tok, a) for tok, _, a in offered if a > -math.inf), key=lambda pair: -pair[1])
-        alternatives.append(alts)
-        known = [a for _, a in alts]
-        if raw not in {key for _, key, a in offered if a > -math.inf}:  # the chosen token's mass is known too
-            known.append(lp)
-        entropy[t] = entropy_from_top_k(np.array([known], dtype=np.float64))[0]
+    alternatives = [sorted(((tok, a) for tok, _, a in offered if a > -math.inf), key=lambda pair: -pair[1])
+                    for _, _, offered in steps]
     k = min((len(a) for a in alternatives), default=0)
+    entropy: np.ndarray | None = None
+    if k > 0:  # every step offers alternatives: a top-k estimate
+        entropy = np.empty(n, dtype=np.float64)
+        for t, ((raw, lp, offered), alts) in enumerate(zip(steps, alternatives)):
+            known = [a for _, a in alts]
+            if raw not in {key for _, key, a in offered if a > -math.inf}:  # the chosen token's mass is known too
+                known.append(lp)
+            entropy[t] = entropy_from_top_k(np.array([known], dtype=np.float64))[0]
+    # A step without alternatives knows only the chosen token: one probability says nothing about the spread of the
+    # rest, so such a response has no entropy ("absent") rather than a one-bucket guess.
     top_logprobs = np.array([[a for _, a in alts[:k]] for alts in alternatives], dtype=np.float64).reshape(n, k)
     top_tokens = tuple(tuple(tok for tok, _ in alts[:k]) for alts in alternatives)
-    metadata = TraceMetadata(model_id=model_id, source="imported", entropy_source="top_k_approximation",
-                             extra={"api": api, **parsed.extra})
+    metadata = TraceMetadata(model_id=model_id, source="imported",
+                             entropy_source="top_k" if entropy is not None else "absent",
+                             entropy_k=k if entropy is not None else None, extra={"api": api, **parsed.extra})
     return Trace(prompt=prompt, answer=answer, token_ids=np.full(n, -1, dtype=np.int64), tokens=tuple(pieces),
                  surprisal=surprisal, entropy=entropy, top_ids=np.full((n, k), -1, dtype=np.int64),
                  top_logprobs=top_logprobs, ranks=None, metadata=metadata, top_tokens=top_tokens)
@@ -265,12 +269,14 @@ def trace_from_openai(response: Mapping[str, Any], *, prompt: str = "", model_id
     - legacy completions: ``choices[0].logprobs`` is ``{"tokens", "token_logprobs", "top_logprobs": [{token:
       logprob} or null, ...]}``; the answer is ``choices[0].text``.
 
-    Surprisal is ``-logprob`` of the chosen token (exact). Entropy is estimated per step with
-    :func:`entropy_from_top_k` from that step's alternatives, plus the chosen token when it is not among them (a
-    step without alternatives uses the chosen token alone, the rest of the mass as one bucket); metadata then says
-    ``entropy_source="top_k_approximation"``. Alternatives are sorted most likely first, ``-inf`` ones dropped, and
-    truncated to the smallest number offered at any step, so every step has the same k (``top_ids`` are -1,
-    ``top_tokens`` their text as the server gives it).
+    Surprisal is ``-logprob`` of the chosen token (exact). When every step offers alternatives (``top_logprobs=k``
+    was asked for), entropy is estimated per step with :func:`entropy_from_top_k` from that step's alternatives,
+    plus the chosen token when it is not among them; metadata then says ``entropy_source="top_k"`` with
+    ``entropy_k`` = k. A response without alternatives (``logprobs=true`` alone, or a step that offers none) has
+    no entropy: ``entropy=None``, ``entropy_source="absent"``, k = 0, and surprisal-only methods still score it.
+    Alternatives are sorted most likely first, ``-inf`` ones dropped, and truncated to the smallest number offered
+    at any step, so every step has the same k (``top_ids`` are -1, ``top_tokens`` their text as the server gives
+    it).
 
     Token texts come from each token's ``bytes`` when present (decoded incrementally as UTF-8, so a character split
     across tokens is carried by the token that completes it and the others are ""), else from ``token`` (where the
@@ -289,7 +295,7 @@ def trace_from_openai(response: Mapping[str, Any], *, prompt: str = "", model_id
     Returns
     -------
     Trace
-        ``source="imported"``, ``entropy_source="top_k_approximation"``; ``metadata.extra`` holds ``api``
+        ``source="imported"``, ``entropy_source`` ``"top_k"`` or ``"absent"``; ``metadata.extra`` holds ``api``
         (``"chat"`` or ``"completions"``) and ``finish_reason`` when given.
 
     Raises

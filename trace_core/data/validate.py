@@ -1,10 +1,14 @@
 """Validating a table row by row into a :class:`LabeledDataset`: every valid row kept with its label and trace, every
-rejected row reported with its number, column and reason (nothing is dropped silently)."""
+rejected row reported with its number, column and reason (nothing is dropped silently).
+
+Rows are validated as they are read (see :mod:`trace_core.data.read`) and only what the dataset keeps is held: the
+non-trace cells of valid rows and their traces, never every raw row at once.
+"""
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -16,10 +20,13 @@ from ._values import ABSENT, CellError, is_blank, is_missing, json_cell, show
 from .codec import TRACE_COLUMNS, decode_cell, trace_from_cells
 from .errors import DatasetError, DatasetWarning, RowError
 from .labels import LABEL_EXPECTED, check_matcher_options, label_from_reference, parse_label
-from .read import PathOrBuffer, Table, read_table
+from .read import PathOrBuffer, Progress, Table, read_table
 from .responses import trace_from_openai
 
 __all__ = ["LabeledDataset", "read_dataset"]
+
+_TRACE_SET = frozenset(TRACE_COLUMNS)
+_TEXT_COLUMNS = ("tokens", "top_tokens")  # trace columns of token text, whose strings are shared (see _share)
 
 
 @dataclass
@@ -29,10 +36,12 @@ class LabeledDataset:
     Attributes
     ----------
     frame : pandas.DataFrame, shape (n_valid, ...)
-        The valid rows, every input column kept as read (names lower-cased), an int column ``label`` (0/1; the
-        input's ``label`` column is replaced by its parsed value; absent when ``label_source == "none"``), an
-        ``answer`` column (added when taken from ``response``), and an int column ``row_column`` holding each row's
-        1-based data-row number in the file. The index is 0..n_valid-1.
+        The valid rows, every input column but the trace columns (:data:`~trace_core.data.TRACE_COLUMNS`, held
+        decoded in ``traces`` instead) kept as read (names lower-cased), an int column ``label`` (0/1; the input's
+        ``label`` column is replaced by its parsed value; absent when ``label_source == "none"``), an ``answer``
+        column (added when taken from ``response``), and an int column ``row_column`` holding each row's number
+        (see :class:`RowError`). The index is 0..n_valid-1. ``write_dataset(frame, ..., traces=traces)`` writes
+        the trace columns back.
     traces : list of Trace or None, length n_valid
         One per valid row, None where the row carries no trace.
     errors : list of RowError
@@ -84,14 +93,15 @@ class LabeledDataset:
 
 def read_dataset(source: PathOrBuffer | bytes, *, format: str | None = None, matcher: str = "exact",
                  tolerance: float = 1e-6, f1_threshold: float = 0.5, require_label: bool = True,
-                 max_rows: int | None = None) -> LabeledDataset:
+                 max_rows: int | None = None, progress: Progress | None = None) -> LabeledDataset:
     """Read and validate a labeled dataset (CSV, JSON Lines or Parquet); see :mod:`trace_core.data` for the columns.
 
     Parameters
     ----------
     source : str, Path, bytes or binary file-like
         A path, the file's bytes, or an open binary file (a Streamlit ``UploadedFile`` works: it is rewound first
-        and its ``.name`` gives the format).
+        and its ``.name`` gives the format). A path or a seekable file is read as a stream, never whole. Rows are
+        numbered as :class:`RowError` says: in JSON Lines by their line in the file.
     format : {"csv", "jsonl", "parquet"} or None
         None: from the extension (.csv/.tsv/.txt, .jsonl/.json/.ndjson, .parquet/.pq). CSV delimiters ``,`` ``;``
         tab and ``|`` are recognised from the header; a ``.json`` file may also hold one JSON array of objects.
@@ -102,6 +112,11 @@ def read_dataset(source: PathOrBuffer | bytes, *, format: str | None = None, mat
         When False, a file without ``label`` and ``reference`` columns is read unlabeled (``label_source="none"``).
     max_rows : int or None
         Refuse files with more data rows than this (>= 1).
+    progress : callable(done, total) or None
+        Called while the file is read and its rows validated (about once per MiB, and once at the end) with the
+        bytes read so far and the file's size in bytes (Parquet: the size times the share of rows read). ``done``
+        only grows and ends equal to ``total``, so ``done / total`` suits a progress bar (e.g. a command line's
+        reading bar on stderr).
 
     Returns
     -------
@@ -127,7 +142,9 @@ def read_dataset(source: PathOrBuffer | bytes, *, format: str | None = None, mat
     check_bool(require_label, "require_label")
     if max_rows is not None:
         check_int(max_rows, "max_rows", minimum=1)
-    table, fmt = read_table(source, format=format, max_rows=max_rows)
+    if progress is not None and not callable(progress):
+        raise TypeError(f"`progress` must be a callable or None, got {type(progress).__name__}")
+    table, fmt = read_table(source, format=format, max_rows=max_rows, progress=progress)
     return _validate_table(table, fmt=fmt, matcher=matcher, tolerance=tolerance, f1_threshold=f1_threshold,
                            require_label=require_label)
 
@@ -149,72 +166,131 @@ class _Rules:
     f1_threshold: float
 
 
-def _validate_table(table: Table, *, fmt: str, matcher: str, tolerance: float, f1_threshold: float,
-                    require_label: bool) -> LabeledDataset:
-    columns = table.columns
+def _rules_for(columns: Sequence[str], hint: str, options: dict[str, Any]) -> _Rules | DatasetError:
+    """The rules for a table with these columns, or the error that a table without the required ones raises."""
     has = set(columns)
     trace_columns = tuple(c for c in TRACE_COLUMNS if c in has)
     use_response = "response" in has and not trace_columns
     missing = [c for c in ("prompt", "answer") if c not in has and not (c == "answer" and use_response)]
     if missing:
         needed = " and ".join(f"`{c}`" for c in missing)
-        raise DatasetError(f"missing required column{'s' if len(missing) > 1 else ''} {needed}; found columns "
-                           f"{_columns_text(columns)}{table.hint}")
+        return DatasetError(f"missing required column{'s' if len(missing) > 1 else ''} {needed}; found columns "
+                            f"{_columns_text(columns)}{hint}")
     if "label" in has:
         label_source = "label"
     elif "reference" in has:
-        label_source = f"reference:{matcher}"
-    elif require_label:
-        raise DatasetError(f"the dataset needs a `label` column ({LABEL_EXPECTED}) or a `reference` column (the "
-                           f"gold answer, to label answers with a matcher); found columns {_columns_text(columns)}"
-                           f"{table.hint}")
+        label_source = f"reference:{options['matcher']}"
+    elif options["require_label"]:
+        return DatasetError(f"the dataset needs a `label` column ({LABEL_EXPECTED}) or a `reference` column (the "
+                            f"gold answer, to label answers with a matcher); found columns {_columns_text(columns)}"
+                            f"{hint}")
     else:
         label_source = "none"
-    rules = _Rules(trace_columns, use_response, label_source, matcher, tolerance, f1_threshold)
+    return _Rules(trace_columns, use_response, label_source, options["matcher"], options["tolerance"],
+                  options["f1_threshold"])
 
-    errors = list(table.errors)
-    valid_index: list[int] = []
-    traces: list[Trace | None] = []
-    labels: list[int] = []
-    answers: list[str] = []
-    for i, raw in enumerate(table.rows):
+
+@dataclass
+class _Kept:
+    """What one pass over a table keeps of its valid rows: no raw trace cells, so memory stays near the traces'."""
+
+    n_read: int = 0
+    numbers: list[int] = field(default_factory=list)       # the valid rows' numbers
+    cells: list[Any] = field(default_factory=list)         # their non-trace cells (CSV: lists; JSON: dicts)
+    traces: list[Trace | None] = field(default_factory=list)
+    labels: list[int] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)
+    errors: list[RowError] = field(default_factory=list)
+    rules: _Rules | None = None
+
+
+def _validate_pass(table: Table, fmt: str, options: dict[str, Any], fixed: _Rules | None) -> _Kept | None:
+    """Validate each row as it is read and keep only what the dataset needs; None when a second pass is needed.
+
+    The rules come from the columns. A JSON Lines file's columns are known only at its end, so rows are checked
+    under the columns seen so far; should a later row bring a column that changes the rules (rare: a file whose
+    records differ in shape), the rows already checked are stale and the caller reads the file again with the rules
+    of all its columns (``fixed``).
+    """
+    kept = _Kept()
+    rules: _Rules | DatasetError | None = fixed
+    width, used, stale = -1, False, False
+    strings: dict[str, str] = {}  # one str object per distinct token text: traces repeat a vocabulary's tokens
+    csv_columns = [c for c in table.columns if c not in _TRACE_SET]  # a CSV's columns are known from its header
+    for number, raw in table.rows:
+        kept.n_read += 1
+        if fixed is None and len(table.columns) != width:
+            width = len(table.columns)
+            now = _rules_for(table.columns, table.hint, options)
+            if now != rules:
+                stale, rules = stale or used, now
         if raw is None:
             continue
-        problems: list[CellError] = []
-        trace, answer, label = _check_row(raw, rules, problems)
-        if problems:
-            errors.extend(RowError(i + 1, p.field, p.message) for p in problems)
+        if stale or not isinstance(rules, _Rules):  # this row waits for the second pass
+            stale = True
             continue
-        valid_index.append(i)
-        traces.append(trace)
-        labels.append(label)
-        answers.append(answer if answer is not None else "")
+        used = True
+        problems: list[CellError] = []
+        trace, answer, label = _check_row(raw, rules, problems, strings)
+        if problems:
+            kept.errors.extend(RowError(number, p.field, p.message) for p in problems)
+            continue
+        kept.numbers.append(number)
+        kept.traces.append(trace)
+        kept.labels.append(label)
+        kept.answers.append(answer if answer is not None else "")
+        if fmt == "csv":
+            kept.cells.append([raw[c] for c in csv_columns])
+        elif fmt == "jsonl":
+            kept.cells.append({k: v for k, v in raw.items() if k not in _TRACE_SET})
+    final = fixed or _rules_for(table.columns, table.hint, options)  # the rows are read: the columns are complete
+    if isinstance(final, DatasetError):
+        raise final
+    if stale or (used and rules != final):
+        return None
+    kept.rules = final
+    kept.errors = sorted(table.errors + kept.errors, key=lambda e: e.row)  # stable: a row keeps its errors' order
+    return kept
 
-    errors.sort(key=lambda e: e.row)  # stable: a row's errors keep their order
-    frame = _valid_frame(table, valid_index, fmt)
+
+def _validate_table(table: Table, *, fmt: str, matcher: str, tolerance: float, f1_threshold: float,
+                    require_label: bool) -> LabeledDataset:
+    options = {"matcher": matcher, "tolerance": tolerance, "f1_threshold": f1_threshold,
+               "require_label": require_label}
+    kept = _validate_pass(table, fmt, options, None)
+    if kept is None and table.again is not None:
+        final = _rules_for(table.columns, table.hint, options)
+        assert isinstance(final, _Rules)  # checked by the first pass
+        table = table.again()
+        kept = _validate_pass(table, fmt, options, final)
+    assert kept is not None and kept.rules is not None  # a pass with fixed rules always completes
+    rules = kept.rules
+
+    frame = _valid_frame(table, kept, fmt)
     if "answer" not in frame.columns:
-        frame.insert(columns.index("prompt") + 1, "answer", pd.Series(answers, index=frame.index, dtype=str))
-    elif use_response:  # answers filled in from responses where missing
-        frame["answer"] = pd.Series(answers, index=frame.index, dtype=str)
-    if label_source != "none":  # replaces the input's label column in place, or is added at the end
-        frame["label"] = pd.Series(labels, index=frame.index, dtype=np.int64)
+        frame.insert(frame.columns.get_loc("prompt") + 1, "answer",
+                     pd.Series(kept.answers, index=frame.index, dtype=str))
+    elif rules.use_response:  # answers filled in from responses where missing
+        frame["answer"] = pd.Series(kept.answers, index=frame.index, dtype=str)
+    if rules.label_source != "none":  # replaces the input's label column in place, or is added at the end
+        frame["label"] = pd.Series(kept.labels, index=frame.index, dtype=np.int64)
     row_column = "row"
     while row_column in frame.columns:
         row_column = "_" + row_column
-    frame[row_column] = pd.Series([i + 1 for i in valid_index], index=frame.index, dtype=np.int64)
+    frame[row_column] = pd.Series(kept.numbers, index=frame.index, dtype=np.int64)
     frame.attrs["trace_core_row_column"] = row_column
-    dataset = LabeledDataset(frame=frame, traces=traces, errors=errors, n_read=len(table.rows),
-                             label_source=label_source, row_column=row_column)
+    dataset = LabeledDataset(frame=frame, traces=kept.traces, errors=kept.errors, n_read=kept.n_read,
+                             label_source=rules.label_source, row_column=row_column)
     if dataset.n_rejected:
         warnings.warn(f"{dataset.summary()}; every problem is listed in LabeledDataset.errors", DatasetWarning,
                       stacklevel=3)
     return dataset
 
 
-def _check_row(raw: Mapping[str, Any], rules: _Rules, problems: list[CellError]) -> tuple[Trace | None, str | None,
-                                                                                            int]:
+def _check_row(raw: Mapping[str, Any], rules: _Rules, problems: list[CellError],
+               strings: dict[str, str]) -> tuple[Trace | None, str | None, int]:
     """One row's trace, answer and label (-1 when unlabeled); every problem found is appended to ``problems``, so a
-    row with several bad cells reports them all."""
+    row with several bad cells reports them all. ``strings`` maps token texts to the one object kept for each."""
     prompt = answer = None
     try:
         prompt = _text_cell(raw.get("prompt"), "prompt", allow_empty=False)
@@ -249,6 +325,9 @@ def _check_row(raw: Mapping[str, Any], rules: _Rules, problems: list[CellError])
     elif rules.trace_columns:
         try:
             cells = {c: decode_cell(raw.get(c), c) for c in rules.trace_columns}
+            for c in _TEXT_COLUMNS:
+                if isinstance(cells.get(c), list):
+                    cells[c] = _share(cells[c], strings)
             if any(v is not ABSENT for v in cells.values()):
                 trace = trace_from_cells(cells, prompt=prompt or "", answer=answer)
         except CellError as exc:
@@ -261,6 +340,22 @@ def _check_row(raw: Mapping[str, Any], rules: _Rules, problems: list[CellError])
         problems.append(exc)
         label = -1
     return trace, answer, label
+
+
+def _share(value: list[Any], strings: dict[str, str]) -> list[Any]:
+    """``value`` (a list of token texts, or of lists of them) with each str replaced by the first equal one seen.
+
+    ``json.loads`` makes a new object for every string, and the top-k token texts of a large file are tens of
+    millions of copies of a few thousand tokens: sharing them keeps the traces' memory near that of their arrays.
+    Anything that is not a str is left as is (the codec reports it).
+    """
+    out = []
+    for item in value:
+        if isinstance(item, list):
+            out.append([strings.setdefault(x, x) if type(x) is str else x for x in item])
+        else:
+            out.append(strings.setdefault(item, item) if type(item) is str else item)
+    return out
 
 
 def _label(raw: Mapping[str, Any], answer: str | None, rules: _Rules) -> int:
@@ -283,16 +378,15 @@ def _label(raw: Mapping[str, Any], answer: str | None, rules: _Rules) -> int:
         raise CellError("reference", str(exc)) from None
 
 
-def _valid_frame(table: Table, valid_index: list[int], fmt: str) -> pd.DataFrame:
-    if table.frame is not None:
-        return table.frame.iloc[valid_index].reset_index(drop=True)
-    records = [table.rows[i] for i in valid_index]
+def _valid_frame(table: Table, kept: _Kept, fmt: str) -> pd.DataFrame:
+    """The valid rows' non-trace columns (their traces are in ``LabeledDataset.traces``), typed as before."""
+    columns = [c for c in table.columns if c not in _TRACE_SET]
+    if table.frame is not None:  # Parquet: pyarrow's typed columns
+        return table.frame(columns).iloc[[n - 1 for n in kept.numbers]].reset_index(drop=True)
     if fmt == "csv":
-        values = [[r[c] for c in table.columns] for r in records]  # type: ignore[index]
-        return pd.DataFrame(values, columns=table.columns, dtype=str) if values else pd.DataFrame(
-            {c: pd.Series([], dtype=str) for c in table.columns})
-    frame = pd.DataFrame.from_records(records, columns=table.columns)
-    return frame.reset_index(drop=True)
+        return pd.DataFrame(kept.cells, columns=columns, dtype=str) if kept.cells else pd.DataFrame(
+            {c: pd.Series([], dtype=str) for c in columns})
+    return pd.DataFrame.from_records(kept.cells, columns=columns).reset_index(drop=True)
 
 
 def _text_cell(value: object, name: str, *, allow_empty: bool) -> str | None:

@@ -139,7 +139,8 @@ def write_dataset(frame: pd.DataFrame, dest: PathOrBuffer, *, traces: Sequence[T
         Where to write (binary buffers get bytes; text buffers get text, except Parquet).
     traces : sequence of Trace or None, optional
         One per row; written as the trace columns (:func:`traces_to_columns`), replacing any trace columns of
-        ``frame``. Rows whose trace is None get empty cells.
+        ``frame``. Rows whose trace is None get empty cells; a trace without entropy (``entropy_source="absent"``)
+        gets an empty ``entropy`` cell (null in JSON Lines and Parquet), which reads back as no entropy.
     format : {"csv", "jsonl", "parquet"} or None
         None: from the extension of ``dest`` (or its ``.name``); a ``.tsv`` name gets tab-separated CSV.
 

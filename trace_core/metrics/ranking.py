@@ -1,6 +1,6 @@
 """Ranking metrics on any finite real confidence score: AUROC, the ROC curve, TPR at FPR, AUPRC.
 
-:class:`RankGroups` computes AUROC, AUPRC and AURC of many subsets of the same answers after one sort.
+:class:`RankGroups` computes AUROC, AUPRC, AURC and PRR of many subsets of the same answers after one sort.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .._checks import check_labels, check_real, check_scores
 from ._common import check_pair, has_both_classes
-from .selective import _aurc_from_groups
+from .selective import _aurc_from_groups, _prr_from_aurc
 
 __all__ = ["RankGroups", "auprc", "auroc", "roc_curve", "tpr_at_fpr"]
 
@@ -194,11 +194,11 @@ def auprc(y_true: ArrayLike, score: ArrayLike) -> float:
 
 
 class RankGroups:
-    """A score's distinct values, found once, so AUROC, AUPRC and AURC of any subset of the answers need no sort.
+    """A score's distinct values, found once, so AUROC, AUPRC, AURC and PRR of any subset of the answers need no sort.
 
     The evaluation protocol scores every method on 20 random held-out subsets; sorting the full score once and
-    counting per distinct value with ``bincount`` makes each subset O(n) instead of three O(n log n) sorts. The
-    results equal :func:`auroc`, :func:`auprc` and :func:`aurc` on ``score[subset]`` (ties included).
+    counting per distinct value with ``bincount`` makes each subset O(n) instead of four O(n log n) sorts. The
+    results equal :func:`auroc`, :func:`auprc`, :func:`aurc` and :func:`prr` on ``score[subset]`` (ties included).
 
     Parameters
     ----------
@@ -213,8 +213,8 @@ class RankGroups:
         self._inverse = inverse.reshape(-1)
 
     def ranking_metrics(self, y_true: ArrayLike, subset: ArrayLike | None = None) -> dict[str, float]:
-        """``{"auroc", "auprc", "aurc"}`` of the answers in ``subset`` (indices; all if None), labels ``y_true``
-        aligned with the subset. AUROC and AUPRC are ``nan`` (with a warning) when the subset has one class."""
+        """``{"auroc", "auprc", "aurc", "prr"}`` of the answers in ``subset`` (indices; all if None), labels ``y_true``
+        aligned with the subset. AUROC, AUPRC and PRR are ``nan`` (with a warning) when the subset has one class."""
         groups = self._inverse if subset is None else self._inverse[np.asarray(subset, dtype=np.int64)]
         y = check_labels(y_true, "y_true", n=groups.shape[0])
         total = np.bincount(groups, minlength=self.n_values_)
@@ -224,12 +224,13 @@ class RankGroups:
         neg = total - pos
         n = float(y.shape[0])
         out = {"aurc": _aurc_from_groups(total[::-1], neg[::-1])}
-        if not has_both_classes(y, "AUROC and AUPRC"):
-            return {"auroc": float("nan"), "auprc": float("nan"), **out}
+        if not has_both_classes(y, "AUROC, AUPRC and PRR"):
+            return {"auroc": float("nan"), "auprc": float("nan"), **out, "prr": float("nan")}
         n_pos = float(pos.sum())
         before = np.cumsum(total) - total
         u = float(pos @ (before + (total + 1) / 2.0)) - n_pos * (n_pos + 1) / 2.0
         out["auroc"] = u / (n_pos * (n - n_pos))
         tps, fps = np.cumsum(pos[::-1]), np.cumsum(neg[::-1])
         out["auprc"] = float(np.sum(np.diff(np.r_[0.0, tps / n_pos]) * (tps / (tps + fps))))
+        out["prr"] = _prr_from_aurc(out["aurc"], int(n_pos), int(n - n_pos))
         return out

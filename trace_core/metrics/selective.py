@@ -1,4 +1,5 @@
-"""Selective prediction: the risk (error rate among the answers kept, most confident first) at each coverage."""
+"""Selective prediction: the risk (error rate among the answers kept, most confident first) at each coverage; AURC and
+the prediction rejection ratio (PRR) summarise the whole curve."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .._checks import check_real
-from ._common import check_pair
+from ._common import check_pair, has_both_classes
 
-__all__ = ["aurc", "risk_at_coverage", "risk_coverage_curve"]
+__all__ = ["aurc", "prr", "risk_at_coverage", "risk_coverage_curve"]
 
 
 def risk_coverage_curve(
@@ -136,3 +137,64 @@ def _aurc_from_groups(sizes: NDArray[np.float64], errors: NDArray[np.float64]) -
     ends = kept_before.astype(np.int64)
     h = harmonic[ends + sizes.astype(np.int64)] - harmonic[ends]
     return float(np.sum(sizes * rate + (errors_before - kept_before * rate) * h) / n)
+
+
+def _oracle_aurc(n_correct: int, n_wrong: int) -> float:
+    """AURC of the oracle order (every correct answer first): ``risk_k = max(0, k - n_c) / k``, so
+    ``AURC_oracle = (n_w - n_c (H_n - H_{n_c})) / n`` with ``H`` the harmonic numbers and ``n = n_c + n_w``."""
+    n = n_correct + n_wrong
+    tail = float(np.sum(1.0 / np.arange(n_correct + 1, n + 1, dtype=np.float64)))  # H_n - H_{n_c}
+    return (n_wrong - n_correct * tail) / n
+
+
+def _prr_from_aurc(aurc_value: float, n_correct: int, n_wrong: int) -> float:
+    """PRR from the method's AURC and the class counts (both classes present)."""
+    random = n_wrong / (n_correct + n_wrong)
+    return (random - aurc_value) / (random - _oracle_aurc(n_correct, n_wrong))
+
+
+def prr(y_true: ArrayLike, confidence: ArrayLike) -> float:
+    """Prediction rejection ratio: how much of the gap between a random and the oracle rejection order a score closes.
+
+    With binary correctness as the quality, ``PRR = (AURC_random - AURC) / (AURC_random - AURC_oracle)``, where
+
+    * ``AURC`` is :func:`aurc` of ``confidence`` (the risk-coverage curve, most confident kept first; ties in
+      ``confidence`` resolved by expectation over their orders);
+    * ``AURC_random = n_wrong / n``, the error rate: a random order's expected risk at every coverage;
+    * ``AURC_oracle = (n_wrong - n_correct (H_n - H_{n_correct})) / n``, every correct answer kept first
+      (``H_m = sum_{j<=m} 1/j``).
+
+    This is LM-Polygraph's PRR (Fadeeva et al. 2023; Vashurin et al. 2025) with correctness as the quality: its
+    prediction-rejection area ``Q = (1/n) sum_k (mean quality of the k most confident)`` is ``1 - AURC`` here, and
+    ``(Q - Q_random) / (Q_oracle - Q_random)`` equals the formula above. Since PRR is affine in AURC, the tie handling
+    gives the expected PRR over the orders of tied answers; PRR is invariant to any increasing transform of the score.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_answers,)
+        1 if the answer is correct, 0 otherwise.
+    confidence : array-like of shape (n_answers,)
+        Confidence score, any finite real, higher = more likely correct.
+
+    Returns
+    -------
+    float
+        At most 1 (the oracle order); 0 for a constant score and in expectation for a random one; negative when worse
+        than random (-1 for the reversed oracle order when the classes are balanced). ``nan`` with an
+        :class:`UndefinedMetricWarning` when ``y_true`` holds one class (there is no gap to close).
+
+    Raises
+    ------
+    ValueError
+        On empty input, length mismatch, bad labels or non-finite scores.
+
+    Examples
+    --------
+    >>> round(prr([1, 1, 0, 0], [0.9, 0.8, 0.3, 0.1]), 12), prr([1, 1, 0, 0], [0.5, 0.5, 0.5, 0.5])
+    (1.0, 0.0)
+    """
+    y, _ = check_pair(y_true, confidence, "confidence", probability=False)
+    if not has_both_classes(y, "PRR"):
+        return float("nan")
+    n_correct = int(y.sum())
+    return _prr_from_aurc(aurc(y, confidence), n_correct, int(y.shape[0]) - n_correct)

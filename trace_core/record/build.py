@@ -39,8 +39,9 @@ def _build_trace(backend: Backend, prompt: str, recorded: RecordedAnswer, *, sou
     Returns
     -------
     Trace
-        ``surprisal = max(-log p, 0)``, ``entropy = max(H, 0)`` and ``top_logprobs = min(log p, 0)`` in float64:
-        float32 rounding can put a certain token's log-probability a hair above 0.
+        ``surprisal = max(-log p, 0)``, ``entropy = max(H, 0)`` (None when the backend has none) and
+        ``top_logprobs = min(log p, 0)`` in float64: float32 rounding can put a certain token's log-probability a
+        hair above 0. ``metadata.entropy_source``/``entropy_k`` are the backend's (``"exact"`` for a local model).
     """
     tokenizer = backend.tokenizer
     pieces = token_pieces(tokenizer, recorded.token_ids)
@@ -50,11 +51,12 @@ def _build_trace(backend: Backend, prompt: str, recorded: RecordedAnswer, *, sou
     extra["prompt_tokens"] = prompt_tokens
     metadata = TraceMetadata(
         model_id=backend.model_id, source=source, decoding=dict(decoding), processed=recorded.processed,
-        entropy_source=recorded.entropy_source, tokenizer=str(getattr(tokenizer, "name_or_path", "")),
-        chat_template=chat_template, extra=extra)
+        entropy_source=recorded.entropy_source, entropy_k=recorded.entropy_k,
+        tokenizer=str(getattr(tokenizer, "name_or_path", "")), chat_template=chat_template, extra=extra)
+    entropy = None if recorded.entropy is None else np.maximum(recorded.entropy.astype(np.float64), 0.0)
     return Trace(
         prompt=prompt, answer="".join(pieces), token_ids=recorded.token_ids, tokens=tuple(pieces),
         surprisal=np.maximum(-recorded.chosen_logprobs.astype(np.float64), 0.0),
-        entropy=np.maximum(recorded.entropy.astype(np.float64), 0.0),
+        entropy=entropy,
         top_ids=recorded.top_ids, top_logprobs=np.minimum(recorded.top_logprobs.astype(np.float64), 0.0),
         ranks=recorded.ranks, metadata=metadata)

@@ -107,6 +107,41 @@ def malformed_lines() -> bytes:
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
+#: Characters that ``str.splitlines`` treats as line breaks but JSON Lines does not (lines end at "\n" only).
+LINE_SEPARATORS = ("\u2028", "\u2029", "\u0085", "\u000b", "\u000c", "\u001c", "\u001d", "\u001e")
+#: (line, column) of the problems in :func:`line_separators`: a broken line after every separator-holding record.
+LINE_SEPARATOR_ERRORS = ((len(LINE_SEPARATORS) + 3, ""), (len(LINE_SEPARATORS) + 5, "label"))
+
+
+def line_separators() -> bytes:
+    """JSON Lines whose records 2..9 hold each of :data:`LINE_SEPARATORS` raw (not escaped) inside their prompt,
+    answer and token strings; line 11 is broken JSON, line 13 has a bad label, the others are valid (12 of 14 kept).
+    A reader that splits on those characters loses rows 2..9 and numbers every later line wrong. (Raw U+000B,
+    U+000C and U+001C-U+001E are control characters, which strict JSON forbids inside strings; the reader accepts
+    them, as many writers emit them.)"""
+    def record(i: int, sep: str = "") -> str:
+        row = dict(zip(HEADER, good_row(i)))
+        for name in ("tokens", "surprisal", "entropy"):
+            row[name] = json.loads(row[name])
+        row["tokens"][0] = row["tokens"][0] + sep
+        row["answer"] = "".join(row["tokens"])
+        row["prompt"] = f"{row['prompt']} {sep}(U+{ord(sep):04X}){sep}" if sep else row["prompt"]
+        row["label"] = int(row["label"])
+        text = json.dumps(row, ensure_ascii=False)  # ensure_ascii=False keeps U+2028, U+2029 and U+0085 raw
+        return text.replace(json.dumps(sep)[1:-1], sep) if sep else text  # and control characters raw too
+
+    lines = [record(1)] + [record(i, sep) for i, sep in enumerate(LINE_SEPARATORS, start=2)]
+    n = len(lines)
+    lines += [record(n + 1), '{"prompt": "broken", "answer": ', record(n + 3),
+              record(n + 4).replace('"label": 0', '"label": "maybe"').replace('"label": 1', '"label": "maybe"'),
+              record(n + 5)]
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+#: JSON Lines cases written on demand (by the tests, into a temporary folder); not committed, not in SMALL.
+ON_DEMAND: dict[str, Callable[[], bytes]] = {"line_separators.jsonl": line_separators}
+
+
 def binary_garbage() -> bytes:
     data = bytearray(random.Random(0).randbytes(512))
     data[100] = 0  # binary files hold NUL bytes; make sure this one does

@@ -30,8 +30,9 @@ class RecordedAnswer:
         The answer's tokens (for generation: stopped before the end-of-answer token).
     chosen_logprobs : ndarray of float, shape (T,)
         ``log p(y_t | x, y_<t)`` of each answer token.
-    entropy : ndarray of float, shape (T,)
-        Entropy of each step's distribution, in nats.
+    entropy : ndarray of float, shape (T,), or None
+        Entropy of each step's distribution, in nats; None when the backend cannot know it (a server returning only
+        the chosen token's log-probability; ``entropy_source`` is then ``"absent"``).
     top_logprobs, top_ids : ndarray, shape (T, k)
         The k most likely tokens of each step, most likely first.
     ranks : ndarray of int, shape (T,)
@@ -40,21 +41,25 @@ class RecordedAnswer:
         The recorded distribution was changed by logits processing (e.g. a repetition penalty).
     finish_reason : str or None, default None
         Why generation stopped ("eos" or "length"); None for teacher forcing.
-    entropy_source : str, default "full_vocabulary"
-        Where the entropy comes from (``TraceMetadata.entropy_source``).
+    entropy_source : {"exact", "top_k", "absent"}, default "exact"
+        Where the entropy comes from (``TraceMetadata.entropy_source``): a local model computes it over the whole
+        vocabulary (``"exact"``).
+    entropy_k : int or None, default None
+        k of a ``"top_k"`` estimate (``TraceMetadata.entropy_k``).
 
     Small rounding outside the valid ranges (a log-probability of +1e-7) is clipped when the Trace is built.
     """
 
     token_ids: np.ndarray
     chosen_logprobs: np.ndarray
-    entropy: np.ndarray
+    entropy: np.ndarray | None
     top_logprobs: np.ndarray
     top_ids: np.ndarray
     ranks: np.ndarray
     processed: bool = False
     finish_reason: str | None = None
-    entropy_source: str = "full_vocabulary"
+    entropy_source: str = "exact"
+    entropy_k: int | None = None
 
 
 class Backend(Protocol):

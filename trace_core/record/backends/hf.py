@@ -130,7 +130,7 @@ class HuggingFaceBackend:
                 token_ids=seq[row, :length], chosen_logprobs=arrays["chosen_lp"][row, :length],
                 entropy=arrays["entropy"][row, :length], top_logprobs=arrays["top_lp"][row, :length],
                 top_ids=arrays["top_ids"][row, :length], ranks=arrays["rank"][row, :length], processed=processed,
-                finish_reason="eos" if stops.size else "length"))
+                finish_reason="eos" if stops.size else "length", entropy_source="exact"))
         return answers
 
     # ------------------------------------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ class HuggingFaceBackend:
             empty = np.zeros(0)
             return [RecordedAnswer(token_ids=np.asarray(ids, dtype=np.int64), chosen_logprobs=empty, entropy=empty,
                                    top_logprobs=np.zeros((0, k)), top_ids=np.zeros((0, k), dtype=np.int64),
-                                   ranks=np.zeros(0, dtype=np.int64)) for ids in answer_ids]
+                                   ranks=np.zeros(0, dtype=np.int64), entropy_source="exact") for ids in answer_ids]
         # Chunks are in position order and rows ascend within each chunk: a stable sort by row gives each row's
         # tokens in position order.
         rows, chosen_lp, entropy, top_lp, top_ids, rank = (np.concatenate(col) for col in zip(*chunks))
@@ -215,7 +215,7 @@ class HuggingFaceBackend:
         columns = [np.split(a[order], splits) for a in (chosen_lp, entropy, top_lp, top_ids, rank)]
         return [RecordedAnswer(token_ids=np.asarray(answer_ids[r], dtype=np.int64), chosen_logprobs=columns[0][r],
                                entropy=columns[1][r], top_logprobs=columns[2][r], top_ids=columns[3][r],
-                               ranks=columns[4][r])
+                               ranks=columns[4][r], entropy_source="exact")  # the full distribution's entropy
                 for r in range(n)]
 
     # ------------------------------------------------------------------------------------------------------------

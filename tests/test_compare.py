@@ -1,0 +1,151 @@
+"""The paired comparison: best baseline chosen on calibration parts, differences, wins and ties; the reference
+sentence; uninformative (constant) scores never crowned."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from trace_core.compare import BEST_BASELINE, average_paired, paired_comparison, reference_sentence
+from trace_core.evaluate import EvaluationConfig, evaluate_arrays
+from trace_core.registry import REFERENCE
+from trace_core.results import EvaluationResult, summarise
+
+METHODS = ["TRACE+", "TRACE", "SeqLogP", "MinProb", "Mean Entropy", REFERENCE]
+
+
+def _frame(values: dict[tuple[str, str], list[float]]) -> pd.DataFrame:
+    rows = []
+    for (method, metric), vs in values.items():
+        fitted = method in ("TRACE+", REFERENCE)
+        calibrator = "none" if metric in ("auroc", "aurc") else ("logistic" if fitted else "platt")
+        rows += [(split, method, metric, calibrator, v) for split, v in enumerate(vs)]
+    return pd.DataFrame(rows, columns=["split", "method", "metric", "calibrator", "value"])
+
+
+def test_best_baseline_is_chosen_on_the_calibration_part_not_the_evaluation_part():
+    # On the evaluation parts MinProb is always best (0.80); on the calibration parts SeqLogP looks best on splits
+    # 0 and 1 and MinProb on split 2. An optimistic comparison would subtract 0.80 every time.
+    ev = _frame({("TRACE+", "auroc"): [0.78, 0.79, 0.81], ("SeqLogP", "auroc"): [0.70, 0.72, 0.71],
+                 ("MinProb", "auroc"): [0.80, 0.80, 0.80]})
+    cal = _frame({("SeqLogP", "auroc"): [0.90, 0.85, 0.60], ("MinProb", "auroc"): [0.75, 0.80, 0.82]})
+    paired = paired_comparison(ev, cal, methods=METHODS, metrics=["auroc"])
+    best = paired.per_split.query("versus == @BEST_BASELINE").sort_values("split")
+    assert best["chosen"].tolist() == ["SeqLogP", "SeqLogP", "MinProb"]
+    np.testing.assert_allclose(best["difference"], [0.78 - 0.70, 0.79 - 0.72, 0.81 - 0.80])
+    row = paired.get("TRACE+", BEST_BASELINE, "auroc")
+    diffs = np.array([0.08, 0.07, 0.01])
+    assert row["mean"] == pytest.approx(diffs.mean()) and row["std"] == pytest.approx(diffs.std(ddof=1))
+    assert (row["wins"], row["ties"], row["losses"], row["n_splits"]) == (3, 0, 0, 3)
+    assert row["chosen"] == "SeqLogP (2 of 3)"
+    # ... and minus each baseline by name
+    minprob = paired.get("TRACE+", "MinProb", "auroc")
+    assert minprob["mean"] == pytest.approx(np.mean([-0.02, -0.01, 0.01]))
+    assert (minprob["wins"], minprob["losses"]) == (1, 2)
+
+
+def test_wins_follow_the_metric_direction_and_ties_are_counted():
+    # Brier: lower is better. TRACE+ 0.10 vs SeqLogP 0.12 (win), 0.12 (tie), 0.15 (loss)
+    ev = _frame({("TRACE+", "brier"): [0.10, 0.12, 0.15], ("SeqLogP", "brier"): [0.12, 0.12, 0.12],
+                 ("TRACE+", "aurc"): [0.20, 0.30, 0.30], ("SeqLogP", "aurc"): [0.25, 0.30, 0.25]})
+    cal = _frame({("SeqLogP", "brier"): [0.1, 0.1, 0.1], ("SeqLogP", "aurc"): [0.2, 0.2, 0.2]})
+    paired = paired_comparison(ev, cal, methods=METHODS, metrics=["brier", "aurc"])
+    brier = paired.get("TRACE+", BEST_BASELINE, "brier", "platt")
+    assert (brier["wins"], brier["ties"], brier["losses"]) == (1, 1, 1)
+    assert brier["mean"] == pytest.approx(np.mean([-0.02, 0.0, 0.03]))
+    aurc = paired.get("TRACE+", "SeqLogP", "aurc")
+    assert (aurc["wins"], aurc["ties"], aurc["losses"]) == (1, 1, 1)
+    assert aurc["calibrator"] == "none"
+
+
+def test_calibration_ties_go_to_the_earlier_method_and_uninformative_scores_are_never_chosen():
+    ev = _frame({("TRACE+", "ece"): [0.05, 0.05], ("SeqLogP", "ece"): [0.04, 0.06], ("MinProb", "ece"): [0.07, 0.03],
+                 ("Mean Entropy", "ece"): [0.001, 0.001]})
+    # Mean Entropy: a constant score, ECE 0 on calibration; SeqLogP and MinProb tie on calibration
+    cal = _frame({("SeqLogP", "ece"): [0.02, 0.02], ("MinProb", "ece"): [0.02, 0.02],
+                  ("Mean Entropy", "ece"): [0.0, 0.0]})
+    paired = paired_comparison(ev, cal, methods=METHODS, metrics=["ece"], uninformative=["Mean Entropy"])
+    assert paired.per_split.query("versus == @BEST_BASELINE")["chosen"].tolist() == ["SeqLogP", "SeqLogP"]
+    chosen_without_flag = paired_comparison(ev, cal, methods=METHODS, metrics=["ece"]).per_split
+    assert set(chosen_without_flag.query("versus == @BEST_BASELINE")["chosen"]) == {"Mean Entropy"}
+
+
+def test_the_reference_is_never_the_best_baseline_but_is_compared_by_name():
+    ev = _frame({("TRACE+", "auroc"): [0.8, 0.8], ("SeqLogP", "auroc"): [0.7, 0.7], (REFERENCE, "auroc"): [0.9, 0.9]})
+    cal = _frame({("SeqLogP", "auroc"): [0.7, 0.7], (REFERENCE, "auroc"): [0.99, 0.99]})
+    paired = paired_comparison(ev, cal, methods=METHODS, metrics=["auroc"])
+    assert paired.get("TRACE+", BEST_BASELINE, "auroc")["chosen"] == "SeqLogP (2 of 2)"
+    assert paired.get("TRACE+", REFERENCE, "auroc")["mean"] == pytest.approx(-0.1)
+
+
+def _reference_case(trace_plus_auroc, reference_auroc, trace_plus_brier, reference_brier):
+    ev = _frame({("TRACE+", "auroc"): trace_plus_auroc, (REFERENCE, "auroc"): reference_auroc,
+                 ("TRACE+", "brier"): trace_plus_brier, (REFERENCE, "brier"): reference_brier})
+    return paired_comparison(ev, ev.iloc[:0], methods=METHODS, metrics=["brier", "auroc"])
+
+
+def test_reference_sentence_says_honestly_whether_trace_plus_beats_the_reference():
+    tie = _reference_case([0.80, 0.81, 0.79, 0.80], [0.80, 0.80, 0.80, 0.81],
+                          [0.20, 0.20, 0.21, 0.20], [0.20, 0.21, 0.20, 0.20])
+    text = reference_sentence(tie)
+    assert text.startswith("TRACE+ does not beat the supervised likelihood reference on AUROC (-0.003 ± 0.010, "
+                           "wins 1 of 4 splits) or Brier")
+    assert text.endswith("its gain here is length-aware likelihood.")
+    both = _reference_case([0.85, 0.86, 0.84, 0.85], [0.80] * 4, [0.15] * 4, [0.20] * 4)
+    assert reference_sentence(both) == ("TRACE+ beats the supervised likelihood reference on AUROC (+0.050 ± 0.008, "
+                                        "wins 4 of 4 splits) and Brier (-0.050 ± 0.000, wins 4 of 4 splits).")
+    mixed = _reference_case([0.85] * 4, [0.80] * 4, [0.25] * 4, [0.20] * 4)
+    assert "beats the supervised likelihood reference on AUROC" in reference_sentence(mixed)
+    assert "but not on Brier (+0.050" in reference_sentence(mixed)
+    worse = _reference_case([0.70] * 4, [0.80] * 4, [0.25] * 4, [0.20] * 4)
+    assert reference_sentence(worse).endswith("the likelihood summaries alone do better here.")
+    no_reference = paired_comparison(_frame({("TRACE+", "auroc"): [0.8], ("SeqLogP", "auroc"): [0.7]}),
+                                     _frame({("SeqLogP", "auroc"): [0.7]}), methods=METHODS, metrics=["auroc"])
+    assert reference_sentence(no_reference) is None
+
+
+def test_average_paired_averages_each_groups_differences_over_common_splits():
+    a = _reference_case([0.8, 0.9, 0.7], [0.7, 0.7, 0.7], [0.2] * 3, [0.2] * 3)
+    b = _reference_case([0.8, 0.8], [0.9, 0.9], [0.2] * 2, [0.2] * 2)
+    averaged = average_paired([a, b], splits=[0, 1])
+    row = averaged.get("TRACE+", REFERENCE, "auroc")
+    differences = sorted(averaged.per_split.query("metric == 'auroc'")["difference"])
+    np.testing.assert_allclose(differences, [0.0, 0.05], atol=1e-12)
+    assert row["n_splits"] == 2
+
+
+def _constant_result() -> EvaluationResult:
+    """A hand-built result where a constant baseline has the smallest ECE."""
+    per_split = _frame({("TRACE+", "ece"): [0.05, 0.06], ("SeqLogP", "ece"): [0.04, 0.05],
+                        ("Mean Entropy", "ece"): [0.001, 0.002]})
+    per_split.insert(2, "family", per_split["method"].map({"TRACE+": "trace", "SeqLogP": "likelihood",
+                                                           "Mean Entropy": "entropy"}))
+    uninformative = {"Mean Entropy": "uninformative (constant)"}
+    return EvaluationResult(summary=summarise(per_split, list(uninformative)), per_split=per_split,
+                            held_out=pd.DataFrame(), skipped={}, config=EvaluationConfig(n_splits=2, metrics=("ece",)),
+                            n_answers=10, methods=["TRACE+", "SeqLogP", "Mean Entropy"], uninformative=uninformative)
+
+
+def test_a_constant_baseline_with_tiny_ece_is_marked_and_never_bolded():
+    result = _constant_result()
+    lines = result.to_markdown(digits=3).splitlines()
+    assert lines[2] == "| TRACE+ | trace | 0.055 ± 0.007 |"
+    assert lines[3] == "| SeqLogP | likelihood | **0.045 ± 0.007** |"
+    assert lines[4] == "| Mean Entropy (uninformative (constant)) | entropy | 0.002 ± 0.001 |"
+    assert result.note("Mean Entropy") == "uninformative (constant)"
+    assert result.summary.set_index("method")["uninformative"].to_dict() == {
+        "TRACE+": False, "SeqLogP": False, "Mean Entropy": True}
+
+
+def test_protocol_marks_a_constant_score_and_never_chooses_it():
+    from trace_core.synthetic import synthetic_traces
+
+    s, h, y = synthetic_traces(600, kind="surprisal_spike", mean_length=60, seed=2)
+    config = EvaluationConfig(n_splits=4, metrics=("ece", "auroc"))
+    result = evaluate_arrays(s, h, y, config=config, methods=["TRACE (surprisal-only)", "First-Token Prob",
+                                                              "Len-Norm LogP"])
+    assert result.uninformative == {"First-Token Prob": "uninformative (constant)"}  # p_1 = 1.0 for every answer
+    chosen = set(result.paired.per_split.query("versus == @BEST_BASELINE")["chosen"])
+    assert chosen == {"Len-Norm LogP"}
+    assert "**" not in next(line for line in result.to_markdown().splitlines() if "First-Token Prob" in line)
