@@ -328,22 +328,6 @@ def metric_columns(metrics: Sequence[str]) -> dict[str, Any]:
     return columns
 
 
-def metrics_caption(metrics: Sequence[str]) -> str:
-    """What the metrics are computed on and their directions, from the registry."""
-
-    def labels(on: str) -> str:
-        names = [METRICS[m].label for m in metrics if METRICS[m].on == on]
-        return ", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1] if names else ""
-
-    ranked, calibrated = labels("score"), labels("probability")
-    parts = []
-    if ranked:
-        parts.append(f"{ranked} rank answers by each method's raw score")
-    if calibrated:
-        parts.append(f"{calibrated} use probabilities after calibration")
-    return "; ".join(parts) + (". " if parts else "") + "↑ higher is better, ↓ lower."
-
-
 def sentence(message: str) -> str:
     """A library message (lower case, no full stop) as a sentence for the page."""
     return message[:1].upper() + message[1:] + ("" if message.endswith((".", "…")) else ".")

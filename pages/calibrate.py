@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import state
-from app.components import (md_literal, metric_columns, metrics_caption, metrics_frame, paired_frame,
+from app.components import (md_literal, metric_columns, metrics_frame, paired_frame,
                             reliability_figure, risk_coverage_figure, roc_figure, sentence)
 from app.inputs import pick_dataset_file, read_labeled
 from app.recording import dataset_traces, record_panel
@@ -68,7 +68,7 @@ calibrator = st.radio("Calibrator for TRACE and the baselines", SCALAR_CALIBRATO
                       key="scalar_calibrator", format_func=CALIBRATOR_NAMES.get,
                       help="Both are fitted on every split; TRACE+ and the reference use their own logistic regression.")
 st.caption(f"{md_literal(result.data_note)}; {len(kept):,} answers, {labels.mean():.1%} correct. "
-           f"{md_literal(result.caption(calibrator=calibrator))} {metrics_caption(config.metrics)}")
+           f"{md_literal(result.caption(calibrator=calibrator))} ↑ higher is better, ↓ lower.")
 columns = metric_columns(config.metrics)  # each metric followed by its ±
 st.dataframe(metrics_frame(result, calibrator), hide_index=True, key="metrics_table", column_config=columns,
              column_order=["method", "family", *columns, "note"])

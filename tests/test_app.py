@@ -153,7 +153,8 @@ def test_inspect_page_with_missing_model_says_so(monkeypatch):
     assert any("not found locally" in e.value for e in at.sidebar.error)
 
 
-def test_calibrate_switches_calibrator_and_shows_the_paired_comparison(tiny_model_dirs, monkeypatch, labeled_files):
+def calibrated(tiny_model_dirs, monkeypatch, labeled_files):
+    """The Calibrate page run on the labeled file with traces, 3 splits; returns (AppTest, file path)."""
     with_traces, _ = labeled_files
     at = start(tiny_model_dirs, monkeypatch, "../pages/calibrate.py")
     at.radio(key="data_source").set_value("File path").run()
@@ -161,6 +162,11 @@ def test_calibrate_switches_calibrator_and_shows_the_paired_comparison(tiny_mode
     at.slider(key="n_splits").set_value(3)
     at.get("form_submit_button")[0].click().run()
     assert not at.exception and not at.error
+    return at, with_traces
+
+
+def test_calibrate_switches_calibrator_and_shows_the_paired_comparison(tiny_model_dirs, monkeypatch, labeled_files):
+    at, with_traces = calibrated(tiny_model_dirs, monkeypatch, labeled_files)
     dataset = read_dataset(with_traces)
     result = evaluate(dataset.traces, dataset.labels, config=EvaluationConfig(n_splits=3))
     for calibrator in ("platt", "isotonic"):
@@ -168,21 +174,15 @@ def test_calibrate_switches_calibrator_and_shows_the_paired_comparison(tiny_mode
         table = at.dataframe[0].value.set_index("method")
         expected = result.table(calibrator=calibrator)
         np.testing.assert_allclose(table.loc[expected.index, "brier"], expected["brier"])
-        assert any(calibrator_name in c.value for c in at.caption
-                   for calibrator_name in [{"platt": "Platt scaling", "isotonic": "isotonic regression"}[calibrator]])
+        name = {"platt": "Platt scaling", "isotonic": "isotonic regression"}[calibrator]
+        assert any(name in c.value for c in at.caption)
     paired = at.dataframe[1].value
     assert {"best baseline", "Likelihood LR (reference)"} <= set(paired["minus"])
     assert any("supervised likelihood reference" in i.value for i in at.info)
 
 
 def test_calibrate_then_flag_pages(tiny_model_dirs, monkeypatch, labeled_files):
-    with_traces, _ = labeled_files
-    at = start(tiny_model_dirs, monkeypatch, "../pages/calibrate.py")
-    at.radio(key="data_source").set_value("File path").run()
-    at.text_input(key="data_path").set_value(str(with_traces)).run()
-    at.slider(key="n_splits").set_value(3)
-    at.get("form_submit_button")[0].click().run()
-    assert not at.exception and not at.error
+    at, with_traces = calibrated(tiny_model_dirs, monkeypatch, labeled_files)
     assert len(at.get("plotly_chart")) == 3
     table = at.dataframe[0].value
     assert {"TRACE+", "TRACE", "SeqLogP"} <= set(table["method"])

@@ -11,7 +11,6 @@ pytest.importorskip("plotly")
 
 from app.components import (  # noqa: E402
     metric_columns,
-    metrics_caption,
     metrics_frame,
     reliability_figure,
     risk_coverage_figure,
@@ -110,13 +109,6 @@ def test_metric_columns_take_headers_from_the_registry():
     assert columns["ece"]["label"] == "ECE ↓" and columns["ece_std"]["label"] == "±"
     assert "raw score" in columns["auroc"]["help"] and "higher is better" in columns["auroc"]["help"]
     assert "calibrated probabilities" in columns["ece"]["help"] and "lower is better" in columns["ece"]["help"]
-
-
-def test_metrics_caption_follows_the_registry():
-    assert metrics_caption(["brier", "ece", "auroc", "auprc", "aurc"]) == (
-        "AUROC, AUPRC and AURC rank answers by each method's raw score; Brier and ECE use probabilities after "
-        "calibration. ↑ higher is better, ↓ lower.")
-    assert metrics_caption(["auroc"]).startswith("AUROC rank answers by each method's raw score. ")
 
 
 def test_sentence():
