@@ -129,8 +129,11 @@ def evaluate_cached(_traces: Sequence[Trace], labels: np.ndarray, config: Evalua
 
 @st.cache_resource(show_spinner="Fitting TRACE+…", max_entries=8)
 def fit_calibrator_cached(_traces: Sequence[Trace], labels: np.ndarray, key: str) -> TracePlus:
-    """TRACE+ fitted on all the labeled answers of a dataset; ``key`` identifies the traces."""
-    return TracePlus().fit(list(_traces), labels)
+    """TRACE+ fitted on all the labeled answers of a dataset (the surprisal-only feature set when the traces hold no
+    entropy); ``key`` identifies the traces."""
+    from trace_core.features import default_feature_set
+
+    return TracePlus(feature_set=default_feature_set(_traces)).fit(list(_traces), labels)
 
 
 def parse_beams(dataset: LabeledDataset, keep: np.ndarray) -> tuple[list[list[float]] | None, str | None]:

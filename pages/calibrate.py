@@ -111,7 +111,8 @@ st.subheader("Calibrator for production")
 model = fit_calibrator_cached(kept, labels, rows.key)
 state.set_calibrator(model)
 state.set_calibrated_data(rows.hand_off(picked.name))
-st.caption(f"TRACE+ fitted on all {len(kept):,} labeled answers; it is now used by the Inspect and Flag pages.")
+name = "TRACE+" if model.feature_set == "paper" else "TRACE+ (surprisal-only)"
+st.caption(f"{name} fitted on all {len(kept):,} labeled answers; it is now used by the Inspect and Flag pages.")
 cols = st.columns(2)
 cols[0].download_button("Download calibrator (JSON)", model.to_json(), file_name="trace_plus_calibrator.json",
                         mime="application/json", key="download_calibrator")

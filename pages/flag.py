@@ -31,7 +31,11 @@ data, calibrator = state.calibrated_data(), state.calibrator()
 if data is None or calibrator is None:
     st.info("Choose a dataset on the Calibrate page first: it fits the calibrator and brings the answers here.")
     st.stop()
-scored = scored_rows(data, calibrator)
+try:
+    scored = scored_rows(data, calibrator)
+except ValueError as exc:  # e.g. a calibrator that needs entropy, on answers whose traces hold none
+    st.error(md_literal(f"This calibrator cannot score these answers: {exc}"))
+    st.stop()
 labels = data.labels
 
 mode = st.radio("Flag by", ["threshold", "risk", "coverage"], horizontal=True, key="flag_mode",

@@ -318,11 +318,20 @@ def cmd_fit(args: argparse.Namespace) -> None:
     from .calibrate import TracePlus
     from .policy import NO_CALIBRATOR
 
+    from .features import default_feature_set, needs_entropy
+
     dataset = _usable(_read(args.data, require_label=True, args=args), args.data, consequence=NO_CALIBRATOR)
     traces = list(dataset.traces)
-    model = TracePlus(feature_set=args.feature_set, C=args.C).fit(traces, dataset.frame["label"].to_numpy())
+    feature_set = args.feature_set or default_feature_set(traces)
+    if args.feature_set is None and feature_set != "paper":
+        print("warning: these traces hold no entropy (chosen-token log-probabilities only): fitting TRACE+ "
+              "(surprisal-only), --feature-set surprisal", file=sys.stderr)
+    elif needs_entropy(feature_set) and default_feature_set(traces) != "paper":
+        raise CLIError(f"{args.data}: --feature-set {feature_set} needs token entropy and these traces hold only the "
+                       "chosen tokens' log-probabilities; use --feature-set surprisal")
+    model = TracePlus(feature_set=feature_set, C=args.C).fit(traces, dataset.frame["label"].to_numpy())
     Path(args.out).write_text(model.to_json(), encoding="utf-8")
-    print(f"fitted TRACE+ ({args.feature_set}) on {model.n_samples_:,} answers; wrote {args.out}", file=sys.stderr)
+    print(f"fitted TRACE+ ({feature_set}) on {model.n_samples_:,} answers; wrote {args.out}", file=sys.stderr)
 
 
 def cmd_flag(args: argparse.Namespace) -> None:
@@ -430,8 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _subcommand(sub, common, "fit", help="fit a TRACE+ calibrator (JSON) on labeled traces")
     p.add_argument("data")
     p.add_argument("--out", required=True, help="calibrator JSON")
-    p.add_argument("--feature-set", default="paper", choices=list(FEATURE_SETS),
-                   help="TRACE+ features (default: paper, the paper's 8)")
+    p.add_argument("--feature-set", choices=list(FEATURE_SETS),
+                   help="TRACE+ features (default: paper, the paper's 8; surprisal when the traces hold no entropy)")
     p.add_argument("--C", type=float, default=1.0, help="inverse regularisation strength")
     _label_options(p)
     p.set_defaults(func=cmd_fit)

@@ -42,8 +42,8 @@ from .operators import (
 from .score import PAPER_CONFIG, TraceConfig, _as_trace_list, _risk_from_arrays, stack_traces
 from .trace import Trace
 
-__all__ = ["FEATURE_SETS", "LOW_PROB_THRESHOLD", "feature_matrix", "feature_matrix_from_arrays", "feature_names",
-           "needs_entropy"]
+__all__ = ["FEATURE_SETS", "LOW_PROB_THRESHOLD", "default_feature_set", "feature_matrix", "feature_matrix_from_arrays",
+           "feature_names", "needs_entropy"]
 
 LOW_PROB_THRESHOLD = 0.1
 
@@ -94,6 +94,12 @@ def needs_entropy(feature_set: str) -> bool:
     (True, False)
     """
     return bool(_ENTROPY_FEATURES & set(feature_names(feature_set)))
+
+
+def default_feature_set(traces: Sequence[Trace]) -> str:
+    """The TRACE+ feature set for these traces: ``"paper"`` when every trace has entropy, else ``"surprisal"`` (what
+    the protocol reports as ``TRACE+ (surprisal-only)``); callers say which they used."""
+    return "paper" if all(t.has_entropy for t in traces) else "surprisal"
 
 
 def _missing_entropy(feature_set: str, detail: str = "the entropy batch is None") -> ValueError:
