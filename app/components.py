@@ -19,6 +19,10 @@ from trace_core import EvaluationResult, Trace, TraceExplanation, explain_trace,
 from trace_core.metrics import risk_coverage_curve
 from trace_core.registry import METRICS
 
+#: The longest message (characters, before escaping) an alert or caption shows; user input inside it is shortened
+#: to about 200 characters where it is quoted, so only a message quoting many inputs reaches this.
+MAX_MESSAGE = 2_000
+
 SIGNALS = {
     "surprisal": ("Surprisal (nats): how unexpected the chosen token was", 6.0),
     "entropy": ("Entropy (nats): how undecided the model was", 4.0),
@@ -87,14 +91,19 @@ def control_safe(text: str) -> str:
     return "".join(out)
 
 
-def md_literal(text: str) -> str:
+def md_literal(text: str, limit: int = MAX_MESSAGE) -> str:
     """Untrusted text for a Streamlit Markdown string (``st.error``, ``st.warning``, ``st.caption``), shown literally.
 
     Backslash escapes are not enough (``:material/...:`` and ``:red[...]`` still render), so every ASCII punctuation
     character becomes a numeric character reference, which Markdown shows as that character and never parses.
+    Text longer than ``limit`` characters is cut (the cut says how long it was): a message quoting a huge input never
+    becomes a huge alert.
     """
+    text = str(text)
+    if len(text) > limit:
+        text = f"{text[:limit]}… ({len(text):,} characters in all)"
     return "".join(f"&#{ord(ch)};" if ch.isascii() and not ch.isalnum() and not ch.isspace() else ch
-                   for ch in control_safe(str(text)))
+                   for ch in control_safe(text))
 
 
 def token_tooltip(trace: Trace, i: int, alternatives: Sequence[str] | None) -> str:

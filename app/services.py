@@ -31,6 +31,7 @@ from trace_core import (
     read_dataset,
     settings,
 )
+from trace_core._checks import MAX_ECHO
 from trace_core.record import check_model_allowed
 
 from . import state
@@ -87,23 +88,53 @@ def file_bytes(path: Path) -> bytes:
     return path.read_bytes()
 
 
+def clip(text: str, limit: int = MAX_ECHO) -> str:
+    """User text for a message, as typed but at most ``limit`` characters (the cut says how long it was)."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters in all)"
+
+
 def local_files_allowed() -> bool:
-    """Whether the pages may read files by path on the server: TRACE_LOCAL_FILES (on by default for a local
-    dashboard; a shared deployment turns it off with 0/false/no/off)."""
+    """Whether the pages may read files by path on the server: TRACE_LOCAL_FILES (off unless the deployment turns it
+    on with 1/true/yes/on), and then only inside :func:`data_folder`."""
     return bool(settings.get("TRACE_LOCAL_FILES"))
 
 
+def data_folder() -> Path:
+    """The folder dataset files are read from by path: TRACE_DATA_DIR, or the working directory when it is unset;
+    resolved (symlinks and ``..``). ValueError when it is not a folder."""
+    raw = settings.get("TRACE_DATA_DIR")
+    folder = Path(raw).expanduser().resolve() if raw else Path.cwd().resolve()
+    if not folder.is_dir():
+        raise ValueError(f"TRACE_DATA_DIR='{clip(raw)}' is not a folder; the File path option needs one.")
+    return folder
+
+
 def read_local_file(path_text: str) -> tuple[bytes, str]:
-    """The bytes and name of a dataset file given by path; ValueError when it is missing or over TRACE_MAX_FILE_MB."""
-    path = Path(path_text).expanduser()
-    if not path.is_file():
-        raise ValueError(f"No file at '{path_text}'.")
-    size, limit = path.stat().st_size, settings.get("TRACE_MAX_FILE_MB") * 2**20
-    if size > limit:
+    """The bytes and name of a dataset file given by path, relative to :func:`data_folder` or absolute.
+
+    Only a regular file inside the data folder is read, after resolving symlinks and ``..``; anything else (missing,
+    outside, a folder, unreadable) gets the same ValueError, so the message never tells whether a file exists
+    outside the folder. ValueError too when it is over TRACE_MAX_FILE_MB (read at most that many bytes, whatever its
+    size claims).
+    """
+    folder, limit = data_folder(), settings.get("TRACE_MAX_FILE_MB") * 2**20
+    refused = ValueError(f"No file at '{clip(path_text)}' inside the data folder (TRACE_DATA_DIR); File path reads "
+                         f"only files inside it.")
+    try:
+        path = (folder / path_text).resolve(strict=True)
+        if not path.is_relative_to(folder) or not path.is_file():
+            raise refused
+        with open(path, "rb") as stream:
+            data = stream.read(limit + 1)
+    except (OSError, ValueError, RuntimeError):  # missing, a symlink loop, a NUL byte, no permission, too long
+        raise refused from None
+    if len(data) > limit:
+        size = path.stat().st_size
         # exact bytes too: a file just over the limit would otherwise read "200 MB; the limit is 200 MB"
-        raise ValueError(f"'{path.name}' is {size:,} bytes ({size / 2**20:,.1f} MB); the limit is "
-                         f"{limit:,} bytes ({limit / 2**20:,.0f} MB, TRACE_MAX_FILE_MB).")
-    return path.read_bytes(), path.name
+        what = f"{size:,} bytes ({size / 2**20:,.1f} MB)" if size > limit else f"more than {limit:,} bytes"
+        raise ValueError(f"'{clip(path.name)}' is {what}; the limit is {limit:,} bytes ({limit / 2**20:,.0f} MB, "
+                         f"TRACE_MAX_FILE_MB).")
+    return data, path.name
 
 
 def digest(*parts: Any) -> str:

@@ -7,6 +7,7 @@ import streamlit as st
 from trace_core import DecodingConfig, ModelLoadError, settings
 
 from . import state
+from .components import md_literal
 from .services import DEMO_MODEL, get_model
 
 DEMO_LABEL = "Bundled demo model"
@@ -32,11 +33,13 @@ def sidebar() -> None:
             try:
                 lm = get_model(name)
             except (ModelLoadError, OSError, ValueError) as exc:
-                error = str(exc)
+                # the message quotes the typed name: escaped (and shortened) here, for the sidebar and for the
+                # pages that show it from the session state
+                error = md_literal(str(exc))
                 st.error(error)
         state.set_model(lm, error)
-        if lm is not None:
-            st.caption(f"Loaded: `{lm.model_id if source != DEMO_LABEL else 'demo-model'}` · "
+        if lm is not None:  # no code span: character references would show as typed there
+            st.caption(f"Loaded: {md_literal(lm.model_id) if source != DEMO_LABEL else 'demo-model'} · "
                        f"vocabulary {lm.vocab_size:,} · {lm.device}")
 
         with st.expander("Decoding", expanded=False):

@@ -112,6 +112,7 @@ def bench_calibrate(rows: int, repeats: int, profile: bool) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"synthetic_{rows}.csv"
         _synthetic_csv(path, rows)
+        os.environ["TRACE_DATA_DIR"] = folder  # "File path" reads only inside the data folder
         size = path.stat().st_size / 2**20
         first, rerun = [], []
         for r in range(repeats):
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
-    os.environ.setdefault("TRACE_LOCAL_FILES", "1")
+    os.environ.setdefault("TRACE_LOCAL_FILES", "on")
     logging.getLogger("streamlit").setLevel(logging.ERROR)  # AppTest's bare-mode warnings
 
     import torch

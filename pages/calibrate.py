@@ -61,7 +61,7 @@ except ValueError as exc:
     st.error(md_literal(str(exc)))
     st.stop()
 for note in notes:
-    st.warning(note)
+    st.warning(md_literal(note))
 
 st.subheader("Metrics (mean ± std over held-out splits)")
 calibrator = st.radio("Calibrator for TRACE and the baselines", SCALAR_CALIBRATORS, horizontal=True,

@@ -9,7 +9,8 @@ import streamlit as st
 from app import state
 from app.components import HEATMAP_CSS, control_safe, heatmap_html, legend_html, md_literal, signal_values
 from app.services import alternatives_for, scored_rows
-from trace_core import calibrator_from_json, explain_trace
+from trace_core import explain_trace
+from trace_core.calibrate import load_calibrator
 from trace_core.data import export_flagged
 from trace_core.flag import select_flagged
 
@@ -21,11 +22,16 @@ with st.expander("Use a saved calibrator instead"):
     uploaded = st.file_uploader("Calibrator JSON (from the Calibrate page or `trace-core fit`)", type=["json"],
                                 key="calibrator_upload")
     if uploaded is not None:
+        # Checked in full before it replaces anything: a file that fails leaves the previous calibrator in place.
         try:
-            state.set_calibrator(calibrator_from_json(uploaded.getvalue().decode("utf-8")))
+            loaded = load_calibrator(uploaded.getvalue())
+        except ValueError as exc:
+            problems = getattr(exc, "problems", None) or [str(exc)]
+            st.error(md_literal(f"{uploaded.name}: not a calibrator this version can read: "
+                                + "; ".join(problems)))
+        else:
+            state.set_calibrator(loaded)
             st.success("Calibrator loaded.")
-        except (ValueError, UnicodeDecodeError, KeyError, TypeError) as exc:
-            st.error(md_literal(f"{uploaded.name}: not a calibrator this version can read ({exc})."))
 
 data, calibrator = state.calibrated_data(), state.calibrator()
 if data is None or calibrator is None:

@@ -24,19 +24,19 @@ from trace_core import DatasetError  # noqa: E402
 APP = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 
 
-@pytest.mark.parametrize("value", ["0", "false", "FALSE", "no", "Off", " off "])
+@pytest.mark.parametrize("value", [None, "", "0", "false", "FALSE", "no", "Off", " off "])
 def test_local_files_off(monkeypatch, value):
-    # Regression: only "0" turned file reading off; "false" left it on.
-    monkeypatch.setenv("TRACE_LOCAL_FILES", value)
-    assert services.local_files_allowed() is False
-
-
-@pytest.mark.parametrize("value", [None, "", "1", "true", "Yes", "ON"])
-def test_local_files_on(monkeypatch, value):
+    # Regression: only "0" turned file reading off; "false" left it on. Off unless the deployment turns it on.
     if value is None:
         monkeypatch.delenv("TRACE_LOCAL_FILES", raising=False)
     else:
         monkeypatch.setenv("TRACE_LOCAL_FILES", value)
+    assert services.local_files_allowed() is False
+
+
+@pytest.mark.parametrize("value", ["1", "true", "Yes", "ON"])
+def test_local_files_on(monkeypatch, value):
+    monkeypatch.setenv("TRACE_LOCAL_FILES", value)
     assert services.local_files_allowed() is True
 
 
@@ -67,6 +67,7 @@ def test_a_bad_setting_stops_the_app_with_its_name(monkeypatch):
 
 
 def test_file_size_limit_comes_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRACE_DATA_DIR", str(tmp_path))
     path = tmp_path / "big.csv"
     path.write_bytes(b"x" * (2**20 + 1))
     monkeypatch.setenv("TRACE_MAX_FILE_MB", "1")

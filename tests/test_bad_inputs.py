@@ -246,22 +246,29 @@ def test_cli_fit_and_flag_name_file_rows(tmp_path: Path, capsys: pytest.CaptureF
 
 
 # --------------------------------------------------------------------------------------------------
-# (c) the Calibrate page, through its "File path" option
+# (c) the Calibrate page, through an upload (a file read by "File path" is named but not described: see
+# tests/test_security_files.py)
 # --------------------------------------------------------------------------------------------------
 
-def _calibrate_page(path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def _calibrate_page(path: Path, monkeypatch: pytest.MonkeyPatch, by_path: bool = False) -> Any:
     pytest.importorskip("streamlit")
     from streamlit.testing.v1 import AppTest
 
-    monkeypatch.setenv("TRACE_LOCAL_FILES", "1")
     at = AppTest.from_file(APP, default_timeout=120)
     at.session_state["model_source"] = "Local folder or cached model id"  # no model: nothing to load
-    at.session_state["data_source"] = "File path"
-    at.session_state["data_path"] = str(path)
+    if by_path:  # "File path", reading inside the file's folder
+        monkeypatch.setenv("TRACE_LOCAL_FILES", "1")
+        monkeypatch.setenv("TRACE_DATA_DIR", str(path.parent))
+        at.session_state["data_source"] = "File path"
+        at.session_state["data_path"] = str(path)
+    else:
+        at.session_state["data_source"] = "Upload a file"
     at.session_state["n_splits"] = 2
     at.session_state["stratified"] = True
     at.run()
     at.switch_page("../pages/calibrate.py").run()
+    if not by_path:
+        at.file_uploader(key="upload").set_value((path.name, path.read_bytes(), "application/octet-stream")).run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -307,7 +314,7 @@ def test_calibrate_page_refuses_a_file_over_the_size_limit(tmp_path: Path, monke
     path = make_bad.write_oversize(tmp_path / "oversize.csv", 2**20)
     size = path.stat().st_size
     assert 2**20 < size < 2**20 + 1000
-    at = _calibrate_page(path, monkeypatch)
+    at = _calibrate_page(path, monkeypatch, by_path=True)
     assert _texts(at.error) == [f"'oversize.csv' is {size:,} bytes (1.0 MB); the limit is 1,048,576 bytes "
                                 f"(1 MB, TRACE_MAX_FILE_MB)."]
     assert not at.success and not at.dataframe

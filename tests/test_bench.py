@@ -57,6 +57,7 @@ def test_dashboard_bench_runs(capsys, monkeypatch):
     from bench.dashboard import main
 
     monkeypatch.setenv("TRACE_LOCAL_FILES", "1")
+    monkeypatch.delenv("TRACE_DATA_DIR", raising=False)  # the bench points it at its own temporary folder
     main(["--tokens", "8", "--rows", "120", "--repeats", "1"])
     out = capsys.readouterr().out
     assert out.count("Inspect:") == 2 and "Calibrate: 120 rows" in out, out

@@ -110,9 +110,10 @@ def test_isotonic_equals_sklearn(data):
 @pytest.mark.parametrize("mutate, match", [
     (lambda d: d.update(type="Pickle"), "unknown calibrator type"),
     (lambda d: d.update(format_version=99), "unsupported calibrator format_version"),
-    (lambda d: d.update(coef=[1.0, 2.0]), "'coef' must be 8 finite numbers"),
-    (lambda d: d.update(scale=[0.0] * 8), "'scale' must be positive"),
-    (lambda d: d.update(feature_names=["a"] * 8), "do not match feature set"),
+    (lambda d: d.update(coef=[1.0, 2.0]), "'coef' must hold 8 numbers"),
+    (lambda d: d.update(scale=[0.0] * 8), r"'scale\[0\]' must be > 1e-12"),
+    (lambda d: d.update(feature_names=["a"] * 8), "'feature_names' holds unknown feature 'a'"),
+    (lambda d: d.update(feature_names=d["feature_names"][::-1]), "do not match feature set"),
 ])
 def test_from_json_validates(data, mutate, match):
     traces, y = data

@@ -601,8 +601,8 @@ def test_response_column_in_a_jsonl_dataset():
 
 @pytest.mark.parametrize("value, expected", [
     ("=1+1", "'=1+1"), ("+cmd", "'+cmd"), ("-2+3", "'-2+3"), ("@SUM(A1:A2)", "'@SUM(A1:A2)"),
-    ("\tx", "'\tx"), ("\rx", "'\rx"), ("＝1+1", "'＝1+1"), ("-3", "'-3"),
-    ("Paris", "Paris"), (" =1", " =1"), ("", ""), ("a=b", "a=b"), (-3, -3), (1.5, 1.5), (None, None),
+    ("\tx", "'\tx"), ("\rx", "'\rx"), ("＝1+1", "'＝1+1"), ("-3", "-3"),
+    ("Paris", "Paris"), (" =1", "' =1"), ("", ""), ("a=b", "a=b"), (-3, -3), (1.5, 1.5), (None, None),
 ])
 def test_sanitize_cell(value, expected):
     assert sanitize_cell(value) == expected

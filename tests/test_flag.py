@@ -96,3 +96,17 @@ def test_score_rows_on_traces_without_entropy_uses_the_named_surprisal_only_vari
     assert set(table["trace_variant"]) == {"TRACE (surprisal-only)"}
     np.testing.assert_allclose(table["trace_confidence"], trace_confidence(bare, config=SURPRISAL_ONLY_CONFIG))
     assert set(score_rows(frame, full, TracePlus().fit(full, y))["trace_variant"]) == {"TRACE"}
+
+
+@pytest.mark.parametrize("taken", [["probability_correct"], ["trace_risk", "spike_context"], [" Trace_Confidence"],
+                                   ["peak_risk_tokens", "trace_variant"]])
+def test_score_rows_refuses_input_columns_named_like_its_output(taken):
+    traces = random_traces(6, seed=4)
+    frame = pd.DataFrame({"prompt": [f"q{i}" for i in range(6)], "answer": [t.answer for t in traces]})
+    for c in taken:
+        frame[c] = 0.5
+    y = np.arange(6) % 2
+    with pytest.raises(ValueError, match="already has column") as info:
+        score_rows(frame, traces, TracePlus().fit(traces, y))
+    assert all(repr(c) in str(info.value) for c in taken)
+    assert frame[taken].eq(0.5).all().all()  # the caller's frame is untouched

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 
-from trace_core.record.folders import looks_like_path, model_folder
+from trace_core.record.folders import FolderError, FolderEscapeError, check_folder_files, looks_like_path, model_folder
 
 
 @pytest.mark.parametrize("files, config, safetensors, pickle", [
@@ -51,3 +54,83 @@ def test_an_existing_name_is_a_path(tmp_path, monkeypatch):
     (tmp_path / "org").mkdir()
     (tmp_path / "org" / "model").mkdir()
     assert looks_like_path("org/model") is True
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Malformed files: every failure to load a local folder is a ModelLoadError naming the file (issue 13, item 15)
+
+
+def _corrupt(path):
+    return {
+        "random bytes": ("model.safetensors", bytes(range(256)) * 40),
+        "header length past the end": ("model.safetensors", (10**9).to_bytes(8, "little") + b"{}"),
+        "header not JSON": ("model.safetensors", (6).to_bytes(8, "little") + b"{nope}" + b"\0" * 16),
+        "header offsets past the data": ("model.safetensors", _header({"w": {"dtype": "F32", "shape": [4],
+                                                                               "data_offsets": [0, 16]}}, 8)),
+        "deep config": ("config.json", "[" * 100_000),
+        "config not JSON": ("config.json", "{'model_type': 'gpt2',}"),
+        "config not UTF-8": ("config.json", b"\xff\xfe{}"),
+    }[path]
+
+
+def _header(header, data_bytes):
+    raw = json.dumps(header).encode()
+    return len(raw).to_bytes(8, "little") + raw + b"\0" * data_bytes
+
+
+@pytest.mark.parametrize("case", ["random bytes", "header length past the end", "header not JSON",
+                                  "header offsets past the data", "deep config", "config not JSON",
+                                  "config not UTF-8"])
+def test_a_malformed_file_is_a_model_load_error_naming_it(tiny_model_dirs, tmp_path, case):
+    from trace_core import ModelLoadError, load_model
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_dirs["gpt2"], folder)
+    file, content = _corrupt(case)
+    (folder / file).write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(ModelLoadError) as info:
+        load_model(folder, device="cpu")
+    message = str(info.value)
+    assert f"{file} " in message and "\n" not in message and len(message) < 200 + 2 * len(str(folder)) + 100
+    assert type(info.value).__name__ == "ModelLoadError"
+
+
+def test_an_error_transformers_raises_is_still_a_model_load_error(tiny_model_dirs, tmp_path):
+    """A failure that the checks before loading do not foresee (here a tensor dtype safetensors does not know, a
+    SafetensorError) still comes out as a ModelLoadError naming the folder, never as a bare library exception."""
+    from trace_core import ModelLoadError, load_model
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_dirs["gpt2"], folder)
+    (folder / "model.safetensors").write_bytes(_header({"w": {"dtype": "NOPE", "shape": [2],
+                                                               "data_offsets": [0, 8]}}, 8))
+    with pytest.raises(ModelLoadError, match="could not be loaded"):
+        load_model(folder, device="cpu")
+
+
+def test_check_folder_files_reads_headers_and_json_only(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(_header({"__metadata__": {"format": "pt"},
+                                                           "w": {"dtype": "F32", "shape": [2],
+                                                                 "data_offsets": [0, 8]}}, 8))
+    check_folder_files(model_folder(tmp_path))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "missing.safetensors"}}))
+    with pytest.raises(FolderError, match="names 'missing.safetensors', which is not a file"):
+        check_folder_files(model_folder(tmp_path))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": ["w"]}))
+    with pytest.raises(FolderError, match="has no `weight_map`"):
+        check_folder_files(model_folder(tmp_path))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "C:\\x.safetensors"}}))
+    with pytest.raises(FolderEscapeError, match="absolute path"):
+        check_folder_files(model_folder(tmp_path))
+
+
+def test_the_embedder_refuses_a_malformed_folder_naming_the_file(tiny_model_dirs, tmp_path):
+    pytest.importorskip("torch")
+    from trace_core.record.embedder import EmbedderUnavailable, load_embedder
+
+    folder = tmp_path / "embedder"
+    shutil.copytree(tiny_model_dirs["gpt2"], folder)
+    (folder / "config.json").write_text("[" * 100_000)
+    with pytest.raises(EmbedderUnavailable, match="config.json is nested too deeply"):
+        load_embedder(folder, device="cpu")

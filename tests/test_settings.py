@@ -36,8 +36,17 @@ def test_local_files_false_turns_file_reading_off(monkeypatch):
     # The bug this module fixed: any non-empty value used to leave it on.
     monkeypatch.setenv("TRACE_LOCAL_FILES", "false")
     assert get("TRACE_LOCAL_FILES") is False
-    monkeypatch.delenv("TRACE_LOCAL_FILES")
+    monkeypatch.setenv("TRACE_LOCAL_FILES", "on")
     assert get("TRACE_LOCAL_FILES") is True
+    monkeypatch.delenv("TRACE_LOCAL_FILES")
+    assert get("TRACE_LOCAL_FILES") is False  # off unless the deployment turns it on
+
+
+def test_data_dir_is_unset_by_default_and_read_as_text(monkeypatch, tmp_path):
+    monkeypatch.delenv("TRACE_DATA_DIR", raising=False)
+    assert get("TRACE_DATA_DIR") == ""
+    monkeypatch.setenv("TRACE_DATA_DIR", f" {tmp_path} ")
+    assert get("TRACE_DATA_DIR") == str(tmp_path)
 
 
 @pytest.mark.parametrize("raw", ["maybe", "2", "yes please", "tru"])
@@ -79,6 +88,8 @@ def test_the_allowlist_is_a_comma_separated_list(monkeypatch):
     monkeypatch.setenv("TRACE_MODEL_ALLOWLIST", " org/model , /srv/models/x,,assets/demo-model ")
     assert get("TRACE_MODEL_ALLOWLIST") == ("org/model", "/srv/models/x", "assets/demo-model")
     monkeypatch.setenv("TRACE_MODEL_ALLOWLIST", " , ")
+    assert get("TRACE_MODEL_ALLOWLIST") == ()  # set but lists nothing: the loader refuses every model
+    monkeypatch.setenv("TRACE_MODEL_ALLOWLIST", "")
     assert get("TRACE_MODEL_ALLOWLIST") is None
     monkeypatch.delenv("TRACE_MODEL_ALLOWLIST")
     assert get("TRACE_MODEL_ALLOWLIST") is None
@@ -108,7 +119,8 @@ def test_settings_table_lists_every_setting_once_with_kind_and_default():
     assert lines[0] == "| variable | value | default | meaning |"
     rows = {line.split("|")[1].strip().strip("`"): [c.strip() for c in line.split("|")[2:-1]] for line in lines[2:]}
     assert list(rows) == list(SETTINGS)
-    assert rows["TRACE_LOCAL_FILES"][:2] == ["on/off", "on"]
+    assert rows["TRACE_LOCAL_FILES"][:2] == ["on/off", "off"]
+    assert rows["TRACE_DATA_DIR"][:2] == ["folder", "unset"]
     assert rows["TRACE_TRUST_REMOTE_CODE"][:2] == ["on/off", "off"]
     assert rows["TRACE_MAX_ROWS"][:2] == ["number", "100,000"]
     assert rows["TRACE_MODEL_ALLOWLIST"][:2] == ["list", "unset"]

@@ -45,6 +45,7 @@ def test_calibrate_page_runs_the_surprisal_only_variants(tmp_path, monkeypatch) 
 
     data = _runs(tmp_path / "runs.jsonl")
     monkeypatch.setenv("TRACE_LOCAL_FILES", "on")
+    monkeypatch.setenv("TRACE_DATA_DIR", str(tmp_path))
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "calibrate.py"), default_timeout=120)
     at.session_state["lm"] = None
     at.run()

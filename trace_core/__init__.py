@@ -11,8 +11,10 @@ from .calibrate import (
     PlattCalibrator,
     TracePlus,
     calibrator_from_json,
+    load_calibrator,
     transform_scores,
 )
+from .calibrator_io import CalibratorFormatError
 from .data import (
     DatasetError,
     LabeledDataset,
@@ -91,6 +93,8 @@ __all__ = [
     "bootstrap_ci",
     "brier_score",
     "calibrator_from_json",
+    "CalibratorFormatError",
+    "load_calibrator",
     "compute_baselines",
     "DatasetError",
     "decayed_mean",

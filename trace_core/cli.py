@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -26,49 +27,23 @@ import numpy as np
 import pandas as pd
 
 from ._checks import shorten
+from ._cli_support import (
+    _CALIBRATOR_OUT,
+    _DATASET_OUT,
+    _FLAGGED_OUT,
+    _REPORT_OUT,
+    CLIError,
+    _check_out,
+    _cli_words,
+    _plain_warnings,
+    _progress,
+    _same_file,
+    _shown,
+)
 
-__all__ = ["build_parser", "main"]
-
-
-class CLIError(Exception):
-    """A user-facing error: printed as one line."""
-
-
-def _progress(total: int, description: str, enabled: bool, *, unit: str = "answer"):
-    """A tqdm bar on stderr (silent when disabled or when tqdm is missing); returns (update callback, close)."""
-    if not enabled:
-        return None, lambda: None
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm is in the pinned set
-        return None, lambda: None
-    bar = tqdm(total=total or None, desc=description, unit=unit, unit_scale=unit == "B", file=sys.stderr,
-               dynamic_ncols=True, leave=False)
-
-    def update(done: int, total_now: int) -> None:
-        if total_now and bar.total != total_now:
-            bar.total = total_now
-        bar.update(done - bar.n)
-
-    return update, bar.close
+__all__ = ["CLIError", "build_parser", "main"]
 
 
-def _cli_words(message: str) -> str:
-    """A library message in the command line's words: options instead of keyword arguments."""
-    return (message.replace("`stratified=True`", "--stratified").replace("stratified=True", "--stratified")
-            .replace("stratified splits", "--stratified"))
-
-
-def _plain_warnings(caught: Sequence[Any], *, skip: tuple[type, ...] = ()) -> None:
-    """Library warnings as plain ``warning: ...`` lines on stderr (each text once), never with source paths."""
-    seen = set()
-    for w in caught:
-        if skip and issubclass(w.category, skip):
-            continue
-        text = _cli_words(str(w.message).strip())
-        if text and text not in seen:
-            seen.add(text)
-            print(f"warning: {text}", file=sys.stderr)
 
 
 def _load_model(args: argparse.Namespace):
@@ -172,6 +147,7 @@ def _write(frame: pd.DataFrame, traces: Sequence[Any] | None, out: str) -> None:
 def cmd_generate(args: argparse.Namespace) -> None:
     from .record import beam_logprobs, generate_traces
 
+    _check_out(args.out, _DATASET_OUT)
     frame = _read_prompts(args.prompts)
     if "prompt" not in frame.columns:
         raise CLIError(f"{args.prompts}: needs a `prompt` column")
@@ -195,6 +171,7 @@ def cmd_score(args: argparse.Namespace) -> None:
     from .policy import usable_rows
     from .record import beam_logprobs, score_answers
 
+    _check_out(args.out, _DATASET_OUT)
     dataset = _read(args.data, require_label=False, args=args)
     frame = dataset.frame
     traces = list(dataset.traces)
@@ -263,6 +240,12 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from .results import report_markdown
     from .registry import METHODS, method_names
 
+    out_format = None
+    if args.out:
+        out_format = _check_out(args.out, _REPORT_OUT)
+        if args.format and args.format != out_format:
+            raise CLIError(f"--out {_shown(args.out)}: its extension names {out_format}, not --format {args.format}; "
+                           "give a name that matches")
     dataset = _usable(_read(args.data, require_label=True, args=args), args.data,
                       consequence=METRICS_UNDEFINED)
     traces = list(dataset.traces)
@@ -294,8 +277,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         results = {**groups, "average": average_results(list(groups.values()))}
     else:
         results = {"": _evaluate_one(traces, labels, beams, title="", **options)}
-    fmt = args.format or (Path(args.out).suffix.lstrip(".") if args.out else "markdown")
-    fmt = {"md": "markdown"}.get(fmt, fmt)
+    fmt = args.format or out_format or "markdown"
     if fmt == "markdown":
         text = report_markdown(results, calibrator=config.scalar_calibrator)
     elif fmt == "csv":  # both scalar calibrators, one row per (method, metric, calibrator)
@@ -320,6 +302,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
     from .features import default_feature_set, needs_entropy
 
+    _check_out(args.out, _CALIBRATOR_OUT)
     dataset = _usable(_read(args.data, require_label=True, args=args), args.data, consequence=NO_CALIBRATOR)
     traces = list(dataset.traces)
     feature_set = args.feature_set or default_feature_set(traces)
@@ -335,17 +318,35 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
 
 def cmd_flag(args: argparse.Namespace) -> None:
-    from .calibrate import calibrator_from_json
+    from .calibrate import load_calibrator
+    from .calibrator_io import MAX_CALIBRATOR_BYTES
     from .data import export_flagged
+    from .flag import output_collisions
 
-    dataset = _usable(_read(args.data, require_label=False, args=args), args.data)
+    fmt = _check_out(args.out, _FLAGGED_OUT)
+    for option, given in (("the input file", args.data), ("--calibrator", args.calibrator)):
+        if _same_file(args.out, given):
+            raise CLIError(f"--out {_shown(args.out)}: is {option} ({_shown(given)}); it would be replaced by the "
+                           "flagged rows: write them to another file")
+    dataset = _read(args.data, require_label=False, args=args)
+    taken = output_collisions(list(dataset.frame.columns))
+    if taken:
+        raise CLIError(f"{_shown(args.data)}: has column(s) {', '.join(shorten(c) for c in taken)} named like the "
+                       "output of flag, which would overwrite them; rename them (e.g. to "
+                       f"input_{shorten(taken[0].strip())[1:-1]}) and run again")
+    dataset = _usable(dataset, args.data)
     traces = list(dataset.traces)
+    path = Path(args.calibrator)
+    if not path.is_file():
+        raise CLIError(f"{_shown(args.calibrator)}: no such file")
+    if path.stat().st_size > MAX_CALIBRATOR_BYTES:  # before reading: a calibrator is a few kilobytes
+        raise CLIError(f"{_shown(args.calibrator)}: {path.stat().st_size:,} bytes is not a calibrator (at most "
+                       f"{MAX_CALIBRATOR_BYTES:,})")
     try:
-        calibrator = calibrator_from_json(Path(args.calibrator).read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise CLIError(f"{args.calibrator}: no such file") from exc
-    except json.JSONDecodeError as exc:
-        raise CLIError(f"{args.calibrator}: not valid JSON ({exc})") from exc
+        calibrator = load_calibrator(path.read_bytes())
+    except ValueError as exc:  # CalibratorFormatError: one line per problem
+        problems = getattr(exc, "problems", None) or [str(exc)]
+        raise CLIError(f"{_shown(args.calibrator)}: " + "; ".join(problems)) from exc
     from .flag import score_rows, select_flagged
 
     scored = score_rows(dataset.frame, traces, calibrator)
@@ -354,7 +355,6 @@ def cmd_flag(args: argparse.Namespace) -> None:
         raise CLIError("--target-risk needs labeled answers (a `label` or `reference` column) to measure the risk")
     flagged = select_flagged(scored, threshold=args.threshold, coverage=args.coverage, target_risk=args.target_risk,
                              labels=labels)
-    fmt = "jsonl" if Path(args.out).suffix.lower() in (".jsonl", ".json") else "csv"
     export_flagged(flagged, args.out, format=fmt)
     print(f"flagged {len(flagged):,} of {len(dataset.frame):,} answers; wrote {args.out}", file=sys.stderr)
 
@@ -396,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _subcommand(sub, common, "generate", help="generate answers with traces from a prompts file")
     p.add_argument("prompts", help="a .txt file (one prompt per line) or a CSV/JSONL/Parquet with a `prompt` column")
-    p.add_argument("--out", required=True, help="output dataset (.jsonl, .csv or .parquet)")
+    p.add_argument("--out", required=True, help="output dataset (.jsonl, .csv or .parquet), checked before any work")
     _model_options(p)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
@@ -408,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _subcommand(sub, common, "score", help="record traces of existing answers (teacher forcing)")
     p.add_argument("data", help="dataset with `prompt` and `answer` columns")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="output dataset (.jsonl, .csv or .parquet)")
     p.add_argument("--rescore", action="store_true", help="re-record rows that already have a trace")
     _model_options(p)
     _label_options(p)
@@ -432,13 +432,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--group-by", help="also evaluate each value of this column separately (e.g. a task family) "
                                       "and report their average")
     p.add_argument("--format", choices=["markdown", "csv", "json"])
-    p.add_argument("--out", help="write the table here instead of standard output")
+    p.add_argument("--out", help="write the table here instead of standard output (.md, .csv or .json)")
     _label_options(p)
     p.set_defaults(func=cmd_evaluate)
 
     p = _subcommand(sub, common, "fit", help="fit a TRACE+ calibrator (JSON) on labeled traces")
     p.add_argument("data")
-    p.add_argument("--out", required=True, help="calibrator JSON")
+    p.add_argument("--out", required=True, help="calibrator JSON (.json)")
     p.add_argument("--feature-set", choices=list(FEATURE_SETS),
                    help="TRACE+ features (default: paper, the paper's 8; surprisal when the traces hold no entropy)")
     p.add_argument("--C", type=float, default=1.0, help="inverse regularisation strength")
@@ -453,7 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--coverage", type=float, help="keep this share of the most confident answers, flag the rest")
     group.add_argument("--target-risk", type=float,
                        help="keep as many answers as possible with at most this error rate (measured on the labels)")
-    p.add_argument("--out", required=True, help="flagged rows (.csv or .jsonl), safe to open in a spreadsheet")
+    p.add_argument("--out", required=True, help="flagged rows"
+                   " (.csv or .jsonl), safe to open in a spreadsheet; not the input file")
     _label_options(p)
     p.set_defaults(func=cmd_flag)
     return parser
@@ -471,7 +472,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = argv
     try:
-        args.func(args)
+        with warnings.catch_warnings(record=True) as caught:  # library warnings become plain lines, never raw
+            warnings.simplefilter("always")
+            try:
+                args.func(args)
+            finally:
+                _plain_warnings(caught)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -12,12 +12,28 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ._checks import check_int, check_real
+from ._checks import check_int, check_real, shorten
 from .calibrate import TracePlus
 from .score import config_for, explain_trace, trace_confidence, trace_risk
 from .trace import Trace
 
-__all__ = ["score_rows", "select_flagged", "spike_context", "threshold_for_risk"]
+__all__ = ["OUTPUT_COLUMNS", "output_collisions", "score_rows", "select_flagged", "spike_context",
+           "threshold_for_risk"]
+
+#: The columns that :func:`score_rows` adds, in order.
+OUTPUT_COLUMNS = ("trace_confidence", "trace_risk", "trace_variant", "probability_correct", "peak_risk_tokens",
+                  "spike_context")
+
+
+def _column_key(name: object) -> str:
+    return str(name).strip().casefold()
+
+
+def output_collisions(columns: Sequence[object]) -> list[str]:
+    """The input columns named like an output column of :func:`score_rows` (compared without surrounding spaces and
+    case, so that no two columns of the result read alike), in input order."""
+    outputs = {_column_key(c) for c in OUTPUT_COLUMNS}
+    return [str(c) for c in columns if _column_key(c) in outputs]
 
 
 def spike_context(trace: Trace, spikes: Sequence[int], *, width: int = 3) -> str:
@@ -46,7 +62,15 @@ def score_rows(frame: pd.DataFrame, traces: Sequence[Trace], calibrator: Any) ->
     ``calibrator`` is a :class:`TracePlus` (uses the trace features) or a scalar calibrator (applied to the TRACE
     confidence). When some trace has no entropy, TRACE is its surprisal-only variant for every row
     (:func:`trace_core.score.config_for`), and ``trace_variant`` says so.
+
+    Raises ValueError when ``frame`` already has a column named like one of these outputs (:data:`OUTPUT_COLUMNS`,
+    compared without surrounding spaces and case): its values would be silently replaced or shown next to a
+    look-alike. Rename or drop such columns first.
     """
+    taken = output_collisions(list(frame.columns))
+    if taken:
+        raise ValueError(f"the input already has column(s) {', '.join(shorten(c) for c in taken)}, named like the "
+                         "output of flagging; rename or drop them so that they are not overwritten")
     traces = list(traces)
     if len(traces) != len(frame):
         raise ValueError(f"got {len(traces)} traces for {len(frame)} rows")

@@ -54,9 +54,10 @@ class Setting:
             if value < 1 or not text.lstrip("+").isdigit():
                 raise SettingError(f"{self.name}={shorten(raw)}: expected a whole number >= 1")
             return value
-        if self.kind == "list":  # comma-separated; None when unset or empty
-            entries = tuple(e.strip() for e in raw.split(",") if e.strip())
-            return entries or None
+        if self.kind == "list":  # comma-separated; None when unset or exactly empty, () when set with no entry
+            if raw == "":
+                return None
+            return tuple(e.strip() for e in raw.split(",") if e.strip())
         return text or self.default  # "text"
 
 
@@ -68,8 +69,12 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
             "code."),
     Setting("TRACE_MODEL_ALLOWLIST", "list", None,
             "Comma-separated model ids or folders that may be loaded; unset: every local model."),
-    Setting("TRACE_LOCAL_FILES", "flag", True,
-            "Whether the dashboard may read dataset files by path on the machine it runs on."),
+    Setting("TRACE_LOCAL_FILES", "flag", False,
+            "Whether the dashboard's Calibrate page offers \"File path\": reading dataset files on the machine it "
+            "runs on, inside `TRACE_DATA_DIR` only."),
+    Setting("TRACE_DATA_DIR", "text", "",
+            "The folder \"File path\" reads from (files in it and its subfolders, after resolving symlinks and `..`); "
+            "unset: the folder the dashboard was started in."),
     Setting("TRACE_MAX_FILE_MB", "int", 200, "Largest dataset file the dashboard reads, in MiB."),
     Setting("TRACE_MAX_ROWS", "int", 100_000, "Most rows the dashboard reads from one dataset."),
     Setting("TRACE_MAX_NEW_TOKENS", "int", 512, "Most new tokens the dashboard lets a user ask for."),

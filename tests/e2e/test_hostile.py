@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -176,16 +177,22 @@ def test_calibrate_and_flag_hostile_dataset(server, page, tmp_path):
         exported = [dict(zip(header, r)) for r in reader]
     assert "'@risk" in header
     assert len(exported) == len(written) - 2  # all but the rejected row and the one too long to score
-    neutralised = 0
+    neutralised = kept_numbers = 0
+    plain_number = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
     for row in exported:
         original = written[int(row["row"])]
         for column in ("prompt", "answer", "notes", "@risk"):
-            if original[column][:1] in ("=", "+", "-", "@", "\t", "\r"):
-                assert row["'" + column if column == "@risk" else column] == "'" + original[column], (column, row)
+            shown = row["'" + column if column == "@risk" else column]
+            if plain_number.fullmatch(original[column]):  # a real number is never changed
+                assert shown == original[column], (column, row)
+                kept_numbers += 1
+            elif original[column][:1] in ("=", "+", "-", "@", "\t", "\r"):
+                assert shown == "'" + original[column], (column, row)
                 neutralised += 1
         for column, value in row.items():
-            assert value[:1] not in ("=", "+", "-", "@", "\t", "\r"), (column, value)
-    assert neutralised >= 4 * len(FORMULAS) + 8 + len(exported)  # the formula rows, the "-i" notes, every @risk
+            assert value[:1] not in ("=", "+", "-", "@", "\t", "\r") or plain_number.fullmatch(value), (column, value)
+    assert neutralised >= 3 * len(FORMULAS) + len(exported)  # prompt and answer of the formula rows, every @risk
+    assert kept_numbers >= 8  # the "-i" notes
 
 
 def assert_shown_literally(page, *texts: str) -> None:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import re
+import unicodedata
+from typing import Any
+
 import pandas as pd
 
 from .._checks import check_bool, check_choice
@@ -12,15 +17,37 @@ __all__ = ["export_flagged", "sanitize_cell"]
 
 # OWASP's list of characters that start a formula, plus their full-width forms (which spreadsheets also accept).
 _FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+# A plain decimal number, ASCII only: an optional sign, digits with an optional point (or a point and digits), an
+# optional exponent. "-4.5", "+3", "1e-3", "-0.25", "-.5", "7." match; "-inf", "1,000", "-1+1", "0x1F" do not.
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+# Characters that show as nothing (or as blank) but that a spreadsheet may skip before a formula: besides the
+# Unicode categories Z* (spaces, line and paragraph separators), Cc (controls: \t \n \r ...) and Cf (format: zero
+# width space, BOM, bidirectional marks, ...), these letters that render blank.
+_BLANK_LETTERS = frozenset("\u115f\u1160\u2800\u3164\uffa0")
+
+
+def _invisible(char: str) -> bool:
+    return char.isspace() or char in _BLANK_LETTERS or unicodedata.category(char)[0] == "Z" \
+        or unicodedata.category(char) in ("Cc", "Cf")
 
 
 def sanitize_cell(value: object) -> object:
     """Neutralise spreadsheet formula injection in one exported cell.
 
-    A string whose first character is ``=``, ``+``, ``-``, ``@``, tab or carriage return (OWASP's list, plus their
-    full-width forms) gets a leading single quote, so spreadsheet programs show it as text instead of running it.
-    A negative number written as a *string* (``"-3"``) is quoted too; numbers of numeric type are not strings and are
-    returned unchanged, as is every other non-string value.
+    The rule: a string cell gets a leading single quote (so spreadsheet programs show it as text instead of running
+    it) when
+
+    * its first character is ``=``, ``+``, ``-``, ``@``, tab or carriage return (OWASP's list, plus the full-width
+      ``＝ ＋ － ＠``), or
+    * it starts with whitespace or invisible characters (spaces of any kind, no-break space, line breaks, tabs,
+      zero-width characters, a byte order mark, bidirectional marks, other control and format characters) followed
+      by one of those characters: ``" =1+1"``, ``"\\u00a0=..."``, ``"\\u200b=..."``, ``"\\ufeff=..."``,
+      ``"\\n=..."``,
+
+    unless the string is exactly a plain decimal number (ASCII digits with an optional sign, decimal point and
+    exponent: ``"-4.5"``, ``"+3"``, ``"1e-3"``, ``"-0.25"``), which a spreadsheet reads as that number and never as a
+    formula: real numbers are never changed. Numbers of numeric type (int, float) and every other non-string value
+    are returned unchanged.
 
     Parameters
     ----------
@@ -34,17 +61,43 @@ def sanitize_cell(value: object) -> object:
 
     Examples
     --------
-    >>> sanitize_cell("=HYPERLINK(\\"http://x\\")"), sanitize_cell(-3), sanitize_cell("ok")
-    ('\\'=HYPERLINK("http://x")', -3, 'ok')
+    >>> sanitize_cell("=HYPERLINK(\\"http://x\\")"), sanitize_cell(" =1+1"), sanitize_cell("\\u200b@SUM(A1)")
+    ('\\'=HYPERLINK("http://x")', "' =1+1", "'\\u200b@SUM(A1)")
+    >>> sanitize_cell("-4.5"), sanitize_cell("+3"), sanitize_cell(-3), sanitize_cell("-2+3"), sanitize_cell("ok")
+    ('-4.5', '+3', -3, "'-2+3", 'ok')
     """
-    if isinstance(value, str) and value.startswith(_FORMULA_PREFIXES):
+    if not isinstance(value, str) or not value:
+        return value
+    if _PLAIN_NUMBER.fullmatch(value):
+        return value
+    if value.startswith(_FORMULA_PREFIXES):
         return "'" + value
+    start = 0
+    while start < len(value) and _invisible(value[start]):
+        start += 1
+    if 0 < start < len(value) and value.startswith(_FORMULA_PREFIXES, start):
+        return "'" + value
+    return value
+
+
+def _finite(value: Any) -> Any:
+    """A plain value with every non-finite float (inf, -inf, NaN), also inside lists and dicts, as None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
     return value
 
 
 def export_flagged(frame: pd.DataFrame, dest: PathOrBuffer, *, format: str = "csv",
                    sanitize: bool | None = None) -> None:
     """Export rows (e.g. the flagged answers) for people, as CSV or JSON Lines.
+
+    Every value is exported, whatever it is: a non-finite number (``inf``, ``-inf``, NaN), which neither JSON nor a
+    spreadsheet holds as a number, is written as ``null`` in JSON Lines and as an empty cell in CSV (like a missing
+    value), also inside lists and dicts.
 
     Parameters
     ----------
@@ -54,16 +107,16 @@ def export_flagged(frame: pd.DataFrame, dest: PathOrBuffer, *, format: str = "cs
     format : {"csv", "jsonl"}
     sanitize : bool or None
         Pass every text cell (and column name) through :func:`sanitize_cell`. None (default): True for CSV, which
-        spreadsheets open, and False for JSON Lines, which programs read and where a changed value (``"-3"`` ->
-        ``"'-3"``) would be a corruption rather than a protection.
+        spreadsheets open, and False for JSON Lines, which programs read and where a changed value (``"=1+1"`` ->
+        ``"'=1+1"``) would be a corruption rather than a protection.
 
     Examples
     --------
     >>> import io
     >>> buffer = io.BytesIO()
-    >>> export_flagged(pd.DataFrame({"answer": ["=1+1"]}), buffer)
+    >>> export_flagged(pd.DataFrame({"answer": ["=1+1"], "x": [float("inf")]}), buffer)
     >>> buffer.getvalue()
-    b"answer\\r\\n'=1+1\\r\\n"
+    b"answer,x\\r\\n'=1+1,\\r\\n"
     """
     check_choice(format, "format", ("csv", "jsonl"))
     if not isinstance(frame, pd.DataFrame):
@@ -73,11 +126,11 @@ def export_flagged(frame: pd.DataFrame, dest: PathOrBuffer, *, format: str = "cs
     header = [str(clean(str(c))) for c in frame.columns]
     if format == "csv":
         # Sanitise before turning values into text: numbers of numeric type are not strings and stay as they are.
-        rows = ([csv_text(clean(to_plain(v))) for v in values]
+        rows = ([csv_text(clean(_finite(to_plain(v)))) for v in values]
                 for values in frame.itertuples(index=False, name=None))
         data = csv_bytes(header, rows)
     else:
-        records = ({h: clean(to_plain(v)) for h, v in zip(header, values)}
+        records = ({h: clean(_finite(to_plain(v))) for h, v in zip(header, values)}
                    for values in frame.itertuples(index=False, name=None))
         data = jsonl_bytes(records)
     write_bytes(dest, data)

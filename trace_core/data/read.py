@@ -5,6 +5,9 @@ UTF-8, too many rows, duplicate column names). Nothing is validated per cell her
 
 Files are read as a stream: lines are split from the bytes on ``\\n`` only and decoded one at a time, so a reader
 never holds the whole text, a list of its lines and its parsed rows at once.
+
+(About 520 lines, over the package's ~500: the CSV, JSON Lines and Parquet readers share the header, size, encoding
+and progress checks defined here, and splitting them apart would spread one set of rules over several modules.)
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import IO, Any, Callable, ContextManager, Iterator, Sequence, Union
 
 import pandas as pd
 
-from .._checks import check_choice
+from .._checks import check_choice, shorten
 from ._values import show
 from .errors import DatasetError, RowError
 
@@ -46,6 +49,10 @@ _HEAD = 8192                  # bytes looked at for binary signatures
 _PROGRESS_STEP = 1 << 20      # report progress about once per MiB read
 _LONE_CR = re.compile(r"(?<=\r)(?!\n)")  # where CSV's universal newlines also end a line: after a \r not before \n
 _PARQUET_BATCH = 4096
+MAX_COLUMNS = 10_000          # columns a table may have (a header is refused beyond it, before it is used)
+MAX_COLUMN_NAME = 1_000       # characters a column name may have
+_SHOWN_NAMES = 10             # column names a message lists (each shortened)
+_SHOWN_NAME = 60              # characters of each
 
 
 @dataclass
@@ -236,7 +243,28 @@ class _Lines:
             raise DatasetError("the file is empty (only whitespace)")
 
 
+def _check_header(raw: Sequence[object]) -> None:
+    """Refuse a header with more than MAX_COLUMNS columns or a name longer than MAX_COLUMN_NAME characters: no
+    table has them, and every message that lists columns would otherwise echo them."""
+    if len(raw) > MAX_COLUMNS:
+        raise DatasetError(f"the file has {len(raw):,} columns; at most {MAX_COLUMNS:,} are read (a dataset needs "
+                           f"`prompt`, `answer` and `label` or `reference`, plus optional trace columns)")
+    for i, name in enumerate(raw):
+        if len(str(name)) > MAX_COLUMN_NAME:
+            raise DatasetError(f"column {i + 1}'s name is {len(str(name)):,} characters long "
+                               f"({shorten(str(name), _SHOWN_NAME)}); column names may be at most "
+                               f"{MAX_COLUMN_NAME:,} characters")
+
+
+def columns_text(columns: Sequence[object]) -> str:
+    """A list of column names for a message: the first few, each shortened."""
+    shown = ", ".join(shorten(str(c), _SHOWN_NAME) for c in columns[:_SHOWN_NAMES])
+    more = f", ... ({len(columns):,} in all)" if len(columns) > _SHOWN_NAMES else ""
+    return f"[{shown}{more}]"
+
+
 def _normalize_columns(raw: Sequence[object]) -> list[str]:
+    _check_header(raw)
     names = []
     for i, name in enumerate(raw):
         norm = str(name).strip().lower()
@@ -244,7 +272,8 @@ def _normalize_columns(raw: Sequence[object]) -> list[str]:
     counts = Counter(names)
     dupes = [n for n in counts if counts[n] > 1]
     if dupes:
-        groups = "; ".join(" and ".join(repr(str(r)) for r, n in zip(raw, names) if n == d) for d in dupes)
+        groups = "; ".join(" and ".join(shorten(str(r), _SHOWN_NAME) for r, n in zip(raw, names) if n == d)
+                           for d in dupes[:_SHOWN_NAMES])
         raise DatasetError(f"duplicate column names (ignoring case and surrounding spaces): {groups}; "
                            f"each column needs a distinct name")
     return names
@@ -257,7 +286,7 @@ def _too_many(limit: int | None, count: int) -> None:
 
 
 def _no_rows(columns: Sequence[str]) -> DatasetError:
-    return DatasetError(f"no data rows: the file has columns {list(columns)} but no rows below the header")
+    return DatasetError(f"no data rows: the file has columns {columns_text(columns)} but no rows below the header")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -366,7 +395,8 @@ def _row_from_json(obj: object, row: int, errors: list[RowError]) -> dict[str, A
         norm = str(key).strip().lower() or "unnamed"
         if norm in out:
             raise DatasetError(f"duplicate column names (ignoring case and surrounding spaces) in row {row}: "
-                               f"{raw_names[norm]!r} and {str(key)!r}; each key needs a distinct name")
+                               f"{shorten(raw_names[norm], _SHOWN_NAME)} and {shorten(str(key), _SHOWN_NAME)}; "
+                               f"each key needs a distinct name")
         out[norm], raw_names[norm] = value, str(key)
     return out
 
@@ -441,6 +471,8 @@ def _add_columns(columns: list[str], seen: set[str], row: dict[str, Any]) -> Non
     if len(row) > len(seen) or not seen.issuperset(row):
         for key in row:
             if key not in seen:
+                if len(seen) >= MAX_COLUMNS or len(key) > MAX_COLUMN_NAME:
+                    _check_header([*columns, *(k for k in row if k not in seen)])
                 seen.add(key)
                 columns.append(key)
 

@@ -20,7 +20,7 @@ from ._values import ABSENT, CellError, is_blank, is_missing, json_cell, show
 from .codec import TRACE_COLUMNS, decode_cell, trace_from_cells
 from .errors import DatasetError, DatasetWarning, RowError
 from .labels import LABEL_EXPECTED, check_matcher_options, label_from_reference, parse_label
-from .read import PathOrBuffer, Progress, Table, read_table
+from .read import PathOrBuffer, Progress, Table, columns_text, read_table
 from .responses import trace_from_openai
 
 __all__ = ["LabeledDataset", "read_dataset"]
@@ -149,11 +149,6 @@ def read_dataset(source: PathOrBuffer | bytes, *, format: str | None = None, mat
                            require_label=require_label)
 
 
-def _columns_text(columns: Sequence[str]) -> str:
-    shown = ", ".join(repr(c) for c in columns[:20])
-    return f"[{shown}{', ...' if len(columns) > 20 else ''}]"
-
-
 @dataclass(frozen=True)
 class _Rules:
     """What every row of one table is checked against (decided once, from its columns and the options)."""
@@ -175,14 +170,14 @@ def _rules_for(columns: Sequence[str], hint: str, options: dict[str, Any]) -> _R
     if missing:
         needed = " and ".join(f"`{c}`" for c in missing)
         return DatasetError(f"missing required column{'s' if len(missing) > 1 else ''} {needed}; found columns "
-                            f"{_columns_text(columns)}{hint}")
+                            f"{columns_text(columns)}{hint}")
     if "label" in has:
         label_source = "label"
     elif "reference" in has:
         label_source = f"reference:{options['matcher']}"
     elif options["require_label"]:
         return DatasetError(f"the dataset needs a `label` column ({LABEL_EXPECTED}) or a `reference` column (the "
-                            f"gold answer, to label answers with a matcher); found columns {_columns_text(columns)}"
+                            f"gold answer, to label answers with a matcher); found columns {columns_text(columns)}"
                             f"{hint}")
     else:
         label_source = "none"

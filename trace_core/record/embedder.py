@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from .._checks import check_int, shorten
-from .folders import looks_like_path, model_folder
+from .folders import FolderError, check_folder_files, looks_like_path, model_folder
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -212,6 +212,10 @@ def _local_source(name: str) -> str:
             raise EmbedderUnavailable(f"Sentence-embedding folder '{name}' has no safetensors weights "
                                       "(*.safetensors); pickle weights are not loaded. Save the model with "
                                       "save_pretrained(..., safe_serialization=True).")
+        try:  # weight files inside the folder, well-formed config and safetensors headers
+            check_folder_files(folder)
+        except FolderError as exc:
+            raise EmbedderUnavailable(f"Sentence-embedding folder '{name}' cannot be used: {exc}.") from None
         return str(folder.path)
     if looks_like_path(name):
         raise EmbedderUnavailable(f"No sentence-embedding model folder at '{name}'; check the path, or pass None for "

@@ -8,13 +8,15 @@ which models load at all with ``TRACE_MODEL_ALLOWLIST``. torch and transformers 
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import settings
-from .folders import looks_like_path, model_folder
+from .._checks import shorten
+from .folders import FolderError, FolderEscapeError, check_folder_files, looks_like_path, model_folder
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -98,34 +100,86 @@ def _resolve_dtype(dtype: str | Any, device: Any) -> Any:
     return dtype
 
 
+_ALLOWLIST = "TRACE_MODEL_ALLOWLIST"
+#: A Hugging Face model id: ``name`` or ``org/name`` (letters, digits, ``-``, ``_``, ``.``; no ``..``).
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+
+
 def model_allowlist() -> tuple[str, ...] | None:
     """Models a shared deployment allows, from ``TRACE_MODEL_ALLOWLIST`` (comma-separated ids or folder paths).
 
     Returns
     -------
     tuple of str or None
-        The entries; None when the variable is unset or empty (every local model allowed).
+        The entries; None when the variable is unset (every local model allowed). A variable that is set but lists
+        no entry (``" "``, ``","``) is an empty tuple, which :func:`check_model_allowed` refuses.
     """
-    return settings.get("TRACE_MODEL_ALLOWLIST")
+    return settings.get(_ALLOWLIST)
+
+
+def _is_path_entry(entry: str) -> bool:
+    """An allow-list entry names a folder when it starts with ``/``, ``./``, ``../`` or ``~`` (or is an existing
+    absolute path); anything else is a hub id."""
+    return (entry.startswith(("/", "./", "../", "~", ".\\", "..\\")) or entry in (".", "..")
+            or (Path(entry).is_absolute() and Path(entry).exists()))
+
+
+def _loads_a_folder(name: str) -> bool:
+    """Whether :func:`load_model` reads ``name`` as a local folder (rather than a hub id from the local cache)."""
+    return model_folder(name) is not None or looks_like_path(name)
+
+
+def _resolved(path: str) -> Path | None:
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
 
 
 def check_model_allowed(name_or_path: str | Path) -> None:
     """Raise :class:`ModelNotAllowedError` if an allow-list is set and the model is not on it.
 
-    A model is on the list when its name equals an entry, or when both name the same folder once resolved.
+    Each entry of ``TRACE_MODEL_ALLOWLIST`` is explicitly either a folder or a hub id:
+
+    * a **folder** entry starts with ``/``, ``./``, ``../`` or ``~`` (or is an existing absolute path); it admits a
+      model loaded from a local folder that resolves (symlinks followed) to the same folder;
+    * any other entry is a **hub id** (``name`` or ``org/name``); it admits only that model id, loaded from the
+      local Hugging Face cache -- never a local folder that happens to have the same relative path
+      (``./org/model``). To allow such a folder, list it as ``./org/model``.
+
+    A model name is loaded as a folder when that folder exists or the name looks like a path
+    (:func:`~trace_core.record.folders.looks_like_path`); otherwise it is a hub id. An entry that is neither form,
+    and a variable that is set but lists no entry (``" "``, ``","``), is an error naming the variable: nothing
+    loads until it is fixed or unset.
 
     >>> check_model_allowed("any/model")  # no allow-list set: every model is allowed  # doctest: +SKIP
     """
     allowed = model_allowlist()
     if allowed is None:
         return
-    name = str(name_or_path)
-    resolved = Path(name).expanduser().resolve() if name else None
+    if not allowed:
+        raise ModelNotAllowedError(f"{_ALLOWLIST} is set but lists no model, so no model may be loaded; list the "
+                                   "allowed hub ids and folders (comma-separated), or unset it to allow every "
+                                   "local model.")
+    paths, hub_ids = [], []
     for entry in allowed:
-        if name == entry or (resolved is not None and Path(entry).expanduser().resolve() == resolved):
+        if _is_path_entry(entry):
+            paths.append(entry)
+        elif _HUB_ID.fullmatch(entry) and ".." not in entry:
+            hub_ids.append(entry)
+        else:
+            raise ModelNotAllowedError(f"{_ALLOWLIST} entry {shorten(entry)} is neither a folder (start it with /, "
+                                       "./, ../ or ~) nor a hub id (name or org/name); fix the entry.")
+    name = str(name_or_path)
+    if name.strip():
+        if _loads_a_folder(name):
+            resolved = _resolved(name)
+            if resolved is not None and any(_resolved(entry) == resolved for entry in paths):
+                return
+        elif name in hub_ids:
             return
-    raise ModelNotAllowedError(f"Model '{name}' is not on this deployment's allow-list (TRACE_MODEL_ALLOWLIST); "
-                               f"allowed: {', '.join(allowed)}.")
+    raise ModelNotAllowedError(f"Model {shorten(name)} is not on this deployment's allow-list ({_ALLOWLIST}); "
+                               f"allowed: {shorten(', '.join(allowed))}.")
 
 
 def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | Any = "auto",
@@ -161,10 +215,18 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
         Nothing found locally under that name.
     UnsafeModelError
         Only pickle weights are present and ``allow_pickle_weights`` is off, or the model needs remote code and
-        ``trust_remote_code`` is off.
+        ``trust_remote_code`` is off, or a weight file (a symlink, or a shard named by
+        ``model.safetensors.index.json``) resolves outside the model folder: checked for every model before loading.
+    ModelLoadError
+        A file of the model is malformed (``config.json`` not JSON or nested too deeply, a safetensors header that
+        does not parse, ...): the message names the file, relative to the model folder, and what is wrong. Every
+        failure to load a model is a ModelLoadError.
     ModelNotAllowedError
         An allow-list is set (``TRACE_MODEL_ALLOWLIST``, see :func:`check_model_allowed`) and the model is not on
-        it; the check runs before anything is read.
+        it, or the list is set but empty, or an entry is neither a folder nor a hub id; the check runs before
+        anything is read. Each entry is explicitly a folder (it starts with ``/``, ``./``, ``../`` or ``~``) or a
+        hub id (``org/name``, which admits only the model of that id from the local Hugging Face cache, never a
+        local folder ``./org/name``).
     trace_core.settings.SettingError
         One of the environment variables above has a value that is not a flag.
 
@@ -193,12 +255,16 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
         if not folder.has_safetensors and not folder.has_pickle:
             raise ModelNotFoundError(f"Model folder '{name}' has no weights (*.safetensors); save the model there "
                                      "with save_pretrained(..., safe_serialization=True).")
+        _check_files(folder, name)
         source = str(folder.path)
     elif looks_like_path(name):
         raise ModelNotFoundError(f"No model folder at '{name}'; check the path (it must be a folder made by "
                                  "save_pretrained, with config.json and *.safetensors).")
     else:
         source = name
+        cached = _cached_snapshot(name)
+        if cached is not None:
+            _check_files(cached, name)
 
     resolved_device = _resolve_device(device)
     resolved_dtype = _resolve_dtype(dtype, resolved_device)
@@ -220,11 +286,14 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
                                    "weights, which can run code when loaded. Convert them to safetensors, or opt in "
                                    "with allow_pickle_weights=True if you trust the file.") from exc
         if folder is not None:
-            raise ModelLoadError(f"Model folder '{name}' could not be loaded: {text.splitlines()[0]}") from exc
+            raise ModelLoadError(f"Model folder '{name}' could not be loaded: {_first_line(exc)}") from exc
         raise ModelNotFoundError(
             f"Model '{name}' was not found locally: it is not a folder, and not in the Hugging Face cache "
             f"({_cache_dir()}); download it once on a connected machine (huggingface-cli download {name}) or pass "
             "the path of a folder made by save_pretrained.") from exc
+    except Exception as exc:  # anything else a malformed file raises (SafetensorError, RecursionError, KeyError...)
+        where = f"Model folder '{name}'" if folder is not None else f"Model '{name}'"
+        raise ModelLoadError(f"{where} could not be loaded: {_first_line(exc)}") from exc
     finally:
         if bar_was_on:
             hf_logging.enable_progress_bar()
@@ -240,3 +309,32 @@ def _cache_dir() -> str:
         return str(constants.HF_HUB_CACHE)
     except Exception:  # pragma: no cover - hub package layout differs
         return "the Hugging Face cache"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return text if len(text) <= 200 else shorten(text)
+
+
+def _check_files(folder: Any, name: str) -> None:
+    """:func:`~trace_core.record.folders.check_folder_files` with its errors as load errors naming the file."""
+    try:
+        check_folder_files(folder)
+    except FolderEscapeError as exc:
+        raise UnsafeModelError(f"Model '{name}' is refused: {exc}.") from None
+    except FolderError as exc:
+        raise ModelLoadError(f"Model '{name}' could not be loaded: {exc}.") from None
+
+
+def _cached_snapshot(name: str) -> Any:
+    """The local Hugging Face cache snapshot of model id ``name`` as a ModelFolder, or None when not cached."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        config = try_to_load_from_cache(name, "config.json")
+    except Exception:  # not a valid id, no hub package: transformers says what is missing
+        return None
+    if not isinstance(config, str):
+        return None
+    return model_folder(Path(config).parent)

@@ -1,0 +1,106 @@
+"""What the command line's subcommands share: its error type, the checks of ``--out`` paths made before any work,
+progress bars on stderr, and library warnings turned into plain lines in the command line's words."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from ._checks import shorten
+
+__all__ = ["CLIError"]
+
+
+class CLIError(Exception):
+    """A user-facing error: printed as one line."""
+
+
+# What each subcommand's --out may be: extension -> format, and the words that say so. Checked before any work.
+_DATASET_OUT = ({".csv": "csv", ".tsv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl",
+                 ".parquet": "parquet", ".pq": "parquet"},
+                "expected .csv, .jsonl or .parquet (or .tsv, .json, .ndjson, .pq)")
+_REPORT_OUT = ({".md": "markdown", ".markdown": "markdown", ".csv": "csv", ".json": "json"},
+               "expected .md (Markdown), .csv or .json")
+_CALIBRATOR_OUT = ({".json": "json"}, "expected .json (the calibrator is JSON)")
+_FLAGGED_OUT = ({".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}, "expected .csv or .jsonl")
+
+
+def _shown(path: str) -> str:
+    """A path as typed, cut to about 200 characters."""
+    return path if len(path) <= 200 else shorten(path)
+
+
+def _check_out(out: str, kind: tuple[dict[str, str], str], *, option: str = "--out") -> str:
+    """The format that ``out`` names by its extension, after checking that it can be written: a file name (not a
+    folder) with a known extension, in a folder that exists and is writable. Called before any work, so that a bad
+    name never costs a run; raises a one-line :class:`CLIError` naming the option."""
+    extensions, expected = kind
+    where = f"{option} {_shown(out)}"
+    if not out.strip():
+        raise CLIError(f"{option}: empty; {expected}")
+    path = Path(out)
+    if out.endswith(("/", os.sep)) or path.is_dir():
+        raise CLIError(f"{where}: is a folder; give a file name in it ({expected})")
+    suffix = path.suffix.lower()
+    if suffix not in extensions:
+        what = "no extension" if not suffix else f"unknown extension {_shown(path.suffix)}"
+        raise CLIError(f"{where}: {what}; {expected}")
+    folder = path.parent
+    if not folder.exists():
+        raise CLIError(f"{where}: the folder {_shown(str(folder))} does not exist; create it first")
+    if not folder.is_dir():
+        raise CLIError(f"{where}: {_shown(str(folder))} is not a folder")
+    if not os.access(folder, os.W_OK):
+        raise CLIError(f"{where}: cannot write in the folder {_shown(str(folder))}")
+    if path.exists() and not path.is_file():
+        raise CLIError(f"{where}: exists and is not a regular file")
+    return extensions[suffix]
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name the same file (symlinks and hard links too)."""
+    try:
+        if Path(a).exists() and Path(b).exists():
+            return os.path.samefile(a, b)
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return False
+
+
+def _progress(total: int, description: str, enabled: bool, *, unit: str = "answer"):
+    """A tqdm bar on stderr (silent when disabled or when tqdm is missing); returns (update callback, close)."""
+    if not enabled:
+        return None, lambda: None
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is in the pinned set
+        return None, lambda: None
+    bar = tqdm(total=total or None, desc=description, unit=unit, unit_scale=unit == "B", file=sys.stderr,
+               dynamic_ncols=True, leave=False)
+
+    def update(done: int, total_now: int) -> None:
+        if total_now and bar.total != total_now:
+            bar.total = total_now
+        bar.update(done - bar.n)
+
+    return update, bar.close
+
+
+def _cli_words(message: str) -> str:
+    """A library message in the command line's words: options instead of keyword arguments."""
+    return (message.replace("`stratified=True`", "--stratified").replace("stratified=True", "--stratified")
+            .replace("stratified splits", "--stratified"))
+
+
+def _plain_warnings(caught: Sequence[Any], *, skip: tuple[type, ...] = ()) -> None:
+    """Library warnings as plain ``warning: ...`` lines on stderr (each text once), never with source paths."""
+    seen = set()
+    for w in caught:
+        if skip and issubclass(w.category, skip):
+            continue
+        text = _cli_words(str(w.message).strip())
+        if text and text not in seen:
+            seen.add(text)
+            print(f"warning: {text}", file=sys.stderr)

@@ -1,0 +1,368 @@
+"""Reading a calibrator's JSON: size cap, parsing, nesting depth and every field checked before anything is built.
+
+A calibrator file comes from a user (an upload, a ``--calibrator`` path), so nothing in it is trusted: the text is at
+most :data:`MAX_CALIBRATOR_BYTES`, a leading UTF-8 byte-order mark is dropped (as for datasets), duplicate keys,
+unknown keys and nesting deeper than :data:`MAX_DEPTH` are refused, and each field is checked for its type, length
+and range (numbers are JSON numbers, never strings or booleans; finite; a ``scale`` that divides is > 1e-12, as
+``fit`` writes it). Every problem found becomes one line of the :class:`CalibratorFormatError` naming the field;
+values are echoed at most ~200 characters (:func:`trace_core._checks.shorten`).
+
+:func:`parse_calibrator` returns the checked fields (numbers as floats and float64 arrays); ``trace_core.calibrate``
+builds the calibrators from them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from datetime import datetime
+from typing import Any, Mapping
+
+import numpy as np
+
+from ._checks import shorten
+from .features import FEATURE_SETS
+from .trace import ENTROPY_SOURCES
+
+__all__ = ["CALIBRATOR_TYPES", "FORMAT_VERSION", "MAX_CALIBRATOR_BYTES", "MAX_DEPTH", "CalibratorFormatError",
+           "decode_calibrator", "dumps_calibrator", "parse_calibrator"]
+
+FORMAT_VERSION = 1
+MAX_CALIBRATOR_BYTES = 10_000_000  # 10 MB: a fitted calibrator is a few kilobytes
+MAX_DEPTH = 8  # a calibrator nests 3 levels (object -> params / list -> value); anything deeper is not one
+MIN_SCALE = 1e-12  # fit writes std if std > 1e-12 else 1.0: a smaller scale would blow up (x - mean) / scale
+MAX_ABS = 1e150  # a larger coefficient or intercept cannot come from a fit, and its products overflow
+
+_PROVENANCE_LISTS = ("model_id", "tokenizer", "entropy_source")
+_PROVENANCE_KEYS = (*_PROVENANCE_LISTS, "feature_set", "n_rows", "date", "version")
+_MAX_ITEMS, _MAX_TEXT = 1_000, 1_000  # names in a provenance list, characters of one name
+
+_KNOWN_NAMES = frozenset(name for names in FEATURE_SETS.values() for name in names)
+
+# type -> (required keys, optional keys); "format_version" and "type" are required for every type.
+_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "TracePlus": (("params", "feature_names", "mean", "scale", "coef", "intercept"), ("n_samples", "provenance")),
+    "PlattCalibrator": (("params", "mean", "scale", "coef", "intercept"), ()),
+    "IsotonicCalibrator": (("x_thresholds", "y_thresholds"), ("params",)),
+}
+CALIBRATOR_TYPES = tuple(_FIELDS)
+
+
+class CalibratorFormatError(ValueError):
+    """A calibrator JSON that cannot be loaded; ``problems`` holds one line per problem (the message joins them)."""
+
+    def __init__(self, problems: list[str] | tuple[str, ...]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("\n".join(self.problems))
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if value is None:
+        return "null"
+    return {str: "a string", list: "a list", dict: "an object", int: "an integer", float: "a number"}.get(
+        type(value), type(value).__name__)
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise CalibratorFormatError([f"calibrator: the key {shorten(key)} appears twice in one object"])
+        obj[key] = value
+    return obj
+
+
+def decode_calibrator(data: bytes) -> str:
+    """The text of a calibrator file's bytes: size cap before decoding, UTF-8 (a leading BOM dropped)."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"calibrator data must be bytes, got {type(data).__name__}")
+    size = len(data)
+    if size > MAX_CALIBRATOR_BYTES:
+        raise CalibratorFormatError([f"calibrator: the file is {size:,} bytes; a calibrator is at most "
+                                     f"{MAX_CALIBRATOR_BYTES:,} bytes"])
+    try:
+        return bytes(data).decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CalibratorFormatError([f"calibrator: not UTF-8 text (byte {exc.start:,} is "
+                                     f"{bytes(data)[exc.start:exc.start + 1]!r})"]) from None
+
+
+def _load_text(text: str) -> Any:
+    if len(text) > MAX_CALIBRATOR_BYTES:  # before parsing: never build a huge object from user text
+        raise CalibratorFormatError([f"calibrator: the text is {len(text):,} characters; a calibrator is at most "
+                                     f"{MAX_CALIBRATOR_BYTES:,}"])
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    try:
+        return json.loads(text, object_pairs_hook=_reject_duplicates)
+    except RecursionError:
+        raise CalibratorFormatError([f"calibrator: JSON nested too deeply (a calibrator nests at most {MAX_DEPTH} "
+                                     "levels)"]) from None
+    except json.JSONDecodeError as exc:
+        raise CalibratorFormatError([f"calibrator: not valid JSON ({exc.msg} at line {exc.lineno}, column "
+                                     f"{exc.colno})"]) from None
+    except CalibratorFormatError:
+        raise
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise CalibratorFormatError([f"calibrator: not valid JSON ({shorten(str(exc))[1:-1]})"]) from None
+
+
+def _depth(obj: Any) -> int:
+    """Nesting depth of lists/objects (a scalar is 0), found without recursion and stopping past MAX_DEPTH."""
+    deepest, stack = 0, [(obj, 0)]
+    while stack:
+        value, level = stack.pop()
+        if isinstance(value, (list, tuple, Mapping)):
+            level += 1
+            deepest = max(deepest, level)
+            if level > MAX_DEPTH:
+                return level
+            stack.extend((v, level) for v in (value.values() if isinstance(value, Mapping) else value))
+    return deepest
+
+
+class _Checker:
+    """Collects one line per problem while the fields are converted."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def fail(self, field: str, message: str) -> None:
+        self.problems.append(f"calibrator field {field!r} {message}")
+
+    def number(self, value: Any, field: str, *, minimum: float | None = None, maximum: float | None = None,
+               bound: float = MAX_ABS) -> float | None:
+        if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.integer, np.floating)):
+            self.fail(field, f"must be a number, got {shorten(value)} ({_kind(value)})")
+            return None
+        try:
+            x = float(value)
+        except OverflowError:  # an int beyond the float range
+            x = math.inf if value > 0 else -math.inf
+        if not math.isfinite(x):
+            self.fail(field, f"must be a finite number, got {x!r}")
+            return None
+        if abs(x) > bound:
+            self.fail(field, f"must be at most {bound:g} in size, got {x!r}")
+            return None
+        if minimum is not None and not x > minimum:
+            self.fail(field, f"must be > {minimum:g}, got {x!r}")
+            return None
+        if maximum is not None and x > maximum:
+            self.fail(field, f"must be <= {maximum:g}, got {x!r}")
+            return None
+        return x
+
+    def numbers(self, value: Any, field: str, *, length: int | None = None, **bounds: Any) -> np.ndarray | None:
+        if not isinstance(value, (list, tuple)):
+            self.fail(field, f"must be a list of numbers, got {shorten(value)} ({_kind(value)})")
+            return None
+        if length is not None and len(value) != length:
+            self.fail(field, f"must hold {length} numbers (one per feature), got {len(value):,}")
+            return None
+        if not value:
+            self.fail(field, "must not be empty")
+            return None
+        before = len(self.problems)
+        out = [self.number(v, f"{field}[{i}]", **bounds) for i, v in enumerate(value)]
+        if len(self.problems) > before:  # one line per field: the first bad value, and how many more
+            extra = len(self.problems) - before - 1
+            del self.problems[before + 1:]
+            if extra:
+                self.problems[-1] += f" ({extra:,} more bad values in {field!r})"
+            return None
+        return np.asarray(out, dtype=np.float64)
+
+    def integer(self, value: Any, field: str, *, minimum: int, maximum: int) -> int | None:
+        if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
+            self.fail(field, f"must be a whole number, got {shorten(value)} ({_kind(value)})")
+            return None
+        if not minimum <= value <= maximum:
+            self.fail(field, f"must be in [{minimum:,}, {maximum:,}], got {shorten(value)}")
+            return None
+        return int(value)
+
+
+def _params(c: _Checker, kind: str, params: Any) -> dict[str, Any]:
+    allowed = {"TracePlus": ("feature_set", "C", "max_iter"), "PlattCalibrator": ("C",),
+               "IsotonicCalibrator": ()}[kind]
+    if not isinstance(params, Mapping):
+        c.fail("params", f"must be an object, got {shorten(params)} ({_kind(params)})")
+        return {}
+    out: dict[str, Any] = {}
+    for key in params:
+        if key not in allowed:
+            c.fail("params", f"has an unknown key {shorten(key)}; a {kind} has {list(allowed)}")
+    if "C" in allowed and "C" in params:
+        C = c.number(params["C"], "params.C", minimum=0.0, bound=math.inf)
+        if C is not None:
+            out["C"] = C
+    if "max_iter" in allowed and "max_iter" in params:
+        max_iter = c.integer(params["max_iter"], "params.max_iter", minimum=1, maximum=10**9)
+        if max_iter is not None:
+            out["max_iter"] = max_iter
+    if "feature_set" in allowed and "feature_set" in params:
+        fs = params["feature_set"]
+        if not isinstance(fs, str) or fs not in FEATURE_SETS:
+            c.fail("params.feature_set", f"must be one of {list(FEATURE_SETS)}, got {shorten(fs)}")
+        else:
+            out["feature_set"] = fs
+    return out
+
+
+def _provenance(c: _Checker, value: Any) -> dict[str, Any] | None:
+    """Where a TracePlus came from (written by ``fit``): model ids, tokenizers and entropy sources of its traces
+    (lists of names, empty when unknown), its feature set, number of rows, date (ISO 8601) and trace_core version."""
+    if not isinstance(value, Mapping):
+        c.fail("provenance", f"must be an object, got {shorten(value)} ({_kind(value)})")
+        return None
+    before = len(c.problems)
+    for key in value:
+        if key not in _PROVENANCE_KEYS:
+            c.fail("provenance", f"has an unknown key {shorten(key)}; it has {list(_PROVENANCE_KEYS)}")
+    missing = [key for key in _PROVENANCE_KEYS if key not in value]
+    if missing:
+        c.fail("provenance", f"lacks {missing}")
+        return None
+    out: dict[str, Any] = {}
+    for key in _PROVENANCE_LISTS:
+        names = value[key]
+        field = f"provenance.{key}"
+        if not isinstance(names, list) or len(names) > _MAX_ITEMS or not all(
+                isinstance(n, str) and len(n) <= _MAX_TEXT for n in names):
+            c.fail(field, f"must be a list of at most {_MAX_ITEMS:,} names of at most {_MAX_TEXT:,} characters, "
+                          f"got {shorten(names)}")
+        elif key == "entropy_source" and not set(names) <= set(ENTROPY_SOURCES):
+            c.fail(field, f"must hold names from {list(ENTROPY_SOURCES)}, got {shorten(names)}")
+        else:
+            out[key] = list(names)
+    if not isinstance(value["feature_set"], str) or value["feature_set"] not in FEATURE_SETS:
+        c.fail("provenance.feature_set", f"must be one of {list(FEATURE_SETS)}, got {shorten(value['feature_set'])}")
+    out["feature_set"] = value["feature_set"]
+    out["n_rows"] = c.integer(value["n_rows"], "provenance.n_rows", minimum=0, maximum=10**15)
+    for key in ("date", "version"):
+        text = value[key]
+        if not isinstance(text, str) or len(text) > 64:
+            c.fail(f"provenance.{key}", f"must be text of at most 64 characters, got {shorten(text)}")
+        out[key] = text
+    if isinstance(value["date"], str) and len(value["date"]) <= 64:
+        try:
+            datetime.fromisoformat(value["date"])
+        except ValueError:
+            c.fail("provenance.date", f"must be an ISO 8601 date, got {shorten(value['date'])}")
+    return out if len(c.problems) == before else None
+
+
+def parse_calibrator(data: str | Mapping[str, Any], expected_type: str | None = None) -> dict[str, Any]:
+    """Check a calibrator's JSON text (or its parsed object) and return its fields, converted.
+
+    Returns a dict with ``type`` and, per type: ``params`` (constructor keywords), and ``feature_names`` (tuple),
+    ``mean``/``scale``/``coef`` (float64 arrays for TracePlus, floats for PlattCalibrator), ``intercept`` (float),
+    ``n_samples`` (int, 0 when absent) and ``provenance`` (a dict, absent in files of earlier versions); or
+    ``x_thresholds``/``y_thresholds`` (float64 arrays).
+
+    Raises
+    ------
+    CalibratorFormatError (a ValueError)
+        One line per problem, each naming the field.
+    TypeError
+        ``data`` is neither a str nor a mapping.
+    """
+    if isinstance(data, str):
+        obj = _load_text(data)
+    elif isinstance(data, Mapping):
+        obj = data
+    else:
+        raise TypeError(f"a calibrator is JSON text (str) or its parsed object, got {type(data).__name__}")
+    if not isinstance(obj, Mapping):
+        raise CalibratorFormatError([f"not a calibrator JSON: expected an object, got {_kind(obj)}"])
+    depth = _depth(obj)
+    if depth > MAX_DEPTH:
+        raise CalibratorFormatError([f"calibrator: JSON nested too deeply (a calibrator nests at most {MAX_DEPTH} "
+                                     "levels)"])
+    if "type" not in obj:
+        raise CalibratorFormatError(["not a calibrator JSON: expected an object with a 'type' field"])
+    kind = obj["type"]
+    if not isinstance(kind, str) or kind not in _FIELDS:
+        raise CalibratorFormatError([f"unknown calibrator type {shorten(kind)}; expected one of "
+                                     f"{sorted(_FIELDS)}"])
+    if expected_type is not None and kind != expected_type:
+        raise CalibratorFormatError([f"expected a {expected_type} calibrator, got {shorten(kind)}"])
+    version = obj.get("format_version")
+    if isinstance(version, bool) or version != FORMAT_VERSION:
+        raise CalibratorFormatError([f"unsupported calibrator format_version {shorten(version)}; this version "
+                                     f"reads {FORMAT_VERSION}"])
+
+    c = _Checker()
+    required, optional = _FIELDS[kind]
+    for key in obj:
+        if key not in ("type", "format_version", *required, *optional):
+            c.problems.append(f"calibrator field {shorten(key)} is not a field of a {kind} calibrator (fields: "
+                              f"{list(required + optional)})")
+    for key in required:
+        if key not in obj:
+            c.problems.append(f"calibrator field {key!r} is missing")
+    out: dict[str, Any] = {"type": kind, "params": _params(c, kind, obj.get("params", {}))}
+
+    if kind == "TracePlus":
+        params = obj.get("params")
+        known_set = not (isinstance(params, Mapping) and "feature_set" in params) or "feature_set" in out["params"]
+        expected = FEATURE_SETS[out["params"].get("feature_set", "paper")] if known_set else None
+        names = obj.get("feature_names")
+        if "feature_names" in obj:
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                c.fail("feature_names", f"must be a list of feature names, got {shorten(names)}")
+            else:
+                unknown = [n for n in names if n not in _KNOWN_NAMES]
+                if unknown:
+                    c.fail("feature_names", f"holds unknown feature {shorten(unknown[0])} ({len(unknown):,} "
+                                            "unknown in all)")
+                elif expected is not None and tuple(names) != expected:
+                    c.fail("feature_names", f"{shorten(names)} do not match feature set "
+                                            f"{out['params'].get('feature_set', 'paper')!r} of this version "
+                                            f"({list(expected)})")
+                else:
+                    out["feature_names"] = tuple(names)
+        d = len(expected) if expected is not None else None
+        if "mean" in obj:
+            out["mean"] = c.numbers(obj["mean"], "mean", length=d, bound=math.inf)
+        if "coef" in obj:
+            out["coef"] = c.numbers(obj["coef"], "coef", length=d)
+        if "scale" in obj:
+            out["scale"] = c.numbers(obj["scale"], "scale", length=d, minimum=MIN_SCALE, bound=math.inf)
+        if "intercept" in obj:
+            out["intercept"] = c.number(obj["intercept"], "intercept")
+        if "provenance" in obj:
+            out["provenance"] = _provenance(c, obj["provenance"])
+        out["n_samples"] = (c.integer(obj["n_samples"], "n_samples", minimum=0, maximum=10**15)
+                            if "n_samples" in obj else 0)
+    elif kind == "PlattCalibrator":
+        for key in ("coef", "intercept"):
+            if key in obj:
+                out[key] = c.number(obj[key], key)
+        if "mean" in obj:
+            out["mean"] = c.number(obj["mean"], "mean", bound=math.inf)
+        if "scale" in obj:
+            out["scale"] = c.number(obj["scale"], "scale", minimum=MIN_SCALE, bound=math.inf)
+    else:
+        x = c.numbers(obj["x_thresholds"], "x_thresholds", bound=math.inf) if "x_thresholds" in obj else None
+        y = c.numbers(obj["y_thresholds"], "y_thresholds") if "y_thresholds" in obj else None
+        if x is not None and y is not None:
+            if x.shape != y.shape:
+                c.fail("y_thresholds", f"must hold as many numbers as 'x_thresholds' ({x.size:,}), got {y.size:,}")
+            if (np.diff(x) < 0).any():
+                c.fail("x_thresholds", "must be non-decreasing")
+            if (np.diff(y) < 0).any() or y.min() < 0 or y.max() > 1:
+                c.fail("y_thresholds", "must be non-decreasing and in [0, 1]")
+        out["x_thresholds"], out["y_thresholds"] = x, y
+    if c.problems:
+        raise CalibratorFormatError(c.problems)
+    return out
+
+
+def dumps_calibrator(obj: Mapping[str, Any]) -> str:
+    """The JSON text of a calibrator's fields (strict JSON: NaN and infinity are refused)."""
+    return json.dumps({"format_version": FORMAT_VERSION, **obj}, indent=2, allow_nan=False)
