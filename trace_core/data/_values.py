@@ -52,6 +52,8 @@ def json_cell(value: object, name: str) -> Any:
         return json.loads(value)
     except json.JSONDecodeError as exc:
         raise CellError(name, f"not valid JSON ({exc.msg} at char {exc.pos}): {show(value)}") from None
+    except RecursionError:  # e.g. 100,000 "[": a bad cell, not a crash of the whole file
+        raise CellError(name, "JSON nested too deeply") from None
 
 
 def is_number(value: object) -> bool:

@@ -432,8 +432,9 @@ def parse_beam_logprobs(values: Iterable[object], rows: Iterable[int]) -> list[l
         try:
             parsed = json.loads(value) if isinstance(value, str) else list(value)  # type: ignore[call-overload]
             beams = [float(v) for v in parsed]
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"row {row}: beam_logprobs: not a JSON list of numbers ({exc})") from exc
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ValueError(f"row {row}: beam_logprobs: not a JSON list of numbers "
+                             f"({'nested too deeply' if isinstance(exc, RecursionError) else exc})") from None
         if len(beams) < 2:
             raise ValueError(f"row {row}: beam_logprobs: needs at least 2 beam log-probabilities, got {len(beams)}")
         out.append(beams)

@@ -429,8 +429,9 @@ def _jsonl_rows(lines: _Lines, table: Table, max_rows: int | None) -> Iterator[R
         line = line[:-1] if line.endswith("\r") else line  # "\r\n" endings too
         try:
             obj = json.loads(line, strict=False)  # strict=False: control characters raw inside strings are kept
-        except json.JSONDecodeError as exc:
-            message = f"not valid JSON ({exc.msg} at column {exc.colno})"
+        except (json.JSONDecodeError, RecursionError) as exc:  # deep nesting is a bad row, not a crash
+            message = (f"not valid JSON ({exc.msg} at column {exc.colno})" if isinstance(exc, json.JSONDecodeError)
+                       else "JSON nested too deeply")
             first_error = first_error or f"line {lines.number}: {message}"
             table.errors.append(RowError(lines.number, "", message))
             yield lines.number, None
@@ -464,6 +465,8 @@ def _json_array(text: str) -> list[Any]:
     except json.JSONDecodeError as exc:
         raise DatasetError(f"the file starts like a JSON array but is not valid JSON ({exc.msg} at line "
                            f"{exc.lineno}, column {exc.colno})") from None
+    except RecursionError:
+        raise DatasetError("the file starts like a JSON array but its JSON is nested too deeply") from None
     return items
 
 
