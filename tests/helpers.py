@@ -26,3 +26,17 @@ def random_traces(n: int, *, seed: int = 0, min_len: int = 1, max_len: int = 40)
         length = int(rng.integers(min_len, max_len + 1))
         out.append(make_trace(rng.gamma(1.0, 1.0, size=length), rng.gamma(2.0, 1.0, size=length)))
     return out
+
+
+def synthetic_trace_objects(n: int = 40, *, seed: int = 0, mean_length: float = 10) -> tuple[list[Trace], np.ndarray]:
+    """``n`` Trace objects (no alternatives) from :func:`trace_core.synthetic_traces` ("spike"), and their labels."""
+    from trace_core import synthetic_traces
+
+    s, h, y = synthetic_traces(n, kind="spike", seed=seed, mean_length=mean_length)
+    traces = []
+    for i, (si, hi) in enumerate(zip(s.split(), h.split())):
+        tokens = tuple(f" w{j}" for j in range(len(si)))
+        traces.append(Trace(prompt=f"q{i}", answer="".join(tokens), token_ids=np.arange(len(si)), tokens=tokens,
+                            surprisal=si, entropy=hi, top_ids=np.zeros((len(si), 0)),
+                            top_logprobs=np.zeros((len(si), 0))))
+    return traces, y

@@ -8,24 +8,17 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import synthetic_trace_objects
 
 import trace_core.cli as cli
 from trace_core.calibrate import TracePlus
 from trace_core.cli import main
 from trace_core.data import write_dataset
-from trace_core.synthetic import synthetic_traces
 from trace_core.trace import Trace
 
 
 def _traces(n: int = 40) -> tuple[list[Trace], np.ndarray]:
-    s, h, y = synthetic_traces(n, kind="spike", seed=7, mean_length=10)
-    traces = []
-    for i, (si, hi) in enumerate(zip(s.split(), h.split())):
-        tokens = tuple(f" w{j}" for j in range(len(si)))
-        traces.append(Trace(prompt=f"q{i}", answer="".join(tokens), token_ids=np.arange(len(si)), tokens=tokens,
-                            surprisal=si, entropy=hi, top_ids=np.zeros((len(si), 0)),
-                            top_logprobs=np.zeros((len(si), 0))))
-    return traces, y
+    return synthetic_trace_objects(n, seed=7)
 
 
 @pytest.fixture

@@ -11,11 +11,11 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import synthetic_trace_objects
 
 from trace_core.cli import main
 from trace_core.calibrate import TracePlus
 from trace_core.data import export_flagged, read_dataset, sanitize_cell, write_dataset
-from trace_core.synthetic import synthetic_traces
 from trace_core.trace import Trace
 
 HIDDEN_FORMULAS = [" =1+1", "  +cmd", "\u00a0=HYPERLINK(\"http://x\")", "\u200b=1+1", "\ufeff=1+1", "\n=1+1",
@@ -100,14 +100,7 @@ def test_non_finite_values_never_lose_an_export():
 # ------------------------------------------------------------------------------------------------------------------
 
 def _traces(n: int = 40) -> tuple[list[Trace], np.ndarray]:
-    s, h, y = synthetic_traces(n, kind="spike", seed=5, mean_length=10)
-    traces = []
-    for i, (si, hi) in enumerate(zip(s.split(), h.split())):
-        tokens = tuple(f" w{j}" for j in range(len(si)))
-        traces.append(Trace(prompt=f"q{i}", answer="".join(tokens), token_ids=np.arange(len(si)), tokens=tokens,
-                            surprisal=si, entropy=hi, top_ids=np.zeros((len(si), 0)),
-                            top_logprobs=np.zeros((len(si), 0))))
-    return traces, y
+    return synthetic_trace_objects(n, seed=5)
 
 
 @pytest.fixture
