@@ -97,7 +97,7 @@ def test_metadata_validation():
     ({"top_k": -1}, ValueError, "`top_k` must be an int >= 0"),
     # A value of the wrong type is a TypeError (the shared rule of trace_core._checks), also for 2.5 as an int.
     ({"n_alternatives": 2.5}, TypeError, "`n_alternatives` must be an int >= 0, got 2.5"),
-    ({"seed": "7"}, TypeError, "`seed` must be an int >= 0"),
+    ({"seed": "7"}, TypeError, "`seed` must be an int in \\[0, 9223372036854775807\\]"),
     ({"temperature": "hot"}, TypeError, "`temperature` must be a finite real number"),
     ({"do_sample": 1}, TypeError, "`do_sample` must be True or False"),
 ])

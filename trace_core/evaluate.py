@@ -214,6 +214,10 @@ def _check_nonempty(surprisal: Ragged) -> None:
 
 def _wanted(methods: Sequence[str] | None, *, has_entropy: bool) -> tuple[list[str], dict[str, str]]:
     """The methods to run, in order, and the ones skipped for lack of entropy (with the reason)."""
+    if methods is not None:
+        methods = [methods] if isinstance(methods, str) else list(methods)
+        if not methods:
+            raise ValueError("`methods` is empty: name at least one method, or pass None for all of them")
     if methods is None:
         names = method_names()
     else:

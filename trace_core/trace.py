@@ -43,7 +43,7 @@ class DecodingConfig:
     repetition_penalty : float
         1.0 is off. Any other value changes the recorded distribution (``TraceMetadata.processed`` is then True).
     seed : int or None
-        Seed for sampling; None leaves torch's global generator alone.
+        Seed for sampling, 0 to 2**63 - 1; None leaves torch's global generator alone.
     n_alternatives : int
         How many top alternatives (ids and log-probs) to store per token, k in the (T, k) arrays.
     chat_template : bool
@@ -69,7 +69,7 @@ class DecodingConfig:
             "top_p": check_real(self.top_p, "top_p", minimum=0.0, maximum=1.0, low_open=True),
             "repetition_penalty": check_real(self.repetition_penalty, "repetition_penalty", minimum=0.0,
                                              low_open=True),
-            "seed": None if self.seed is None else check_int(self.seed, "seed", minimum=0),
+            "seed": None if self.seed is None else check_int(self.seed, "seed", minimum=0, maximum=2**63 - 1),
             "n_alternatives": check_int(self.n_alternatives, "n_alternatives", minimum=0),
             "chat_template": check_bool(self.chat_template, "chat_template"),
         }

@@ -99,6 +99,11 @@ def score_answers(lm: LoadedModel, prompts: Sequence[str], answers: Sequence[str
                 answer_ids.append([int(t) for t in answer])
             except (TypeError, ValueError) as exc:
                 raise TypeError(f"`answers[{i}]` must be a str or a sequence of token ids") from exc
+    vocab = backend.vocab_size
+    for i, ids in enumerate(answer_ids):  # an id outside the vocabulary would fail deep inside the model
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"`answers[{i}]` has token id {bad[0]}, outside the model's vocabulary (0 to {vocab - 1})")
     limit = backend.context_length()
     for i, (p, a) in enumerate(zip(prompt_ids, answer_ids)):
         if limit is not None and len(p) + len(a) > limit:
