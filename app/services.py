@@ -31,7 +31,7 @@ from trace_core import (
     read_dataset,
     settings,
 )
-from trace_core._checks import MAX_ECHO
+from trace_core._checks import clip
 from trace_core.record import check_model_allowed
 
 from . import state
@@ -86,11 +86,6 @@ def read_cached(data: bytes, name: str, matcher: str) -> LabeledDataset:
 
 def file_bytes(path: Path) -> bytes:
     return path.read_bytes()
-
-
-def clip(text: str, limit: int = MAX_ECHO) -> str:
-    """User text for a message, as typed but at most ``limit`` characters (the cut says how long it was)."""
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters in all)"
 
 
 def local_files_allowed() -> bool:

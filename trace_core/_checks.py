@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["MAX_ECHO", "as_1d", "check_bool", "check_choice", "check_int", "check_labels", "check_real",
+__all__ = ["MAX_ECHO", "as_1d", "clip", "check_bool", "check_choice", "check_int", "check_labels", "check_real",
            "check_scores", "set_checked", "shorten"]
 
 MAX_ECHO = 200  # characters of user input an error message may quote
@@ -29,6 +29,15 @@ def shorten(value: object, limit: int = MAX_ECHO) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({size if size is not None else len(text):,} characters in all)"
+
+
+def clip(text: str, limit: int = MAX_ECHO) -> str:
+    """User text for a message, as typed (not quoted) but at most ``limit`` characters; the cut says how long it was.
+
+    >>> clip("a" * 5, 3)
+    'aaa… (5 characters in all)'
+    """
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters in all)"
 
 
 def _number(x: float) -> str:

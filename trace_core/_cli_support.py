@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from ._checks import shorten
+from ._checks import clip
 
 __all__ = ["CLIError"]
 
@@ -29,7 +29,7 @@ _FLAGGED_OUT = ({".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": 
 
 def _shown(path: str) -> str:
     """A path as typed, cut to about 200 characters."""
-    return path if len(path) <= 200 else shorten(path)
+    return clip(path)
 
 
 def _check_out(out: str, kind: tuple[dict[str, str], str], *, option: str = "--out") -> str:

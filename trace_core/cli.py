@@ -305,11 +305,12 @@ def cmd_fit(args: argparse.Namespace) -> None:
     _check_out(args.out, _CALIBRATOR_OUT)
     dataset = _usable(_read(args.data, require_label=True, args=args), args.data, consequence=NO_CALIBRATOR)
     traces = list(dataset.traces)
-    feature_set = args.feature_set or default_feature_set(traces)
+    fitting = default_feature_set(traces)  # "paper", or "surprisal" when the traces hold no entropy
+    feature_set = args.feature_set or fitting
     if args.feature_set is None and feature_set != "paper":
         print("warning: these traces hold no entropy (chosen-token log-probabilities only): fitting TRACE+ "
               "(surprisal-only), --feature-set surprisal", file=sys.stderr)
-    elif needs_entropy(feature_set) and default_feature_set(traces) != "paper":
+    elif needs_entropy(feature_set) and fitting != "paper":
         raise CLIError(f"{args.data}: --feature-set {feature_set} needs token entropy and these traces hold only the "
                        "chosen tokens' log-probabilities; use --feature-set surprisal")
     model = TracePlus(feature_set=feature_set, C=args.C).fit(traces, dataset.frame["label"].to_numpy())
