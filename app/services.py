@@ -8,6 +8,7 @@ Limits come from :mod:`trace_core.settings`, read when used (a test or a deploym
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -39,11 +40,17 @@ from . import state
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_MODEL = ROOT / "assets" / "demo-model"
 DATASETS = ROOT / "assets" / "datasets"
+#: The bundled model's id in trace metadata, as the bundled datasets were recorded: the same wherever the app runs
+#: (never this server's absolute path), so a calibrator fitted on them matches the Inspect page's traces.
+DEMO_MODEL_ID = "assets/demo-model"
 
 
 @st.cache_resource(show_spinner="Loading the model…", max_entries=4)
 def _cached_model(name_or_path: str) -> LoadedModel:
-    return load_model(name_or_path)
+    lm = load_model(name_or_path)
+    if Path(name_or_path).resolve() == DEMO_MODEL.resolve():
+        lm = dataclasses.replace(lm, model_id=DEMO_MODEL_ID)  # the lock and the weights are shared, not copied
+    return lm
 
 
 def get_model(name_or_path: str) -> LoadedModel:
@@ -197,3 +204,10 @@ def alternatives_for(lm: LoadedModel | None) -> Callable[[Trace, int], list[str]
                 for t in trace.top_ids[i]]
 
     return alternatives
+
+
+def provenance_notes(calibrator: Any, traces: Sequence[Trace]) -> list[str]:
+    """Why ``calibrator`` may be miscalibrated on ``traces`` (another model or entropy source than its fit's), as
+    sentences for the page; empty for calibrators that record no provenance."""
+    mismatch = getattr(calibrator, "provenance_mismatch", None)
+    return mismatch(traces) if callable(mismatch) else []

@@ -11,7 +11,7 @@ from app.inputs import pick_dataset_file, read_labeled
 from app.recording import dataset_traces, record_panel
 from app.services import evaluate_cached, fit_calibrator_cached, parse_beams
 from trace_core import EvaluationConfig
-from trace_core.evaluate import SCALAR_CALIBRATORS
+from trace_core.evaluate import SCALAR_CALIBRATORS, AnswerValueError
 from trace_core.results import CALIBRATOR_NAMES
 from trace_core.policy import METRICS_UNDEFINED, one_class_message
 from trace_core.registry import get_method, method_names
@@ -57,6 +57,9 @@ try:
     if beam_problem:
         st.warning(f"Beam baselines skipped: {md_literal(beam_problem)}.")
     result, notes = evaluate_cached(kept, labels, config, tuple(method_names()), rows.key, beams)
+except AnswerValueError as exc:  # the library counts kept answers from 0; the user counts file rows
+    st.error(md_literal(f"Row {rows.usable.rows([int(rows.usable.keep[exc.index])])[0]}: {exc.reason}."))
+    st.stop()
 except ValueError as exc:
     st.error(md_literal(str(exc)))
     st.stop()

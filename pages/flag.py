@@ -8,7 +8,7 @@ import streamlit as st
 
 from app import state
 from app.components import HEATMAP_CSS, control_safe, heatmap_html, legend_html, md_literal, signal_values
-from app.services import alternatives_for, scored_rows
+from app.services import alternatives_for, provenance_notes, scored_rows
 from trace_core import explain_trace
 from trace_core.calibrate import load_calibrator
 from trace_core.data import export_flagged
@@ -42,6 +42,8 @@ try:
 except ValueError as exc:  # e.g. a calibrator that needs entropy, on answers whose traces hold none
     st.error(md_literal(f"This calibrator cannot score these answers: {exc}"))
     st.stop()
+for note in provenance_notes(calibrator, data.traces):
+    st.warning(md_literal(note[0].upper() + note[1:] + "."))
 labels = data.labels
 
 mode = st.radio("Flag by", ["threshold", "risk", "coverage"], horizontal=True, key="flag_mode",

@@ -10,9 +10,9 @@ import pandas as pd
 import streamlit as st
 
 from app import state
-from app.components import HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, signal_values, trace_figure
+from app.components import HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, md_literal, signal_values, trace_figure
 from app.explain import explain_probability, explain_risk
-from app.services import alternatives_for, try_prompts
+from app.services import alternatives_for, provenance_notes, try_prompts
 from trace_core import TracePlus, explain_trace, generate_trace, settings
 from trace_core.policy import fit_new_tokens
 
@@ -64,6 +64,8 @@ if trace is not None:
                        help="exp(-R): ranks answers, higher = more likely correct; not a probability.")
         if isinstance(calibrator, TracePlus):
             probability = float(calibrator.predict_proba([trace])[0])
+            for note in provenance_notes(calibrator, [trace]):
+                st.warning(md_literal(note[0].upper() + note[1:] + "."))
             cols[1].metric("TRACE+ probability correct", f"{probability:.0%}")
         else:
             probability = None

@@ -13,9 +13,9 @@ def make_trace(surprisal, entropy=None, *, k: int = 2, prompt: str = "p") -> Tra
     h = s + 0.5 if entropy is None else np.asarray(entropy, dtype=np.float64)
     n = s.shape[0]
     tokens = tuple(f"t{i} " for i in range(n))
-    top_lp = np.sort(-np.abs(np.random.default_rng(n).normal(size=(n, k))), axis=1)[:, ::-1]
+    top_lp = np.sort(-np.abs(np.random.default_rng(n).normal(size=(n, k))), axis=1)[:, ::-1] - np.log(max(k, 1))
     return Trace(prompt=prompt, answer="".join(tokens), token_ids=np.arange(n), tokens=tokens, surprisal=s,
-                 entropy=h, top_ids=np.tile(np.arange(k), (n, 1)), top_logprobs=top_lp,
+                 entropy=h, top_ids=np.arange(n)[:, None] + np.arange(k), top_logprobs=top_lp,
                  ranks=np.ones(n, dtype=np.int64))
 
 

@@ -211,6 +211,21 @@ def test_calibrate_then_flag_pages(tiny_model_dirs, monkeypatch, labeled_files):
         assert not at.exception and not at.error
 
 
+def test_a_calibrator_from_another_model_is_named_on_flag_and_inspect(tiny_model_dirs, monkeypatch, labeled_files):
+    at, _ = calibrated(tiny_model_dirs, monkeypatch, labeled_files)
+    model = at.session_state["calibrator"]
+    # as if fitted on another model's top-k traces (the file's synthetic traces name no model)
+    model.provenance_ = {**model.provenance_, "model_id": ["org/another-model"], "entropy_source": ["top_k"]}
+    at.switch_page("../pages/flag.py").run()
+    assert not at.exception
+    assert any("fitted on traces of entropy source 'top_k'" in html.unescape(w.value) for w in at.warning)
+    at.switch_page("../pages/inspect.py").run()
+    at.text_area(key="prompt").set_value("Q: 2 + 2 =\nA:")
+    at.get("form_submit_button")[0].click().run()
+    assert not at.exception
+    assert any("'org/another-model'" in html.unescape(w.value) and "miscalibrated" in w.value for w in at.warning)
+
+
 def test_calibrate_records_missing_traces_and_reports_bad_rows(tiny_model_dirs, monkeypatch, labeled_files):
     _, plain = labeled_files
     at = start(tiny_model_dirs, monkeypatch, "../pages/calibrate.py", data_dir=plain.parent)

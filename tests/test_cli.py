@@ -115,7 +115,7 @@ def test_fit_then_flag_exports_safe_rows(labeled_file, tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["evaluate", "missing.csv"], "missing.csv"),
-    (["fit", "{labeled}", "--out", "x.json", "--C", "0"], "`C` must be a finite real number > 0, got 0.0"),
+    (["fit", "{labeled}", "--out", "x.json", "--C", "0"], "--C must be a finite real number > 0, got 0.0"),
     (["flag", "{labeled}", "--calibrator", "nope.json", "--threshold", "0.5", "--out", "f.csv"], "nope.json: no such"),
     (["generate", "{prompts}", "--model", "nobody/no-model", "--out", "g.jsonl"], "was not found locally"),
 ])

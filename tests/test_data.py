@@ -74,7 +74,7 @@ def rich_traces() -> list[Trace]:
               metadata=TraceMetadata(model_id="demo", source="generate", decoding={"max_new_tokens": 8},
                                      tokenizer="demo", extra={"note": "é"}))
     b = Trace(prompt="Q: 2+2?", answer=" 4", token_ids=[-1], tokens=(" 4",), surprisal=[0.5], entropy=[0.7],
-              top_ids=[[-1, -1]], top_logprobs=[[-0.5, -0.9]], top_tokens=((" 4", " four"),),
+              top_ids=[[-1, -1]], top_logprobs=[[-0.5, -1.0]], top_tokens=((" 4", " four"),),
               metadata=TraceMetadata(source="imported", entropy_source="top_k", entropy_k=2))
     c = Trace(prompt="Q: say nothing", answer="", token_ids=[], tokens=(), surprisal=[], entropy=[],
               top_ids=[], top_logprobs=[], metadata=TraceMetadata(source="teacher_forced"))
@@ -280,7 +280,7 @@ def test_traces_to_columns():
     traces = rich_traces()
     columns = traces_to_columns([traces[1], None])
     assert columns["tokens"] == [[" 4"], None]
-    assert columns["top_logprobs"] == [[[-0.5, -0.9]], None]
+    assert columns["top_logprobs"] == [[[-0.5, -1.0]], None]
     assert columns["top_tokens"] == [[[" 4", " four"]], None] and columns["ranks"] == [None, None]
     assert columns["trace_metadata"][0]["entropy_source"] == "top_k" and columns["trace_metadata"][0]["entropy_k"] == 2
     assert set(columns) >= {"tokens", "token_ids", "surprisal", "entropy", "top_ids", "top_logprobs"}
@@ -331,8 +331,6 @@ def test_columns_are_matched_ignoring_case_and_spaces_and_other_columns_are_kept
     (b"PK\x03\x04" + bytes(30), "data.csv", "ZIP archive"),
     (b"prompt,answer,label\np,a,1\n", "data.xlsx", r"cannot tell the format of 'data.xlsx'.*\.csv/\.tsv"),
     (b"Prompt,answer,label ,LABEL\np,a,1,1\n", "data.csv", "duplicate column names .*'label ' and 'LABEL'"),
-    (b'{"prompt": "p", "Answer": "a", "answer": "b", "label": 1}\n', "data.jsonl",
-     "duplicate column names .* in row 1: 'Answer' and 'answer'"),
     (b"prompt,answer,label\np,a,1\n", "data.jsonl", "not JSON Lines: no line holds a JSON object"),
     (b'{\n  "prompt": "p"\n}\n', "data.jsonl", "not JSON Lines"),
     (b"[1, 2", "data.json", "starts like a JSON array but is not valid JSON"),
@@ -536,7 +534,7 @@ def test_completions_response():
     trace = trace_from_openai(load("openai_completions_response.json"))
     assert trace.answer == " 42" and trace.tokens == (" 4", "2")
     assert trace.surprisal.tolist() == [0.3, 0.02]
-    np.testing.assert_allclose(trace.entropy, [hand_entropy([-0.3, -1.6, -2.0]), hand_entropy([-0.02])],
+    np.testing.assert_allclose(trace.entropy, [hand_entropy([-0.3, -2.0, -2.5]), hand_entropy([-0.02])],
                                rtol=1e-12)
     # Step 2 offers one alternative, so every step keeps k = 1 (the most likely).
     assert trace.top_logprobs.tolist() == [[-0.3], [-0.02]] and trace.top_tokens == ((" 4",), ("2",))

@@ -32,8 +32,8 @@ def trace_row(**cells) -> dict:
 
 def chat_response(alternative_logprob: float) -> dict:
     return {"model": "m", "choices": [{"message": {"content": "Hi"}, "finish_reason": "stop", "logprobs": {"content": [
-        {"token": "Hi", "logprob": -0.1, "top_logprobs": [{"token": "Hey", "logprob": alternative_logprob},
-                                                          {"token": "Hi", "logprob": -0.1}]}]}}]}
+        {"token": "Hi", "logprob": -8.0, "top_logprobs": [{"token": "Hey", "logprob": alternative_logprob},
+                                                          {"token": "Hi", "logprob": -8.0}]}]}}]}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -43,7 +43,7 @@ def chat_response(alternative_logprob: float) -> dict:
 def test_regression_top_logprob_slightly_above_zero_is_read_consistently():
     """A top-k log-prob of 5e-6 (float32 rounding) used to pass the reader's check (slack 1e-5) and then fail in
     Trace (slack 1e-6), reported against the wrong column, `tokens`. Both now allow the same slack."""
-    with_small = trace_row(top_logprobs=[[5e-6, -1.0], [-0.1, -2.0]])
+    with_small = trace_row(top_logprobs=[[5e-6, -8.0], [-0.1, -3.0]])
     ds = read_jsonl_rows(with_small)
     assert ds.errors == [] and ds.n_valid == 1
     assert ds.traces[0].top_logprobs[0, 0] == 5e-6  # kept as given: a round trip stays exact
@@ -59,7 +59,7 @@ def test_top_logprob_beyond_the_tolerance_names_top_logprobs():
 def test_regression_openai_alternative_slightly_above_zero_is_imported():
     """The same mismatch made trace_from_openai raise from inside Trace for an alternative at 5e-6."""
     trace = trace_from_openai(chat_response(5e-6))
-    assert trace.top_logprobs[0].tolist() == [5e-6, -0.1] and trace.top_tokens == (("Hey", "Hi"),)
+    assert trace.top_logprobs[0].tolist() == [5e-6, -8.0] and trace.top_tokens == (("Hey", "Hi"),)
     with pytest.raises(ValueError, match=r"top_logprobs\[0\]\.logprob is 2e-05; expected a log-probability"):
         trace_from_openai(chat_response(2e-5))
 

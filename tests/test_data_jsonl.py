@@ -120,13 +120,13 @@ def test_csv_unclosed_quote_still_names_the_lines_it_swallowed():
 # --------------------------------------------------------------------------------------------------
 
 def test_frame_keeps_non_trace_columns_and_traces_hold_the_rest(tmp_path):
-    rows = [record(i, extra="x", top_logprobs=[[-0.1, -2.0], [-0.2, -3.0]], top_tokens=[["a", "b"], ["c", "a"]])
+    rows = [record(i, extra="x", top_logprobs=[[-0.1, -3.0], [-0.2, -3.0]], top_tokens=[["a", "b"], ["c", "a"]])
             for i in range(1, 4)]
     ds = read_dataset(upload("\n".join(json.dumps(r) for r in rows).encode(), "x.jsonl"))
     assert list(ds.frame.columns) == ["prompt", "answer", "label", "extra", "row"]
     assert ds.traces[0].top_tokens == (("a", "b"), ("c", "a"))
     assert ds.traces[0].top_tokens[0][0] is ds.traces[2].top_tokens[1][1]  # one object per distinct token text
-    np.testing.assert_array_equal(ds.traces[1].top_logprobs, [[-0.1, -2.0], [-0.2, -3.0]])
+    np.testing.assert_array_equal(ds.traces[1].top_logprobs, [[-0.1, -3.0], [-0.2, -3.0]])
     out = tmp_path / "again.jsonl"  # the trace columns are written back from the traces
     write_dataset(ds.frame, out, traces=ds.traces)
     back = read_dataset(out)
@@ -149,7 +149,7 @@ def test_a_later_record_that_changes_the_rules_is_read_again():
 
 @pytest.mark.parametrize("name", ["x.jsonl", "x.csv", "x.parquet"])
 def test_values_match_a_whole_file_read(tmp_path, name):
-    rows = [record(i, extra=str(i), top_logprobs=[[-0.1, -2.5], [-1e-3, -0.2]], top_tokens=[["x", "y"], ["z", "y"]])
+    rows = [record(i, extra=str(i), top_logprobs=[[-0.1, -2.5], [-1e-3, -7.0]], top_tokens=[["x", "y"], ["z", "y"]])
             for i in range(1, 6)]
     path = tmp_path / name
     import pandas as pd

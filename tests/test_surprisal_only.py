@@ -343,7 +343,7 @@ def test_openai_response_without_top_logprobs_imports_as_absent():
     # With top_logprobs=2 at every step: a top-k estimate with k = 2.
     for entry in response["choices"][0]["logprobs"]["content"]:
         entry["top_logprobs"] = [{"token": entry["token"], "logprob": entry["logprob"]},
-                                 {"token": "?", "logprob": -3.0}]
+                                 {"token": "?", "logprob": -5.0}]
     trace = trace_from_openai(response)
     assert (trace.metadata.entropy_source, trace.metadata.entropy_k) == ("top_k", 2) and trace.has_entropy
 

@@ -14,10 +14,19 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["MAX_ECHO", "as_1d", "clip", "check_bool", "check_choice", "check_int", "check_labels", "check_real",
-           "check_scores", "set_checked", "shorten"]
+__all__ = ["MAX_ECHO", "AnswerValueError", "as_1d", "clip", "check_bool", "check_choice", "check_int",
+           "check_labels", "check_real", "check_scores", "set_checked", "shorten"]
 
 MAX_ECHO = 200  # characters of user input an error message may quote
+
+
+class AnswerValueError(ValueError):
+    """One answer's values make a score or feature non-finite. ``index`` is its 0-based position in the inputs, so a
+    caller that knows the answers' file rows can name the row (the command line and the dashboard do)."""
+
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(f"answer {index} (0-based position in the input) {reason}")
+        self.index, self.reason = index, reason
 
 
 def shorten(value: object, limit: int = MAX_ECHO) -> str:

@@ -4,6 +4,7 @@ progress bars on stderr, and library warnings turned into plain lines in the com
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -88,19 +89,51 @@ def _progress(total: int, description: str, enabled: bool, *, unit: str = "answe
     return update, bar.close
 
 
+# Library names -> the command line's: keyword arguments (as the library's checks quote them, "`n_splits`") and
+# opt-ins ("allow_pickle_weights=True"). Only these exact spellings are rewritten.
+_OPTION_OF = {"n_splits": "--splits", "calibration_fraction": "--calibration-fraction", "n_bins": "--bins",
+              "seed": "--seed", "C": "--C", "max_new_tokens": "--max-new-tokens", "batch_size": "--batch-size",
+              "n_alternatives": "--alternatives", "num_beams": "--beams", "temperature": "--temperature",
+              "top_k": "--top-k", "top_p": "--top-p", "threshold": "--threshold", "coverage": "--coverage",
+              "target_risk": "--target-risk", "tolerance": "--tolerance", "matcher": "--matcher",
+              "feature_set": "--feature-set", "scalar_calibrator": "--calibrator", "methods": "--methods"}
+_OPT_IN = {"allow_pickle_weights=True": "--allow-pickle-weights", "trust_remote_code=True": "--trust-remote-code",
+           "stratified=True": "--stratified", "local_files_only=False": "(no option: the command line never "
+                                                                        "downloads)"}
+_LIBRARY_ONLY = ((re.compile(r",? or pass format= one of \([^)]*\)"), ""),  # the command line reads the extension
+                 (re.compile(r"use format='(\w+)' or an? \.(\w+) extension"), r"give it a .\2 extension"))
+_KEYWORD = re.compile(r"`(\w+)`")
+_PYTHON_CALL = re.compile(r"\b(?:pass|give|set) (\w+)=(?:True|False|None|\w+)\b")
+
+
 def _cli_words(message: str) -> str:
     """A library message in the command line's words: options instead of keyword arguments."""
-    return (message.replace("`stratified=True`", "--stratified").replace("stratified=True", "--stratified")
-            .replace("stratified splits", "--stratified"))
+    for keyword, option in _OPT_IN.items():
+        message = message.replace(f"`{keyword}`", option).replace(keyword, option)
+    message = message.replace("stratified splits", "--stratified")
+    for pattern, replacement in _LIBRARY_ONLY:
+        message = pattern.sub(replacement, message)
+    message = _KEYWORD.sub(lambda m: _OPTION_OF.get(m.group(1), m.group(0)), message)
+    return _PYTHON_CALL.sub(lambda m: (f"use {_OPTION_OF[m.group(1)]}" if m.group(1) in _OPTION_OF
+                                       else m.group(0)), message)
 
 
 def _plain_warnings(caught: Sequence[Any], *, skip: tuple[type, ...] = ()) -> None:
-    """Library warnings as plain ``warning: ...`` lines on stderr (each text once), never with source paths."""
+    """Library warnings as plain ``warning: ...`` lines on stderr (each text once), never with source paths; numpy's
+    floating-point RuntimeWarnings ("divide by zero encountered in log") become one line that says what they mean."""
     seen = set()
+    numeric = []
     for w in caught:
         if skip and issubclass(w.category, skip):
             continue
         text = _cli_words(str(w.message).strip())
+        if issubclass(w.category, RuntimeWarning) and "encountered in" in text:
+            numeric.append(text)
+            continue
         if text and text not in seen:
             seen.add(text)
-            print(f"warning: {text}", file=sys.stderr)
+            print(f"warning: {clip(text)}", file=sys.stderr)
+    if numeric:
+        kinds = ", ".join(dict.fromkeys(numeric))
+        print(f"warning: a computation met values it could not handle ({clip(kinds)}); results may hold NaN or "
+              "infinite values; rerun with --debug to see where", file=sys.stderr)

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ._checks import check_int, check_labels, check_real, check_scores
+from ._checks import AnswerValueError, check_int, check_labels, check_real, check_scores
 from .calibrator_io import CalibratorFormatError, decode_calibrator, parse_calibrator
 from .calibrator_io import dumps_calibrator as _dumps
 from .logistic import SCORE_TRANSFORMS, _fit_logistic, _fit_logistic_1d, _sigmoid, transform_scores
@@ -112,7 +112,7 @@ class TracePlus:
             F = feature_matrix(list(X), feature_set=self.feature_set)
         if not np.isfinite(F).all():
             row = int(np.flatnonzero(~np.isfinite(F).all(axis=1))[0])
-            raise ValueError(f"answer {row} has a non-finite feature; check its trace")
+            raise AnswerValueError(row, "has a non-finite feature: its trace holds values too large to compute with")
         return F
 
     def fit(self, X: Sequence[Trace] | np.ndarray, y: Any) -> "TracePlus":
@@ -132,19 +132,26 @@ class TracePlus:
         self.provenance_ = _provenance(X, self.feature_set, self.n_samples_)
         return self
 
-    def _check_provenance(self, X: Sequence[Trace] | np.ndarray) -> None:
-        """Warn when traces come from another model or entropy source than the traces this was fitted on."""
+    def provenance_mismatch(self, X: Sequence[Trace] | np.ndarray) -> list[str]:
+        """Sentences naming the model ids and entropy sources of ``X`` that this calibrator was not fitted on (empty
+        when all match, for a feature matrix, or when the provenance is unknown). The dashboard shows them; the
+        predicting methods warn with them."""
         provenance = getattr(self, "provenance_", None)
         if provenance is None or isinstance(X, np.ndarray):
-            return
+            return []
         seen = _trace_origins(X)
+        found = []
         for key, what in (("model_id", "model"), ("entropy_source", "entropy source")):
             fitted_on, applied_to = provenance[key], seen[key]
             other = sorted(set(applied_to) - set(fitted_on))
             if fitted_on and other:
-                warnings.warn(f"this calibrator was fitted on traces of {what} {_names(fitted_on)} and is applied to "
-                              f"traces of {what} {_names(other)}; its probabilities may be miscalibrated for them",
-                              UserWarning, stacklevel=4)
+                found.append(f"this calibrator was fitted on traces of {what} {_names(fitted_on)} and is applied to "
+                             f"traces of {what} {_names(other)}; its probabilities may be miscalibrated for them")
+        return found
+
+    def _check_provenance(self, X: Sequence[Trace] | np.ndarray) -> None:
+        for message in self.provenance_mismatch(X):
+            warnings.warn(message, UserWarning, stacklevel=4)
 
     def decision_function(self, X: Sequence[Trace] | np.ndarray) -> np.ndarray:
         """Log-odds of correctness, shape (n_answers,). Warns (UserWarning) when the traces come from another model

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ._checks import shorten
+from ._checks import AnswerValueError, shorten
 from ._cli_support import (
     _CALIBRATOR_OUT,
     _DATASET_OUT,
@@ -123,6 +123,40 @@ def _decoding(args: argparse.Namespace):
                           chat_template=args.chat_template)
 
 
+def _evaluation_config(args: argparse.Namespace):
+    from .evaluate import EvaluationConfig
+
+    return EvaluationConfig(n_splits=args.splits, calibration_fraction=args.calibration_fraction,
+                            stratified=args.stratified, seed=args.seed, n_bins=args.bins,
+                            scalar_calibrator=args.calibrator)
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Every numeric option, checked by the library's own rules before a file is read or a model loaded, so that a
+    bad value never costs a run (the messages name keyword arguments; :func:`_cli_words` turns them into options)."""
+    from ._checks import check_int, check_real
+
+    if hasattr(args, "max_new_tokens"):
+        _decoding(args)
+    if hasattr(args, "splits"):
+        _evaluation_config(args)
+    for option, keyword, minimum in (("batch_size", "batch_size", 1), ("alternatives", "n_alternatives", 0)):
+        if hasattr(args, option):
+            check_int(getattr(args, option), keyword, minimum=minimum)
+    if getattr(args, "beams", 0):  # 0 is off; beams need at least 2
+        check_int(args.beams, "num_beams", minimum=2)
+    if hasattr(args, "C"):
+        check_real(args.C, "C", minimum=0, low_open=True)
+    if hasattr(args, "tolerance"):
+        check_real(args.tolerance, "tolerance", minimum=0.0, finite=False)
+    if getattr(args, "threshold", None) is not None:
+        check_real(args.threshold, "threshold", minimum=0, maximum=1)
+    if getattr(args, "coverage", None) is not None:
+        check_real(args.coverage, "coverage", minimum=0, maximum=1, low_open=True)
+    if getattr(args, "target_risk", None) is not None:
+        check_real(args.target_risk, "target_risk", minimum=0, maximum=1)
+
+
 def _read_prompts(path: str) -> pd.DataFrame:
     p = Path(path)
     if not p.exists():
@@ -207,7 +241,7 @@ def _beams(dataset) -> list[list[float]] | None:
 
 
 def _evaluate_one(traces: list, labels: np.ndarray, beams: list | None, *, title: str, args: argparse.Namespace,
-                  config: Any, methods: list[str] | None, embedder: Any):
+                  config: Any, methods: list[str] | None, embedder: Any, rows: list[int]):
     """One evaluation with progress on stderr and the library's warnings as plain lines (skipped splits named with
     their group and the option that avoids them)."""
     import warnings
@@ -224,6 +258,8 @@ def _evaluate_one(traces: list, labels: np.ndarray, beams: list | None, *, title
         try:
             result = evaluate(traces, labels, config=config, methods=methods, beam_logprobs=beams, embedder=embedder,
                               progress=update)
+        except AnswerValueError as exc:  # the library counts answers from 0; the user counts file rows
+            raise CLIError(f"{_shown(args.data)}: row {rows[exc.index]}: {exc.reason}") from exc
         finally:
             close()
     _plain_warnings(caught, skip=(SkippedSplitsWarning,))
@@ -235,7 +271,7 @@ def _evaluate_one(traces: list, labels: np.ndarray, beams: list | None, *, title
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from .evaluate import EvaluationConfig, average_results
+    from .evaluate import average_results
     from .policy import METRICS_UNDEFINED
     from .results import report_markdown
     from .registry import METHODS, method_names
@@ -258,10 +294,9 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         from .semantic import load_embedder
 
         embedder = load_embedder(args.embedder or None)
-    config = EvaluationConfig(n_splits=args.splits, calibration_fraction=args.calibration_fraction,
-                              stratified=args.stratified, seed=args.seed, n_bins=args.bins,
-                              scalar_calibrator=args.calibrator)
+    config = _evaluation_config(args)
     beams = _beams(dataset)
+    rows = _row_numbers(dataset)
     options = dict(args=args, config=config, methods=methods, embedder=embedder)
     if args.group_by:
         if args.group_by not in dataset.frame.columns:
@@ -273,10 +308,11 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
             idx = np.flatnonzero(keys == key)
             title = f"{args.group_by} = {key}"
             groups[title] = _evaluate_one([traces[i] for i in idx], labels[idx],
-                                          None if beams is None else [beams[i] for i in idx], title=title, **options)
+                                          None if beams is None else [beams[i] for i in idx], title=title,
+                                          rows=[rows[i] for i in idx], **options)
         results = {**groups, "average": average_results(list(groups.values()))}
     else:
-        results = {"": _evaluate_one(traces, labels, beams, title="", **options)}
+        results = {"": _evaluate_one(traces, labels, beams, title="", rows=rows, **options)}
     fmt = args.format or out_format or "markdown"
     if fmt == "markdown":
         text = report_markdown(results, calibrator=config.scalar_calibrator)
@@ -313,7 +349,10 @@ def cmd_fit(args: argparse.Namespace) -> None:
     elif needs_entropy(feature_set) and fitting != "paper":
         raise CLIError(f"{args.data}: --feature-set {feature_set} needs token entropy and these traces hold only the "
                        "chosen tokens' log-probabilities; use --feature-set surprisal")
-    model = TracePlus(feature_set=feature_set, C=args.C).fit(traces, dataset.frame["label"].to_numpy())
+    try:
+        model = TracePlus(feature_set=feature_set, C=args.C).fit(traces, dataset.frame["label"].to_numpy())
+    except AnswerValueError as exc:
+        raise CLIError(f"{_shown(args.data)}: row {_row_numbers(dataset)[exc.index]}: {exc.reason}") from exc
     Path(args.out).write_text(model.to_json(), encoding="utf-8")
     print(f"fitted TRACE+ ({feature_set}) on {model.n_samples_:,} answers; wrote {args.out}", file=sys.stderr)
 
@@ -476,6 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings(record=True) as caught:  # library warnings become plain lines, never raw
             warnings.simplefilter("always")
             try:
+                _check_options(args)
                 args.func(args)
             finally:
                 _plain_warnings(caught)

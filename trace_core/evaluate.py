@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from ._checks import check_bool, check_choice, check_int, check_real, set_checked
+from ._checks import AnswerValueError, check_bool, check_choice, check_int, check_real, set_checked
 from .baselines import NO_ENTROPY_REASON, baseline_scores
 from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus, _fit_logistic, _sigmoid, transform_scores
 from .compare import FITTED, RAW, paired_comparison
@@ -40,9 +40,9 @@ from .registry import METHODS, METRICS, method_names
 from .results import CONSTANT_RTOL, SCALAR_CALIBRATORS, UNINFORMATIVE, EvaluationResult, average_results, summarise
 from .trace import Trace
 
-__all__ = ["CONSTANT_RTOL", "SCALAR_CALIBRATORS", "UNINFORMATIVE", "EvaluationConfig", "EvaluationResult",
-           "SkippedSplitsWarning", "average_results", "data_note", "evaluate", "evaluate_arrays", "is_constant",
-           "method_names"]
+__all__ = ["AnswerValueError", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "UNINFORMATIVE", "EvaluationConfig",
+           "EvaluationResult", "SkippedSplitsWarning", "average_results", "data_note", "evaluate", "evaluate_arrays",
+           "is_constant", "method_names"]
 
 
 Progress = Callable[[int, int], None]
@@ -309,6 +309,21 @@ def _scores(surprisal: Ragged, entropy: Ragged | None, wanted: list[str],
     return scalar, features
 
 
+def _check_finite(scalar: dict[str, np.ndarray], features: dict[str, np.ndarray], surprisal: Ragged,
+                  entropy: Ragged | None) -> None:
+    """Refuse, naming the answer, values so large that a score overflows (a sum of surprisals of 1e308 is inf):
+    a clear message here instead of a calibrator's complaint about position i of some split."""
+    for method, values in [*scalar.items(), *((m, F.sum(axis=1)) for m, F in features.items())]:
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            i = int(bad[0])
+            largest = [float(np.max(np.abs(x.values[x.offsets[i]:x.offsets[i + 1]]), initial=0.0))
+                       for x in (surprisal, entropy) if x is not None]
+            raise AnswerValueError(i, f"makes {method}'s score non-finite: its trace holds values too large to "
+                                      f"compute with (largest {max(largest):.3g} nats; a real token's surprisal or "
+                                      "entropy is below 1,000 nats)")
+
+
 def _probability_metric(name: str, y: np.ndarray, prob: np.ndarray, config: EvaluationConfig) -> float:
     if name == "brier":
         return brier_score(y, prob)
@@ -328,6 +343,7 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: Eval
     n = len(surprisal)
     y = check_labels(labels, "labels", n=n, purpose="evaluation")
     scalar, features = _scores(surprisal, entropy, wanted, baselines)
+    _check_finite(scalar, features, surprisal, entropy)
     ran = [m for m in wanted if m in scalar or m in features]
     uninformative = {m: UNINFORMATIVE for m in ran if m in scalar and is_constant(scalar[m])}
     # Calibrators are fitted on each score's documented transform; rankings use the raw score, sorted once.

@@ -64,6 +64,8 @@ class Usable:
         Positions with no trace (they need recording).
     empty : list of int
         Positions whose answer has no tokens (no method can score them).
+    untokenized : list of int
+        The positions of ``empty`` whose answer text is not empty: their token list is missing, not the answer.
     too_long : list of int
         Positions whose prompt and answer do not fit the model's context (they cannot be recorded).
     row_numbers : list
@@ -78,6 +80,7 @@ class Usable:
     too_long: list[int] = field(default_factory=list)
     row_numbers: list[Any] = field(default_factory=list)
     context_limit: int | None = None
+    untokenized: list[int] = field(default_factory=list)
 
     def rows(self, positions: Sequence[int]) -> list[Any]:
         """File row numbers of ``positions``."""
@@ -93,12 +96,19 @@ class Usable:
     def empty_message(self, *, left_out: bool = True) -> str | None:
         """``"2 empty answers (no tokens) left out: rows 4, 7"``, or None when no answer is empty.
 
-        ``left_out=False`` says ``cannot be scored`` instead, for callers that must score every row (flagging).
+        ``left_out=False`` says ``cannot be scored`` instead, for callers that must score every row (flagging). An
+        answer with text but an empty token list is not called empty: the message says its tokens are missing.
         """
         if not self.empty:
             return None
-        return (f"{_count(len(self.empty), 'empty answer')} (no tokens) "
-                f"{'left out' if left_out else 'cannot be scored'}: {rows_text(self.rows(self.empty))}")
+        verdict = "left out" if left_out else "cannot be scored"
+        n = len(self.empty)
+        if not self.untokenized:
+            return f"{_count(n, 'empty answer')} (no tokens) {verdict}: {rows_text(self.rows(self.empty))}"
+        them = "it has" if len(self.untokenized) == 1 else "they have"
+        return (f"{_count(n, 'answer')} with no tokens {verdict}: {rows_text(self.rows(self.empty))}; "
+                f"{rows_text(self.rows(self.untokenized))}: the answer text is not empty but {them} an empty token "
+                "list (an incomplete trace: record it again)")
 
     def too_long_message(self) -> str | None:
         """Answers that do not fit the model's context, left out, or None."""
@@ -119,6 +129,8 @@ class Usable:
         if len(self.keep) or self.missing or not (self.empty or self.too_long):
             return None
         if not self.too_long:
+            if self.untokenized:
+                return "no answer has tokens (empty answers or empty token lists), so there is nothing to score"
             return "every answer is empty (no tokens), so there is nothing to score"
         return "no answer is left to score: every one is empty or does not fit the model's context"
 
@@ -154,8 +166,10 @@ def usable_rows(traces: Sequence[Any], *, row_numbers: Sequence[Any] | None = No
     empty = [i for i, t in enumerate(traces) if t is not None and len(t) == 0]
     keep = np.array([i for i, t in enumerate(traces) if t is not None and len(t) > 0 and i not in long_set],
                     dtype=np.int64)
+    untokenized = [i for i in empty if isinstance(getattr(traces[i], "answer", None), str)
+                   and traces[i].answer.strip()]
     return Usable(keep=keep, missing=missing, empty=empty, too_long=sorted(long_set), row_numbers=numbers,
-                  context_limit=context_limit)
+                  context_limit=context_limit, untokenized=untokenized)
 
 
 def rows_over_context(lm: Any, prompts: Sequence[str], answers: Sequence[str], *,

@@ -15,8 +15,8 @@ trace columns       an optional pre-recorded trace: ``tokens``, ``surprisal`` (o
                     ``entropy`` the trace's entropy is estimated from ``top_logprobs`` (``"top_k"``) or absent
                     (``"absent"``: chosen-token log-probabilities only, still scored by surprisal-only methods)
 ``response``        a raw OpenAI-compatible API response with logprobs (:func:`trace_from_openai`; without
-                    ``top_logprobs`` the trace has no entropy), used for the row's trace when the file has none
-                    of the trace columns
+                    ``top_logprobs`` the trace has no entropy), used for a row's trace when all its trace cells
+                    are empty (trace columns win)
 ==================  ==========================================================================================
 
 Column names are matched ignoring case and surrounding spaces and are lower-cased in the returned frame; any other

@@ -1,11 +1,15 @@
 """Cell-level helpers shared by the data modules (private): what counts as missing or as a number, how a value is
-quoted in a message, and the exception one bad cell raises."""
+quoted in a message, the exception one bad cell raises, and JSON decoding that reports keys given twice."""
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any
+import re
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -43,17 +47,121 @@ def is_blank(value: object) -> bool:
 
 
 def json_cell(value: object, name: str) -> Any:
-    """A cell that may hold JSON text: :data:`ABSENT` when blank, the decoded text for a str, else the value as is."""
+    """A cell that may hold JSON text: :data:`ABSENT` when blank, the decoded text for a str, else the value as is.
+
+    An object in the text that holds a key twice is an error (JSON would keep only the last value, silently)."""
     if is_blank(value):
         return ABSENT
     if not isinstance(value, str):
         return value
     try:
-        return json.loads(value)
+        decoded, repeated = loads_checked(value)
     except json.JSONDecodeError as exc:
         raise CellError(name, f"not valid JSON ({exc.msg} at char {exc.pos}): {show(value)}") from None
     except RecursionError:  # e.g. 100,000 "[": a bad cell, not a crash of the whole file
         raise CellError(name, "JSON nested too deeply") from None
+    if repeated:
+        first = repeated[0]
+        raise CellError(name, first.message(first.path))
+    return decoded
+
+
+# --------------------------------------------------------------------------------------------------
+# JSON objects that hold a key twice
+# --------------------------------------------------------------------------------------------------
+
+JsonPath = tuple[Union[str, int], ...]  # where a value is in a decoded document: object keys and list indexes
+
+
+@dataclass(frozen=True)
+class Repeated:
+    """An object of a decoded JSON document that holds one or more keys more than once (``json`` keeps the last)."""
+
+    path: JsonPath                     # where the object is: () for the document itself
+    keys: tuple[tuple[str, int], ...]  # each key given more than once, with how often, in order of appearance
+
+    def message(self, where: JsonPath) -> str:
+        """The reason for a row error, e.g. ``"choices[0] holds the key 'x' twice; ..."``; ``where`` is the object's
+        path as the message gives it (() for the value the error's column holds)."""
+        key, times = self.keys[0]
+        others = len(self.keys) - 1
+        more = f" (and {others:,} other key{'s' if others > 1 else ''} more than once)" if others else ""
+        inside = f"{shorten_path(where)} holds" if where else "holds"
+        count = "twice" if times == 2 else f"{times:,} times"
+        return (f"{inside} the key {show(key)} {count}{more}; JSON keeps only the last value, so the others "
+                f"would be lost silently -- keep one")
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_DECODERS = threading.local()  # per thread: (decoder, the objects its last call found keys repeated in), by strict
+
+
+def _decoder(strict: bool) -> tuple[json.JSONDecoder, list[tuple[dict[str, Any], list[tuple[str, Any]]]]]:
+    cache = getattr(_DECODERS, "cache", None)
+    if cache is None:
+        cache = _DECODERS.cache = {}
+    if strict not in cache:
+        found: list[tuple[dict[str, Any], list[tuple[str, Any]]]] = []
+
+        def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+            obj = dict(items)
+            if len(obj) != len(items):  # a key given twice: dict() kept its first position and last value
+                found.append((obj, items))
+            return obj
+
+        cache[strict] = (json.JSONDecoder(strict=strict, object_pairs_hook=pairs), found)
+    return cache[strict]
+
+
+def loads_checked(text: str, *, strict: bool = True) -> tuple[Any, list[Repeated]]:
+    """``json.loads(text, strict=strict)``, and every object in it that holds a key more than once (in document
+    order; empty almost always). Raises what ``json.loads`` raises.
+
+    The check costs one Python call per JSON object (``object_pairs_hook``); finding where a repeated key is walks
+    the document only when one was found.
+    """
+    decoder, found = _decoder(strict)
+    found.clear()  # a call that raised may have left some
+    value = decoder.decode(text)
+    if not found:
+        return value, []
+    repeated = {id(obj): tuple((k, n) for k, n in Counter(k for k, _ in items).items() if n > 1)
+                for obj, items in found}
+    found.clear()
+    return value, _locate(value, repeated)
+
+
+def _locate(root: Any, repeated: dict[int, tuple[tuple[str, int], ...]]) -> list[Repeated]:
+    """Where in ``root`` the objects with these ids are, in document order (an iterative walk: no recursion limit)."""
+    out: list[Repeated] = []
+    stack: list[tuple[Any, JsonPath]] = [(root, ())]
+    while stack and len(out) < len(repeated):
+        value, path = stack.pop()
+        if isinstance(value, dict):
+            if id(value) in repeated:
+                out.append(Repeated(path, repeated[id(value)]))
+            children: Sequence[tuple[Any, Any]] = list(value.items())
+        elif isinstance(value, list):
+            children = list(enumerate(value))
+        else:
+            continue
+        stack.extend((child, (*path, key)) for key, child in reversed(children)
+                     if isinstance(child, (dict, list)))
+    return out
+
+
+def shorten_path(path: JsonPath) -> str:
+    """A path for a message, e.g. ``choices[0].logprobs``, cut to about :data:`MAX_SHOWN` characters."""
+    parts = []
+    for i, p in enumerate(path):
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif _PLAIN_KEY.fullmatch(p):
+            parts.append(f".{p}" if i else p)
+        else:  # spaces, quotes, line breaks...: quoted, so the message stays one readable line
+            parts.append(f"[{show(p)}]")
+    text = "".join(parts)
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "..."
 
 
 def is_number(value: object) -> bool:

@@ -15,12 +15,25 @@ of saved runs). Writing a trace without entropy leaves its ``entropy`` cell empt
 
 Sign checks use :data:`trace_core.trace.LOGPROB_TOLERANCE`, the slack :class:`Trace` itself allows, so a row the
 reader accepts always makes a valid Trace.
+
+Bounds on the values, shared with the response importer (:func:`trace_core.data.trace_from_openai`), so that an
+impossible number is a row error at reading rather than an overflow far away:
+
+- a chosen token's surprisal is at most :data:`MAX_NATS` (``-logprobs`` likewise);
+- an alternative whose log-probability is below ``-MAX_NATS`` (``-inf``, or the -9999 servers write for it) has no
+  probability: it is dropped, and every step keeps the smallest number of alternatives left at any step;
+- one step's alternatives, plus the chosen token when it is not among them, hold a probability of at most
+  ``1 +`` :data:`TOP_K_MASS_TOLERANCE` (here the chosen token is known not to be among them only by its id; the
+  importer tells by its bytes);
+- entropy is at most ``log V +`` :data:`ENTROPY_TOLERANCE` when the vocabulary size V is known (the recorder
+  stores it as ``vocab_size`` in the ``trace_metadata`` cell's ``extra``), else at most :data:`MAX_ENTROPY_NATS`.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
@@ -33,8 +46,43 @@ from ._values import ABSENT, CellError, as_finite_float, is_blank, is_int64, is_
 if TYPE_CHECKING:
     import pyarrow
 
-__all__ = ["COLUMNS", "TRACE_COLUMNS", "TraceColumn", "entropy_from_top_k", "parse_beam_logprobs",
-           "trace_from_cells", "traces_to_columns"]
+__all__ = ["COLUMNS", "ENTROPY_TOLERANCE", "MAX_ENTROPY_NATS", "MAX_NATS", "TOP_K_MASS_TOLERANCE", "TRACE_COLUMNS",
+           "TraceColumn", "entropy_from_top_k", "parse_beam_logprobs", "trace_from_cells", "traces_to_columns"]
+
+#: The largest surprisal, in nats, that the readers accept (the chosen token's log-probability is at least -MAX_NATS),
+#: and the log-probability below which an alternative counts as "no probability". A probability below e^-1000 (about
+#: 5e-435, far below the smallest float64) does not come out of a float32 or bfloat16 model's log-softmax in practice;
+#: what lies beyond are placeholders: servers write -9999 (vLLM) or -inf for "no probability", and a value like 1e308
+#: would overflow later (a sum of surprisals becomes inf). A chosen token beyond the bound is a row error; an
+#: alternative beyond it is dropped, as -inf ones are.
+MAX_NATS = 1000.0
+
+#: How far above 1 the probabilities of one step's alternatives (plus the chosen token's when it is not among them)
+#: may add up: servers print log-probabilities rounded (to 4 to 6 decimals, or float32), so near-certain steps sum a
+#: little above 1. Beyond 1 + this the numbers cannot be probabilities of one distribution (e.g. alternatives copied
+#: from several steps, or probabilities given as log-probabilities): a row error.
+TOP_K_MASS_TOLERANCE = 0.01
+
+#: The largest entropy, in nats, accepted when the vocabulary size is not known: log(2**31), about 21.49 nats. Entropy
+#: over V tokens is at most log V, and no vocabulary has 2**31 tokens (engines store token ids as int32).
+MAX_ENTROPY_NATS = math.log(2**31)
+
+#: How far above log V an entropy may lie when the vocabulary size V is known: a recorder sums p log p over the whole
+#: vocabulary in float32, which lands about 1e-6 above log V for a near-uniform step (1.5e-6 measured at V = 256,000).
+ENTROPY_TOLERANCE = 1e-4
+
+
+def unlikely_chosen(side: str) -> str:
+    """Why a chosen token's log-probability below -MAX_NATS (``side="below"``; its surprisal ``"above"`` MAX_NATS)
+    is refused: the tail of the row error, after the value."""
+    bound = f"-{MAX_NATS:g}" if side == "below" else f"{MAX_NATS:g}"
+    return (f"{side} {bound} nats (probability e^-{MAX_NATS:g}, MAX_NATS): servers write -9999 for -inf; the chosen "
+            f"token needs a real log-probability")
+
+
+def too_much_mass(mass: float) -> bool:
+    """Whether one step's probabilities add up to more than ``1 + TOP_K_MASS_TOLERANCE``."""
+    return mass > 1.0 + TOP_K_MASS_TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -95,6 +143,7 @@ _BY_NAME = {c.name: c for c in COLUMNS}
 _WRITTEN = tuple(c for c in COLUMNS if c.field is not None)
 _PY_TYPES = {"float": {float, int}, "int": {int}, "str": {str}}  # element types that need no per-value check
 _DTYPES = {"float": np.float64, "int": np.int64}
+_NEG_INF_OK = {"top_logprobs"}  # -inf is "no probability" there (dropped, like values below -MAX_NATS)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -121,7 +170,8 @@ def _list(value: object, name: str, where: str = "") -> list[Any]:
 
 
 def _check_element(value: object, element: str, where: str, name: str) -> None:
-    """Raise a CellError naming ``where`` when ``value`` is not one valid element of this type."""
+    """Raise a CellError naming ``where`` when ``value`` is not one valid element of this type (numbers are finite,
+    but for the -inf of a column in ``_NEG_INF_OK``)."""
     if element == "str":
         if not isinstance(value, str):
             raise CellError(name, f"{where} is {show(value)}; expected a string")
@@ -130,12 +180,16 @@ def _check_element(value: object, element: str, where: str, name: str) -> None:
             raise CellError(name, f"{where} is {show(value)}; expected an integer")
     elif not is_number(value):
         raise CellError(name, f"{where} is {show(value)}; expected a number")
-    elif as_finite_float(value) is None:
+    elif as_finite_float(value) is None and not (name in _NEG_INF_OK and _is_neg_inf(value)):
         shown = show(value) if isinstance(value, (int, np.integer)) else str(float(value))  # type: ignore[arg-type]
         raise CellError(name, f"{where} is {shown}; expected a finite number")
 
 
-def _fast_array(values: list[Any], element: str) -> Any:
+def _is_neg_inf(value: object) -> bool:
+    return isinstance(value, (float, np.floating)) and value == -math.inf
+
+
+def _fast_array(values: list[Any], element: str, neg_inf_ok: bool = False) -> Any:
     """``values`` (of plain types) as an array when every one is valid; None sends the caller to the slow path,
     which names the culprit."""
     if element == "str":
@@ -144,7 +198,9 @@ def _fast_array(values: list[Any], element: str) -> Any:
         arr = np.array(values, dtype=_DTYPES[element])
     except OverflowError:  # an int beyond int64 (or, for floats, beyond float64)
         return None
-    return arr if element == "int" or np.isfinite(arr).all() else None
+    if element == "int" or np.isfinite(arr).all() or (neg_inf_ok and (np.isfinite(arr) | (arr == -np.inf)).all()):
+        return arr
+    return None
 
 
 def _vector(value: object, column: TraceColumn, n_tokens: int | None) -> Any:
@@ -173,7 +229,7 @@ def _matrix(value: object, column: TraceColumn, n_tokens: int) -> Any:
     if (set(map(type, rows)) <= {list} and len(set(map(len, rows))) <= 1
             and set(map(type, itertools.chain.from_iterable(rows))) <= _PY_TYPES[element]):
         k = len(rows[0]) if rows else 0
-        out = _fast_array(rows, element)
+        out = _fast_array(rows, element, name in _NEG_INF_OK)
         if out is not None:
             return out if element == "str" else out.reshape(n_tokens, k)
     lists = [_list(r, name, f"{name}[{i}]") for i, r in enumerate(rows)]
@@ -196,6 +252,13 @@ def _decode(name: str, cells: Mapping[str, Any], n_tokens: int | None) -> Any:
         return None
     column = _BY_NAME[name]
     return _vector(value, column, n_tokens) if column.ndim == 1 else _matrix(value, column, n_tokens or 0)
+
+
+def _check_bound(arr: np.ndarray, name: str, wrong: np.ndarray, rule: str) -> None:
+    """Refuse the first value where ``wrong`` holds, naming its index: ``"surprisal[3] is 9999.0; <rule>"``."""
+    if wrong.any():
+        index = tuple(int(i) for i in np.argwhere(wrong)[0])
+        raise CellError(name, f"{name}{''.join(f'[{i}]' for i in index)} is {show(float(arr[index]))}; {rule}")
 
 
 def _check_sign(arr: np.ndarray, name: str, *, nonnegative: bool, rule: str) -> None:
@@ -244,10 +307,12 @@ def trace_from_cells(cells: Mapping[str, Any], *, prompt: str, answer: str) -> T
     if surprisal is not None:
         _check_sign(surprisal, "surprisal", nonnegative=True,
                     rule="surprisal must be >= 0 (nats) -- log-probabilities (<= 0) go in a `logprobs` column")
+        _check_bound(surprisal, "surprisal", surprisal > MAX_NATS, unlikely_chosen("above"))
     logprobs = _decode("logprobs", cells, n)
     if logprobs is not None:
         _check_sign(logprobs, "logprobs", nonnegative=False,
                     rule="log-probabilities must be <= 0 -- surprisal (>= 0) goes in a `surprisal` column")
+        _check_bound(logprobs, "logprobs", logprobs < -MAX_NATS, unlikely_chosen("below"))
         if surprisal is None:
             surprisal = -logprobs
         elif not np.allclose(surprisal, -logprobs, rtol=0.0, atol=1e-6):
@@ -281,16 +346,24 @@ def trace_from_cells(cells: Mapping[str, Any], *, prompt: str, answer: str) -> T
             raise CellError("top_tokens", f"top_tokens has {len(top_tokens[0]) if top_tokens else 0} alternatives "
                                           f"per token but top_logprobs has {k}")
         top_tokens = tuple(tuple(r) for r in top_tokens)
+    token_ids = _decode("token_ids", cells, n)
+    if token_ids is None:
+        token_ids = np.full(n, -1, dtype=np.int64)
+    if k > 0:
+        _check_top_k_mass(top_logprobs, top_ids, surprisal, token_ids)
+        # Alternatives below -MAX_NATS (-inf, -9999) have no probability: dropped. A row is sorted, so they are its
+        # tail; every step keeps the smallest number of real alternatives at any step (as the importer does).
+        kept = int((top_logprobs >= -MAX_NATS).sum(axis=1).min()) if n else k
+        if kept < k:
+            k = kept
+            top_logprobs, top_ids = top_logprobs[:, :k], top_ids[:, :k]
+            top_tokens = None if top_tokens is None else tuple(r[:k] for r in top_tokens)
 
     entropy = _decode("entropy", cells, n)
     if entropy is not None:
         _check_sign(entropy, "entropy", nonnegative=True, rule="entropy must be >= 0 (nats)")
     elif k > 0:
         entropy = entropy_from_top_k(top_logprobs)
-
-    token_ids = _decode("token_ids", cells, n)
-    if token_ids is None:
-        token_ids = np.full(n, -1, dtype=np.int64)
     ranks = _decode("ranks", cells, n)
     if ranks is not None and (ranks < 1).any():
         raise CellError("ranks", f"ranks[{int(np.argmin(ranks))}] is {int(ranks.min())}; ranks are 1-based (>= 1)")
@@ -304,6 +377,16 @@ def trace_from_cells(cells: Mapping[str, Any], *, prompt: str, answer: str) -> T
             metadata = TraceMetadata.from_dict(meta)
         except (TypeError, ValueError) as exc:
             raise CellError("trace_metadata", str(exc)) from None
+    vocab_size = _vocab_size(metadata)
+    if cells.get("entropy", ABSENT) is not ABSENT:  # given, not estimated here (a top-k estimate is below log(k+1))
+        if vocab_size is None:
+            _check_bound(entropy, "entropy", entropy > MAX_ENTROPY_NATS,
+                         f"above {MAX_ENTROPY_NATS:.4g} nats = log(2**31) (MAX_ENTROPY_NATS): no vocabulary is that "
+                         f"large (entropy over V tokens is at most log V)")
+        else:
+            _check_bound(entropy, "entropy", entropy > math.log(vocab_size) + ENTROPY_TOLERANCE,
+                         f"above log V = {math.log(vocab_size):.4g} nats (V = {vocab_size}, trace_metadata's "
+                         f"extra.vocab_size): no distribution over V tokens has more entropy")
     if entropy is None:  # the chosen tokens' log-probabilities only: surprisal-only methods still run
         metadata = replace(metadata, entropy_source="absent", entropy_k=None)
     elif cells.get("entropy", ABSENT) is ABSENT:  # estimated here: say so, whatever the metadata cell claimed
@@ -314,6 +397,40 @@ def trace_from_cells(cells: Mapping[str, Any], *, prompt: str, answer: str) -> T
                      top_tokens=top_tokens)
     except (TypeError, ValueError) as exc:  # the checks above mirror Trace's; should one miss, name the column
         raise CellError(_column_named_in(str(exc)), f"inconsistent trace: {exc}") from None
+
+
+def _vocab_size(metadata: TraceMetadata) -> int | None:
+    """V from ``metadata.extra["vocab_size"]`` (stored by the recorder); None when not given."""
+    value = metadata.extra.get("vocab_size")
+    if value is None:
+        return None
+    if not is_int64(value) or isinstance(value, float) or not 1 <= int(value) <= 2**31:  # type: ignore[call-overload]
+        raise CellError("trace_metadata", f"extra.vocab_size is {show(value)}; expected the vocabulary size, an "
+                                          f"integer from 1 to 2**31")
+    return int(value)  # type: ignore[call-overload]
+
+
+def _check_top_k_mass(top_logprobs: np.ndarray, top_ids: np.ndarray, surprisal: np.ndarray,
+                      token_ids: np.ndarray) -> None:
+    """Refuse the first step whose alternatives, plus the chosen token when it is not among them, hold more than
+    ``1 + TOP_K_MASS_TOLERANCE`` of probability.
+
+    The chosen token is known not to be among them when its id and the step's ``top_ids`` are known (>= 0) and differ.
+    Without ids it cannot be told apart (token texts are decoded pieces, not the server's token strings), so it is
+    counted as among them: only the alternatives are summed, and a trace the importer accepted is never refused here.
+    """
+    alternatives = np.exp(top_logprobs).sum(axis=1)  # -inf and -9999 add 0
+    chosen = np.exp(-surprisal)
+    doubtful = np.flatnonzero(alternatives + chosen > 1.0 + TOP_K_MASS_TOLERANCE)  # usually none: checked one by one
+    for t in doubtful:
+        ids_known = token_ids[t] >= 0 and (top_ids[t] >= 0).all()
+        among = not ids_known or bool((top_ids[t] == token_ids[t]).any())
+        mass = float(alternatives[t]) + (0.0 if among else float(chosen[t]))
+        if too_much_mass(mass):
+            added = "" if among else f", the chosen token's {float(chosen[t]):.4g} included (it is not among them)"
+            raise CellError("top_logprobs", f"top_logprobs[{t}] sum to probability {mass:.4g}{added}; more than "
+                                            f"1 + {TOP_K_MASS_TOLERANCE:g}: one step's probabilities cannot add up "
+                                            f"to more than 1")
 
 
 def entropy_from_top_k(top_logprobs: Any) -> np.ndarray:

@@ -7,12 +7,13 @@ import re
 import string
 import unicodedata
 from collections import Counter
+from decimal import Decimal
 from typing import Sequence
 
 import numpy as np
 
 from .._checks import check_choice, check_real
-from ._values import is_blank, is_number, show
+from ._values import MAX_SHOWN, as_finite_float, is_blank, is_number, show
 
 __all__ = ["MATCHERS", "label_from_reference", "normalize_answer", "parse_label"]
 
@@ -22,11 +23,20 @@ _LABEL_WORDS = {"1": 1, "0": 0, "true": 1, "false": 0, "yes": 1, "no": 0, "corre
                 "y": 1, "n": 0, "t": 1, "f": 0}
 
 
+def _show_number(value: object) -> str:
+    """A number as written (2, 0.5), not as np.int64(2) or Decimal('0.5')."""
+    if isinstance(value, Decimal):
+        text = str(value)
+        return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "..."
+    return show(value.item() if isinstance(value, np.generic) else value)
+
+
 def parse_label(value: object) -> int:
     """A correctness label as 0 or 1.
 
-    Accepted: booleans; the numbers 0 and 1 (also 0.0/1.0); the strings 0/1 (also "1.0"), true/false, yes/no,
-    correct/incorrect, y/n, t/f -- case-insensitive, surrounding whitespace ignored.
+    Accepted: booleans (numpy's too); the numbers 0 and 1 as int, float, numpy int/float or ``decimal.Decimal``
+    (Parquet decimal columns), e.g. 0.0/1.0; the strings 0/1 (also "1.0"), true/false, yes/no, correct/incorrect,
+    y/n, t/f -- case-insensitive, surrounding whitespace ignored.
 
     Parameters
     ----------
@@ -45,17 +55,18 @@ def parse_label(value: object) -> int:
 
     Examples
     --------
-    >>> parse_label(" Yes "), parse_label(0.0), parse_label("1.0")
-    (1, 0, 1)
+    >>> parse_label(" Yes "), parse_label(0.0), parse_label("1.0"), parse_label(Decimal("1.00"))
+    (1, 0, 1, 1)
     """
-    if is_blank(value):
+    if is_blank(value) or (isinstance(value, Decimal) and value.is_nan()):
         raise ValueError(f"is missing; expected one of {LABEL_EXPECTED}")
     if isinstance(value, (bool, np.bool_)):
         return int(bool(value))
-    if isinstance(value, (int, np.integer, float, np.floating)):
+    if isinstance(value, (int, np.integer, float, np.floating, Decimal)):
         if value in (0, 1):
             return int(value)
-    elif isinstance(value, str):
+        raise ValueError(f"{_show_number(value)} is not one of {LABEL_EXPECTED}")
+    if isinstance(value, str):
         word = value.strip().lower()
         if word in _LABEL_WORDS:
             return _LABEL_WORDS[word]
@@ -70,45 +81,93 @@ def parse_label(value: object) -> int:
 
 _PUNCTUATION = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
-# A number: optional sign (not right after a letter/digit, so "2-3" is 2 and 3), digits with optional
-# thousands separators, optional decimals and exponent. "1,234.5" -> 1234.5; ".5" -> 0.5.
-_NUMBER = re.compile(r"(?:(?<![\w.])[-+\u2212])?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?")
+# Unicode minus signs read as "-": U+2212 minus, U+2012 figure dash, U+2013 en dash, U+FE63 small and U+FF0D
+# full-width hyphen-minus (NFKC maps the last two already).
+_MINUS_SIGNS = str.maketrans(dict.fromkeys("\u2212\u2012\u2013\ufe63\uff0d", "-"))
+# normalize_answer's numbers: digits joined by single "." or "," ("5.9", "1,862", "1,2,3", "1.2.3"), with a leading
+# minus sign unless it follows a letter, digit, "." or "-" ("-5", not the "-" of "2-3" or "x-5"), and a leading
+# decimal point unless it follows a letter, digit or "." (".5", not the "." of "x.5" or "...5").
+_NUMBER_RUN = re.compile(r"(?:(?<![\w.-])-)?(?:(?<![\w.])\.)?\d+(?:[.,]\d+)*")
+_THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")  # "1,000", "-12,345.6": the commas group thousands
+# The numeric matcher's numbers: optional sign (not right after a letter/digit, so "2-3" is 2 and 3), digits with
+# optional thousands separators, optional decimals and exponent. "1,234.5" -> 1234.5; ".5" -> 0.5.
+_NUMBER = re.compile(r"(?:(?<![\w.])[-+])?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?")
+_SEPARATOR = re.compile(r"\s*\|\|\s*")  # between the references of one string: "a || b", "a||b"
+
+
+def _drop_punctuation(text: str) -> str:
+    return "".join(" " if (ch in _PUNCTUATION or unicodedata.category(ch).startswith("P")) else ch for ch in text)
+
+
+def _number_text(number: str) -> str:
+    """One number run as normalize_answer writes it: thousands commas dropped, other commas separate numbers."""
+    return number.replace(",", "") if _THOUSANDS.fullmatch(number) else number.replace(",", " ")
 
 
 def normalize_answer(text: str) -> str:
-    """SQuAD-style normalisation: NFKC, lower case, no punctuation, no articles (a/an/the), single spaces.
+    """SQuAD-style normalisation that keeps numbers whole.
+
+    1. NFKC, Unicode case folding (``str.casefold``: "STRASSE" and "straße" are both "strasse"), NFKC again (so
+       that normalising twice changes nothing); the minus signs U+2212, U+2012, U+2013, U+FE63, U+FF0D become "-".
+    2. Numbers -- decimal digits (any script) joined by single "." or "," -- stay one word: a "." between digits
+       stays ("5.9", "1.2.3"); commas that group thousands are dropped ("1,000" -> "1000", "1,234.5" -> "1234.5"),
+       other commas separate numbers ("1,2,3" -> "1 2 3"). A "-" right before a number is its sign unless it
+       follows a letter, digit, "." or "-" ("-5" stays; "2-3" -> "2 3", "x-5" -> "x 5"); likewise a "." right
+       before digits (".5").
+    3. Every other punctuation character (ASCII punctuation, Unicode categories P*) becomes a space: "5." at the
+       end of a sentence is "5", "+5" and "$5" are "5". Symbols such as "£", "°" or emoji stay.
+    4. The articles a/an/the are removed and whitespace is collapsed to single spaces.
 
     Examples
     --------
     >>> normalize_answer("The  Eiffel-Tower!")
     'eiffel tower'
+    >>> normalize_answer("It is \u22125.9, not 1,000 or 1,2,3.")
+    'it is -5.9 not 1000 or 1 2 3'
     """
-    text = unicodedata.normalize("NFKC", text).lower()
-    text = "".join(" " if (ch in _PUNCTUATION or unicodedata.category(ch).startswith("P")) else ch for ch in text)
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
+    text = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold()).translate(_MINUS_SIGNS)
+    parts, end = [], 0
+    for match in _NUMBER_RUN.finditer(text):
+        parts += [_drop_punctuation(text[end:match.start()]), _number_text(match.group())]
+        end = match.end()
+    parts.append(_drop_punctuation(text[end:]))
+    return " ".join(_ARTICLES.sub(" ", "".join(parts)).split())
+
+
+def _numeric_text(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).translate(_MINUS_SIGNS)
 
 
 def _parse_number(text: str) -> float:
-    return float(text.replace(",", "").replace("\u2212", "-"))
+    return float(text.replace(",", ""))
 
 
 def _last_number(text: str) -> float | None:
-    found = _NUMBER.findall(unicodedata.normalize("NFKC", text))
+    found = _NUMBER.findall(_numeric_text(text))
     return _parse_number(found[-1]) if found else None
 
 
-def _reference_number(reference: object) -> float:
+def _reference_number(reference: object) -> float | None:
+    """The reference as a finite float; None when it is not one."""
     if is_number(reference):
-        number = float(reference)  # type: ignore[arg-type]
+        return as_finite_float(reference)
+    text = _numeric_text(str(reference)).strip()
+    if not _NUMBER.fullmatch(text):
+        return None
+    number = _parse_number(text)
+    return number if math.isfinite(number) else None
+
+
+def _references(reference: object) -> list[object]:
+    """The acceptable answers: a str split on "||" (any whitespace around it), a sequence's items, or the value;
+    blank pieces (empty or whitespace text, None, NaN) are dropped."""
+    if isinstance(reference, str):
+        pieces: list[object] = _SEPARATOR.split(reference)
+    elif isinstance(reference, (Sequence, np.ndarray)):
+        pieces = list(reference)
     else:
-        text = unicodedata.normalize("NFKC", str(reference)).strip()
-        if not _NUMBER.fullmatch(text):
-            raise ValueError(f"{show(reference)} is not a number (the numeric matcher needs a numeric reference)")
-        number = _parse_number(text)
-    if not math.isfinite(number):
-        raise ValueError(f"{show(reference)} is not a finite number")
-    return number
+        pieces = [reference]
+    return [piece for piece in pieces if not is_blank(piece)]
 
 
 def _token_f1(prediction: list[str], gold: list[str]) -> float:
@@ -135,14 +194,20 @@ def label_from_reference(answer: str, reference: object, *, matcher: str = "exac
     Parameters
     ----------
     answer : str
-    reference : str, number or sequence of str
+    reference : str, number or sequence
         The gold answer. Several acceptable answers may be given as a sequence, or in one string separated by
-        ``" || "``; the answer is correct when it matches any of them.
+        ``||`` (with or without spaces around it); the answer is correct when it matches any of them. Blank pieces
+        are ignored.
     matcher : {"exact", "contains", "numeric", "f1"}
-        - ``"exact"``: ``normalize_answer(answer) == normalize_answer(reference)``.
-        - ``"contains"``: the normalized reference occurs in the normalized answer on word boundaries.
+        The texts are compared after :func:`normalize_answer` (case folded, punctuation and articles removed,
+        numbers kept whole: "5.9", "-5", "1,000" -> "1000").
+
+        - ``"exact"``: the normalized answer equals the normalized reference.
+        - ``"contains"``: the normalized reference occurs in the normalized answer as whole words, so a number
+          only as a whole number ("5" is not in "5.9", "-5", "1,500" or "x5").
         - ``"numeric"``: the last number in the answer (signs, decimals, exponents and thousands commas allowed)
-          is within ``tolerance`` (absolute) of the reference number; an answer without a number is wrong.
+          is within ``tolerance`` (absolute) of a reference number; an answer without a number is wrong.
+          References that are not numbers are skipped, as long as one is a number.
         - ``"f1"``: SQuAD token F1 between the normalized texts is ``>= f1_threshold``.
     tolerance : float
         Absolute tolerance of the numeric matcher, >= 0.
@@ -159,29 +224,42 @@ def label_from_reference(answer: str, reference: object, *, matcher: str = "exac
     TypeError
         ``answer`` is not a str, or an option has the wrong type.
     ValueError
-        Unknown matcher or an option out of range; a reference that is empty after normalisation (text matchers)
-        or not a number (numeric).
+        Unknown matcher or an option out of range; no reference; a reference that is empty after normalisation
+        (text matchers); no reference that is a number (numeric).
 
     Examples
     --------
+    >>> label_from_reference("The STRASSE!", "straße"), label_from_reference("-1,000", "\u22121000")
+    (1, 1)
+    >>> label_from_reference("1.5", "1 5"), label_from_reference("Eiffel", "Eiffel Tower")
+    (0, 0)
+    >>> label_from_reference("Paris, France", "paris||lyon", matcher="contains")
+    1
+    >>> label_from_reference("It is 5.9", "5", matcher="contains"), label_from_reference("-5", "5", matcher="contains")
+    (0, 0)
     >>> label_from_reference("It is 1,234.5 m.", "1234.5", matcher="numeric")
     1
-    >>> label_from_reference("Paris, France", "paris || lyon", matcher="contains")
+    >>> label_from_reference("It is 5.", "five || 5", matcher="numeric")
+    1
+    >>> label_from_reference("Barack Hussein Obama", "Barack Obama", matcher="f1")  # F1 0.8
     1
     """
     check_matcher_options(matcher, tolerance, f1_threshold)
     if not isinstance(answer, str):
         raise TypeError(f"`answer` must be a str, got {type(answer).__name__}")
-    if isinstance(reference, str):
-        references: list[object] = list(reference.split(" || "))
-    elif isinstance(reference, (Sequence, np.ndarray)):
-        references = list(reference)
-    else:
-        references = [reference]
+    references = _references(reference)
     if not references:
-        raise ValueError("is an empty list of references")
+        raise ValueError(f"{show(reference)} holds no reference" if isinstance(reference, str)
+                         else "is an empty list of references")
     if matcher == "numeric":
-        gold = [_reference_number(r) for r in references]
+        gold = [number for number in map(_reference_number, references) if number is not None]
+        if not gold:
+            if len(references) > 1:
+                raise ValueError(f"none of {show(reference)} is a number (the numeric matcher needs one)")
+            ref = references[0]
+            written = is_number(ref) or _NUMBER.fullmatch(_numeric_text(str(ref)).strip())  # inf, 1e999
+            raise ValueError(f"{show(ref)} is not a finite number" if written else
+                             f"{show(ref)} is not a number (the numeric matcher needs a numeric reference)")
         found = _last_number(answer)
         return int(found is not None and any(abs(found - g) <= tolerance for g in gold))
     golds = []

@@ -1,12 +1,13 @@
 """Reading tables: a path, bytes or upload -> column names and a stream of raw rows (CSV with delimiter sniffing,
 JSON Lines or a JSON array, Parquet), with the checks that refuse what is not a readable table (empty, binary, not
 UTF-8, too many rows, duplicate column names). Nothing is validated per cell here: see
-:mod:`trace_core.data.validate`.
+:mod:`trace_core.data.validate`. A JSON record that gives a key twice, or two keys naming one column, is a rejected
+row (see :func:`_row_from_json`), not a file error.
 
 Files are read as a stream: lines are split from the bytes on ``\\n`` only and decoded one at a time, so a reader
 never holds the whole text, a list of its lines and its parsed rows at once.
 
-(About 520 lines, over the package's ~500: the CSV, JSON Lines and Parquet readers share the header, size, encoding
+(About 560 lines, over the package's ~500: the CSV, JSON Lines and Parquet readers share the header, size, encoding
 and progress checks defined here, and splitting them apart would spread one set of rules over several modules.)
 """
 
@@ -26,7 +27,7 @@ from typing import IO, Any, Callable, ContextManager, Iterator, Sequence, Union
 import pandas as pd
 
 from .._checks import check_choice, shorten
-from ._values import show
+from ._values import Repeated, loads_checked, show
 from .errors import DatasetError, RowError
 
 __all__ = ["FORMATS", "PathOrBuffer", "Progress", "Row", "Table", "format_from_name", "read_table"]
@@ -195,6 +196,8 @@ def _check_binary(head: bytes, format: str) -> None:
     signatures = ((b"PAR1", "a Parquet file: use format='parquet' or a .parquet extension"),
                   (b"PK\x03\x04", "a ZIP archive (an Excel .xlsx workbook?): save it as CSV UTF-8"),
                   (b"\x1f\x8b", "gzip-compressed: decompress it first"),
+                  (b"\xff\xfe\x00\x00", "UTF-32 text: save it as UTF-8"),  # before UTF-16: its BOM starts alike
+                  (b"\x00\x00\xfe\xff", "UTF-32 text: save it as UTF-8"),
                   (b"\xff\xfe", "UTF-16 text: save it as UTF-8"), (b"\xfe\xff", "UTF-16 text: save it as UTF-8"))
     for magic, what in signatures:
         if head.startswith(magic):
@@ -385,20 +388,44 @@ def _csv_rows(reader: Any, lines: _Lines, header: list[str], errors: list[RowErr
 # JSON Lines and JSON arrays
 # --------------------------------------------------------------------------------------------------
 
-def _row_from_json(obj: object, row: int, errors: list[RowError]) -> dict[str, Any] | None:
+def _column_name(key: object) -> str:
+    return str(key).strip().lower() or "unnamed"
+
+
+def _row_from_json(obj: object, row: int, errors: list[RowError],
+                   repeated: Sequence[Repeated] = ()) -> tuple[dict[str, Any] | None, bool]:
+    """One record's cells by column name (None when it is not an object), and whether it is valid: not when it gives
+    a key twice (``repeated``: the objects that do, by their path from ``obj``) or two keys that name one column.
+    The problems go to ``errors``.
+
+    Such a record is rejected, never read as ``json`` would (keeping the last value): which value was meant is
+    unknown, and the other one would be lost silently. This holds for objects nested in a cell (a ``response``)
+    too. Its keys still count as the file's columns."""
     if not isinstance(obj, dict):
         errors.append(RowError(row, "", f"is {show(obj)}; expected a JSON object {{\"prompt\": ..., ...}}"))
-        return None
+        return None, False
+    problems = []
+    for found in repeated:
+        if not found.path:  # the record itself
+            for key, times in found.keys:
+                count = "twice" if times == 2 else f"{times:,} times"
+                problems.append(RowError(row, _column_name(key), f"the key {show(key)} is given {count} in this "
+                                         f"record; JSON keeps only the last value, so the others would be lost "
+                                         f"silently -- keep one"))
+        else:
+            problems.append(RowError(row, _column_name(found.path[0]), found.message(found.path)))
     out: dict[str, Any] = {}
     raw_names: dict[str, str] = {}
     for key, value in obj.items():
-        norm = str(key).strip().lower() or "unnamed"
+        norm = _column_name(key)
         if norm in out:
-            raise DatasetError(f"duplicate column names (ignoring case and surrounding spaces) in row {row}: "
-                               f"{shorten(raw_names[norm], _SHOWN_NAME)} and {shorten(str(key), _SHOWN_NAME)}; "
-                               f"each key needs a distinct name")
+            problems.append(RowError(row, norm, f"the keys {show(raw_names[norm])} and {show(str(key))} name the same "
+                                                f"column (names are matched ignoring case and surrounding spaces); "
+                                                f"each key needs a distinct name"))
+            continue
         out[norm], raw_names[norm] = value, str(key)
-    return out
+    errors.extend(problems)
+    return out, not problems
 
 
 def _read_jsonl(src: _Source, *, max_rows: int | None, report: _Reporter) -> Table:
@@ -421,14 +448,14 @@ def _jsonl_rows(lines: _Lines, table: Table, max_rows: int | None) -> Iterator[R
             is_array = line.lstrip().startswith("[")
             if is_array:  # a JSON array of objects (a common ".json" export): parsed whole, numbered by item
                 text = "\n" * (lines.number - 1) + line + "".join(stream)
-                items = _json_array(text)
+                items, in_items = _json_array(text)
                 break
         count += 1
         _too_many(max_rows, count)
         line = line[:-1] if line.endswith("\n") else line  # without its ending, so error columns are on its line
         line = line[:-1] if line.endswith("\r") else line  # "\r\n" endings too
-        try:
-            obj = json.loads(line, strict=False)  # strict=False: control characters raw inside strings are kept
+        try:  # strict=False: control characters raw inside strings are kept
+            obj, repeated = loads_checked(line, strict=False)
         except (json.JSONDecodeError, RecursionError) as exc:  # deep nesting is a bad row, not a crash
             message = (f"not valid JSON ({exc.msg} at column {exc.colno})" if isinstance(exc, json.JSONDecodeError)
                        else "JSON nested too deeply")
@@ -436,19 +463,19 @@ def _jsonl_rows(lines: _Lines, table: Table, max_rows: int | None) -> Iterator[R
             table.errors.append(RowError(lines.number, "", message))
             yield lines.number, None
             continue
-        row = _row_from_json(obj, lines.number, table.errors)
-        if row is not None:
+        row, valid = _row_from_json(obj, lines.number, table.errors, repeated)
+        if row is not None:  # an object, even one rejected for its keys: the file is JSON Lines, and has its keys
             objects += 1
             _add_columns(table.columns, seen, row)
-        yield lines.number, row
+        yield lines.number, row if valid else None
     if is_array:
         _too_many(max_rows, len(items))
         for i, obj in enumerate(items, start=1):
-            row = _row_from_json(obj, i, table.errors)
+            row, valid = _row_from_json(obj, i, table.errors, in_items.get(i - 1, ()))
             items[i - 1] = None  # each item is dropped once handed over
             if row is not None:
                 _add_columns(table.columns, seen, row)
-            yield i, row
+            yield i, row if valid else None
         count = len(items)
     lines.check_not_blank()
     if not count:
@@ -459,15 +486,19 @@ def _jsonl_rows(lines: _Lines, table: Table, max_rows: int | None) -> Iterator[R
                            f"{{\"prompt\": \"...\", \"answer\": \"...\", \"label\": 1}}")
 
 
-def _json_array(text: str) -> list[Any]:
+def _json_array(text: str) -> tuple[list[Any], dict[int, list[Repeated]]]:
+    """The items of a JSON array, and the objects in each that give a key twice (by item index; paths from it)."""
     try:
-        items = json.loads(text)
+        items, repeated = loads_checked(text)
     except json.JSONDecodeError as exc:
         raise DatasetError(f"the file starts like a JSON array but is not valid JSON ({exc.msg} at line "
                            f"{exc.lineno}, column {exc.colno})") from None
     except RecursionError:
         raise DatasetError("the file starts like a JSON array but its JSON is nested too deeply") from None
-    return items
+    by_item: dict[int, list[Repeated]] = {}
+    for found in repeated:  # every path starts with an item's index: the document is a list
+        by_item.setdefault(int(found.path[0]), []).append(Repeated(found.path[1:], found.keys))
+    return items, by_item
 
 
 def _add_columns(columns: list[str], seen: set[str], row: dict[str, Any]) -> None:

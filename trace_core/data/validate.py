@@ -52,6 +52,9 @@ class LabeledDataset:
         ``"label"``, ``"reference:<matcher>"`` or ``"none"``.
     row_column : str
         Name of the row-number column: ``"row"``, or ``"_row"`` when the input already has a ``row`` column.
+    notes : list of str
+        Remarks on the kept rows that are not errors, in words (they end the :meth:`summary`): e.g. how many rows
+        had both trace cells and a ``response`` (the trace cells were used; see :func:`read_dataset`).
     """
 
     frame: pd.DataFrame
@@ -60,6 +63,7 @@ class LabeledDataset:
     n_read: int
     label_source: str
     row_column: str = "row"
+    notes: list[str] = field(default_factory=list)
 
     @property
     def n_valid(self) -> int:
@@ -82,13 +86,17 @@ class LabeledDataset:
         return self.frame["label"].to_numpy(dtype=np.int64)
 
     def summary(self, *, max_errors: int = 3) -> str:
-        """One line, e.g. ``"1,000 rows read: 997 kept, 3 rejected (row 4: label: 'maybe' is not one of ...)"``."""
+        """One line, e.g. ``"1,000 rows read: 997 kept, 3 rejected (row 4: label: 'maybe' is not one of ...)"``.
+
+        The first ``max_errors`` errors are quoted (0: none, only the counts), then the :attr:`notes`.
+        """
+        check_int(max_errors, "max_errors", minimum=0)
         text = f"{self.n_read:,} rows read: {self.n_valid:,} kept, {self.n_rejected:,} rejected"
-        if self.errors:
+        if self.errors and max_errors:
             shown = "; ".join(str(e) for e in self.errors[:max_errors])
             more = len(self.errors) - max_errors
             text += f" ({shown}{f'; and {more:,} more' if more > 0 else ''})"
-        return text
+        return "; ".join([text, *self.notes])
 
 
 def read_dataset(source: PathOrBuffer | bytes, *, format: str | None = None, matcher: str = "exact",
@@ -124,6 +132,22 @@ def read_dataset(source: PathOrBuffer | bytes, *, format: str | None = None, mat
         The valid rows and their traces, and one :class:`RowError` per problem. When rows were rejected a
         :class:`DatasetWarning` with the summary is also emitted.
 
+    Notes
+    -----
+    Where a row's trace comes from, row by row: from its trace columns when any of its trace cells is non-empty
+    (the trace columns win); else from its ``response`` when that cell is non-empty, which then also gives the
+    answer if the ``answer`` cell is missing or empty; else the row has no trace. A file may mix the two kinds of
+    rows. A row with both trace cells and a ``response`` is read from its trace cells and its response is not
+    looked at; this is no error, but the number of such rows is said in ``LabeledDataset.notes`` (and so in the
+    summary). The ``answer`` column may be left out when there is a ``response`` column; a row that then has
+    trace cells but no answer is rejected.
+
+    A JSON Lines record (or JSON array item) that gives a key twice (``{"label": 1, "label": 0}``), or two keys
+    that name one column (``"label"`` and ``"Label "``: names are matched ignoring case and surrounding spaces),
+    is rejected with a row error naming the column: ``json`` would keep the last value, silently. The same holds
+    for any object nested in a cell (a ``response``'s, or a CSV cell's JSON text): the error names the column and
+    where in it the key is repeated. (A CSV or Parquet header with two such names is a :class:`DatasetError`.)
+
     Raises
     ------
     DatasetError
@@ -154,7 +178,8 @@ class _Rules:
     """What every row of one table is checked against (decided once, from its columns and the options)."""
 
     trace_columns: tuple[str, ...]  # the trace columns the table has
-    use_response: bool              # the trace (and a missing answer) come from a `response` column
+    use_response: bool              # a row without trace cells takes its trace (and a missing answer) from its
+                                    # `response` cell
     label_source: str
     matcher: str
     tolerance: float
@@ -165,7 +190,7 @@ def _rules_for(columns: Sequence[str], hint: str, options: dict[str, Any]) -> _R
     """The rules for a table with these columns, or the error that a table without the required ones raises."""
     has = set(columns)
     trace_columns = tuple(c for c in TRACE_COLUMNS if c in has)
-    use_response = "response" in has and not trace_columns
+    use_response = "response" in has
     missing = [c for c in ("prompt", "answer") if c not in has and not (c == "answer" and use_response)]
     if missing:
         needed = " and ".join(f"`{c}`" for c in missing)
@@ -195,6 +220,7 @@ class _Kept:
     traces: list[Trace | None] = field(default_factory=list)
     labels: list[int] = field(default_factory=list)
     answers: list[str] = field(default_factory=list)
+    unused_responses: list[int] = field(default_factory=list)  # kept rows with trace cells and a response too
     errors: list[RowError] = field(default_factory=list)
     rules: _Rules | None = None
 
@@ -226,10 +252,12 @@ def _validate_pass(table: Table, fmt: str, options: dict[str, Any], fixed: _Rule
             continue
         used = True
         problems: list[CellError] = []
-        trace, answer, label = _check_row(raw, rules, problems, strings)
+        trace, answer, label, unused_response = _check_row(raw, rules, problems, strings)
         if problems:
             kept.errors.extend(RowError(number, p.field, p.message) for p in problems)
             continue
+        if unused_response:
+            kept.unused_responses.append(number)
         kept.numbers.append(number)
         kept.traces.append(trace)
         kept.labels.append(label)
@@ -275,17 +303,33 @@ def _validate_table(table: Table, *, fmt: str, matcher: str, tolerance: float, f
     frame[row_column] = pd.Series(kept.numbers, index=frame.index, dtype=np.int64)
     frame.attrs["trace_core_row_column"] = row_column
     dataset = LabeledDataset(frame=frame, traces=kept.traces, errors=kept.errors, n_read=kept.n_read,
-                             label_source=rules.label_source, row_column=row_column)
+                             label_source=rules.label_source, row_column=row_column,
+                             notes=_unused_note(kept.unused_responses))
     if dataset.n_rejected:
         warnings.warn(f"{dataset.summary()}; every problem is listed in LabeledDataset.errors", DatasetWarning,
                       stacklevel=3)
     return dataset
 
 
+def _unused_note(rows: Sequence[int], shown: int = 5) -> list[str]:
+    """The note on kept rows whose ``response`` was not used (they had trace cells), or none."""
+    if not rows:
+        return []
+    listed = ", ".join(f"{r:,}" for r in rows[:shown]) + (", ..." if len(rows) > shown else "")
+    which = "row" if len(rows) == 1 else "rows"
+    note = (f"{len(rows):,} {which} had both trace cells and a `response`: the trace cells were used and the "
+            f"response ignored ({which} {listed})")
+    return [note]
+
+
 def _check_row(raw: Mapping[str, Any], rules: _Rules, problems: list[CellError],
-               strings: dict[str, str]) -> tuple[Trace | None, str | None, int]:
-    """One row's trace, answer and label (-1 when unlabeled); every problem found is appended to ``problems``, so a
-    row with several bad cells reports them all. ``strings`` maps token texts to the one object kept for each."""
+               strings: dict[str, str]) -> tuple[Trace | None, str | None, int, bool]:
+    """One row's trace, answer and label (-1 when unlabeled), and whether it had a ``response`` that was not used
+    (its trace cells were); every problem found is appended to ``problems``, so a row with several bad cells
+    reports them all. ``strings`` maps token texts to the one object kept for each.
+
+    The trace comes from the row's trace cells when any is non-empty, else from its ``response`` (see
+    :func:`read_dataset`)."""
     prompt = answer = None
     try:
         prompt = _text_cell(raw.get("prompt"), "prompt", allow_empty=False)
@@ -300,8 +344,17 @@ def _check_row(raw: Mapping[str, Any], rules: _Rules, problems: list[CellError],
         answer = ""  # reported; keep going to report other problems too
 
     trace: Trace | None = None
+    cells: dict[str, Any] = {}
+    cell_problem: CellError | None = None
+    if rules.trace_columns:  # decoded first: any non-empty trace cell (even a bad one) means the trace is there
+        try:
+            cells = {c: decode_cell(raw.get(c), c) for c in rules.trace_columns}
+        except CellError as exc:
+            cell_problem = exc
+    from_cells = cell_problem is not None or any(v is not ABSENT for v in cells.values())
+    has_response = rules.use_response and not is_blank(raw.get("response"))
     response_failed = False
-    if rules.use_response:
+    if has_response and not from_cells:
         try:
             response = _response_cell(raw.get("response"))
             if response is not None:
@@ -317,14 +370,14 @@ def _check_row(raw: Mapping[str, Any], rules: _Rules, problems: list[CellError],
     if answer is None:
         if not response_failed:  # a broken response was reported already; it was to give the answer
             problems.append(CellError("answer", "is missing; expected text (it may be empty)"))
-    elif rules.trace_columns:
+    elif cell_problem is not None:
+        problems.append(cell_problem)
+    elif from_cells:
         try:
-            cells = {c: decode_cell(raw.get(c), c) for c in rules.trace_columns}
             for c in _TEXT_COLUMNS:
                 if isinstance(cells.get(c), list):
                     cells[c] = _share(cells[c], strings)
-            if any(v is not ABSENT for v in cells.values()):
-                trace = trace_from_cells(cells, prompt=prompt or "", answer=answer)
+            trace = trace_from_cells(cells, prompt=prompt or "", answer=answer)
         except CellError as exc:
             problems.append(exc)
     if trace is not None and answer is not None and (trace.answer != answer or trace.prompt != (prompt or "")):
@@ -334,7 +387,7 @@ def _check_row(raw: Mapping[str, Any], rules: _Rules, problems: list[CellError],
     except CellError as exc:
         problems.append(exc)
         label = -1
-    return trace, answer, label
+    return trace, answer, label, from_cells and has_response
 
 
 def _share(value: list[Any], strings: dict[str, str]) -> list[Any]:

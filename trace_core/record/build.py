@@ -34,7 +34,8 @@ def _build_trace(backend: Backend, prompt: str, recorded: RecordedAnswer, *, sou
     chat_template : bool
         Whether the prompt was wrapped in the chat template.
     prompt_tokens : int
-        Length of the encoded prompt, kept in ``metadata.extra``.
+        Length of the encoded prompt, kept in ``metadata.extra``; so is ``vocab_size`` (V, the backend's
+        distribution size), which bounds the entropy (at most log V) when the trace is read back from a table.
 
     Returns
     -------
@@ -49,6 +50,7 @@ def _build_trace(backend: Backend, prompt: str, recorded: RecordedAnswer, *, sou
     if recorded.finish_reason is not None:
         extra["finish_reason"] = recorded.finish_reason
     extra["prompt_tokens"] = prompt_tokens
+    extra["vocab_size"] = int(backend.vocab_size)
     metadata = TraceMetadata(
         model_id=backend.model_id, source=source, decoding=dict(decoding), processed=recorded.processed,
         entropy_source=recorded.entropy_source, entropy_k=recorded.entropy_k,

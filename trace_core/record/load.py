@@ -251,7 +251,8 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
         if folder.only_pickle and not allow_pickle_weights:
             raise UnsafeModelError(
                 f"Model folder '{name}' has only pickle weights (pytorch_model.bin), which can run code when loaded; "
-                "convert them to safetensors, or opt in with allow_pickle_weights=True if you trust the file.")
+                "convert them to safetensors, or opt in with allow_pickle_weights=True (or "
+                "TRACE_ALLOW_PICKLE_WEIGHTS=1) if you trust the file.")
         if not folder.has_safetensors and not folder.has_pickle:
             raise ModelNotFoundError(f"Model folder '{name}' has no weights (*.safetensors); save the model there "
                                      "with save_pretrained(..., safe_serialization=True).")
@@ -280,13 +281,20 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
         text = str(exc)
         if "trust_remote_code" in text and not trust_remote_code:
             raise UnsafeModelError(f"Model '{name}' needs its own Python code (trust_remote_code); it is off by "
-                                   "default. Opt in only if you trust the model's source.") from exc
+                                   "default. Opt in with trust_remote_code=True (or TRACE_TRUST_REMOTE_CODE=1) "
+                                   "only if you trust the model's source.") from exc
         if "safetensors" in text.lower() and not allow_pickle_weights:
             raise UnsafeModelError(f"Model '{name}' has no safetensors weights in the local cache; only pickle "
                                    "weights, which can run code when loaded. Convert them to safetensors, or opt in "
-                                   "with allow_pickle_weights=True if you trust the file.") from exc
+                                   "with allow_pickle_weights=True (or TRACE_ALLOW_PICKLE_WEIGHTS=1) if you trust "
+                                   "the file.") from exc
         if folder is not None:
             raise ModelLoadError(f"Model folder '{name}' could not be loaded: {_first_line(exc)}") from exc
+        if Path(name.split("/")[0]).expanduser().is_dir():  # "assets/nonexist": meant as a folder, surely
+            raise ModelNotFoundError(
+                f"No model folder at '{name}' (the folder '{name.split('/')[0]}' exists, '{name}' does not), and no "
+                "model of that id in the local Hugging Face cache; check the path (a folder made by save_pretrained, "
+                "with config.json and *.safetensors).") from exc
         raise ModelNotFoundError(
             f"Model '{name}' was not found locally: it is not a folder, and not in the Hugging Face cache "
             f"({_cache_dir()}); download it once on a connected machine (huggingface-cli download {name}) or pass "

@@ -1,0 +1,137 @@
+"""The command line's words: options and environment variables (never keyword arguments), options checked before any
+work, file rows (never 0-based positions), no raw warnings; and the shared wording for answers without tokens."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from trace_core import EvaluationConfig, evaluate, write_dataset
+from trace_core._cli_support import _cli_words, _plain_warnings
+from trace_core.cli import main
+from trace_core.evaluate import AnswerValueError
+from trace_core.policy import usable_rows
+
+from helpers import make_trace, synthetic_trace_objects
+
+
+@pytest.fixture()
+def labeled(tmp_path):
+    traces, y = synthetic_trace_objects(60, seed=3)
+    path = tmp_path / "labeled.jsonl"
+    write_dataset(pd.DataFrame({"prompt": [t.prompt for t in traces], "answer": [t.answer for t in traces],
+                                "label": y}), path, traces=traces)
+    return path
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["evaluate", "{data}", "--splits", "0"], "--splits must be an int >= 1, got 0"),
+    (["evaluate", "{data}", "--calibration-fraction", "1.5"], "--calibration-fraction must be"),
+    (["evaluate", "{data}", "--bins", "0"], "--bins must be an int >= 1"),
+    (["fit", "{data}", "--out", "c.json", "--C", "-1"], "--C must be a finite real number > 0"),
+    (["flag", "{data}", "--calibrator", "c.json", "--threshold", "2", "--out", "f.csv"], "--threshold must be"),
+    (["flag", "{data}", "--calibrator", "c.json", "--coverage", "0", "--out", "f.csv"], "--coverage must be"),
+    (["generate", "{data}", "--model", "m", "--out", "g.jsonl", "--max-new-tokens", "0"], "--max-new-tokens must"),
+    (["generate", "{data}", "--model", "m", "--out", "g.jsonl", "--top-p", "0"], "--top-p must"),
+    (["generate", "{data}", "--model", "m", "--out", "g.jsonl", "--seed", "-1"], "--seed must"),
+    (["score", "{data}", "--model", "m", "--out", "g.jsonl", "--batch-size", "0"], "--batch-size must be an int >= 1"),
+    (["score", "{data}", "--model", "m", "--out", "g.jsonl", "--alternatives", "-1"], "--alternatives must"),
+    (["score", "{data}", "--model", "m", "--out", "g.jsonl", "--beams", "1"], "--beams must be an int >= 2"),
+    (["evaluate", "{data}", "--tolerance", "-1"], "--tolerance must"),
+])
+def test_bad_options_are_named_as_options_before_any_work(argv, option, labeled, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main([a.format(data=labeled) for a in argv]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {err[-1][len('error: '):]}"] and option in err[0]  # one line: nothing was read first
+    assert "`" not in err[0] and "_" not in err[0].split(" must ")[0]
+
+
+def test_library_words_become_command_line_words():
+    assert _cli_words("`n_splits` must be an int >= 1, got 0") == "--splits must be an int >= 1, got 0"
+    assert _cli_words("or opt in with allow_pickle_weights=True (or TRACE_ALLOW_PICKLE_WEIGHTS=1) if") == (
+        "or opt in with --allow-pickle-weights (or TRACE_ALLOW_PICKLE_WEIGHTS=1) if")
+    assert _cli_words("Opt in with trust_remote_code=True only") == "Opt in with --trust-remote-code only"
+    assert "format=" not in _cli_words("cannot tell the format of 'x' from its extension; expected one of .csv, "
+                                       "or pass format= one of ('csv', 'jsonl', 'parquet')")
+    assert _cli_words("a Parquet file: use format='parquet' or a .parquet extension") == (
+        "a Parquet file: give it a .parquet extension")
+    assert _cli_words("the `prompt` column") == "the `prompt` column"  # column names are not options
+
+
+def test_pickle_only_model_names_the_option_and_the_variable(tmp_path, capsys):
+    folder = tmp_path / "pickled"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "gpt2"}')
+    (folder / "pytorch_model.bin").write_bytes(b"not read")
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hello\n")
+    assert main(["generate", str(prompts), "--model", str(folder), "--out", str(tmp_path / "g.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert "--allow-pickle-weights" in err and "TRACE_ALLOW_PICKLE_WEIGHTS=1" in err
+    assert "allow_pickle_weights=True" not in err
+
+
+def test_a_relative_model_path_is_not_called_a_hub_id(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "p.txt").write_text("hello\n")
+    assert main(["generate", "p.txt", "--model", "models/tiny", "--out", "g.jsonl"]) == 1
+    err = capsys.readouterr().err
+    assert "No model folder at 'models/tiny'" in err and "huggingface-cli download" not in err
+
+
+def test_numpy_runtime_warnings_become_one_plain_line(capsys):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        np.log(np.zeros(2))
+        np.array([1.0]) / np.array([0.0])
+        warnings.warn("a plain library warning", UserWarning)
+    _plain_warnings(caught)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == "warning: a plain library warning"
+    assert len(err) == 2 and err[1].startswith("warning: a computation met values it could not handle (")
+    assert "divide by zero" in err[1] and "RuntimeWarning" not in err[1] and ".py" not in err[1]
+
+
+def test_overflowing_values_name_the_answer_and_the_cli_names_the_file_row(labeled, tmp_path, capsys, monkeypatch):
+    traces, y = synthetic_trace_objects(60, seed=1)
+    traces[6] = make_trace([1e308, 1e308], [1.0, 1.0])
+    with pytest.raises(AnswerValueError, match=r"answer 6 \(0-based") as info:
+        evaluate(traces, y, config=EvaluationConfig(n_splits=2))
+    assert info.value.index == 6
+
+    # The command line maps the position to the file's row (the reader bounds values, so inject the failure).
+    import sys
+
+    evaluate_module = sys.modules["trace_core.evaluate"]  # the package's `evaluate` is the function
+
+    def failing(traces, labels, **kwargs):
+        raise AnswerValueError(2, "makes SeqLogP's score non-finite")
+
+    monkeypatch.setattr(evaluate_module, "evaluate", failing)
+    frame = pd.read_json(labeled, lines=True)
+    frame["label"] = frame["label"].astype(object)
+    frame.loc[0, "label"] = "maybe"  # row 1 rejected: position 2 of the kept rows is file row 4
+    spoiled = tmp_path / "spoiled.jsonl"
+    frame.to_json(spoiled, orient="records", lines=True)
+    assert main(["evaluate", str(spoiled), "--quiet"]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: {spoiled}: row 4: makes SeqLogP's score non-finite")
+
+
+def test_an_empty_token_list_with_answer_text_is_not_called_an_empty_answer():
+    empty_text = make_trace([], [])
+    with_text = make_trace([], [])
+    import dataclasses
+
+    with_text = dataclasses.replace(with_text, answer="Hi there")
+    usable = usable_rows([make_trace([0.1], [0.2]), empty_text, with_text], row_numbers=[3, 4, 5])
+    message = usable.empty_message()
+    assert message.startswith("2 answers with no tokens left out: rows 4, 5; row 5: the answer text is not empty")
+    only_empty = usable_rows([make_trace([0.1], [0.2]), empty_text], row_numbers=[3, 4])
+    assert only_empty.empty_message() == "1 empty answer (no tokens) left out: row 4"
+    assert usable_rows([with_text]).nothing_left_message().startswith("no answer has tokens")
