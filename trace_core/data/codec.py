@@ -80,9 +80,15 @@ def unlikely_chosen(side: str) -> str:
             f"token needs a real log-probability")
 
 
-def too_much_mass(mass: float) -> bool:
-    """Whether one step's probabilities add up to more than ``1 + TOP_K_MASS_TOLERANCE``."""
-    return mass > 1.0 + TOP_K_MASS_TOLERANCE
+def too_much_mass(mass: float, chosen: float | None = None) -> str | None:
+    """Why one step's probabilities (``mass``, the chosen token's ``chosen`` included when it is not among the
+    alternatives) cannot be: the tail of the row error after its field, or None when they add up to at most
+    ``1 + TOP_K_MASS_TOLERANCE``. Shared by both readers, so they say it alike."""
+    if mass <= 1.0 + TOP_K_MASS_TOLERANCE:
+        return None
+    added = "" if chosen is None else f", the chosen token's {chosen:.4g} included (it is not among them)"
+    return (f"sum to probability {mass:.4g}{added}; more than 1 + {TOP_K_MASS_TOLERANCE:g}: one step's probabilities "
+            "cannot add up to more than 1")
 
 
 @dataclass(frozen=True)
@@ -263,10 +269,7 @@ def _check_bound(arr: np.ndarray, name: str, wrong: np.ndarray, rule: str) -> No
 
 def _check_sign(arr: np.ndarray, name: str, *, nonnegative: bool, rule: str) -> None:
     """Refuse the first value on the wrong side of 0 by more than the slack Trace allows."""
-    wrong = arr < -LOGPROB_TOLERANCE if nonnegative else arr > LOGPROB_TOLERANCE
-    if wrong.any():
-        index = tuple(int(i) for i in np.argwhere(wrong)[0])
-        raise CellError(name, f"{name}{''.join(f'[{i}]' for i in index)} is {float(arr[index])!r}; {rule}")
+    _check_bound(arr, name, arr < -LOGPROB_TOLERANCE if nonnegative else arr > LOGPROB_TOLERANCE, rule)
 
 
 _FIELD_COLUMNS = {c.field: c.name for c in _WRITTEN}
@@ -426,11 +429,9 @@ def _check_top_k_mass(top_logprobs: np.ndarray, top_ids: np.ndarray, surprisal: 
         ids_known = token_ids[t] >= 0 and (top_ids[t] >= 0).all()
         among = not ids_known or bool((top_ids[t] == token_ids[t]).any())
         mass = float(alternatives[t]) + (0.0 if among else float(chosen[t]))
-        if too_much_mass(mass):
-            added = "" if among else f", the chosen token's {float(chosen[t]):.4g} included (it is not among them)"
-            raise CellError("top_logprobs", f"top_logprobs[{t}] sum to probability {mass:.4g}{added}; more than "
-                                            f"1 + {TOP_K_MASS_TOLERANCE:g}: one step's probabilities cannot add up "
-                                            f"to more than 1")
+        problem = too_much_mass(mass, None if among else float(chosen[t]))
+        if problem:
+            raise CellError("top_logprobs", f"top_logprobs[{t}] {problem}")
 
 
 def entropy_from_top_k(top_logprobs: Any) -> np.ndarray:

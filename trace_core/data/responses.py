@@ -18,7 +18,7 @@ import numpy as np
 
 from ..trace import LOGPROB_TOLERANCE, Trace, TraceMetadata
 from ._values import is_number, show
-from .codec import MAX_NATS, TOP_K_MASS_TOLERANCE, entropy_from_top_k, too_much_mass, unlikely_chosen
+from .codec import MAX_NATS, entropy_from_top_k, too_much_mass, unlikely_chosen
 
 __all__ = ["RESPONSE_SHAPES", "ParsedResponse", "ResponseShape", "trace_from_openai"]
 
@@ -301,10 +301,9 @@ def _trace_from_steps(parsed: ParsedResponse, *, api: str, prompt: str, model_id
     offers_chosen = [raw in {key for _, key, a in offered if a >= -MAX_NATS} for raw, _, offered in steps]
     for t, ((_, lp, _), alts, among) in enumerate(zip(steps, alternatives, offers_chosen)):
         mass = math.fsum([math.exp(a) for _, a in alts] + ([] if among else [math.exp(lp)]))
-        if too_much_mass(mass):
-            added = "" if among else f", the chosen token's {math.exp(lp):.4g} included (it is not among them)"
-            raise ValueError(f"{parsed.alternatives_at.format(t)} sum to probability {mass:.4g}{added}; more than "
-                             f"1 + {TOP_K_MASS_TOLERANCE:g}: one step's probabilities cannot add up to more than 1")
+        problem = too_much_mass(mass, None if among else math.exp(lp))
+        if problem:
+            raise ValueError(f"{parsed.alternatives_at.format(t)} {problem}")
     k = min((len(a) for a in alternatives), default=0)
     entropy: np.ndarray | None = None
     if k > 0:  # every step offers alternatives: a top-k estimate
