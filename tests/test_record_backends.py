@@ -127,3 +127,16 @@ def test_a_backend_without_entropy_gives_traces_that_say_so(fixed, monkeypatch):
     assert RecordedAnswer(token_ids=np.zeros(0), chosen_logprobs=np.zeros(0), entropy=np.zeros(0),
                           top_logprobs=np.zeros((0, 0)), top_ids=np.zeros((0, 0)),
                           ranks=np.zeros(0)).entropy_source == "exact"
+
+
+def test_alternatives_text_comes_from_the_backend_or_from_the_tokenizer(fixed, monkeypatch):
+    tok = fixed.tokenizer
+    trace = score_answers(object(), ["Q: a"], [[5, 6, 7]], n_alternatives=2)[0]
+    first = tuple(tok.decode([i], skip_special_tokens=False, clean_up_tokenization_spaces=False) for i in (5, 9))
+    assert trace.top_tokens[0] == first and len(trace.top_tokens) == 3  # decoded with the backend's tokenizer
+
+    given = (("x", " y"), ("\n", "é"), ("", "z"))
+    answer = fixed._answer
+    monkeypatch.setattr(fixed, "_answer", lambda ids, **fields: answer(ids, top_tokens=given, **fields))
+    trace = generate_traces(object(), ["Q: 1"], config=DecodingConfig(n_alternatives=2))[0]
+    assert trace.top_tokens == given  # a backend that knows the texts is believed

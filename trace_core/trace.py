@@ -183,8 +183,9 @@ class Trace:
         1-based rank of the chosen token in the distribution (1 = the argmax); None when unknown.
     metadata : TraceMetadata
     top_tokens : tuple of tuple of str, shape (T, k), or None
-        The alternatives' text, when known without a tokenizer (imported API traces, whose ``top_ids`` are -1).
-        Recorded traces leave it None: the alternatives' text comes from decoding ``top_ids``.
+        The alternatives' text: stored by the recorder (each as it would read in the answer had it been chosen) and
+        by the API-response importers (whose ``top_ids`` may be -1). None for traces from files without the column;
+        their alternatives are then known by id only. Not counted in :attr:`nbytes` (texts are shared per id).
     """
 
     prompt: str

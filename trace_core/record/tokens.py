@@ -6,12 +6,16 @@ backend sees the same token ids.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any, Sequence
+
+import numpy as np
 
 from .._checks import check_bool
 from .backends import backend_of
 
-__all__ = ["context_length", "encode_prompt", "token_pieces"]
+__all__ = ["alternative_pieces", "context_length", "encode_prompt", "token_pieces"]
 
 
 def encode_prompt(tokenizer: Any, prompt: str, *, chat_template: bool = False) -> list[int]:
@@ -101,6 +105,158 @@ def token_pieces(tokenizer: Any, ids: Sequence[int]) -> list[str]:
         if "".join(pieces) == full:
             return pieces
     return _token_pieces_incremental(tokenizer, ids, full)
+
+
+def alternative_pieces(tokenizer: Any, top_ids: Any) -> tuple[tuple[str, ...], ...]:
+    """The text of an answer's top-k alternatives, decoded by the rule :func:`token_pieces` uses for the answer.
+
+    An alternative's text is the piece it would have added to the answer had it been chosen at that step: at the
+    first step the id is decoded alone (as the answer's first token is), at later steps after an ordinary token (as
+    every later answer token is decoded after the token before it). So an alternative that is the chosen token has
+    exactly the chosen token's piece, also with SentencePiece-style tokenizers, whose decoders drop the leading space
+    of a text's first token (decoded alone, "▁Paris" and "Paris" would both read "Paris").
+
+    Each id is decoded on its own (``skip_special_tokens=False``, ``clean_up_tokenization_spaces=False``), never
+    merged with its neighbours. A byte-level piece that is not valid UTF-8 by itself (part of a multi-byte character)
+    therefore reads with U+FFFD where its bytes are incomplete, as the tokenizer's own lossy decoding gives it (the
+    answer's pieces instead move such a character onto the token that completes it, which needs the next token); a
+    tokenizer that raises on such bytes gives "\ufffd". Special tokens are kept as text, an id the tokenizer does
+    not know (a model vocabulary padded past the tokenizer's) reads as the tokenizer decodes it (usually ""), and a
+    negative id (no token) reads "".
+
+    Texts are cached per tokenizer (at most two per vocabulary entry, decoded lazily, only for ids met), so
+    recording pays one batched decode for the ids it has not seen before and a dictionary lookup for the others;
+    equal texts are the same string object across traces.
+
+    Parameters
+    ----------
+    tokenizer : Hugging Face tokenizer
+    top_ids : array-like of int, shape (T, k)
+        An answer's alternatives, row 0 being its first token's.
+
+    Returns
+    -------
+    tuple of tuple of str, shape (T, k)
+
+    Examples
+    --------
+    >>> alternative_pieces(lm.tokenizer, trace.top_ids)  # doctest: +SKIP
+    ((' Paris', ' Lyon'), ('.', ','))
+    """
+    ids = np.asarray(top_ids, dtype=np.int64)
+    if ids.ndim != 2:
+        raise ValueError(f"`top_ids` must be 2-D (T, k), got shape {ids.shape}")
+    if ids.shape[0] == 0:
+        return ()
+    texts = _texts_of(tokenizer)
+    first = texts.lookup(ids[:1], after=False)
+    later = texts.lookup(ids[1:], after=True) if ids.shape[0] > 1 else ()
+    return first + later
+
+
+class _TokenTexts:
+    """One tokenizer's decoded token texts: ``alone[id]`` (a text's first token) and ``after[id]`` (any later one)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = weakref.proxy(tokenizer) if _weakrefable(tokenizer) else tokenizer
+        self.size = _size(tokenizer)
+        self.alone: dict[int, str] = {}
+        self.after: dict[int, str] = {}
+        self.anchor = _anchor(tokenizer)
+
+    def lookup(self, ids: np.ndarray, *, after: bool) -> tuple[tuple[str, ...], ...]:
+        cache = self.after if after and self.anchor is not None else self.alone
+        missing = [i for i in np.unique(ids).tolist() if i not in cache]
+        if missing:  # one batched decode of the ids never met before
+            cache.update(zip(missing, self._decode(missing, after=cache is self.after)))
+        get = cache.__getitem__
+        return tuple(tuple(map(get, row)) for row in ids.tolist())
+
+    def _decode(self, ids: list[int], *, after: bool) -> list[str]:
+        valid = [i for i in ids if i >= 0]
+        if not after:
+            decoded = _decode_each(self.tokenizer, [[i] for i in valid])
+        else:
+            anchor_id, anchor_text = self.anchor  # type: ignore[misc]
+            with_anchor = _decode_each(self.tokenizer, [[anchor_id, i] for i in valid])
+            alone = None
+            decoded = []
+            for i, text in zip(valid, with_anchor):
+                if text.startswith(anchor_text):
+                    decoded.append(text[len(anchor_text):])
+                else:  # the decoder merged the id into the anchor: fall back to the id alone
+                    alone = alone if alone is not None else dict(zip(valid, _decode_each(self.tokenizer,
+                                                                                         [[v] for v in valid])))
+                    decoded.append(alone[i])
+        by_id = dict(zip(valid, decoded))
+        return [by_id.get(i, "") for i in ids]
+
+
+# Keyed by the tokenizer object (weakly: the texts go when the tokenizer goes); a tokenizer that cannot be weakly
+# referenced gets a fresh cache per call. The lock only guards creating an entry; filling one is idempotent.
+_CACHE: "weakref.WeakKeyDictionary[Any, _TokenTexts]" = weakref.WeakKeyDictionary()
+_CACHE_LOCK = threading.Lock()
+
+
+def _texts_of(tokenizer: Any) -> _TokenTexts:
+    try:
+        with _CACHE_LOCK:
+            texts = _CACHE.get(tokenizer)
+            if texts is None or texts.size != _size(tokenizer):  # tokens were added: start again
+                texts = _CACHE[tokenizer] = _TokenTexts(tokenizer)
+            return texts
+    except TypeError:  # not hashable or not weakly referenceable
+        return _TokenTexts(tokenizer)
+
+
+def _weakrefable(obj: Any) -> bool:
+    try:
+        weakref.ref(obj)
+    except TypeError:
+        return False
+    return True
+
+
+def _size(tokenizer: Any) -> int | None:
+    try:
+        return len(tokenizer)
+    except TypeError:
+        return None
+
+
+def _anchor(tokenizer: Any) -> tuple[int, str] | None:
+    """An ordinary token to decode alternatives after, and its text; None when the tokenizer offers none."""
+    special = set(getattr(tokenizer, "all_special_ids", None) or ())
+    for text in ("a", "x", "0", "."):
+        try:
+            ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        except Exception:  # noqa: BLE001 - a tokenizer that cannot encode: alternatives are decoded alone
+            return None
+        for i in reversed(ids):  # the last id is the letter itself (SentencePiece puts "▁" first)
+            decoded = _decode_each(tokenizer, [[i]])[0]
+            if i not in special and decoded and "\ufffd" not in decoded:
+                return int(i), decoded
+    return None
+
+
+def _decode_each(tokenizer: Any, batches: list[list[int]]) -> list[str]:
+    """``tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)`` for each list."""
+    if not batches:
+        return []
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    try:
+        if backend is not None:  # one call into the Rust tokenizer, as in token_pieces
+            return list(backend.decode_batch(batches, skip_special_tokens=False))
+        return list(tokenizer.batch_decode(batches, skip_special_tokens=False, clean_up_tokenization_spaces=False))
+    except Exception:  # noqa: BLE001 - one bad id (strict UTF-8 errors, unknown id): find it, keep the rest
+        return [_decode_one(tokenizer, ids) for ids in batches]
+
+
+def _decode_one(tokenizer: Any, ids: list[int]) -> str:
+    try:
+        return _decode(tokenizer, ids)
+    except (UnicodeDecodeError, ValueError, TypeError, IndexError, KeyError, OverflowError):
+        return "\ufffd"
 
 
 def _token_pieces_incremental(tokenizer: Any, ids: list[int], full: str) -> list[str]:

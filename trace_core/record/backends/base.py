@@ -46,6 +46,10 @@ class RecordedAnswer:
         vocabulary (``"exact"``).
     entropy_k : int or None, default None
         k of a ``"top_k"`` estimate (``TraceMetadata.entropy_k``).
+    top_tokens : tuple of tuple of str, shape (T, k), or None, default None
+        The alternatives' text, for a backend that knows it (a server returning token texts, whose ids may be -1);
+        None lets the trace builder decode ``top_ids`` with the tokenizer
+        (:func:`~trace_core.record.tokens.alternative_pieces`).
 
     Small rounding outside the valid ranges (a log-probability of +1e-7) is clipped when the Trace is built.
     """
@@ -60,6 +64,7 @@ class RecordedAnswer:
     finish_reason: str | None = None
     entropy_source: str = "exact"
     entropy_k: int | None = None
+    top_tokens: tuple[tuple[str, ...], ...] | None = None
 
 
 class Backend(Protocol):
