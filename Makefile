@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test run bench clean screenshots
+.PHONY: install test run bench clean screenshots results
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,12 @@ run: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench
+
+# docs/results.md: the comparison on the demo test split, then where the spikes fall (bench/localisation.py).
+results: $(STAMP)
+	$(VENV)/bin/trace-core evaluate assets/datasets/demo_test.csv --group-by family --embedder --out docs/results.md
+	printf '\n' >> docs/results.md
+	$(PY) -m bench.localisation --section >> docs/results.md
 
 # README screenshots: the browser end-to-end tests save one per page into docs/screenshots.
 screenshots: $(STAMP)

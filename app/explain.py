@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import html
+import math
 
 import numpy as np
 
 from trace_core import Trace, TraceExplanation, TracePlus
+from trace_core.score import PAPER_CONFIG, SPIKE_MIN_SURPRISAL
+
+from .components import visible_token
+
+#: Answers shorter than this have no "stretch of four tokens": the window term is their whole-answer mean.
+WINDOW = PAPER_CONFIG.window
+#: At most this many spike tokens are named; the rest are counted.
+MAX_NAMED = 5
 
 FEATURE_PHRASES = {
     "first3_entropy_conf": "how certain the model was over the first three tokens",
@@ -43,35 +52,94 @@ SURPRISAL_COMPONENT_PHRASES = {
 }
 
 
+# Phrases that would be untrue of an answer shorter than the four-token window (or the first three tokens): with
+# T < 4 the window term is the mean over the whole answer, so a stretch cannot stand out, and with T < 3 "the first
+# three tokens" are all of them.
+SHORT_COMPONENT_PHRASES = {"window": "the uncertainty over the whole answer"}
+SHORT_SURPRISAL_COMPONENT_PHRASES = {"window": "the surprise over the whole answer"}
+SHORT_FEATURE_PHRASES = {
+    "window_entropy_max": "its uncertainty over the whole answer (shorter than four tokens)",
+    "window_surprisal_max": "how surprising the whole answer was (shorter than four tokens)",
+    "entropy_spike_gap": "its shortness: no stretch of fewer than four tokens stands out",
+    "surprisal_spike_gap": "its shortness: no stretch of fewer than four tokens stands out",
+}
+VERY_SHORT_FEATURE_PHRASES = {  # fewer than three tokens
+    "first3_entropy_conf": "how certain the model was over the whole answer",
+    "first3_surprisal_conf": "how expected the whole answer's tokens were",
+}
+
 def code(text: str) -> str:
-    """A token shown literally: repr'd (whitespace and control characters visible), then HTML-escaped."""
-    return f"<code>{html.escape(repr(text)[1:-1])}</code>"
+    """A token shown literally: invisible characters made visible, quoted (so edge spaces show), HTML-escaped."""
+    return f"<code>'{html.escape(visible_token(text))}'</code>"
+
+
+def _and_list(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def spike_sentence(trace: Trace, exp: TraceExplanation) -> str:
+    """The outlined tokens in words: each escaped, with its 1-based position; or why none is outlined."""
+    spikes = [int(i) for i in np.asarray(exp.spikes).ravel()]
+    if not spikes:
+        if len(trace) and float(np.max(trace.surprisal)) < SPIKE_MIN_SURPRISAL:
+            # No spike because every surprisal is below the floor: every probability is above exp(-floor).
+            least = math.floor(100 * math.exp(-SPIKE_MIN_SURPRISAL))
+            return f"No token stands out: the model gave every token a probability above {least}%."
+        return "No token stands out from the rest of the answer."
+    named = [f"{code(trace.tokens[i])} (token {i + 1})" for i in spikes[:MAX_NAMED]]
+    if len(spikes) > MAX_NAMED:
+        named.append(f"{len(spikes) - MAX_NAMED} more")
+    if len(spikes) == 1:
+        return f"The riskiest token (outlined) is {named[0]}."
+    return f"The riskiest tokens (outlined) are {_and_list(named)}."
+
+
+def window_sentence(trace: Trace, exp: TraceExplanation, *, surprisal_only: bool = False) -> str:
+    """Where the peak window lies, in words; an answer shorter than the window is said to be the whole answer."""
+    stretch = "most surprising" if surprisal_only else "most uncertain"
+    if len(trace) < WINDOW:
+        return f"The {stretch} stretch (underlined) is the whole answer, which is shorter than four tokens."
+    start, stop = exp.peak_window
+    return f"The {stretch} stretch of four tokens (underlined) is tokens {start + 1}–{stop}."
+
+
+def component_phrase(name: str, length: int, *, surprisal_only: bool = False) -> str:
+    """The words for one TRACE component, true for an answer of ``length`` tokens."""
+    phrases = SURPRISAL_COMPONENT_PHRASES if surprisal_only else COMPONENT_PHRASES
+    short = SHORT_SURPRISAL_COMPONENT_PHRASES if surprisal_only else SHORT_COMPONENT_PHRASES
+    return short.get(name, phrases[name]) if length < WINDOW else phrases[name]
+
+
+def feature_phrase(name: str, length: int) -> str:
+    """The words for one TRACE+ feature, true for an answer of ``length`` tokens; unknown names read as they are."""
+    if length < 3 and name in VERY_SHORT_FEATURE_PHRASES:
+        return VERY_SHORT_FEATURE_PHRASES[name]
+    if length < WINDOW and name in SHORT_FEATURE_PHRASES:
+        return SHORT_FEATURE_PHRASES[name]
+    return FEATURE_PHRASES.get(name, name)
 
 
 def explain_risk(trace: Trace, exp: TraceExplanation) -> str:
-    """Which TRACE component carries most of the risk, the riskiest tokens (escaped) and the peak window."""
+    """Which TRACE component carries most of the risk, the outlined tokens (escaped) and the peak window."""
+    if len(trace) == 0:
+        return "<p><b>Why this confidence:</b> the answer has no tokens.</p>"
     surprisal_only = exp.variant != "TRACE"
-    phrases = SURPRISAL_COMPONENT_PHRASES if surprisal_only else COMPONENT_PHRASES
     main = max(exp.components, key=exp.components.get)
     share = exp.components[main] / exp.risk if exp.risk > 0 else 0.0
-    spikes = ", ".join(code(trace.tokens[i]) for i in exp.spikes[:5])
-    start, stop = exp.peak_window
+    phrase = component_phrase(main, len(trace), surprisal_only=surprisal_only)
     note = (f" ({html.escape(exp.variant)}: these traces hold no entropy, so surprisal stands in for it.)"
             if surprisal_only else "")
-    stretch = "most surprising" if surprisal_only else "most uncertain"
-    return (f"<p><b>Why this confidence:</b> {share:.0%} of the risk comes from {phrases[main]}. "
-            f"The riskiest tokens (outlined) are {spikes}; the {stretch} stretch (underlined) is tokens "
-            f"{start + 1}–{stop}.{note}</p>")
+    return (f"<p><b>Why this confidence:</b> {share:.0%} of the risk comes from {phrase}. "
+            f"{spike_sentence(trace, exp)} {window_sentence(trace, exp, surprisal_only=surprisal_only)}{note}</p>")
 
 
 def explain_probability(model: TracePlus, trace: Trace, probability: float) -> str:
     """The TRACE+ probability with the (at most two) features that raised it and lowered it most."""
     contributions = model.feature_contributions([trace])[0]
     order = np.argsort(contributions)
-    down = [FEATURE_PHRASES.get(model.feature_names_[i], model.feature_names_[i]) for i in order[:2]
-            if contributions[i] < -0.05]
-    up = [FEATURE_PHRASES.get(model.feature_names_[i], model.feature_names_[i]) for i in order[::-1][:2]
-          if contributions[i] > 0.05]
+    down = [feature_phrase(model.feature_names_[i], len(trace)) for i in order[:2] if contributions[i] < -0.05]
+    up = [feature_phrase(model.feature_names_[i], len(trace)) for i in order[::-1][:2] if contributions[i] > 0.05]
     parts = [f"<p><b>TRACE+:</b> the calibrator puts the chance that this answer is correct at {probability:.0%}."]
     if up:
         parts.append("Raised by " + " and ".join(up) + ".")

@@ -18,6 +18,7 @@ BENCHES = {
     "dashboard": "Inspect and Calibrate page update times",
     "load_test": "8 concurrent browser sessions against one server",
     "large_jsonl": "reading and evaluating a 200 MB JSON Lines file: peak memory and time vs json.loads",
+    "localisation": "spikes and peak window against the first wrong token, demo test split (vs random and last token)",
 }
 
 

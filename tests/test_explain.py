@@ -33,9 +33,9 @@ def test_explain_risk_names_the_largest_component_with_its_share():
     trace = hostile_trace()
     out = explain.explain_risk(trace, explanation({"decay": 0.1, "window": 0.6, "length": 0.3}, [1, 0], (1, 5)))
     assert "60% of the risk comes from the most uncertain stretch of four tokens." in out
-    assert "tokens 2–5" in out
+    assert "stretch of four tokens (underlined) is tokens 2–5." in out
     # spikes in the explanation's order, each escaped
-    assert out.index("onerror") < out.index("<code>ok</code>")
+    assert out.index("onerror") < out.index("<code>'ok'</code>")
     out = explain.explain_risk(trace, explanation({"decay": 0.5, "window": 0.2, "length": 0.3}, [0], (0, 4)))
     assert "50% of the risk comes from uncertainty at the start of the answer." in out
     out = explain.explain_risk(trace, explanation({"decay": 0.1, "window": 0.1, "length": 0.8}, [0], (0, 4)))
@@ -45,12 +45,80 @@ def test_explain_risk_names_the_largest_component_with_its_share():
 def test_explain_risk_escapes_every_token():
     trace = hostile_trace()
     out = explain.explain_risk(trace, explanation({"decay": 0.2, "window": 0.5, "length": 0.3}, [1, 2, 3, 4], (0, 4)))
-    assert "<img" not in out and "<script" not in out and "\u202e" not in out
-    assert "<code> &lt;img src=x onerror=alert(1)&gt;</code>" in out
-    assert "<code>\\n&lt;script&gt;</code>" in out  # the newline shown as \n, not a line break
-    assert "&quot;q&quot; &amp;" in out and "\\u202e" in out
+    assert "<img" not in out and "<script" not in out and "\u202e" not in out and "\n" not in out
+    assert "<code>' &lt;img src=x onerror=alert(1)&gt;'</code>" in out
+    assert "<code>'↵&lt;script&gt;'</code>" in out  # the newline shown as a mark, not a line break
+    assert "&quot;q&quot; &amp;" in out and "<code>'\\u202e'</code>" in out
     # the only tags are the explanation's own
     assert set(re.findall(r"</?([a-z]+)", out)) == {"p", "b", "code"}
+
+
+@pytest.mark.parametrize("token, shown", [("<b>x</b>", "<code>'&lt;b&gt;x&lt;/b&gt;'</code>"),
+                                          ("\n", "<code>'↵'</code>"), ("\u202e", "<code>'\\u202e'</code>"),
+                                          ("a\r\nb\tc", "<code>'a↵b⇥c'</code>"), ("", "<code>'∅'</code>"),
+                                          ("\x7f\u200b", "<code>'\\u007f\\u200b'</code>")])
+def test_tokens_are_shown_one_way(token, shown):
+    trace = Trace(prompt="p", answer=token + " x", token_ids=[1, 2], tokens=(token, " x"), surprisal=[2.0, 0.1],
+                  entropy=[1.0, 0.5], top_ids=[], top_logprobs=[])
+    out = explain.explain_risk(trace, explanation({"decay": 0.2, "window": 0.5, "length": 0.3}, [0], (0, 2)))
+    assert f"The riskiest token (outlined) is {shown} (token 1)." in out
+    assert explain.code(token) == shown
+
+
+def _named(tokens: tuple[str, ...], spikes: list[int]) -> str:
+    trace = make_trace([1.0] * len(tokens))
+    trace = Trace(prompt="p", answer="".join(tokens), token_ids=trace.token_ids, tokens=tokens,
+                  surprisal=trace.surprisal, entropy=trace.entropy, top_ids=trace.top_ids,
+                  top_logprobs=trace.top_logprobs)
+    window = (0, min(4, len(tokens)))
+    return explain.explain_risk(trace, explanation({"decay": 0.2, "window": 0.5, "length": 0.3}, spikes, window))
+
+
+def test_spike_sentence_reads_for_one_two_three_and_many_tokens():
+    tokens = (" The", " sum", " is", " 4", "2", " or", " 7", ".", " So", " 9", "!")
+    assert "The riskiest token (outlined) is <code>' 4'</code> (token 4)." in _named(tokens, [3])
+    assert ("The riskiest tokens (outlined) are <code>' 4'</code> (token 4) and <code>' 7'</code> (token 7)."
+            in _named(tokens, [3, 6]))
+    assert ("The riskiest tokens (outlined) are <code>' 4'</code> (token 4), <code>' 7'</code> (token 7) and "
+            "<code>'.'</code> (token 8)." in _named(tokens, [3, 6, 7]))
+    many = _named(tokens, [0, 1, 3, 4, 6, 7, 9])
+    assert ("are <code>' The'</code> (token 1), <code>' sum'</code> (token 2), <code>' 4'</code> (token 4), "
+            "<code>'2'</code> (token 5), <code>' 7'</code> (token 7) and 2 more." in many)
+    assert "' 9'" not in many
+    one_token = _named((";",), [0])  # the old sentence read "are ;" here
+    assert "The riskiest token (outlined) is <code>';'</code> (token 1)." in one_token
+
+
+def test_no_spike_says_why():
+    confident = make_trace([0.0, 0.02, 0.09])  # a confident "1392": every token above 90% probability
+    exp = explain_trace(confident)
+    assert exp.spikes.size == 0
+    out = explain.explain_risk(confident, exp)
+    assert "No token stands out: the model gave every token a probability above 60%." in out
+    assert "outlined" not in out and "riskiest" not in out
+    # No spike although a token is past the floor (a rule with a margin): the sentence must not claim the floor.
+    surprising = make_trace([2.0, 2.0, 2.0, 2.0])
+    out = explain.explain_risk(surprising, explanation({"decay": 0.2, "window": 0.5, "length": 0.3}, [], (0, 4)))
+    assert "No token stands out from the rest of the answer." in out and "60%" not in out
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_short_answers_are_not_called_a_stretch_of_four_tokens(n):
+    trace = make_trace([0.3] * n)
+    exp = explanation({"decay": 0.1, "window": 0.6, "length": 0.3}, [], (0, n))
+    out = explain.explain_risk(trace, exp)
+    assert "four tokens (underlined)" not in out and "stretch of four" not in out
+    assert "60% of the risk comes from the uncertainty over the whole answer." in out
+    assert "The most uncertain stretch (underlined) is the whole answer, which is shorter than four tokens." in out
+    surprisal_only = TraceExplanation(**{**exp.__dict__, "variant": "TRACE (surprisal-only)"})
+    out = explain.explain_risk(trace, surprisal_only)
+    assert "the surprise over the whole answer." in out and "most surprising stretch (underlined) is the whole" in out
+    for name in ("window_entropy_max", "window_surprisal_max", "entropy_spike_gap", "surprisal_spike_gap"):
+        assert "stretch of four" not in explain.feature_phrase(name, n)
+        assert explain.feature_phrase(name, 4) == explain.FEATURE_PHRASES[name]
+    for name in ("first3_entropy_conf", "first3_surprisal_conf"):
+        phrase = explain.feature_phrase(name, n)
+        assert ("first three" in phrase) == (n == 3)
 
 
 def test_explain_risk_on_a_real_explanation():
@@ -59,7 +127,8 @@ def test_explain_risk_on_a_real_explanation():
     main = max(exp.components, key=exp.components.get)
     out = explain.explain_risk(trace, exp)
     assert f"{exp.components[main] / exp.risk:.0%} of the risk comes from {explain.COMPONENT_PHRASES[main]}" in out
-    assert f"<code>{html.escape(trace.tokens[int(exp.spikes[0])])}</code>" in out
+    assert exp.spikes.tolist() == [2]
+    assert f"The riskiest token (outlined) is <code>'{html.escape(trace.tokens[2])}'</code> (token 3)." in out
 
 
 class FixedContributions:
@@ -83,6 +152,15 @@ def test_explain_probability_names_the_two_strongest_features_each_way():
     assert f"Raised by {phrase['first3_entropy_conf']} and {phrase['log_length']}." in out
     assert f"Lowered by {phrase['min_token_prob']} and {phrase['mean_entropy_conf']}." in out
     assert out.endswith("</p>")
+
+
+def test_explain_probability_words_fit_a_short_answer():
+    model = FixedContributions(["window_entropy_max", "first3_entropy_conf"], [0.4, 0.3])
+    short = explain.explain_probability(model, make_trace([0.2, 0.3]), 0.6)
+    assert "four tokens" in short and "stretch of four" not in short and "first three" not in short
+    long = explain.explain_probability(model, make_trace([0.2] * 6), 0.6)
+    assert (f"Raised by {explain.FEATURE_PHRASES['window_entropy_max']} and "
+            f"{explain.FEATURE_PHRASES['first3_entropy_conf']}.") in long
 
 
 def test_explain_probability_leaves_out_small_effects_and_unknown_names_read_as_is():

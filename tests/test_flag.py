@@ -82,6 +82,18 @@ def test_spike_context_marks_spikes_with_context():
     assert spike_context(trace, [0, 9], width=1) == "[[t0 ]]t1 …t8 [[t9 ]]"
 
 
+def test_no_spike_gives_empty_cells():
+    trace = make_trace([0.1] * 10)
+    assert spike_context(trace, []) == "" and spike_context(trace, np.zeros(0, dtype=np.int64)) == ""
+    confident = make_trace([0.0, 0.02, 0.09])  # every token above 90% probability: nothing is marked
+    spiky = make_trace([0.0, 0.02, 2.5])
+    frame = pd.DataFrame({"answer": [confident.answer, spiky.answer]})
+    table = score_rows(frame, [confident, spiky], PlattCalibrator().fit(np.array([0.2, 0.8, 0.3, 0.9]),
+                                                                        np.array([0, 1, 0, 1])))
+    assert table["peak_risk_tokens"].tolist() == ["", "t2 "]
+    assert table["spike_context"].tolist() == ["", "t0 t1 [[t2 ]]"]
+
+
 def test_score_rows_on_traces_without_entropy_uses_the_named_surprisal_only_variant():
     from trace_core import Trace, TraceMetadata
     from trace_core.score import SURPRISAL_ONLY_CONFIG

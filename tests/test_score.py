@@ -118,3 +118,143 @@ def test_stack_traces_gives_no_entropy_batch_when_a_trace_has_none():
                                       for t in traces + [absent]], rtol=1e-10)
     assert only_s == SURPRISAL_ONLY_CONFIG
     assert explain_trace(absent).variant == "TRACE (surprisal-only)" and explain_trace(traces[0]).variant == "TRACE"
+
+
+# ------------------------------------------------------------------------------------------------ the spike rule
+
+def naive_spikes(x, floor, margin, share):
+    """The spike rule written out token by token: rank (ties: earlier first), floor, margin over the median."""
+    x = list(x)
+    n = len(x)
+    cap = max(1, math.floor(share * n))
+    ordered = sorted(x)
+    median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    rank = [sum(x[j] > x[t] or (x[j] == x[t] and j < t) for j in range(n)) for t in range(n)]
+    return [t for t in range(n) if rank[t] < cap and x[t] >= floor and x[t] >= median + margin]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_spike_indices_match_the_rule_written_out(seed):
+    from trace_core.score import spike_indices
+
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        n = int(rng.integers(1, 40))
+        x = np.round(rng.gamma(0.7, 0.8, size=n), 1)  # rounded: ties happen
+        floor, margin, share = float(rng.choice([0.0, 0.3, 0.5, 1.0])), float(rng.choice([0.0, 0.2])), \
+            float(rng.choice([0.1, 0.25, 1.0]))
+        got = spike_indices(x, floor=floor, margin=margin, max_share=share)
+        assert got.dtype == np.int64
+        assert got.tolist() == naive_spikes(x, floor, margin, share), (x, floor, margin, share)
+
+
+def test_confident_answer_has_no_spike_and_spikes_follow_surprisal_only():
+    from trace_core.score import SPIKE_MIN_SURPRISAL, spike_indices
+
+    confident = make_trace([0.0, 0.02, 0.01, 0.09], [0.3, 2.5, 0.2, 0.4])  # "1392": high entropy, likely tokens
+    assert explain_trace(confident).spikes.tolist() == []
+    assert spike_indices([]).tolist() == []
+    # At the floor is a spike, just under it is not (probability exp(-0.5) is the line).
+    assert explain_trace(make_trace([0.0, SPIKE_MIN_SURPRISAL])).spikes.tolist() == [1]
+    assert explain_trace(make_trace([0.0, np.nextafter(SPIKE_MIN_SURPRISAL, 0)])).spikes.tolist() == []
+    # At most max(1, floor(T / 10)) tokens, the most surprising ones.
+    s = np.full(25, 0.05)
+    s[[3, 10, 20]] = [2.0, 3.0, 1.0]
+    assert explain_trace(make_trace(s)).spikes.tolist() == [3, 10]
+
+
+def test_spike_indices_validate_their_inputs():
+    from trace_core.score import spike_indices
+
+    with pytest.raises(ValueError, match="1-D array of finite numbers"):
+        spike_indices([[0.1, 0.2]])
+    with pytest.raises(ValueError, match="1-D array of finite numbers"):
+        spike_indices([0.1, float("nan")])
+    with pytest.raises(ValueError, match="`max_share` must be"):
+        spike_indices([0.1], max_share=0)
+    with pytest.raises(ValueError, match="`floor` must be"):
+        spike_indices([0.1], floor=-1)
+    with pytest.raises(TypeError, match="`margin` must be"):
+        spike_indices([0.1], margin="0.2")
+
+
+# ------------------------------------------------------------------------- localisation (bench/localisation.py)
+
+@pytest.mark.parametrize("answer, reference, position", [
+    (" 1219", "1106", 2),  # numbers: the "2"
+    (" 57", "53", 2),
+    ("It is 57.", "53", 7),  # a numeric reference is compared with the answer's last number
+    (" Tom Tace", "Tom Norta", 5),  # text: leading whitespace skipped
+    ("Pia Lones", "Pia Lone", 8),  # the answer runs on: the first extra character
+    (" pia lona", "Pia Lone", 8),  # case does not count
+    ("Fensu", "Mawo || Fenpi", 3),  # several references: the one followed longest
+    (" 10", "103", None),  # the answer stops early: no character of it is wrong
+    (" Pia", "Pia Lone", None),
+    ("It is unknown", "53", None),  # no number for a numeric reference
+])
+def test_first_wrong_char(answer, reference, position):
+    from bench.localisation import first_wrong_char
+
+    assert first_wrong_char(answer, reference) == position
+
+
+def test_first_wrong_token_maps_the_position_to_its_token():
+    from bench.localisation import first_wrong_token
+
+    assert first_wrong_token([" ", "1", "2", "1", "9"], " 1219", "1106") == 2
+    assert first_wrong_token([" Tom", " T", "ace"], " Tom Tace", "Tom Norta") == 1
+    assert first_wrong_token([" Uma", " Qua", "fo"], " Uma Quafo", "Uma Quaqua") == 2
+    assert first_wrong_token([" 5", "7"], " 57", "57") is None  # equal: nothing to locate
+    assert first_wrong_token([" 5", "8"], " 57", "53") is None  # tokens that do not spell the answer
+
+
+def _answer(correct, length, first_wrong, spikes, window):
+    from bench.localisation import Answer
+
+    return Answer("f", correct, length, first_wrong, {}, window, np.array(spikes, dtype=np.int64),
+                  np.array([length - 1], dtype=np.int64))
+
+
+def test_localisation_row_counts_by_hand():
+    from bench.localisation import localisation_row
+
+    answers = [_answer(False, 4, 1, [1, 3], (0, 4)),   # hit; both marks at/after the first wrong token
+               _answer(False, 2, 1, [], (0, 2)),       # the first wrong token is the last; no mark
+               _answer(False, 8, 2, [0], (4, 8)),      # a mark before it; outside the window
+               _answer(False, 3, None, [0], (0, 3)),   # skipped
+               _answer(True, 3, None, [2], (0, 3)), _answer(True, 3, None, [], (0, 3))]
+    row = localisation_row(answers, lambda a: a.spikes)
+    assert row["wrong"] == "4" and row["located"] == "3"
+    assert row["spike on first wrong"] == "33.3% (1/3)"
+    assert row["chance 1/T"] == f"{(1 / 4 + 1 / 2 + 1 / 8) / 3:.1%}"
+    assert row["first wrong = last token"] == "33.3% (1/3)"
+    assert row["spike on first wrong, when not last"] == "50.0% (1/2)"
+    assert row["window holds it"] == "66.7% (2/3)"
+    assert row["chance window/T"] == f"{(1 + 1 + 4 / 8) / 3:.1%}"
+    assert row["spikes at/after first wrong"] == "66.7% (2/3)"
+    assert row["wrong with a spike"] == "66.7% (2/3)"
+    assert row["correct with a spike"] == "50.0% (1/2)" and row["spikes per correct"] == "0.50"
+    legacy = localisation_row(answers, lambda a: a.legacy)  # always the last token here
+    assert legacy["spike on first wrong"] == "33.3% (1/3)" and legacy["correct with a spike"] == "100.0% (2/2)"
+
+
+def test_legacy_rule_marks_every_answer():
+    from bench.localisation import legacy_spikes
+
+    assert legacy_spikes(np.array([0.01, 0.02, 0.01])).tolist() == [1]
+    c = np.full(20, 0.01)
+    c[[4, 9]] = [2.0, 2.5]  # mean + 2 std is about 1.59
+    assert legacy_spikes(c).tolist() == [4, 9]
+
+
+def test_spike_constants_are_the_ones_chosen_on_the_validation_data():
+    from bench.localisation import DEFAULT_VALIDATION, choose_rule, load_answers
+    from trace_core.score import SPIKE_MARGIN, SPIKE_MIN_SURPRISAL
+
+    answers, _ = load_answers(DEFAULT_VALIDATION)
+    choice = choose_rule(answers, "surprisal")
+    assert (choice.floor, choice.margin) == (SPIKE_MIN_SURPRISAL, SPIKE_MARGIN)
+    # The chosen rule beats marking nothing (objective 0) and marking the top token of every answer.
+    assert choice.objective > 0
+    always = choose_rule(answers, "surprisal", floors=[0.0], margins=[0.0])
+    assert always.false_alarm == 1.0 and choice.objective > always.objective

@@ -37,11 +37,16 @@ def output_collisions(columns: Sequence[object]) -> list[str]:
 
 
 def spike_context(trace: Trace, spikes: Sequence[int], *, width: int = 3) -> str:
-    """The spike tokens in context: ``…the capital is [[Parus]] .…`` (plain text, for tables and exports)."""
+    """The spike tokens in context: ``…the capital is [[Parus]] .…`` (plain text, for tables and exports).
+
+    Each spike is shown with up to ``width`` tokens either side; ``…`` marks the tokens left out. An answer without
+    spikes (nothing stood out, see :func:`trace_core.score.spike_indices`) gives ``""``: an empty cell says that no
+    token was marked, where the answer's start would suggest a mark that is not there.
+    """
     width = check_int(width, "width", minimum=0)
-    if len(trace) == 0:
-        return ""
     marks = set(int(i) for i in spikes)
+    if len(trace) == 0 or not marks:
+        return ""
     pieces, last = [], -1
     for i in sorted(marks):
         lo, hi = max(0, i - width), min(len(trace), i + width + 1)
@@ -57,7 +62,9 @@ def spike_context(trace: Trace, spikes: Sequence[int], *, width: int = 3) -> str
 
 def score_rows(frame: pd.DataFrame, traces: Sequence[Trace], calibrator: Any) -> pd.DataFrame:
     """``frame`` plus ``trace_confidence``, ``trace_risk``, ``trace_variant``, ``probability_correct``,
-    ``peak_risk_tokens`` and ``spike_context`` columns (one row per trace, same order).
+    ``peak_risk_tokens`` and ``spike_context`` columns (one row per trace, same order). ``peak_risk_tokens`` joins
+    the spike tokens (:attr:`trace_core.score.TraceExplanation.spikes`) with ``" | "``; both are ``""`` for an
+    answer without spikes.
 
     ``calibrator`` is a :class:`TracePlus` (uses the trace features) or a scalar calibrator (applied to the TRACE
     confidence). When some trace has no entropy, TRACE is its surprisal-only variant for every row

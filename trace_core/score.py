@@ -30,8 +30,9 @@ from .operators import (
 )
 from .trace import ENTROPY_SOURCES, Trace
 
-__all__ = ["PAPER_CONFIG", "SIGNALS", "SURPRISAL_ONLY_CONFIG", "TraceConfig", "TraceExplanation", "config_for",
-           "describe_entropy", "entropy_summary", "explain_trace", "stack_traces", "trace_confidence", "trace_risk"]
+__all__ = ["PAPER_CONFIG", "SIGNALS", "SPIKE_MARGIN", "SPIKE_MAX_SHARE", "SPIKE_MIN_SURPRISAL", "SURPRISAL_ONLY_CONFIG",
+           "TraceConfig", "TraceExplanation", "config_for", "describe_entropy", "entropy_summary", "explain_trace",
+           "spike_indices", "stack_traces", "trace_confidence", "trace_risk"]
 
 #: The per-token signal of TRACE's decayed-mean and window terms, and the name each variant is reported under.
 SIGNALS: dict[str, str] = {"entropy": "TRACE", "surprisal": "TRACE (surprisal-only)"}
@@ -82,6 +83,19 @@ class TraceConfig:
         """Whether the risk reads entropy (every answer must then have it)."""
         return self.signal == "entropy"
 
+
+# The spike rule (a display rule, not part of the score): a token is a spike when the model gave it less than
+# e^-0.5 (about 61%) probability, it is at least SPIKE_MARGIN nats more surprising than the answer's median token,
+# and it is among the answer's most surprising SPIKE_MAX_SHARE of tokens (at least one). SPIKE_MIN_SURPRISAL and
+# SPIKE_MARGIN were chosen on assets/datasets/demo_validation.csv by `python -m bench.localisation` (grid search
+# maximising "first wrong token marked" minus "correct answers with any spike"; tests/test_score.py re-runs it);
+# SPIKE_MAX_SHARE is fixed by design, as in the earlier rule.
+#: Surprisal floor of a spike, in nats: the chosen token had probability below ``exp(-SPIKE_MIN_SURPRISAL)``.
+SPIKE_MIN_SURPRISAL = 0.5
+#: How far (nats) a spike's surprisal must exceed the answer's median surprisal.
+SPIKE_MARGIN = 0.0
+#: At most this share of an answer's tokens, rounded down, are spikes; one may always be (so one under 20 tokens).
+SPIKE_MAX_SHARE = 0.1
 
 #: The paper's fixed configuration: ``R = 0.40 D_2(H) + 0.40 M_4(H) + 0.20 L_{1/4}(s)``.
 PAPER_CONFIG = TraceConfig()
@@ -265,8 +279,11 @@ class TraceExplanation:
         ``(start, stop)`` token indices (stop exclusive) of the window with the highest mean ``x``; when several
         windows tie, the earliest (the first maximum).
     spikes : ndarray of int
-        Indices of spike tokens: contribution above ``mean + 2 * std`` of the contributions (at most the top 10%,
-        at least the single largest contributor when T >= 1). A display rule, not part of the score.
+        Indices (ascending) of the tokens that stand out in this answer, by :func:`spike_indices` on the surprisal:
+        surprisal at least :data:`SPIKE_MIN_SURPRISAL` nats (the model gave the token less than ``exp(-0.5)``, about
+        61%, probability), at least :data:`SPIKE_MARGIN` above the answer's median surprisal, and among its
+        ``max(1, floor(0.1 * T))`` most surprising tokens. May be empty: an answer whose every token was likely has
+        no spike. The same rule for TRACE and its surprisal-only variant; a display rule, not part of the score.
     variant : str
         The risk that was explained: ``"TRACE"`` or ``"TRACE (surprisal-only)"`` (:data:`SIGNALS`).
     """
@@ -280,8 +297,56 @@ class TraceExplanation:
     variant: str = SIGNALS["entropy"]
 
 
+def spike_indices(values: Any, *, floor: float = SPIKE_MIN_SURPRISAL, margin: float = SPIKE_MARGIN,
+                  max_share: float = SPIKE_MAX_SHARE) -> np.ndarray:
+    """The tokens that stand out in one answer's per-token signal (surprisal in :func:`explain_trace`).
+
+    Token t is a spike when ``x_t >= floor``, ``x_t >= median(x) + margin`` and t is among the
+    ``max(1, floor(max_share * T))`` largest values (ties: the earlier token first).
+
+    Parameters
+    ----------
+    values : array-like of float, shape (T,)
+        The per-token signal, finite.
+    floor : float
+        The absolute floor, >= 0 (nats for surprisal).
+    margin : float
+        How far above the answer's median a spike must be, >= 0.
+    max_share : float
+        The largest share of the tokens that may be spikes, in (0, 1]; at least one token may always be.
+
+    Returns
+    -------
+    ndarray of int64, shape (n_spikes,)
+        Ascending token indices; empty when no token qualifies (or T = 0).
+
+    Examples
+    --------
+    >>> spike_indices([0.0, 0.05, 1.2]).tolist()  # the last digit had probability exp(-1.2), about 30%
+    [2]
+    >>> spike_indices([0.0, 0.01, 0.09]).tolist()  # every token likely: nothing stands out
+    []
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1 or not np.isfinite(x).all():
+        raise ValueError(f"`values` must be a 1-D array of finite numbers, got shape {x.shape}")
+    floor = check_real(floor, "floor", minimum=0)
+    margin = check_real(margin, "margin", minimum=0)
+    max_share = check_real(max_share, "max_share", minimum=0, maximum=1, low_open=True)
+    if x.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    cap = max(1, int(np.floor(max_share * x.size)))
+    top = np.argsort(-x, kind="stable")[:cap]
+    bar = max(floor, float(np.median(x)) + margin)
+    return np.sort(top[x[top] >= bar]).astype(np.int64)
+
+
 def explain_trace(trace: Trace, *, config: TraceConfig = PAPER_CONFIG) -> TraceExplanation:
     """Decompose one trace's TRACE risk into per-token contributions, the peak window and spike tokens.
+
+    Spikes come from the surprisal (:func:`spike_indices` with the module's constants), whichever signal the risk
+    uses: surprisal is recorded for every trace, and on the demo validation data it located the first wrong token
+    better than entropy or the risk contributions did (``python -m bench.localisation``).
 
     A trace without entropy is explained with the surprisal-only variant of ``config`` (``signal="surprisal"``,
     same weights); the explanation's ``variant`` says which risk it is, so the switch is visible.
@@ -312,11 +377,6 @@ def explain_trace(trace: Trace, *, config: TraceConfig = PAPER_CONFIG) -> TraceE
     components = {"decay": float(decay_part.sum()), "window": float(window_part.sum()),
                   "length": float(length_part.sum())}
     risk = float(sum(components.values()))
-    threshold = contributions.mean() + 2 * contributions.std()
-    order = np.argsort(-contributions, kind="stable")
-    max_spikes = max(1, int(np.floor(0.1 * n)))
-    top = order[:max_spikes]
-    spikes = top[contributions[top] > threshold]
-    spikes = np.sort(spikes if spikes.size else order[:1]).astype(np.int64)
+    spikes = spike_indices(s)
     return TraceExplanation(risk, float(np.exp(-risk)), components, contributions, (start, stop), spikes,
                             config.variant)
