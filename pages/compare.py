@@ -1,0 +1,142 @@
+"""Compare: one prompt answered twice (two decodings, or two models), aligned token by token."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+
+import streamlit as st
+
+from app import state
+from app.compare_view import Comparison, aligned_heatmap_html, compare_metrics, describe_decoding
+from app.components import HEATMAP_CSS, legend_html, md_literal, sentence, signal_values
+from app.services import alternatives_for, describe_calibrator, get_model, provenance_notes
+from trace_core import DecodingConfig, ModelLoadError, TracePlus, generate_trace, settings
+from trace_core.align import divergence_summary
+from trace_core.policy import fit_new_tokens
+
+SAME_MODEL = "Same model, other decoding"
+OTHER_MODEL = "Another model"
+
+st.title("Compare two answers")
+st.caption("The same prompt answered twice — greedy against sampled, two decoding settings, or two models — with the "
+           "tokens aligned, each coloured by how unsure its model was, and the point where the answers part marked.")
+
+lm = state.model()
+config_a = state.decoding()
+
+prompt = st.text_area("Prompt", key="compare_prompt", height=110, max_chars=settings.get("TRACE_MAX_PROMPT_CHARS"),
+                      placeholder="Q: What is 23 plus 19?\nA:")
+left, right = st.columns(2)
+with left:
+    st.markdown("**A** — the sidebar's model and decoding")
+    st.caption(f"{describe_decoding(config_a)} · at most {config_a.max_new_tokens} new tokens")
+with right:
+    mode = st.radio("**B** — the other answer", [SAME_MODEL, OTHER_MODEL], key="compare_mode", horizontal=True)
+    if mode == SAME_MODEL:
+        sample = st.toggle("Sample (instead of greedy)", value=True, key="compare_sample")
+        c1, c2, c3 = st.columns(3)
+        temperature = c1.number_input("Temperature", 0.05, 5.0, 1.5, 0.05, key="compare_temperature",
+                                      disabled=not sample)
+        top_p = c2.number_input("Top-p", 0.05, 1.0, 1.0, 0.05, key="compare_top_p", disabled=not sample)
+        top_k = c3.number_input("Top-k (0 = off)", 0, 1000, 0, key="compare_top_k", disabled=not sample)
+        seed = c1.number_input("Seed", 0, 2**31 - 1, 0, key="compare_seed", disabled=not sample)
+        limit = settings.get("TRACE_MAX_NEW_TOKENS")
+        max_new = c2.number_input("Max new tokens", 1, limit, min(config_a.max_new_tokens, limit),
+                                  key="compare_max_new_tokens")
+        model_b_name = None
+    else:
+        model_b_name = st.text_input("Folder or model id", key="compare_model",
+                                     placeholder="/path/to/model or org/model-name",
+                                     help="A folder made by save_pretrained, or a model id already in the local "
+                                          "Hugging Face cache. Nothing is downloaded. B decodes like A.").strip()
+
+run = st.button("Compare", type="primary", key="compare_run", disabled=lm is None)
+if lm is None:
+    st.info(state.model_error() or "Choose a model in the sidebar to generate answers.")
+
+
+def _generate(model, config: DecodingConfig):
+    """One traced answer to the prompt, its length cut to what the model's context leaves (the note is shown)."""
+    fit = fit_new_tokens(model, prompt, max_new_tokens=config.max_new_tokens, chat_template=config.chat_template)
+    if fit.note:
+        config = dataclasses.replace(config, max_new_tokens=fit.max_new_tokens)
+        st.caption(fit.note)
+    return generate_trace(model, prompt, config=config)
+
+
+if run:
+    if not prompt.strip():
+        st.warning("The prompt is empty: type a question first.")
+    else:
+        state.set_comparison(None)  # a failed run never leaves the previous comparison looking current
+        try:
+            if mode == SAME_MODEL:
+                model_b = lm
+                config_b = DecodingConfig(max_new_tokens=int(max_new), do_sample=bool(sample),
+                                          temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
+                                          seed=int(seed) if sample else None, chat_template=config_a.chat_template)
+            elif not model_b_name:
+                raise ValueError("type the folder or model id of model B")
+            else:
+                model_b = get_model(model_b_name)
+                chat = config_a.chat_template and model_b.has_chat_template
+                config_b = dataclasses.replace(config_a, chat_template=chat)
+            with st.spinner("Generating both answers…"):
+                trace_a = _generate(lm, config_a)
+                trace_b = _generate(model_b, config_b)
+            state.set_comparison(Comparison(prompt, trace_a, trace_b, model_b_name))
+        except (ModelLoadError, OSError, ValueError) as exc:
+            st.error(md_literal(sentence(str(exc))))
+
+result: Comparison | None = state.comparison()
+if result is not None:
+    if result.prompt != prompt:
+        st.info("This comparison is for an earlier prompt: press Compare to answer the one in the box.")
+    if lm is not None and result.a.metadata.model_id != lm.model_id:
+        st.info("Answer A of this comparison came from another model than the sidebar's: press Compare to update it.")
+    a, b, alignment = result.a, result.b, result.alignment
+    st.subheader("Where the answers part")
+    st.html(f"<p>{html.escape(divergence_summary(alignment))}</p>")  # tokens are quoted with repr: escapes shown
+
+    calibrator = state.calibrator()
+    table = compare_metrics(a, b, calibrator)
+    st.dataframe(table, width="stretch", column_config={
+        "TRACE confidence": st.column_config.NumberColumn(format="%.3f", help="exp(-R): ranks answers, higher = "
+                                                          "more likely correct; not a probability."),
+        "TRACE+ probability": st.column_config.NumberColumn(format="percent"),
+        "mean surprisal": st.column_config.NumberColumn(format="%.2f"),
+        "max surprisal": st.column_config.NumberColumn(format="%.2f")})
+
+    active = state.active_calibrator()
+    if isinstance(calibrator, TracePlus):
+        cols = st.columns(2)
+        for col, label in zip(cols, ("A", "B")):
+            value = table.loc[label, "TRACE+ probability"]
+            col.metric(f"{label}: TRACE+ probability correct", "—" if value != value else f"{value:.0%}")
+        st.caption(f"From the active calibrator: {md_literal(describe_calibrator(active))}.")
+        for note in dict.fromkeys(provenance_notes(calibrator, [t for t in (a, b) if len(t)])):
+            st.warning(md_literal(sentence(note)))
+    elif active is not None:
+        st.caption(f"The active calibrator is not TRACE+ ({md_literal(describe_calibrator(active))}). Fit or load "
+                   "a TRACE+ calibrator on Calibrate or Flag & export to see TRACE+.")
+    else:
+        st.caption("Fit or load a calibrator on Calibrate or Flag & export to see TRACE+.")
+
+    if len(a) == 0 and len(b) == 0:
+        st.warning("Both answers are empty: there is no token to show.")
+    else:
+        both_entropy = a.has_entropy and b.has_entropy
+        signal = st.radio("Colour by", ["surprisal", "entropy"] if both_entropy else ["surprisal"],
+                          horizontal=True, key="compare_signal", format_func=str.capitalize)
+        model_b = lm
+        if result.model_b is not None:
+            try:
+                model_b = get_model(result.model_b)
+            except (ModelLoadError, OSError, ValueError):
+                model_b = None  # its alternatives then show as token ids
+        st.html(HEATMAP_CSS + legend_html(signal_values(a if len(a) else b, signal))
+                + aligned_heatmap_html(a, b, alignment, signal=signal,
+                                       alternatives=(alternatives_for(lm), alternatives_for(model_b))))
+        st.caption("Top row A, bottom row B; a hatched cell is a gap where the other answer has a token. Hover a "
+                   "token for its probability and the alternatives the model considered.")
