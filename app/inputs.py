@@ -10,6 +10,7 @@ import streamlit as st
 from trace_core import DatasetError, LabeledDataset
 from trace_core.data import MATCHERS
 
+from . import state
 from .components import md_literal
 from .services import (data_folder, demo_datasets, digest, file_bytes, local_files_allowed, read_cached,
                        read_local_file)
@@ -33,14 +34,21 @@ class DatasetFile:
     by_path: bool = False
 
 
-def pick_dataset_file() -> DatasetFile | None:
+def pick_dataset_file(role: str = "calibrate") -> DatasetFile | None:
     """The "Data" choice (a demo dataset, an upload, or, when TRACE_LOCAL_FILES allows, a path inside the data
-    folder); None, with a message on the page, until there is a file to read."""
+    folder); None, with a message on the page, until there is a file to read.
+
+    ``role`` names the page's choice ("calibrate", "flag"): each has its own widgets and its own kept upload, so an
+    upload survives visits to other pages (it is used until the user uploads another or forgets it).
+    """
+    prefix = "" if role == "calibrate" else f"{role}_"
     demos = demo_datasets()
     options = (["Demo dataset"] if demos else []) + ["Upload a file"] + (["File path"] if local_files_allowed() else [])
-    source = st.radio("Data", options, horizontal=True, key="data_source")
+    if state.kept_upload(role) is not None:
+        state.preset(f"{prefix}data_source", "Upload a file")  # back on the page: show what was uploaded
+    source = st.radio("Data", options, horizontal=True, key=f"{prefix}data_source")
     if source == "Demo dataset":
-        name = st.selectbox("Demo dataset", list(demos), key="demo_dataset")
+        name = st.selectbox("Demo dataset", list(demos), key=f"{prefix}demo_dataset")
         return DatasetFile(file_bytes(demos[name]), demos[name].name)
     if source == "File path":
         try:
@@ -48,7 +56,7 @@ def pick_dataset_file() -> DatasetFile | None:
         except ValueError as exc:
             st.error(md_literal(str(exc)))
             return None
-        path_text = st.text_input("Path of a dataset file on this machine", key="data_path").strip()
+        path_text = st.text_input("Path of a dataset file on this machine", key=f"{prefix}data_path").strip()
         if not path_text:
             st.info(f"Type the path of a CSV, JSON Lines or Parquet file inside the data folder "
                     f"{md_literal(str(folder))} (TRACE_DATA_DIR), relative to it or absolute.")
@@ -58,26 +66,39 @@ def pick_dataset_file() -> DatasetFile | None:
         except (OSError, ValueError) as exc:
             st.error(md_literal(str(exc)))
             return None
-    uploaded = st.file_uploader("CSV, JSON Lines or Parquet", type=FILE_TYPES, key="upload",
+    uploaded = st.file_uploader("CSV, JSON Lines or Parquet", type=FILE_TYPES, key=f"{prefix}upload",
                                 help="Columns: prompt, answer, and label (0/1) or reference; optionally recorded "
                                      "traces. See the README for the format.")
-    if uploaded is None:
-        st.info("Upload a file to start, or pick a demo dataset.")
-        return None
-    return DatasetFile(uploaded.getvalue(), uploaded.name)
+    if uploaded is not None:
+        state.keep_upload(role, uploaded.getvalue(), uploaded.name)
+        return DatasetFile(uploaded.getvalue(), uploaded.name)
+    kept = state.kept_upload(role)
+    if kept is not None:
+        data, name = kept
+        cols = st.columns([5, 1], vertical_alignment="center")
+        cols[0].caption(f"Using {md_literal(name)} ({len(data):,} bytes), uploaded earlier in this session. Upload "
+                        "another file to replace it.")
+        if cols[1].button("Forget it", key=f"{prefix}forget_upload"):
+            state.forget_upload(role)
+            st.rerun()
+        return DatasetFile(data, name)
+    st.info("Upload a file to start, or pick a demo dataset.")
+    return None
 
 
-def read_labeled(file: DatasetFile) -> tuple[LabeledDataset, str] | None:
+def read_labeled(file: DatasetFile, *, require_label: bool = True,
+                 matcher_key: str = "matcher") -> tuple[LabeledDataset, str] | None:
     """The file read and validated, with a digest of what was read (bytes, name and matcher) for caches; with a
-    `reference` column, the matcher is a widget. Says how many rows were kept and why the others were rejected;
-    None (with the error on the page) when there is nothing to use."""
+    `reference` column, the matcher is a widget (``matcher_key``). With ``require_label=False`` a file without labels
+    is read unlabeled. Says how many rows were kept and why the others were rejected; None (with the error on the
+    page) when there is nothing to use."""
     try:
-        dataset, matcher = read_cached(file.data, file.name, "exact"), "exact"
+        dataset, matcher = read_cached(file.data, file.name, "exact", require_label=require_label), "exact"
         if dataset.label_source.startswith("reference"):
-            matcher = st.selectbox("Label answers against their `reference` with", MATCHERS, key="matcher",
+            matcher = st.selectbox("Label answers against their `reference` with", MATCHERS, key=matcher_key,
                                    help="exact: normalised exact match; contains: the reference appears in the "
                                         "answer; numeric: the answer's last number equals it; f1: token F1 >= 0.5.")
-            dataset = read_cached(file.data, file.name, matcher)
+            dataset = read_cached(file.data, file.name, matcher, require_label=require_label)
     except DatasetError as exc:
         st.error(md_literal(f"{file.name}: {NOT_A_DATASET if file.by_path else exc}"))
         return None
@@ -91,6 +112,8 @@ def read_labeled(file: DatasetFile) -> tuple[LabeledDataset, str] | None:
                                        for e in dataset.errors]), hide_index=True)
     else:
         st.success(f"{dataset.n_read:,} rows read, all kept.")
+    for note in dataset.notes:  # e.g. rows with both trace cells and a `response`
+        st.caption(md_literal(note[:1].upper() + note[1:] + "."))
     if dataset.n_valid == 0:
         return None
     return dataset, digest(file.data, file.name, matcher)

@@ -11,6 +11,7 @@ if str(ROOT) not in sys.path:  # streamlit puts app/ on the path, the pages impo
 
 import streamlit as st  # noqa: E402
 
+from app import state  # noqa: E402
 from app.components import md_literal  # noqa: E402
 from app.sidebar import sidebar  # noqa: E402
 from trace_core import settings  # noqa: E402
@@ -24,9 +25,11 @@ except settings.SettingError as exc:
     st.error(md_literal(str(exc)))
     st.stop()
 
+state.keep_widgets()  # before any page: what the user set on another page stays set
 pages = st.navigation([
     st.Page(ROOT / "pages" / "inspect.py", title="Inspect", icon=":material/search:", default=True),
     st.Page(ROOT / "pages" / "calibrate.py", title="Calibrate", icon=":material/tune:"),
+    st.Page(ROOT / "pages" / "compare.py", title="Compare", icon=":material/compare_arrows:"),
     st.Page(ROOT / "pages" / "flag.py", title="Flag & export", icon=":material/flag:"),
 ])
 sidebar()

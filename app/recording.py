@@ -7,12 +7,14 @@ the ones recorded in this session; rows that do not fit the model's context are 
 from __future__ import annotations
 
 from dataclasses import dataclass
+import io
+from pathlib import PurePath
 from typing import Iterator, Sequence
 
 import numpy as np
 import streamlit as st
 
-from trace_core import LabeledDataset, LoadedModel, Trace, score_answers
+from trace_core import LabeledDataset, LoadedModel, Trace, score_answers, write_dataset
 from trace_core.policy import Usable, rows_over_context, usable_rows
 from trace_core.record import context_length
 
@@ -48,15 +50,24 @@ class DatasetTraces:
         """The usable traces, in row order."""
         return [self.traces[i] for i in self.usable.keep]
 
-    def labels(self) -> np.ndarray:
-        """The usable rows' labels, in row order."""
+    def labels(self) -> np.ndarray | None:
+        """The usable rows' labels, in row order; None when the dataset is unlabeled."""
+        if self.dataset.label_source == "none":
+            return None
         return self.dataset.labels[self.usable.keep]
 
-    def hand_off(self, name: str) -> state.CalibratedData:
-        """The usable rows for the Flag & export page."""
+    def hand_off(self, name: str) -> state.Answers:
+        """The usable rows, for the Flag & export page."""
         frame = self.dataset.frame.iloc[self.usable.keep].reset_index(drop=True)
-        return state.CalibratedData(frame=frame, traces=tuple(self.kept()), labels=self.labels(), name=name,
-                                    row_column=self.dataset.row_column, key=self.key)
+        return state.Answers(frame=frame, traces=tuple(self.kept()), labels=self.labels(), name=name,
+                             row_column=self.dataset.row_column, key=self.key)
+
+    def to_bytes(self, format: str) -> bytes:
+        """Every row of the dataset with its trace columns (from the file or recorded in this session; empty where
+        there is none), written by :func:`trace_core.write_dataset` (``format``: csv, jsonl, parquet)."""
+        buffer = io.BytesIO()
+        write_dataset(self.dataset.frame, buffer, traces=list(self.traces), format=format)
+        return buffer.getvalue()
 
 
 def dataset_traces(dataset: LabeledDataset, data_key: str, lm: LoadedModel | None) -> DatasetTraces:
@@ -99,7 +110,7 @@ def record_batches(lm: LoadedModel, dataset: LabeledDataset, positions: Sequence
         yield dict(zip(rows, score_answers(lm, prompts, answers, batch_size=batch_size)))
 
 
-def record_panel(lm: LoadedModel, rows: DatasetTraces) -> None:
+def record_panel(lm: LoadedModel, rows: DatasetTraces, *, key: str = "record") -> None:
     """The "Record" button; once clicked, a Stop button and a progress bar while the missing traces are recorded,
     then a rerun.
 
@@ -107,9 +118,9 @@ def record_panel(lm: LoadedModel, rows: DatasetTraces) -> None:
     progress update), so what was recorded before is kept.
     """
     missing = rows.usable.missing
-    if not st.button(f"Record {len(missing):,} traces with the selected model", type="primary", key="record"):
+    if not st.button(f"Record {len(missing):,} traces with the selected model", type="primary", key=key):
         return
-    st.button("Stop", key="stop_recording", help="Stops after the current batch; recorded traces are kept.")
+    st.button("Stop", key=f"stop_{key}", help="Stops after the current batch; recorded traces are kept.")
     bar = st.progress(0.0, text="Recording traces…")
     done = 0
     for batch in record_batches(lm, rows.dataset, missing):
@@ -117,3 +128,22 @@ def record_panel(lm: LoadedModel, rows: DatasetTraces) -> None:
         done += len(batch)
         bar.progress(done / len(missing), text=f"Recorded {done:,} of {len(missing):,} traces")
     st.rerun()
+
+
+#: Formats the recorded traces download in: name shown, MIME type.
+TRACE_FORMATS = {"csv": ("CSV", "text/csv"), "jsonl": ("JSON Lines", "application/jsonl"),
+                 "parquet": ("Parquet", "application/vnd.apache.parquet")}
+
+
+def traces_download(rows: DatasetTraces, name: str) -> None:
+    """A format choice and a button that downloads the whole dataset with its trace columns (the file is written
+    when the button is clicked, not on every rerun). The file reads back unchanged with ``read_dataset``."""
+    n = sum(t is not None for t in rows.traces)
+    cols = st.columns([2, 3], vertical_alignment="bottom")
+    fmt = cols[0].radio("Traces file", list(TRACE_FORMATS), horizontal=True, key="trace_format",
+                        format_func=lambda f: TRACE_FORMATS[f][0])
+    cols[1].download_button(f"Download the dataset with its {n:,} traces", lambda: rows.to_bytes(fmt),
+                            file_name=f"{PurePath(name).stem}_traces.{fmt}", mime=TRACE_FORMATS[fmt][1],
+                            key="download_traces", disabled=n == 0,
+                            help="Every row, with the traces stored in the file or recorded in this session; "
+                                 "rows without a trace have empty trace cells.")

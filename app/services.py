@@ -33,7 +33,7 @@ from trace_core import (
     settings,
 )
 from trace_core._checks import clip
-from trace_core.record import check_model_allowed
+from trace_core.record import alternative_pieces, check_model_allowed
 
 from . import state
 
@@ -76,19 +76,20 @@ def try_prompts() -> list[dict[str, str]]:
 
 
 @st.cache_resource(show_spinner="Reading the dataset…", max_entries=8)
-def _read(data: bytes, name: str, matcher: str, max_rows: int) -> LabeledDataset:
+def _read(data: bytes, name: str, matcher: str, max_rows: int, require_label: bool = True) -> LabeledDataset:
     from trace_core.data import DatasetWarning
 
     buffer = io.BytesIO(data)
     buffer.name = name
     with warnings.catch_warnings():  # the page shows the rejected rows itself
         warnings.simplefilter("ignore", DatasetWarning)
-        return read_dataset(buffer, matcher=matcher, max_rows=max_rows)
+        return read_dataset(buffer, matcher=matcher, max_rows=max_rows, require_label=require_label)
 
 
-def read_cached(data: bytes, name: str, matcher: str) -> LabeledDataset:
-    """Read (and validate) a dataset from bytes, at most TRACE_MAX_ROWS rows; cached by content and shared."""
-    return _read(data, name, matcher, settings.get("TRACE_MAX_ROWS"))
+def read_cached(data: bytes, name: str, matcher: str, *, require_label: bool = True) -> LabeledDataset:
+    """Read (and validate) a dataset from bytes, at most TRACE_MAX_ROWS rows; cached by content and shared. With
+    ``require_label=False`` a file without `label` and `reference` columns is read unlabeled."""
+    return _read(data, name, matcher, settings.get("TRACE_MAX_ROWS"), require_label)
 
 
 def file_bytes(path: Path) -> bytes:
@@ -149,14 +150,17 @@ def digest(*parts: Any) -> str:
 
 @st.cache_resource(show_spinner="Running the evaluation protocol…", max_entries=8)
 def evaluate_cached(_traces: Sequence[Trace], labels: np.ndarray, config: EvaluationConfig, methods: tuple[str, ...],
-                    key: str, _beams: Sequence[Sequence[float]] | None = None) -> tuple[EvaluationResult, list[str]]:
-    """The protocol on a dataset; ``key`` identifies the traces (they are not hashed by Streamlit).
+                    key: str, _beams: Sequence[Sequence[float]] | None = None, _embedder: Any = None,
+                    semantic: bool = False) -> tuple[EvaluationResult, list[str]]:
+    """The protocol on a dataset; ``key`` identifies the traces (they are not hashed by Streamlit); ``semantic``
+    says whether ``_embedder`` is given (the semantic baselines run).
 
     Returns the result and the warnings it raised (e.g. skipped splits), for the page to show.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = evaluate(list(_traces), labels, config=config, methods=list(methods), beam_logprobs=_beams)
+        result = evaluate(list(_traces), labels, config=config, methods=list(methods), beam_logprobs=_beams,
+                          embedder=_embedder if semantic else None)  # no contexts: as the command line
     return result, [str(w.message) for w in caught]
 
 
@@ -167,6 +171,46 @@ def fit_calibrator_cached(_traces: Sequence[Trace], labels: np.ndarray, key: str
     from trace_core.features import default_feature_set
 
     return TracePlus(feature_set=default_feature_set(_traces)).fit(list(_traces), labels)
+
+
+def fitted_calibrator(model: Any, *, origin: str, data: str | None = None,
+                      pinned: bool = False) -> state.ActiveCalibrator:
+    """``model`` as an :class:`app.state.ActiveCalibrator`, keyed by its parameters (and what it was fitted on, but
+    not when: a refit of the same data is the same calibrator)."""
+    fields = json.loads(model.to_json())
+    if isinstance(fields.get("provenance"), dict):
+        fields["provenance"].pop("date", None)
+    return state.ActiveCalibrator(model=model, origin=origin, data=data,
+                                  key=digest(json.dumps(fields, sort_keys=True)), pinned=pinned)
+
+
+def describe_calibrator(active: state.ActiveCalibrator) -> str:
+    """One plain sentence on a calibrator: its kind, where it came from, what it was fitted on (answers, models,
+    entropy source, feature set) as far as it records it."""
+    model = active.model
+    kind = {"TracePlus": "TRACE+", "PlattCalibrator": "Platt scaling", "IsotonicCalibrator": "isotonic regression"}
+    name = kind.get(type(model).__name__, type(model).__name__)
+    feature_set = getattr(model, "feature_set", None)
+    if feature_set:
+        name += f" ({feature_set} features)"
+    parts = [f"{name}, {active.origin}"]
+    if active.data:
+        parts.append(f"fitted on {active.data}")
+    provenance = getattr(model, "provenance_", None) or {}
+    if provenance.get("n_rows") and not active.data:
+        parts.append(f"fitted on {provenance['n_rows']:,} answers")
+    models = [str(m) for m in provenance.get("model_id", []) if m]
+    if models:
+        parts.append("traces of " + ", ".join(repr(clip(m, 80)) for m in models[:3])
+                     + (f" and {len(models) - 3} more" if len(models) > 3 else ""))
+    sources = [str(s) for s in provenance.get("entropy_source", []) if s]
+    if sources:
+        parts.append("entropy " + " and ".join(sources))
+    elif provenance:
+        parts.append("no recorded entropy source")
+    else:
+        parts.append("no record of its training data (a file from an earlier version)")
+    return "; ".join(parts)
 
 
 def parse_beams(dataset: LabeledDataset, keep: np.ndarray) -> tuple[list[list[float]] | None, str | None]:
@@ -182,28 +226,46 @@ def parse_beams(dataset: LabeledDataset, keep: np.ndarray) -> tuple[list[list[fl
         return None, str(exc)
 
 
-def scored_rows(data: state.CalibratedData, calibrator: Any) -> pd.DataFrame:
-    """The hand-off's rows scored by ``calibrator`` (:func:`trace_core.flag.score_rows`), once per data and
-    calibrator in a session: moving the Flag page's sliders does not score again."""
+def scored_rows(data: state.Answers, calibrator: Any) -> pd.DataFrame:
+    """The answers scored by ``calibrator`` (:func:`trace_core.flag.score_rows`), once per data and calibrator in a
+    session: moving the Flag page's sliders does not score again."""
     from trace_core.flag import score_rows
 
     compute: Callable[[], pd.DataFrame] = lambda: score_rows(data.frame, data.traces, calibrator)  # noqa: E731
     return state.scored(digest(data.key, calibrator.to_json()), compute)
 
 
+#: Shown with a trace's alternatives when only their ids are known (see :func:`alternatives_for`).
+IDS_ONLY_NOTE = ("alternatives shown as token ids: the trace stores no text for them and was recorded with another "
+                 "model than the one loaded")
+
+
 def alternatives_for(lm: LoadedModel | None) -> Callable[[Trace, int], list[str]]:
-    """A function giving the text of a trace's top-k alternatives at one position (decoded with the model's
-    tokenizer, or the trace's own ``top_tokens``)."""
+    """A function giving the text of a trace's top-k alternatives at one position: the trace's own ``top_tokens``
+    (stored when it was recorded), else the loaded model's tokenizer only when the trace was recorded with that
+    model, else the ids (another tokenizer's text for them would be wrong; :func:`alternatives_note` says so)."""
 
     def alternatives(trace: Trace, i: int) -> list[str]:
         if trace.top_tokens is not None:
             return list(trace.top_tokens[i])
-        if lm is None or (trace.top_ids[i] < 0).any():
+        if not same_model(lm, trace) or (trace.top_ids[i] < 0).any():
             return [f"id {int(t)}" for t in trace.top_ids[i]]
-        return [lm.tokenizer.decode([int(t)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-                for t in trace.top_ids[i]]
+        rows = trace.top_ids[[i]] if i == 0 else trace.top_ids[[0, i]]  # the first row is read alone, later ones not
+        return list(alternative_pieces(lm.tokenizer, rows)[-1])  # as the recorder reads them
 
     return alternatives
+
+
+def same_model(lm: LoadedModel | None, trace: Trace) -> bool:
+    """Whether ``trace`` was recorded with the loaded model (by model id), so its ids are this tokenizer's."""
+    return lm is not None and bool(trace.metadata.model_id) and trace.metadata.model_id == lm.model_id
+
+
+def alternatives_note(lm: LoadedModel | None, trace: Trace) -> str | None:
+    """Why a trace's alternatives show as ids (None when they show as text)."""
+    if not trace.n_alternatives or trace.top_tokens is not None or same_model(lm, trace):
+        return None
+    return IDS_ONLY_NOTE
 
 
 def provenance_notes(calibrator: Any, traces: Sequence[Trace]) -> list[str]:
@@ -211,3 +273,20 @@ def provenance_notes(calibrator: Any, traces: Sequence[Trace]) -> list[str]:
     sentences for the page; empty for calibrators that record no provenance."""
     mismatch = getattr(calibrator, "provenance_mismatch", None)
     return mismatch(traces) if callable(mismatch) else []
+
+
+@st.cache_resource(show_spinner="Loading the sentence-embedding model…", max_entries=1)
+def _embedder() -> Any:
+    from trace_core.semantic import load_embedder
+
+    return load_embedder()
+
+
+def embedder() -> tuple[Any, str | None]:
+    """The packaged sentence-embedding model of the semantic baselines, or (None, why not): once per process."""
+    from trace_core.semantic import EmbedderUnavailable
+
+    try:
+        return _embedder(), None
+    except EmbedderUnavailable as exc:
+        return None, str(exc)

@@ -4,13 +4,16 @@ Pages and the other ``app`` modules read and write session state only through th
 once and each value has one type. Widget keys that code reads or sets (besides the widget itself) are named here too;
 the other widget keys stay literal on their widgets.
 
-The Calibrate page hands its kept rows to Flag & export as a :class:`CalibratedData` (frozen), never as a dict.
+The Calibrate page hands its kept rows to Flag & export as :class:`Answers` (frozen), never as a dict; the active
+calibrator is an :class:`ActiveCalibrator` that says where it came from. Streamlit forgets a widget's value when a page
+that does not draw it runs: :func:`keep_widgets` (called by the router before every page) keeps the settings listed in
+:data:`KEPT_WIDGETS`, and uploads are kept as bytes (:func:`keep_upload`), so moving between pages loses nothing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -25,20 +28,40 @@ if TYPE_CHECKING:
 MODEL = "lm"  # LoadedModel | None: the sidebar's model
 MODEL_ERROR = "lm_error"  # str | None: why it could not be loaded
 DECODING = "decoding"  # DecodingConfig from the sidebar
-CALIBRATOR = "calibrator"  # fitted on Calibrate or uploaded on Flag & export
-CALIBRATED_DATA = "flag_data"  # CalibratedData: the Calibrate page's rows for Flag & export
+CALIBRATOR = "calibrator"  # ActiveCalibrator: fitted on Calibrate or loaded from a file, used by every page
+CALIBRATED_DATA = "flag_data"  # Answers: the Calibrate page's rows for Flag & export
+UPLOADS = "uploads"  # {role: (bytes, name)}: each page's last uploaded file, kept across pages
+LOADED_CALIBRATOR_FILE = "loaded_calibrator_file"  # (name, size, digest) of the calibrator file last loaded
 RECORDED = "recorded"  # {(data key, model id): {row position: Trace}}: traces recorded in this session
 SCORED = "scored"  # {key: DataFrame}: the Flag page's scored rows (one entry)
 INSPECT_TRACE = "inspect_trace"  # Trace | None: the Inspect page's last answer
+COMPARISON = "compare_result"  # Comparison | None: the Compare page's last two answers
 EXAMPLE_USED = "example_used"  # int: the example prompt last copied into the prompt box
 
 # Widget keys that code also sets.
 PROMPT = "prompt"  # the Inspect page's prompt box (an example fills it)
 
+#: Widgets whose values survive a visit to another page (Streamlit drops a widget's value when a run does not draw
+#: it). Buttons, file uploaders and table selections cannot be set, so they are not here; uploads are kept as bytes.
+KEPT_WIDGETS = (
+    # Calibrate (and the dataset choice it shares with Flag & export)
+    "data_source", "demo_dataset", "data_path", "matcher", "n_splits", "fraction", "eval_seed", "stratified",
+    "semantic", "scalar_calibrator", "plot_baselines", "bin_strategy", "n_bins", "trace_format",
+    # Inspect
+    PROMPT, "example", "signal", "colour_scale", "token_index",
+    # Flag & export
+    "flag_source", "flag_data_source", "flag_data_path", "flag_matcher", "flag_mode", "flag_threshold", "flag_risk",
+    "flag_coverage",
+    # Compare
+    "compare_prompt", "compare_mode", "compare_model", "compare_sample", "compare_temperature", "compare_top_p",
+    "compare_top_k", "compare_seed", "compare_max_new_tokens", "compare_signal",
+)
+
 
 @dataclass(frozen=True, eq=False)
-class CalibratedData:
-    """The rows the Calibrate page evaluated, handed to Flag & export.
+class Answers:
+    """Answers with usable traces: the rows the Calibrate page evaluated (handed to Flag & export), or the answers
+    read on Flag & export.
 
     Attributes
     ----------
@@ -46,8 +69,8 @@ class CalibratedData:
         The kept rows (index 0..n-1), with the file's row numbers in ``row_column``.
     traces : tuple of Trace, length n
         One non-empty trace per row.
-    labels : ndarray of int, shape (n,)
-        0/1 labels (read-only).
+    labels : ndarray of int, shape (n,), or None
+        0/1 labels (read-only); None for unlabeled answers.
     name : str
         The dataset's file name.
     row_column : str
@@ -58,18 +81,45 @@ class CalibratedData:
 
     frame: pd.DataFrame
     traces: tuple[Trace, ...]
-    labels: np.ndarray
+    labels: np.ndarray | None
     name: str
     row_column: str
     key: str
 
     def __post_init__(self) -> None:
-        if not (len(self.frame) == len(self.traces) == len(self.labels)):
-            raise ValueError(f"got {len(self.frame)} rows, {len(self.traces)} traces and {len(self.labels)} labels")
-        labels = np.array(self.labels, dtype=np.int64)  # a copy: the page's array stays the page's
-        labels.setflags(write=False)
-        object.__setattr__(self, "labels", labels)
+        n_labels = len(self.traces) if self.labels is None else len(self.labels)
+        if not (len(self.frame) == len(self.traces) == n_labels):
+            raise ValueError(f"got {len(self.frame)} rows, {len(self.traces)} traces and {n_labels} labels")
+        if self.labels is not None:
+            labels = np.array(self.labels, dtype=np.int64)  # a copy: the page's array stays the page's
+            labels.setflags(write=False)
+            object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "traces", tuple(self.traces))
+
+
+@dataclass(frozen=True, eq=False)
+class ActiveCalibrator:
+    """The calibrator every page uses, and where it came from.
+
+    Attributes
+    ----------
+    model : TracePlus, PlattCalibrator or IsotonicCalibrator
+    origin : str
+        How it became active, as a phrase: "fitted on the Calibrate page", "loaded from 'c.json'".
+    data : str or None
+        What it was fitted on, when this session fitted it (the dataset's name and size).
+    key : str
+        Identifies the fitted parameters (a digest of its JSON): equal keys, the same calibrator.
+    pinned : bool
+        Chosen by the user (loaded from a file, or picked with a button): only the user replaces it. One the
+        Calibrate page made active by itself (there was none, or only another such one) follows that page's data.
+    """
+
+    model: Any
+    origin: str
+    data: str | None
+    key: str
+    pinned: bool = False
 
 
 def _get(key: str, default: Any = None) -> Any:
@@ -104,21 +154,82 @@ def set_decoding(config: DecodingConfig) -> None:
     _set(DECODING, config)
 
 
-def calibrator() -> Calibrator | None:
+def active_calibrator() -> ActiveCalibrator | None:
+    """The calibrator the pages use, with its origin; None until one is fitted or loaded."""
     return _get(CALIBRATOR)
 
 
-def set_calibrator(model: Calibrator) -> None:
-    _set(CALIBRATOR, model)
+def calibrator() -> Calibrator | None:
+    """The active calibrator's model (None when there is none)."""
+    active = active_calibrator()
+    return active.model if active is not None else None
 
 
-def calibrated_data() -> CalibratedData | None:
+def set_calibrator(active: ActiveCalibrator) -> None:
+    """Make ``active`` the calibrator of every page: only on a user's action (a button, a loaded file), or when
+    there is none yet."""
+    _set(CALIBRATOR, active)
+
+
+def calibrated_data() -> Answers | None:
     """What the Calibrate page handed to Flag & export, if it has run."""
     return _get(CALIBRATED_DATA)
 
 
-def set_calibrated_data(data: CalibratedData) -> None:
+def set_calibrated_data(data: Answers) -> None:
     _set(CALIBRATED_DATA, data)
+
+
+def keep_widgets() -> None:
+    """Keep the values of :data:`KEPT_WIDGETS` through runs of pages that do not draw them.
+
+    Writing a widget's value back to the session state takes it out of Streamlit's clean-up of undrawn widgets; the
+    router calls this before every page. Only values already there are kept (nothing is invented for a widget that
+    has never been drawn)."""
+    for key in KEPT_WIDGETS:
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
+
+
+def keep_valid(key: str, options: Sequence[Any]) -> None:
+    """Drop a kept multiselect value's items that are not among ``options`` (another dataset can offer fewer), so
+    the widget never receives a value it cannot show."""
+    value = _get(key)
+    if isinstance(value, list):
+        valid = [v for v in value if v in options]
+        if valid != value:
+            _set(key, valid)
+
+
+def preset(key: str, value: Any) -> None:
+    """Give widget ``key`` a value before it is drawn, unless it has one."""
+    if key not in st.session_state:
+        _set(key, value)
+
+
+def loaded_calibrator_file() -> tuple[str, str] | None:
+    """(name, digest) of the calibrator file last loaded, so a rerun with it still uploaded does not load it again."""
+    return _get(LOADED_CALIBRATOR_FILE)
+
+
+def set_loaded_calibrator_file(ident: tuple[str, str]) -> None:
+    _set(LOADED_CALIBRATOR_FILE, ident)
+
+
+def keep_upload(role: str, data: bytes, name: str) -> None:
+    """Keep the file a page's uploader received, under ``role``: an uploader forgets its file when the user visits
+    another page, this does not."""
+    uploads: dict[str, tuple[bytes, str]] = st.session_state.setdefault(UPLOADS, {})
+    uploads[role] = (data, name)
+
+
+def kept_upload(role: str) -> tuple[bytes, str] | None:
+    """The file last uploaded under ``role`` in this session (bytes and name), if any."""
+    return st.session_state.get(UPLOADS, {}).get(role)
+
+
+def forget_upload(role: str) -> None:
+    st.session_state.get(UPLOADS, {}).pop(role, None)
 
 
 def recorded_traces(data_key: str, model_id: str | None) -> dict[int, Trace]:
@@ -140,8 +251,17 @@ def inspect_trace() -> Trace | None:
     return _get(INSPECT_TRACE)
 
 
-def set_inspect_trace(trace: Trace) -> None:
+def set_inspect_trace(trace: Trace | None) -> None:
     _set(INSPECT_TRACE, trace)
+
+
+def comparison() -> Any:
+    """The Compare page's last comparison (an ``app.compare_view.Comparison``), if any."""
+    return _get(COMPARISON)
+
+
+def set_comparison(value: Any) -> None:
+    _set(COMPARISON, value)
 
 
 def use_example(index: int, prompt: str) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import streamlit as st
 
 from app import state
-from app.components import (md_literal, metric_columns, metrics_frame, paired_frame,
+from app.components import (legend_stats, md_literal, metric_columns, metrics_frame, paired_frame,
                             reliability_figure, risk_coverage_figure, roc_figure, sentence)
 from app.inputs import pick_dataset_file, read_labeled
-from app.recording import dataset_traces, record_panel
-from app.services import evaluate_cached, fit_calibrator_cached, parse_beams
+from app.panels import offer_calibrator
+from app.recording import dataset_traces, record_panel, traces_download
+from app.services import embedder, evaluate_cached, fit_calibrator_cached, fitted_calibrator, parse_beams
 from trace_core import EvaluationConfig
 from trace_core.evaluate import SCALAR_CALIBRATORS, AnswerValueError
 from trace_core.results import CALIBRATOR_NAMES
@@ -35,6 +36,8 @@ if rows.usable.missing:
         st.info("Choose a model in the sidebar to record them.")
     else:
         record_panel(lm, rows)  # reruns the page when every missing trace is recorded
+    if rows.store:  # a partial recording is kept, and can be saved
+        traces_download(rows, picked.name)
     st.stop()
 labels, kept = rows.labels(), rows.kept()
 problem = rows.usable.nothing_left_message() or one_class_message(labels, METRICS_UNDEFINED)
@@ -48,6 +51,9 @@ with st.form("protocol"):
     fraction = cols[1].slider("Calibration share", 0.1, 0.8, 0.35, 0.05, key="fraction")
     seed = cols[2].number_input("Seed", 0, 10_000, 0, key="eval_seed")
     stratified = cols[3].checkbox("Stratified splits", key="stratified")
+    semantic = st.toggle("Semantic baselines (TokenSAR, MARS-style)", key="semantic",
+                         help="Weigh each token by its relevance to the answer, from a sentence-embedding model "
+                              "(all-MiniLM-L6-v2, run locally). Slower: every answer is embedded token by token.")
     st.form_submit_button("Run", type="primary")
 
 config = EvaluationConfig(n_splits=int(n_splits), calibration_fraction=float(fraction), seed=int(seed),
@@ -56,7 +62,13 @@ try:
     beams, beam_problem = parse_beams(dataset, rows.usable.keep)
     if beam_problem:
         st.warning(f"Beam baselines skipped: {md_literal(beam_problem)}.")
-    result, notes = evaluate_cached(kept, labels, config, tuple(method_names()), rows.key, beams)
+    model_for_semantic = None
+    if semantic:
+        model_for_semantic, why = embedder()
+        if model_for_semantic is None:
+            st.warning(f"Semantic baselines skipped: {md_literal(why)}.")
+    result, notes = evaluate_cached(kept, labels, config, tuple(method_names()), rows.key, beams, model_for_semantic,
+                                    model_for_semantic is not None)
 except AnswerValueError as exc:  # the library counts kept answers from 0; the user counts file rows
     st.error(md_literal(f"Row {rows.usable.rows([int(rows.usable.keep[exc.index])])[0]}: {exc.reason}."))
     st.stop()
@@ -76,7 +88,9 @@ columns = metric_columns(config.metrics)  # each metric followed by its ±
 st.dataframe(metrics_frame(result, calibrator), hide_index=True, key="metrics_table", column_config=columns,
              column_order=["method", "family", *columns, "note"])
 if result.skipped:
-    st.caption("Not run: " + "; ".join(f"{k} ({v})" for k, v in result.skipped.items()))
+    reasons = {k: "switch on Semantic baselines above" if get_method(k).needs == "embedding" and not semantic else v
+               for k, v in result.skipped.items()}
+    st.caption("Not run: " + md_literal("; ".join(f"{k} ({v})" for k, v in reasons.items())))
 st.subheader("Paired differences")
 st.caption("Per split, TRACE+ and TRACE minus the best baseline (chosen on that split's calibration part, then "
            "measured on its evaluation part) and minus the supervised likelihood reference: mean ± std "
@@ -88,36 +102,48 @@ if verdict:
     st.info(md_literal(verdict))
 
 available = [m for m in result.methods if not get_method(m).is_trace]
+state.keep_valid("plot_baselines", available)
 chosen = st.multiselect("Baselines in the plots", available, default=[m for m in ("SeqLogP", "Mean Entropy")
                                                                        if m in available], key="plot_baselines")
 shown = [*(m for m in result.methods if get_method(m).is_trace), *chosen]  # surprisal-only variants too
 held = result.held_out
 y = held["label"].to_numpy()
 tabs = st.tabs(["Reliability", "Risk–coverage", "ROC"])
+split = "First held-out split"  # the curves are one split's; the legends quote the table's mean ± std
 with tabs[0]:
     cols = st.columns(2)
     strategy = cols[0].radio("Bins", ["uniform", "quantile"], horizontal=True, key="bin_strategy",
                              format_func=lambda s: {"uniform": "equal width", "quantile": "equal mass"}[s])
     n_bins = cols[1].slider("Number of bins", 3, 30, 10, key="n_bins")
     probabilities = {m: held[f"{m} {calibrator}" if f"{m} {calibrator}" in held else m].to_numpy() for m in shown}
-    st.plotly_chart(reliability_figure(y, probabilities, n_bins=n_bins, strategy=strategy), width="stretch",
-                    key="reliability")
-    st.caption(f"First held-out split; TRACE and the baselines after {CALIBRATOR_NAMES[calibrator]}. Points: observed "
-               "accuracy per bin with 95% Wilson intervals; bars: how many answers fall in each bin.")
+    st.plotly_chart(reliability_figure(y, probabilities, n_bins=n_bins, strategy=strategy,
+                                       legend_stats=legend_stats(result, "ece", calibrator), subtitle=split),
+                    width="stretch", key="reliability")
+    st.caption(f"Curves and bars: the first held-out split; TRACE and the baselines after "
+               f"{CALIBRATOR_NAMES[calibrator]}. Points: observed accuracy per bin with 95% Wilson intervals; bars: "
+               "how many answers fall in each bin (per 0.1 of probability, so equal-mass bins show where the answers "
+               "are). Legend: ECE as in the table, mean ± std over the splits.")
 with tabs[1]:
-    st.plotly_chart(risk_coverage_figure(y, {m: held[f"{m} score"].to_numpy() for m in shown}), width="stretch",
-                    key="risk_coverage")
+    st.plotly_chart(risk_coverage_figure(y, {m: held[f"{m} score"].to_numpy() for m in shown},
+                                         legend_stats=legend_stats(result, "aurc", calibrator), subtitle=split),
+                    width="stretch", key="risk_coverage")
+    st.caption("Curves: the first held-out split. Legend: AURC as in the table, mean ± std over the splits.")
 with tabs[2]:
-    st.plotly_chart(roc_figure(y, {m: held[f"{m} score"].to_numpy() for m in shown}), width="stretch", key="roc")
+    st.plotly_chart(roc_figure(y, {m: held[f"{m} score"].to_numpy() for m in shown},
+                               legend_stats=legend_stats(result, "auroc", calibrator), subtitle=split),
+                    width="stretch", key="roc")
+    st.caption("Curves: the first held-out split. Legend: AUROC as in the table, mean ± std over the splits.")
 
 st.subheader("Calibrator for production")
 model = fit_calibrator_cached(kept, labels, rows.key)
-state.set_calibrator(model)
 state.set_calibrated_data(rows.hand_off(picked.name))
 name = "TRACE+" if model.feature_set == "paper" else "TRACE+ (surprisal-only)"
-st.caption(f"{name} fitted on all {len(kept):,} labeled answers; it is now used by the Inspect and Flag pages.")
+st.caption(f"{name} fitted on all {len(kept):,} labeled answers of {md_literal(picked.name)}.")
+offer_calibrator(fitted_calibrator(model, origin="fitted on the Calibrate page",
+                                   data=f"{len(kept):,} answers of '{picked.name}'"))
 cols = st.columns(2)
 cols[0].download_button("Download calibrator (JSON)", model.to_json(), file_name="trace_plus_calibrator.json",
                         mime="application/json", key="download_calibrator")
 cols[1].download_button("Download results table (CSV)", result.summary.to_csv(index=False),
                         file_name="trace_results.csv", mime="text/csv", key="download_results")
+traces_download(rows, picked.name)

@@ -1,4 +1,5 @@
-"""Flag & export: pick a confidence cut, review the flagged answers with their spikes, download them."""
+"""Flag & export: new or calibrated answers scored by the active calibrator, a confidence cut, the flagged answers
+with their spikes, and the download."""
 
 from __future__ import annotations
 
@@ -7,36 +8,55 @@ import io
 import streamlit as st
 
 from app import state
-from app.components import HEATMAP_CSS, control_safe, heatmap_html, legend_html, md_literal, signal_values
-from app.services import alternatives_for, provenance_notes, scored_rows
-from trace_core import explain_trace
-from trace_core.calibrate import load_calibrator
+from app.components import control_safe, md_literal, sentence
+from app.inputs import pick_dataset_file, read_labeled
+from app.panels import active_calibrator_note, answer_details, load_calibrator_panel
+from app.recording import dataset_traces, record_panel
+from app.services import provenance_notes, scored_rows
 from trace_core.data import export_flagged
 from trace_core.flag import select_flagged
 
 st.title("Flag & export")
 st.caption("Answers the calibrator finds unlikely to be correct, with the tokens that drove the risk, ready to review "
-           "or download.")
+           "or download. Labels are optional: flag new answers as they come.")
 
-with st.expander("Use a saved calibrator instead"):
-    uploaded = st.file_uploader("Calibrator JSON (from the Calibrate page or `trace-core fit`)", type=["json"],
-                                key="calibrator_upload")
-    if uploaded is not None:
-        # Checked in full before it replaces anything: a file that fails leaves the previous calibrator in place.
-        try:
-            loaded = load_calibrator(uploaded.getvalue())
-        except ValueError as exc:
-            problems = getattr(exc, "problems", None) or [str(exc)]
-            st.error(md_literal(f"{uploaded.name}: not a calibrator this version can read: "
-                                + "; ".join(problems)))
+load_calibrator_panel()
+active = active_calibrator_note()
+
+FROM_CALIBRATE, FROM_FILE = "The Calibrate page's answers", "Answers from a file"
+handed = state.calibrated_data()
+source = st.radio("Answers to flag", [FROM_CALIBRATE, FROM_FILE] if handed is not None else [FROM_FILE],
+                  horizontal=True, key="flag_source")
+if source == FROM_CALIBRATE:
+    data = handed
+    st.caption(f"{len(data.traces):,} answers of {md_literal(data.name)}, as evaluated on the Calibrate page.")
+else:
+    picked = pick_dataset_file("flag")
+    read = read_labeled(picked, require_label=False, matcher_key="flag_matcher") if picked is not None else None
+    if read is None:
+        st.stop()
+    dataset, data_key = read
+    lm = state.model()
+    rows = dataset_traces(dataset, data_key, lm)
+    for note in rows.usable.notes():
+        st.warning(sentence(note))
+    if rows.usable.missing:
+        st.warning(sentence(rows.usable.missing_message()))
+        if lm is None:
+            st.info("Choose a model in the sidebar to record them.")
         else:
-            state.set_calibrator(loaded)
-            st.success("Calibrator loaded.")
+            record_panel(lm, rows, key="flag_record")
+        st.stop()
+    problem = rows.usable.nothing_left_message()
+    if problem:
+        st.error(sentence(problem))
+        st.stop()
+    data = rows.hand_off(picked.name)
 
-data, calibrator = state.calibrated_data(), state.calibrator()
-if data is None or calibrator is None:
-    st.info("Choose a dataset on the Calibrate page first: it fits the calibrator and brings the answers here.")
+if active is None:
+    st.info("Fit a calibrator on the Calibrate page, or load a saved one above, to score these answers.")
     st.stop()
+calibrator = active.model
 try:
     scored = scored_rows(data, calibrator)
 except ValueError as exc:  # e.g. a calibrator that needs entropy, on answers whose traces hold none
@@ -46,60 +66,76 @@ for note in provenance_notes(calibrator, data.traces):
     st.warning(md_literal(note[0].upper() + note[1:] + "."))
 labels = data.labels
 
-mode = st.radio("Flag by", ["threshold", "risk", "coverage"], horizontal=True, key="flag_mode",
-                format_func=lambda m: {"threshold": "Probability threshold", "risk": "Target risk",
-                                       "coverage": "Coverage"}[m])
+MODES = {"threshold": "Probability threshold", "coverage": "Coverage", "risk": "Target risk"}
+mode = st.radio("Flag by", list(MODES), horizontal=True, key="flag_mode", format_func=MODES.get)
 if mode == "threshold":
     value = st.slider("Flag answers whose probability of being correct is below", 0.0, 1.0, 0.5, 0.01,
                       key="flag_threshold")
     flagged = select_flagged(scored, threshold=value)
-elif mode == "risk":
-    value = st.slider("Largest acceptable error rate among the answers kept", 0.0, 0.5, 0.1, 0.01, key="flag_risk")
-    flagged = select_flagged(scored, target_risk=value, labels=labels)
-else:
+elif mode == "coverage":
     value = st.slider("Share of answers to keep (the most confident)", 0.05, 1.0, 0.8, 0.05, key="flag_coverage")
     flagged = select_flagged(scored, coverage=value)
+elif labels is None:
+    st.info("Target risk needs labeled answers (a `label` or `reference` column) to measure the error rate; these "
+            "answers have none. Flag by probability threshold or coverage instead.")
+    st.stop()
+else:
+    value = st.slider("Largest acceptable error rate among the answers kept", 0.0, 0.5, 0.1, 0.01, key="flag_risk")
+    flagged = select_flagged(scored, target_risk=value, labels=labels)
 
 kept = ~scored.index.isin(flagged.index)
 cols = st.columns(3)
 cols[0].metric("Flagged", f"{len(flagged):,} of {len(scored):,}")
-if kept.any():
-    cols[1].metric("Error rate among kept", f"{1 - labels[kept].mean():.1%}")
-if len(flagged):
-    cols[2].metric("Error rate among flagged", f"{1 - labels[~kept].mean():.1%}")
+if labels is not None:
+    if kept.any():
+        cols[1].metric("Error rate among kept", f"{1 - labels[kept].mean():.1%}")
+    if len(flagged):
+        cols[2].metric("Error rate among flagged", f"{1 - labels[~kept].mean():.1%}")
+else:
+    cols[1].metric("Mean P(correct) of kept", f"{scored.loc[kept, 'probability_correct'].mean():.1%}"
+                   if kept.any() else "—")
 
 row_column = data.row_column
-view = flagged[[row_column, "prompt", "answer", "probability_correct", "spike_context"]
-               + (["label"] if "label" in flagged.columns else [])]
+columns = [row_column, "prompt", "answer", "probability_correct", "spike_context"]
+columns += [c for c in ("reference", "label") if c in flagged.columns]
+view = flagged[columns]
 # Bidi overrides would reorder the table's text (and control characters hide it): show them as \uXXXX.
 view = view.assign(**{c: view[c].map(lambda v: control_safe(v) if isinstance(v, str) else v)
-                      for c in ("prompt", "answer", "spike_context")})
-event = st.dataframe(view, hide_index=True, on_select="rerun", selection_mode="single-row", key="flag_table",
-                     column_config={
-                         row_column: st.column_config.NumberColumn("row"),
-                         "probability_correct": st.column_config.ProgressColumn(
-                             "P(correct)", min_value=0.0, max_value=1.0, format="percent"),
-                         "spike_context": st.column_config.TextColumn("spikes in context", width="large")})
+                      for c in ("prompt", "answer", "spike_context", "reference") if c in view.columns})
+event = st.dataframe(
+    view, hide_index=True, on_select="rerun", selection_mode="single-row", key="flag_table",
+    column_config={
+        row_column: st.column_config.NumberColumn("row", width="small", pinned=True),
+        "prompt": st.column_config.TextColumn("prompt", width="medium", help="Select a row to read it in full."),
+        "answer": st.column_config.TextColumn("answer", width="medium"),
+        "probability_correct": st.column_config.ProgressColumn(
+            "P(correct)", min_value=0.0, max_value=1.0, format="percent", width="small"),
+        "spike_context": st.column_config.TextColumn(
+            "spikes in context", width="medium",
+            help="The outlined tokens [[in brackets]] with their neighbours; empty when no token stands out."),
+        "reference": st.column_config.TextColumn("reference", width="small"),
+        "label": st.column_config.NumberColumn("label", width="small", help="1 = correct, 0 = wrong")})
 selected = event.selection.rows if event is not None else []
 if selected:
     position = flagged.index[selected[0]]
-    trace = data.traces[position]
-    exp = explain_trace(trace)
-    st.markdown(f"**Row {int(flagged.loc[position, row_column])}** — TRACE confidence {exp.confidence:.3f}, "
-                f"P(correct) {flagged.loc[position, 'probability_correct']:.0%}")
-    st.html(HEATMAP_CSS + legend_html(signal_values(trace, "surprisal", exp))
-            + heatmap_html(trace, signal="surprisal", explanation=exp,
-                           alternatives=alternatives_for(state.model())))
+    answer_details(data.traces[position], flagged.loc[position], row_column=row_column,
+                   extra={"P(correct)": f"{flagged.loc[position, 'probability_correct']:.1%}"})
 else:
-    st.caption("Select a row to see its answer's heatmap.")
+    st.caption("Long texts are cut in the table: select a row to read its prompt and reference in full, with the "
+               "answer's heatmap and label.")
 
 export = flagged.drop(columns=["spike_context"])
-csv_buffer, jsonl_buffer = io.BytesIO(), io.BytesIO()
-export_flagged(export, csv_buffer, format="csv")
-export_flagged(export, jsonl_buffer, format="jsonl")
+
+
+def exported(fmt: str) -> bytes:
+    buffer = io.BytesIO()
+    export_flagged(export, buffer, format=fmt)
+    return buffer.getvalue()
+
+
 cols = st.columns(2)
-cols[0].download_button("Download flagged (CSV)", csv_buffer.getvalue(), file_name="flagged_answers.csv",
+cols[0].download_button("Download flagged (CSV)", lambda: exported("csv"), file_name="flagged_answers.csv",
                         mime="text/csv", key="download_csv", disabled=not len(flagged))
-cols[1].download_button("Download flagged (JSONL)", jsonl_buffer.getvalue(), file_name="flagged_answers.jsonl",
-                        mime="application/json", key="download_jsonl", disabled=not len(flagged))
+cols[1].download_button("Download flagged (JSONL)", lambda: exported("jsonl"), file_name="flagged_answers.jsonl",
+                        mime="application/jsonl", key="download_jsonl", disabled=not len(flagged))
 st.caption("Spreadsheet-safe: cells that would run as a formula are prefixed with an apostrophe.")

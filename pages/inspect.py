@@ -12,7 +12,8 @@ import streamlit as st
 from app import state
 from app.components import HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, md_literal, signal_values, trace_figure
 from app.explain import explain_probability, explain_risk
-from app.services import alternatives_for, provenance_notes, try_prompts
+from app.panels import active_calibrator_note
+from app.services import alternatives_for, alternatives_note, provenance_notes, try_prompts
 from trace_core import TracePlus, explain_trace, generate_trace, settings
 from trace_core.policy import fit_new_tokens
 
@@ -49,15 +50,19 @@ if submitted:
             with st.spinner("Generating…"):
                 state.set_inspect_trace(generate_trace(lm, prompt, config=config))
         except ValueError as exc:
-            st.error(str(exc))
+            state.set_inspect_trace(None)  # the answer below would read as this prompt's
+            st.error(md_literal(str(exc)))
 
 trace = state.inspect_trace()
+if trace is not None and trace.prompt != prompt:  # the box was edited (or the example changed) since
+    st.info("The answer below is for an earlier prompt; press Generate to answer the one above.")
 if trace is not None:
     if len(trace) == 0:
         st.warning("The model ended the answer at once (an empty answer): there is no token to show.")
     else:
         exp = explain_trace(trace)
-        calibrator = state.calibrator()
+        active = active_calibrator_note()
+        calibrator = active.model if active is not None else None
         cols = st.columns(4)
         confidence = f"{exp.confidence:.3f}" if exp.confidence >= 1e-3 else f"{exp.confidence:.1e}"
         cols[0].metric("TRACE confidence", confidence,
@@ -70,18 +75,30 @@ if trace is not None:
         else:
             probability = None
             cols[1].metric("TRACE+ probability correct", "—",
-                           help="Fit or load a calibrator on the Calibrate page to see a probability.")
+                           help="Fit a TRACE+ calibrator on the Calibrate page (or load one on Flag & export) to "
+                                "see a probability.")
         cols[2].metric("Tokens", f"{len(trace)}")
         cols[3].metric("Stopped by", {"eos": "end of answer", "length": "token limit"}.get(
             trace.metadata.extra.get("finish_reason", ""), "—"))
 
-        signal = st.radio("Colour by", [s for s in SIGNALS if s != "entropy" or trace.has_entropy], horizontal=True,
-                          key="signal",
-                          format_func=lambda s: {"surprisal": "Surprisal", "entropy": "Entropy",
-                                                 "risk": "TRACE risk per token"}[s])
+        cols = st.columns([3, 2])
+        signal = cols[0].radio("Colour by", [s for s in SIGNALS if s != "entropy" or trace.has_entropy],
+                               horizontal=True, key="signal",
+                               format_func=lambda s: {"surprisal": "Surprisal", "entropy": "Entropy",
+                                                      "risk": "TRACE risk per token"}[s])
+        scale = cols[1].radio("Colour scale", ["fixed", "answer"], horizontal=True, key="colour_scale",
+                              format_func=lambda s: {"fixed": "Fixed", "answer": "This answer's range"}[s],
+                              help="Fixed: the same colours for every answer (comparable across answers). This "
+                                   "answer's range: the darkest colour is this answer's largest value (small "
+                                   "differences show, but a confident answer looks as dark as an unsure one).",
+                              disabled=signal == "risk")
         alternatives = alternatives_for(lm)
-        st.html(HEATMAP_CSS + legend_html(signal_values(trace, signal, exp))
-                + heatmap_html(trace, signal=signal, explanation=exp, alternatives=alternatives))
+        note = alternatives_note(lm, trace)
+        st.html(HEATMAP_CSS + legend_html(signal_values(trace, signal, exp, scale=scale))
+                + heatmap_html(trace, signal=signal, explanation=exp, alternatives=alternatives, scale=scale,
+                               alternatives_note=note))
+        if note:
+            st.caption(md_literal(note[0].upper() + note[1:] + "."))
         st.html(explain_risk(trace, exp)
                 + (explain_probability(calibrator, trace, probability) if probability is not None else ""))
 

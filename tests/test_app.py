@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from app.components import heatmap_html, reliability_figure, risk_coverage_figure, roc_figure, trace_figure  # noqa
-from app.state import CALIBRATED_DATA, CalibratedData  # noqa: E402
+from app.state import CALIBRATED_DATA, Answers  # noqa: E402
 from trace_core import EvaluationConfig, Trace, evaluate, read_dataset, write_dataset  # noqa: E402
 from trace_core.registry import METRICS  # noqa: E402
 
@@ -144,7 +144,7 @@ def test_calibrate_leaves_out_answers_longer_than_the_model_context(tiny_model_d
     at.button(key="record").click().run()
     assert not at.exception and not at.error
     handed = at.session_state[CALIBRATED_DATA]
-    assert isinstance(handed, CalibratedData) and len(handed.traces) == 11
+    assert isinstance(handed, Answers) and len(handed.traces) == 11
     assert handed.frame[handed.row_column].tolist() == list(range(1, 12)) and handed.labels.tolist() == [1, 0] * 5 + [1]
 
 
@@ -213,7 +213,7 @@ def test_calibrate_then_flag_pages(tiny_model_dirs, monkeypatch, labeled_files):
 
 def test_a_calibrator_from_another_model_is_named_on_flag_and_inspect(tiny_model_dirs, monkeypatch, labeled_files):
     at, _ = calibrated(tiny_model_dirs, monkeypatch, labeled_files)
-    model = at.session_state["calibrator"]
+    model = at.session_state["calibrator"].model
     # as if fitted on another model's top-k traces (the file's synthetic traces name no model)
     model.provenance_ = {**model.provenance_, "model_id": ["org/another-model"], "entropy_source": ["top_k"]}
     at.switch_page("../pages/flag.py").run()
@@ -252,7 +252,8 @@ def test_calibrate_bad_path_and_flag_without_data(tiny_model_dirs, monkeypatch, 
 
 def test_flag_page_before_any_dataset_says_where_to_start(tiny_model_dirs, monkeypatch):
     at = start(tiny_model_dirs, monkeypatch, "../pages/flag.py")
-    assert any("Calibrate page first" in i.value for i in at.info)
+    assert any("Fit a calibrator on the Calibrate page, or load a saved one" in i.value for i in at.info)
+    assert any("No calibrator yet" in c.value for c in at.caption)
 
 
 def test_allow_list_is_enforced_in_the_sidebar(tiny_model_dirs, monkeypatch):

@@ -18,7 +18,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from app import services  # noqa: E402
-from app.state import CalibratedData  # noqa: E402
+from app.state import Answers  # noqa: E402
 from trace_core import DatasetError  # noqa: E402
 
 APP = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
@@ -99,7 +99,7 @@ def test_calibrated_data_is_frozen_and_checked():
     traces = random_traces(3, seed=1)
     frame = pd.DataFrame({"row": [2, 5, 9], "prompt": list("abc"), "answer": [t.answer for t in traces]})
     labels = np.array([1, 0, 1])
-    data = CalibratedData(frame=frame, traces=traces, labels=labels, name="f.csv", row_column="row", key="k")
+    data = Answers(frame=frame, traces=traces, labels=labels, name="f.csv", row_column="row", key="k")
     assert isinstance(data.traces, tuple) and data.labels.tolist() == [1, 0, 1]
     labels[0] = 0  # the page's array changing later does not change what was handed over
     assert data.labels[0] == 1
@@ -108,7 +108,7 @@ def test_calibrated_data_is_frozen_and_checked():
     with pytest.raises(dataclasses.FrozenInstanceError):
         data.key = "other"  # type: ignore[misc]
     with pytest.raises(ValueError, match="3 rows, 2 traces and 3 labels"):
-        CalibratedData(frame=frame, traces=traces[:2], labels=labels, name="f.csv", row_column="row", key="k")
+        Answers(frame=frame, traces=traces[:2], labels=labels, name="f.csv", row_column="row", key="k")
 
 
 def test_record_batches_match_one_call_and_keep_finished_batches(tiny_model_dirs):

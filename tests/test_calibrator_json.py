@@ -216,7 +216,7 @@ def _flag_page(fitted, tmp_path):
     pytest.importorskip("streamlit")
     from streamlit.testing.v1 import AppTest
 
-    from app.state import CALIBRATED_DATA, CALIBRATOR, CalibratedData
+    from app.state import CALIBRATED_DATA, CALIBRATOR, ActiveCalibrator, Answers
     import pandas as pd
 
     from trace_core import read_dataset, write_dataset
@@ -228,10 +228,10 @@ def _flag_page(fitted, tmp_path):
     write_dataset(frame, path, traces=traces)
     dataset = read_dataset(path)
     at = AppTest.from_file(str(PAGE), default_timeout=60)
-    at.session_state[CALIBRATOR] = fitted["TracePlus"]
-    at.session_state[CALIBRATED_DATA] = CalibratedData(frame=dataset.frame, traces=tuple(dataset.traces),
-                                                       labels=dataset.labels, name="runs.jsonl",
-                                                       row_column=dataset.row_column, key="k")
+    at.session_state[CALIBRATOR] = ActiveCalibrator(fitted["TracePlus"], origin="fitted in a test", data=None, key="t")
+    at.session_state[CALIBRATED_DATA] = Answers(frame=dataset.frame, traces=tuple(dataset.traces),
+                                                labels=dataset.labels, name="runs.jsonl",
+                                                row_column=dataset.row_column, key="k")
     at.run()
     assert not at.exception
     return at, CALIBRATOR
@@ -266,8 +266,12 @@ def test_flag_page_refuses_hostile_calibrators_and_keeps_the_previous_one(fitted
     at.file_uploader(key="calibrator_upload").set_value(("good.json", good.to_json().encode(), "application/json"))
     at.run()
     assert not at.exception and not at.error
-    assert at.session_state[key].to_json() == good.to_json()
-    assert any(s.value == "Calibrator loaded." for s in at.success)
+    assert at.session_state[key].model.to_json() == good.to_json()
+    assert at.session_state[key].origin == "loaded from 'good.json'"
+    assert [html.unescape(s.value) for s in at.success] == ["Loaded good.json: it is now the active calibrator."]
+    # named on the page: kind, origin, what it was fitted on
+    assert any("Active calibrator:" in c.value and "loaded from 'good.json'" in html.unescape(c.value)
+               for c in at.caption)
 
 
 # --------------------------------------------------------------------------------------------------

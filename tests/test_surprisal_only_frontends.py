@@ -66,7 +66,7 @@ def test_flag_page_says_when_a_calibrator_needs_entropy_the_answers_lack(tmp_pat
     pytest.importorskip("streamlit")
     from streamlit.testing.v1 import AppTest
 
-    from app.state import CALIBRATED_DATA, CALIBRATOR, CalibratedData
+    from app.state import CALIBRATED_DATA, CALIBRATOR, ActiveCalibrator, Answers
     from trace_core import TracePlus, read_dataset, synthetic_traces
     from trace_core.trace import Trace
 
@@ -77,10 +77,10 @@ def test_flag_page_says_when_a_calibrator_needs_entropy_the_answers_lack(tmp_pat
     paper = TracePlus().fit(with_entropy, y)
     dataset = read_dataset(_runs(tmp_path / "runs.jsonl", n=40))
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "flag.py"), default_timeout=60)
-    at.session_state[CALIBRATOR] = paper
-    at.session_state[CALIBRATED_DATA] = CalibratedData(frame=dataset.frame, traces=tuple(dataset.traces),
-                                                       labels=dataset.labels, name="runs.jsonl",
-                                                       row_column=dataset.row_column, key="k")
+    at.session_state[CALIBRATOR] = ActiveCalibrator(paper, origin="fitted in a test", data=None, key="t")
+    at.session_state[CALIBRATED_DATA] = Answers(frame=dataset.frame, traces=tuple(dataset.traces),
+                                                labels=dataset.labels, name="runs.jsonl",
+                                                row_column=dataset.row_column, key="k")
     at.run()
     assert not at.exception
     assert any("cannot score these answers" in e.value for e in at.error)

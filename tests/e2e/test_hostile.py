@@ -109,9 +109,16 @@ def test_inspect_hostile_prompts(server, page):
     assert_nothing_injected(page)
     assert "Shorten the prompt" in page.inner_text('[data-testid="stAlertContentError"]')
 
-    # Close to the limit: the answer stops at the model's last position instead of failing there.
-    generate(page, f"Q: What is {'1' * 235} plus 1?\nA:")
-    page.get_by_text("The answer is limited to").wait_for(timeout=30_000)
+    # The error cleared the previous answer: no heatmap of another prompt under the message.
+    assert page.locator('[data-testid="trace-heatmap"]').count() == 0
+
+    # Close to the limit: the answer stops at the model's last position instead of failing there (the demo model
+    # ends this one at once, which the page says instead of showing an empty heatmap).
+    box.fill(f"Q: What is {'1' * 235} plus 1?\nA:")
+    page.get_by_role("button", name="Generate").click()
+    page.get_by_text("The answer is limited to").wait_for(timeout=60_000)
+    wait_idle(page)
+    assert "ended the answer at once" in page.inner_text('[data-testid="stMain"]')
     assert_nothing_injected(page)
 
 
@@ -160,7 +167,7 @@ def test_calibrate_and_flag_hostile_dataset(server, page, tmp_path):
     page.wait_for_selector('[data-testid="trace-heatmap"] .tr-tok', timeout=30_000)
     wait_idle(page)
     assert_nothing_injected(page)
-    assert "Row 1 —" in page.inner_text('[data-testid="stMain"]')
+    assert "Row 1 · TRACE confidence" in page.inner_text('[data-testid="stMain"]')
     heatmap = page.inner_text('[data-testid="trace-heatmap"]')
     for literal in [SCRIPT, IMG, RED, MATH, ICON, "\\u0007", "\\u001b", "\\u202e"]:
         assert literal in heatmap
@@ -226,7 +233,7 @@ def test_hostile_file_names_and_paths_in_messages(server, page):
 
     page.get_by_role("link", name="Flag & export").click()
     wait_idle(page)
-    page.get_by_text("Use a saved calibrator instead").click()
+    page.get_by_text("Load a saved calibrator").click()
     wait_idle(page)
     page.locator('input[type="file"]').set_input_files(
         files=[{"name": f"{RED} {MATH} {SCRIPT}.json", "mimeType": "application/json",
