@@ -14,8 +14,9 @@ trace columns       an optional pre-recorded trace: ``tokens``, ``surprisal`` (o
                     every one, with its meaning, is listed in :data:`trace_core.data.codec.COLUMNS`. Without
                     ``entropy`` the trace's entropy is estimated from ``top_logprobs`` (``"top_k"``) or absent
                     (``"absent"``: chosen-token log-probabilities only, still scored by surprisal-only methods)
-``response``        a raw OpenAI-compatible API response with logprobs (:func:`trace_from_openai`; without
-                    ``top_logprobs`` the trace has no entropy), used for a row's trace when all its trace cells
+``response``        a raw model-server response with log-probabilities (:func:`trace_from_openai`: OpenAI-style,
+                    llama.cpp, Ollama, TGI, vLLM ``prompt_logprobs`` with an ``answer_tokens`` cell; without
+                    alternatives the trace has no entropy), used for a row's trace when all its trace cells
                     are empty (trace columns win)
 ==================  ==========================================================================================
 

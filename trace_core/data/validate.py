@@ -16,7 +16,7 @@ import pandas as pd
 
 from .._checks import check_bool, check_int
 from ..trace import Trace
-from ._values import ABSENT, CellError, is_blank, is_missing, json_cell, show
+from ._values import ABSENT, CellError, is_blank, is_int64, is_missing, json_cell, show
 from .codec import TRACE_COLUMNS, decode_cell, trace_from_cells
 from .errors import DatasetError, DatasetWarning, RowError
 from .labels import LABEL_EXPECTED, check_matcher_options, label_from_reference, parse_label
@@ -358,7 +358,8 @@ def _check_row(raw: Mapping[str, Any], rules: _Rules, problems: list[CellError],
         try:
             response = _response_cell(raw.get("response"))
             if response is not None:
-                trace = trace_from_openai(response, prompt=prompt or "")
+                trace = trace_from_openai(response, prompt=prompt or "",
+                                          answer_tokens=_answer_tokens_cell(raw.get("answer_tokens")))
         except CellError as exc:
             problems.append(exc)
             response_failed = True
@@ -448,10 +449,23 @@ def _text_cell(value: object, name: str, *, allow_empty: bool) -> str | None:
     return value
 
 
+def _answer_tokens_cell(value: object) -> int | None:
+    """How many of a scored prompt's last tokens are the answer (a vLLM ``prompt_logprobs`` response needs it)."""
+    if is_blank(value):
+        return None
+    number = value
+    if isinstance(value, str) and value.strip().isdigit():
+        number = int(value.strip())
+    if not is_int64(number) or int(number) < 0:  # type: ignore[call-overload]
+        raise CellError("answer_tokens", f"is {show(value)}; expected a whole number of tokens >= 0")
+    return int(number)  # type: ignore[call-overload]
+
+
 def _response_cell(value: object) -> Mapping[str, Any] | None:
     value = json_cell(value, "response")
     if value is ABSENT:
         return None
     if not isinstance(value, Mapping):
-        raise CellError("response", f"is {show(value)}; expected an OpenAI-style response object")
+        raise CellError("response", f"is {show(value)}; expected a model server's response object (OpenAI-style, "
+                                    "llama.cpp, Ollama, TGI or vLLM)")
     return value
