@@ -279,6 +279,9 @@ def card_html(trace: Trace, i: int, card_id: str, *, alternatives: Sequence[str]
         head += f'<span class="tr-card-marks">{e(" · ".join(marks))}</span>'
     rows = [("probability", _percent(p)), ("surprisal", f"{trace.surprisal[i]:.2f} nats"),
             ("entropy", f"{trace.entropy[i]:.2f} nats" if trace.has_entropy else "not recorded")]
+    bounds = _entropy_bounds(trace, i)
+    if bounds is not None:  # a top-k estimate: the full-vocabulary entropy lies between these
+        rows.append(("entropy bounds", f"{bounds[0]:.2f} – {bounds[1]:.2f} nats (top-{trace.metadata.entropy_k})"))
     if trace.ranks is not None:
         rows.append(("rank", f"{int(trace.ranks[i]):,}"))
     if risk_share is not None:
@@ -297,6 +300,19 @@ def card_html(trace: Trace, i: int, card_id: str, *, alternatives: Sequence[str]
     if note:
         body += f'<span class="tr-card-note">{e(str(note))}</span>'
     return f'<span class="tr-card" role="tooltip" id="{card_id}">{head}{body}</span>'
+
+
+def _entropy_bounds(trace: Trace, i: int) -> tuple[float, float] | None:
+    """Token i's lower and upper entropy bounds when the trace carries them (a server's top-k estimate)."""
+    extra = trace.metadata.extra
+    lower, upper = extra.get("entropy_lower"), extra.get("entropy_upper")
+    if trace.metadata.entropy_source != "top_k" or not isinstance(lower, list) or not isinstance(upper, list) \
+            or len(lower) != len(trace) or len(upper) != len(trace):
+        return None
+    try:
+        return float(lower[i]), float(upper[i])
+    except (TypeError, ValueError):
+        return None
 
 
 def card_id_prefix(trace: Trace, note: str | None = None) -> str:

@@ -62,6 +62,56 @@ def get_model(name_or_path: str) -> LoadedModel:
     return _cached_model(name_or_path)
 
 
+@st.cache_resource(show_spinner="Connecting to the model server…", max_entries=4)
+def _cached_server(base_url: str, model: str, tokenizer: str | None, full_distribution: bool, api: str) -> Any:
+    from trace_core.record.server import connect_server
+
+    return connect_server(base_url, model, tokenizer=tokenizer, full_distribution=full_distribution, api=api)
+
+
+def get_server(base_url: str, model: str, tokenizer: str | None = None, *, full_distribution: bool = False,
+               api: str = "completions", recheck: bool = False) -> Any:
+    """A model server as a model (:func:`trace_core.record.server.connect_server`), once per process; ``recheck``
+    connects again. The server must be allowed (:func:`check_server_allowed`) and a tokenizer folder on the
+    model allow-list."""
+    check_server_allowed(base_url)
+    if tokenizer:
+        check_model_allowed(tokenizer)
+    if recheck:
+        _cached_server.clear()
+    return _cached_server(base_url, model, tokenizer or None, full_distribution, api)
+
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def check_server_allowed(base_url: str) -> None:
+    """ValueError unless the dashboard may send requests to ``base_url``: a server on this machine, or one listed in
+    TRACE_MODEL_SERVERS (``*`` allows any). A shared deployment must not become a way to reach other hosts."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(base_url.strip())
+        host = parts.hostname
+    except ValueError:
+        host, parts = None, None
+    if parts is None or parts.scheme not in ("http", "https") or not host:
+        raise ValueError(f"'{clip(base_url)}' is not a server address: expected http://HOST:PORT (for example "
+                         "http://127.0.0.1:8000)")
+    if parts.username or parts.password:
+        raise ValueError("put no credentials in the server address; the API key is read from OPENAI_API_KEY")
+    allowed = settings.get("TRACE_MODEL_SERVERS")
+    if allowed is None:
+        if host in _LOOPBACK:
+            return
+        raise ValueError(f"this dashboard connects only to model servers on its own machine; '{clip(base_url)}' is "
+                         "not one (set TRACE_MODEL_SERVERS to allow it)")
+    wanted = base_url.strip().rstrip("/")
+    if "*" in allowed or any(wanted == a.rstrip("/") or wanted.startswith(a.rstrip("/") + "/") for a in allowed):
+        return
+    raise ValueError(f"'{clip(base_url)}' is not among the model servers this dashboard may use (TRACE_MODEL_SERVERS)")
+
+
 def demo_datasets() -> dict[str, Path]:
     """The bundled labeled datasets, by name."""
     return {p.stem: p for p in sorted(DATASETS.glob("demo_*.csv"))}

@@ -8,10 +8,11 @@ from trace_core import DecodingConfig, ModelLoadError, settings
 
 from . import state
 from .components import md_literal
-from .services import DEMO_MODEL, get_model
+from .services import DEMO_MODEL, get_model, get_server
 
 DEMO_LABEL = "Bundled demo model"
 LOCAL_LABEL = "Local folder or cached model id"
+SERVER_LABEL = "Model server (OpenAI-compatible)"
 
 
 def sidebar() -> None:
@@ -19,26 +20,14 @@ def sidebar() -> None:
     :func:`app.state.set_decoding`)."""
     with st.sidebar:
         st.header("Model")
-        source = st.radio("Model", [DEMO_LABEL, LOCAL_LABEL], key="model_source", label_visibility="collapsed")
-        if source == DEMO_LABEL:
-            name = str(DEMO_MODEL)
-            st.caption("A small GPT-2 trained on arithmetic and invented-world facts, bundled with the app.")
+        source = st.radio("Model", [DEMO_LABEL, LOCAL_LABEL, SERVER_LABEL], key="model_source",
+                          label_visibility="collapsed")
+        if source == SERVER_LABEL:
+            lm, error = _server_model()
         else:
-            name = st.text_input("Folder or model id", key="model_name",
-                                 placeholder="/path/to/model or org/model-name",
-                                 help="A folder made by save_pretrained, or a model id already in the local "
-                                      "Hugging Face cache. Nothing is downloaded.").strip()
-        lm, error = None, None
-        if name:
-            try:
-                lm = get_model(name)
-            except (ModelLoadError, OSError, ValueError) as exc:
-                # the message quotes the typed name: escaped (and shortened) here, for the sidebar and for the
-                # pages that show it from the session state
-                error = md_literal(str(exc))
-                st.error(error)
+            lm, error = _local_model(source)
         state.set_model(lm, error)
-        if lm is not None:  # no code span: character references would show as typed there
+        if lm is not None and source != SERVER_LABEL:  # no code span: character references would show as typed
             st.caption(f"Loaded: {md_literal(lm.model_id) if source != DEMO_LABEL else 'demo-model'} · "
                        f"vocabulary {lm.vocab_size:,} · {lm.device}")
 
@@ -50,7 +39,7 @@ def sidebar() -> None:
             top_k = st.number_input("Top-k (0 = off)", 0, 1000, 0, key="top_k", disabled=not sample)
             top_p = st.slider("Top-p", 0.05, 1.0, 1.0, 0.05, key="top_p", disabled=not sample)
             seed = st.number_input("Seed", 0, 2**31 - 1, 0, key="seed", disabled=not sample)
-            has_template = lm is not None and lm.has_chat_template
+            has_template = lm is not None and bool(getattr(lm, "has_chat_template", False))
             chat = st.toggle("Chat template", key="chat_template", disabled=not has_template,
                              help="Wrap the prompt with the tokenizer's chat template"
                                   + ("" if has_template else " (this model has none)"))
@@ -58,3 +47,57 @@ def sidebar() -> None:
         state.set_decoding(DecodingConfig(
             max_new_tokens=int(max_new), do_sample=bool(sample), temperature=float(temperature), top_k=int(top_k),
             top_p=float(top_p), seed=int(seed) if sample else None, chat_template=bool(chat and has_template)))
+
+
+def _local_model(source: str):
+    """The bundled model or a local folder / cached id typed in the sidebar: (model, None) or (None, message)."""
+    if source == DEMO_LABEL:
+        name = str(DEMO_MODEL)
+        st.caption("A small GPT-2 trained on arithmetic and invented-world facts, bundled with the app.")
+    else:
+        name = st.text_input("Folder or model id", key="model_name", placeholder="/path/to/model or org/model-name",
+                             help="A folder made by save_pretrained, or a model id already in the local Hugging "
+                                  "Face cache. Nothing is downloaded.").strip()
+    if not name:
+        return None, None
+    try:
+        return get_model(name), None
+    except (ModelLoadError, OSError, ValueError) as exc:
+        # the message quotes the typed name: escaped (and shortened) here, for the sidebar and for the pages that
+        # show it from the session state
+        error = md_literal(str(exc))
+        st.error(error)
+        return None, error
+
+
+def _server_model():
+    """A model server (vLLM, or another server with its completions extensions): URL, served name, tokenizer."""
+    url = st.text_input("Server URL", key="server_url", placeholder="http://127.0.0.1:8000").strip()
+    name = st.text_input("Model name on the server", key="server_model", placeholder="org/model-name").strip()
+    tokenizer = st.text_input("Tokenizer (folder or cached id)", key="server_tokenizer",
+                              placeholder="default: the model name",
+                              help="The served model's tokenizer, read locally so that token ids are exact. "
+                                   "Nothing is downloaded.").strip()
+    full = st.toggle("Full distribution (exact entropy)", key="server_full",
+                     help="Ask for every token's log-probability: exact entropy, but large responses; for small "
+                          "vocabularies, and the server must allow it (vLLM: --max-logprobs -1). Off: the top-k "
+                          "log-probabilities, and entropy estimated with bounds.")
+    chat = st.toggle("Generate through the chat endpoint", key="server_chat",
+                     help="Off: token ids to /v1/completions, the chat template (sidebar's Decoding) applied here. On: "
+                          "/v1/chat/completions with the server's own template. Scoring always uses completions.")
+    recheck = st.button("Check connection", key="server_check")
+    if not (url and name):
+        st.caption("Give the server's address and the model's name on it. The API key, if the server needs one, is "
+                   "read from OPENAI_API_KEY where the dashboard runs.")
+        return None, None
+    from trace_core.record.server import ServerError
+
+    try:
+        lm = get_server(url, name, tokenizer or None, full_distribution=bool(full), api="chat" if chat else "completions",
+                        recheck=recheck)
+    except (ServerError, ModelLoadError, OSError, ValueError) as exc:
+        error = md_literal(str(exc))
+        st.error(error)
+        return None, error
+    st.caption(md_literal(lm.describe()))
+    return lm, None

@@ -99,6 +99,11 @@ if trace is not None:
                                alternatives_note=note))
         if note:
             st.caption(md_literal(note[0].upper() + note[1:] + "."))
+        if trace.metadata.entropy_source == "top_k":  # a server's top-k: surprisal exact, entropy estimated
+            bounds = trace.metadata.extra.get("entropy_lower") is not None
+            st.caption(f"Surprisal is exact; entropy is estimated from the top {trace.metadata.entropy_k} "
+                       "log-probabilities the server returned (the rest of the mass as one outcome, a lower bound)"
+                       + ("; the hover card gives each token's lower and upper bound." if bounds else "."))
         st.html(explain_risk(trace, exp)
                 + (explain_probability(calibrator, trace, probability) if probability is not None else ""))
 

@@ -8,19 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-CORPUS = [
-    "Q: What is 12 plus 7? A: 19",
-    "Q: What is the capital of France? A: Paris",
-    "The quick brown fox jumps over the lazy dog.",
-    "Numbers: 0 1 2 3 4 5 6 7 8 9 10 11 12 100 1000",
-    "Unicode: café naïve 日本語 emoji 🙂 done.",
-    "Line one\nLine two\n\tTabbed <b>bold</b> $x$ :red[alert]",
-] * 20
-
-CHAT_TEMPLATE = (
-    "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
+# The tiny models' training text and chat template; the engine bench builds its served model from the same ones.
+from bench.server_throughput import CHAT_TEMPLATE, CORPUS  # noqa: E402
 
 
 def _byte_level_tokenizer():

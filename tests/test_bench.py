@@ -81,3 +81,12 @@ def test_large_jsonl_bench_runs(capsys, tmp_path):
     assert set(rows) == set(names), out
     assert all(row[-1] == "ok" for row in rows.values()), out  # every run exited 0
     assert (tmp_path / "small.jsonl").stat().st_size > 0 and "60 answers" in out
+
+
+def test_server_throughput_bench_skips_cleanly_without_vllm(capsys, monkeypatch):
+    from bench.server_throughput import main
+
+    monkeypatch.delenv("TRACE_VLLM_PYTHON", raising=False)
+    main([])
+    out = capsys.readouterr().out
+    assert "server_throughput skipped:" in out and "TRACE_VLLM_PYTHON is not set" in out

@@ -291,3 +291,21 @@ def test_heatmap_shows_newlines_and_tabs_with_their_marks_and_keeps_the_layout()
     # the card shows the token the same way, without the layout
     assert [card_of(n).find_all(lambda x: x.tag == "code")[0].text() for n in nodes] == [
         "a↵", "⇥b", "c↵d", "∅", "\\u200b"]
+
+
+def test_card_shows_the_entropy_bounds_of_a_top_k_estimate():
+    import dataclasses
+
+    from helpers import make_trace
+
+    from app.components import heatmap_html
+    from trace_core.trace import TraceMetadata
+
+    trace = make_trace([0.1, 2.0, 0.3], [0.5, 1.5, 0.4])
+    meta = TraceMetadata(entropy_source="top_k", entropy_k=5,
+                         extra={"entropy_lower": [0.5, 1.5, 0.4], "entropy_upper": [0.9, 3.25, 0.7]})
+    out = heatmap_html(dataclasses.replace(trace, metadata=meta))
+    assert "1.50 – 3.25 nats (top-5)" in out and out.count("entropy bounds") == 3
+    assert "entropy bounds" not in heatmap_html(trace)  # exact entropy: no bounds
+    broken = TraceMetadata(entropy_source="top_k", entropy_k=5, extra={"entropy_lower": [0.5], "entropy_upper": "x"})
+    assert "entropy bounds" not in heatmap_html(dataclasses.replace(trace, metadata=broken))

@@ -540,3 +540,35 @@ def test_every_layout_through_read_dataset(tmp_path, fmt):
     assert "is 'two'; expected a whole number of tokens >= 0" in messages[1]
     assert "join the stream's NDJSON lines into one response first" in messages[2]
     assert "completion_probabilities[0].probs[1].prob is 1.5; expected a probability" in messages[3]
+
+
+# --------------------------------------------------------------------------------------------------
+# Responses recorded from a real vLLM server (tests/engine/record_fixtures.py)
+
+
+def test_recorded_vllm_chat_imports_with_its_numbers():
+    response = load("vllm_chat.json")
+    steps = response["choices"][0]["logprobs"]["content"]
+    trace = trace_from_openai(response)
+    assert len(trace) == len(steps) and trace.metadata.extra["api"] == "chat"
+    np.testing.assert_allclose(trace.surprisal, [-s["logprob"] for s in steps], atol=1e-12)
+    assert trace.metadata.entropy_source == "top_k" and trace.metadata.entropy_k == 5
+    for t, step in enumerate(steps):
+        offered = sorted((a["logprob"] for a in step["top_logprobs"]), reverse=True)
+        np.testing.assert_allclose(trace.top_logprobs[t], offered[:trace.n_alternatives], atol=1e-12)
+
+
+def test_recorded_vllm_prompt_logprobs_import_the_answer_span():
+    response = load("vllm_prompt_logprobs.json")
+    choice = response["choices"][0]
+    ids, entries = choice["prompt_token_ids"], choice["prompt_logprobs"]
+    trace = trace_from_openai(response, answer_tokens=5)
+    assert trace.token_ids.tolist() == ids[-5:]
+    expected = [-entries[p][str(ids[p])]["logprob"] for p in range(len(ids) - 5, len(ids))]
+    np.testing.assert_allclose(trace.surprisal, expected, atol=1e-12)
+    assert trace.ranks.tolist() == [entries[p][str(ids[p])]["rank"] for p in range(len(ids) - 5, len(ids))]
+
+
+def test_recorded_vllm_completions_with_token_ids_are_refused_with_the_reason():
+    with pytest.raises(ValueError, match="tokens are token ids .*return_tokens_as_token_ids"):
+        trace_from_openai(load("vllm_completions.json"))

@@ -97,7 +97,8 @@ _OPTION_OF = {"n_splits": "--splits", "calibration_fraction": "--calibration-fra
               "top_k": "--top-k", "top_p": "--top-p", "threshold": "--threshold", "coverage": "--coverage",
               "target_risk": "--target-risk", "tolerance": "--tolerance", "matcher": "--matcher",
               "feature_set": "--feature-set", "scalar_calibrator": "--calibrator", "methods": "--methods",
-              "embedder": "--embedder"}
+              "embedder": "--embedder", "concurrency": "--concurrency", "max_retries": "--retries",
+              "timeout": "--timeout", "tokenizer": "--server-tokenizer", "full_distribution": "--full-distribution"}
 _OPT_IN = {"allow_pickle_weights=True": "--allow-pickle-weights", "trust_remote_code=True": "--trust-remote-code",
            "stratified=True": "--stratified", "local_files_only=False": "(no option: the command line never "
                                                                         "downloads)"}

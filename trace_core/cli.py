@@ -47,11 +47,41 @@ __all__ = ["CLIError", "build_parser", "main"]
 
 
 def _load_model(args: argparse.Namespace):
+    """The local model (``--model``) or the model server (``--server``) that records the traces."""
+    if args.server:
+        from .record.server import ServerError, connect_server
+
+        try:
+            return connect_server(args.server, args.server_model, tokenizer=args.server_tokenizer,
+                                  api_key_env=args.api_key_env, timeout=args.timeout, max_retries=args.retries,
+                                  concurrency=args.concurrency, top_logprobs=max(args.alternatives, 1),
+                                  full_distribution=args.full_distribution, api=args.server_api)
+        except ServerError as exc:
+            raise CLIError(f"--server {_shown(args.server)}: {exc}") from exc
     from .record import load_model
 
     # A flag opts in; without it the environment's policy (off by default) applies.
     return load_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code or None,
                       allow_pickle_weights=args.allow_pickle_weights or None)
+
+
+def _check_model_choice(args: argparse.Namespace) -> None:
+    """Exactly one of --model and --server; --server needs --server-model and cannot run beam search."""
+    if not hasattr(args, "server"):
+        return
+    if bool(args.model) == bool(args.server):
+        raise CLIError("give --model (a local model) or --server URL with --server-model NAME (a model server), "
+                       "not both or neither")
+    if args.server and not args.server_model:
+        raise CLIError("--server needs --server-model: the name the server serves the model under")
+    if args.server and args.beams:
+        raise CLIError("--beams needs a local model (--model): model servers do not return beam scores")
+    if not args.server:
+        given = [o for o, v in (("--server-model", args.server_model), ("--server-tokenizer", args.server_tokenizer),
+                                ("--full-distribution", args.full_distribution),
+                                ("--server-api", args.server_api != "completions")) if v]
+        if given:
+            raise CLIError(f"{', '.join(given)}: only with --server")
 
 
 def _read(path: str, *, require_label: bool, args: argparse.Namespace):
@@ -136,6 +166,11 @@ def _check_options(args: argparse.Namespace) -> None:
     bad value never costs a run (the messages name keyword arguments; :func:`_cli_words` turns them into options)."""
     from ._checks import check_int, check_real
 
+    _check_model_choice(args)
+    if getattr(args, "server", None):
+        check_int(args.concurrency, "concurrency", minimum=1)
+        check_int(args.retries, "max_retries", minimum=0)
+        check_real(args.timeout, "timeout", minimum=0, low_open=True)
     if hasattr(args, "max_new_tokens"):
         _decoding(args)
     if hasattr(args, "splits"):
@@ -400,8 +435,26 @@ def cmd_flag(args: argparse.Namespace) -> None:
 
 
 def _model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="local model folder or a model id in the local Hugging Face cache")
+    p.add_argument("--model", help="local model folder or a model id in the local Hugging Face cache")
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, mps")
+    server = p.add_argument_group("model server (instead of --model)")
+    server.add_argument("--server", metavar="URL",
+                        help="an OpenAI-compatible model server (vLLM), e.g. http://127.0.0.1:8000")
+    server.add_argument("--server-model", metavar="NAME", help="the model's name on the server")
+    server.add_argument("--server-tokenizer", metavar="FOLDER_OR_ID",
+                        help="the served model's tokenizer (a local folder or cached id); default: --server-model")
+    server.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
+                        help="environment variable holding the server's API key (default OPENAI_API_KEY; unset: none)")
+    server.add_argument("--concurrency", type=int, default=4, help="requests in flight at once (default 4)")
+    server.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
+    server.add_argument("--retries", type=int, default=4, help="retries on 429, 5xx and lost connections (default 4)")
+    server.add_argument("--server-api", choices=["completions", "chat"], default="completions",
+                        help="generate through /v1/completions with token ids and the chat template applied here "
+                             "(default), or through /v1/chat/completions with the server's template; scoring always "
+                             "uses completions")
+    server.add_argument("--full-distribution", action="store_true",
+                        help="ask for every token's log-probability (exact entropy; the server needs --max-logprobs -1; "
+                             "sensible for small vocabularies only)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--alternatives", type=int, default=5, help="top alternatives stored per token (default 5)")
     p.add_argument("--chat-template", action="store_true", help="wrap prompts with the tokenizer's chat template")

@@ -223,6 +223,8 @@ def fit_new_tokens(lm: Any, prompt: str, *, max_new_tokens: int, chat_template: 
 
     max_new_tokens = check_int(max_new_tokens, "max_new_tokens", minimum=1)
     limit = context_length(lm)
+    if getattr(lm, "api", None) == "chat":  # the server applies its template: count it as the server will see it
+        chat_template = bool(getattr(lm.tokenizer, "chat_template", None))
     n_prompt = len(encode_prompt(lm.tokenizer, prompt, chat_template=chat_template))
     if limit is None or n_prompt + max_new_tokens <= limit:
         return ContextFit(max_new_tokens, n_prompt, limit)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ._checks import shorten
 
-__all__ = ["SETTINGS", "Setting", "SettingError", "get", "settings_table"]
+__all__ = ["SETTINGS", "Setting", "SettingError", "get", "secret", "settings_table"]
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -69,6 +69,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
             "code."),
     Setting("TRACE_MODEL_ALLOWLIST", "list", None,
             "Comma-separated model ids or folders that may be loaded; unset: every local model."),
+    Setting("TRACE_MODEL_SERVERS", "list", None,
+            "Model servers the dashboard may connect to: comma-separated base URLs (`*` for any). Unset: servers on "
+            "the dashboard's own machine only (127.0.0.1, localhost, [::1])."),
     Setting("TRACE_LOCAL_FILES", "flag", False,
             "Whether the dashboard's Calibrate page offers \"File path\": reading dataset files on the machine it "
             "runs on, inside `TRACE_DATA_DIR` only."),
@@ -79,6 +82,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
     Setting("TRACE_MAX_ROWS", "int", 100_000, "Most rows the dashboard reads from one dataset."),
     Setting("TRACE_MAX_NEW_TOKENS", "int", 512, "Most new tokens the dashboard lets a user ask for."),
     Setting("TRACE_MAX_PROMPT_CHARS", "int", 8_000, "Longest prompt (characters) the Inspect page accepts."),
+    Setting("TRACE_VLLM_PYTHON", "text", "",
+            "Development: the Python of an environment with vLLM; the engine tests and `bench/server_throughput.py` "
+            "start a real server with it (`make test-engine` builds one)."),
     Setting("TRACE_SCREENSHOTS", "text", "", "Development: folder where the browser tests save page screenshots."),
     Setting("TRACE_LOAD_SHOTS", "text", "", "Development: folder where the load test saves screenshots."),
 ]}
@@ -111,3 +117,9 @@ def settings_table() -> str:
     for s in SETTINGS.values():
         lines.append(f"| `{s.name}` | {kinds[s.kind]} | {shown(s)} | {s.help} |")
     return "\n".join(lines)
+
+
+def secret(name: str) -> str | None:
+    """The value of the environment variable ``name`` that holds a secret (a model server's API key, the variable
+    the user names), read at each call; never parsed, shown or stored. None when unset or empty."""
+    return os.environ.get(name) or None

@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     import pyarrow
 
 __all__ = ["COLUMNS", "ENTROPY_TOLERANCE", "MAX_ENTROPY_NATS", "MAX_NATS", "TOP_K_MASS_TOLERANCE", "TRACE_COLUMNS",
-           "TraceColumn", "entropy_from_top_k", "parse_beam_logprobs", "trace_from_cells", "traces_to_columns"]
+           "TraceColumn", "entropy_from_top_k", "parse_beam_logprobs", "top_k_entropy_bounds", "trace_from_cells",
+           "traces_to_columns"]
 
 #: The largest surprisal, in nats, that the readers accept (the chosen token's log-probability is at least -MAX_NATS),
 #: and the log-probability below which an alternative counts as "no probability". A probability below e^-1000 (about
@@ -471,6 +472,81 @@ def entropy_from_top_k(top_logprobs: Any) -> np.ndarray:
     rest = np.clip(1.0 - p.sum(axis=1), 0.0, None)
     tail = -np.where(rest > 0, rest * np.log(np.where(rest > 0, rest, 1.0)), 0.0)
     return np.maximum(known + tail, 0.0)
+
+
+def top_k_entropy_bounds(top_logprobs: Any, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper bounds on the full-vocabulary entropy of each step, from its top-k log-probabilities.
+
+    Per step, with the top-k probabilities ``p_1 >= ... >= p_k`` (their entropy part ``K = -sum_i p_i log p_i``),
+    the rest ``r = 1 - sum_i p_i`` lies on the ``V - k`` unseen tokens, each at most ``p_k`` (the top-k are the k
+    most likely). Entropy is concave, so over that set of tails it is
+
+    * largest when ``r`` is spread evenly: ``upper = K + r log((V - k) / r)`` (each unseen token gets
+      ``r / (V - k) <= p_k``);
+    * smallest at a corner, ``r`` on as few tokens as possible: ``n = floor(r / p_k)`` tokens of ``p_k`` and one of
+      the remainder ``r - n p_k``: ``lower = K - n p_k log p_k - (r - n p_k) log(r - n p_k)``.
+
+    Both are attained by some distribution with these top-k, so no tighter bounds exist. Putting all of ``r`` on
+    one token (:func:`entropy_from_top_k`) gives at most ``lower``. With ``k = 0`` the cap is 1 (bounds 0 and
+    ``log V``). Numbers that are not exactly a distribution's top-k are read leniently: a sum a little above 1
+    (rounded log-probabilities) leaves ``r = 0``; a k-th probability of 0 (``-inf``) means the unseen tokens have
+    none, and a leftover ``r`` is rounding (``lower = K``); so is a leftover when ``k >= V``. Always
+    ``lower <= upper``.
+
+    Parameters
+    ----------
+    top_logprobs : array-like of float, shape (T, k)
+        Each step's k most likely log-probabilities (any order; ``-inf`` is probability 0).
+    vocab_size : int
+        V, the size of the distribution (the model's logit vector), at least k.
+
+    Returns
+    -------
+    lower, upper : ndarray of float64, shape (T,)
+        In nats.
+
+    Raises
+    ------
+    ValueError
+        Not 2-D, NaN, a log-probability above 0 (beyond the tolerance), or ``vocab_size`` below k.
+
+    Examples
+    --------
+    >>> lower, upper = top_k_entropy_bounds([[np.log(0.5)]], 3)  # the rest, 0.5, on 2 tokens of at most 0.5
+    >>> lower.round(4), upper.round(4)  # from [0.5, 0.5, 0] and [0.5, 0.25, 0.25]
+    (array([0.6931]), array([1.0397]))
+    """
+    lp = np.asarray(top_logprobs, dtype=np.float64)
+    if lp.ndim != 2:
+        raise ValueError(f"`top_logprobs` must be 2-D (T, k), got shape {lp.shape}")
+    if np.isnan(lp).any() or (lp > LOGPROB_TOLERANCE).any():
+        raise ValueError("`top_logprobs` must be log-probabilities (<= 0, not NaN)")
+    k = lp.shape[1]
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < max(k, 1):
+        raise ValueError(f"`vocab_size` must be an integer of at least k = {max(k, 1)}, got {vocab_size!r}")
+    lp = np.minimum(lp, 0.0)
+    p = np.exp(lp)
+    known = -np.sum(np.where(p > 0, p * np.where(np.isfinite(lp), lp, 0.0), 0.0), axis=1)
+    rest = np.clip(1.0 - p.sum(axis=1), 0.0, None)
+    unseen = int(vocab_size) - k
+    if unseen <= 0:  # every token is among the top-k: a leftover is rounding
+        return known.copy(), known.copy()
+    cap = p.min(axis=1) if k else np.ones(lp.shape[0])
+    spread = rest > 0
+    safe_rest = np.where(spread, rest, 1.0)
+    upper = known + np.where(spread, rest * np.log(unseen / safe_rest), 0.0)
+    capped = cap > 0
+    safe_cap = np.where(capped, cap, 1.0)
+    n_full = np.where(capped, np.minimum(np.floor(rest / safe_cap), unseen), 0.0)
+    remainder = np.clip(np.where(capped, rest - n_full * safe_cap, 0.0), 0.0, None)
+    lower = known + n_full * _entr(safe_cap) + _entr(remainder)
+    lower = np.where(capped, lower, known)
+    return np.maximum(np.minimum(lower, upper), 0.0), np.maximum(upper, 0.0)
+
+
+def _entr(p: np.ndarray) -> np.ndarray:
+    """``-p log p`` elementwise, 0 at p = 0."""
+    return -np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
 
 
 # --------------------------------------------------------------------------------------------------

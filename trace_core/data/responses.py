@@ -341,6 +341,9 @@ def _list_field(logprobs: Mapping[str, Any], name: str, choice_at: str) -> Seque
     return _list(logprobs.get(name), f"{choice_at}.logprobs.{name}")
 
 
+_TOKEN_ID_TEXT = re.compile(r"token_id:-?\d+")
+
+
 def _parse_completions(response: Mapping[str, Any]) -> ParsedResponse:
     """Legacy completions: ``choices[0].logprobs`` is ``{"tokens", "token_logprobs", "top_logprobs": [{token:
     logprob} or null, ...]}``; the answer is ``choices[0].text``."""
@@ -358,6 +361,11 @@ def _parse_completions(response: Mapping[str, Any]) -> ParsedResponse:
                          f"got {show(tops)}")
     steps = []
     where = f"{choice_at}.logprobs"
+    if tokens and all(isinstance(t, str) and _TOKEN_ID_TEXT.fullmatch(t) for t in tokens):
+        # vLLM's return_tokens_as_token_ids: ids instead of texts, so the answer cannot be split into tokens here
+        raise ValueError(f"{where}.tokens are token ids ({show(tokens[0])}), not texts: the response was made with "
+                         "return_tokens_as_token_ids; record the answers with the server itself (connect_server, "
+                         "or --server) or save responses without that option")
     for i, (token, lp, top) in enumerate(zip(tokens, token_logprobs, tops)):
         if not isinstance(token, str):
             raise ValueError(f"{where}.tokens[{i}] must be a string, got {show(token)}")

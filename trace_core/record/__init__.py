@@ -12,7 +12,9 @@ Both are imported lazily, inside functions, so ``import trace_core`` and ``impor
 * :mod:`.stats` -- the recorder statistics both generation and teacher forcing use; :mod:`.build` -- the one
   builder of a Trace from recorded arrays.
 * :mod:`.backends` -- what runs the model: the public functions validate, tokenize and build traces; a backend
-  (today the local Hugging Face one) turns token ids into per-token arrays.
+  (the local Hugging Face one, or a model server's) turns token ids into per-token arrays.
+* :mod:`.server` -- :func:`connect_server`: a model served over the OpenAI-compatible API (vLLM), usable wherever a
+  loaded model is.
 * :mod:`.embedder` -- the sentence-embedding model of the semantic baselines (:mod:`trace_core.semantic`).
 """
 
@@ -30,6 +32,7 @@ from .load import (
     load_model,
     model_allowlist,
 )
+from .server import ServerError, ServerModel, connect_server
 from .teacher import score_answer, score_answers
 from .tokens import alternative_pieces, context_length, encode_prompt, token_pieces
 
@@ -38,10 +41,13 @@ __all__ = [
     "ModelLoadError",
     "ModelNotAllowedError",
     "ModelNotFoundError",
+    "ServerError",
+    "ServerModel",
     "UnsafeModelError",
     "alternative_pieces",
     "beam_logprobs",
     "check_model_allowed",
+    "connect_server",
     "context_length",
     "encode_prompt",
     "generate_trace",

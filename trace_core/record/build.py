@@ -35,7 +35,8 @@ def _build_trace(backend: Backend, prompt: str, recorded: RecordedAnswer, *, sou
         Whether the prompt was wrapped in the chat template.
     prompt_tokens : int
         Length of the encoded prompt, kept in ``metadata.extra``; so is ``vocab_size`` (V, the backend's
-        distribution size), which bounds the entropy (at most log V) when the trace is read back from a table.
+        distribution size), which bounds the entropy (at most log V) when the trace is read back from a table, and
+        whatever a backend adds in ``recorded.extra`` (a server's URL, API and per-token entropy bounds).
 
     Returns
     -------
@@ -54,6 +55,7 @@ def _build_trace(backend: Backend, prompt: str, recorded: RecordedAnswer, *, sou
         extra["finish_reason"] = recorded.finish_reason
     extra["prompt_tokens"] = prompt_tokens
     extra["vocab_size"] = int(backend.vocab_size)
+    extra.update(recorded.extra)  # a server backend's details (URL, entropy bounds)
     metadata = TraceMetadata(
         model_id=backend.model_id, source=source, decoding=dict(decoding), processed=recorded.processed,
         entropy_source=recorded.entropy_source, entropy_k=recorded.entropy_k,

@@ -9,12 +9,13 @@ from ..trace import DecodingConfig, Trace
 from .backends import backend_of
 from .build import _build_trace
 from .load import LoadedModel
+from .server import ServerModel
 from .tokens import _check_prompts, encode_prompt
 
 __all__ = ["generate_trace", "generate_traces"]
 
 
-def generate_trace(lm: LoadedModel, prompt: str, *, config: DecodingConfig = DecodingConfig(),
+def generate_trace(lm: LoadedModel | ServerModel, prompt: str, *, config: DecodingConfig = DecodingConfig(),
                    generate_kwargs: Mapping[str, Any] | None = None) -> Trace:
     """Generate an answer to one prompt and record its trace. See :func:`generate_traces`.
 
@@ -30,7 +31,7 @@ def generate_trace(lm: LoadedModel, prompt: str, *, config: DecodingConfig = Dec
     return generate_traces(lm, [prompt], config=config, generate_kwargs=generate_kwargs)[0]
 
 
-def generate_traces(lm: LoadedModel, prompts: Sequence[str], *, config: DecodingConfig = DecodingConfig(),
+def generate_traces(lm: LoadedModel | ServerModel, prompts: Sequence[str], *, config: DecodingConfig = DecodingConfig(),
                     batch_size: int = 8, generate_kwargs: Mapping[str, Any] | None = None,
                     progress: Callable[[int, int], None] | None = None) -> list[Trace]:
     """Generate answers and record each answer's trace in the same pass.
@@ -41,11 +42,14 @@ def generate_traces(lm: LoadedModel, prompts: Sequence[str], *, config: Decoding
 
     Parameters
     ----------
-    lm : LoadedModel
-        From :func:`~trace_core.record.load_model`.
+    lm : LoadedModel or ServerModel
+        From :func:`~trace_core.record.load_model`, or a model server from :func:`~trace_core.record.connect_server`
+        (one request per answer, ``concurrency`` at once, so ``batch_size`` bounds the requests in flight too).
     prompts : sequence of str
     config : DecodingConfig
         Greedy (default) or sampled decoding; the trace is of the distribution before temperature/top-k/top-p.
+        A server connected with ``api="chat"`` applies its own chat template whatever ``config.chat_template``
+        says (see :func:`~trace_core.record.connect_server`).
     batch_size : int, default 8
         Prompts per ``generate`` call (left-padded).
     generate_kwargs : mapping, optional
@@ -79,20 +83,28 @@ def generate_traces(lm: LoadedModel, prompts: Sequence[str], *, config: Decoding
         raise TypeError(f"`config` must be a DecodingConfig, got {type(config).__name__}")
     options = dict(generate_kwargs or {})
     backend.check_generate_options(options)
-    encoded = [encode_prompt(backend.tokenizer, p, chat_template=config.chat_template) for p in prompts]
+    # A backend that applies the chat template itself (a server's chat endpoint) gets the prompts' text; the ids
+    # encoded here (with the local chat template when the tokenizer has one) then only estimate the prompt's length.
+    server_template = bool(getattr(backend, "applies_chat_template", False))
+    chat_template = (bool(getattr(backend.tokenizer, "chat_template", None)) if server_template
+                     else config.chat_template)
+    encoded = [encode_prompt(backend.tokenizer, p, chat_template=chat_template) for p in prompts]
     limit = backend.context_length()
     for i, ids in enumerate(encoded):
         if limit is not None and len(ids) + config.max_new_tokens > limit:
             # Past its last position a model fails deep inside torch (IndexError); say why instead.
-            raise ValueError(f"prompt {i} is {len(ids):,} tokens and max_new_tokens is {config.max_new_tokens:,}, "
+            size = f"about {len(ids):,} tokens (estimated locally)" if server_template else f"{len(ids):,} tokens"
+            raise ValueError(f"prompt {i} is {size} and max_new_tokens is {config.max_new_tokens:,}, "
                              f"but the model reads at most {limit:,} tokens, prompt and answer together")
     decoding = config.to_dict()
     traces: list[Trace] = []
     for start in range(0, len(prompts), batch_size):
         rows = range(start, min(start + batch_size, len(prompts)))
-        recorded = backend.generate([encoded[i] for i in rows], config, options, seed_offset=start)
+        text = {"prompts": [prompts[i] for i in rows]} if server_template else {}
+        recorded = backend.generate([encoded[i] for i in rows], config, options, seed_offset=start, **text)
         traces.extend(_build_trace(backend, prompts[i], answer, source="generate", decoding=decoding,
-                                   chat_template=config.chat_template, prompt_tokens=len(encoded[i]))
+                                   chat_template=config.chat_template or server_template,
+                                   prompt_tokens=len(encoded[i]))
                       for i, answer in zip(rows, recorded))
         if progress is not None:
             progress(len(traces), len(prompts))

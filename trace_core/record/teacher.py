@@ -9,6 +9,7 @@ from ..trace import Trace
 from .backends import backend_of
 from .build import _build_trace
 from .load import LoadedModel
+from .server import ServerModel
 from .tokens import _check_prompts, encode_prompt
 
 __all__ = ["score_answer", "score_answers"]
@@ -16,8 +17,9 @@ __all__ = ["score_answer", "score_answers"]
 _DEFAULT_MAX_LOGITS_BYTES = 256 * 2**20
 
 
-def score_answer(lm: LoadedModel, prompt: str, answer: str | Sequence[int], *, chat_template: bool = False,
-                 n_alternatives: int = 5, max_logits_bytes: int = _DEFAULT_MAX_LOGITS_BYTES) -> Trace:
+def score_answer(lm: LoadedModel | ServerModel, prompt: str, answer: str | Sequence[int], *,
+                 chat_template: bool = False, n_alternatives: int = 5,
+                 max_logits_bytes: int = _DEFAULT_MAX_LOGITS_BYTES) -> Trace:
     """Trace of an existing answer by teacher forcing. See :func:`score_answers`.
 
     Examples
@@ -31,7 +33,7 @@ def score_answer(lm: LoadedModel, prompt: str, answer: str | Sequence[int], *, c
                          batch_size=1, max_logits_bytes=max_logits_bytes)[0]
 
 
-def score_answers(lm: LoadedModel, prompts: Sequence[str], answers: Sequence[str | Sequence[int]], *,
+def score_answers(lm: LoadedModel | ServerModel, prompts: Sequence[str], answers: Sequence[str | Sequence[int]], *,
                   chat_template: bool = False, n_alternatives: int = 5, batch_size: int = 8,
                   max_logits_bytes: int = _DEFAULT_MAX_LOGITS_BYTES,
                   progress: Callable[[int, int], None] | None = None) -> list[Trace]:
@@ -44,8 +46,9 @@ def score_answers(lm: LoadedModel, prompts: Sequence[str], answers: Sequence[str
 
     Parameters
     ----------
-    lm : LoadedModel
-        From :func:`~trace_core.record.load_model`.
+    lm : LoadedModel or ServerModel
+        From :func:`~trace_core.record.load_model`, or a model server from :func:`~trace_core.record.connect_server`
+        (one request per answer, ``concurrency`` at once, so ``batch_size`` bounds the requests in flight too).
     prompts : sequence of str
     answers : sequence of str or of token-id sequences
         A string is tokenized on its own (no special tokens added). Pass the token ids to score exactly the tokens

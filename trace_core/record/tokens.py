@@ -24,7 +24,7 @@ def encode_prompt(tokenizer: Any, prompt: str, *, chat_template: bool = False) -
     Parameters
     ----------
     tokenizer : Hugging Face tokenizer
-        ``LoadedModel.tokenizer``.
+        ``LoadedModel.tokenizer`` (or ``ServerModel.tokenizer``).
     prompt : str
         The user's text.
     chat_template : bool, default False
@@ -291,12 +291,13 @@ def context_length(lm: Any) -> int | None:
 
     Parameters
     ----------
-    lm : LoadedModel
+    lm : LoadedModel or ServerModel
 
     Returns
     -------
     int or None
-        For a Hugging Face model, its config's ``max_position_embeddings``.
+        For a Hugging Face model, its config's ``max_position_embeddings``; for a model server, the
+        ``max_model_len`` it lists (vLLM).
 
     Examples
     --------

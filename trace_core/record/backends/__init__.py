@@ -1,9 +1,9 @@
 """Model backends behind the public recording functions, and the dispatch from a loaded model to its backend.
 
-Today there is one, :class:`~.hf.HuggingFaceBackend` for a :class:`~trace_core.record.LoadedModel`. A second one
-(an OpenAI-compatible model server) implements :class:`~.base.Backend` in its own module here and gets one branch in
-:func:`backend_of`; callers of ``generate_traces``, ``score_answers``, ``beam_logprobs`` and ``context_length`` do
-not change.
+:class:`~.hf.HuggingFaceBackend` runs a :class:`~trace_core.record.LoadedModel`; :class:`~.server.ServerBackend`
+talks to a :class:`~trace_core.record.ServerModel` (an OpenAI-compatible model server). Both implement
+:class:`~.base.Backend`, so callers of ``generate_traces``, ``score_answers``, ``beam_logprobs`` and
+``context_length`` pass either.
 """
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..load import LoadedModel
+from ..server import ServerModel
 from .base import Backend, RecordedAnswer
 from .hf import HuggingFaceBackend
+from .server import ServerBackend
 
-__all__ = ["Backend", "HuggingFaceBackend", "RecordedAnswer", "backend_of"]
+__all__ = ["Backend", "HuggingFaceBackend", "RecordedAnswer", "ServerBackend", "backend_of"]
 
 
 def backend_of(lm: Any) -> Backend:
@@ -22,8 +24,8 @@ def backend_of(lm: Any) -> Backend:
 
     Parameters
     ----------
-    lm : LoadedModel
-        From :func:`~trace_core.record.load_model`.
+    lm : LoadedModel or ServerModel
+        From :func:`~trace_core.record.load_model` or :func:`~trace_core.record.connect_server`.
 
     Returns
     -------
@@ -32,8 +34,11 @@ def backend_of(lm: Any) -> Backend:
     Raises
     ------
     TypeError
-        ``lm`` is not a loaded model.
+        ``lm`` is neither a loaded model nor a server model.
     """
     if isinstance(lm, LoadedModel):
         return HuggingFaceBackend(lm)
-    raise TypeError(f"`lm` must be a LoadedModel (from load_model), got {type(lm).__name__}")
+    if isinstance(lm, ServerModel):
+        return ServerBackend(lm)
+    raise TypeError(f"`lm` must be a LoadedModel (from load_model) or a ServerModel (from connect_server), got "
+                    f"{type(lm).__name__}")

@@ -10,7 +10,7 @@ another backend (a model server) implements the same :class:`Backend` protocol a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -50,6 +50,9 @@ class RecordedAnswer:
         The alternatives' text, for a backend that knows it (a server returning token texts, whose ids may be -1);
         None lets the trace builder decode ``top_ids`` with the tokenizer
         (:func:`~trace_core.record.tokens.alternative_pieces`).
+    extra : mapping, default {}
+        Details for the trace's ``metadata.extra`` (a server's API, URL, log-probability mode, per-token entropy
+        bounds); JSON values only.
 
     Small rounding outside the valid ranges (a log-probability of +1e-7) is clipped when the Trace is built.
     """
@@ -65,6 +68,7 @@ class RecordedAnswer:
     entropy_source: str = "exact"
     entropy_k: int | None = None
     top_tokens: tuple[tuple[str, ...], ...] | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Backend(Protocol):
@@ -80,6 +84,10 @@ class Backend(Protocol):
     tokenizer : Hugging Face-compatible tokenizer
         Used to encode prompts and answers and to decode token pieces (:mod:`trace_core.record.tokens`), so every
         backend sees exactly the same token ids.
+    applies_chat_template : bool, optional
+        True for a backend that generates from the prompts' text and applies the chat template itself (a server's
+        chat endpoint): :meth:`generate` then also gets ``prompts=``, and the prompt ids it gets only estimate the
+        prompt's length. Absent means False.
     """
 
     model_id: str
@@ -103,7 +111,8 @@ class Backend(Protocol):
         """Generate one answer per prompt and record it, in the order given.
 
         ``seed_offset`` is added to ``config.seed`` so that each batch of a request draws differently yet
-        reproducibly.
+        reproducibly. A backend with ``applies_chat_template`` also takes ``prompts`` (keyword): the prompts' text,
+        aligned with ``prompt_ids``.
         """
         ...
 

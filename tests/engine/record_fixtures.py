@@ -1,0 +1,89 @@
+"""Record real vLLM responses of the tiny random-weight test model into tests/data/responses/ (run once, by hand).
+
+    TRACE_VLLM_PYTHON=PATH python tests/engine/record_fixtures.py [--out tests/data/responses]
+
+Builds the engine tests' tiny GPT-2 (random weights: the responses hold no third-party model output), starts a vLLM
+server on it and saves three responses, pretty-printed, for the importer tests:
+
+* ``vllm_completions.json``: ``/v1/completions`` with ``logprobs: 5`` and ``return_tokens_as_token_ids: true``;
+* ``vllm_chat.json``: ``/v1/chat/completions`` with ``logprobs: true, top_logprobs: 5`` (the tokenizer's chat
+  template);
+* ``vllm_prompt_logprobs.json``: ``/v1/completions`` of a prompt followed by its answer with ``prompt_logprobs: 5``
+  (the answer's tokens are the last ones of ``prompt_token_ids``).
+
+The three requests are saved too, in ``vllm_requests.json`` (file name -> endpoint and body), so that each response
+can be read with what asked for it. Greedy decoding: recording again gives the same tokens and numbers (ids and
+``created`` times differ).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.server_throughput import (  # noqa: E402
+    SERVED_NAME,
+    post_json,
+    save_tiny_gpt2,
+    start_vllm,
+    stop_vllm,
+    vllm_python_from_env,
+    vllm_unavailable,
+)
+
+PROMPT = "Q: What is the capital of France? A:"
+ANSWER = " Paris is the capital."
+
+
+def requests_for(model_dir: Path) -> dict[str, tuple[str, dict]]:
+    """File name -> (endpoint, request body)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    prompt_ids = tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
+    answer_ids = tokenizer(ANSWER, add_special_tokens=False)["input_ids"]
+    common = {"model": SERVED_NAME, "temperature": 0.0, "seed": 0}
+    return {
+        "vllm_completions.json": ("/v1/completions", {
+            **common, "prompt": prompt_ids, "max_tokens": 8, "logprobs": 5, "return_tokens_as_token_ids": True}),
+        "vllm_chat.json": ("/v1/chat/completions", {
+            **common, "messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 8,
+            "logprobs": True, "top_logprobs": 5}),
+        "vllm_prompt_logprobs.json": ("/v1/completions", {
+            **common, "prompt": prompt_ids + answer_ids, "max_tokens": 1, "prompt_logprobs": 5,
+            "return_tokens_as_token_ids": True, "return_token_ids": True}),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "tests" / "data" / "responses")
+    parser.add_argument("--vllm-python", default=vllm_python_from_env())
+    args = parser.parse_args(argv)
+    reason = vllm_unavailable(args.vllm_python)
+    if reason:
+        raise SystemExit(f"cannot record: {reason}")
+    with tempfile.TemporaryDirectory(prefix="tiny-gpt2-") as tmp:
+        model_dir = save_tiny_gpt2(Path(tmp) / "model")
+        proc, url = start_vllm(args.vllm_python, model_dir, Path(tmp) / "server.log")
+        try:
+            asked = requests_for(model_dir)
+            args.out.mkdir(parents=True, exist_ok=True)
+            for name, (endpoint, body) in asked.items():
+                response = json.loads(post_json(url + endpoint, body))
+                (args.out / name).write_text(json.dumps(response, indent=2, ensure_ascii=False) + "\n")
+                print(f"wrote {args.out / name}")
+            requests = {name: {"endpoint": endpoint, "body": body} for name, (endpoint, body) in asked.items()}
+            (args.out / "vllm_requests.json").write_text(json.dumps(requests, indent=2) + "\n")
+        finally:
+            stop_vllm(proc)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,390 @@
+"""The model-server backend: a :class:`~trace_core.record.server.ServerModel` behind the OpenAI-compatible API.
+
+* Generation: one ``POST /v1/completions`` per prompt with the prompt's token ids, ``logprobs`` and
+  ``return_tokens_as_token_ids`` (alternatives are keyed ``"token_id:N"``, so two tokens with the same text never
+  merge). vLLM returns the end-of-answer token at the end of an answer that stopped on it: it is dropped, as the local
+  recorder stops before it.
+* Generation with ``api="chat"``: one ``POST /v1/chat/completions`` per prompt with the prompt's text as one user
+  message (the server applies its chat template), ``logprobs: true``, ``top_logprobs`` and
+  ``return_tokens_as_token_ids``; ``choices[0].logprobs.content`` gives the same arrays. vLLM's chat endpoint keeps the
+  first ``top_logprobs`` entries of a step, the sampled token first, so a sampled token outside the top k would push
+  the k-th out: when the chosen token can fall outside the top k (sampling, a repetition penalty) k + 1 are asked
+  and k kept. ``top_logprobs: -1`` is the full distribution there. The trace's ``prompt_tokens`` is the server's
+  count (``usage.prompt_tokens``).
+* Teacher forcing (whatever ``api`` says): one ``POST /v1/completions`` per answer with prompt + answer ids,
+  ``max_tokens=1`` and ``prompt_logprobs``; the answer's entries are taken by token position. The echoed prompt ids
+  must equal those sent.
+
+What is exact: token ids (the local tokenizer), the chosen tokens' log-probabilities, the alternatives. The entropy is
+exact with ``full_distribution=True``; otherwise it is estimated from the top k
+(:func:`~trace_core.data.codec.entropy_from_top_k`, ``entropy_source="top_k"``) and each token's lower and upper
+bounds (:func:`~trace_core.data.codec.top_k_entropy_bounds`) go to ``metadata.extra["entropy_lower"]`` and
+``["entropy_upper"]``. Ranks are exact with the full distribution and when teacher forcing (vLLM gives the answer
+token's rank); in top-k generation a token outside the top k gets rank k + 1, and ``extra["ranks_capped_at"]``
+says so. The log-probabilities are the server's: vLLM's default ``--logprobs-mode`` is the raw distribution (before
+penalties and sampling warpers), recorded as ``extra["logprobs_mode"] = "raw (server default)"``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..._checks import shorten
+from ...data.codec import entropy_from_top_k, top_k_entropy_bounds
+from ...trace import DecodingConfig
+from ..server import ServerError, ServerModel, _RefusedError
+from .base import RecordedAnswer
+
+__all__ = ["ServerBackend"]
+
+_CAPPED = re.compile(r"requested (sample|prompt) logprobs of (-?\d+), which is greater than max allowed: (-?\d+)",
+                     re.IGNORECASE)
+_TOKEN_ID = re.compile(r"(?:token_id:)?(\d+)")
+# A full distribution's probabilities must add up to 1 within this (float32 rounding over the vocabulary).
+_FULL_MASS_TOLERANCE = 1e-3
+_CANNOT_SCORE = ("this server cannot score existing answers (no prompt log-probabilities); generate with it, or score "
+                 "with a local copy of the model (`load_model`) or a vLLM server")
+
+
+class ServerBackend:
+    """:class:`~trace_core.record.backends.base.Backend` for a :class:`ServerModel`; holds no state of its own."""
+
+    def __init__(self, sm: ServerModel) -> None:
+        self.sm = sm
+        self.model_id = sm.model_id
+        self.tokenizer = sm.tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sm.vocab_size
+
+    def context_length(self) -> int | None:
+        return self.sm.context_length
+
+    def check_generate_options(self, options: Mapping[str, Any]) -> None:
+        if options:
+            names = ", ".join(f"`{k}`" for k in sorted(map(str, options)))
+            raise ValueError(f"a model server takes no extra generate options (got {names[:200]}); set decoding "
+                             "through DecodingConfig")
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Generation
+
+    @property
+    def applies_chat_template(self) -> bool:
+        """True with ``api="chat"``: the server wraps each prompt in its own chat template."""
+        return self.sm.api == "chat"
+
+    def generate(self, prompt_ids: Sequence[list[int]], config: DecodingConfig, options: Mapping[str, Any], *,
+                 seed_offset: int, prompts: Sequence[str] | None = None) -> list[RecordedAnswer]:
+        sm = self.sm
+        chat = sm.api == "chat"
+        if chat and (prompts is None or len(prompts) != len(prompt_ids)):
+            raise ValueError("generating through the chat endpoint needs the prompts' text (`prompts`), one per "
+                             "prompt")
+        keep, ask = _widths(sm, config.n_alternatives)
+        # vLLM's chat endpoint keeps the first top_logprobs entries of a step and the sampled token comes first:
+        # when it can be outside the top k, one more is asked so that the top k are all there.
+        spare = int(chat and not sm.full_distribution and ask < sm.vocab_size
+                    and (config.do_sample or config.repetition_penalty != 1.0))
+        body: dict[str, Any] = {
+            "model": sm.model, "max_tokens": config.max_new_tokens, "n": 1, "stream": False,
+            "return_tokens_as_token_ids": True, "skip_special_tokens": False,
+            # Sent even at 1.0: otherwise vLLM applies the model's generation_config defaults.
+            "repetition_penalty": config.repetition_penalty,
+        }
+        if chat:
+            # -1 is every log-probability there (the server needs --max-logprobs -1).
+            body.update(max_completion_tokens=config.max_new_tokens, logprobs=True,
+                        top_logprobs=-1 if sm.full_distribution else ask + spare)
+        else:
+            # vLLM's completions endpoint keeps the first logprobs + 1 entries of each step, so -1 would keep none:
+            # the full distribution is asked for as V entries (the server needs --max-logprobs -1).
+            body["logprobs"] = sm.vocab_size if sm.full_distribution else ask
+        if config.do_sample:
+            body.update(temperature=config.temperature, top_p=config.top_p,
+                        top_k=config.top_k if config.top_k > 0 else -1)
+        else:
+            body["temperature"] = 0.0
+
+        def one(item: tuple[int, list[int]]) -> RecordedAnswer:
+            index, ids = item
+            if chat:
+                request = dict(body, messages=[{"role": "user", "content": prompts[index]}])
+            else:
+                request = dict(body, prompt=list(ids))
+            if config.seed is not None:  # each prompt draws reproducibly, whatever the batching
+                request["seed"] = (config.seed + seed_offset + index) % 2**63
+            response = self._post(request, scoring=False, spare=spare)
+            if chat:
+                return self._chatted(response, keep=keep, ask=ask)
+            return self._generated(response, keep=keep, ask=ask)
+
+        return sm.map(one, list(enumerate(prompt_ids)))
+
+    def _generated(self, response: Any, *, keep: int, ask: int) -> RecordedAnswer:
+        choice = _choice(response)
+        logprobs = choice.get("logprobs")
+        if not isinstance(logprobs, dict):
+            raise ServerError("the server's completion has no log-probabilities (`logprobs`); is it an "
+                              "OpenAI-compatible completions endpoint?")
+        tokens, chosen_lp, steps = (logprobs.get(name) for name in ("tokens", "token_logprobs", "top_logprobs"))
+        if not (isinstance(tokens, list) and isinstance(chosen_lp, list) and isinstance(steps, list)
+                and len(tokens) == len(chosen_lp) == len(steps)):
+            raise ServerError("the server's `logprobs` lack aligned `tokens`, `token_logprobs` and `top_logprobs`")
+        ids = [_token_id(t, "logprobs.tokens") for t in tokens]
+        rows = []
+        for t, (token, lp, alternatives) in enumerate(zip(ids, chosen_lp, steps)):
+            if not isinstance(alternatives, dict):
+                raise ServerError(f"the server gave no alternatives for answer token {t} (`top_logprobs`)")
+            table = {_token_id(key, "top_logprobs"): _logprob(value) for key, value in alternatives.items()}
+            rows.append(_Step.of(table, token, _logprob(lp), None))
+        ids, rows, finish_reason = self._finished(choice, ids, rows)
+        return self._answer(ids, rows, keep=keep, ask=ask, finish_reason=finish_reason, generated=True)
+
+    def _chatted(self, response: Any, *, keep: int, ask: int) -> RecordedAnswer:
+        """The arrays of a chat completion: ``choices[0].logprobs.content``, one entry per answer token."""
+        choice = _choice(response)
+        logprobs = choice.get("logprobs")
+        content = logprobs.get("content") if isinstance(logprobs, dict) else None
+        if not isinstance(content, list):
+            raise ServerError("the server's chat completion has no log-probabilities (`logprobs.content`); is it an "
+                              "OpenAI-compatible chat endpoint that gives log-probabilities?")
+        ids, rows = [], []
+        for t, entry in enumerate(content):
+            alternatives = entry.get("top_logprobs") if isinstance(entry, dict) else None
+            if not isinstance(alternatives, list):
+                raise ServerError(f"the server gave no alternatives for answer token {t} (`top_logprobs`)")
+            token = _token_id(entry.get("token"), "logprobs.content.token")
+            lp = _logprob(entry.get("logprob"))
+            table: dict[int, float] = {}
+            for alternative in alternatives:
+                if not isinstance(alternative, dict):
+                    raise ServerError(f"the server's `top_logprobs` for answer token {t} hold "
+                                      f"{_shown(alternative)} where {{token, logprob}} was expected")
+                table.setdefault(_token_id(alternative.get("token"), "top_logprobs.token"),
+                                 _logprob(alternative.get("logprob")))
+            table.setdefault(token, lp)
+            ids.append(token)
+            rows.append(_Step.of(table, token, lp, None))
+        ids, rows, finish_reason = self._finished(choice, ids, rows)
+        more: dict[str, Any] = {"api": "chat"}
+        usage = response.get("usage")
+        counted = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        if isinstance(counted, int) and not isinstance(counted, bool) and counted > 0:
+            more["prompt_tokens"] = counted  # the server's count (its chat template), not the local estimate
+        return self._answer(ids, rows, keep=keep, ask=ask, finish_reason=finish_reason, generated=True, more=more)
+
+    def _finished(self, choice: dict[str, Any], ids: list[int],
+                  rows: list["_Step"]) -> tuple[list[int], list["_Step"], str]:
+        """The answer without vLLM's trailing end-of-answer token, and why it ended ("eos" or "length")."""
+        finish = choice.get("finish_reason")
+        stop_reason = choice.get("stop_reason")
+        if finish == "stop":
+            # vLLM ends an answer that stopped on an end-of-answer token with that token: drop it.
+            if ids and (ids[-1] in self.sm.eos_token_ids or (isinstance(stop_reason, int) and ids[-1] == stop_reason)):
+                ids, rows = ids[:-1], rows[:-1]
+            return ids, rows, "eos"
+        if finish == "length":
+            return ids, rows, "length"
+        raise ServerError(f"the server ended an answer with finish_reason {_shown(finish)}; expected 'stop' or "
+                          "'length'")
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Teacher forcing
+
+    def score(self, prompt_ids: Sequence[list[int]], answer_ids: Sequence[list[int]], *, n_alternatives: int,
+              max_logits_bytes: int) -> list[RecordedAnswer]:
+        sm = self.sm
+        keep, ask = _widths(sm, n_alternatives)
+
+        def one(pair: tuple[list[int], list[int]]) -> RecordedAnswer:
+            prompt, answer = list(pair[0]), list(pair[1])
+            if not answer:
+                return self._answer([], [], keep=keep, ask=ask, finish_reason=None, generated=False)
+            sent = prompt + answer
+            response = self._post({"model": sm.model, "prompt": sent, "max_tokens": 1, "temperature": 0.0,
+                                   "n": 1, "stream": False, "prompt_logprobs": -1 if sm.full_distribution else ask,
+                                   "return_tokens_as_token_ids": True, "return_token_ids": True,
+                                   "skip_special_tokens": False}, scoring=True)
+            return self._scored(response, sent, len(prompt), answer, keep=keep, ask=ask)
+
+        return sm.map(one, list(zip(prompt_ids, answer_ids)))
+
+    def _scored(self, response: Any, sent: list[int], n_prompt: int, answer: list[int], *, keep: int,
+                ask: int) -> RecordedAnswer:
+        choice = _choice(response)
+        echoed = choice.get("prompt_token_ids")
+        if echoed is not None and list(echoed) != sent:
+            raise ServerError(f"the server read {len(echoed) if isinstance(echoed, list) else '?'} prompt tokens "
+                              f"that differ from the {len(sent)} sent (it changed the token ids); its tokens cannot "
+                              "be aligned with the answer")
+        entries = choice.get("prompt_logprobs")
+        if entries is None:
+            raise ServerError(_CANNOT_SCORE)
+        if not isinstance(entries, list) or len(entries) != len(sent):
+            raise ServerError(f"the server's `prompt_logprobs` has {len(entries) if isinstance(entries, list) else 0}"
+                              f" entries for {len(sent)} tokens sent")
+        rows = []
+        for t, token in enumerate(answer):
+            entry = entries[n_prompt + t]  # by position: the entry of answer token t
+            if not isinstance(entry, dict):
+                raise ServerError(f"the server's `prompt_logprobs` has no entry for answer token {t}")
+            table, ranks = {}, {}
+            for key, value in entry.items():
+                token_id = _token_id(key, "prompt_logprobs")
+                table[token_id] = _logprob(value)
+                if isinstance(value, dict) and isinstance(value.get("rank"), int):
+                    ranks[token_id] = value["rank"]
+            if token not in table:
+                raise ServerError(f"the server's `prompt_logprobs` for answer token {t} lack that token ({token})")
+            rows.append(_Step.of(table, token, table[token], ranks.get(token)))
+        return self._answer(answer, rows, keep=keep, ask=ask, finish_reason=None, generated=False)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Shared
+
+    def beam_logprobs(self, prompt_ids: list[int], *, num_beams: int, max_new_tokens: int) -> list[float]:
+        raise ServerError("beam search log-probabilities need a local model (`load_model`): model servers do not "
+                          "expose the beams' scores the same way")
+
+    def _post(self, body: dict[str, Any], *, scoring: bool, spare: int = 0) -> Any:
+        chat = "messages" in body
+        try:
+            return self.sm.request("POST", "/v1/chat/completions" if chat else "/v1/completions", body)
+        except _RefusedError as exc:
+            capped = _CAPPED.search(exc.message)
+            if capped:
+                asked, cap = capped.group(2), capped.group(3)
+                if self.sm.full_distribution:
+                    raise ServerError(f"the server gives at most {cap} log-probabilities per token, not the full "
+                                      "distribution; start vLLM with --max-logprobs -1, or connect with "
+                                      "full_distribution=False") from None
+                most = max(int(cap) - spare, 1)
+                why = (" (top_logprobs + 1: when sampling, the chat endpoint lists the sampled token among them)"
+                       if spare else "")
+                raise ServerError(f"the server gives at most {cap} log-probabilities per token and {asked} were "
+                                  f"asked{why}; connect with top_logprobs <= {most} (and store at most {most} "
+                                  "alternatives), or start vLLM with a higher --max-logprobs") from None
+            if scoring and exc.status == 400 and re.search(r"prompt.?logprob", exc.message, re.IGNORECASE):
+                raise ServerError(_CANNOT_SCORE) from None
+            raise
+
+    def _answer(self, ids: list[int], rows: list["_Step"], *, keep: int, ask: int, finish_reason: str | None,
+                generated: bool, more: Mapping[str, Any] | None = None) -> RecordedAnswer:
+        sm = self.sm
+        n = len(rows)
+        top_ids = np.zeros((n, keep), dtype=np.int64)
+        top_lp = np.zeros((n, keep), dtype=np.float64)
+        ranks = np.zeros(n, dtype=np.int64)
+        chosen = np.zeros(n, dtype=np.float64)
+        extra: dict[str, Any] = {"api": "completions", "base_url": sm.base_url,
+                                 "logprobs_mode": "raw (server default)", **(more or {})}
+        if sm.full_distribution:
+            entropy: np.ndarray | None = np.zeros(n)
+            for t, row in enumerate(rows):
+                row.check_full(sm.vocab_size, t)
+                top_ids[t], top_lp[t] = row.ids[:keep], row.lps[:keep]
+                ranks[t], chosen[t] = row.rank_exact(), row.chosen_lp
+                entropy[t] = row.entropy()
+            return RecordedAnswer(token_ids=np.asarray(ids, dtype=np.int64), chosen_logprobs=chosen, entropy=entropy,
+                                top_logprobs=top_lp, top_ids=top_ids, ranks=ranks, finish_reason=finish_reason,
+                                entropy_source="exact", extra=extra)
+        top_all = np.zeros((n, ask), dtype=np.float64)
+        capped = False
+        for t, row in enumerate(rows):
+            if len(row.ids) < min(ask, sm.vocab_size):
+                raise ServerError(f"the server gave {len(row.ids)} log-probabilities for token {t} where {ask} were "
+                                  f"asked; connect with top_logprobs <= {len(row.ids)}, or raise the server's cap")
+            top_ids[t], top_lp[t], top_all[t] = row.ids[:keep], row.lps[:keep], row.lps[:ask]
+            chosen[t] = row.chosen_lp
+            if row.server_rank is not None:  # teacher forcing on vLLM: the rank in the whole distribution
+                ranks[t] = row.server_rank
+            elif row.chosen in row.ids[:ask]:
+                ranks[t] = row.rank_exact()
+            else:  # outside the top k: at least k + 1
+                ranks[t], capped = ask + 1, True
+        if capped and generated:
+            extra["ranks_capped_at"] = ask + 1
+        lower, upper = top_k_entropy_bounds(np.minimum(top_all, 0.0), sm.vocab_size)
+        extra["entropy_lower"] = [float(v) for v in lower]
+        extra["entropy_upper"] = [float(v) for v in upper]
+        return RecordedAnswer(token_ids=np.asarray(ids, dtype=np.int64), chosen_logprobs=chosen,
+                            entropy=entropy_from_top_k(np.minimum(top_all, 0.0)), top_logprobs=top_lp,
+                            top_ids=top_ids, ranks=ranks, finish_reason=finish_reason, entropy_source="top_k",
+                            entropy_k=ask, extra=extra)
+
+
+@dataclass
+class _Step:
+    """One answer token's numbers from the server: every (id, log-prob) it gave, most likely first."""
+
+    ids: np.ndarray
+    lps: np.ndarray
+    chosen: int
+    chosen_lp: float
+    server_rank: int | None
+
+    @classmethod
+    def of(cls, table: dict[int, float], chosen: int, chosen_lp: float, server_rank: int | None) -> "_Step":
+        ids = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
+        lps = np.fromiter(table.values(), dtype=np.float64, count=len(table))
+        order = np.lexsort((ids, -lps))  # most likely first; equal log-probs by id, so the order is reproducible
+        return cls(ids=ids[order], lps=lps[order], chosen=int(chosen), chosen_lp=float(chosen_lp),
+                   server_rank=server_rank)
+
+    def rank_exact(self) -> int:
+        """1 + the number of listed tokens more likely than the chosen one (the recorder's rule)."""
+        return int(np.count_nonzero(self.lps > self.chosen_lp)) + 1
+
+    def check_full(self, vocab_size: int, t: int) -> None:
+        mass = float(np.exp(self.lps).sum())
+        if len(self.ids) < vocab_size or abs(mass - 1.0) > _FULL_MASS_TOLERANCE:
+            raise ServerError(f"the server gave {len(self.ids):,} log-probabilities for token {t} (probability "
+                              f"{mass:.4f}), not the full distribution over {vocab_size:,} tokens; start vLLM with "
+                              "--max-logprobs -1, or connect with full_distribution=False")
+
+    def entropy(self) -> float:
+        p = np.exp(self.lps)
+        return float(-np.sum(np.where(p > 0, p * self.lps, 0.0)))
+
+
+def _widths(sm: ServerModel, n_alternatives: int) -> tuple[int, int]:
+    """(alternatives stored, log-probabilities asked per token): at most V each, as a local model stores."""
+    keep = min(n_alternatives, sm.vocab_size)
+    return keep, min(max(sm.top_logprobs, keep), sm.vocab_size)
+
+
+def _choice(response: Any) -> dict[str, Any]:
+    choices = response.get("choices") if isinstance(response, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ServerError("the server's answer has no `choices`; is it an OpenAI-compatible server?")
+    return choices[0]
+
+
+def _token_id(value: Any, where: str) -> int:
+    """The id in ``"token_id:123"`` (vLLM's ``return_tokens_as_token_ids``) or ``"123"`` (a prompt-logprobs key)."""
+    match = _TOKEN_ID.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        raise ServerError(f"the server's {where} holds {_shown(value)} where a token id (\"token_id:N\") was "
+                          "expected; the server must support return_tokens_as_token_ids (vLLM does)")
+    return int(match.group(1))
+
+
+def _logprob(value: Any) -> float:
+    """A log-probability given as a number or as vLLM's ``{"logprob": ...}``; null is probability 0."""
+    if isinstance(value, dict):
+        value = value.get("logprob")
+    if value is None:
+        return float("-inf")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise ServerError(f"the server gave {_shown(value)} where a log-probability was expected")
+    return float(value)
+
+
+def _shown(value: Any) -> str:
+    return shorten(value, 80)
