@@ -57,6 +57,19 @@ def _text_colour(value: float) -> str:
     return "#ffffff" if value > 0.62 else "#1f1f1f"
 
 
+def _token_styles(norm: np.ndarray) -> list[str]:
+    """``background:{ramp(v)};color:{_text_colour(v)}`` for every value at once: the same arithmetic as
+    :func:`ramp`, element by element, so the same strings; values that are not finite go through :func:`ramp`."""
+    norm = np.asarray(norm, dtype=float)
+    if not np.isfinite(norm).all():
+        return [f"background:{ramp(v)};color:{_text_colour(v)}" for v in norm]
+    x = np.clip(norm, 0.0, 1.0) * (len(_STOPS) - 1)
+    i = np.minimum(x.astype(np.int64), len(_STOPS) - 2)
+    rgb = np.round(_STOPS[i] + (x - i)[:, None] * (_STOPS[i + 1] - _STOPS[i])).astype(int).tolist()
+    return [f"background:rgb({r}, {g}, {b});color:{'#ffffff' if v > 0.62 else '#1f1f1f'}"
+            for (r, g, b), v in zip(rgb, norm.tolist())]
+
+
 @dataclass(frozen=True)
 class HeatmapScale:
     """One signal's per-token values and the top of its colour scale.
@@ -127,6 +140,9 @@ _BIDI_AND_INVISIBLE = frozenset([0x061C, 0x200B, 0x200C, 0x200D, 0x200E, 0x200F,
                                 + list(range(0x202A, 0x202F)) + list(range(0x2066, 0x206A)))
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 NEWLINE_MARK, TAB_MARK, EMPTY_MARK = "↵", "⇥", "∅"
+# Any character that _token_units treats specially (newlines, tab, and every _hidden character): a token without one
+# is a single text run.
+_SPECIAL = re.compile("[\x00-\x1f\x7f-\x9f" + "".join(chr(c) for c in sorted(_BIDI_AND_INVISIBLE)) + "]")
 
 
 def _hidden(ch: str) -> bool:
@@ -142,6 +158,8 @@ def _escaped(ch: str) -> str:
 def _token_units(token: str) -> list[tuple[str, str]]:
     """``token`` as ``(kind, text)`` units: ``"text"`` runs, and one unit per ``"newline"`` (``\\r\\n`` is one),
     ``"tab"`` and ``"escape"``; the texts joined are :func:`visible_token`'s answer (less the empty mark)."""
+    if not _SPECIAL.search(token):
+        return [("text", token)] if token else []
     units: list[tuple[str, str]] = []
     for number, line in enumerate(_NEWLINE.split(token)):
         if number:
@@ -179,6 +197,8 @@ def visible_token(token: str) -> str:
         raise TypeError(f"`token` must be a str, got {type(token).__name__}")
     if token == "":
         return EMPTY_MARK
+    if not _SPECIAL.search(token):
+        return token
     return "".join(text for _, text in _token_units(token))
 
 
@@ -272,8 +292,18 @@ def _card_code(token: str, limit: int) -> str:
 def card_html(trace: Trace, i: int, card_id: str, *, alternatives: Sequence[str] | None, marks: Sequence[str] = (),
               note: str | None = None, risk_share: float | None = None, limit: int = 200) -> str:
     """The hover card of token i (hidden until the token is hovered or focused): every text escaped."""
+    alt_p = np.exp(trace.top_logprobs[i]).tolist() if trace.n_alternatives else None
+    return _card_html(trace, i, card_id, float(np.exp(-trace.surprisal[i])), alt_p, alternatives=alternatives,
+                      marks=marks, note=note, risk_share=risk_share, limit=limit)
+
+
+def _card_html(trace: Trace, i: int, card_id: str, p: float, alt_p: Sequence[float] | None, *,
+               alternatives: Sequence[str] | None, marks: Sequence[str], note: str | None, risk_share: float | None,
+               limit: int, chosen_row: Sequence[bool] | None = None) -> str:
+    """:func:`card_html` with token i's probability ``p`` and its alternatives' probabilities ``alt_p`` given
+    (computed for all tokens at once by :func:`heatmap_html`), and optionally which alternatives are the chosen
+    token."""
     e = html.escape
-    p = float(np.exp(-trace.surprisal[i]))
     head = f'<span class="tr-card-head">Token {i + 1} {_card_code(trace.tokens[i], limit)}</span>'
     if marks:
         head += f'<span class="tr-card-marks">{e(" · ".join(marks))}</span>'
@@ -289,11 +319,13 @@ def card_html(trace: Trace, i: int, card_id: str, *, alternatives: Sequence[str]
     stats = "".join(f'<span class="tr-k">{e(k)}</span><span>{e(v)}</span>' for k, v in rows)
     body = f'<span class="tr-card-grid">{stats}</span>'
     if trace.n_alternatives:
-        chosen = int(trace.token_ids[i])
+        if chosen_row is None:
+            chosen = int(trace.token_ids[i])
+            chosen_row = [chosen >= 0 and int(t) == chosen for t in trace.top_ids[i]]
         cells = []
         for j, label in enumerate(_alternative_labels(trace, i, alternatives)):
-            mark = ' <span class="tr-k">(chosen)</span>' if chosen >= 0 and int(trace.top_ids[i, j]) == chosen else ""
-            cells.append(f'<span class="tr-num">{_percent(float(np.exp(trace.top_logprobs[i, j])))}</span>'
+            mark = ' <span class="tr-k">(chosen)</span>' if chosen_row[j] else ""
+            cells.append(f'<span class="tr-num">{_percent(alt_p[j])}</span>'
                          f'<span>{_card_code(str(label), 60)}{mark}</span>')
         body += (f'<span class="tr-card-sub">alternatives ({trace.n_alternatives})</span>'
                  f'<span class="tr-card-grid">{"".join(cells)}</span>')
@@ -347,6 +379,16 @@ def heatmap_html(trace: Trace, *, signal: str = "surprisal", explanation: TraceE
     spikes = {int(i) for i in np.asarray(exp.spikes).ravel()}
     start, stop = exp.peak_window
     prefix = card_id_prefix(trace, alternatives_note)
+    # Per-token numbers for all tokens at once (the same element-wise arithmetic as card_html's).
+    styles = _token_styles(norm)
+    probabilities = np.exp(-trace.surprisal).tolist()
+    if trace.n_alternatives:
+        alt_p = np.exp(trace.top_logprobs).tolist()
+        chosen = np.asarray(trace.token_ids, dtype=np.int64)
+        chosen_rows = ((chosen >= 0)[:, None] & (np.asarray(trace.top_ids, dtype=np.int64) == chosen[:, None])).tolist()
+    else:
+        alt_p = chosen_rows = None
+    risk = exp.contributions.tolist() if signal == "risk" else None
     parts = ['<div class="tr-heatmap" data-testid="trace-heatmap">']
     for i, token in enumerate(trace.tokens):
         classes, marks = ["tr-tok"], []
@@ -357,11 +399,12 @@ def heatmap_html(trace: Trace, *, signal: str = "surprisal", explanation: TraceE
             classes.append("tr-peak")
             marks.append("peak window")
         card_id = f"{prefix}-{i}"
-        card = card_html(trace, i, card_id, alternatives=alternatives(trace, i) if alternatives is not None else None,
-                          marks=marks, note=alternatives_note, limit=max_token_chars,
-                          risk_share=float(exp.contributions[i]) if signal == "risk" else None)
-        style = f"background:{ramp(norm[i])};color:{_text_colour(norm[i])}"
-        parts.append(f'<span class="{" ".join(classes)}" style="{style}" data-index="{i}" tabindex="0" '
+        card = _card_html(trace, i, card_id, probabilities[i], alt_p[i] if alt_p is not None else None,
+                          alternatives=alternatives(trace, i) if alternatives is not None else None, marks=marks,
+                          note=alternatives_note, limit=max_token_chars,
+                          risk_share=risk[i] if risk is not None else None,
+                          chosen_row=chosen_rows[i] if chosen_rows is not None else None)
+        parts.append(f'<span class="{" ".join(classes)}" style="{styles[i]}" data-index="{i}" tabindex="0" '
                      f'aria-describedby="{card_id}">{_token_html(token, max_token_chars)}{card}</span>')
     parts.append("</div>")
     return "".join(parts)

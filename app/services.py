@@ -12,7 +12,9 @@ import dataclasses
 import hashlib
 import io
 import json
+import threading
 import warnings
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -340,3 +342,32 @@ def embedder() -> tuple[Any, str | None]:
         return _embedder(), None
     except EmbedderUnavailable as exc:
         return None, str(exc)
+
+
+
+_HEATMAPS: "OrderedDict[tuple[Any, ...], tuple[Trace, Any, str]]" = OrderedDict()  # least recently used first
+_HEATMAPS_LOCK = threading.Lock()
+_HEATMAPS_KEPT = 16  # about 0.5 MB each for a 500-token answer
+
+
+def heatmap_cached(trace: Trace, lm: LoadedModel | None, key: tuple[Any, ...], render: Callable[[], str]) -> str:
+    """``render()`` (the Inspect page's heatmap HTML of ``trace``), kept while the answer and the model stay the same
+    objects: a rerun that changes another widget (the token details, the colour scale and back) reuses the HTML
+    instead of building a card for every token again. ``key`` holds everything else the HTML depends on (the signal,
+    the scale, the alternatives note). Traces are immutable, so one object always renders the same HTML; a new
+    answer or another model renders afresh. A small least-recently-used store for the process (the entries hold
+    their trace and model, so an ``id`` is never reused while its entry is kept); callers must not modify
+    ``trace``."""
+    full = (id(trace), id(lm), *key)
+    with _HEATMAPS_LOCK:
+        held = _HEATMAPS.get(full)
+        if held is not None and held[0] is trace and held[1] is lm:
+            _HEATMAPS.move_to_end(full)
+            return held[2]
+    rendered = render()
+    with _HEATMAPS_LOCK:
+        _HEATMAPS[full] = (trace, lm, rendered)
+        _HEATMAPS.move_to_end(full)
+        while len(_HEATMAPS) > _HEATMAPS_KEPT:
+            _HEATMAPS.popitem(last=False)
+    return rendered

@@ -13,7 +13,7 @@ from app import state
 from app.components import HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, md_literal, signal_values, trace_figure
 from app.explain import explain_probability, explain_risk
 from app.panels import active_calibrator_note
-from app.services import alternatives_for, alternatives_note, provenance_notes, try_prompts
+from app.services import alternatives_for, alternatives_note, heatmap_cached, provenance_notes, try_prompts
 from trace_core import TracePlus, explain_trace, generate_trace, settings
 from trace_core.policy import fit_new_tokens
 
@@ -94,9 +94,11 @@ if trace is not None:
                               disabled=signal == "risk")
         alternatives = alternatives_for(lm)
         note = alternatives_note(lm, trace)
-        st.html(HEATMAP_CSS + legend_html(signal_values(trace, signal, exp, scale=scale))
-                + heatmap_html(trace, signal=signal, explanation=exp, alternatives=alternatives, scale=scale,
-                               alternatives_note=note))
+        heatmap = heatmap_cached(trace, lm, (signal, scale, note), lambda: (
+            HEATMAP_CSS + legend_html(signal_values(trace, signal, exp, scale=scale))
+            + heatmap_html(trace, signal=signal, explanation=exp, alternatives=alternatives, scale=scale,
+                           alternatives_note=note)))
+        st.html(heatmap)
         if note:
             st.caption(md_literal(note[0].upper() + note[1:] + "."))
         if trace.metadata.entropy_source == "top_k":  # a server's top-k: surprisal exact, entropy estimated

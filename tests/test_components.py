@@ -343,3 +343,231 @@ def test_there_is_no_second_table_builder():
     import app.components as components
 
     assert not hasattr(components, "metrics_table")
+
+
+# --- The heatmap's HTML equals a straightforward, token-by-token reference ----------------------------------------
+# The reference below is the heatmap as first written (one ramp() call, one np.exp per number, one character loop per
+# token): heatmap_html computes the same things for all tokens at once, and must give the very same bytes.
+
+def _ref_units(token):
+    from app.components import _NEWLINE, _escaped, _hidden
+
+    units = []
+    for number, line in enumerate(_NEWLINE.split(token)):
+        if number:
+            units.append(("newline", "↵"))
+        run = []
+        for ch in line:
+            if ch == "\t" or _hidden(ch):
+                if run:
+                    units.append(("text", "".join(run)))
+                    run = []
+                units.append(("tab", "⇥") if ch == "\t" else ("escape", _escaped(ch)))
+            else:
+                run.append(ch)
+        if run:
+            units.append(("text", "".join(run)))
+    return units
+
+
+def _ref_visible(token):
+    return "∅" if token == "" else "".join(text for _, text in _ref_units(token))
+
+
+def _ref_ramp(value):
+    from app.components import _STOPS
+
+    x = float(np.clip(value, 0.0, 1.0)) * (len(_STOPS) - 1)
+    i = min(int(x), len(_STOPS) - 2)
+    rgb = _STOPS[i] + (x - i) * (_STOPS[i + 1] - _STOPS[i])
+    return "rgb({}, {}, {})".format(*np.round(rgb).astype(int))
+
+
+def _ref_token_html(token, limit):
+    if token == "":
+        return '<span class="tr-mark">∅</span>'
+    parts, used = [], 0
+    units = _ref_units(token)
+    total = sum(len(text) for _, text in units)
+    for kind, text in units:
+        if used >= limit:
+            break
+        if kind == "text":
+            text = text[:limit - used]
+            parts.append(html.escape(text, quote=False))
+        elif kind == "newline":
+            parts.append('<span class="tr-mark">↵</span><br/>')
+        elif kind == "tab":
+            parts.append('<span class="tr-mark">⇥</span>&emsp;')
+        else:
+            parts.append(f'<span class="tr-esc">{text}</span>')
+        used += len(text)
+    if total > used:
+        parts.append(f"… (+{total - used} chars)")
+    return "".join(parts)
+
+
+def _ref_card_code(token, limit):
+    from app.components import _shortened
+
+    shown = _shortened(_ref_visible(token), limit)
+    if shown.strip(" "):
+        return f"<code>{html.escape(shown, quote=False)}</code>"
+    name = "space" if len(shown) == 1 else f"{len(shown)} spaces"
+    return f'<code>{shown}</code> <span class="tr-k">({name})</span>'
+
+
+def _ref_card(trace, i, card_id, *, alternatives, marks=(), note=None, risk_share=None, limit=200):
+    from app.components import _alternative_labels, _entropy_bounds, _percent
+
+    e = html.escape
+    p = float(np.exp(-trace.surprisal[i]))
+    head = f'<span class="tr-card-head">Token {i + 1} {_ref_card_code(trace.tokens[i], limit)}</span>'
+    if marks:
+        head += f'<span class="tr-card-marks">{e(" · ".join(marks))}</span>'
+    rows = [("probability", _percent(p)), ("surprisal", f"{trace.surprisal[i]:.2f} nats"),
+            ("entropy", f"{trace.entropy[i]:.2f} nats" if trace.has_entropy else "not recorded")]
+    bounds = _entropy_bounds(trace, i)
+    if bounds is not None:
+        rows.append(("entropy bounds", f"{bounds[0]:.2f} – {bounds[1]:.2f} nats (top-{trace.metadata.entropy_k})"))
+    if trace.ranks is not None:
+        rows.append(("rank", f"{int(trace.ranks[i]):,}"))
+    if risk_share is not None:
+        rows.append(("risk share", f"{risk_share:.3f}"))
+    stats = "".join(f'<span class="tr-k">{e(k)}</span><span>{e(v)}</span>' for k, v in rows)
+    body = f'<span class="tr-card-grid">{stats}</span>'
+    if trace.n_alternatives:
+        chosen = int(trace.token_ids[i])
+        cells = []
+        for j, label in enumerate(_alternative_labels(trace, i, alternatives)):
+            mark = ' <span class="tr-k">(chosen)</span>' if chosen >= 0 and int(trace.top_ids[i, j]) == chosen else ""
+            cells.append(f'<span class="tr-num">{_percent(float(np.exp(trace.top_logprobs[i, j])))}</span>'
+                         f'<span>{_ref_card_code(str(label), 60)}{mark}</span>')
+        body += (f'<span class="tr-card-sub">alternatives ({trace.n_alternatives})</span>'
+                 f'<span class="tr-card-grid">{"".join(cells)}</span>')
+    if note:
+        body += f'<span class="tr-card-note">{e(str(note))}</span>'
+    return f'<span class="tr-card" role="tooltip" id="{card_id}">{head}{body}</span>'
+
+
+def _ref_heatmap(trace, *, signal="surprisal", alternatives=None, max_token_chars=200, scale="fixed",
+                 alternatives_note=None):
+    from app.components import card_id_prefix
+
+    exp = explain_trace(trace)
+    norm = signal_values(trace, signal, exp, scale=scale).normalized()
+    spikes = {int(i) for i in np.asarray(exp.spikes).ravel()}
+    start, stop = exp.peak_window
+    prefix = card_id_prefix(trace, alternatives_note)
+    parts = ['<div class="tr-heatmap" data-testid="trace-heatmap">']
+    for i, token in enumerate(trace.tokens):
+        classes, marks = ["tr-tok"], []
+        if i in spikes:
+            classes.append("tr-spike")
+            marks.append("spike")
+        if start <= i < stop:
+            classes.append("tr-peak")
+            marks.append("peak window")
+        card_id = f"{prefix}-{i}"
+        card = _ref_card(trace, i, card_id, alternatives=alternatives(trace, i) if alternatives is not None else None,
+                         marks=marks, note=alternatives_note, limit=max_token_chars,
+                         risk_share=float(exp.contributions[i]) if signal == "risk" else None)
+        style = f"background:{_ref_ramp(norm[i])};color:{'#ffffff' if norm[i] > 0.62 else '#1f1f1f'}"
+        parts.append(f'<span class="{" ".join(classes)}" style="{style}" data-index="{i}" tabindex="0" '
+                     f'aria-describedby="{card_id}">{_ref_token_html(token, max_token_chars)}{card}</span>')
+    parts.append("</div>")
+    return "".join(parts)
+
+
+_AWKWARD_TOKENS = ["", " ", "   ", "a\nb", "\r\n", "x\r", "\t", "<img src=x onerror=alert(1)>", "&amp;", "\u202egnp",
+                   "zero\u200bwidth", "\x00\x7f\x85", "\u2028\u2029", "\ufeff", "日本語", "e\u0301", "x" * 260,
+                   "\n" * 5 + "y" * 250, "'\"", " \t ", "\u2066a\u2069"]
+
+
+def _equivalence_traces():
+    rng = np.random.default_rng(11)
+    traces = list(random_traces(4, seed=5, max_len=60))
+    n = len(_AWKWARD_TOKENS) * 3
+    tokens = tuple(_AWKWARD_TOKENS[i % len(_AWKWARD_TOKENS)] for i in range(n))
+    surprisal = np.concatenate([rng.gamma(1.0, 2.0, n - 4), [0.0, 1e-9, 40.0, 6.0]])
+    top_ids = rng.integers(0, 50, size=(n, 4))
+    token_ids = rng.integers(0, 50, size=n)
+    top_ids[::3, 1] = token_ids[::3]  # some alternatives are the chosen token
+    token_ids[::7] = -1  # an importer's unknown id
+    top_ids[::5, 2] = -1
+    top_lp = np.sort(-rng.gamma(1.0, 3.0, size=(n, 4)), axis=1)[:, ::-1]
+    top_lp[0, 0], top_lp[1, 3] = 0.0, -30.0  # probability 1, and a tiny one in scientific notation
+    top_tokens = tuple(tuple(_AWKWARD_TOKENS[(i + j) % len(_AWKWARD_TOKENS)] for j in range(4)) for i in range(n))
+    common = dict(prompt="q", answer="".join(tokens), token_ids=token_ids, tokens=tokens, surprisal=surprisal,
+                  top_ids=top_ids, top_logprobs=top_lp)
+    entropy = rng.gamma(2.0, 1.0, n)
+    traces.append(Trace(**common, entropy=entropy, ranks=rng.integers(1, 5000, n), top_tokens=top_tokens))
+    traces.append(Trace(**common, entropy=None, metadata=TraceMetadata(entropy_source="absent")))
+    traces.append(Trace(**common, entropy=entropy, top_tokens=top_tokens, metadata=TraceMetadata(
+        entropy_source="top_k", entropy_k=4,
+        extra={"entropy_lower": (entropy * 0.5).tolist(), "entropy_upper": (entropy * 2).tolist()})))
+    flat = n // 2
+    traces.append(Trace(prompt="q", answer="", token_ids=np.arange(flat), tokens=tuple(f" w{i}" for i in range(flat)),
+                        surprisal=np.full(flat, 1e-4), entropy=np.zeros(flat), top_ids=np.zeros((flat, 0)),
+                        top_logprobs=np.zeros((flat, 0))))
+    return traces
+
+
+def _texts(trace, i):
+    return list(trace.top_tokens[i]) if trace.top_tokens is not None else [f"alt {t} <b>" for t in trace.top_ids[i]]
+
+
+@pytest.mark.parametrize("signal", ["surprisal", "entropy", "risk"])
+@pytest.mark.parametrize("scale", ["fixed", "answer"])
+def test_heatmap_html_equals_the_token_by_token_reference(signal, scale):
+    checked = 0
+    for trace in _equivalence_traces():
+        if signal == "entropy" and not trace.has_entropy:
+            continue
+        for alternatives, note, limit in [(None, None, 200), (_texts, "ids <only>", 200), (_texts, None, 7)]:
+            got = heatmap_html(trace, signal=signal, scale=scale, alternatives=alternatives, alternatives_note=note,
+                               max_token_chars=limit, explanation=explain_trace(trace))
+            want = _ref_heatmap(trace, signal=signal, scale=scale, alternatives=alternatives, alternatives_note=note,
+                                max_token_chars=limit)
+            assert got == want
+            checked += 1
+    assert checked >= 15
+
+
+def test_card_html_and_visible_token_equal_the_reference():
+    from app.components import card_html, visible_token
+
+    for trace in _equivalence_traces():
+        for i in range(len(trace)):
+            assert visible_token(trace.tokens[i]) == _ref_visible(trace.tokens[i])
+            labels = _texts(trace, i) if trace.n_alternatives else None
+            assert card_html(trace, i, f"c{i}", alternatives=labels, marks=("spike",), note="n", risk_share=0.25) \
+                == _ref_card(trace, i, f"c{i}", alternatives=labels, marks=("spike",), note="n", risk_share=0.25)
+
+
+def test_token_colours_equal_ramp_value_by_value():
+    from app.components import _text_colour, _token_styles
+
+    values = np.concatenate([np.linspace(-0.5, 1.5, 2001), [0.62, np.nextafter(0.62, 1), 0.25, 0.5, 0.75, 1.0],
+                             np.random.default_rng(2).random(5000)])
+    assert _token_styles(values) == [f"background:{_ref_ramp(v)};color:{_text_colour(v)}" for v in values]
+    assert [ramp(v) for v in values[::7]] == [_ref_ramp(v) for v in values[::7]]
+
+
+def test_heatmap_cache_reuses_the_html_of_the_same_answer_only():
+    from app.services import heatmap_cached
+
+    trace = _equivalence_traces()[4]
+    again = dataclasses.replace(trace)  # equal content, another answer object
+    calls = []
+
+    def render(t, signal):
+        calls.append(signal)
+        return heatmap_html(t, signal=signal)
+
+    first = heatmap_cached(trace, None, ("surprisal", "fixed", None), lambda: render(trace, "surprisal"))
+    assert heatmap_cached(trace, None, ("surprisal", "fixed", None), lambda: render(trace, "surprisal")) is first
+    assert heatmap_cached(trace, None, ("risk", "fixed", None), lambda: render(trace, "risk")) != first
+    assert heatmap_cached(again, None, ("surprisal", "fixed", None), lambda: render(again, "surprisal")) == first
+    assert calls == ["surprisal", "risk", "surprisal"]
+    assert first == heatmap_html(trace, signal="surprisal")

@@ -18,6 +18,7 @@ from .._checks import check_bool, check_int
 from ..trace import Trace
 from ._values import ABSENT, CellError, is_blank, is_int64, is_missing, json_cell, show
 from .codec import TRACE_COLUMNS, decode_cell, trace_from_cells
+from .fastread import FastRow, build_trace, decode_chunk
 from .errors import DatasetError, DatasetWarning, RowError
 from .labels import LABEL_EXPECTED, check_matcher_options, label_from_reference, parse_label
 from .read import PathOrBuffer, Progress, Table, columns_text, read_table
@@ -27,6 +28,7 @@ __all__ = ["LabeledDataset", "read_dataset"]
 
 _TRACE_SET = frozenset(TRACE_COLUMNS)
 _TEXT_COLUMNS = ("tokens", "top_tokens")  # trace columns of token text, whose strings are shared (see _share)
+_CHUNK = 256  # rows whose trace cells are decoded together (fastread.decode_chunk)
 
 
 @dataclass
@@ -238,6 +240,7 @@ def _validate_pass(table: Table, fmt: str, options: dict[str, Any], fixed: _Rule
     width, used, stale = -1, False, False
     strings: dict[str, str] = {}  # one str object per distinct token text: traces repeat a vocabulary's tokens
     csv_columns = [c for c in table.columns if c not in _TRACE_SET]  # a CSV's columns are known from its header
+    pending: list[tuple[int, Any, _Rules]] = []  # CSV rows read, checked a chunk at a time (in order)
     for number, raw in table.rows:
         kept.n_read += 1
         if fixed is None and len(table.columns) != width:
@@ -251,21 +254,15 @@ def _validate_pass(table: Table, fmt: str, options: dict[str, Any], fixed: _Rule
             stale = True
             continue
         used = True
-        problems: list[CellError] = []
-        trace, answer, label, unused_response = _check_row(raw, rules, problems, strings)
-        if problems:
-            kept.errors.extend(RowError(number, p.field, p.message) for p in problems)
+        if fmt != "csv":
+            _keep_row(kept, number, raw, rules, strings, fmt, csv_columns, None)
             continue
-        if unused_response:
-            kept.unused_responses.append(number)
-        kept.numbers.append(number)
-        kept.traces.append(trace)
-        kept.labels.append(label)
-        kept.answers.append(answer if answer is not None else "")
-        if fmt == "csv":
-            kept.cells.append([raw[c] for c in csv_columns])
-        elif fmt == "jsonl":
-            kept.cells.append({k: v for k, v in raw.items() if k not in _TRACE_SET})
+        if pending and pending[0][2] is not rules:
+            _keep_chunk(kept, pending, strings, fmt, csv_columns)
+        pending.append((number, raw, rules))
+        if len(pending) >= _CHUNK:
+            _keep_chunk(kept, pending, strings, fmt, csv_columns)
+    _keep_chunk(kept, pending, strings, fmt, csv_columns)
     final = fixed or _rules_for(table.columns, table.hint, options)  # the rows are read: the columns are complete
     if isinstance(final, DatasetError):
         raise final
@@ -274,6 +271,40 @@ def _validate_pass(table: Table, fmt: str, options: dict[str, Any], fixed: _Rule
     kept.rules = final
     kept.errors = sorted(table.errors + kept.errors, key=lambda e: e.row)  # stable: a row keeps its errors' order
     return kept
+
+
+def _keep_chunk(kept: _Kept, pending: list[tuple[int, Any, _Rules]], strings: dict[str, str], fmt: str,
+                csv_columns: list[str]) -> None:
+    """Check the rows in ``pending`` (all under one set of rules) and keep the valid ones, in order; empties it.
+
+    Their trace cells are decoded together (:func:`decode_chunk`); a row that the fast path leaves out is checked
+    on its own, as every row is without it."""
+    if not pending:
+        return
+    rules = pending[0][2]
+    fast = decode_chunk([raw for _, raw, _ in pending], rules.trace_columns, strings) if rules.trace_columns else None
+    for i, (number, raw, _) in enumerate(pending):
+        _keep_row(kept, number, raw, rules, strings, fmt, csv_columns, None if fast is None else fast[i])
+    pending.clear()
+
+
+def _keep_row(kept: _Kept, number: int, raw: Any, rules: _Rules, strings: dict[str, str], fmt: str,
+              csv_columns: list[str], fast: FastRow | None) -> None:
+    problems: list[CellError] = []
+    trace, answer, label, unused_response = _check_row(raw, rules, problems, strings, fast)
+    if problems:
+        kept.errors.extend(RowError(number, p.field, p.message) for p in problems)
+        return
+    if unused_response:
+        kept.unused_responses.append(number)
+    kept.numbers.append(number)
+    kept.traces.append(trace)
+    kept.labels.append(label)
+    kept.answers.append(answer if answer is not None else "")
+    if fmt == "csv":
+        kept.cells.append([raw[c] for c in csv_columns])
+    elif fmt == "jsonl":
+        kept.cells.append({k: v for k, v in raw.items() if k not in _TRACE_SET})
 
 
 def _validate_table(table: Table, *, fmt: str, matcher: str, tolerance: float, f1_threshold: float,
@@ -322,11 +353,12 @@ def _unused_note(rows: Sequence[int], shown: int = 5) -> list[str]:
     return [note]
 
 
-def _check_row(raw: Mapping[str, Any], rules: _Rules, problems: list[CellError],
-               strings: dict[str, str]) -> tuple[Trace | None, str | None, int, bool]:
+def _check_row(raw: Mapping[str, Any], rules: _Rules, problems: list[CellError], strings: dict[str, str],
+               fast: FastRow | None = None) -> tuple[Trace | None, str | None, int, bool]:
     """One row's trace, answer and label (-1 when unlabeled), and whether it had a ``response`` that was not used
     (its trace cells were); every problem found is appended to ``problems``, so a row with several bad cells
-    reports them all. ``strings`` maps token texts to the one object kept for each.
+    reports them all. ``strings`` maps token texts to the one object kept for each. ``fast``: the row's trace cells
+    as :func:`decode_chunk` decoded and checked them, when it did.
 
     The trace comes from the row's trace cells when any is non-empty, else from its ``response`` (see
     :func:`read_dataset`)."""
@@ -346,7 +378,9 @@ def _check_row(raw: Mapping[str, Any], rules: _Rules, problems: list[CellError],
     trace: Trace | None = None
     cells: dict[str, Any] = {}
     cell_problem: CellError | None = None
-    if rules.trace_columns:  # decoded first: any non-empty trace cell (even a bad one) means the trace is there
+    if fast is not None:  # decoded and checked with its chunk: non-empty trace cells, valid
+        cells = {"tokens": fast}
+    elif rules.trace_columns:  # decoded first: any non-empty trace cell (even a bad one) means the trace is there
         try:
             cells = {c: decode_cell(raw.get(c), c) for c in rules.trace_columns}
         except CellError as exc:
@@ -373,6 +407,12 @@ def _check_row(raw: Mapping[str, Any], rules: _Rules, problems: list[CellError],
             problems.append(CellError("answer", "is missing; expected text (it may be empty)"))
     elif cell_problem is not None:
         problems.append(cell_problem)
+    elif fast is not None:
+        try:
+            trace = build_trace(fast, prompt=prompt or "", answer=answer)
+        except (TypeError, ValueError):  # should Trace refuse it after all, the per-row path names the cell
+            problems.clear()
+            return _check_row(raw, rules, problems, strings)
     elif from_cells:
         try:
             for c in _TEXT_COLUMNS:

@@ -1,0 +1,304 @@
+"""The reader's fast path (trace cells of many CSV rows decoded at once, fastread.decode_chunk) against the per-row
+path: on many generated files, valid ones and ones with bad cells at random places, both give identical traces,
+frames and errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from trace_core import Trace
+from trace_core.data import read_dataset, write_dataset
+from trace_core.data import codec, fastread, validate
+from trace_core.trace import TraceMetadata
+
+_WORDS = ["a", " the", "Paris", "é", "日本", "x y", "1", "-", "\u2028", "tab\tin", 'q"uote', "back\\slash", "new\nline",
+          "😀", "", " ", "[", "]", ",", "],["]
+_PLAIN = _WORDS[:9]
+
+
+def _traces(rng: random.Random, n: int, *, plain: bool, k: int, entropy: bool, top_tokens: bool, ranks: bool,
+            metadata: bool) -> list[Trace | None]:
+    words = _PLAIN if plain else _WORDS
+    out: list[Trace | None] = []
+    for _ in range(n):
+        t = rng.randint(1, 12)
+        lp = np.sort(np.log(np.array([[rng.uniform(0.001, 0.19) for _ in range(k)] for _ in range(t)])), axis=1)
+        lp = lp[:, ::-1].reshape(t, k)
+        if k and rng.random() < 0.3:
+            lp[rng.randrange(t)] = -30.0 * np.arange(k)  # a certain step
+        ids = np.array([rng.randrange(50) for _ in range(t)])
+        top_ids = np.array([[rng.randrange(50) for _ in range(k)] for _ in range(t)], dtype=np.int64).reshape(t, k)
+        surprisal = np.array([rng.choice([0.0, rng.uniform(0, 9), float(rng.randint(0, 3))]) for _ in range(t)])
+        if k:  # the chosen token is the first alternative
+            top_ids[:, 0] = ids
+            surprisal = -lp[:, 0]
+        ent = np.array([rng.uniform(0, 5) for _ in range(t)]) if entropy else None
+        meta = TraceMetadata(model_id="m", tokenizer="tk", extra={"vocab_size": 200}) if metadata else \
+            TraceMetadata(source="imported")
+        if ent is None:
+            meta = TraceMetadata(model_id=meta.model_id, source=meta.source, extra=meta.extra,
+                                 entropy_source="absent")
+        out.append(Trace(prompt="", answer="", token_ids=ids, tokens=tuple(rng.choice(words) for _ in range(t)),
+                         surprisal=surprisal, entropy=ent, top_ids=top_ids, top_logprobs=lp,
+                         ranks=np.array([rng.randint(1, 9) for _ in range(t)]) if ranks else None, metadata=meta,
+                         top_tokens=tuple(tuple(rng.choice(words) for _ in range(k)) for _ in range(t))
+                         if top_tokens and k else None))
+    return out
+
+
+def _csv(rng: random.Random, n: int, **options) -> tuple[list[str], list[list[str]]]:
+    traces = _traces(rng, n, **options)
+    frame = pd.DataFrame({"prompt": [f"Q{i}" for i in range(n)], "answer": ["A"] * n,
+                          "label": [rng.choice(["1", "0", "yes"]) for _ in range(n)]})
+    buffer = io.BytesIO()
+    write_dataset(frame, buffer, traces=traces, format="csv")
+    table = pd.read_csv(io.BytesIO(buffer.getvalue()), dtype=str, keep_default_na=False)
+    return list(table.columns), table.values.tolist()
+
+
+def _bytes(header: list[str], rows: list[list[str]]) -> bytes:
+    out = io.StringIO(newline="")
+    import csv
+
+    csv.writer(out).writerows([header, *rows])
+    return out.getvalue().encode("utf-8")
+
+
+_NUMBER_SWAPS = ["-0", "0", "01", "-01", "+1", ".5", "1.", "1e", "1e+", "NaN", "Infinity", "-Infinity", "1e400",
+                 "-1e400", "1e-400", "-1", "2.5", "1.2.3", "1e5e5", " 1", "1 ", "--1", "1-2", "9999", "-9999",
+                 "99999999999999999999", "-0.0", "1E5", "1e-5", "0.0", "true", "null", '"1"', "[1]", "", "3.0",
+                 "123456789012345678", "1234567890123456789", "-1000.5", "0e0", "-0e1", "1.5e-320"]
+
+
+def _corrupt(rng: random.Random, header: list[str], row: list[str], ways: tuple[int, ...] = tuple(range(10))) -> None:
+    """Damage one trace cell of ``row`` in place, in one of many ways."""
+    columns = [i for i, c in enumerate(header) if c in codec.TRACE_COLUMNS and row[i]]
+    if not columns:
+        return
+    i = rng.choice(columns)
+    cell = row[i]
+    how = rng.choice(ways)
+    if how == 0:  # one number or string replaced
+        parts = cell.split(",")
+        j = rng.randrange(len(parts))
+        head = parts[j][:len(parts[j]) - len(parts[j].lstrip("["))]
+        tail = parts[j][len(parts[j].rstrip("]")):]
+        parts[j] = head + rng.choice(_NUMBER_SWAPS) + tail
+        row[i] = ",".join(parts)
+    elif how == 1:  # emptied
+        row[i] = rng.choice(["", " ", "[]", "[[]]", "{}", "null"])
+    elif how == 2:  # cut short
+        row[i] = cell[:rng.randrange(len(cell))]
+    elif how == 3:  # an element dropped or doubled
+        value = json.loads(cell)
+        if isinstance(value, list) and value:
+            j = rng.randrange(len(value))
+            if rng.random() < 0.5:
+                del value[j]
+            else:
+                value.insert(j, value[j])
+            row[i] = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    elif how == 4:  # an inner list changed in length
+        value = json.loads(cell)
+        if isinstance(value, list) and value and isinstance(value[0], list) and value[0]:
+            j = rng.randrange(len(value))
+            value[j] = value[j][:-1] if rng.random() < 0.5 else value[j] + value[j][:1]
+            row[i] = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    elif how == 5:  # spaces (another writer)
+        row[i] = cell.replace(",", ", ")
+    elif how == 6:  # a value out of bounds
+        value = json.loads(cell)
+        if isinstance(value, list) and value:
+            column = codec.trace_column(header[i])
+            if column is None or column.element not in ("float", "int"):
+                return
+            bad = rng.choice([-0.5, 5.0, 1500.0, -1500.0, 30.0, 0.0, -1e-13, 1e-13, -2, 0]
+                             if column.element == "float" else [-2, 0, -1, 10**12])
+            if isinstance(value[0], list) and value[0]:
+                value[rng.randrange(len(value))][rng.randrange(len(value[0]))] = bad
+            else:
+                value[rng.randrange(len(value))] = bad
+            row[i] = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    elif how == 7:  # rows swapped: unsorted alternatives, or ids moved
+        value = json.loads(cell)
+        if isinstance(value, list) and value and isinstance(value[0], list) and len(value[0]) > 1:
+            j = rng.randrange(len(value))
+            value[j] = value[j][::-1]
+            row[i] = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    elif how == 8:  # metadata changes
+        if header[i] == "trace_metadata":
+            row[i] = rng.choice(['{"extra": {"vocab_size": 2}}', '{"source": "nope"}', '{"a": 1, "a": 2}', "[1]",
+                                 '{"extra": {"vocab_size": 0}}', '{"entropy_source": "top_k"}'])
+        else:
+            row[i] = cell.replace("[", "[ ", 1)
+    else:  # a text cell with escapes
+        if header[i] in ("tokens", "top_tokens"):
+            row[i] = cell.replace('"a"', '"\\u0061"').replace('"1"', '"\\n"')
+        else:
+            row[i] = cell + "x"
+
+
+def _read(data: bytes, fast: bool, monkeypatch, chunk: int) -> tuple[object, list]:
+    with monkeypatch.context() as m:
+        m.setattr(validate, "_CHUNK", chunk)
+        if not fast:
+            m.setattr(validate, "decode_chunk", lambda *args: None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ds = read_dataset(data, format="csv")
+    return ds, [str(w.message) for w in caught]
+
+
+def _same_trace(a: Trace | None, b: Trace | None) -> None:
+    assert (a is None) == (b is None)
+    if a is None:
+        return
+    assert a == b
+    assert a.metadata == b.metadata and a.tokens == b.tokens and a.top_tokens == b.top_tokens
+    for name in ("token_ids", "surprisal", "entropy", "top_ids", "top_logprobs", "ranks"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), name
+            assert not x.flags.writeable
+
+
+def _same(data: bytes, monkeypatch, chunk: int) -> int:
+    fast, fast_warned = _read(data, True, monkeypatch, chunk)
+    slow, slow_warned = _read(data, False, monkeypatch, chunk)
+    assert fast.errors == slow.errors
+    assert fast_warned == slow_warned
+    assert fast.n_read == slow.n_read and fast.notes == slow.notes
+    pd.testing.assert_frame_equal(fast.frame, slow.frame)
+    assert len(fast.traces) == len(slow.traces)
+    for a, b in zip(fast.traces, slow.traces):
+        _same_trace(a, b)
+    return len(fast.errors)
+
+
+_OPTIONS = [dict(plain=True, k=5, entropy=True, top_tokens=True, ranks=True, metadata=True),
+            dict(plain=True, k=3, entropy=False, top_tokens=True, ranks=False, metadata=False),
+            dict(plain=True, k=0, entropy=True, top_tokens=False, ranks=True, metadata=True),
+            dict(plain=True, k=2, entropy=False, top_tokens=False, ranks=False, metadata=True),
+            dict(plain=False, k=4, entropy=True, top_tokens=True, ranks=True, metadata=False)]
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_valid_files_read_alike(seed, monkeypatch):
+    rng = random.Random(seed)
+    header, rows = _csv(rng, rng.randint(1, 60), **_OPTIONS[seed % len(_OPTIONS)])
+    assert _same(_bytes(header, rows), monkeypatch, rng.choice([1, 7, 256])) == 0
+
+
+@pytest.fixture(params=[True, False], ids=["pyarrow", "numpy"])
+def parser(request, monkeypatch):
+    """Numbers parsed with pyarrow (when installed) and with numpy (without it)."""
+    monkeypatch.setattr(fastread, "_ARROW", request.param)
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_files_with_bad_cells_read_alike(seed, monkeypatch, parser):
+    rng = random.Random(1000 + seed)
+    header, rows = _csv(rng, rng.randint(5, 60), **_OPTIONS[seed % len(_OPTIONS)])
+    for _ in range(rng.randint(1, 6)):
+        _corrupt(rng, header, rows[rng.randrange(len(rows))])
+    _same(_bytes(header, rows), monkeypatch, rng.choice([1, 1, 3, 16, 256]))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_logprobs_column_and_partial_rows_read_alike(seed, monkeypatch):
+    """A ``logprobs`` column instead of ``surprisal``, rows without a trace, and a few bad cells."""
+    rng = random.Random(5000 + seed)
+    header, rows = _csv(rng, rng.randint(5, 40), **_OPTIONS[seed % 4])
+    s = header.index("surprisal")
+    header[s] = "logprobs"
+    for row in rows:
+        row[s] = json.dumps([-x for x in json.loads(row[s])], separators=(",", ":"))
+        if rng.random() < 0.1:
+            for i, c in enumerate(header):
+                if c in codec.TRACE_COLUMNS:
+                    row[i] = ""
+    for _ in range(rng.randint(0, 3)):
+        _corrupt(rng, header, rows[rng.randrange(len(rows))])
+    _same(_bytes(header, rows), monkeypatch, rng.choice([1, 4, 256]))
+
+
+def test_fast_path_takes_plain_rows():
+    """The writer's own files go through the fast path: every row decoded at once."""
+    rng = random.Random(7)
+    header, rows = _csv(rng, 30, **_OPTIONS[0])
+    raws = [dict(zip(header, r)) for r in rows]
+    columns = tuple(c for c in codec.TRACE_COLUMNS if c in header)
+    decoded = fastread.decode_chunk(raws, columns, {})
+    assert decoded is not None and all(row is not None for row in decoded)
+
+
+@pytest.mark.parametrize("text, integer, plain", [("99999999999999999999", True, False),
+    ("-99999999999999999999", True, False), ("9223372036854775807", True, False), ("1.2.3", False, False),
+    ("1e5e5", False, False), ("1,2,", False, False), ("1e+5,2E-5,3e05", False, True),
+    ("1,-2,3.5,1e5,1E-5,0,0.0,-0.5", False, True), ("-0", False, False), ("-0.0", False, True),
+    ("01", False, False), ("+1", False, False), (".5", False, False), ("1.", False, False), ("1e", False, False),
+    ("1-2", False, False), ("--1", False, False), ("1,,2", False, False), ("1, 2", False, False),
+    ("nan", False, False), ("1,-2,0,-0", True, True), ("12,-3", True, True), ("1.0", True, False),
+    ("123456789012345678", True, True), ("1234567890123456789", True, True), ("-123456789012345678", True, True),
+])
+def test_parse_numbers(text, integer, plain, parser):
+    """Only numbers that strtod reads as json does are parsed; anything else sends the chunk to the per-row path."""
+    parsed = fastread._parse_numbers([text], np.int64 if integer else np.float64)
+    assert (parsed is not None) is plain
+    if plain:
+        assert parsed.tolist() == json.loads(f"[{text}]")
+
+
+def test_parsed_floats_match_json(parser):
+    """strtod (numpy) and json read every plain number to the same float, bit for bit."""
+    rng = random.Random(3)
+    values = [rng.uniform(-50, 0) for _ in range(2000)] + [rng.expovariate(1e-3) for _ in range(500)]
+    texts = [repr(v) for v in values] + [f"{rng.randint(-10**25, 10**25)}" for _ in range(200)]
+    texts += [f"{rng.randint(1, 9)}.{rng.randint(0, 10**20)}e{rng.randint(-330, 300)}" for _ in range(1000)]
+    texts += ["5e-324", "2.2250738585072011e-308", "1.7976931348623157e308", "0.1", "1e-400", "-0.0", "0",
+              "1E+05", "2.5e-0310"]
+    parsed = fastread._parse_numbers(texts, np.float64)
+    assert parsed is not None
+    expected = np.array([float(json.loads(t)) for t in texts])
+    assert parsed.tobytes() == expected.tobytes()
+    ints = [str(rng.randint(-2**63 + 1, 2**63 - 2)) for _ in range(500)] + ["0", "-0", "7"]
+    assert fastread._parse_numbers(ints, np.int64).tolist() == [json.loads(t) for t in ints]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_bad_values_in_plain_cells_read_alike(seed, monkeypatch):
+    """Values out of bounds or out of order in cells of the plain form: the fast path decodes the chunk and leaves
+    just those rows to the per-row path, which names them."""
+    rng = random.Random(9000 + seed)
+    header, rows = _csv(rng, rng.randint(20, 80), **_OPTIONS[(0, 1, 3)[seed % 3]])  # k >= 1, plain token texts
+    for _ in range(rng.randint(1, 8)):
+        _corrupt(rng, header, rows[rng.randrange(len(rows))], ways=(6, 7))
+    counts = [0, 0]
+    decode = fastread.decode_chunk
+
+    def counted(*args):
+        out = decode(*args)
+        if out is not None:
+            counts[0] += sum(r is not None for r in out)
+            counts[1] += sum(r is None for r in out)
+        return out
+
+    monkeypatch.setattr(validate, "decode_chunk", counted)
+    n_errors = _same(_bytes(header, rows), monkeypatch, rng.choice([3, 256]))
+    assert counts[0] > 0 and counts[1] >= (n_errors > 0)
+
+
+def test_read_traces_bench_runs(capsys):
+    from bench.read_traces import main
+
+    main(["--rows", "40", "--repeat", "1"])
+    out = capsys.readouterr().out
+    assert "csv" in out and "jsonl" in out and "x" in out.splitlines()[-1]
