@@ -10,7 +10,8 @@ import pandas as pd
 import streamlit as st
 
 from app import state
-from app.components import HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, md_literal, signal_values, trace_figure
+from app.components import (HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, md_literal, signal_values,
+                            trace_figure, visible_token)
 from app.explain import explain_probability, explain_risk
 from app.panels import active_calibrator_note
 from app.services import alternatives_for, alternatives_note, heatmap_cached, provenance_notes, try_prompts
@@ -115,12 +116,12 @@ if trace is not None:
             index = st.number_input("Token", 1, len(trace), int(exp.spikes[0]) + 1 if len(exp.spikes) else 1,
                                     key="token_index") - 1
             alts = alternatives(trace, index)
-            st.html(f'<p>Token {index + 1}: <code>{html.escape(repr(trace.tokens[index]))}</code> — '
+            st.html(f"<p>Token {index + 1}: <code>'{html.escape(visible_token(trace.tokens[index]))}'</code> — "
                     f'probability {np.exp(-trace.surprisal[index]):.1%}'
                     + (f", entropy {trace.entropy[index]:.2f} nats" if trace.has_entropy else "")
                     + (f", rank {int(trace.ranks[index])}" if trace.ranks is not None else "") + "</p>")
             if trace.n_alternatives:
-                st.dataframe(pd.DataFrame({"alternative": [repr(a) for a in alts],
+                st.dataframe(pd.DataFrame({"alternative": [f"'{visible_token(a)}'" for a in alts],
                                            "probability": np.exp(trace.top_logprobs[index])}),
                              hide_index=True, column_config={"probability": st.column_config.ProgressColumn(
                                  "probability", min_value=0.0, max_value=1.0, format="percent")})

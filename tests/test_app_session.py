@@ -243,3 +243,17 @@ def test_recorded_traces_survive_a_visit_to_another_page(tiny_model_dirs, files)
     assert not at.exception
     assert not any("have no trace" in w.value for w in at.warning)  # nothing to record again
     assert len(at.get("plotly_chart")) == 3
+
+
+def test_a_kept_token_number_beyond_a_shorter_answer_is_clamped(tiny_model_dirs):
+    at = start(tiny_model_dirs)
+    at.sidebar.slider(key="max_new_tokens").set_value(12).run()
+    at.text_area(key="prompt").set_value("The quick brown")
+    at.get("form_submit_button")[0].click().run()
+    n = len(at.session_state["inspect_trace"])
+    assert n >= 3
+    at.number_input(key="token_index").set_value(n).run()
+    at.sidebar.slider(key="max_new_tokens").set_value(1).run()
+    at.get("form_submit_button")[0].click().run()
+    assert not at.exception, at.exception
+    assert len(at.session_state["inspect_trace"]) == 1 and at.number_input(key="token_index").value == 1
