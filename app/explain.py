@@ -91,8 +91,8 @@ def spike_sentence(trace: Trace, exp: TraceExplanation) -> str:
     if len(spikes) > MAX_NAMED:
         named.append(f"{len(spikes) - MAX_NAMED} more")
     if len(spikes) == 1:
-        return f"The riskiest token (outlined) is {named[0]}."
-    return f"The riskiest tokens (outlined) are {_and_list(named)}."
+        return f"The token that stands out (outlined) is {named[0]}."
+    return f"The tokens that stand out (outlined) are {_and_list(named)}."
 
 
 def window_sentence(trace: Trace, exp: TraceExplanation, *, surprisal_only: bool = False) -> str:

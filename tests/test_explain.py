@@ -61,7 +61,7 @@ def test_tokens_are_shown_one_way(token, shown):
     trace = Trace(prompt="p", answer=token + " x", token_ids=[1, 2], tokens=(token, " x"), surprisal=[2.0, 0.1],
                   entropy=[1.0, 0.5], top_ids=[], top_logprobs=[])
     out = explain.explain_risk(trace, explanation({"decay": 0.2, "window": 0.5, "length": 0.3}, [0], (0, 2)))
-    assert f"The riskiest token (outlined) is {shown} (token 1)." in out
+    assert f"The token that stands out (outlined) is {shown} (token 1)." in out
     assert explain.code(token) == shown
 
 
@@ -76,17 +76,17 @@ def _named(tokens: tuple[str, ...], spikes: list[int]) -> str:
 
 def test_spike_sentence_reads_for_one_two_three_and_many_tokens():
     tokens = (" The", " sum", " is", " 4", "2", " or", " 7", ".", " So", " 9", "!")
-    assert "The riskiest token (outlined) is <code>' 4'</code> (token 4)." in _named(tokens, [3])
-    assert ("The riskiest tokens (outlined) are <code>' 4'</code> (token 4) and <code>' 7'</code> (token 7)."
+    assert "The token that stands out (outlined) is <code>' 4'</code> (token 4)." in _named(tokens, [3])
+    assert ("The tokens that stand out (outlined) are <code>' 4'</code> (token 4) and <code>' 7'</code> (token 7)."
             in _named(tokens, [3, 6]))
-    assert ("The riskiest tokens (outlined) are <code>' 4'</code> (token 4), <code>' 7'</code> (token 7) and "
+    assert ("The tokens that stand out (outlined) are <code>' 4'</code> (token 4), <code>' 7'</code> (token 7) and "
             "<code>'.'</code> (token 8)." in _named(tokens, [3, 6, 7]))
     many = _named(tokens, [0, 1, 3, 4, 6, 7, 9])
     assert ("are <code>' The'</code> (token 1), <code>' sum'</code> (token 2), <code>' 4'</code> (token 4), "
             "<code>'2'</code> (token 5), <code>' 7'</code> (token 7) and 2 more." in many)
     assert "' 9'" not in many
     one_token = _named((";",), [0])  # the old sentence read "are ;" here
-    assert "The riskiest token (outlined) is <code>';'</code> (token 1)." in one_token
+    assert "The token that stands out (outlined) is <code>';'</code> (token 1)." in one_token
 
 
 def test_no_spike_says_why():
@@ -95,7 +95,7 @@ def test_no_spike_says_why():
     assert exp.spikes.size == 0
     out = explain.explain_risk(confident, exp)
     assert "No token stands out: the model gave every token a probability above 60%." in out
-    assert "outlined" not in out and "riskiest" not in out
+    assert "outlined" not in out and "stands out (" not in out
     # No spike although a token is past the floor (a rule with a margin): the sentence must not claim the floor.
     surprising = make_trace([2.0, 2.0, 2.0, 2.0])
     out = explain.explain_risk(surprising, explanation({"decay": 0.2, "window": 0.5, "length": 0.3}, [], (0, 4)))
@@ -128,7 +128,7 @@ def test_explain_risk_on_a_real_explanation():
     out = explain.explain_risk(trace, exp)
     assert f"{exp.components[main] / exp.risk:.0%} of the risk comes from {explain.COMPONENT_PHRASES[main]}" in out
     assert exp.spikes.tolist() == [2]
-    assert f"The riskiest token (outlined) is <code>'{html.escape(trace.tokens[2])}'</code> (token 3)." in out
+    assert f"The token that stands out (outlined) is <code>'{html.escape(trace.tokens[2])}'</code> (token 3)." in out
 
 
 class FixedContributions:
