@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["MAX_ECHO", "AnswerValueError", "as_1d", "clip", "check_bool", "check_choice", "check_int",
+__all__ = ["MAX_ECHO", "AnswerValueError", "as_1d", "clip", "check_bool", "check_choice", "check_int", "check_strings",
            "check_labels", "check_real", "check_scores", "set_checked", "shorten"]
 
 MAX_ECHO = 200  # characters of user input an error message may quote
@@ -126,6 +126,16 @@ def check_bool(value: Any, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"`{name}` must be True or False, got {shorten(value)}")
     return bool(value)
+
+
+def check_strings(items: Iterable[Any], name: str) -> list[str]:
+    """``items`` as a list after checking that each is a str (TypeError naming the first that is not). A bare str
+    is the caller's to refuse first, with its own wording: it would be read as one item per character."""
+    out = list(items)
+    for i, item in enumerate(out):
+        if not isinstance(item, str):
+            raise TypeError(f"`{name}[{i}]` must be a str, got {type(item).__name__}")
+    return out
 
 
 def set_checked(obj: Any, values: Mapping[str, Any]) -> None:

@@ -31,7 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ._checks import shorten
+from ._checks import check_strings, shorten
 
 __all__ = ["Alignment", "align_tokens", "divergence_summary"]
 
@@ -41,11 +41,7 @@ Column = tuple[int | None, int | None]
 def _check_tokens(tokens: Sequence[str], name: str) -> tuple[str, ...]:
     if isinstance(tokens, str):
         raise TypeError(f"`{name}` must be a sequence of token strings, not one str")
-    out = tuple(tokens)
-    for k, token in enumerate(out):
-        if not isinstance(token, str):
-            raise TypeError(f"`{name}[{k}]` must be a str, got {type(token).__name__}")
-    return out
+    return tuple(check_strings(tokens, name))
 
 
 def _starts(tokens: Sequence[str]) -> np.ndarray:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from .._checks import check_int, shorten
+from .._checks import check_int, check_strings, shorten
 from .folders import FolderError, check_folder_files, looks_like_path, model_folder
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -248,8 +248,4 @@ def check_texts(texts: Any, name: str) -> list[str]:
                         f"{type(texts).__name__}")
     if isinstance(texts, np.ndarray) and texts.ndim != 1:
         raise ValueError(f"`{name}` must be 1-D, got an array of shape {texts.shape}")
-    out = [str(text) if isinstance(text, np.str_) else text for text in texts]
-    for i, text in enumerate(out):
-        if not isinstance(text, str):
-            raise TypeError(f"`{name}[{i}]` must be a str, got {type(text).__name__}")
-    return out
+    return check_strings((str(text) if isinstance(text, np.str_) else text for text in texts), name)

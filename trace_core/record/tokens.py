@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._checks import check_bool
+from .._checks import check_bool, check_strings
 from .backends import backend_of
 
 __all__ = ["alternative_pieces", "context_length", "encode_prompt", "token_pieces"]
@@ -311,8 +311,4 @@ def _check_prompts(prompts: Any, name: str = "prompts") -> list[str]:
     """``prompts`` as a list of str; a bare str is refused (it would be read as one prompt per character)."""
     if isinstance(prompts, str):
         raise TypeError(f"`{name}` must be a list of strings; use the singular function for one prompt")
-    prompts = list(prompts)
-    for i, p in enumerate(prompts):
-        if not isinstance(p, str):
-            raise TypeError(f"`{name}[{i}]` must be a str, got {type(p).__name__}")
-    return prompts
+    return check_strings(prompts, name)
