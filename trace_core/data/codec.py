@@ -318,7 +318,7 @@ def trace_from_cells(cells: Mapping[str, Any], *, prompt: str, answer: str) -> T
                     rule="log-probabilities must be <= 0 -- surprisal (>= 0) goes in a `surprisal` column")
         _check_bound(logprobs, "logprobs", logprobs < -MAX_NATS, unlikely_chosen("below"))
         if surprisal is None:
-            surprisal = -logprobs
+            surprisal = 0.0 - logprobs  # not -logprobs: a log-prob of 0 is surprisal 0, not -0.0
         elif not np.allclose(surprisal, -logprobs, rtol=0.0, atol=1e-6):
             i = int(np.flatnonzero(~np.isclose(surprisal, -logprobs, rtol=0.0, atol=1e-6))[0])
             raise CellError("logprobs", f"logprobs[{i}] is {float(logprobs[i])!r} but surprisal[{i}] is "

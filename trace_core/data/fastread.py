@@ -299,7 +299,7 @@ def _decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
     if "logprobs" in vectors:
         logprobs = vectors["logprobs"]
         bad |= _row_flags((logprobs > LOGPROB_TOLERANCE) | (logprobs < -MAX_NATS), owner, n_rows)
-        surprisal = -logprobs
+        surprisal = 0.0 - logprobs  # +0.0 for a log-prob of 0 (as codec)
     if surprisal is None:
         return None
     if "entropy" in vectors:

@@ -759,7 +759,7 @@ def _trace_from_steps(parsed: ParsedResponse, *, api: str, prompt: str, model_id
     by_id = parsed.token_ids is not None and parsed.alternative_ids is not None
     chosen_ids = parsed.token_ids if by_id else [-1] * n
     offered_ids = parsed.alternative_ids if by_id else [[-1] * len(offered) for _, _, offered in steps]
-    surprisal = np.array([-lp for _, lp, _ in steps], dtype=np.float64)
+    surprisal = 0.0 - np.array([lp for _, lp, _ in steps], dtype=np.float64)  # +0.0, never -0.0
     # An alternative below -MAX_NATS (-inf, or the -9999 servers write for it) has no probability: dropped.
     # Each kept alternative is (text, what identifies it: its id when the server gives ids, else its bytes, log-prob,
     # id or -1), most likely first.
