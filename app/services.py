@@ -84,34 +84,47 @@ def get_server(base_url: str, model: str, tokenizer: str | None = None, *, full_
     return _cached_server(base_url, model, tokenizer or None, full_distribution, api)
 
 
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def check_server_allowed(base_url: str) -> None:
-    """ValueError unless the dashboard may send requests to ``base_url``: a server on this machine, or one listed in
-    TRACE_MODEL_SERVERS (``*`` allows any). A shared deployment must not become a way to reach other hosts."""
+    """ValueError unless the dashboard may send requests to ``base_url``: a server on this machine (a loopback
+    address), or one listed in TRACE_MODEL_SERVERS (``*`` allows any). A shared deployment must not become a way to
+    reach other hosts. Addresses are compared as the server back end will use them (``base_url_of``)."""
+    import ipaddress
     from urllib.parse import urlsplit
 
+    from trace_core.record.server import base_url_of
+
     try:
-        parts = urlsplit(base_url.strip())
-        host = parts.hostname
+        credentials = urlsplit(str(base_url).strip()).username is not None
     except ValueError:
-        host, parts = None, None
-    if parts is None or parts.scheme not in ("http", "https") or not host:
-        raise ValueError(f"'{clip(base_url)}' is not a server address: expected http://HOST:PORT (for example "
-                         "http://127.0.0.1:8000)")
-    if parts.username or parts.password:
+        credentials = False
+    if credentials:
         raise ValueError("put no credentials in the server address; the API key is read from OPENAI_API_KEY")
+    try:
+        url = base_url_of(base_url)
+    except ValueError as exc:  # its messages never echo credentials
+        raise ValueError(f"not a server address: {exc} (for example http://127.0.0.1:8000)") from None
+    host = urlsplit(url).hostname or ""
     allowed = settings.get("TRACE_MODEL_SERVERS")
     if allowed is None:
-        if host in _LOOPBACK:
+        try:
+            loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if loopback:
             return
-        raise ValueError(f"this dashboard connects only to model servers on its own machine; '{clip(base_url)}' is "
+        raise ValueError(f"this dashboard connects only to model servers on its own machine; '{clip(url)}' is "
                          "not one (set TRACE_MODEL_SERVERS to allow it)")
-    wanted = base_url.strip().rstrip("/")
-    if "*" in allowed or any(wanted == a.rstrip("/") or wanted.startswith(a.rstrip("/") + "/") for a in allowed):
+    if "*" in allowed:
         return
-    raise ValueError(f"'{clip(base_url)}' is not among the model servers this dashboard may use (TRACE_MODEL_SERVERS)")
+    for entry in allowed:
+        try:
+            if url == base_url_of(entry) or url.startswith(base_url_of(entry) + "/"):
+                return
+        except ValueError:
+            continue  # a malformed entry allows nothing
+    raise ValueError(f"'{clip(url)}' is not among the model servers this dashboard may use (TRACE_MODEL_SERVERS)")
 
 
 def demo_datasets() -> dict[str, Path]:

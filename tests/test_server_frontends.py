@@ -92,6 +92,8 @@ def test_dashboard_reaches_only_servers_it_may(monkeypatch):
 
     check_server_allowed("http://127.0.0.1:8000")
     check_server_allowed("http://localhost:8000/v1")
+    check_server_allowed("http://127.0.0.2:8000")  # the whole loopback range
+    check_server_allowed("http://[::1]:8000")
     for bad, fragment in [("http://10.0.0.5:8000", "only to model servers on its own machine"),
                           ("ftp://127.0.0.1", "not a server address"), ("127.0.0.1:8000", "not a server address"),
                           ("http://user:secret@127.0.0.1:8000", "no credentials")]:
@@ -100,9 +102,15 @@ def test_dashboard_reaches_only_servers_it_may(monkeypatch):
         assert "secret" not in str(info.value)
     monkeypatch.setenv("TRACE_MODEL_SERVERS", "http://10.0.0.5:8000")
     check_server_allowed("http://10.0.0.5:8000/v1")
-    for bad in ("http://10.0.0.5:80001", "http://10.0.0.6:8000", "http://127.0.0.1:8000"):
+    check_server_allowed("http://10.0.0.5:8000/v1/")  # compared as the back end will call it
+    for bad in ("http://10.0.0.6:8000", "http://127.0.0.1:8000", "http://10.0.0.5:8001", "http://10.0.0.50:8000"):
         with pytest.raises(ValueError, match="TRACE_MODEL_SERVERS"):
             check_server_allowed(bad)
+    with pytest.raises(ValueError, match="no credentials") as info:
+        check_server_allowed("http://10.0.0.5:8000@evil.example:8000")  # the allowed address as a user name
+    assert "evil" not in str(info.value)
+    with pytest.raises(ValueError, match="not a server address"):
+        check_server_allowed("http://10.0.0.5:80001")
     monkeypatch.setenv("TRACE_MODEL_SERVERS", "*")
     check_server_allowed("https://models.example:443")
 

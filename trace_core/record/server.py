@@ -247,7 +247,7 @@ def connect_server(base_url: str, model: str, *, tokenizer: str | None = None,
     >>> sm = connect_server("http://127.0.0.1:8000", "Qwen/Qwen2.5-0.5B-Instruct")  # doctest: +SKIP
     >>> traces = generate_traces(sm, ["2 + 2 ="], config=DecodingConfig(max_new_tokens=8))  # doctest: +SKIP
     """
-    base = _base_url(base_url)
+    base = base_url_of(base_url)
     if not isinstance(model, str) or not model.strip():
         raise ValueError(f"`model` must be the served model's name, got {shorten(model)}")
     if tokenizer is not None and (not isinstance(tokenizer, str) or not tokenizer.strip()):
@@ -281,7 +281,7 @@ def connect_server(base_url: str, model: str, *, tokenizer: str | None = None,
 # Connecting
 
 
-def _base_url(base_url: Any) -> str:
+def base_url_of(base_url: Any) -> str:
     """``scheme://host[:port][/prefix]`` without ``/v1`` and trailing ``/``; credentials, queries refused."""
     if not isinstance(base_url, str) or not base_url.strip():
         raise ValueError(f"`base_url` must be the server's address (http://host:port), got {shorten(base_url)}")
