@@ -33,7 +33,8 @@ def sidebar() -> None:
 
         with st.expander("Decoding", expanded=False):
             limit = settings.get("TRACE_MAX_NEW_TOKENS")
-            max_new = st.slider("Max new tokens", 1, limit, min(32, limit), key="max_new_tokens")
+            # 64: room for a worked answer (the long-answer demo's run to about 60 tokens)
+            max_new = st.slider("Max new tokens", 1, limit, min(64, limit), key="max_new_tokens")
             sample = st.toggle("Sample (instead of greedy)", key="do_sample")
             temperature = st.slider("Temperature", 0.05, 2.0, 1.0, 0.05, key="temperature", disabled=not sample)
             top_k = st.number_input("Top-k (0 = off)", 0, 1000, 0, key="top_k", disabled=not sample)

@@ -18,7 +18,9 @@ Two parts, both printed as Markdown:
    for the current rule (``explain_trace``'s spikes) and for the legacy rule (contribution above mean + 2 std, at
    most the top 10%, and the single largest contributor when none passes), or only the one named by ``--rule``.
 
-**The first wrong token** of a wrong answer (label 0) is found from its ``reference``:
+**The first wrong token** of a wrong answer (label 0) is found from its ``solution`` column when the file has one (the
+gold answer in full, e.g. a worked calculation whose label checks only the final number), else from its
+``reference``:
 
 - the answer's leading whitespace is skipped; so is the reference's (and its trailing whitespace);
 - a reference that is a plain number (``-12``, ``3.5``; no thousands commas) is compared with the *last* number in
@@ -149,14 +151,15 @@ class Answer:
 
 
 def load_answers(path: str | Path) -> tuple[list[Answer], int]:
-    """The answers of a labeled dataset with stored traces and a ``reference`` column, and how many rows had no
-    trace (left out)."""
+    """The answers of a labeled dataset with stored traces and a ``solution`` or ``reference`` column, and how many
+    rows had no trace (left out)."""
     from trace_core import explain_trace, read_dataset
 
     data = read_dataset(path)
     frame = data.frame
-    if "reference" not in frame.columns:
-        raise SystemExit(f"{path}: needs a `reference` column to find the first wrong token")
+    gold = "solution" if "solution" in frame.columns else "reference"
+    if gold not in frame.columns:
+        raise SystemExit(f"{path}: needs a `reference` (or `solution`) column to find the first wrong token")
     families = frame["family"].astype(str) if "family" in frame.columns else pd.Series(["all"] * len(frame))
     answers, no_trace = [], 0
     for i, trace in enumerate(data.traces):
@@ -165,7 +168,7 @@ def load_answers(path: str | Path) -> tuple[list[Answer], int]:
             continue
         exp = explain_trace(trace)
         correct = bool(frame["label"].iat[i] == 1)
-        first = None if correct else first_wrong_token(trace.tokens, trace.answer, str(frame["reference"].iat[i]))
+        first = None if correct else first_wrong_token(trace.tokens, trace.answer, str(frame[gold].iat[i]))
         signals = {"surprisal": trace.surprisal, "contribution": exp.contributions}
         if trace.has_entropy:
             signals["entropy"] = trace.entropy

@@ -20,10 +20,12 @@ import hashlib
 import random
 from dataclasses import dataclass
 
-__all__ = ["FAMILIES", "KnowledgeBase", "Problem", "arithmetic_problems", "fact_problems", "format_prompt",
-           "training_pairs", "training_texts"]
+__all__ = ["FAMILIES", "LONG_FAMILIES", "KnowledgeBase", "Problem", "arithmetic_problems", "description_problems",
+           "describe", "fact_problems", "format_prompt", "long_training_pairs", "training_pairs", "training_texts",
+           "worked_problems", "worked_solution"]
 
 FAMILIES = ("arithmetic", "facts")
+LONG_FAMILIES = ("worked_arithmetic", "descriptions")
 
 _NAMES = ["Ana", "Ben", "Cara", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lea", "Milo", "Nia",
           "Omar", "Pia", "Ravi", "Sara", "Tom", "Uma"]
@@ -41,6 +43,7 @@ class Problem:
     answer: str
     split: str
     detail: str = ""  # e.g. "one-step", "two-step", or the fact's exposure count
+    solution: str = ""  # the gold answer text in full, when the answer is long (the label may check less of it)
 
     @property
     def prompt(self) -> str:
@@ -123,9 +126,14 @@ class KnowledgeBase:
     """
 
     def __init__(self, n_countries: int = 120, *, seed: int = 0, unseen_share: float = 0.25,
-                 weak_share: float = 0.2, max_exposure: int = 30) -> None:
+                 weak_share: float = 0.2, max_exposure: int = 30, name_syllables: tuple[int, ...] = (2,)) -> None:
+        if n_countries > 300 and name_syllables == (2,):
+            raise ValueError("two-syllable names run out past 300 countries: give name_syllables=(2, 3)")
         rng = random.Random(f"kb-{seed}")
         used: set[str] = set()
+
+        def syllables() -> int:  # no draw for one choice, so the default world is as it always was
+            return name_syllables[0] if len(name_syllables) == 1 else rng.choice(name_syllables)
 
         def word(n_syllables: int, suffix: str = "") -> str:
             while True:
@@ -137,9 +145,9 @@ class KnowledgeBase:
         self.countries = [word(2, rng.choice(["ia", "land", "stan", "ora"])) for _ in range(n_countries)]
         self.facts: dict[tuple[str, str], str] = {}
         for country in self.countries:
-            self.facts[(country, "capital")] = word(2)
+            self.facts[(country, "capital")] = word(syllables())
             self.facts[(country, "founded")] = str(rng.randint(1100, 1999))
-            self.facts[(country, "leader")] = f"{rng.choice(_NAMES)} {word(2)}"
+            self.facts[(country, "leader")] = f"{rng.choice(_NAMES)} {word(syllables())}"
         keys = sorted(self.facts)
         rng.shuffle(keys)
         # Long-tailed exposure: a share never shown, a weak tier shown once or twice, and the rest shown 4..max with a
@@ -190,3 +198,129 @@ def training_pairs(*, seed: int = 0, n_arithmetic: int = 10000, fact_repeats: in
 def training_texts(*, seed: int = 0, n_arithmetic: int = 10000) -> list[str]:
     """The training pairs as plain text (prompt + answer), e.g. to train the tokenizer."""
     return [prompt + answer for prompt, answer in training_pairs(seed=seed, n_arithmetic=n_arithmetic)]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Long answers: worked arithmetic
+# --------------------------------------------------------------------------------------------------------------------
+
+# (operations after the first number, template); "+" and "-" in the order the question states them.
+_WORKED = [
+    ("+-", "{n} has {a} {item}, buys {b} more and then gives {c} to {m}. How many {item} does {n} have?"),
+    ("++", "A box holds {a} {item}. {n} adds {b} and then {c} more. How many {item} are in the box?"),
+    ("-+", "A shop had {a} {item}. It sold {b} and then got {c} more. How many {item} does it have?"),
+    ("+-+", "{n} has {a} {item}. {n} buys {b}, gives {c} to {m} and then buys {d} more. How many {item} does {n} "
+            "have?"),
+    ("-+-", "A shop had {a} {item}. It sold {b}, got {c} more and then sold {d}. How many {item} are left?"),
+    ("++-", "A box holds {a} {item}. {n} adds {b}, {m} adds {c} and then {d} are taken out. How many {item} are in "
+            "the box?"),
+]
+_SHOW = " Show your steps."
+
+
+def worked_solution(numbers: list[int], ops: str) -> tuple[str, int]:
+    """The worked answer text (with its leading space) and the final value: one "x op y = z." per step."""
+    value, steps = numbers[0], []
+    for op, number in zip(ops, numbers[1:]):
+        new = value + number if op == "+" else value - number
+        steps.append(f"{value} {op} {number} = {new}.")
+        value = new
+    return " " + " ".join(steps) + f" The answer is {value}.", value
+
+
+def worked_problems(n: int, *, split: str, seed: int = 0, three_step_share: float = 0.5) -> list[Problem]:
+    """``n`` distinct worked-arithmetic problems of one split, deterministic from ``seed``: two-digit operands, every
+    intermediate value between 0 and 999."""
+    rng = random.Random(f"worked-{split}-{seed}")
+    out: list[Problem] = []
+    seen: set[str] = set()
+    attempts = 0
+    while len(out) < n:
+        attempts += 1
+        if attempts > 200 * n:
+            raise ValueError(f"cannot draw {n} distinct {split} problems (ask for fewer)")
+        three = rng.random() < three_step_share
+        ops, template = rng.choice([t for t in _WORKED if (len(t[0]) == 3) == three])
+        numbers = [rng.randint(10, 99) for _ in range(len(ops) + 1)]
+        value, ok = numbers[0], True
+        for op, number in zip(ops, numbers[1:]):
+            value = value + number if op == "+" else value - number
+            ok &= value >= 0
+        key = f"{template}|{numbers}"
+        if not ok or key in seen or _split_of(key) != split:
+            continue
+        seen.add(key)
+        names = rng.sample(_NAMES, 2)
+        fields = dict(zip("abcd", numbers))
+        question = template.format(n=names[0], m=names[1], item=rng.choice(_ITEMS), **fields) + _SHOW
+        solution, value = worked_solution(numbers, ops)
+        out.append(Problem("worked_arithmetic", question, str(value), split, f"{len(ops)}-step", solution))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Long answers: descriptions of countries
+# --------------------------------------------------------------------------------------------------------------------
+
+DESCRIPTION_WORLD = {"n_countries": 400, "unseen_share": 0.05, "weak_share": 0.1, "name_syllables": (2, 3)}
+_ORDER = ("founded", "leader", "capital")
+_ASPECT = {"founded": "founding", "leader": "leader", "capital": "capital"}
+
+
+def _country_split(country: str) -> str:
+    bucket = int(hashlib.sha256(f"country|{country}".encode()).hexdigest(), 16) % 10
+    return "test" if bucket < 3 else "validation" if bucket < 6 else "train"
+
+
+def describe(kb: KnowledgeBase, country: str) -> str:
+    """The gold description (leading space): one sentence per fact, in a fixed order."""
+    return " " + " ".join(_RELATIONS[r][1].format(x=country, v=kb.facts[(country, r)]) for r in _ORDER)
+
+
+def description_world(seed: int = 0) -> KnowledgeBase:
+    return KnowledgeBase(seed=seed, **DESCRIPTION_WORLD)
+
+
+def description_problems(split: str, *, seed: int = 0) -> list[Problem]:
+    """"Tell me about X." for every country of a validation or test split (train countries are described in
+    training); the detail is each fact's exposure, in the description's order."""
+    kb = description_world(seed)
+    out = []
+    for country in kb.countries:
+        if _country_split(country) != split:
+            continue
+        exposure = ",".join(str(kb.exposure[(country, r)]) for r in _ORDER)
+        gold = describe(kb, country)
+        out.append(Problem("descriptions", f"Tell me about {country}.", gold.strip(), split,
+                           f"exposure={exposure}", gold))
+    return out
+
+
+def wrong_facts(answer: str, kb: KnowledgeBase, country: str) -> list[str]:
+    """The relations whose sentence in ``answer`` is missing or states another value."""
+    wrong = []
+    for relation in _ORDER:
+        sentence = _RELATIONS[relation][1].format(x=country, v=kb.facts[(country, relation)])
+        if sentence not in answer:
+            wrong.append(relation)
+    return wrong
+
+
+def long_training_pairs(*, seed: int = 0, n_arithmetic: int = 10000, n_worked: int = 30000, fact_repeats: int = 1,
+                        description_repeats: int = 3) -> list[tuple[str, str]]:
+    """The long-answer demo's training set: the short families (arithmetic, and fact questions over the description
+    world), worked arithmetic, every fact as a sentence (its exposure times), and the train countries' descriptions
+    (``description_repeats`` times each)."""
+    kb = description_world(seed)
+    pairs = [(p.prompt, f" {p.answer}") for p in arithmetic_problems(n_arithmetic, split="train", seed=seed)]
+    pairs += [(p.prompt, p.solution) for p in worked_problems(n_worked, split="train", seed=seed)]
+    pairs += kb.training_pairs(seed=seed) * fact_repeats
+    for (country, relation), value in sorted(kb.facts.items()):
+        sentence = " " + _RELATIONS[relation][1].format(x=country, v=value)
+        prompt = format_prompt(f"Tell me about the {_ASPECT[relation]} of {country}.")
+        pairs += [(prompt, sentence)] * kb.exposure[(country, relation)]
+    for country in kb.countries:
+        if _country_split(country) == "train":
+            pairs += [(format_prompt(f"Tell me about {country}."), describe(kb, country))] * description_repeats
+    random.Random(f"shuffle-long-{seed}").shuffle(pairs)
+    return pairs

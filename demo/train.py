@@ -2,8 +2,10 @@
 
     python -m demo.train --out assets/demo-model --steps 3000 --stop-after 1500   # the shipped model (~10 min)
     python -m demo.train --out smoke-model --smoke               # a few steps on a toy config, for tests
+    python -m demo.train --tasks long --out assets/demo-model-long ...   # the long-answer demo (assets/README.md)
 
-The training set comes from ``demo.tasks.training_pairs`` (deterministic from ``--seed``): (prompt, answer) pairs.
+The training set comes from ``demo.tasks.training_pairs`` (``--tasks long``: ``long_training_pairs``), deterministic
+from ``--seed``: (prompt, answer) pairs.
 Each example is prompt + answer + EOS and the loss is on the answer and EOS only, so the model's capacity goes to
 answering (not to predicting the random numbers in questions). AdamW with a cosine schedule; the model is saved with
 ``save_pretrained`` (safetensors, float16 weights to keep the repository small; they load as float32).
@@ -52,19 +54,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--vocab", type=int, default=800)
     parser.add_argument("--n-arithmetic", type=int, default=10000)
+    parser.add_argument("--tasks", choices=["short", "long"], default="short",
+                        help="short: arithmetic and facts; long: also worked arithmetic and descriptions")
+    parser.add_argument("--n-worked", type=int, default=30000, help="worked-arithmetic problems (--tasks long)")
     parser.add_argument("--smoke", action="store_true", help="tiny corpus and model, for the test suite")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.embd, args.layers, args.vocab, args.n_arithmetic, args.batch = 32, 1, 300, 200, 4
+        args.embd, args.layers, args.vocab, args.n_arithmetic, args.batch, args.n_worked = 32, 1, 300, 200, 4, 100
 
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from .tasks import training_pairs
+    from .tasks import long_training_pairs, training_pairs
 
     torch.manual_seed(args.seed)
     start = time.time()
-    pairs = training_pairs(seed=args.seed, n_arithmetic=args.n_arithmetic)
+    if args.tasks == "long":
+        pairs = long_training_pairs(seed=args.seed, n_arithmetic=args.n_arithmetic, n_worked=args.n_worked)
+    else:
+        pairs = training_pairs(seed=args.seed, n_arithmetic=args.n_arithmetic)
     tokenizer = build_tokenizer([p + a for p, a in pairs], vocab_size=args.vocab)
     eos = tokenizer.eos_token_id
     prompt_ids = tokenizer([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
@@ -106,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
         model.eval()
         model.generation_config.eos_token_id = eos
         model.generation_config.pad_token_id = eos
-        model.generation_config.max_new_tokens = 16
+        model.generation_config.max_new_tokens = 64 if args.tasks == "long" else 16
         folder.mkdir(parents=True, exist_ok=True)
         copy = GPT2LMHeadModel(config)
         copy.load_state_dict(model.state_dict())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -121,3 +122,80 @@ def test_shipped_datasets_are_valid_with_varied_correctness(name):
     assert dataset.n_rejected == 0 and dataset.has_traces
     for family, group in dataset.frame.groupby("family"):
         assert 0.3 <= group["label"].mean() <= 0.9, family
+
+
+# ------------------------------------------------------------------------------------------------ long answers
+
+def test_worked_problems_are_deterministic_disjoint_and_right():
+    from demo.tasks import worked_problems
+
+    assert worked_problems(40, split="test") == worked_problems(40, split="test")
+    splits = {s: worked_problems(300, split=s) for s in ("train", "validation", "test")}
+    questions = {s: {p.question for p in ps} for s, ps in splits.items()}
+    assert not questions["train"] & questions["test"] and not questions["train"] & questions["validation"]
+    assert not questions["validation"] & questions["test"]
+    for p in splits["test"]:
+        # Recompute every step from the question's numbers and its verbs, independently of worked_solution.
+        numbers = [int(w) for w in re.findall(r"\d+", p.question)]
+        steps = re.findall(r"(\d+) ([+-]) (\d+) = (\d+)\.", p.solution)
+        assert len(steps) == len(numbers) - 1 == int(p.detail[0])
+        value = numbers[0]
+        for (left, op, right, result), number in zip(steps, numbers[1:]):
+            assert int(left) == value and int(right) == number
+            value = value + number if op == "+" else value - number
+            assert int(result) == value >= 0
+        assert p.solution.endswith(f" The answer is {value}.") and p.answer == str(value)
+        assert p.question.endswith("Show your steps.")
+    assert {p.detail for p in splits["test"]} == {"2-step", "3-step"}
+    tokens_per_answer = [len(p.solution.split()) for p in splits["test"]]
+    assert min(tokens_per_answer) >= 10
+
+
+def test_descriptions_ask_only_about_countries_never_described_in_training():
+    from demo.tasks import description_problems, description_world, long_training_pairs, wrong_facts
+
+    kb = description_world()
+    pairs = long_training_pairs(n_arithmetic=50, n_worked=50)
+    trained_prompts = {prompt for prompt, _ in pairs}
+    described = {prompt for prompt, answer in pairs if prompt.startswith("Q: Tell me about ")
+                 and answer.count(".") == 3}
+    tests = {s: description_problems(s) for s in ("validation", "test")}
+    assert len(tests["test"]) > 100 and len(tests["validation"]) > 100
+    assert not {p.prompt for p in tests["validation"]} & {p.prompt for p in tests["test"]}
+    for split, problems in tests.items():
+        assert not {p.prompt for p in problems} & trained_prompts, split
+        assert not {p.prompt for p in problems} & described
+    # Each test fact was shown (as a sentence) exactly its exposure times, and some test descriptions hold a fact
+    # never shown among facts shown often.
+    answers = [answer for _, answer in pairs]
+    mixed = 0
+    for p in tests["test"]:
+        country = p.question.removeprefix("Tell me about ").removesuffix(".")
+        counts = [int(c) for c in p.detail.removeprefix("exposure=").split(",")]
+        for relation, count in zip(("founded", "leader", "capital"), counts):
+            assert kb.exposure[(country, relation)] == count
+        assert answers.count(" " + p.solution.strip().split(". ")[0] + ".") == counts[0]
+        mixed += min(counts) == 0 and max(counts) >= 4
+        assert wrong_facts(p.solution, kb, country) == []
+    assert mixed >= 5
+    some = tests["test"][0]
+    country = some.question.removeprefix("Tell me about ").removesuffix(".")
+    slip = some.solution.replace(kb.facts[(country, "capital")], "Zzyzx")
+    assert wrong_facts(slip, kb, country) == ["capital"]
+
+
+def test_the_short_world_is_unchanged_by_the_long_one():
+    from demo.tasks import KnowledgeBase, description_world
+
+    # The long world is larger, with names of two or three syllables; the default one refuses to run out of names,
+    # and still draws the very questions and answers of the shipped short test file.
+    assert len(description_world().countries) == 400
+    with pytest.raises(ValueError, match="name_syllables"):
+        KnowledgeBase(n_countries=400)
+    import pandas as pd
+
+    shipped = pd.read_csv(DATASETS / "demo_test.csv", dtype=str)
+    shipped = shipped[shipped["family"] == "facts"]
+    drawn = fact_problems("test")
+    assert [p.prompt for p in drawn] == shipped["prompt"].tolist()
+    assert [p.answer for p in drawn] == shipped["reference"].tolist()
