@@ -113,7 +113,7 @@ def pick_examples(frame: pd.DataFrame, traces, *, tasks: str, seed: int) -> list
         picks += rng.sample(right, min(n, len(right))) + rng.sample(wrong, min(n, len(wrong)))
     order = {family: k for k, family in enumerate(families)}
     return [{"prompt": frame.loc[i, "prompt"], "family": frame.loc[i, "family"],
-             "reference": frame.loc[i, "reference"]}
+             "reference": frame.loc[i, "reference"], "label": int(frame.loc[i, "label"])}
             for i in sorted(picks, key=lambda i: (order[frame.loc[i, "family"]], i))]
 
 
