@@ -55,7 +55,7 @@ test-engine: $(STAMP)
 
 # docs/results.md: the comparison on the demo test split, then where the spikes fall (bench/localisation.py).
 results: $(STAMP)
-	$(VENV)/bin/trace-core evaluate assets/datasets/demo_test.csv --group-by family --embedder --out docs/results.md
+	$(VENV)/bin/trace-core evaluate assets/datasets/demo_test.csv --group-by family --extended --embedder --out docs/results.md
 	printf '\n' >> docs/results.md
 	$(PY) -m bench.localisation --section >> docs/results.md
 

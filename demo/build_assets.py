@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--splits", nargs="+", default=["validation", "test"], choices=["validation", "test"])
     parser.add_argument("--quick", action="store_true",
                         help="only print the accuracies (no beams, nothing written): to choose a checkpoint")
+    parser.add_argument("--no-beams", action="store_true",
+                        help="write the datasets without the beam search (the beam baselines are then skipped)")
     args = parser.parse_args(argv)
     if args.n_arithmetic is None:
         args.n_arithmetic = 800 if args.tasks == "short" else 400
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     for split in args.splits:
         frame, traces = build_split(lm, split, n_arithmetic=args.n_arithmetic, seed=args.seed, tasks=args.tasks,
                                     n_worked=args.n_worked, n_facts=args.n_facts,
-                                    n_descriptions=args.n_descriptions, beams=not args.quick)
+                                    n_descriptions=args.n_descriptions, beams=not (args.quick or args.no_beams))
         empty = sum(len(t) == 0 for t in traces)
         if not args.quick:
             out.mkdir(parents=True, exist_ok=True)

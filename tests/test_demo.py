@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -94,17 +95,22 @@ def test_shipped_model_loads_offline_and_reproduces_stored_traces(monkeypatch):
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     lm = load_model(MODEL, device="cpu")
-    # The README's question: the model answers 1852 (for 1862) and ends the answer well before the limit.
-    prompt = "Q: Tell me the year Drahustan was founded.\nA:"
-    trace = generate_trace(lm, prompt, config=DecodingConfig(max_new_tokens=12))
-    ids, surprisal, stopped = greedy(lm, prompt, 12)
-    assert stopped and trace.answer == " 1852" and trace.metadata.extra["finish_reason"] == "eos"
+    dataset = read_dataset(DATASETS / "demo_test.csv")
+    longest = max(len(t) for t in dataset.traces)
+    # A "try these" question the model gets wrong (the README's screenshot): its stored answer, decoded again by an
+    # independent greedy loop, ends with the end-of-answer token before the limit.
+    examples = json.loads((DATASETS / "try_prompts.json").read_text(encoding="utf-8"))
+    example = next(e for e in examples if e["label"] == 0)
+    stored = dataset.traces[dataset.frame["prompt"].tolist().index(example["prompt"])]
+    trace = generate_trace(lm, example["prompt"], config=DecodingConfig(max_new_tokens=longest + 4))
+    ids, surprisal, stopped = greedy(lm, example["prompt"], longest + 4)
+    assert stopped and trace.answer == stored.answer and trace.metadata.extra["finish_reason"] == "eos"
     np.testing.assert_array_equal(trace.token_ids, ids)
     np.testing.assert_allclose(trace.surprisal, surprisal, atol=1e-4)
-    dataset = read_dataset(DATASETS / "demo_test.csv")
     rows = list(range(0, dataset.n_valid, max(1, dataset.n_valid // 12)))
     prompts = [dataset.frame["prompt"].iloc[i] for i in rows]
-    fresh = generate_traces(lm, prompts, config=DecodingConfig(max_new_tokens=12, n_alternatives=5), batch_size=32)
+    fresh = generate_traces(lm, prompts, config=DecodingConfig(max_new_tokens=longest, n_alternatives=5),
+                            batch_size=32)
     for i, trace in zip(rows, fresh):
         stored = dataset.traces[i]
         assert trace.answer == dataset.frame["answer"].iloc[i]

@@ -7,7 +7,6 @@ the test's temporary folder (and, with TRACE_SCREENSHOTS=folder, copied there fo
 from __future__ import annotations
 
 import csv
-import json
 
 import pytest
 from conftest import ROOT, generate, open_calibrate_upload, screenshot, skip_unless_ready, wait_idle
@@ -18,18 +17,11 @@ skip_unless_ready()
 pytestmark = pytest.mark.e2e
 
 
-def wrong_example() -> str:
-    """The first long "try these" prompt the demo model answers wrongly (the first example when none is)."""
-    examples = json.loads((ROOT / "assets" / "datasets" / "try_prompts.json").read_text(encoding="utf-8"))
-    wrong = [e for e in examples if e.get("label") == 0 and e["family"] in ("worked_arithmetic", "descriptions")]
-    return (wrong or examples)[0]["prompt"]
-
-
 def test_inspect_generates_heatmap(server, page, tmp_path):
     page.goto(server)
     wait_idle(page)
-    # A "try these" question the demo model gets wrong in one step (its spike marks the slip): the README's screenshot.
-    generate(page, wrong_example())
+    # A demo test question the model gets wrong by one digit (1852 for 1862): the README's screenshot.
+    generate(page, "Q: Tell me the year Drahustan was founded.\nA:")
     tokens = page.locator('[data-testid="trace-heatmap"] .tr-tok')
     assert tokens.count() >= 1
     page.wait_for_selector('[data-testid="stPlotlyChart"]', timeout=30_000)
