@@ -307,18 +307,34 @@ def wrong_facts(answer: str, kb: KnowledgeBase, country: str) -> list[str]:
 
 
 def long_training_pairs(*, seed: int = 0, n_arithmetic: int = 10000, n_worked: int = 30000, fact_repeats: int = 1,
-                        description_repeats: int = 3) -> list[tuple[str, str]]:
+                        description_repeats: int = 3, fact_form: str = "partial") -> list[tuple[str, str]]:
     """The long-answer demo's training set: the short families (arithmetic, and fact questions over the description
-    world), worked arithmetic, every fact as a sentence (its exposure times), and the train countries' descriptions
-    (``description_repeats`` times each)."""
+    world), worked arithmetic, every fact shown its exposure times, and the train countries' descriptions
+    (``description_repeats`` times each).
+
+    ``fact_form`` is how the facts are shown besides the questions: ``"partial"`` (default), as partial descriptions
+    ("What do you know about X?" answered with the sentences of the facts still to show, in the description's order,
+    so a fact is recalled in the same context as in a full description); ``"sentence"``, one sentence per fact
+    ("Tell me about the capital of X."). With ``"sentence"`` the model recalled facts inside a description far less
+    often than in answer to a question (see assets/README.md)."""
+    if fact_form not in ("partial", "sentence"):
+        raise ValueError(f"fact_form must be 'partial' or 'sentence', got {fact_form!r}")
     kb = description_world(seed)
     pairs = [(p.prompt, f" {p.answer}") for p in arithmetic_problems(n_arithmetic, split="train", seed=seed)]
     pairs += [(p.prompt, p.solution) for p in worked_problems(n_worked, split="train", seed=seed)]
     pairs += kb.training_pairs(seed=seed) * fact_repeats
-    for (country, relation), value in sorted(kb.facts.items()):
-        sentence = " " + _RELATIONS[relation][1].format(x=country, v=value)
-        prompt = format_prompt(f"Tell me about the {_ASPECT[relation]} of {country}.")
-        pairs += [(prompt, sentence)] * kb.exposure[(country, relation)]
+    for country in kb.countries:
+        sentences = {r: " " + _RELATIONS[r][1].format(x=country, v=kb.facts[(country, r)]) for r in _ORDER}
+        exposure = {r: kb.exposure[(country, r)] for r in _ORDER}
+        if fact_form == "sentence":
+            for r in _ORDER:
+                prompt = format_prompt(f"Tell me about the {_ASPECT[r]} of {country}.")
+                pairs += [(prompt, sentences[r])] * exposure[r]
+            continue
+        prompt = format_prompt(f"What do you know about {country}?")
+        for copy in range(max(exposure.values())):
+            shown = [r for r in _ORDER if exposure[r] > copy]
+            pairs.append((prompt, "".join(sentences[r] for r in shown)))
     for country in kb.countries:
         if _country_split(country) == "train":
             pairs += [(format_prompt(f"Tell me about {country}."), describe(kb, country))] * description_repeats

@@ -171,16 +171,17 @@ def test_descriptions_ask_only_about_countries_never_described_in_training():
     for split, problems in tests.items():
         assert not {p.prompt for p in problems} & trained_prompts, split
         assert not {p.prompt for p in problems} & described
-    # Each test fact was shown (as a sentence) exactly its exposure times, and some test descriptions hold a fact
-    # never shown among facts shown often.
-    answers = [answer for _, answer in pairs]
+    # Each test fact was shown (in a partial description) exactly its exposure times, and some test descriptions hold
+    # a fact never shown among facts shown often.
+    answers = [answer for prompt, answer in pairs if prompt.startswith("Q: What do you know about ")]
     mixed = 0
     for p in tests["test"]:
         country = p.question.removeprefix("Tell me about ").removesuffix(".")
         counts = [int(c) for c in p.detail.removeprefix("exposure=").split(",")]
         for relation, count in zip(("founded", "leader", "capital"), counts):
             assert kb.exposure[(country, relation)] == count
-        assert answers.count(" " + p.solution.strip().split(". ")[0] + ".") == counts[0]
+        for sentence, count in zip(re.findall(r" [^.]+\.", p.solution), counts):
+            assert sum(sentence in answer for answer in answers) == count
         mixed += min(counts) == 0 and max(counts) >= 4
         assert wrong_facts(p.solution, kb, country) == []
     assert mixed >= 5
