@@ -1,14 +1,14 @@
 """Build the demo datasets from the shipped demo model: greedy answers with recorded traces, labeled.
 
     python -m demo.build_assets --model assets/demo-model --out assets/datasets
-    python -m demo.build_assets --tasks long --model assets/demo-model-long --out assets/datasets
+    python -m demo.build_assets --tasks long --model demo-model-long --out datasets-long
 
 Writes, for the validation and test splits, ``demo_<split>.csv`` (prompt, answer, reference, label, family, detail,
-split, the log-probabilities of a 4-beam search on the prompt, and the trace columns of trace_core's dataset format), plus ``try_prompts.json`` (a few right and wrong test questions) for the dashboard, and prints
-the accuracy per task family. ``--tasks long`` adds the long-answer families (worked arithmetic and descriptions) and
-adds a ``solution`` column (the gold answer in full),
-and prints how local the mistakes are. The answers come from the model loaded through ``trace_core.load_model``, exactly like a
-user's model.
+split, the log-probabilities of a 4-beam search on the prompt, and the trace columns of trace_core's dataset
+format), plus ``try_prompts.json`` (a few right and wrong test questions, with the label of the model's answer) for
+the dashboard, and prints the accuracy per task family. ``--tasks long`` adds the long-answer families (worked
+arithmetic and descriptions) and a ``solution`` column (the gold answer in full), and prints how local the mistakes
+are. The answers come from the model loaded through ``trace_core.load_model``, exactly like a user's model.
 """
 
 from __future__ import annotations

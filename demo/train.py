@@ -2,7 +2,7 @@
 
     python -m demo.train --out assets/demo-model --steps 3000 --stop-after 1500   # the shipped model (~10 min)
     python -m demo.train --out smoke-model --smoke               # a few steps on a toy config, for tests
-    python -m demo.train --tasks long --out assets/demo-model-long ...   # the long-answer demo (assets/README.md)
+    python -m demo.train --tasks long --out demo-model-long ...   # the long-answer demo, in progress (assets/README.md)
 
 The training set comes from ``demo.tasks.training_pairs`` (``--tasks long``: ``long_training_pairs``), deterministic
 from ``--seed``: (prompt, answer) pairs.
@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tasks", choices=["short", "long"], default="short",
                         help="short: arithmetic and facts; long: also worked arithmetic and descriptions")
     parser.add_argument("--n-worked", type=int, default=30000, help="worked-arithmetic problems (--tasks long)")
+    parser.add_argument("--fact-form", choices=["partial", "sentence"], default="partial",
+                        help="how the long world's facts are shown (--tasks long; see long_training_pairs)")
     parser.add_argument("--smoke", action="store_true", help="tiny corpus and model, for the test suite")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -70,7 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     start = time.time()
     if args.tasks == "long":
-        pairs = long_training_pairs(seed=args.seed, n_arithmetic=args.n_arithmetic, n_worked=args.n_worked)
+        pairs = long_training_pairs(seed=args.seed, n_arithmetic=args.n_arithmetic, n_worked=args.n_worked,
+                                    fact_form=args.fact_form)
     else:
         pairs = training_pairs(seed=args.seed, n_arithmetic=args.n_arithmetic)
     tokenizer = build_tokenizer([p + a for p, a in pairs], vocab_size=args.vocab)
