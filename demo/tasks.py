@@ -16,6 +16,7 @@ Prompts are ``"Q: <question>\\nA:"`` and answers ``" <answer>"``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from dataclasses import dataclass
@@ -277,7 +278,9 @@ def describe(kb: KnowledgeBase, country: str) -> str:
     return " " + " ".join(_RELATIONS[r][1].format(x=country, v=kb.facts[(country, r)]) for r in _ORDER)
 
 
+@functools.lru_cache(maxsize=4)
 def description_world(seed: int = 0) -> KnowledgeBase:
+    """The long demo's world (built once per seed; callers only read it)."""
     return KnowledgeBase(seed=seed, **DESCRIPTION_WORLD)
 
 

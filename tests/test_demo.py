@@ -88,6 +88,32 @@ def test_training_smoke_run_saves_a_loadable_model(tmp_path):
     assert trace.metadata.extra["finish_reason"] == ("eos" if stopped else "length")
 
 
+def test_long_tasks_train_and_build_end_to_end(tmp_path, capsys):
+    pytest.importorskip("torch")
+    import pandas as pd
+
+    from demo.build_assets import main as build
+    from demo.train import main as train
+    from trace_core import read_dataset
+
+    train(["--out", str(tmp_path / "m"), "--smoke", "--tasks", "long", "--steps", "2"])
+    build(["--tasks", "long", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "d"), "--splits", "test",
+           "--n-arithmetic", "2", "--n-worked", "3", "--n-facts", "2", "--n-descriptions", "2", "--no-beams"])
+    printed = capsys.readouterr().out
+    assert "worked_arithmetic" in printed and "first wrong token after >= 5 right ones" in printed
+    data = read_dataset(tmp_path / "d" / "demo_test.csv")
+    frame = data.frame
+    assert frame["family"].value_counts().to_dict() == {"worked_arithmetic": 3, "arithmetic": 2, "facts": 2,
+                                                          "descriptions": 2}
+    worked = frame[frame["family"] == "worked_arithmetic"]
+    assert worked["solution"].str.contains(" The answer is ").all()
+    assert all(sol.endswith(f" {ref}.") for sol, ref in zip(worked["solution"], worked["reference"].astype(str)))
+    assert frame.loc[frame["family"] == "descriptions", "detail"].str.contains(r"exposure=\d+,\d+,\d+ wrong=").all()
+    examples = json.loads((tmp_path / "d" / "try_prompts.json").read_text(encoding="utf-8"))
+    assert {e["label"] for e in examples} <= {0, 1} and {e["family"] for e in examples} >= {"worked_arithmetic"}
+    assert set(pd.read_csv(tmp_path / "d" / "demo_test.csv", nrows=1).columns) >= {"solution", "detail", "label"}
+
+
 @pytest.mark.skipif(not (MODEL / "model.safetensors").exists(), reason="demo model not built")
 def test_shipped_model_loads_offline_and_reproduces_stored_traces(monkeypatch):
     pytest.importorskip("torch")
