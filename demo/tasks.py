@@ -22,8 +22,8 @@ import random
 from dataclasses import dataclass
 
 __all__ = ["FAMILIES", "LONG_FAMILIES", "KnowledgeBase", "Problem", "arithmetic_problems", "description_problems",
-           "describe", "fact_problems", "format_prompt", "long_training_pairs", "training_pairs", "training_texts",
-           "worked_problems", "worked_solution"]
+           "description_world", "describe", "fact_problems", "format_prompt", "long_training_pairs", "training_pairs",
+           "training_texts", "worked_problems", "worked_solution", "wrong_facts"]
 
 FAMILIES = ("arithmetic", "facts")
 LONG_FAMILIES = ("worked_arithmetic", "descriptions")
