@@ -150,7 +150,12 @@ def start_vllm(python: str, model_dir: str | Path, log_path: Path, *, timeout: f
 
 def stop_vllm(proc: subprocess.Popen) -> None:
     """Stop the server and every process it started (its engine runs in child processes of the same group)."""
-    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+    stop_process_group(proc, grace=30)
+
+
+def stop_process_group(proc: subprocess.Popen, *, grace: float) -> None:
+    """SIGTERM the process group of ``proc``, then SIGKILL it if it has not ended within ``grace`` seconds."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:

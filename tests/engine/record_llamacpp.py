@@ -39,9 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -53,7 +51,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.server_throughput import _free_port, _tail, post_json, save_tiny_gpt2  # noqa: E402
+from bench.server_throughput import (  # noqa: E402
+    _free_port,
+    _tail,
+    post_json,
+    save_tiny_gpt2,
+    stop_process_group,
+)
 
 PROMPT = "Q: What is the capital of France? A:"
 QUESTION = "What is the capital of France?"
@@ -125,16 +129,7 @@ def start_llama_server(binary: Path, gguf: Path, log_path: Path, *, timeout: flo
 
 
 def stop_llama_server(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    stop_process_group(proc, grace=10)
 
 
 def requests_for() -> dict[str, tuple[str, dict]]:
