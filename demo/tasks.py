@@ -72,9 +72,9 @@ _TWO_STEP = [
 ]
 
 
-def arithmetic_problems(n: int, *, split: str, seed: int = 0, two_step_share: float = 0.5) -> list[Problem]:
-    """``n`` distinct word problems of one split ("train", "validation" or "test"), deterministic from ``seed``."""
-    rng = random.Random(f"arith-{split}-{seed}")
+def _draw_distinct(n: int, split: str, rng: random.Random, candidate) -> list[Problem]:
+    """``n`` problems of ``split`` from ``candidate(rng)``, which returns (key, build) or None (rejected): a key seen
+    before or of another split is drawn again; ``build(rng)`` makes the problem of an accepted key."""
     out: list[Problem] = []
     seen: set[str] = set()
     attempts = 0
@@ -83,19 +83,35 @@ def arithmetic_problems(n: int, *, split: str, seed: int = 0, two_step_share: fl
         if attempts > 200 * n:
             raise ValueError(f"cannot draw {n} distinct {split} problems; the {split} split has only about "
                              f"{len(seen)} (ask for fewer)")
+        drawn = candidate(rng)
+        if drawn is None:
+            continue
+        key, build = drawn
+        if key in seen or _split_of(key) != split:
+            continue
+        seen.add(key)
+        out.append(build(rng))
+    return out
+
+
+def arithmetic_problems(n: int, *, split: str, seed: int = 0, two_step_share: float = 0.5) -> list[Problem]:
+    """``n`` distinct word problems of one split ("train", "validation" or "test"), deterministic from ``seed``."""
+
+    def candidate(rng: random.Random):
         two = rng.random() < two_step_share
         kind, template = rng.choice(_TWO_STEP if two else _ONE_STEP)
         # A small model learns one-digit steps in minutes on a CPU; two-digit ones would need hours.
         a, b, c = rng.randint(10, 99), rng.randint(2, 9), rng.randint(2, 9)
         value = {"add": a + b, "sub": a - b, "add_sub": a + b - c, "add_add": a + b + c}[kind]
-        key = f"{template}|{a}|{b}|{c if two else ''}"
-        if key in seen or _split_of(key) != split:
-            continue
-        seen.add(key)
-        names = rng.sample(_NAMES, 2)
-        question = template.format(n=names[0], m=names[1], a=a, b=b, c=c, item=rng.choice(_ITEMS))
-        out.append(Problem("arithmetic", question, str(value), split, "two-step" if two else "one-step"))
-    return out
+
+        def build(rng: random.Random) -> Problem:
+            names = rng.sample(_NAMES, 2)
+            question = template.format(n=names[0], m=names[1], a=a, b=b, c=c, item=rng.choice(_ITEMS))
+            return Problem("arithmetic", question, str(value), split, "two-step" if two else "one-step")
+
+        return f"{template}|{a}|{b}|{c if two else ''}", build
+
+    return _draw_distinct(n, split, random.Random(f"arith-{split}-{seed}"), candidate)
 
 
 _RELATIONS = {
@@ -232,31 +248,27 @@ def worked_solution(numbers: list[int], ops: str) -> tuple[str, int]:
 def worked_problems(n: int, *, split: str, seed: int = 0, three_step_share: float = 0.5) -> list[Problem]:
     """``n`` distinct worked-arithmetic problems of one split, deterministic from ``seed``: two-digit operands, every
     intermediate value between 0 and 999."""
-    rng = random.Random(f"worked-{split}-{seed}")
-    out: list[Problem] = []
-    seen: set[str] = set()
-    attempts = 0
-    while len(out) < n:
-        attempts += 1
-        if attempts > 200 * n:
-            raise ValueError(f"cannot draw {n} distinct {split} problems (ask for fewer)")
+
+    def candidate(rng: random.Random):
         three = rng.random() < three_step_share
         ops, template = rng.choice([t for t in _WORKED if (len(t[0]) == 3) == three])
         numbers = [rng.randint(10, 99) for _ in range(len(ops) + 1)]
-        value, ok = numbers[0], True
+        value = numbers[0]
         for op, number in zip(ops, numbers[1:]):
             value = value + number if op == "+" else value - number
-            ok &= value >= 0
-        key = f"{template}|{numbers}"
-        if not ok or key in seen or _split_of(key) != split:
-            continue
-        seen.add(key)
-        names = rng.sample(_NAMES, 2)
-        fields = dict(zip("abcd", numbers))
-        question = template.format(n=names[0], m=names[1], item=rng.choice(_ITEMS), **fields) + _SHOW
+            if value < 0:
+                return None
         solution, value = worked_solution(numbers, ops)
-        out.append(Problem("worked_arithmetic", question, str(value), split, f"{len(ops)}-step", solution))
-    return out
+
+        def build(rng: random.Random) -> Problem:
+            names = rng.sample(_NAMES, 2)
+            question = template.format(n=names[0], m=names[1], item=rng.choice(_ITEMS),
+                                       **dict(zip("abcd", numbers))) + _SHOW
+            return Problem("worked_arithmetic", question, str(value), split, f"{len(ops)}-step", solution)
+
+        return f"{template}|{numbers}", build
+
+    return _draw_distinct(n, split, random.Random(f"worked-{split}-{seed}"), candidate)
 
 
 # --------------------------------------------------------------------------------------------------------------------
