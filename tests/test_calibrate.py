@@ -107,6 +107,24 @@ def test_isotonic_equals_sklearn(data):
     assert (np.diff(iso.predict_proba(np.sort(probe))) >= 0).all()
 
 
+@pytest.mark.parametrize("kind", ["normal", "integers", "near_ties", "rounded", "wide"])
+def test_isotonic_thresholds_equal_sklearn_number_for_number(kind):
+    """Ties, and chains of values closer than 1e-15 to each other that scikit-learn splits by their distance to the
+    run's first value, give the very same thresholds."""
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        n = int(rng.integers(2, 2000))
+        x = {"normal": lambda: rng.normal(size=n), "integers": lambda: rng.integers(0, 20, n).astype(float),
+             "near_ties": lambda: 0.5 + rng.integers(0, 12, n) * 2.2e-16,
+             "rounded": lambda: np.round(rng.random(n), 3), "wide": lambda: -np.exp(rng.normal(size=n) * 30)}[kind]()
+        y = (rng.random(n) < 0.4).astype(int)
+        y[:2] = [0, 1]
+        ours = IsotonicCalibrator().fit(x, y)
+        theirs = IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip").fit(x, y)
+        np.testing.assert_array_equal(ours.x_thresholds_, theirs.X_thresholds_)
+        np.testing.assert_array_equal(ours.y_thresholds_, theirs.y_thresholds_)
+
+
 @pytest.mark.parametrize("mutate, match", [
     (lambda d: d.update(type="Pickle"), "unknown calibrator type"),
     (lambda d: d.update(format_version=99), "unsupported calibrator format_version"),

@@ -180,6 +180,28 @@ def test_scalar_calibrators_are_fitted_on_the_documented_transform():
     assert got == pytest.approx(expected, abs=1e-4)
 
 
+def test_isotonic_values_of_every_split_equal_scikit_learn_fitted_on_that_split():
+    """The protocol takes each calibration part in the score's presorted order; the Brier and ECE of every split
+    equal those of scikit-learn's IsotonicRegression fitted on that part (a rate with many ties)."""
+    from sklearn.isotonic import IsotonicRegression
+
+    from trace_core.baselines import baseline_scores
+    from trace_core.evaluate import _splits as splits_of
+    from trace_core.metrics import brier_score, expected_calibration_error
+
+    name = "High-Prob Token Rate"  # calibrated on the identity: the score itself
+    s, h, y = synthetic_traces(900, kind="spike", mean_length=20, seed=7)
+    config = EvaluationConfig(n_splits=4)
+    result = evaluate_arrays(s, h, y, config=config, methods=[name])
+    score = baseline_scores(s, h, names=[name]).scores[name].to_numpy()
+    assert np.unique(score).size < score.size / 5
+    values = result.per_split.query("calibrator == 'isotonic'").set_index(["split", "metric"])["value"]
+    for split, (cal, ev) in enumerate(splits_of(y, config)):
+        p = IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip").fit(score[cal], y[cal]).predict(score[ev])
+        assert values[(split, "brier")] == brier_score(y[ev], p)
+        assert values[(split, "ece")] == expected_calibration_error(y[ev], p)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"n_splits": 0}, "`n_splits` must be an int >= 1"),
     ({"calibration_fraction": 1.0}, r"`calibration_fraction` must be a finite real number in \(0, 1\), got 1.0"),

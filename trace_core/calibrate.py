@@ -253,17 +253,60 @@ class PlattCalibrator:
         return model
 
 
+# scikit-learn's IsotonicRegression merges a score into the run of equal scores it extends while it is closer than
+# this to the run's first score.
+_ISOTONIC_EPS = float(np.finfo(np.float64).resolution)
+
+
+def _tie_runs(x: np.ndarray) -> np.ndarray:
+    """Start indices of the runs of (nearly) equal values of ascending ``x``, as scikit-learn's ``_make_unique`` finds
+    them: a value starts a run when it is at least 1e-15 above the current run's first value."""
+    starts = np.flatnonzero(np.r_[True, np.diff(x) >= _ISOTONIC_EPS])
+    ends = np.r_[starts[1:], x.shape[0]]
+    long = np.flatnonzero(x[ends - 1] - x[starts] >= _ISOTONIC_EPS)
+    if long.size == 0:
+        return starts
+    extra = []  # runs chained by steps under 1e-15 but spanning more (rare): walk them as scikit-learn does
+    for run in long.tolist():
+        first = x[starts[run]]
+        for j in range(int(starts[run]) + 1, int(ends[run])):
+            if x[j] - first >= _ISOTONIC_EPS:
+                extra.append(j)
+                first = x[j]
+    return np.union1d(starts, np.asarray(extra, dtype=np.int64))
+
+
+def _isotonic_from_sorted(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Thresholds of ``IsotonicRegression(y_min=0, y_max=1, increasing=True)`` fitted on scores ``x`` in ascending
+    order with 0/1 labels ``y``: the same runs, means, pool-adjacent-violators fit (scipy's, which scikit-learn calls)
+    and trimming, so the same numbers. The evaluation protocol sorts each score once and takes every split's
+    calibration part in that order, instead of sorting it again."""
+    from scipy.optimize import isotonic_regression
+
+    starts = _tie_runs(x)
+    weight = np.diff(np.r_[starts, x.shape[0]]).astype(np.float64)
+    mean = np.add.reduceat(y.astype(np.float64), starts) / weight  # sums of 0/1 labels: exact
+    fitted = np.clip(np.asarray(isotonic_regression(mean, weights=weight, increasing=True).x, dtype=np.float64),
+                     0.0, 1.0)
+    thresholds = x[starts]
+    keep = np.ones(fitted.shape[0], dtype=bool)
+    keep[1:-1] = (fitted[1:-1] != fitted[:-2]) | (fitted[1:-1] != fitted[2:])
+    return thresholds[keep], fitted[keep]
+
+
 class IsotonicCalibrator:
-    """Isotonic regression of correctness on one score (non-decreasing, clipped outside the fitted range)."""
+    """Isotonic regression of correctness on one score (non-decreasing, clipped outside the fitted range): the fit of
+    scikit-learn's ``IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip")``, number for number."""
 
     def fit(self, scores: Any, y: Any) -> "IsotonicCalibrator":
-        from sklearn.isotonic import IsotonicRegression
-
         x = _check_scores(scores)
         labels = _check_labels(y, x.shape[0])
-        model = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip").fit(x, labels)
-        self.x_thresholds_ = np.asarray(model.X_thresholds_, dtype=np.float64)
-        self.y_thresholds_ = np.asarray(model.y_thresholds_, dtype=np.float64)
+        order = np.argsort(x, kind="stable")
+        return self._fit_sorted(x[order], labels[order])
+
+    def _fit_sorted(self, x: np.ndarray, y: np.ndarray) -> "IsotonicCalibrator":
+        """Fit on checked scores already in ascending order and their labels."""
+        self.x_thresholds_, self.y_thresholds_ = _isotonic_from_sorted(x, y)
         return self
 
     def predict_proba(self, scores: Any) -> np.ndarray:

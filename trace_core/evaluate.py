@@ -332,8 +332,13 @@ def _probability_metric(name: str, y: np.ndarray, prob: np.ndarray, config: Eval
     raise ValueError(f"no probability metric {name!r}")  # pragma: no cover - the registry lists brier and ece
 
 
-def _calibrator(name: str) -> PlattCalibrator | IsotonicCalibrator:
-    return PlattCalibrator() if name == "platt" else IsotonicCalibrator()
+def _fit_scalar(name: str, z: np.ndarray, y: np.ndarray, cal: np.ndarray,
+                cal_ascending: np.ndarray) -> PlattCalibrator | IsotonicCalibrator:
+    """A scalar calibrator fitted on the calibration part ``cal`` of the transformed score ``z``; the isotonic fit
+    takes the part already in ascending order of ``z`` (``cal_ascending``), the same fit as on ``z[cal]``."""
+    if name == "platt":
+        return PlattCalibrator().fit(z[cal], y[cal])
+    return IsotonicCalibrator()._fit_sorted(z[cal_ascending], y[cal_ascending])
 
 
 def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: EvaluationConfig, wanted: list[str],
@@ -349,6 +354,7 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: Eval
     # Calibrators are fitted on each score's documented transform; rankings use the raw score, sorted once.
     transformed = {m: transform_scores(scalar[m], METHODS[m].transform) for m in scalar}
     rank_groups = {m: RankGroups(scalar[m]) for m in scalar}
+    ascending = {m: np.argsort(z, kind="stable") for m, z in transformed.items()}  # each split's isotonic fit: no sort
     ranking = [m for m in config.metrics if METRICS[m].on == "score"]
     probability = [m for m in config.metrics if METRICS[m].on == "probability"]
     rows: list[tuple[int, str, str, str, float]] = []
@@ -365,6 +371,8 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: Eval
                 progress(split + 1, len(splits))
             continue
         first = held is None
+        in_cal = np.zeros(n, dtype=bool)
+        in_cal[cal] = True
         if first:
             held = {"row": ev, "label": y[ev]}
         for method in ran:
@@ -382,7 +390,8 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: Eval
                 raw, z = scalar[method][ev], transformed[method]
                 if is_constant(scalar[method][cal]):
                     uninformative[method] = UNINFORMATIVE
-                fitted = {c: _calibrator(c).fit(z[cal], y[cal]) for c in SCALAR_CALIBRATORS}
+                fitted = {c: _fit_scalar(c, z, y, cal, ascending[method][in_cal[ascending[method]]])
+                          for c in SCALAR_CALIBRATORS}
                 probs = {c: model.predict_proba(z[ev]) for c, model in fitted.items()}
                 ranked = rank_groups[method].ranking_metrics(y[ev], ev) if ranking else {}
                 if spec.kind == "baseline":  # the calibration part's values choose the best baseline
