@@ -180,6 +180,20 @@ def test_scalar_calibrators_are_fitted_on_the_documented_transform():
     assert got == pytest.approx(expected, abs=1e-4)
 
 
+def test_methods_on_threads_give_the_very_numbers_of_one_thread(monkeypatch):
+    import importlib
+
+    module = importlib.import_module("trace_core.evaluate")  # the package's `evaluate` is the function
+    s, h, y = synthetic_traces(3000, kind="spike", mean_length=12, seed=2)
+    config = EvaluationConfig(n_splits=3)
+    assert len(s) >= module._THREADS_FROM
+    threaded = evaluate_arrays(s, h, y, config=config)
+    monkeypatch.setattr(module, "_THREADS_FROM", 10**9)
+    serial = evaluate_arrays(s, h, y, config=config)
+    for attribute in ("per_split", "held_out", "summary", "calibration_values"):
+        pd.testing.assert_frame_equal(getattr(threaded, attribute), getattr(serial, attribute), check_exact=True)
+
+
 def test_isotonic_values_of_every_split_equal_scikit_learn_fitted_on_that_split():
     """The protocol takes each calibration part in the score's presorted order; the Brier and ECE of every split
     equal those of scikit-learn's IsotonicRegression fitted on that part (a rate with many ties)."""

@@ -22,7 +22,10 @@ that reason, and TRACE and TRACE+ run as their surprisal-only variants under the
 
 from __future__ import annotations
 
+import contextlib
+import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -46,6 +49,11 @@ __all__ = ["AnswerValueError", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "UNINFORMA
 
 
 Progress = Callable[[int, int], None]
+
+# The methods of a split run on threads (numpy releases the GIL in the bulk of the work): up to this many, and only
+# from this many answers on (below, starting threads costs more than it saves).
+_MAX_WORKERS = 8
+_THREADS_FROM = 2000
 
 
 class SkippedSplitsWarning(UserWarning):
@@ -332,6 +340,22 @@ def _probability_metric(name: str, y: np.ndarray, prob: np.ndarray, config: Eval
     raise ValueError(f"no probability metric {name!r}")  # pragma: no cover - the registry lists brier and ece
 
 
+@contextlib.contextmanager
+def _one_blas_thread(active: bool):
+    """BLAS on one thread while the methods run on threads (TRACE+'s Newton steps call it): each method's BLAS
+    starting its own threads on the same cores made the threaded protocol slower than the serial one."""
+    if not active:
+        yield
+        return
+    try:
+        from threadpoolctl import threadpool_limits  # installed with scikit-learn
+    except ImportError:  # pragma: no cover - scikit-learn requires it
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
 def _fit_scalar(name: str, z: np.ndarray, y: np.ndarray, cal: np.ndarray,
                 cal_ascending: np.ndarray) -> PlattCalibrator | IsotonicCalibrator:
     """A scalar calibrator fitted on the calibration part ``cal`` of the transformed score ``z``; the isotonic fit
@@ -364,53 +388,66 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: Eval
     splits = _splits(y, config)
     if progress is not None:
         progress(0, len(splits))
-    for split, (cal, ev) in enumerate(splits):
-        if np.unique(y[cal]).shape[0] < 2 or np.unique(y[ev]).shape[0] < 2:
-            skipped_splits += 1
+    def one(method: str, split: int, cal: np.ndarray, ev: np.ndarray, in_cal: np.ndarray, first: bool):
+        """One method on one split: its rows, its calibration-part rows, its held-out columns (first split only)
+        and whether its score is constant on the calibration part. Methods run on threads: nothing shared is
+        written here."""
+        spec = METHODS[method]
+        out_rows, out_cal, out_held, constant = [], [], {}, False
+        if method in features:
+            F = features[method]
+            if spec.kind == "trace_plus":
+                decision = TracePlus(feature_set=spec.feature_set).fit(F[cal], y[cal]).decision_function
+            else:
+                decision = _fit_reference(F[cal], y[cal])
+            raw = decision(F[ev])
+            probs = {FITTED: _sigmoid(raw)}  # TracePlus.predict_proba's function: held-out values equal it
+            ranked = RankGroups(raw).ranking_metrics(y[ev]) if ranking else {}
+        else:
+            raw, z = scalar[method][ev], transformed[method]
+            constant = is_constant(scalar[method][cal])
+            fitted = {c: _fit_scalar(c, z, y, cal, ascending[method][in_cal[ascending[method]]])
+                      for c in SCALAR_CALIBRATORS}
+            probs = {c: model.predict_proba(z[ev]) for c, model in fitted.items()}
+            ranked = rank_groups[method].ranking_metrics(y[ev], ev) if ranking else {}
+            if spec.kind == "baseline":  # the calibration part's values choose the best baseline
+                on_cal = rank_groups[method].ranking_metrics(y[cal], cal) if ranking else {}
+                out_cal += [(split, method, m, RAW, on_cal[m]) for m in ranking]
+                out_cal += [(split, method, m, c, _probability_metric(m, y[cal], model.predict_proba(z[cal]), config))
+                            for c, model in fitted.items() for m in probability]
+        out_rows += [(split, method, m, RAW, ranked[m]) for m in ranking]
+        out_rows += [(split, method, m, c, _probability_metric(m, y[ev], p, config))
+                     for c, p in probs.items() for m in probability]
+        if first:
+            out_held[method] = probs.get(FITTED, probs.get(config.scalar_calibrator))
+            out_held[f"{method} score"] = raw
+            if FITTED not in probs:
+                out_held.update({f"{method} {c}": p for c, p in probs.items()})
+        return out_rows, out_cal, out_held, constant
+
+    workers = min(len(ran), os.cpu_count() or 1, _MAX_WORKERS) if n >= _THREADS_FROM else 1
+    with ThreadPoolExecutor(max_workers=workers) as pool, _one_blas_thread(workers > 1):
+        for split, (cal, ev) in enumerate(splits):
+            if np.unique(y[cal]).shape[0] < 2 or np.unique(y[ev]).shape[0] < 2:
+                skipped_splits += 1
+                if progress is not None:
+                    progress(split + 1, len(splits))
+                continue
+            first = held is None
+            in_cal = np.zeros(n, dtype=bool)
+            in_cal[cal] = True
+            if first:
+                held = {"row": ev, "label": y[ev]}
+            runs = (pool.map if workers > 1 else map)(lambda m: one(m, split, cal, ev, in_cal, first), ran)
+            for method, (method_rows, method_cal, method_held, constant) in zip(ran, runs):
+                rows += method_rows
+                cal_rows += method_cal
+                if constant:
+                    uninformative[method] = UNINFORMATIVE
+                if first:
+                    held.update(method_held)
             if progress is not None:
                 progress(split + 1, len(splits))
-            continue
-        first = held is None
-        in_cal = np.zeros(n, dtype=bool)
-        in_cal[cal] = True
-        if first:
-            held = {"row": ev, "label": y[ev]}
-        for method in ran:
-            spec = METHODS[method]
-            if method in features:
-                F = features[method]
-                if spec.kind == "trace_plus":
-                    decision = TracePlus(feature_set=spec.feature_set).fit(F[cal], y[cal]).decision_function
-                else:
-                    decision = _fit_reference(F[cal], y[cal])
-                raw = decision(F[ev])
-                probs = {FITTED: _sigmoid(raw)}  # TracePlus.predict_proba's function: held-out values equal it
-                ranked = RankGroups(raw).ranking_metrics(y[ev]) if ranking else {}
-            else:
-                raw, z = scalar[method][ev], transformed[method]
-                if is_constant(scalar[method][cal]):
-                    uninformative[method] = UNINFORMATIVE
-                fitted = {c: _fit_scalar(c, z, y, cal, ascending[method][in_cal[ascending[method]]])
-                          for c in SCALAR_CALIBRATORS}
-                probs = {c: model.predict_proba(z[ev]) for c, model in fitted.items()}
-                ranked = rank_groups[method].ranking_metrics(y[ev], ev) if ranking else {}
-                if spec.kind == "baseline":  # the calibration part's values choose the best baseline
-                    on_cal = rank_groups[method].ranking_metrics(y[cal], cal) if ranking else {}
-                    cal_rows += [(split, method, m, RAW, on_cal[m]) for m in ranking]
-                    cal_rows += [(split, method, m, c, _probability_metric(m, y[cal], model.predict_proba(z[cal]),
-                                                                           config))
-                                 for c, model in fitted.items() for m in probability]
-            rows += [(split, method, m, RAW, ranked[m]) for m in ranking]
-            rows += [(split, method, m, c, _probability_metric(m, y[ev], p, config))
-                     for c, p in probs.items() for m in probability]
-            if first:
-                shown = probs.get(FITTED, probs.get(config.scalar_calibrator))
-                held[method] = shown
-                held[f"{method} score"] = raw
-                if FITTED not in probs:
-                    held.update({f"{method} {c}": p for c, p in probs.items()})
-        if progress is not None:
-            progress(split + 1, len(splits))
     if skipped_splits == config.n_splits:
         raise ValueError("every split left one class only in its calibration or evaluation part; use more answers "
                          "or stratified splits")
