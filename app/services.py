@@ -133,11 +133,19 @@ def demo_datasets() -> dict[str, Path]:
 
 
 def try_prompts() -> list[dict[str, str]]:
-    """The Inspect page's example prompts (``family`` and ``prompt`` each)."""
+    """The Inspect page's example prompts (``family``, ``prompt``, ``reference`` and the demo model's ``label``)."""
     path = DATASETS / "try_prompts.json"
     if not path.exists():
         return []
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def example_label(example: dict) -> str:
+    """One "Try these" entry: the family, whether the demo model answers it right, and the question's start."""
+    question = example["prompt"].splitlines()[0].removeprefix("Q: ")
+    question = question if len(question) <= 90 else question[:89] + "…"
+    verdict = {0: " (answered wrong)", 1: " (answered right)"}.get(example.get("label"), "")
+    return f"{example['family'].replace('_', ' ')}{verdict}: {question}"
 
 
 @st.cache_resource(show_spinner="Reading the dataset…", max_entries=8)

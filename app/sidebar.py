@@ -54,7 +54,8 @@ def _local_model(source: str):
     """The bundled model or a local folder / cached id typed in the sidebar: (model, None) or (None, message)."""
     if source == DEMO_LABEL:
         name = str(DEMO_MODEL)
-        st.caption("A small GPT-2 trained on arithmetic and invented-world facts, bundled with the app.")
+        st.caption("A small GPT-2 trained on worked arithmetic and on facts about an invented world, bundled with "
+                   "the app: try the examples on Inspect.")
     else:
         name = st.text_input("Folder or model id", key="model_name", placeholder="/path/to/model or org/model-name",
                              help="A folder made by save_pretrained, or a model id already in the local Hugging "

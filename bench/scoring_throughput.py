@@ -1,11 +1,15 @@
-"""Teacher-forced scoring: ``score_answers`` with batching and padding vs a per-example loop.
+"""Teacher-forced scoring: ``score_answers`` with batching and padding vs a per-example loop, and vs the model's own
+forward pass on the same batches.
 
     python -m bench.scoring_throughput [--answers 64] [--batch 16] [--repeats 3]
 
 Scores the same (prompt, answer) pairs both ways on the bundled demo model and on a larger random-weight GPT-2 with a
 realistic vocabulary, and prints tokens per second, their ratio, and how far the two results differ: the largest
 absolute difference of any log-probability or entropy, whether the token and top-k ids are identical, and the largest
-difference of a chosen token's rank.
+difference of a chosen token's rank. "forward / batched" is the time of a plain forward pass of the model over the
+same batches (the same grouping by length and right padding, logits kept from the first answer position of the batch
+on, nothing computed from them) divided by the batched scoring time: 1.0 means scoring costs nothing beyond the
+model's own work.
 """
 
 from __future__ import annotations
@@ -48,6 +52,37 @@ def _max_difference(a: list, b: list) -> tuple[float, bool, int]:
     return diff, same_ids, rank_diff
 
 
+def _plain_forward(lm, prompts: list[str], answers: list[str], batch: int):
+    """The model's own forward pass over the batches ``score_answers`` makes (sorted by length, right padded),
+    keeping the logits of every position from the batch's first answer position on; returns a function to time."""
+    import torch
+
+    tokenizer = lm.tokenizer
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    prompt_ids = [list(tokenizer(p, add_special_tokens=True)["input_ids"]) for p in prompts]
+    answer_ids = [list(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers]
+    order = sorted(range(len(prompts)), key=lambda i: len(prompt_ids[i]) + len(answer_ids[i]))
+    batches = []
+    for start in range(0, len(order), batch):
+        rows = order[start:start + batch]
+        width = max(len(prompt_ids[i]) + len(answer_ids[i]) for i in rows)
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, i in enumerate(rows):
+            seq = prompt_ids[i] + answer_ids[i]
+            ids[r, :len(seq)] = torch.tensor(seq)
+            mask[r, :len(seq)] = 1
+        keep = width - min(len(prompt_ids[i]) for i in rows) + 1
+        batches.append((ids, mask, keep))
+
+    def forward():
+        with torch.inference_mode():
+            for ids, mask, keep in batches:
+                lm.model(input_ids=ids, attention_mask=mask, logits_to_keep=keep)
+
+    return forward
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--answers", type=int, default=64)
@@ -68,11 +103,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.answers} answers, batch {args.batch} vs a loop of batch 1, {torch.get_num_threads()} threads, "
           f"median of {args.repeats}")
     print(f"{'model':<34} {'tokens':>7} {'loop tok/s':>11} {'batched tok/s':>14} {'ratio':>6} "
-          f"{'max |diff|':>10} {'same ids':>8} {'max Δrank':>9}")
+          f"{'max |diff|':>10} {'same ids':>8} {'max Δrank':>9} {'forward / batched':>17}")
     for which in args.models:
         if which == "demo":
             lm = load_model(ROOT / "assets" / "demo-model", device="cpu")
-            pairs, label = _demo_pairs(args.answers), "demo (vocab 800, 192 x 4)"
+            config = lm.model.config
+            pairs = _demo_pairs(args.answers)
+            label = f"demo (vocab {config.vocab_size:,}, {config.n_embd} x {config.n_layer})"
         else:
             lm = random_lm(arch="gpt2", vocab_size=args.vocab, hidden=args.hidden, layers=args.layers)
             pairs, label = _random_pairs(args.answers), f"random GPT-2 (vocab {args.vocab}, {args.hidden} x {args.layers})"
@@ -84,19 +121,22 @@ def main(argv: list[str] | None = None) -> None:
         def batched():
             return score_answers(lm, prompts, answers, batch_size=args.batch)
 
+        forward = _plain_forward(lm, prompts, answers, args.batch)
         reference, fast = loop(), batched()  # also warms up
+        forward()
         n_tokens = sum(len(t) for t in reference)
         diff, same_ids, rank_diff = _max_difference(reference, fast)
-        times: dict[str, list[float]] = {"loop": [], "batched": []}
-        for _ in range(args.repeats):  # interleaved, so drift affects both alike
-            for name, fn in (("loop", loop), ("batched", batched)):
+        times: dict[str, list[float]] = {"loop": [], "batched": [], "forward": []}
+        for _ in range(args.repeats):  # interleaved, so drift affects all alike
+            for name, fn in (("loop", loop), ("batched", batched), ("forward", forward)):
                 start = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - start)
         loop_rate = n_tokens / statistics.median(times["loop"])
         batch_rate = n_tokens / statistics.median(times["batched"])
         print(f"{label:<34} {n_tokens:>7,} {loop_rate:>11,.0f} {batch_rate:>14,.0f} {batch_rate / loop_rate:>6.2f} "
-              f"{diff:>10.1e} {'yes' if same_ids else 'NO':>8} {rank_diff:>9}")
+              f"{diff:>10.1e} {'yes' if same_ids else 'NO':>8} {rank_diff:>9} "
+              f"{statistics.median(times['forward']) / statistics.median(times['batched']):>17.2f}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Build the demo datasets from the shipped demo model: greedy answers with recorded traces, labeled.
 
-    python -m demo.build_assets --model assets/demo-model --out assets/datasets
-    python -m demo.build_assets --tasks long --model demo-model-long --out datasets-long
+    python -m demo.build_assets                      # the shipped datasets, from the shipped model
+    python -m demo.build_assets --tasks short --model short-model --out short-datasets
 
 Writes, for the validation and test splits, ``demo_<split>.csv`` (prompt, answer, reference, label, family, detail,
 split, the log-probabilities of a 4-beam search on the prompt, and the trace columns of trace_core's dataset
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="assets/demo-model")
     parser.add_argument("--out", default="assets/datasets")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tasks", choices=["short", "long"], default="short")
+    parser.add_argument("--tasks", choices=["short", "long"], default="long")
     parser.add_argument("--n-arithmetic", type=int, default=None,
                         help="arithmetic problems per split (default 800; 400 with --tasks long)")
     parser.add_argument("--n-worked", type=int, default=600, help="worked-arithmetic problems per split (long)")

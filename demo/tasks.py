@@ -275,14 +275,16 @@ def worked_problems(n: int, *, split: str, seed: int = 0, three_step_share: floa
 # Long answers: descriptions of countries
 # --------------------------------------------------------------------------------------------------------------------
 
-DESCRIPTION_WORLD = {"n_countries": 400, "unseen_share": 0.05, "weak_share": 0.1, "name_syllables": (2, 3)}
+DESCRIPTION_WORLD = {"n_countries": 200, "unseen_share": 0.05, "weak_share": 0.1, "name_syllables": (2, 3)}
 _ORDER = ("founded", "leader", "capital")
 _ASPECT = {"founded": "founding", "leader": "leader", "capital": "capital"}
 
 
 def _country_split(country: str) -> str:
+    # Few train countries: they only teach the description's form (every country's facts are shown as partial
+    # descriptions), so most countries are left to be asked about.
     bucket = int(hashlib.sha256(f"country|{country}".encode()).hexdigest(), 16) % 10
-    return "test" if bucket < 3 else "validation" if bucket < 6 else "train"
+    return "test" if bucket < 4 else "validation" if bucket < 8 else "train"
 
 
 def describe(kb: KnowledgeBase, country: str) -> str:
@@ -321,11 +323,12 @@ def wrong_facts(answer: str, kb: KnowledgeBase, country: str) -> list[str]:
     return wrong
 
 
-def long_training_pairs(*, seed: int = 0, n_arithmetic: int = 10000, n_worked: int = 30000, fact_repeats: int = 1,
-                        description_repeats: int = 3, fact_form: str = "partial") -> list[tuple[str, str]]:
+def long_training_pairs(*, seed: int = 0, n_arithmetic: int = 10000, n_worked: int = 20000, fact_repeats: int = 3,
+                        description_repeats: int = 5, fact_form: str = "partial") -> list[tuple[str, str]]:
     """The long-answer demo's training set: the short families (arithmetic, and fact questions over the description
-    world), worked arithmetic, every fact shown its exposure times, and the train countries' descriptions
-    (``description_repeats`` times each).
+    world), worked arithmetic, every fact shown its exposure times as a question and as many times besides (both
+    ``fact_repeats`` times over, so facts get a fair share of the steps without changing their relative exposure), and
+    the train countries' descriptions (``description_repeats`` times each).
 
     ``fact_form`` is how the facts are shown besides the questions: ``"partial"`` (default), as partial descriptions
     ("What do you know about X?" answered with the sentences of the facts still to show, in the description's order,
@@ -344,12 +347,12 @@ def long_training_pairs(*, seed: int = 0, n_arithmetic: int = 10000, n_worked: i
         if fact_form == "sentence":
             for r in _ORDER:
                 prompt = format_prompt(f"Tell me about the {_ASPECT[r]} of {country}.")
-                pairs += [(prompt, sentences[r])] * exposure[r]
+                pairs += [(prompt, sentences[r])] * (exposure[r] * fact_repeats)
             continue
         prompt = format_prompt(f"What do you know about {country}?")
         for copy in range(max(exposure.values())):
             shown = [r for r in _ORDER if exposure[r] > copy]
-            pairs.append((prompt, "".join(sentences[r] for r in shown)))
+            pairs += [(prompt, "".join(sentences[r] for r in shown))] * fact_repeats
     for country in kb.countries:
         if _country_split(country) == "train":
             pairs += [(format_prompt(f"Tell me about {country}."), describe(kb, country))] * description_repeats

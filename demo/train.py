@@ -1,16 +1,17 @@
 """Train the demo model: a byte-level BPE tokenizer and a small GPT-2, with plain torch on CPU.
 
-    python -m demo.train --out assets/demo-model --steps 3000 --stop-after 1500   # the shipped model (~10 min)
-    python -m demo.train --out smoke-model --smoke               # a few steps on a toy config, for tests
-    python -m demo.train --tasks long --out demo-model-long ...   # the long-answer demo, in progress (assets/README.md)
+    python -m demo.train --out assets/demo-model             # the shipped model: long and short answers (~50 min)
+    python -m demo.train --tasks short --out short-model     # the earlier short-answer model (~10 min)
+    python -m demo.train --out smoke-model --smoke           # a few steps on a toy config, for tests
 
-The training set comes from ``demo.tasks.training_pairs`` (``--tasks long``: ``long_training_pairs``), deterministic
+The training set comes from ``demo.tasks.long_training_pairs`` (``--tasks short``: ``training_pairs``), deterministic
 from ``--seed``: (prompt, answer) pairs.
 Each example is prompt + answer + EOS and the loss is on the answer and EOS only, so the model's capacity goes to
 answering (not to predicting the random numbers in questions). AdamW with a cosine schedule; the model is saved with
 ``save_pretrained`` (safetensors, float16 weights to keep the repository small; they load as float32).
 ``--checkpoints N M ...`` also saves the model at those steps (under ``<out>-step<N>``), so that the shipped one can be
-chosen on the validation split; ``--stop-after N`` then rebuilds checkpoint N directly.
+chosen on the validation split; ``--stop-after N`` then rebuilds checkpoint N directly. The size and schedule
+default per ``--tasks`` (``SIZES``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import time
 from pathlib import Path
 
 EOS = "<|endoftext|>"
+# Defaults per --tasks: steps, batch, hidden size, vocabulary.
+SIZES = {"long": {"steps": 4400, "batch": 64, "embd": 256, "vocab": 1000},
+         "short": {"steps": 3000, "batch": 96, "embd": 192, "vocab": 800}}
 
 
 def build_tokenizer(texts: list[str], *, vocab_size: int):
@@ -44,23 +48,26 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Train the bundled demo model.")
     parser.add_argument("--out", required=True)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--batch", type=int, default=96)
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--checkpoints", type=int, nargs="*", default=[], help="also save the model at these steps")
     parser.add_argument("--stop-after", type=int, default=None,
                         help="stop after this many steps (the learning-rate schedule still spans --steps)")
     parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--embd", type=int, default=192)
+    parser.add_argument("--embd", type=int, default=None)
     parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--vocab", type=int, default=800)
+    parser.add_argument("--vocab", type=int, default=None)
     parser.add_argument("--n-arithmetic", type=int, default=10000)
-    parser.add_argument("--tasks", choices=["short", "long"], default="short",
-                        help="short: arithmetic and facts; long: also worked arithmetic and descriptions")
-    parser.add_argument("--n-worked", type=int, default=30000, help="worked-arithmetic problems (--tasks long)")
+    parser.add_argument("--tasks", choices=["short", "long"], default="long",
+                        help="long: arithmetic, facts, worked arithmetic and descriptions; short: the first two only")
+    parser.add_argument("--n-worked", type=int, default=20000, help="worked-arithmetic problems (--tasks long)")
     parser.add_argument("--fact-form", choices=["partial", "sentence"], default="partial",
                         help="how the long world's facts are shown (--tasks long; see long_training_pairs)")
     parser.add_argument("--smoke", action="store_true", help="tiny corpus and model, for the test suite")
     args = parser.parse_args(argv)
+    for name, value in SIZES[args.tasks].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.smoke:
         args.embd, args.layers, args.vocab, args.n_arithmetic, args.batch, args.n_worked = 32, 1, 300, 200, 4, 100
 
@@ -133,11 +140,20 @@ def main(argv: list[str] | None = None) -> None:
     model.train()
     for step in range(min(args.steps, args.stop_after or args.steps)):
         indices = torch.randint(0, len(examples), (args.batch,), generator=generator).tolist()
-        x, y, mask = batch_at(indices)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
-        loss = model(input_ids=x, attention_mask=mask, labels=y).loss
-        loss.backward()
+        # The batch runs as two halves sorted by length (less padding: a long worked answer no longer widens the
+        # short questions' rows); each half's mean loss is weighted by its share of answer tokens, so the gradient is
+        # the whole batch's mean-token-loss gradient.
+        indices.sort(key=lambda i: len(examples[i][0]) + len(examples[i][1]))
+        halves = [indices[:len(indices) // 2], indices[len(indices) // 2:]]
+        batches = [batch_at(half) for half in halves if half]
+        counts = [int((y[:, 1:] != -100).sum()) for _, y, _ in batches]
+        loss = 0.0
+        for (x, y, mask), count in zip(batches, counts):
+            part = model(input_ids=x, attention_mask=mask, labels=y).loss * (count / sum(counts))
+            part.backward()
+            loss += part.detach()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

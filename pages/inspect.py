@@ -14,7 +14,8 @@ from app.components import (HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, md_
                             trace_figure, visible_token)
 from app.explain import explain_probability, explain_risk
 from app.panels import active_calibrator_note
-from app.services import alternatives_for, alternatives_note, heatmap_cached, provenance_notes, try_prompts
+from app.services import (alternatives_for, alternatives_note, example_label, heatmap_cached, provenance_notes,
+                          try_prompts)
 from trace_core import TracePlus, explain_trace, generate_trace, settings
 from trace_core.policy import fit_new_tokens
 
@@ -26,7 +27,7 @@ lm = state.model()
 
 examples = try_prompts()
 if examples:
-    labels = ["(pick an example)"] + [f"{e['family']}: {e['prompt'].splitlines()[0][3:80]}" for e in examples]
+    labels = ["(pick an example)"] + [example_label(e) for e in examples]
     choice = st.selectbox("Try these", range(len(labels)), format_func=lambda i: labels[i], key="example")
     state.use_example(choice, examples[choice - 1]["prompt"] if choice else "")
 

@@ -39,7 +39,8 @@ def test_scoring_throughput_bench_runs(capsys):
     main(["--answers", "6", "--batch", "4", "--repeats", "1", "--vocab", "300", "--hidden", "32", "--layers", "1"])
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith(("demo", "random"))]
-    assert len(rows) == 2 and all(row.split()[-2] == "yes" for row in rows), out
+    assert len(rows) == 2 and all(row.split()[-3] == "yes" for row in rows), out
+    assert all(float(row.split()[-1]) > 0 for row in rows)  # forward / batched
 
 
 @needs_torch

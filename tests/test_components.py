@@ -571,3 +571,17 @@ def test_heatmap_cache_reuses_the_html_of_the_same_answer_only():
     assert heatmap_cached(again, None, ("surprisal", "fixed", None), lambda: render(again, "surprisal")) == first
     assert calls == ["surprisal", "risk", "surprisal"]
     assert first == heatmap_html(trace, signal="surprisal")
+
+
+def test_try_these_labels_name_the_family_the_verdict_and_the_question():
+    from app.services import example_label
+
+    worked = {"family": "worked_arithmetic", "label": 0,
+              "prompt": "Q: A shop had 64 coins. It sold 17, got 38 more and then sold 29. How many coins are left? "
+                        "Show your steps.\nA:"}
+    label = example_label(worked)
+    assert label.startswith("worked arithmetic (answered wrong): A shop had 64 coins.")
+    assert label.endswith("…") and len(label) < 130
+    assert example_label({"family": "facts", "label": 1, "prompt": "Q: Who leads Kilo?\nA:"}) == \
+        "facts (answered right): Who leads Kilo?"
+    assert example_label({"family": "facts", "prompt": "Q: Who leads Kilo?\nA:"}) == "facts: Who leads Kilo?"

@@ -78,7 +78,7 @@ def test_training_smoke_run_saves_a_loadable_model(tmp_path):
     from demo.train import main
     from trace_core import DecodingConfig, generate_trace, load_model
 
-    main(["--out", str(tmp_path / "m"), "--smoke", "--steps", "2"])
+    main(["--out", str(tmp_path / "m"), "--smoke", "--tasks", "short", "--steps", "2"])
     lm = load_model(tmp_path / "m", device="cpu")
     prompt = "Q: What is 1 plus 1?\nA:"
     trace = generate_trace(lm, prompt, config=DecodingConfig(max_new_tokens=3))
@@ -152,8 +152,11 @@ def test_shipped_datasets_are_valid_with_varied_correctness(name):
 
     dataset = read_dataset(DATASETS / name)
     assert dataset.n_rejected == 0 and dataset.has_traces
-    for family, group in dataset.frame.groupby("family"):
-        assert 0.3 <= group["label"].mean() <= 0.9, family
+    accuracy = dataset.frame.groupby("family")["label"].mean()
+    assert set(accuracy.index) == {"arithmetic", "facts", "worked_arithmetic", "descriptions"}
+    assert ((0.15 <= accuracy) & (accuracy <= 0.9)).all(), accuracy.to_dict()  # every family has right and wrong
+    # The long family meant to show local errors is in its target range (descriptions are not yet: assets/README.md).
+    assert 0.4 <= accuracy["worked_arithmetic"] <= 0.8
 
 
 # ------------------------------------------------------------------------------------------------ long answers
@@ -187,17 +190,17 @@ def test_descriptions_ask_only_about_countries_never_described_in_training():
     from demo.tasks import description_problems, description_world, long_training_pairs, wrong_facts
 
     kb = description_world()
-    pairs = long_training_pairs(n_arithmetic=50, n_worked=50)
+    pairs = long_training_pairs(n_arithmetic=50, n_worked=50, fact_repeats=2)
     trained_prompts = {prompt for prompt, _ in pairs}
     described = {prompt for prompt, answer in pairs if prompt.startswith("Q: Tell me about ")
                  and answer.count(".") == 3}
     tests = {s: description_problems(s) for s in ("validation", "test")}
-    assert len(tests["test"]) > 100 and len(tests["validation"]) > 100
+    assert len(tests["test"]) >= 60 and len(tests["validation"]) >= 60
     assert not {p.prompt for p in tests["validation"]} & {p.prompt for p in tests["test"]}
     for split, problems in tests.items():
         assert not {p.prompt for p in problems} & trained_prompts, split
         assert not {p.prompt for p in problems} & described
-    # Each test fact was shown (in a partial description) exactly its exposure times, and some test descriptions hold
+    # Each test fact was shown (in a partial description) exactly its exposure times per repeat, and some test descriptions hold
     # a fact never shown among facts shown often.
     answers = [answer for prompt, answer in pairs if prompt.startswith("Q: What do you know about ")]
     mixed = 0
@@ -207,7 +210,7 @@ def test_descriptions_ask_only_about_countries_never_described_in_training():
         for relation, count in zip(("founded", "leader", "capital"), counts):
             assert kb.exposure[(country, relation)] == count
         for sentence, count in zip(re.findall(r" [^.]+\.", p.solution), counts):
-            assert sum(sentence in answer for answer in answers) == count
+            assert sum(sentence in answer for answer in answers) == 2 * count
         mixed += min(counts) == 0 and max(counts) >= 4
         assert wrong_facts(p.solution, kb, country) == []
     assert mixed >= 5
@@ -218,17 +221,48 @@ def test_descriptions_ask_only_about_countries_never_described_in_training():
 
 
 def test_the_short_world_is_unchanged_by_the_long_one():
-    from demo.tasks import KnowledgeBase, description_world
+    import hashlib
 
-    # The long world is larger, with names of two or three syllables; the default one refuses to run out of names,
-    # and still draws the very questions and answers of the shipped short test file.
-    assert len(description_world().countries) == 400
+    from demo.tasks import description_world
+
+    # The long world has names of two or three syllables; the default one refuses to run out of names, and still
+    # draws the very test questions of the short demo's datasets (those of the earlier bundled model: the hash of
+    # its test file's prompts and references, arithmetic and facts, taken when that file was checked against them).
+    assert len(description_world().countries) == 200
     with pytest.raises(ValueError, match="name_syllables"):
         KnowledgeBase(n_countries=400)
+    drawn = fact_problems("test") + arithmetic_problems(800, split="test")
+    digest = hashlib.sha256("\n".join(f"{p.prompt}|{p.answer}" for p in drawn).encode()).hexdigest()
+    assert digest == "11bae0ae5390919006f35ddb4e06ecc9da16dc1e0170299ff0a42f7bd7ffd325"
+
+
+@pytest.mark.skipif(not (DATASETS / "demo_test.csv").exists(), reason="demo datasets not built")
+@pytest.mark.parametrize("split", ["validation", "test"])
+def test_shipped_datasets_hold_the_generators_problems(split):
     import pandas as pd
 
-    shipped = pd.read_csv(DATASETS / "demo_test.csv", dtype=str)
-    shipped = shipped[shipped["family"] == "facts"]
-    drawn = fact_problems("test")
-    assert [p.prompt for p in drawn] == shipped["prompt"].tolist()
-    assert [p.answer for p in drawn] == shipped["reference"].tolist()
+    from demo.build_assets import problems_of
+
+    shipped = pd.read_csv(DATASETS / f"demo_{split}.csv", dtype=str, keep_default_na=False)
+    drawn = problems_of(split, tasks="long", n_arithmetic=400, n_worked=600, n_facts=360, seed=0)
+    assert shipped["prompt"].tolist() == [p.prompt for p in drawn]
+    assert shipped["reference"].tolist() == [p.answer for p in drawn]
+    assert shipped["family"].tolist() == [p.family for p in drawn]
+
+
+@pytest.mark.skipif(not (DATASETS / "demo_test.csv").exists(), reason="demo datasets not built")
+def test_wrong_long_try_these_examples_have_their_spike_on_the_first_wrong_token():
+    from bench.localisation import first_wrong_token
+    from trace_core import read_dataset, spike_indices
+
+    dataset = read_dataset(DATASETS / "demo_test.csv")
+    prompts = dataset.frame["prompt"].tolist()
+    examples = json.loads((DATASETS / "try_prompts.json").read_text(encoding="utf-8"))
+    wrong = [e for e in examples if e["family"] == "worked_arithmetic" and e["label"] == 0]
+    assert wrong
+    for example in wrong:
+        row = prompts.index(example["prompt"])
+        trace = dataset.traces[row]
+        first = first_wrong_token(trace.tokens, trace.answer, dataset.frame["solution"].iloc[row])
+        assert first is not None and first >= 5, example["prompt"]
+        assert first in spike_indices(trace.surprisal).tolist(), example["prompt"]

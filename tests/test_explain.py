@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import math
 import re
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from helpers import make_trace, random_traces
 
 from trace_core import Trace, TracePlus, explain_trace
-from trace_core.score import TraceExplanation
+from trace_core.score import SPIKE_MIN_SURPRISAL, TraceExplanation
 
 explain = pytest.importorskip("app.explain")
 
@@ -94,12 +95,13 @@ def test_no_spike_says_why():
     exp = explain_trace(confident)
     assert exp.spikes.size == 0
     out = explain.explain_risk(confident, exp)
-    assert "No token stands out: the model gave every token a probability above 60%." in out
+    floor = int(100 * math.exp(-SPIKE_MIN_SURPRISAL))  # the spike rule's probability line, rounded down (74%)
+    assert f"No token stands out: the model gave every token a probability above {floor}%." in out
     assert "outlined" not in out and "stands out (" not in out
     # No spike although a token is past the floor (a rule with a margin): the sentence must not claim the floor.
     surprising = make_trace([2.0, 2.0, 2.0, 2.0])
     out = explain.explain_risk(surprising, explanation({"decay": 0.2, "window": 0.5, "length": 0.3}, [], (0, 4)))
-    assert "No token stands out from the rest of the answer." in out and "60%" not in out
+    assert "No token stands out from the rest of the answer." in out and f"{floor}%" not in out
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])

@@ -7,6 +7,7 @@ the test's temporary folder (and, with TRACE_SCREENSHOTS=folder, copied there fo
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 from conftest import ROOT, generate, open_calibrate_upload, screenshot, skip_unless_ready, wait_idle
@@ -17,11 +18,17 @@ skip_unless_ready()
 pytestmark = pytest.mark.e2e
 
 
+def _first_wrong_example() -> str:
+    examples = json.loads((ROOT / "assets" / "datasets" / "try_prompts.json").read_text(encoding="utf-8"))
+    return next(e["prompt"] for e in examples if e["label"] == 0)
+
+
 def test_inspect_generates_heatmap(server, page, tmp_path):
     page.goto(server)
     wait_idle(page)
-    # A demo test question the model gets wrong by one digit (1852 for 1862): the README's screenshot.
-    generate(page, "Q: Tell me the year Drahustan was founded.\nA:")
+    # The first wrong "try these" answer (a long one, whose spike marks the step that went wrong): the README's
+    # screenshot.
+    generate(page, _first_wrong_example())
     tokens = page.locator('[data-testid="trace-heatmap"] .tr-tok')
     assert tokens.count() >= 1
     page.wait_for_selector('[data-testid="stPlotlyChart"]', timeout=30_000)
@@ -47,8 +54,9 @@ def test_compare_aligns_greedy_and_sampled_answers(server, page, tmp_path):
     wait_idle(page)
     page.get_by_role("link", name="Compare").click()
     wait_idle(page)
-    page.get_by_label("Prompt").fill("Q: A box holds 51 coins. Tom adds 9 and then 8 more. How many coins are in the "
-                                     "box?\nA:")
+    # The first wrong "try these" answer: sampled at the page's default temperature (1.5, seed 0) the model writes
+    # another digit at the step it slips on.
+    page.get_by_label("Prompt").fill(_first_wrong_example())
     page.get_by_role("button", name="Compare").click()
     page.wait_for_selector('[data-testid="compare-heatmap"] .tr-tok', timeout=60_000)
     wait_idle(page)

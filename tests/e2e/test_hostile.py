@@ -112,13 +112,15 @@ def test_inspect_hostile_prompts(server, page):
     # The error cleared the previous answer: no heatmap of another prompt under the message.
     assert page.locator('[data-testid="trace-heatmap"]').count() == 0
 
-    # Close to the limit: the answer stops at the model's last position instead of failing there (the demo model
-    # ends this one at once, which the page says instead of showing an empty heatmap).
+    # Close to the limit: the answer stops at the model's last position instead of failing there; an answer the
+    # model ends at once is said in words instead of an empty heatmap.
     box.fill(f"Q: What is {'1' * 235} plus 1?\nA:")
     page.get_by_role("button", name="Generate").click()
     page.get_by_text("The answer is limited to").wait_for(timeout=60_000)
     wait_idle(page)
-    assert "ended the answer at once" in page.inner_text('[data-testid="stMain"]')
+    assert page.locator('[data-testid="stAlertContentError"]').count() == 0
+    assert ("ended the answer at once" in page.inner_text('[data-testid="stMain"]')
+            or page.locator('[data-testid="trace-heatmap"] .tr-tok').count() >= 1)
     assert_nothing_injected(page)
 
 
