@@ -22,6 +22,7 @@ TRACE and of the baselines; TRACE+ and the reference always use their own logist
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -111,11 +112,33 @@ def _empty() -> PairedComparison:
     return PairedComparison(pd.DataFrame(columns=_SUMMARY_COLUMNS), pd.DataFrame(columns=_PER_SPLIT_COLUMNS))
 
 
-def _wide(frame: pd.DataFrame, metric: str, calibrator: str, methods: Sequence[str]) -> pd.DataFrame:
-    """split x method values of one metric: scalar methods under ``calibrator``, fitted ones under "logistic"."""
-    rows = frame[(frame["metric"] == metric) & frame["calibrator"].isin([calibrator, FITTED, RAW])]
-    wide = rows.pivot_table(index="split", columns="method", values="value", aggfunc="first", dropna=False)
-    return wide.reindex(columns=[m for m in methods if m in wide.columns])
+class _Values:
+    """A long frame (split, method, metric, calibrator, value) indexed once, so that each metric's split x method
+    table is a few dictionary lookups instead of a filter and a pivot of the whole frame (the paired comparison asks
+    for one per metric and calibrator)."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self.series: dict[tuple[str, str, str], pd.Series] = {}
+        if frame.empty:
+            return
+        for (metric, calibrator, method), group in frame.groupby(["metric", "calibrator", "method"], sort=False):
+            values = group.drop_duplicates("split")  # the first value of a split, as aggfunc="first" took it
+            self.series[(metric, calibrator, method)] = pd.Series(values["value"].to_numpy(dtype=np.float64),
+                                                                  index=values["split"].to_numpy())
+
+    def wide(self, metric: str, calibrator: str, methods: Sequence[str]) -> pd.DataFrame:
+        """split x method values of one metric: scalar methods under ``calibrator``, fitted ones under "logistic";
+        the splits any of them has, in ascending order, NaN where a method lacks one."""
+        columns = {}
+        for method in methods:
+            found = [self.series[k] for c in (calibrator, FITTED, RAW) if (k := (metric, c, method)) in self.series]
+            if found:
+                columns[method] = found[0] if len(found) == 1 else pd.concat(found).groupby(level=0).first()
+        if not columns:
+            return pd.DataFrame()
+        wide = pd.DataFrame(columns).sort_index()
+        wide.index.name = "split"
+        return wide
 
 
 def _outcomes(diff: np.ndarray, higher_is_better: bool) -> tuple[int, int, int]:
@@ -176,13 +199,13 @@ def paired_comparison(per_split: pd.DataFrame, calibration_values: pd.DataFrame,
     if not subjects or per_split.empty:
         return _empty()
     calibrators = [c for c in dict.fromkeys(per_split["calibrator"]) if c not in (RAW, FITTED)] or ["platt"]
-    frames: list[pd.DataFrame] = []
+    evaluated, calibrated = _Values(per_split), _Values(calibration_values)
+    blocks = _Blocks()
     for metric in metrics:
         spec = METRICS[metric]
         for calibrator in ([RAW] if spec.on == "score" else calibrators):
-            ev = _wide(per_split, metric, calibrator, methods)
-            cal = _wide(calibration_values, metric, calibrator, candidates) if not calibration_values.empty \
-                else pd.DataFrame()
+            ev = evaluated.wide(metric, calibrator, methods)
+            cal = calibrated.wide(metric, calibrator, candidates)
             chosen = _best_on_calibration(cal, spec.higher_is_better)
             splits = ev.index.to_numpy()
             values = {m: ev[m].to_numpy(dtype=np.float64) for m in ev.columns}
@@ -191,20 +214,34 @@ def paired_comparison(per_split: pd.DataFrame, calibration_values: pd.DataFrame,
             for subject in (s for s in subjects if s in values):
                 if has_pick.any():
                     best = np.array([values[p][i] if ok else np.nan for i, (p, ok) in enumerate(zip(picks, has_pick))])
-                    frames.append(_block(splits[has_pick], subject, BEST_BASELINE, metric, calibrator,
-                                         np.asarray(picks, dtype=object)[has_pick],
-                                         (values[subject] - best)[has_pick]))
+                    blocks.add(splits[has_pick], subject, BEST_BASELINE, metric, calibrator,
+                               np.asarray(picks, dtype=object)[has_pick], (values[subject] - best)[has_pick])
                 for other in (o for o in others if o in values):
-                    frames.append(_block(splits, subject, other, metric, calibrator, other,
-                                         values[subject] - values[other]))
-    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=_PER_SPLIT_COLUMNS)
+                    blocks.add(splits, subject, other, metric, calibrator, other, values[subject] - values[other])
+    frame = blocks.frame()
     return PairedComparison(_summarise(frame), frame)
 
 
-def _block(splits: np.ndarray, method: str, versus: str, metric: str, calibrator: str, chosen: Any,
-           difference: np.ndarray) -> pd.DataFrame:
-    return pd.DataFrame({"split": splits, "method": method, "versus": versus, "metric": metric,
-                         "calibrator": calibrator, "chosen": chosen, "difference": difference})
+class _Blocks:
+    """The per-split rows of the paired comparison, gathered as columns and made into one frame at the end."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list] = {c: [] for c in _PER_SPLIT_COLUMNS}
+
+    def add(self, splits: np.ndarray, method: str, versus: str, metric: str, calibrator: str, chosen: Any,
+            difference: np.ndarray) -> None:
+        n = len(splits)
+        for column, value in (("split", splits), ("method", [method] * n), ("versus", [versus] * n),
+                              ("metric", [metric] * n), ("calibrator", [calibrator] * n),
+                              ("chosen", list(chosen) if isinstance(chosen, np.ndarray) else [chosen] * n),
+                              ("difference", difference)):
+            self.columns[column].append(value)
+
+    def frame(self) -> pd.DataFrame:
+        if not self.columns["split"]:
+            return pd.DataFrame(columns=_PER_SPLIT_COLUMNS)
+        return pd.DataFrame({c: np.concatenate(v) if c in ("split", "difference") else list(itertools.chain(*v))
+                             for c, v in self.columns.items()})
 
 
 def _best_on_calibration(cal: pd.DataFrame, higher_is_better: bool) -> dict[int, str]:

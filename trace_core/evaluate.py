@@ -51,9 +51,10 @@ __all__ = ["AnswerValueError", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "UNINFORMA
 Progress = Callable[[int, int], None]
 
 # The methods of a split run on threads (numpy releases the GIL in the bulk of the work): up to this many, and only
-# from this many answers on (below, starting threads costs more than it saves).
+# from this many answers on (measured on 2 cores: 10% slower than one thread at 10,000 answers, 20% faster at 30,000,
+# 30% at 100,000).
 _MAX_WORKERS = 8
-_THREADS_FROM = 2000
+_THREADS_FROM = 20_000
 
 
 class SkippedSplitsWarning(UserWarning):
