@@ -389,6 +389,7 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: Eval
     splits = _splits(y, config)
     if progress is not None:
         progress(0, len(splits))
+
     def one(method: str, split: int, cal: np.ndarray, ev: np.ndarray, in_cal: np.ndarray, first: bool):
         """One method on one split: its rows, its calibration-part rows, its held-out columns (first split only)
         and whether its score is constant on the calibration part. Methods run on threads: nothing shared is
