@@ -194,6 +194,27 @@ def test_methods_on_threads_give_the_very_numbers_of_one_thread(monkeypatch):
         pd.testing.assert_frame_equal(getattr(threaded, attribute), getattr(serial, attribute), check_exact=True)
 
 
+def test_overlapping_threaded_evaluations_restore_the_blas_threads():
+    """The BLAS limit is process-wide: two evaluations that overlap (two dashboard sessions) leave it as it was."""
+    import importlib
+
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    module = importlib.import_module("trace_core.evaluate")
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+
+    before = blas_threads()
+    first, second = module._one_blas_thread(True), module._one_blas_thread(True)
+    first.__enter__()
+    second.__enter__()
+    assert all(n == 1 for n in blas_threads())
+    first.__exit__(None, None, None)  # the first one out: the other still runs on one thread
+    assert all(n == 1 for n in blas_threads())
+    second.__exit__(None, None, None)
+    assert blas_threads() == before
+
+
 def test_isotonic_values_of_every_split_equal_scikit_learn_fitted_on_that_split():
     """The protocol takes each calibration part in the score's presorted order; the Brier and ECE of every split
     equal those of scikit-learn's IsotonicRegression fitted on that part (a rate with many ties)."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -341,10 +342,18 @@ def _probability_metric(name: str, y: np.ndarray, prob: np.ndarray, config: Eval
     raise ValueError(f"no probability metric {name!r}")  # pragma: no cover - the registry lists brier and ece
 
 
+_blas_lock = threading.Lock()
+_blas_users = 0
+_blas_limiter: Any = None
+
+
 @contextlib.contextmanager
 def _one_blas_thread(active: bool):
     """BLAS on one thread while the methods run on threads (TRACE+'s Newton steps call it): each method's BLAS
-    starting its own threads on the same cores made the threaded protocol slower than the serial one."""
+    starting its own threads on the same cores made the threaded protocol slower than the serial one. The limit is
+    process-wide, so overlapping evaluations (dashboard sessions) share it: the first one in sets it, the last one
+    out restores the original."""
+    global _blas_users, _blas_limiter
     if not active:
         yield
         return
@@ -353,8 +362,18 @@ def _one_blas_thread(active: bool):
     except ImportError:  # pragma: no cover - scikit-learn requires it
         yield
         return
-    with threadpool_limits(limits=1, user_api="blas"):
+    with _blas_lock:
+        if _blas_users == 0:
+            _blas_limiter = threadpool_limits(limits=1, user_api="blas")
+        _blas_users += 1
+    try:
         yield
+    finally:
+        with _blas_lock:
+            _blas_users -= 1
+            if _blas_users == 0:
+                _blas_limiter.restore_original_limits()
+                _blas_limiter = None
 
 
 def _fit_scalar(name: str, z: np.ndarray, y: np.ndarray, cal: np.ndarray,
