@@ -200,8 +200,8 @@ def test_descriptions_ask_only_about_countries_never_described_in_training():
     for split, problems in tests.items():
         assert not {p.prompt for p in problems} & trained_prompts, split
         assert not {p.prompt for p in problems} & described
-    # Each test fact was shown (in a partial description) exactly its exposure times per repeat, and some test descriptions hold
-    # a fact never shown among facts shown often.
+    # Each test fact was shown (in a partial description) exactly its exposure times per repeat, and some test
+    # descriptions hold a fact never shown among facts shown often.
     answers = [answer for prompt, answer in pairs if prompt.startswith("Q: What do you know about ")]
     mixed = 0
     for p in tests["test"]:
