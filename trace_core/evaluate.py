@@ -427,8 +427,9 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: Eval
         else:
             raw, z = scalar[method][ev], transformed[method]
             constant = is_constant(scalar[method][cal])
-            fitted = {c: _fit_scalar(c, z, y, cal, ascending[method][in_cal[ascending[method]]])
-                      for c in SCALAR_CALIBRATORS}
+            order = ascending[method]
+            cal_ascending = order[in_cal[order]]
+            fitted = {c: _fit_scalar(c, z, y, cal, cal_ascending) for c in SCALAR_CALIBRATORS}
             probs = {c: model.predict_proba(z[ev]) for c, model in fitted.items()}
             ranked = rank_groups[method].ranking_metrics(y[ev], ev) if ranking else {}
             if spec.kind == "baseline":  # the calibration part's values choose the best baseline
