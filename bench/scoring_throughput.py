@@ -57,9 +57,11 @@ def _plain_forward(lm, prompts: list[str], answers: list[str], batch: int):
     keeping the logits of every position from the batch's first answer position on; returns a function to time."""
     import torch
 
+    from trace_core.record.tokens import encode_prompt
+
     tokenizer = lm.tokenizer
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    prompt_ids = [list(tokenizer(p, add_special_tokens=True)["input_ids"]) for p in prompts]
+    prompt_ids = [encode_prompt(tokenizer, p) for p in prompts]  # as score_answers encodes them
     answer_ids = [list(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers]
     order = sorted(range(len(prompts)), key=lambda i: len(prompt_ids[i]) + len(answer_ids[i]))
     batches = []
