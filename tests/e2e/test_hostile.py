@@ -70,7 +70,7 @@ def hostile_csv(path: Path) -> dict[int, dict[str, str]]:
                      "entropy": json.dumps(trace["entropy"]) if trace else ""})
 
     n = len(HOSTILE_TOKENS)
-    # One recorded trace holding every payload as a token, very unsure: among the first rows flagged.
+    # One recorded trace holding every payload as a token, very unsure.
     add(f"Q: {SCRIPT}\nA:", "".join(HOSTILE_TOKENS), "0", EVERYTHING,
         tokens=HOSTILE_TOKENS, surprisal=[6.0] * n, entropy=[5.0] * n)
     # Answers without a trace: the demo model records them (teacher forcing), splitting the payloads into tokens.
@@ -158,6 +158,11 @@ def test_calibrate_and_flag_hostile_dataset(server, page, tmp_path):
     wait_idle(page)
     assert_nothing_injected(page)
     table = page.locator('.st-key-flag_table [data-testid="stDataFrame"]')
+    # Sort by row number (a click on the "row" header, right of the row markers), so the hostile row 1 comes first
+    # whatever probability the calibrator gives it.
+    box = table.bounding_box()
+    page.mouse.click(box["x"] + 70, box["y"] + 17)
+    wait_idle(page)
     cells = table.text_content()
     assert SCRIPT in cells and "abc\\u202eevil.exe" in cells and "\u202e" not in cells
     # Select the hostile trace's row (row 1 of the file) through the grid's row marker.
