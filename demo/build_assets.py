@@ -168,7 +168,8 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"    {detail:<14} {sub['label'].mean():.1%} ({len(sub):,})")
         if split == "test" and not args.quick:
             examples = pick_examples(frame, traces, tasks=args.tasks, seed=args.seed)
-            (out / "try_prompts.json").write_text(json.dumps(examples, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            text = json.dumps(examples, indent=2, ensure_ascii=False) + "\n"
+            (out / "try_prompts.json").write_text(text, encoding="utf-8")
 
 
 def _exposure_bucket(counts: str) -> str:

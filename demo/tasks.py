@@ -2,8 +2,8 @@
 
 ``arithmetic``
     SVAMP-like word problems: one step (a + b, a - b) and two steps (a + b - c, a + b + c) with a two-digit ``a`` and
-    one-digit ``b`` and ``c``, so carries and borrows are common (47 + 8 = 55, 52 - 7 = 45). A problem belongs to the train, validation or test split by a hash of its
-    numbers and template, so the splits are disjoint.
+    one-digit ``b`` and ``c``, so carries and borrows are common (47 + 8 = 55, 52 - 7 = 45). A problem belongs to the
+    train, validation or test split by a hash of its numbers and template, so the splits are disjoint.
 ``facts``
     TriviaQA-like questions about an invented world (countries with a capital, a founding year and a leader), so no
     real-world knowledge is involved. Facts are shown in training with a long-tailed frequency: some many times, some
@@ -280,6 +280,11 @@ _ORDER = ("founded", "leader", "capital")
 _ASPECT = {"founded": "founding", "leader": "leader", "capital": "capital"}
 
 
+# Prompts of the partial descriptions; "Tell me about X." (the test prompt) is never one of them.
+_PARTIAL_PROMPTS = ("What do you know about {x}?", "Describe {x}.", "Give me some facts about {x}.",
+                    "What can you tell me about {x}?", "Write a few lines about {x}.")
+
+
 def _country_split(country: str) -> str:
     # Few train countries: they only teach the description's form (every country's facts are shown as partial
     # descriptions), so most countries are left to be asked about.
@@ -324,19 +329,21 @@ def wrong_facts(answer: str, kb: KnowledgeBase, country: str) -> list[str]:
 
 
 def long_training_pairs(*, seed: int = 0, n_arithmetic: int = 10000, n_worked: int = 20000, fact_repeats: int = 3,
-                        description_repeats: int = 5, fact_form: str = "partial") -> list[tuple[str, str]]:
+                        description_repeats: int = 5, fact_form: str = "varied") -> list[tuple[str, str]]:
     """The long-answer demo's training set: the short families (arithmetic, and fact questions over the description
     world), worked arithmetic, every fact shown its exposure times as a question and as many times besides (both
     ``fact_repeats`` times over, so facts get a fair share of the steps without changing their relative exposure), and
     the train countries' descriptions (``description_repeats`` times each).
 
-    ``fact_form`` is how the facts are shown besides the questions: ``"partial"`` (default), as partial descriptions
-    ("What do you know about X?" answered with the sentences of the facts still to show, in the description's order,
-    so a fact is recalled in the same context as in a full description); ``"sentence"``, one sentence per fact
-    ("Tell me about the capital of X."). With ``"sentence"`` the model recalled facts inside a description far less
-    often than in answer to a question (see assets/README.md)."""
-    if fact_form not in ("partial", "sentence"):
-        raise ValueError(f"fact_form must be 'partial' or 'sentence', got {fact_form!r}")
+    ``fact_form`` is how the facts are shown besides the questions: ``"varied"`` (default), as partial descriptions
+    (the sentences of the facts still to show, in the description's order, so a fact is recalled in the same context
+    as in a full description) asked with five prompts in turn ("What do you know about X?", "Describe X.", ...), never
+    the test prompt "Tell me about X."; ``"partial"``, the same under "What do you know about X?" alone; ``"sentence"``,
+    one sentence per fact ("Tell me about the capital of X."). With one prompt the model recalled facts under the test
+    prompt far less often than under the prompt it was trained on; with five it carries them over, as it does for
+    questions asked with a held-out template (see assets/README.md)."""
+    if fact_form not in ("varied", "partial", "sentence"):
+        raise ValueError(f"fact_form must be 'varied', 'partial' or 'sentence', got {fact_form!r}")
     kb = description_world(seed)
     pairs = [(p.prompt, f" {p.answer}") for p in arithmetic_problems(n_arithmetic, split="train", seed=seed)]
     pairs += [(p.prompt, p.solution) for p in worked_problems(n_worked, split="train", seed=seed)]
@@ -349,10 +356,11 @@ def long_training_pairs(*, seed: int = 0, n_arithmetic: int = 10000, n_worked: i
                 prompt = format_prompt(f"Tell me about the {_ASPECT[r]} of {country}.")
                 pairs += [(prompt, sentences[r])] * (exposure[r] * fact_repeats)
             continue
-        prompt = format_prompt(f"What do you know about {country}?")
+        prompts = _PARTIAL_PROMPTS if fact_form == "varied" else _PARTIAL_PROMPTS[:1]
         for copy in range(max(exposure.values())):
-            shown = [r for r in _ORDER if exposure[r] > copy]
-            pairs += [(prompt, "".join(sentences[r] for r in shown))] * fact_repeats
+            shown = "".join(sentences[r] for r in _ORDER if exposure[r] > copy)
+            pairs += [(format_prompt(prompts[(copy * fact_repeats + i) % len(prompts)].format(x=country)), shown)
+                      for i in range(fact_repeats)]
     for country in kb.countries:
         if _country_split(country) == "train":
             pairs += [(format_prompt(f"Tell me about {country}."), describe(kb, country))] * description_repeats

@@ -61,8 +61,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tasks", choices=["short", "long"], default="long",
                         help="long: arithmetic, facts, worked arithmetic and descriptions; short: the first two only")
     parser.add_argument("--n-worked", type=int, default=20000, help="worked-arithmetic problems (--tasks long)")
-    parser.add_argument("--fact-form", choices=["partial", "sentence"], default="partial",
+    parser.add_argument("--fact-form", choices=["varied", "partial", "sentence"], default="varied",
                         help="how the long world's facts are shown (--tasks long; see long_training_pairs)")
+    parser.add_argument("--fact-repeats", type=int, default=3,
+                        help="times over each long-world fact is shown (--tasks long; see long_training_pairs)")
     parser.add_argument("--smoke", action="store_true", help="tiny corpus and model, for the test suite")
     args = parser.parse_args(argv)
     for name, value in SIZES[args.tasks].items():
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     start = time.time()
     if args.tasks == "long":
         pairs = long_training_pairs(seed=args.seed, n_arithmetic=args.n_arithmetic, n_worked=args.n_worked,
-                                    fact_form=args.fact_form)
+                                    fact_form=args.fact_form, fact_repeats=args.fact_repeats)
     else:
         pairs = training_pairs(seed=args.seed, n_arithmetic=args.n_arithmetic)
     tokenizer = build_tokenizer([p + a for p, a in pairs], vocab_size=args.vocab)

@@ -113,6 +113,18 @@ def test_long_tasks_train_and_build_end_to_end(tmp_path, capsys):
     assert {e["label"] for e in examples} <= {0, 1} and {e["family"] for e in examples} >= {"worked_arithmetic"}
     assert set(pd.read_csv(tmp_path / "d" / "demo_test.csv", nrows=1).columns) >= {"solution", "detail", "label"}
 
+    # The recipe diagnostic runs on any such model: one row per kind and relation, each bucket's count of facts.
+    from demo.diagnose import main as diagnose
+    from demo.tasks import description_problems
+
+    diagnose(["--model", str(tmp_path / "m"), "--split", "test"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(f"{len(description_problems('test'))} descriptions, all facts right in 0 (0.0%)")
+    rows = [line for line in lines[2:] if line.split()[0] in ("greedy", "forced,", "question")]
+    assert len(rows) == 12
+    totals = [sum(int(n) for n in re.findall(r"\(\s*(\d+)\)", row)) for row in rows]
+    assert totals == [len(description_problems("test"))] * 12
+
 
 @pytest.mark.skipif(not (MODEL / "model.safetensors").exists(), reason="demo model not built")
 def test_shipped_model_loads_offline_and_reproduces_stored_traces(monkeypatch):
@@ -154,9 +166,9 @@ def test_shipped_datasets_are_valid_with_varied_correctness(name):
     assert dataset.n_rejected == 0 and dataset.has_traces
     accuracy = dataset.frame.groupby("family")["label"].mean()
     assert set(accuracy.index) == {"arithmetic", "facts", "worked_arithmetic", "descriptions"}
-    assert ((0.15 <= accuracy) & (accuracy <= 0.9)).all(), accuracy.to_dict()  # every family has right and wrong
-    # The long family meant to show local errors is in its target range (descriptions are not yet: assets/README.md).
-    assert 0.4 <= accuracy["worked_arithmetic"] <= 0.8
+    assert ((0.15 <= accuracy) & (accuracy <= 0.95)).all(), accuracy.to_dict()  # every family has right and wrong
+    # The long families, meant to show local errors, are in their target range.
+    assert 0.4 <= accuracy["worked_arithmetic"] <= 0.8 and 0.4 <= accuracy["descriptions"] <= 0.8, accuracy.to_dict()
 
 
 # ------------------------------------------------------------------------------------------------ long answers
@@ -186,11 +198,13 @@ def test_worked_problems_are_deterministic_disjoint_and_right():
     assert min(tokens_per_answer) >= 10
 
 
-def test_descriptions_ask_only_about_countries_never_described_in_training():
-    from demo.tasks import description_problems, description_world, long_training_pairs, wrong_facts
+@pytest.mark.parametrize("fact_form", ["varied", "partial"])
+def test_descriptions_ask_only_about_countries_never_described_in_training(fact_form):
+    from demo.tasks import (_PARTIAL_PROMPTS, description_problems, description_world, long_training_pairs,
+                            wrong_facts)
 
     kb = description_world()
-    pairs = long_training_pairs(n_arithmetic=50, n_worked=50, fact_repeats=2)
+    pairs = long_training_pairs(n_arithmetic=50, n_worked=50, fact_repeats=2, fact_form=fact_form)
     trained_prompts = {prompt for prompt, _ in pairs}
     described = {prompt for prompt, answer in pairs if prompt.startswith("Q: Tell me about ")
                  and answer.count(".") == 3}
@@ -202,7 +216,11 @@ def test_descriptions_ask_only_about_countries_never_described_in_training():
         assert not {p.prompt for p in problems} & described
     # Each test fact was shown (in a partial description) exactly its exposure times per repeat, and some test
     # descriptions hold a fact never shown among facts shown often.
-    answers = [answer for prompt, answer in pairs if prompt.startswith("Q: What do you know about ")]
+    starts = [f"Q: {t.split('{x}')[0]}" for t in _PARTIAL_PROMPTS]
+    assert not any("Tell me about" in t for t in _PARTIAL_PROMPTS)
+    answers = [answer for prompt, answer in pairs if prompt.startswith(tuple(starts))]
+    used = {start for start in starts if any(prompt.startswith(start) for prompt, _ in pairs)}
+    assert len(used) == (len(_PARTIAL_PROMPTS) if fact_form == "varied" else 1)
     mixed = 0
     for p in tests["test"]:
         country = p.question.removeprefix("Tell me about ").removesuffix(".")

@@ -154,9 +154,10 @@ def test_confident_answer_has_no_spike_and_spikes_follow_surprisal_only():
     confident = make_trace([0.0, 0.02, 0.01, 0.09], [0.3, 2.5, 0.2, 0.4])  # "1392": high entropy, likely tokens
     assert explain_trace(confident).spikes.tolist() == []
     assert spike_indices([]).tolist() == []
-    # At the floor is a spike, just under it is not (probability exp(-SPIKE_MIN_SURPRISAL) is the line).
-    assert explain_trace(make_trace([0.0, SPIKE_MIN_SURPRISAL])).spikes.tolist() == [1]
-    assert explain_trace(make_trace([0.0, np.nextafter(SPIKE_MIN_SURPRISAL, 0)])).spikes.tolist() == []
+    # At the floor is a spike, just under it is not (probability exp(-SPIKE_MIN_SURPRISAL) is the line); the other
+    # tokens are certain, so the median is 0 and the margin over it is met at the floor.
+    assert explain_trace(make_trace([0.0] * 9 + [SPIKE_MIN_SURPRISAL])).spikes.tolist() == [9]
+    assert explain_trace(make_trace([0.0] * 9 + [np.nextafter(SPIKE_MIN_SURPRISAL, 0)])).spikes.tolist() == []
     # At most max(1, floor(T / 10)) tokens, the most surprising ones.
     s = np.full(25, 0.05)
     s[[3, 10, 20]] = [2.0, 3.0, 1.0]

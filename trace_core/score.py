@@ -93,7 +93,7 @@ class TraceConfig:
 #: Surprisal floor of a spike, in nats: the chosen token had probability below ``exp(-SPIKE_MIN_SURPRISAL)``.
 SPIKE_MIN_SURPRISAL = 0.3
 #: How far (nats) a spike's surprisal must exceed the answer's median surprisal.
-SPIKE_MARGIN = 0.0
+SPIKE_MARGIN = 0.3
 #: At most this share of an answer's tokens, rounded down, are spikes; one may always be (so one under 20 tokens).
 SPIKE_MAX_SHARE = 0.1
 
