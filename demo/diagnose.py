@@ -18,10 +18,6 @@ from __future__ import annotations
 import argparse
 import collections
 
-_TRAINED_PROMPT = "What do you know about {x}?"
-_TEST_PROMPT = "Tell me about {x}."
-
-
 def bucket(exposure: int) -> str:
     return "0" if exposure == 0 else "1-2" if exposure < 4 else "4-7" if exposure < 8 else "8+"
 
@@ -36,8 +32,8 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .tasks import (_ORDER, _RELATIONS, _templates, description_problems, description_world, format_prompt,
-                        wrong_facts)
+    from .tasks import (_ORDER, _PARTIAL_PROMPTS, _RELATIONS, _templates, description_problems, description_world,
+                        format_prompt, wrong_facts)
 
     tok = AutoTokenizer.from_pretrained(args.model)
     tok.padding_side = "left"
@@ -86,8 +82,9 @@ def main(argv: list[str] | None = None) -> None:
             start = problem.solution.index(sentence) + sentence.index(value)
             spans.append((start, start + len(value)))
             count("greedy", relation, kb.exposure[(country, relation)], relation not in wrong)
-        for kind, template in (("forced, test prompt", _TEST_PROMPT), ("forced, trained prompt", _TRAINED_PROMPT)):
-            oks = forced(format_prompt(template.format(x=country)), problem.solution, spans)
+        trained = format_prompt(_PARTIAL_PROMPTS[0].format(x=country))  # "What do you know about X?"
+        for kind, prompt in (("forced, test prompt", problem.prompt), ("forced, trained prompt", trained)):
+            oks = forced(prompt, problem.solution, spans)
             for relation, ok in zip(_ORDER, oks):
                 count(kind, relation, kb.exposure[(country, relation)], ok)
     keys = [(c, r) for c in countries for r in _ORDER]
