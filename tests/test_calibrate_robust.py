@@ -250,3 +250,21 @@ def test_transform_values_and_domains():
     with pytest.raises(ValueError, match="transform"):
         transform_scores([0.5], "sqrt")
     np.testing.assert_array_equal(transform_scores([-3.0, 2.0], "identity"), [-3.0, 2.0])
+
+
+@pytest.mark.parametrize("C", [1.0, 1e4])
+@pytest.mark.parametrize("kind", ["normal", "gamma", "rare", "separable", "two_point", "tails"])
+def test_one_feature_solver_equals_the_matrix_solver(kind, C):
+    """The 2 x 2 solver (buffers, one exp per point) reaches the matrix-form solver's optimum, tails included."""
+    rng = np.random.default_rng(11)
+    n = 5000
+    x = {"normal": rng.normal(size=n), "gamma": rng.gamma(0.5, 1.0, n), "rare": -np.log(rng.random(n)) ** 3,
+         "separable": rng.normal(size=n), "two_point": np.where(rng.random(n) < 0.3, 1.0, 0.0),
+         "tails": rng.normal(size=n) * 40}[kind]
+    y = {"rare": rng.random(n) < 0.03, "separable": x > 0.3,
+         "two_point": rng.random(n) < 0.2 + 0.5 * x}.get(kind, rng.random(n) < 1 / (1 + np.exp(-(x - x.mean()))))
+    z, _, _ = standardise(x)
+    a, b = _fit_logistic_1d(z, y.astype(float), C=C)
+    coef, intercept = _fit_logistic(z[:, None], y.astype(float), C=C)
+    assert a == pytest.approx(coef[0], rel=1e-9, abs=1e-9)
+    assert b == pytest.approx(intercept, rel=1e-9, abs=1e-9)

@@ -182,6 +182,11 @@ def _fit_logistic_1d(z: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 
     times faster than the matrix form, which matters when the evaluation protocol calibrates every method on every
     split. Plain Newton steps diverge on skewed scores squeezed against one end (a coefficient of -2.46e6 on a real
     score with 3% positives); with the line search every step decreases ``f``.
+
+    Each point costs one ``exp(-|u|)``: it gives the loss (``max(s u, 0) + log1p(e)``), the sigmoid
+    (``1 / (1 + e)`` or ``e / (1 + e)`` by the sign of ``u``) and its derivative ``e / (1 + e)**2``, all exact in the
+    tails, in preallocated buffers (the protocol runs hundreds of these fits; a sigmoid call per use and fresh
+    temporaries took about twice as long).
     """
     z = np.asarray(z, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -190,17 +195,35 @@ def _fit_logistic_1d(z: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 
     penalty = 1.0 / C
     mean_y = float(y.mean())
     a, b = 0.0, math.log(mean_y / (1.0 - mean_y))
-    u = np.full(n, b)
-    value = _softplus_sum(sign * u)
+    work_a, work_b, r = np.empty(n), np.empty(n), np.empty(n)
+    nonneg = np.empty(n, dtype=bool)
+
+    def loss(u: np.ndarray, e: np.ndarray) -> float:
+        """``sum_i log(1 + exp(sign_i u_i))``; leaves ``e = exp(-|u|)`` for the next step."""
+        np.abs(u, out=e)
+        np.negative(e, out=e)
+        np.exp(e, out=e)
+        np.multiply(sign, u, out=work_a)
+        np.maximum(work_a, 0.0, out=work_a)
+        np.log1p(e, out=work_b)
+        return float(work_a.sum()) + float(work_b.sum())
+
+    u, e = np.full(n, b), np.empty(n)
+    u_new, e_new = np.empty(n), np.empty(n)
+    value = loss(u, e)
     gtol = tol * max(n, 1)
     for _ in range(max_iter):
-        p = _sigmoid(u)
-        r = p - y
+        q = np.reciprocal(np.add(e, 1.0, out=work_a), out=work_a)  # 1 / (1 + e) = sigmoid(|u|)
+        low = np.multiply(e, q, out=work_b)  # e / (1 + e) = sigmoid(-|u|)
+        np.greater_equal(u, 0.0, out=nonneg)
+        np.copyto(r, low)
+        np.copyto(r, q, where=nonneg)  # sigmoid(u)
+        np.subtract(r, y, out=r)
         g_a, g_b = float(z @ r) + penalty * a, float(r.sum())
         if max(abs(g_a), abs(g_b)) <= gtol:
             break
-        w = p * _sigmoid(-u)  # p (1 - p), exact in the tails
-        wz = w * z
+        w = np.multiply(low, q, out=work_b)  # p (1 - p) = e / (1 + e)**2, exact in the tails
+        wz = np.multiply(w, z, out=work_a)
         h_aa, h_ab, h_bb = float(wz @ z) + penalty, float(wz.sum()), float(w.sum())
         det = h_aa * h_bb - h_ab * h_ab
         if not det > 1e-14 * h_aa * h_bb:  # singular to rounding (weights underflowed): a diagonally scaled step
@@ -211,20 +234,22 @@ def _fit_logistic_1d(z: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 
         slack = _ROUNDING * max(1.0, abs(value))
         if decrease <= slack:  # f cannot tell steps apart: finish with one full Newton step
             a_new, b_new = a - step_a, b - step_b
-            if _softplus_sum(sign * (a_new * z + b_new)) + 0.5 * penalty * a_new * a_new <= value + slack:
+            np.add(np.multiply(z, a_new, out=u_new), b_new, out=u_new)
+            if loss(u_new, e_new) + 0.5 * penalty * a_new * a_new <= value + slack:
                 a, b = a_new, b_new
             break
         t = 1.0
         while t >= _MIN_STEP:
             a_new, b_new = a - t * step_a, b - t * step_b
-            u_new = a_new * z + b_new
-            trial = _softplus_sum(sign * u_new) + 0.5 * penalty * a_new * a_new
+            np.add(np.multiply(z, a_new, out=u_new), b_new, out=u_new)
+            trial = loss(u_new, e_new) + 0.5 * penalty * a_new * a_new
             if trial <= value - 1e-4 * t * decrease:
                 break
             t *= 0.5
         else:  # no step decreases f: the optimum to rounding
             break
-        a, b, u, value = a_new, b_new, u_new, trial
+        a, b, value = a_new, b_new, trial
+        u, u_new, e, e_new = u_new, u, e_new, e
     return float(a), float(b)
 
 
