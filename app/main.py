@@ -11,7 +11,7 @@ if str(ROOT) not in sys.path:  # streamlit puts app/ on the path, the pages impo
 
 import streamlit as st  # noqa: E402
 
-from app import state  # noqa: E402
+from app import services, state  # noqa: E402
 from app.components import md_literal  # noqa: E402
 from app.sidebar import sidebar  # noqa: E402
 from trace_core import settings  # noqa: E402
@@ -25,6 +25,7 @@ except settings.SettingError as exc:
     st.error(md_literal(str(exc)))
     st.stop()
 
+services.preload_in_background()  # scipy, while the user picks a file
 state.keep_widgets()  # before any page: what the user set on another page stays set
 pages = st.navigation([
     st.Page(ROOT / "pages" / "inspect.py", title="Inspect", icon=":material/search:", default=True),

@@ -39,6 +39,23 @@ from trace_core.record import alternative_pieces, check_model_allowed
 
 from . import state
 
+_preload_lock = threading.Lock()
+_preloading: threading.Thread | None = None
+
+
+def preload_in_background() -> threading.Thread:
+    """Start importing the evaluation's numeric libraries on a daemon thread, once per process (the first page run
+    starts it; a user's first evaluation then finds them loaded instead of waiting for the import)."""
+    global _preloading
+    with _preload_lock:
+        if _preloading is None:
+            from trace_core.calibrate import preload
+
+            _preloading = threading.Thread(target=preload, name="trace-preload", daemon=True)
+            _preloading.start()
+        return _preloading
+
+
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_MODEL = ROOT / "assets" / "demo-model"
 DATASETS = ROOT / "assets" / "datasets"

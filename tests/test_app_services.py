@@ -145,3 +145,29 @@ def test_session_state_is_used_only_through_the_state_module():
         if path.name != "state.py":
             assert "session_state" not in path.read_text(encoding="utf-8"), path.name
 
+
+
+def test_the_app_preloads_the_numeric_libraries_once_per_process():
+    """A fresh process: `import trace_core` and the app's modules leave scipy unloaded; the first page run starts one
+    background import of what the first evaluation needs, and later runs start no other."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from streamlit.testing.v1 import AppTest\n"
+        "from app import services\n"
+        "assert 'scipy.optimize' not in sys.modules and 'scipy.special' not in sys.modules\n"
+        f"at = AppTest.from_file({APP!r}, default_timeout=120)\n"
+        "at.run()\n"
+        "first = services._preloading\n"
+        "assert first is not None, 'the page run started no preload'\n"
+        "at.run()\n"
+        "assert services.preload_in_background() is first\n"
+        "first.join(60)\n"
+        "assert 'scipy.optimize' in sys.modules and 'scipy.special' in sys.modules\n"
+        "print('ok')\n"
+    )
+    root = Path(APP).parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]

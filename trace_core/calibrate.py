@@ -276,6 +276,14 @@ def _tie_runs(x: np.ndarray) -> np.ndarray:
     return np.union1d(starts, np.asarray(extra, dtype=np.int64))
 
 
+def preload() -> None:
+    """Import what the calibrators load on first use: scipy's sigmoid and its isotonic regression (about half a
+    second together on a small machine). ``import trace_core`` stays light; a server calls this at start-up, on a
+    thread, so that no user's first evaluation waits for the import."""
+    import scipy.optimize  # noqa: F401
+    import scipy.special  # noqa: F401
+
+
 def _isotonic_from_sorted(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Thresholds of ``IsotonicRegression(y_min=0, y_max=1, increasing=True)`` fitted on scores ``x`` in ascending
     order with 0/1 labels ``y``: the same runs, means, pool-adjacent-violators fit (scipy's, which scikit-learn calls)
