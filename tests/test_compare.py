@@ -149,3 +149,34 @@ def test_protocol_marks_a_constant_score_and_never_chooses_it():
     chosen = set(result.paired.per_split.query("versus == @BEST_BASELINE")["chosen"])
     assert chosen == {"Len-Norm LogP"}
     assert "**" not in next(line for line in result.to_markdown().splitlines() if "First-Token Prob" in line)
+
+
+def test_the_indexed_tables_equal_a_pandas_pivot_with_holes_nans_and_repeated_splits():
+    """`_Values.wide` (plain dictionaries and numpy) against the pivot it replaced: the first value of a repeated
+    split, NaN where a method lacks a split, splits ascending, the first non-NaN value where a method has values
+    under two calibrators."""
+    from trace_core.compare import _Values
+
+    rng = np.random.default_rng(3)
+    rows = [(int(split), method, metric, calibrator, float(rng.normal()))
+            for split in rng.permutation(12) for method in ["TRACE+", "SeqLogP", "MinProb"]
+            for metric, calibrator in [("auroc", "none"), ("brier", "platt"), ("brier", "logistic")]
+            if rng.random() > 0.2]
+    frame = pd.DataFrame(rows, columns=["split", "method", "metric", "calibrator", "value"])
+    frame.loc[rng.choice(frame.index, 10, replace=False), "value"] = np.nan
+    frame = pd.concat([frame, frame.iloc[:6].assign(value=99.0)], ignore_index=True)  # repeats: the first counts
+    values = _Values(frame)
+    for metric, calibrator in [("auroc", "none"), ("brier", "platt")]:
+        wanted = ["TRACE+", "SeqLogP", "MinProb", "absent"]
+        got = values.wide(metric, calibrator, wanted)
+        part = frame[(frame.metric == metric) & frame.calibrator.isin([calibrator, "logistic", "none"])]
+        firsts = part.drop_duplicates(["method", "calibrator", "split"])
+        order = {calibrator: 0, "logistic": 1, "none": 2}
+        firsts = firsts.assign(rank=firsts.calibrator.map(order)).sort_values(["rank"], kind="stable")
+        expected = firsts.pivot_table(index="split", columns="method", values="value", aggfunc="first", dropna=False)
+        expected = expected.reindex(columns=[m for m in wanted if m in expected.columns]).sort_index()
+        assert got.splits.tolist() == expected.index.tolist()
+        assert list(got.columns) == list(expected.columns)
+        for method in expected.columns:
+            np.testing.assert_array_equal(got.columns[method], expected[method].to_numpy(dtype=np.float64))
+    assert 99.0 not in np.concatenate([c for c in values.wide("brier", "platt", ["TRACE+", "SeqLogP"]).columns.values()])

@@ -115,30 +115,55 @@ def _empty() -> PairedComparison:
 class _Values:
     """A long frame (split, method, metric, calibrator, value) indexed once, so that each metric's split x method
     table is a few dictionary lookups instead of a filter and a pivot of the whole frame (the paired comparison asks
-    for one per metric and calibrator)."""
+    for one per metric and calibrator). Built with plain dictionaries and numpy: this runs on every evaluation, and
+    a pandas group and Series per key cost more than the rest of the comparison at 10,000 answers."""
 
     def __init__(self, frame: pd.DataFrame) -> None:
-        self.series: dict[tuple[str, str, str], pd.Series] = {}
+        self.series: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = {}
         if frame.empty:
             return
-        for (metric, calibrator, method), group in frame.groupby(["metric", "calibrator", "method"], sort=False):
-            values = group.drop_duplicates("split")  # the first value of a split, as aggfunc="first" took it
-            self.series[(metric, calibrator, method)] = pd.Series(values["value"].to_numpy(dtype=np.float64),
-                                                                  index=values["split"].to_numpy())
+        rows: dict[tuple[str, str, str], list[int]] = {}
+        for i, key in enumerate(zip(frame["metric"].tolist(), frame["calibrator"].tolist(),
+                                    frame["method"].tolist())):
+            rows.setdefault(key, []).append(i)
+        splits = frame["split"].to_numpy()
+        values = frame["value"].to_numpy(dtype=np.float64)
+        for key, index in rows.items():
+            at = np.asarray(index)
+            split, first = np.unique(splits[at], return_index=True)  # a split's first value, splits ascending
+            self.series[key] = (split, values[at[first]])
 
-    def wide(self, metric: str, calibrator: str, methods: Sequence[str]) -> pd.DataFrame:
+    def wide(self, metric: str, calibrator: str, methods: Sequence[str]) -> "_Wide":
         """split x method values of one metric: scalar methods under ``calibrator``, fitted ones under "logistic";
-        the splits any of them has, in ascending order, NaN where a method lacks one."""
-        columns = {}
+        the splits any of them has, in ascending order, NaN where a method lacks one (where a method has values
+        under several of these calibrators, a split takes the first that is not NaN, as a groupby "first" did)."""
+        found = {}
         for method in methods:
-            found = [self.series[k] for c in (calibrator, FITTED, RAW) if (k := (metric, c, method)) in self.series]
-            if found:
-                columns[method] = found[0] if len(found) == 1 else pd.concat(found).groupby(level=0).first()
-        if not columns:
-            return pd.DataFrame()
-        wide = pd.DataFrame(columns).sort_index()
-        wide.index.name = "split"
-        return wide
+            parts = [self.series[k] for c in (calibrator, FITTED, RAW) if (k := (metric, c, method)) in self.series]
+            if parts:
+                found[method] = parts
+        if not found:
+            return _Wide(np.empty(0, dtype=np.int64), {})
+        splits = np.unique(np.concatenate([split for parts in found.values() for split, _ in parts]))
+        columns = {}
+        for method, parts in found.items():
+            column = np.full(splits.shape[0], np.nan)
+            filled = np.zeros(splits.shape[0], dtype=bool)
+            for split, value in parts:
+                at = np.searchsorted(splits, split)
+                take = ~filled[at] & (~np.isnan(value) | (len(parts) == 1))
+                column[at[take]] = value[take]
+                filled[at[take]] = True
+            columns[method] = column
+        return _Wide(splits, columns)
+
+
+@dataclass(frozen=True)
+class _Wide:
+    """One metric's values: ``splits`` ascending and a column of values per method aligned with them."""
+
+    splits: np.ndarray
+    columns: dict[str, np.ndarray]
 
 
 def _outcomes(diff: np.ndarray, higher_is_better: bool) -> tuple[int, int, int]:
@@ -205,10 +230,8 @@ def paired_comparison(per_split: pd.DataFrame, calibration_values: pd.DataFrame,
         spec = METRICS[metric]
         for calibrator in ([RAW] if spec.on == "score" else calibrators):
             ev = evaluated.wide(metric, calibrator, methods)
-            cal = calibrated.wide(metric, calibrator, candidates)
-            chosen = _best_on_calibration(cal, spec.higher_is_better)
-            splits = ev.index.to_numpy()
-            values = {m: ev[m].to_numpy(dtype=np.float64) for m in ev.columns}
+            chosen = _best_on_calibration(calibrated.wide(metric, calibrator, candidates), spec.higher_is_better)
+            splits, values = ev.splits, ev.columns
             picks = [chosen.get(s) for s in splits]
             has_pick = np.array([p is not None and p in values for p in picks], dtype=bool)
             for subject in (s for s in subjects if s in values):
@@ -244,15 +267,16 @@ class _Blocks:
                              for c, v in self.columns.items()})
 
 
-def _best_on_calibration(cal: pd.DataFrame, higher_is_better: bool) -> dict[int, str]:
+def _best_on_calibration(cal: _Wide, higher_is_better: bool) -> dict[int, str]:
     """Split -> the baseline with the best calibration-part value (NaN never wins; ties go to the first column)."""
-    if cal.empty or cal.shape[1] == 0:
+    if cal.splits.shape[0] == 0 or not cal.columns:
         return {}
-    values = cal.to_numpy(dtype=np.float64)
+    names = list(cal.columns)
+    values = np.column_stack([cal.columns[m] for m in names])
     signed = np.where(np.isfinite(values), values if higher_is_better else -values, -np.inf)
     best = np.argmax(signed, axis=1)  # first of equal maxima
     ok = np.isfinite(signed[np.arange(len(best)), best])
-    return {split: cal.columns[b] for split, b, good in zip(cal.index, best, ok) if good}
+    return {split: names[b] for split, b, good in zip(cal.splits.tolist(), best, ok) if good}
 
 
 def average_paired(paired: Sequence[PairedComparison], splits: Sequence[int]) -> PairedComparison:
