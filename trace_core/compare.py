@@ -175,15 +175,20 @@ def _outcomes(diff: np.ndarray, higher_is_better: bool) -> tuple[int, int, int]:
 
 def _summarise(per_split: pd.DataFrame) -> pd.DataFrame:
     rows = []
-    keys = ["method", "versus", "metric", "calibrator"]
-    for key, group in per_split.groupby(keys, sort=False):
-        diff = group["difference"].to_numpy(dtype=np.float64)
+    groups: dict[tuple[str, str, str, str], list[int]] = {}  # in order of first appearance, as groupby(sort=False)
+    keys = zip(*(per_split[k].tolist() for k in ("method", "versus", "metric", "calibrator")))
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    difference = per_split["difference"].to_numpy(dtype=np.float64)
+    for key, index in groups.items():
+        at = np.asarray(index)
+        diff = difference[at]
         diff = diff[np.isfinite(diff)]
         n = int(diff.shape[0])
         wins, ties, losses = _outcomes(diff, METRICS[key[2]].higher_is_better)
         chosen = ""
         if key[1] == BEST_BASELINE and n:
-            counts = group["chosen"].value_counts(sort=True)
+            counts = per_split["chosen"].iloc[at].value_counts(sort=True)
             chosen = f"{counts.index[0]} ({int(counts.iloc[0])} of {int(counts.sum())})"
         rows.append((*key, float(diff.mean()) if n else float("nan"),
                      float(np.std(diff, ddof=1)) if n > 1 else 0.0, wins, ties, losses, n, chosen))

@@ -38,7 +38,8 @@ from .baselines import NO_ENTROPY_REASON, baseline_scores
 from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus, _fit_logistic, _sigmoid, transform_scores
 from .compare import FITTED, RAW, paired_comparison
 from .features import feature_matrix_from_arrays
-from .metrics import RankGroups, brier_score, expected_calibration_error
+from .metrics import RankGroups
+from .metrics.calibration import _brier, _ece
 from .operators import Ragged, check_paired, segment_max, segment_mean
 from .registry import METHODS, METRICS, method_names
 from .results import CONSTANT_RTOL, SCALAR_CALIBRATORS, UNINFORMATIVE, EvaluationResult, average_results, summarise
@@ -335,10 +336,12 @@ def _check_finite(scalar: dict[str, np.ndarray], features: dict[str, np.ndarray]
 
 
 def _probability_metric(name: str, y: np.ndarray, prob: np.ndarray, config: EvaluationConfig) -> float:
+    """Brier or ECE as :func:`brier_score` and :func:`expected_calibration_error` compute them, without checking
+    again what the protocol checked once (0/1 int64 labels; probabilities from a fitted calibrator)."""
     if name == "brier":
-        return brier_score(y, prob)
+        return _brier(y, prob)
     if name == "ece":
-        return expected_calibration_error(y, prob, n_bins=config.n_bins)
+        return _ece(y, prob, config.n_bins)
     raise ValueError(f"no probability metric {name!r}")  # pragma: no cover - the registry lists brier and ece
 
 

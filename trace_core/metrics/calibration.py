@@ -6,6 +6,8 @@ Every probability binning (ECE, the reliability table and the reliability plot) 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
@@ -40,6 +42,11 @@ def brier_score(y_true: ArrayLike, y_prob: ArrayLike) -> float:
         On empty input, length mismatch, non-0/1 labels, non-finite or out-of-range probabilities.
     """
     y, p = check_pair(y_true, y_prob, "y_prob", probability=True)
+    return _brier(y, p)
+
+
+def _brier(y: NDArray[np.int64], p: NDArray[np.float64]) -> float:
+    """:func:`brier_score` of checked arrays (the evaluation protocol's inner loop: its inputs are checked once)."""
     return float(np.mean((p - y) ** 2))
 
 
@@ -87,11 +94,19 @@ def bin_probabilities(
     strategy = check_choice(strategy, "strategy", STRATEGIES)
     p = check_scores(y_prob, "y_prob", probability=True)
     if strategy == "uniform":
-        edges = np.linspace(0.0, 1.0, n_bins + 1)
+        edges = _uniform_edges(n_bins)
     else:
         edges = np.percentile(p, np.linspace(0.0, 1.0, n_bins + 1) * 100)
     bin_ids = np.searchsorted(edges[1:-1], p).astype(np.int64)
     return edges.astype(np.float64), bin_ids
+
+
+@functools.lru_cache(maxsize=8)
+def _uniform_edges(n_bins: int) -> NDArray[np.float64]:
+    """``linspace(0, 1, n_bins + 1)``, read-only: the protocol bins thousands of probability vectors alike."""
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    edges.flags.writeable = False
+    return edges
 
 
 def _bin_sums(
@@ -137,6 +152,11 @@ def expected_calibration_error(
     n_bins = check_int(n_bins, "n_bins", minimum=1)
     strategy = check_choice(strategy, "strategy", STRATEGIES)
     y, p = check_pair(y_true, y_prob, "y_prob", probability=True)
+    return _ece(y, p, n_bins, strategy)
+
+
+def _ece(y: NDArray[np.int64], p: NDArray[np.float64], n_bins: int, strategy: str = "uniform") -> float:
+    """:func:`expected_calibration_error` of checked arrays and settings."""
     _, count, sum_prob, n_correct = _bin_sums(y, p, n_bins, strategy)
     nonempty = count > 0
     acc = n_correct[nonempty] / count[nonempty]
