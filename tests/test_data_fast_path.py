@@ -302,3 +302,23 @@ def test_read_traces_bench_runs(capsys):
     main(["--rows", "40", "--repeat", "1"])
     out = capsys.readouterr().out
     assert "csv" in out and "jsonl" in out and "x" in out.splitlines()[-1]
+
+
+@pytest.mark.parametrize("source, k", [("absent", 0), ("exact", 0), ("top_k", 0), ("top_k", 2), ("absent", 2)])
+def test_metadata_that_contradicts_the_cells_reads_alike(source, k, monkeypatch):
+    """The fast path builds its traces without checking each row's values again; a row whose metadata contradicts
+    its cells (entropy given, source "absent"; a top-k source without k) still gets the constructor's verdict."""
+    header = ["prompt", "answer", "label", "tokens", "surprisal", "entropy", "top_ids", "top_logprobs",
+              "trace_metadata"]
+    alternatives = json.dumps([[-0.2, -2.0][:k]] * 2, separators=(",", ":")) if k else ""
+    ids = json.dumps([[5, 6][:k]] * 2, separators=(",", ":")) if k else ""
+    rows = [[f"Q{i}", "A", "1", '["a","b"]', "[0.1,0.2]", "[0.5,0.6]", ids, alternatives,
+             json.dumps({"source": "imported", "entropy_source": source}, separators=(",", ":"))] for i in range(3)]
+    raws = [dict(zip(header, r)) for r in rows]
+    decoded = fastread.decode_chunk(raws, tuple(c for c in codec.TRACE_COLUMNS if c in header), {})
+    assert decoded is not None and all(row is not None for row in decoded)  # the fast path takes them
+    n_errors = _same(_bytes(header, rows), monkeypatch, 256)
+    assert n_errors == (3 if source == "absent" else 0)
+    fast, _ = _read(_bytes(header, rows), True, monkeypatch, 256)
+    if source == "top_k" and k:
+        assert all(t.metadata.entropy_k == k for t in fast.traces)

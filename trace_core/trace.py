@@ -258,6 +258,40 @@ class Trace:
                 value.setflags(write=False)
             object.__setattr__(self, name, value)
 
+    @classmethod
+    def _from_checked(cls, *, prompt: str, answer: str, token_ids: np.ndarray, tokens: tuple[str, ...],
+                      surprisal: np.ndarray, entropy: np.ndarray | None, top_ids: np.ndarray,
+                      top_logprobs: np.ndarray, ranks: np.ndarray | None, metadata: TraceMetadata,
+                      top_tokens: tuple[tuple[str, ...], ...] | None) -> "Trace":
+        """A Trace from parts whose values a reader has already checked as ``__post_init__`` would (the CSV fast path
+        checks whole chunks at once): only the checks that cost nothing per token are made again (types, dtypes,
+        shapes, the metadata's entropy source); anything they refuse goes through the full constructor, which raises
+        or normalises exactly as for any other trace. The arrays are kept as given (not copied) and made read-only.
+        """
+        n = len(tokens)
+        shape = (n, top_ids.shape[1]) if top_ids.ndim == 2 else None
+        plain = (isinstance(prompt, str) and isinstance(answer, str) and isinstance(metadata, TraceMetadata)
+                 and type(tokens) is tuple and _is(token_ids, np.int64, (n,)) and _is(surprisal, np.float64, (n,))
+                 and shape is not None and _is(top_ids, np.int64, shape) and _is(top_logprobs, np.float64, shape)
+                 and (ranks is None or _is(ranks, np.int64, (n,)))
+                 and (entropy is None) == (metadata.entropy_source == "absent")
+                 and (entropy is None or _is(entropy, np.float64, (n,)))
+                 and not (metadata.entropy_source == "top_k" and metadata.entropy_k is None and shape[1] > 0)
+                 and (top_tokens is None or (type(top_tokens) is tuple and len(top_tokens) == n)))
+        if not plain:
+            return cls(prompt=prompt, answer=answer, token_ids=token_ids, tokens=tokens, surprisal=surprisal,
+                       entropy=entropy, top_ids=top_ids, top_logprobs=top_logprobs, ranks=ranks, metadata=metadata,
+                       top_tokens=top_tokens)
+        trace = object.__new__(cls)
+        for name, value in (("prompt", prompt), ("answer", answer), ("token_ids", token_ids), ("tokens", tokens),
+                            ("surprisal", surprisal), ("entropy", entropy), ("top_ids", top_ids),
+                            ("top_logprobs", top_logprobs), ("ranks", ranks), ("metadata", metadata),
+                            ("top_tokens", top_tokens)):
+            if isinstance(value, np.ndarray):
+                value.setflags(write=False)
+            object.__setattr__(trace, name, value)
+        return trace
+
     def __len__(self) -> int:
         return int(self.token_ids.shape[0])
 
@@ -367,6 +401,10 @@ def _list2d(value: Any, n_rows: int, dtype: type) -> np.ndarray:
     if arr.size == 0:
         return arr.reshape(n_rows, 0)
     return arr
+
+
+def _is(arr: Any, dtype: type, shape: tuple[int, ...]) -> bool:
+    return isinstance(arr, np.ndarray) and arr.dtype == dtype and arr.shape == shape
 
 
 def _as_array(value: Any, name: str, dtype: type, *, ndim: int, length: int | None = None,
