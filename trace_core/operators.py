@@ -7,6 +7,7 @@ An empty trace (T = 0) gives NaN.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence, overload
 
@@ -74,28 +75,40 @@ class Ragged:
     def __len__(self) -> int:
         return int(self.offsets.shape[0] - 1)
 
-    @property
+    # The segmentation's index arrays are computed once per batch and kept read-only: the features and baselines ask
+    # for them dozens of times, and at millions of tokens each np.repeat took longer than the statistic using it.
+
+    @functools.cached_property
     def lengths(self) -> np.ndarray:
-        """(n_traces,) number of tokens per trace."""
-        return np.diff(self.offsets)
+        """(n_traces,) number of tokens per trace (read-only)."""
+        return _read_only(np.diff(self.offsets))
 
-    @property
+    @functools.cached_property
     def segment_ids(self) -> np.ndarray:
-        """(N,) index of the trace each value belongs to."""
-        return np.repeat(np.arange(len(self)), self.lengths)
+        """(N,) index of the trace each value belongs to (read-only)."""
+        return _read_only(np.repeat(np.arange(len(self)), self.lengths))
 
-    @property
+    @functools.cached_property
     def positions(self) -> np.ndarray:
-        """(N,) 0-based position of each value within its trace."""
-        return np.arange(self.values.shape[0]) - np.repeat(self.offsets[:-1], self.lengths)
+        """(N,) 0-based position of each value within its trace (read-only)."""
+        return _read_only(np.arange(self.values.shape[0]) - np.repeat(self.offsets[:-1], self.lengths))
 
     def with_values(self, values: np.ndarray) -> "Ragged":
-        """Same segmentation, new values (e.g. ``exp(-s)`` from ``s``)."""
-        return Ragged(values, self.offsets)
+        """Same segmentation, new values (e.g. ``exp(-s)`` from ``s``); shares the index arrays computed so far."""
+        other = Ragged(values, self.offsets)
+        for name in ("lengths", "segment_ids", "positions"):
+            if name in self.__dict__:
+                other.__dict__[name] = self.__dict__[name]
+        return other
 
     def split(self) -> list[np.ndarray]:
         """Back to a list of 1-D arrays."""
         return np.split(self.values, self.offsets[1:-1])
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
 
 
 @overload
@@ -119,7 +132,14 @@ def _out(result: np.ndarray, single: bool):
 
 
 def _segment_sum(batch: Ragged, weights: np.ndarray) -> np.ndarray:
-    return np.bincount(batch.segment_ids, weights=weights, minlength=len(batch))
+    """Per-trace sums of ``weights`` (0 for an empty trace): one contiguous reduction per trace (pairwise summation,
+    several times faster than a bincount's scatter over millions of tokens)."""
+    weights = np.asarray(weights, dtype=np.float64)
+    out = np.zeros(len(batch))
+    nonempty = batch.lengths > 0
+    if nonempty.any():  # each start reduces up to the next given start: exactly its trace, as in the max below
+        out[nonempty] = np.add.reduceat(weights, batch.offsets[:-1][nonempty])
+    return out
 
 
 def _nan_where_empty(result: np.ndarray, lengths: np.ndarray) -> np.ndarray:
