@@ -638,3 +638,17 @@ def test_rank_groups_one_class_subset_is_undefined_except_aurc():
     assert np.isnan(got["auroc"]) and np.isnan(got["auprc"]) and got["aurc"] == 0.0
     with pytest.raises(ValueError, match="2 answers"):
         groups.ranking_metrics([1, 0, 1], [0, 3])
+
+
+@pytest.mark.parametrize("n_bins", [1, 2, 10, 16, 17, 40])
+@pytest.mark.parametrize("strategy", ["uniform", "quantile"])
+def test_bin_ids_equal_a_left_searchsorted_on_edges_and_ties(n_bins, strategy):
+    """Bins are counted edge by edge for a few edges; a probability on an edge goes to the lower bin, as
+    ``searchsorted(edges[1:-1], p, side="left")`` (and scikit-learn's calibration_curve) put it."""
+    from trace_core.metrics.calibration import bin_probabilities
+
+    rng = np.random.default_rng(n_bins)
+    p = np.concatenate([rng.random(500), np.linspace(0.0, 1.0, 41), np.repeat([0.0, 0.3, 0.5, 1.0], 7)])
+    edges, ids = bin_probabilities(p, n_bins=n_bins, strategy=strategy)
+    np.testing.assert_array_equal(ids, np.searchsorted(edges[1:-1], p, side="left"))
+    assert ids.dtype == np.int64

@@ -97,8 +97,18 @@ def bin_probabilities(
         edges = _uniform_edges(n_bins)
     else:
         edges = np.percentile(p, np.linspace(0.0, 1.0, n_bins + 1) * 100)
-    bin_ids = np.searchsorted(edges[1:-1], p).astype(np.int64)
-    return edges.astype(np.float64), bin_ids
+    return edges.astype(np.float64), _bin_ids(edges[1:-1], p)
+
+
+def _bin_ids(inner: NDArray[np.float64], p: NDArray[np.float64]) -> NDArray[np.int64]:
+    """``searchsorted(inner, p, side="left")``: the number of inner edges below each probability. With the usual
+    few edges, counting with one comparison per edge is several times faster than the binary search."""
+    if inner.shape[0] > 16:
+        return np.searchsorted(inner, p).astype(np.int64)
+    ids = np.zeros(p.shape[0], dtype=np.int64)
+    for edge in inner:
+        ids += p > edge
+    return ids
 
 
 @functools.lru_cache(maxsize=8)
