@@ -388,6 +388,18 @@ def _fit_scalar(name: str, z: np.ndarray, y: np.ndarray, cal: np.ndarray,
     return IsotonicCalibrator()._fit_sorted(z[cal_ascending], y[cal_ascending])
 
 
+def _predict(model: PlattCalibrator | IsotonicCalibrator, z: np.ndarray, part: np.ndarray, part_ascending: np.ndarray,
+             position: np.ndarray) -> np.ndarray:
+    """``model.predict_proba(z[part])``. An isotonic model predicts the part in ascending order of ``z``
+    (``part_ascending``; ``position`` maps a row to its place in ``part``): np.interp is many times faster on sorted
+    points, and each point's value is the same in any order."""
+    if isinstance(model, IsotonicCalibrator):
+        out = np.empty(part.shape[0])
+        out[position[part_ascending]] = np.interp(z[part_ascending], model.x_thresholds_, model.y_thresholds_)
+        return out
+    return model.predict_proba(z[part])
+
+
 def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: EvaluationConfig, wanted: list[str],
          baselines: Any, skipped: dict[str, str], note: str, progress: Progress | None) -> EvaluationResult:
     from ._checks import check_labels
@@ -412,7 +424,8 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: Eval
     if progress is not None:
         progress(0, len(splits))
 
-    def one(method: str, split: int, cal: np.ndarray, ev: np.ndarray, in_cal: np.ndarray, first: bool):
+    def one(method: str, split: int, cal: np.ndarray, ev: np.ndarray, in_cal: np.ndarray, position: np.ndarray,
+            first: bool):
         """One method on one split: its rows, its calibration-part rows, its held-out columns (first split only)
         and whether its score is constant on the calibration part. Methods run on threads: nothing shared is
         written here."""
@@ -431,14 +444,15 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: Eval
             raw, z = scalar[method][ev], transformed[method]
             constant = is_constant(scalar[method][cal])
             order = ascending[method]
-            cal_ascending = order[in_cal[order]]
+            sorted_in_cal = in_cal[order]
+            cal_ascending, ev_ascending = order[sorted_in_cal], order[~sorted_in_cal]
             fitted = {c: _fit_scalar(c, z, y, cal, cal_ascending) for c in SCALAR_CALIBRATORS}
-            probs = {c: model.predict_proba(z[ev]) for c, model in fitted.items()}
+            probs = {c: _predict(model, z, ev, ev_ascending, position) for c, model in fitted.items()}
             ranked = rank_groups[method].ranking_metrics(y[ev], ev) if ranking else {}
             if spec.kind == "baseline":  # the calibration part's values choose the best baseline
                 on_cal = rank_groups[method].ranking_metrics(y[cal], cal) if ranking else {}
                 out_cal += [(split, method, m, RAW, on_cal[m]) for m in ranking]
-                out_cal += [(split, method, m, c, _probability_metric(m, y[cal], model.predict_proba(z[cal]), config))
+                out_cal += [(split, method, m, c, _probability_metric(m, y[cal], _predict(model, z, cal, cal_ascending, position), config))
                             for c, model in fitted.items() for m in probability]
         out_rows += [(split, method, m, RAW, ranked[m]) for m in ranking]
         out_rows += [(split, method, m, c, _probability_metric(m, y[ev], p, config))
@@ -461,9 +475,11 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: Eval
             first = held is None
             in_cal = np.zeros(n, dtype=bool)
             in_cal[cal] = True
+            position = np.empty(n, dtype=np.int64)  # each row's place in its own part
+            position[cal], position[ev] = np.arange(cal.shape[0]), np.arange(ev.shape[0])
             if first:
                 held = {"row": ev, "label": y[ev]}
-            runs = (pool.map if workers > 1 else map)(lambda m: one(m, split, cal, ev, in_cal, first), ran)
+            runs = (pool.map if workers > 1 else map)(lambda m: one(m, split, cal, ev, in_cal, position, first), ran)
             for method, (method_rows, method_cal, method_held, constant) in zip(ran, runs):
                 rows += method_rows
                 cal_rows += method_cal
