@@ -452,8 +452,9 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: Eval
             if spec.kind == "baseline":  # the calibration part's values choose the best baseline
                 on_cal = rank_groups[method].ranking_metrics(y[cal], cal) if ranking else {}
                 out_cal += [(split, method, m, RAW, on_cal[m]) for m in ranking]
-                out_cal += [(split, method, m, c, _probability_metric(m, y[cal], _predict(model, z, cal, cal_ascending, position), config))
-                            for c, model in fitted.items() for m in probability]
+                on_cal_probs = {c: _predict(model, z, cal, cal_ascending, position) for c, model in fitted.items()}
+                out_cal += [(split, method, m, c, _probability_metric(m, y[cal], p, config))
+                            for c, p in on_cal_probs.items() for m in probability]
         out_rows += [(split, method, m, RAW, ranked[m]) for m in ranking]
         out_rows += [(split, method, m, c, _probability_metric(m, y[ev], p, config))
                      for c, p in probs.items() for m in probability]
