@@ -269,7 +269,7 @@ class Trace:
         or normalises exactly as for any other trace. The arrays are kept as given (not copied) and made read-only.
         """
         n = len(tokens)
-        shape = (n, top_ids.shape[1]) if top_ids.ndim == 2 else None
+        shape = (n, top_ids.shape[1]) if isinstance(top_ids, np.ndarray) and top_ids.ndim == 2 else None
         plain = (isinstance(prompt, str) and isinstance(answer, str) and isinstance(metadata, TraceMetadata)
                  and type(tokens) is tuple and _is(token_ids, np.int64, (n,)) and _is(surprisal, np.float64, (n,))
                  and shape is not None and _is(top_ids, np.int64, shape) and _is(top_logprobs, np.float64, shape)
