@@ -391,11 +391,11 @@ def _fit_scalar(name: str, z: np.ndarray, y: np.ndarray, cal: np.ndarray,
 def _predict(model: PlattCalibrator | IsotonicCalibrator, z: np.ndarray, part: np.ndarray, part_ascending: np.ndarray,
              position: np.ndarray) -> np.ndarray:
     """``model.predict_proba(z[part])``. An isotonic model predicts the part in ascending order of ``z``
-    (``part_ascending``; ``position`` maps a row to its place in ``part``): np.interp is many times faster on sorted
-    points, and each point's value is the same in any order."""
+    (``part_ascending``; ``position`` maps a row to its place in ``part``): its np.interp is many times faster on
+    sorted points, and each point's value is the same in any order."""
     if isinstance(model, IsotonicCalibrator):
         out = np.empty(part.shape[0])
-        out[position[part_ascending]] = np.interp(z[part_ascending], model.x_thresholds_, model.y_thresholds_)
+        out[position[part_ascending]] = model.predict_proba(z[part_ascending])
         return out
     return model.predict_proba(z[part])
 

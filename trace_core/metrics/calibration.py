@@ -93,6 +93,11 @@ def bin_probabilities(
     n_bins = check_int(n_bins, "n_bins", minimum=1)
     strategy = check_choice(strategy, "strategy", STRATEGIES)
     p = check_scores(y_prob, "y_prob", probability=True)
+    return _bins(p, n_bins, strategy)
+
+
+def _bins(p: NDArray[np.float64], n_bins: int, strategy: str) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    """:func:`bin_probabilities` of checked probabilities and settings."""
     if strategy == "uniform":
         edges = _uniform_edges(n_bins)
     else:
@@ -122,8 +127,9 @@ def _uniform_edges(n_bins: int) -> NDArray[np.float64]:
 def _bin_sums(
     y: NDArray[np.int64], p: NDArray[np.float64], n_bins: int, strategy: str
 ) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.float64], NDArray[np.float64]]:
-    """Per-bin (edges, count, sum of probabilities, number correct) from :func:`bin_probabilities`."""
-    edges, ids = bin_probabilities(p, n_bins=n_bins, strategy=strategy)
+    """Per-bin (edges, count, sum of probabilities, number correct) of checked arrays and settings, in the bins of
+    :func:`bin_probabilities`."""
+    edges, ids = _bins(p, n_bins, strategy)
     count = np.bincount(ids, minlength=n_bins).astype(np.int64)
     sum_prob = np.bincount(ids, weights=p, minlength=n_bins)
     n_correct = np.bincount(ids, weights=y.astype(np.float64), minlength=n_bins)
