@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     from trace_core.synthetic import KINDS
 
     parser.add_argument("--kind", default="spike", choices=list(KINDS))
+    parser.add_argument("--profile", action="store_true", help="profile the largest size on one thread")
     args = parser.parse_args(argv)
 
     from trace_core import METHODS, EvaluationConfig, evaluate_arrays, synthetic_traces
@@ -40,6 +41,31 @@ def main(argv: list[str] | None = None) -> None:
         first = first or (n, seconds)
         print(f"{n:>10,} {len(surprisal.values):>12,} {seconds:>8.2f} {seconds / first[1]:>10.2f} "
               f"{n / first[0]:>10.1f}")
+    if args.profile:
+        _profile(surprisal, entropy, labels, config)
+
+
+def _profile(surprisal, entropy, labels, config) -> None:
+    import cProfile
+    import pstats
+    import sys
+
+    from threadpoolctl import threadpool_limits
+
+    from trace_core import evaluate_arrays
+
+    evaluate_module = sys.modules["trace_core.evaluate"]
+    threads_from = evaluate_module._THREADS_FROM
+    evaluate_module._THREADS_FROM = sys.maxsize  # methods serially: the profiler sees every call
+    profiler = cProfile.Profile()
+    try:
+        with threadpool_limits(1):
+            profiler.enable()
+            evaluate_arrays(surprisal, entropy, labels, config=config)
+            profiler.disable()
+    finally:
+        evaluate_module._THREADS_FROM = threads_from
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats("trace_core", 30)
 
 
 if __name__ == "__main__":
