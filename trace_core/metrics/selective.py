@@ -131,18 +131,23 @@ def _harmonic(n: int) -> NDArray[np.float64]:
     return table
 
 
-def _aurc_from_groups(sizes: NDArray[np.float64], errors: NDArray[np.float64]) -> float:
+def _aurc_from_groups(sizes: NDArray[np.float64], errors: NDArray[np.float64], *,
+                      kept_before: NDArray[np.float64] | None = None,
+                      errors_before: NDArray[np.float64] | None = None) -> float:
     """AURC from tied groups in decreasing confidence, in O(groups) after an O(n) harmonic table.
 
     Inside a group of m answers with error rate r, kept after K answers with E expected errors, the risks at
     k = K+1 .. K+m sum to ``m r + (E - K r)(H_{K+m} - H_K)`` with H the harmonic numbers; this equals the mean of
-    :func:`risk_coverage_curve`'s risks without expanding the groups to answers.
+    :func:`risk_coverage_curve`'s risks without expanding the groups to answers. ``kept_before`` (K) and
+    ``errors_before`` (E) per group, when the caller has them, save their cumulative sums.
     """
     n = int(sizes.sum())
     harmonic = _harmonic(n)
     rate = errors / sizes
-    kept_before = np.cumsum(sizes) - sizes
-    errors_before = np.cumsum(errors) - errors
+    if kept_before is None:
+        kept_before = np.cumsum(sizes) - sizes
+    if errors_before is None:
+        errors_before = np.cumsum(errors) - errors
     ends = kept_before.astype(np.int64)
     h = harmonic[ends + sizes.astype(np.int64)] - harmonic[ends]
     return float(np.sum(sizes * rate + (errors_before - kept_before * rate) * h) / n)
