@@ -71,6 +71,17 @@ def test_calibration_ties_go_to_the_earlier_method_and_uninformative_scores_are_
     assert set(chosen_without_flag.query("versus == @BEST_BASELINE")["chosen"]) == {"Mean Entropy"}
 
 
+def test_calibration_values_apart_by_rounding_only_are_ties():
+    # An isotonic calibrator's ECE on its own calibration part is 0 up to rounding for every baseline: rounding must
+    # not pick the best baseline (MinProb "wins" by 1e-15 on split 0, SeqLogP on split 1); a real gap still does.
+    ev = _frame({("TRACE+", "ece"): [0.05, 0.05, 0.05], ("SeqLogP", "ece"): [0.04, 0.06, 0.04],
+                 ("MinProb", "ece"): [0.07, 0.03, 0.07]})
+    cal = _frame({("SeqLogP", "ece"): [1.2e-15, 0.0, 2e-12], ("MinProb", "ece"): [8e-17, 3e-16, 0.0]})
+    paired = paired_comparison(ev, cal, methods=METHODS, metrics=["ece"])
+    best = paired.per_split.query("versus == @BEST_BASELINE").sort_values("split")
+    assert best["chosen"].tolist() == ["SeqLogP", "SeqLogP", "MinProb"]
+
+
 def test_the_reference_is_never_the_best_baseline_but_is_compared_by_name():
     ev = _frame({("TRACE+", "auroc"): [0.8, 0.8], ("SeqLogP", "auroc"): [0.7, 0.7], (REFERENCE, "auroc"): [0.9, 0.9]})
     cal = _frame({("SeqLogP", "auroc"): [0.7, 0.7], (REFERENCE, "auroc"): [0.99, 0.99]})

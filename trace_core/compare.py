@@ -273,13 +273,16 @@ class _Blocks:
 
 
 def _best_on_calibration(cal: _Wide, higher_is_better: bool) -> dict[int, str]:
-    """Split -> the baseline with the best calibration-part value (NaN never wins; ties go to the first column)."""
+    """Split -> the baseline with the best calibration-part value (NaN never wins). Values within
+    :data:`TIE_TOLERANCE` of the best are ties and the first column among them wins, so rounding never picks: an
+    isotonic calibrator's ECE on its own calibration part is 0 up to rounding for every baseline."""
     if cal.splits.shape[0] == 0 or not cal.columns:
         return {}
     names = list(cal.columns)
     values = np.column_stack([cal.columns[m] for m in names])
     signed = np.where(np.isfinite(values), values if higher_is_better else -values, -np.inf)
-    best = np.argmax(signed, axis=1)  # first of equal maxima
+    top = signed.max(axis=1, keepdims=True)
+    best = np.argmax(signed >= top - TIE_TOLERANCE, axis=1)  # first of the tied best
     ok = np.isfinite(signed[np.arange(len(best)), best])
     return {split: names[b] for split, b, good in zip(cal.splits.tolist(), best, ok) if good}
 
