@@ -217,7 +217,8 @@ def test_overlapping_threaded_evaluations_restore_the_blas_threads():
 
 def test_isotonic_values_of_every_split_equal_scikit_learn_fitted_on_that_split():
     """The protocol takes each calibration part in the score's presorted order; the Brier and ECE of every split
-    equal those of scikit-learn's IsotonicRegression fitted on that part (a rate with many ties)."""
+    equal those of scikit-learn's IsotonicRegression fitted on that part (a rate with many ties), up to the order in
+    which the protocol sums them (each part in ascending score order)."""
     from sklearn.isotonic import IsotonicRegression
 
     from trace_core.baselines import baseline_scores
@@ -233,8 +234,52 @@ def test_isotonic_values_of_every_split_equal_scikit_learn_fitted_on_that_split(
     values = result.per_split.query("calibrator == 'isotonic'").set_index(["split", "metric"])["value"]
     for split, (cal, ev) in enumerate(splits_of(y, config)):
         p = IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip").fit(score[cal], y[cal]).predict(score[ev])
-        assert values[(split, "brier")] == brier_score(y[ev], p)
-        assert values[(split, "ece")] == expected_calibration_error(y[ev], p)
+        assert values[(split, "brier")] == pytest.approx(brier_score(y[ev], p), rel=0, abs=1e-14)
+        assert values[(split, "ece")] == pytest.approx(expected_calibration_error(y[ev], p), rel=0, abs=1e-14)
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_rankings_from_a_part_in_score_order_equal_rank_groups_number_for_number(ties):
+    """Each split's rankings come from its part in the presorted order (tie groups as runs): the very numbers of
+    RankGroups counting every distinct score of the subset."""
+    from trace_core.evaluate import _Ascending, _ranking_part
+    from trace_core.metrics import RankGroups
+
+    rng = np.random.default_rng(3)
+    raw = rng.normal(size=2000)
+    if ties:
+        raw = np.round(raw, 1)  # ~60 distinct values
+    y = (rng.random(2000) < 1 / (1 + np.exp(-raw))).astype(np.int64)
+    prep = _Ascending.of(raw, np.exp(raw), y)  # a monotone transform: the same order
+    assert prep.contiguous and (prep.groups is None) == (not ties)
+    groups = RankGroups(raw)
+    for size in (1500, 40, 3):
+        rows = np.sort(rng.permutation(2000)[:size])
+        keep = np.isin(prep.order, rows)
+        expected = groups.ranking_metrics(y[rows], rows)
+        got = _ranking_part(prep, keep, prep.y[keep])
+        assert got.keys() == expected.keys()
+        assert all(got[m] == expected[m] or (np.isnan(got[m]) and np.isnan(expected[m])) for m in got)
+
+
+def test_a_transform_that_ties_distinct_scores_ranks_by_the_raw_score(monkeypatch):
+    """Where the transform ties distinct raw scores (the log floor), the presorted order does not sort the raw
+    score: the rankings then count the raw score's own groups, with the same numbers as otherwise."""
+    import dataclasses
+
+    from trace_core.evaluate import _Ascending
+
+    raw = np.array([3e-320, 1e-320, 2e-320, 0.5, 0.25])  # below the log floor: one transformed value
+    assert not _Ascending.of(raw, np.log(np.maximum(raw, np.finfo(float).tiny)), np.zeros(5, np.int64)).contiguous
+    s, h, y = synthetic_traces(600, kind="spike", seed=4)
+    methods = ["TRACE", "SeqLogP", "Mean Entropy", "Max Entropy"]
+    config = EvaluationConfig(n_splits=3)
+    expected = evaluate_arrays(s, h, y, config=config, methods=methods)
+    of = _Ascending.of
+    monkeypatch.setattr(_Ascending, "of", lambda raw, z, y: dataclasses.replace(of(raw, z, y), contiguous=False))
+    got = evaluate_arrays(s, h, y, config=config, methods=methods)
+    pd.testing.assert_frame_equal(got.per_split, expected.per_split)
+    pd.testing.assert_frame_equal(got.calibration_values, expected.calibration_values)
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -652,3 +652,23 @@ def test_bin_ids_equal_a_left_searchsorted_on_edges_and_ties(n_bins, strategy):
     edges, ids = bin_probabilities(p, n_bins=n_bins, strategy=strategy)
     np.testing.assert_array_equal(ids, np.searchsorted(edges[1:-1], p, side="left"))
     assert ids.dtype == np.int64
+
+
+@pytest.mark.parametrize("n_bins", [1, 10, 15, 20])
+def test_ece_of_probabilities_in_monotone_order_equals_ece(n_bins):
+    """The protocol's ECE of a part in score order (bins as runs, found by binary search) equals the ECE of the
+    same probabilities: on the edges themselves, ascending, descending, and any other order (the fallback)."""
+    from trace_core.metrics.calibration import _ece, _ece_sorted, _uniform_edges
+
+    rng = np.random.default_rng(n_bins)
+    edges = _uniform_edges(n_bins)
+    p = np.sort(np.concatenate([rng.random(500), np.repeat(edges, 7), rng.choice(edges, 50) + 1e-17]).clip(0, 1))
+    y = (rng.random(p.shape[0]) < p).astype(np.int64)
+    expected = _ece(y, p, n_bins)
+    assert _ece_sorted(y, p, n_bins) == pytest.approx(expected, rel=0, abs=1e-15)
+    assert _ece_sorted(y[::-1].copy(), p[::-1].copy(), n_bins) == pytest.approx(expected, rel=0, abs=1e-15)
+    shuffled = rng.permutation(p.shape[0])
+    assert _ece_sorted(y[shuffled], p[shuffled], n_bins) == _ece(y[shuffled], p[shuffled], n_bins)
+    one_bin = np.full(9, 0.35)
+    assert _ece_sorted(y[:9], one_bin, n_bins) == pytest.approx(_ece(y[:9], one_bin, n_bins), rel=0, abs=1e-15)
+    assert _ece_sorted(y[:1], p[:1], n_bins) == _ece(y[:1], p[:1], n_bins)

@@ -39,7 +39,8 @@ from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus, _fit_logi
 from .compare import FITTED, RAW, paired_comparison
 from .features import feature_matrix_from_arrays
 from .metrics import RankGroups
-from .metrics.calibration import _brier, _ece
+from .metrics.calibration import _brier, _ece_sorted
+from .metrics.ranking import _ranking_from_groups
 from .operators import Ragged, check_paired, segment_max, segment_mean
 from .registry import METHODS, METRICS, method_names
 from .results import CONSTANT_RTOL, SCALAR_CALIBRATORS, UNINFORMATIVE, EvaluationResult, average_results, summarise
@@ -337,11 +338,12 @@ def _check_finite(scalar: dict[str, np.ndarray], features: dict[str, np.ndarray]
 
 def _probability_metric(name: str, y: np.ndarray, prob: np.ndarray, config: EvaluationConfig) -> float:
     """Brier or ECE as :func:`brier_score` and :func:`expected_calibration_error` compute them, without checking
-    again what the protocol checked once (0/1 int64 labels; probabilities from a fitted calibrator)."""
+    again what the protocol checked once (0/1 int64 labels; probabilities from a fitted calibrator). Probabilities
+    in ascending score order (a calibrator is monotone) make the ECE bins runs; any order gives the same value."""
     if name == "brier":
         return _brier(y, prob)
     if name == "ece":
-        return _ece(y, prob, config.n_bins)
+        return _ece_sorted(y, prob, config.n_bins)
     raise ValueError(f"no probability metric {name!r}")  # pragma: no cover - the registry lists brier and ece
 
 
@@ -379,25 +381,73 @@ def _one_blas_thread(active: bool):
                 _blas_limiter = None
 
 
-def _fit_scalar(name: str, z: np.ndarray, y: np.ndarray, cal: np.ndarray,
-                cal_ascending: np.ndarray) -> PlattCalibrator | IsotonicCalibrator:
-    """A scalar calibrator fitted on the calibration part ``cal`` of the transformed score ``z``; the isotonic fit
-    takes the part already in ascending order of ``z`` (``cal_ascending``), the same fit as on ``z[cal]``."""
+@dataclass(frozen=True)
+class _Ascending:
+    """A scalar score prepared once for every split: its rows in ascending order of the transformed score ``z``
+    (stable), ``z`` and the labels in that order, and the raw score's tie groups along it. ``groups`` is None when
+    every raw score is distinct; ``contiguous`` is False when the raw score is not ascending along the order (``z``
+    ties distinct raw scores, e.g. the log floor): then the rankings take :class:`RankGroups`."""
+
+    order: np.ndarray
+    z: np.ndarray
+    y: np.ndarray
+    groups: np.ndarray | None
+    contiguous: bool
+
+    @classmethod
+    def of(cls, raw: np.ndarray, z: np.ndarray, y: np.ndarray) -> "_Ascending":
+        order = np.argsort(z, kind="stable")
+        raw_sorted = raw[order]
+        steps = raw_sorted[1:] != raw_sorted[:-1]
+        contiguous = bool(np.all(raw_sorted[1:] >= raw_sorted[:-1]))
+        groups = None if bool(steps.all()) else np.concatenate([[0], np.cumsum(steps)])
+        return cls(order=order, z=z[order], y=y[order], groups=groups, contiguous=contiguous)
+
+
+def _ranking_part(prep: _Ascending, keep: np.ndarray, y_part: np.ndarray) -> dict[str, float]:
+    """:meth:`RankGroups.ranking_metrics` of the rows ``prep.order[keep]`` (labels ``y_part`` in that order): their
+    tie groups are runs of the ascending order, so counting needs no scatter over every distinct score."""
+    k = y_part.shape[0]
+    pos = y_part.astype(np.float64)
+    if prep.groups is None:
+        total = np.ones(k)
+    else:
+        g = prep.groups[keep]
+        starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+        total = np.diff(np.r_[starts, k]).astype(np.float64)
+        pos = np.add.reduceat(pos, starts)
+    n_pos = int(y_part.sum())
+    return _ranking_from_groups(total, pos, both_classes=0 < n_pos < k, singletons=prep.groups is None)
+
+
+def _fit_scalar(name: str, z: np.ndarray, y: np.ndarray, z_ascending: np.ndarray,
+                y_ascending: np.ndarray) -> PlattCalibrator | IsotonicCalibrator:
+    """A scalar calibrator fitted on a calibration part: Platt on its rows in row order (``z``, ``y``), isotonic on
+    the same rows in ascending order (``z_ascending``, ``y_ascending``), the same fit as on the unsorted part."""
     if name == "platt":
-        return PlattCalibrator().fit(z[cal], y[cal])
-    return IsotonicCalibrator()._fit_sorted(z[cal_ascending], y[cal_ascending])
+        return PlattCalibrator().fit(z, y)
+    return IsotonicCalibrator()._fit_sorted(z_ascending, y_ascending)
 
 
-def _predict(model: PlattCalibrator | IsotonicCalibrator, z: np.ndarray, part: np.ndarray, part_ascending: np.ndarray,
-             position: np.ndarray) -> np.ndarray:
-    """``model.predict_proba(z[part])``. An isotonic model predicts the part in ascending order of ``z``
-    (``part_ascending``; ``position`` maps a row to its place in ``part``): its np.interp is many times faster on
-    sorted points, and each point's value is the same in any order."""
-    if isinstance(model, IsotonicCalibrator):
-        out = np.empty(part.shape[0])
-        out[position[part_ascending]] = model.predict_proba(z[part_ascending])
-        return out
-    return model.predict_proba(z[part])
+@dataclass(frozen=True)
+class _Part:
+    """One split, shared by its methods: the calibration and evaluation rows (ascending), their labels, which rows
+    calibrate, and each row's place in its own part."""
+
+    cal: np.ndarray
+    ev: np.ndarray
+    y_cal: np.ndarray
+    y_ev: np.ndarray
+    in_cal: np.ndarray
+    position: np.ndarray
+
+    @classmethod
+    def of(cls, cal: np.ndarray, ev: np.ndarray, y: np.ndarray) -> "_Part":
+        in_cal = np.zeros(y.shape[0], dtype=bool)
+        in_cal[cal] = True
+        position = np.empty(y.shape[0], dtype=np.int64)
+        position[cal], position[ev] = np.arange(cal.shape[0]), np.arange(ev.shape[0])
+        return cls(cal=cal, ev=ev, y_cal=y[cal], y_ev=y[ev], in_cal=in_cal, position=position)
 
 
 def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: EvaluationConfig, wanted: list[str],
@@ -412,8 +462,8 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: Eval
     uninformative = {m: UNINFORMATIVE for m in ran if m in scalar and is_constant(scalar[m])}
     # Calibrators are fitted on each score's documented transform; rankings use the raw score, sorted once.
     transformed = {m: transform_scores(scalar[m], METHODS[m].transform) for m in scalar}
-    rank_groups = {m: RankGroups(scalar[m]) for m in scalar}
-    ascending = {m: np.argsort(z, kind="stable") for m, z in transformed.items()}  # each split's isotonic fit: no sort
+    prepared = {m: _Ascending.of(scalar[m], z, y) for m, z in transformed.items()}
+    rank_groups = {m: RankGroups(scalar[m]) for m in scalar if not prepared[m].contiguous}
     ranking = [m for m in config.metrics if METRICS[m].on == "score"]
     probability = [m for m in config.metrics if METRICS[m].on == "probability"]
     rows: list[tuple[int, str, str, str, float]] = []
@@ -424,39 +474,59 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: Eval
     if progress is not None:
         progress(0, len(splits))
 
-    def one(method: str, split: int, cal: np.ndarray, ev: np.ndarray, in_cal: np.ndarray, position: np.ndarray,
-            first: bool):
+    def one(method: str, split: int, part: _Part, first: bool):
         """One method on one split: its rows, its calibration-part rows, its held-out columns (first split only)
         and whether its score is constant on the calibration part. Methods run on threads: nothing shared is
         written here."""
         spec = METHODS[method]
+        cal, ev = part.cal, part.ev
         out_rows, out_cal, out_held, constant = [], [], {}, False
         if method in features:
             F = features[method]
             if spec.kind == "trace_plus":
-                decision = TracePlus(feature_set=spec.feature_set).fit(F[cal], y[cal]).decision_function
+                decision = TracePlus(feature_set=spec.feature_set).fit(F[cal], part.y_cal).decision_function
             else:
-                decision = _fit_reference(F[cal], y[cal])
+                decision = _fit_reference(F[cal], part.y_cal)
             raw = decision(F[ev])
             probs = {FITTED: _sigmoid(raw)}  # TracePlus.predict_proba's function: held-out values equal it
-            ranked = RankGroups(raw).ranking_metrics(y[ev]) if ranking else {}
+            y_probs = part.y_ev
+            ranked = RankGroups(raw).ranking_metrics(part.y_ev) if ranking else {}
         else:
-            raw, z = scalar[method][ev], transformed[method]
+            # Each part in ascending score order: the isotonic fit and prediction, the ECE bins and the rankings'
+            # tie groups all want that order; Platt is fitted on the part in row order, as PlattCalibrator.fit on
+            # z[cal] would be.
+            prep, z = prepared[method], transformed[method]
             constant = is_constant(scalar[method][cal])
-            order = ascending[method]
-            sorted_in_cal = in_cal[order]
-            cal_ascending, ev_ascending = order[sorted_in_cal], order[~sorted_in_cal]
-            fitted = {c: _fit_scalar(c, z, y, cal, cal_ascending) for c in SCALAR_CALIBRATORS}
-            probs = {c: _predict(model, z, ev, ev_ascending, position) for c, model in fitted.items()}
-            ranked = rank_groups[method].ranking_metrics(y[ev], ev) if ranking else {}
+            keep_cal = part.in_cal[prep.order]
+            keep_ev = ~keep_cal
+            z_cal, y_cal = prep.z[keep_cal], prep.y[keep_cal]
+            z_ev, y_probs = prep.z[keep_ev], prep.y[keep_ev]
+            fitted = {c: _fit_scalar(c, z[cal], part.y_cal, z_cal, y_cal) for c in SCALAR_CALIBRATORS}
+            probs = {c: model.predict_proba(z_ev) for c, model in fitted.items()}
+            if not ranking:
+                ranked = {}
+            elif prep.contiguous:
+                ranked = _ranking_part(prep, keep_ev, y_probs)
+            else:
+                ranked = rank_groups[method].ranking_metrics(part.y_ev, ev)
             if spec.kind == "baseline":  # the calibration part's values choose the best baseline
-                on_cal = rank_groups[method].ranking_metrics(y[cal], cal) if ranking else {}
+                if not ranking:
+                    on_cal = {}
+                elif prep.contiguous:
+                    on_cal = _ranking_part(prep, keep_cal, y_cal)
+                else:
+                    on_cal = rank_groups[method].ranking_metrics(part.y_cal, cal)
                 out_cal += [(split, method, m, RAW, on_cal[m]) for m in ranking]
-                on_cal_probs = {c: _predict(model, z, cal, cal_ascending, position) for c, model in fitted.items()}
-                out_cal += [(split, method, m, c, _probability_metric(m, y[cal], p, config))
-                            for c, p in on_cal_probs.items() for m in probability]
+                out_cal += [(split, method, m, c, _probability_metric(m, y_cal, model.predict_proba(z_cal), config))
+                            for c, model in fitted.items() for m in probability]
+            if first:  # back to row order
+                places = part.position[prep.order[keep_ev]]
+                for c, p in probs.items():
+                    probs[c] = np.empty_like(p)
+                    probs[c][places] = p
+                y_probs, raw = part.y_ev, scalar[method][ev]
         out_rows += [(split, method, m, RAW, ranked[m]) for m in ranking]
-        out_rows += [(split, method, m, c, _probability_metric(m, y[ev], p, config))
+        out_rows += [(split, method, m, c, _probability_metric(m, y_probs, p, config))
                      for c, p in probs.items() for m in probability]
         if first:
             out_held[method] = probs.get(FITTED, probs.get(config.scalar_calibrator))
@@ -474,13 +544,10 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: Eval
                     progress(split + 1, len(splits))
                 continue
             first = held is None
-            in_cal = np.zeros(n, dtype=bool)
-            in_cal[cal] = True
-            position = np.empty(n, dtype=np.int64)  # each row's place in its own part
-            position[cal], position[ev] = np.arange(cal.shape[0]), np.arange(ev.shape[0])
+            part = _Part.of(cal, ev, y)
             if first:
-                held = {"row": ev, "label": y[ev]}
-            runs = (pool.map if workers > 1 else map)(lambda m: one(m, split, cal, ev, in_cal, position, first), ran)
+                held = {"row": ev, "label": part.y_ev}
+            runs = (pool.map if workers > 1 else map)(lambda m: one(m, split, part, first), ran)
             for method, (method_rows, method_cal, method_held, constant) in zip(ran, runs):
                 rows += method_rows
                 cal_rows += method_cal
