@@ -374,3 +374,47 @@ def test_arguments_are_checked_once_with_type_and_range_errors(tiny_models, call
     # Wrong type -> TypeError, right type out of range -> ValueError (n_alternatives=2.5 used to be a ValueError).
     with pytest.raises(error, match=match):
         call(tiny_models["gpt2"])
+
+
+@pytest.mark.parametrize("width", [4096, 4097, 32000, 50257])
+@pytest.mark.parametrize("k", [1, 5, 32])
+def test_top_k_in_runs_gives_torch_topk_values_and_ids_of_those_values(width, k):
+    """The recorder's two-stage top-k (run maxima, then the tokens of the best runs and the tail) against torch.topk:
+    the same values in the same order; the same ids where the values are distinct; on ties, ids of tokens holding
+    exactly those values, none twice. Rows: continuous logits, heavy ties, a row with fewer finite logits than k
+    (masked tokens), and the best tokens all in the tail."""
+    from trace_core.record.stats import _chunk_maxima, _topk_in_chunks
+
+    gen = torch.Generator().manual_seed(width + k)
+    x = torch.randn(6, width, generator=gen) * 3
+    x[1] = torch.round(x[1])  # a dozen distinct values
+    x[2] = float("-inf")
+    x[2, torch.randperm(width, generator=gen)[:3]] = torch.tensor([1.0, 2.0, 0.5])
+    x[3, -(width % 128 or 1):] += 50.0  # the tail (or the last token) holds the best
+    x[4, ::700] += 40.0  # the best tokens spread over many runs
+    shift = torch.randn(6, 1, generator=gen)
+    maxima, row_max = _chunk_maxima(x, k)
+    assert torch.equal(row_max, x.amax(dim=-1, keepdim=True))
+    shifted = x - shift  # taken after the maxima, as in _stats_in_place
+    values, ids = _topk_in_chunks(shifted, k, maxima)
+    expected_values, expected_ids = torch.topk(shifted, k=k, dim=-1)
+    assert torch.equal(values, expected_values)
+    assert torch.equal(shifted.gather(-1, ids), values)
+    assert all(len(set(row.tolist())) == k for row in ids)
+    for row in (0, 3, 4):  # distinct values
+        assert torch.equal(ids[row], expected_ids[row])
+
+
+def test_recorder_statistics_equal_with_and_without_the_runs(monkeypatch):
+    from trace_core.record import stats
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(12, 50257, generator=gen) * 4
+    chosen = torch.randint(0, 50257, (12,), generator=gen)
+    for pick in (None, chosen):
+        fast = stats._stats_in_place(logits.clone(), 5, pick)
+        monkeypatch.setattr(stats, "_CHUNKED_FROM", 10**9)
+        plain = stats._stats_in_place(logits.clone(), 5, pick)
+        monkeypatch.undo()
+        for a, b in zip(fast, plain):
+            assert torch.equal(a, b)
