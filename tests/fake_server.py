@@ -282,6 +282,7 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 action = server.script.pop(0) if server.script else None
                 server.in_flight += 1
                 server.max_in_flight = max(server.max_in_flight, server.in_flight)
+            counted = True
             try:
                 if action is not None:
                     if action[0] == "drop":  # close the connection without an answer
@@ -300,9 +301,15 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                     time.sleep(server.hold_first[order])
                 status, payload = (server.chat(body) if self.path == "/v1/chat/completions"
                                    else server.complete(body))
-                self._send(status, payload)
-            finally:
+                # Out of flight before the reply is written: the client may send its next request as soon as it
+                # reads this one, and counting both at once would be this server's lag, not the client's.
                 with server.lock:
                     server.in_flight -= 1
+                counted = False
+                self._send(status, payload)
+            finally:
+                if counted:
+                    with server.lock:
+                        server.in_flight -= 1
 
     return Handler
