@@ -431,23 +431,20 @@ def _fit_scalar(name: str, z: np.ndarray, y: np.ndarray, z_ascending: np.ndarray
 
 @dataclass(frozen=True)
 class _Part:
-    """One split, shared by its methods: the calibration and evaluation rows (ascending), their labels, which rows
-    calibrate, and each row's place in its own part."""
+    """One split, shared by its methods: the calibration and evaluation rows (ascending), their labels and which
+    rows calibrate."""
 
     cal: np.ndarray
     ev: np.ndarray
     y_cal: np.ndarray
     y_ev: np.ndarray
     in_cal: np.ndarray
-    position: np.ndarray
 
     @classmethod
     def of(cls, cal: np.ndarray, ev: np.ndarray, y: np.ndarray) -> "_Part":
         in_cal = np.zeros(y.shape[0], dtype=bool)
         in_cal[cal] = True
-        position = np.empty(y.shape[0], dtype=np.int64)
-        position[cal], position[ev] = np.arange(cal.shape[0]), np.arange(ev.shape[0])
-        return cls(cal=cal, ev=ev, y_cal=y[cal], y_ev=y[ev], in_cal=in_cal, position=position)
+        return cls(cal=cal, ev=ev, y_cal=y[cal], y_ev=y[ev], in_cal=in_cal)
 
 
 def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: EvaluationConfig, wanted: list[str],
@@ -503,24 +500,22 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: Eval
             z_ev, y_probs = prep.z[keep_ev], prep.y[keep_ev]
             fitted = {c: _fit_scalar(c, z[cal], part.y_cal, z_cal, y_cal) for c in SCALAR_CALIBRATORS}
             probs = {c: model.predict_proba(z_ev) for c, model in fitted.items()}
-            if not ranking:
-                ranked = {}
-            elif prep.contiguous:
-                ranked = _ranking_part(prep, keep_ev, y_probs)
-            else:
-                ranked = rank_groups[method].ranking_metrics(part.y_ev, ev)
-            if spec.kind == "baseline":  # the calibration part's values choose the best baseline
+
+            def rankings(keep: np.ndarray, y_ascending: np.ndarray, rows: np.ndarray, y_rows: np.ndarray):
                 if not ranking:
-                    on_cal = {}
-                elif prep.contiguous:
-                    on_cal = _ranking_part(prep, keep_cal, y_cal)
-                else:
-                    on_cal = rank_groups[method].ranking_metrics(part.y_cal, cal)
+                    return {}
+                if prep.contiguous:
+                    return _ranking_part(prep, keep, y_ascending)
+                return rank_groups[method].ranking_metrics(y_rows, rows)
+
+            ranked = rankings(keep_ev, y_probs, ev, part.y_ev)
+            if spec.kind == "baseline":  # the calibration part's values choose the best baseline
+                on_cal = rankings(keep_cal, y_cal, cal, part.y_cal)
                 out_cal += [(split, method, m, RAW, on_cal[m]) for m in ranking]
                 out_cal += [(split, method, m, c, _probability_metric(m, y_cal, model.predict_proba(z_cal), config))
                             for c, model in fitted.items() for m in probability]
             if first:  # back to row order
-                places = part.position[prep.order[keep_ev]]
+                places = np.searchsorted(ev, prep.order[keep_ev])  # ev ascends
                 for c, p in probs.items():
                     probs[c] = np.empty_like(p)
                     probs[c][places] = p
