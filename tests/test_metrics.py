@@ -629,6 +629,28 @@ def test_rank_groups_equal_the_single_metrics_on_every_subset(ties):
     assert whole["auroc"] == pytest.approx(auroc(y, score), abs=1e-12)
 
 
+@pytest.mark.parametrize("n", [1, 2, 7, 500, 4099])
+@pytest.mark.parametrize("rate", [0.0, 0.03, 0.5, 0.97, 1.0])
+def test_rankings_of_distinct_scores_equal_the_grouped_count_number_for_number(n, rate):
+    """The protocol's path for distinct scores (groups of one) gives the very numbers of the general group count."""
+    from trace_core.metrics.ranking import _ranking_from_groups
+
+    rng = np.random.default_rng(n)
+    pos = (rng.random(n) < rate).astype(np.float64)
+    both = 0 < pos.sum() < n
+    fast = _ranking_from_groups(np.ones(n), pos, both_classes=both, singletons=True)
+    general = _ranking_from_groups(np.ones(n), pos, both_classes=both, singletons=False)
+    assert fast.keys() == general.keys()
+    for metric, value in fast.items():
+        assert value == general[metric] or (np.isnan(value) and np.isnan(general[metric])), metric
+    if n > 1:  # and the single metrics, computed independently
+        score = np.arange(n, dtype=float)
+        assert fast["aurc"] == pytest.approx(aurc(pos.astype(int), score), abs=1e-12)
+        if both:
+            assert fast["auroc"] == pytest.approx(auroc(pos.astype(int), score), abs=1e-12)
+            assert fast["auprc"] == pytest.approx(auprc(pos.astype(int), score), abs=1e-12)
+
+
 def test_rank_groups_one_class_subset_is_undefined_except_aurc():
     from trace_core.metrics import RankGroups, UndefinedMetricWarning
 

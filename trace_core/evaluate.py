@@ -405,8 +405,9 @@ class _Ascending:
 
 
 def _ranking_part(prep: _Ascending, keep: np.ndarray, y_part: np.ndarray) -> dict[str, float]:
-    """:meth:`RankGroups.ranking_metrics` of the rows ``prep.order[keep]`` (labels ``y_part`` in that order): their
-    tie groups are runs of the ascending order, so counting needs no scatter over every distinct score."""
+    """:meth:`RankGroups.ranking_metrics` of the rows ``prep.order[keep]`` (``keep``: ascending positions; labels
+    ``y_part`` in that order): their tie groups are runs of the ascending order, so counting needs no scatter over
+    every distinct score."""
     k = y_part.shape[0]
     pos = y_part.astype(np.float64)
     if prep.groups is None:
@@ -494,8 +495,10 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: Eval
             # z[cal] would be.
             prep, z = prepared[method], transformed[method]
             constant = is_constant(scalar[method][cal])
-            keep_cal = part.in_cal[prep.order]
-            keep_ev = ~keep_cal
+            # Positions rather than boolean masks: numpy's masked selection of a random mask took ten times as long
+            # as finding the positions once and gathering.
+            in_cal = part.in_cal[prep.order]
+            keep_cal, keep_ev = np.flatnonzero(in_cal), np.flatnonzero(~in_cal)
             z_cal, y_cal = prep.z[keep_cal], prep.y[keep_cal]
             z_ev, y_probs = prep.z[keep_ev], prep.y[keep_ev]
             fitted = {c: _fit_scalar(c, z[cal], part.y_cal, z_cal, y_cal) for c in SCALAR_CALIBRATORS}

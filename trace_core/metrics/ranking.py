@@ -5,12 +5,14 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .._checks import check_labels, check_real, check_scores
 from ._common import check_pair, has_both_classes
-from .selective import _aurc_from_groups, _prr_from_aurc
+from .selective import _aurc_from_groups, _harmonic_steps, _prr_from_aurc
 
 __all__ = ["RankGroups", "auprc", "auroc", "roc_curve", "tpr_at_fpr"]
 
@@ -233,6 +235,8 @@ def _ranking_from_groups(total: NDArray[np.float64], pos: NDArray[np.float64], *
     Every running count comes from two cumulative sums (of ``total`` and ``pos``); the counts from the top are their
     complements. Sums of whole numbers are exact in float64 (below 2**53), so these are the same numbers as summing
     each series on its own, with fewer passes over the groups."""
+    if singletons:
+        return _ranking_from_singletons(pos, both_classes=both_classes)
     neg = total - pos
     n = float(total.shape[0]) if singletons else float(total.sum())
     cum_total = np.arange(1.0, total.shape[0] + 1.0) if singletons else np.cumsum(total)
@@ -250,5 +254,36 @@ def _ranking_from_groups(total: NDArray[np.float64], pos: NDArray[np.float64], *
     out["auroc"] = u / (n_pos * (n - n_pos))
     tps, fps = top_pos[::-1], top_neg[::-1]
     out["auprc"] = float(np.sum(np.diff(np.r_[0.0, tps / n_pos]) * (tps / (tps + fps))))
+    out["prr"] = _prr_from_aurc(out["aurc"], int(n_pos), int(n - n_pos))
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _counts(n: int) -> NDArray[np.float64]:
+    """``1.0, 2.0, ..., n`` (read-only): the answers kept at each step of a ranking of distinct scores."""
+    counts = np.arange(1.0, n + 1.0)
+    counts.flags.writeable = False
+    return counts
+
+
+def _ranking_from_singletons(pos: NDArray[np.float64], *, both_classes: bool) -> dict[str, float]:
+    """:func:`_ranking_from_groups` when every group is one answer (distinct scores, the protocol's common case):
+    the same element-wise values summed in the same order, so the same numbers, from one cumulative sum and cached
+    counts instead of a dozen passes over reversed views."""
+    n = pos.shape[0]
+    counts = _counts(n)
+    tps = np.cumsum(pos[::-1])  # correct answers among the j most confident, j = 1 .. n
+    err = 1.0 - pos[::-1]  # the j-th most confident answer is wrong
+    # AURC's group term e_j + (E_{j-1} - (j-1) e_j) (H_j - H_{j-1}): the bracket is -tps_{j-1} for a wrong answer and
+    # the errors before it, (j-1) - tps_{j-1}, for a correct one; whole numbers, exact in float64.
+    before = counts - 1.0
+    bracket = (before - (tps - pos[::-1])) - err * before
+    out = {"aurc": float(np.sum(err + bracket * _harmonic_steps(n)) / n)}
+    if not both_classes:
+        return {"auroc": float("nan"), "auprc": float("nan"), **out, "prr": float("nan")}
+    n_pos = float(tps[-1])
+    u = float(pos @ counts) - n_pos * (n_pos + 1) / 2.0
+    out["auroc"] = u / (n_pos * (n - n_pos))
+    out["auprc"] = float(np.sum(np.diff(np.r_[0.0, tps / n_pos]) * (tps / counts)))
     out["prr"] = _prr_from_aurc(out["aurc"], int(n_pos), int(n - n_pos))
     return out

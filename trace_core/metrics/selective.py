@@ -131,6 +131,15 @@ def _harmonic(n: int) -> NDArray[np.float64]:
     return table
 
 
+@functools.lru_cache(maxsize=8)
+def _harmonic_steps(n: int) -> NDArray[np.float64]:
+    """``H_j - H_{j-1}`` for j = 1 .. n, as :func:`_aurc_from_groups` computes them for groups of one (read-only)."""
+    table = _harmonic(n)
+    steps = table[1:] - table[:-1]
+    steps.flags.writeable = False
+    return steps
+
+
 def _aurc_from_groups(sizes: NDArray[np.float64], errors: NDArray[np.float64], *,
                       kept_before: NDArray[np.float64] | None = None,
                       errors_before: NDArray[np.float64] | None = None) -> float:
