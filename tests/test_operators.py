@@ -204,3 +204,16 @@ def test_decayed_mean_lies_between_min_and_max(x, lam):
 def test_slope_of_a_line_is_its_coefficient(n, a, b):
     x = a * np.arange(n) + b
     assert slope(x) == pytest.approx(a, abs=1e-9)
+
+
+def test_batches_made_with_with_values_share_index_arrays_whichever_computes_them_first():
+    from trace_core.operators import Ragged
+
+    s = Ragged.from_arrays([[1.0, 2.0, 3.0], [4.0], [5.0, 6.0]])
+    p = s.with_values(np.exp(-s.values))
+    h = p.with_values(np.ones(6))
+    assert p.positions is s.positions and h.segment_ids is s.segment_ids and h.lengths is p.lengths  # p computed
+    assert s.positions.tolist() == [0, 1, 2, 0, 0, 1] and s.segment_ids.tolist() == [0, 0, 0, 1, 2, 2]
+    assert s.lengths.tolist() == [3, 1, 2] and not s.positions.flags.writeable
+    other = Ragged(s.values, s.offsets)  # built on its own: its own arrays, the same values
+    assert other.positions is not s.positions and other.positions.tolist() == s.positions.tolist()

@@ -207,15 +207,29 @@ def _evaluate(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config:
     wanted, skipped = _wanted(methods, has_entropy=entropy is not None)
     if entropy is not None:
         check_paired(surprisal, entropy, who="every method needs")
+        entropy = surprisal.with_values(entropy.values)  # one set of index arrays for both
     else:
         _check_nonempty(surprisal)
     baseline_names = [m for m in wanted if METHODS[m].kind == "baseline"]
-    baselines = baseline_scores(surprisal, entropy, names=baseline_names, traces=traces, beam_logprobs=beam_logprobs,
-                                embedder=embedder, contexts=contexts) if baseline_names else None
+    # TRACE's, TRACE+'s and the reference's own scores on a second thread while the baselines are computed, where the
+    # protocol would run on threads too: both are passes over every token, and numpy releases the GIL in them.
+    with ThreadPoolExecutor(max_workers=1) if _workers(len(surprisal), 2) > 1 else contextlib.nullcontext() as pool:
+        own = pool.submit(_scores, surprisal, entropy, wanted) if pool is not None else None
+        baselines = baseline_scores(surprisal, entropy, names=baseline_names, traces=traces,
+                                    beam_logprobs=beam_logprobs, embedder=embedder,
+                                    contexts=contexts) if baseline_names else None
+        scalar, features = own.result() if own is not None else _scores(surprisal, entropy, wanted)
     if baselines is not None:
         skipped.update(baselines.skipped)
-    return _run(surprisal, entropy, labels, config=config, wanted=wanted, baselines=baselines, skipped=skipped,
+        scalar = {m: scalar[m] if m in scalar else baselines.scores[m].to_numpy(dtype=np.float64)
+                  for m in wanted if m in scalar or m in baselines.scores.columns}
+    return _run(surprisal, entropy, labels, scalar, features, config=config, wanted=wanted, skipped=skipped,
                note=note, progress=progress)
+
+
+def _workers(n: int, tasks: int) -> int:
+    """Threads for ``tasks`` independent passes over ``n`` answers: one below :data:`_THREADS_FROM` answers."""
+    return min(tasks, os.cpu_count() or 1, _MAX_WORKERS) if n >= _THREADS_FROM else 1
 
 
 def _check_nonempty(surprisal: Ragged) -> None:
@@ -298,9 +312,10 @@ def _fit_reference(F: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.nd
     return lambda X: ((X - mean) / scale) @ coef + intercept
 
 
-def _scores(surprisal: Ragged, entropy: Ragged | None, wanted: list[str],
-            baselines: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Scalar scores (TRACE, baselines) and feature matrices (TRACE+ variants, the reference) of the methods."""
+def _scores(surprisal: Ragged, entropy: Ragged | None,
+            wanted: list[str]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The methods' own scores: TRACE's (scalar) and the feature matrices of the TRACE+ variants and the reference
+    (the baselines come from :func:`trace_core.baselines.baseline_scores`)."""
     from . import score as score_module
 
     scalar: dict[str, np.ndarray] = {}
@@ -316,8 +331,6 @@ def _scores(surprisal: Ragged, entropy: Ragged | None, wanted: list[str],
             features[method] = feature_matrix_from_arrays(surprisal, entropy, feature_set=spec.feature_set)
         elif spec.kind == "reference":
             features[method] = reference_features(surprisal)
-        elif baselines is not None and method in baselines.scores.columns:
-            scalar[method] = baselines.scores[method].to_numpy(dtype=np.float64)
     return scalar, features
 
 
@@ -448,13 +461,13 @@ class _Part:
         return cls(cal=cal, ev=ev, y_cal=y[cal], y_ev=y[ev], in_cal=in_cal)
 
 
-def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: EvaluationConfig, wanted: list[str],
-         baselines: Any, skipped: dict[str, str], note: str, progress: Progress | None) -> EvaluationResult:
+def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, scalar: dict[str, np.ndarray],
+         features: dict[str, np.ndarray], *, config: EvaluationConfig, wanted: list[str], skipped: dict[str, str],
+         note: str, progress: Progress | None) -> EvaluationResult:
     from ._checks import check_labels
 
     n = len(surprisal)
     y = check_labels(labels, "labels", n=n, purpose="evaluation")
-    scalar, features = _scores(surprisal, entropy, wanted, baselines)
     _check_finite(scalar, features, surprisal, entropy)
     ran = [m for m in wanted if m in scalar or m in features]
     uninformative = {m: UNINFORMATIVE for m in ran if m in scalar and is_constant(scalar[m])}
@@ -533,7 +546,7 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: Eval
                 out_held.update({f"{method} {c}": p for c, p in probs.items()})
         return out_rows, out_cal, out_held, constant
 
-    workers = min(len(ran), os.cpu_count() or 1, _MAX_WORKERS) if n >= _THREADS_FROM else 1
+    workers = _workers(n, len(ran))
     with ThreadPoolExecutor(max_workers=workers) as pool, _one_blas_thread(workers > 1):
         for split, (cal, ev) in enumerate(splits):
             if np.unique(y[cal]).shape[0] < 2 or np.unique(y[ev]).shape[0] < 2:

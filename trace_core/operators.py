@@ -75,35 +75,59 @@ class Ragged:
     def __len__(self) -> int:
         return int(self.offsets.shape[0] - 1)
 
-    # The segmentation's index arrays are computed once per batch and kept read-only: the features and baselines ask
-    # for them dozens of times, and at millions of tokens each np.repeat took longer than the statistic using it.
+    # The segmentation's index arrays are computed once and kept read-only, shared by every batch made from this one
+    # with with_values (entropy beside surprisal, p = exp(-s), ...): the features and baselines ask for them dozens
+    # of times, and at millions of tokens each np.repeat took longer than the statistic using it.
 
-    @functools.cached_property
+    @property
     def lengths(self) -> np.ndarray:
         """(n_traces,) number of tokens per trace (read-only)."""
-        return _read_only(np.diff(self.offsets))
+        return self._index.lengths
 
-    @functools.cached_property
+    @property
     def segment_ids(self) -> np.ndarray:
         """(N,) index of the trace each value belongs to (read-only)."""
-        return _read_only(np.repeat(np.arange(len(self)), self.lengths))
+        return self._index.segment_ids
 
-    @functools.cached_property
+    @property
     def positions(self) -> np.ndarray:
         """(N,) 0-based position of each value within its trace (read-only)."""
-        return _read_only(np.arange(self.values.shape[0]) - np.repeat(self.offsets[:-1], self.lengths))
+        return self._index.positions
+
+    @functools.cached_property
+    def _index(self) -> "_Segmentation":
+        return _Segmentation(self.offsets)
 
     def with_values(self, values: np.ndarray) -> "Ragged":
-        """Same segmentation, new values (e.g. ``exp(-s)`` from ``s``); shares the index arrays computed so far."""
+        """Same segmentation, new values (e.g. ``exp(-s)`` from ``s``); shares the index arrays, whichever of the two
+        computes them first."""
         other = Ragged(values, self.offsets)
-        for name in ("lengths", "segment_ids", "positions"):
-            if name in self.__dict__:
-                other.__dict__[name] = self.__dict__[name]
+        other.__dict__["_index"] = self._index
         return other
 
     def split(self) -> list[np.ndarray]:
         """Back to a list of 1-D arrays."""
         return np.split(self.values, self.offsets[1:-1])
+
+
+class _Segmentation:
+    """The index arrays of one ``offsets``, each computed on first use. Two threads may both compute one: the same
+    values, and either result is kept."""
+
+    def __init__(self, offsets: np.ndarray) -> None:
+        self.offsets = offsets
+
+    @functools.cached_property
+    def lengths(self) -> np.ndarray:
+        return _read_only(np.diff(self.offsets))
+
+    @functools.cached_property
+    def segment_ids(self) -> np.ndarray:
+        return _read_only(np.repeat(np.arange(self.offsets.shape[0] - 1), self.lengths))
+
+    @functools.cached_property
+    def positions(self) -> np.ndarray:
+        return _read_only(np.arange(int(self.offsets[-1])) - np.repeat(self.offsets[:-1], self.lengths))
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:
