@@ -198,19 +198,24 @@ def _fit_logistic_1d(z: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 
     work_a, work_b, r = np.empty(n), np.empty(n), np.empty(n)
     nonneg = np.empty(n, dtype=bool)
 
-    def loss(u: np.ndarray, e: np.ndarray) -> float:
-        """``sum_i log(1 + exp(sign_i u_i))``; leaves ``e = exp(-|u|)`` for the next step."""
-        np.abs(u, out=e)
-        np.negative(e, out=e)
-        np.exp(e, out=e)
+    def loss(u: np.ndarray, e: np.ndarray, *, constant: bool = False) -> float:
+        """``sum_i log(1 + exp(sign_i u_i))``; leaves ``e = exp(-|u|)`` for the next step. ``constant``: every
+        ``u_i`` is ``u[0]`` (the start), so one exp and one log give every point's value, the same numbers."""
+        if constant:
+            e.fill(np.exp(np.negative(np.abs(u[:1])))[0])
+            work_b.fill(np.log1p(e[:1])[0])
+        else:
+            np.abs(u, out=e)
+            np.negative(e, out=e)
+            np.exp(e, out=e)
+            np.log1p(e, out=work_b)
         np.multiply(sign, u, out=work_a)
         np.maximum(work_a, 0.0, out=work_a)
-        np.log1p(e, out=work_b)
         return float(work_a.sum()) + float(work_b.sum())
 
     u, e = np.full(n, b), np.empty(n)
     u_new, e_new = np.empty(n), np.empty(n)
-    value = loss(u, e)
+    value = loss(u, e, constant=True)
     gtol = tol * max(n, 1)
     for _ in range(max_iter):
         q = np.reciprocal(np.add(e, 1.0, out=work_a), out=work_a)  # 1 / (1 + e) = sigmoid(|u|)
