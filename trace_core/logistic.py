@@ -91,16 +91,27 @@ _MIN_STEP = 2.0 ** -40
 _ROUNDING = 1e-12
 
 
-def _softplus_sum(x: np.ndarray) -> float:
+def _softplus_sum(x: np.ndarray, *, same_magnitude: bool = False) -> float:
     """``sum log(1 + exp(x))`` as ``max(x, 0) + log1p(exp(-|x|))``: no overflow, exact in both tails, every term
-    >= 0 (nothing cancels), and several times faster than ``np.logaddexp(0, x)``."""
+    >= 0 (nothing cancels), and several times faster than ``np.logaddexp(0, x)``. ``same_magnitude``: every
+    ``|x_i|`` is ``|x_0|``, so one exp and one log serve every term (the same values)."""
+    if same_magnitude:
+        tail = np.log1p(np.exp(-np.abs(x[:1])))[0]
+        return float((np.maximum(x, 0.0) + tail).sum())
     return float((np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x)))).sum())
 
 
-def _logistic_objective(u: np.ndarray, sign: np.ndarray, reg: np.ndarray, w: np.ndarray) -> float:
+def _logistic_objective(u: np.ndarray, sign: np.ndarray, reg: np.ndarray, w: np.ndarray, *,
+                        constant: bool = False) -> float:
     """The penalised log-loss at log-odds ``u = X @ w``: ``sum_i log(1 + exp(sign_i u_i)) + sum_j reg_j w_j**2 / 2``
-    with ``sign = 1 - 2 y`` (the log-loss of label y at log-odds u is ``log(1 + exp((1 - 2 y) u))``)."""
-    return _softplus_sum(sign * u) + 0.5 * float((reg * w) @ w)
+    with ``sign = 1 - 2 y`` (the log-loss of label y at log-odds u is ``log(1 + exp((1 - 2 y) u))``). ``constant``:
+    every ``u_i`` is ``u_0``."""
+    return _softplus_sum(sign * u, same_magnitude=constant) + 0.5 * float((reg * w) @ w)
+
+
+def _sigmoid_of_constant(u: np.ndarray) -> np.ndarray:
+    """``_sigmoid(u)`` for ``u`` holding one value: one evaluation, filled."""
+    return np.full(u.shape[0], _sigmoid(u[:1])[0])
 
 
 def _newton_logistic(X: np.ndarray, y: np.ndarray, reg: np.ndarray, *, max_iter: int,
@@ -132,16 +143,20 @@ def _newton_logistic(X: np.ndarray, y: np.ndarray, reg: np.ndarray, *, max_iter:
     sign = 1.0 - 2.0 * y
     w = np.zeros(k)
     w[-1] = math.log(mean_y / (1.0 - mean_y))
-    u = X @ w
-    value = _logistic_objective(u, sign, reg, w)
+    # The start's log-odds are the intercept for every answer (X @ w adds zeros to it): the objective and sigmoids
+    # there take one evaluation each, filled, with the same values as n of them.
+    u = np.full(n, w[-1])
+    constant = True
+    value = _logistic_objective(u, sign, reg, w, constant=True)
     gtol = tol * max(n, 1)
     eye = np.eye(k)
     for _ in range(max_iter):
-        p = _sigmoid(u)
+        sigmoid = _sigmoid_of_constant if constant else _sigmoid
+        p = sigmoid(u)
         grad = X.T @ (p - y) + reg * w
         if float(np.max(np.abs(grad))) <= gtol:
             break
-        hess = (X * (p * _sigmoid(-u))[:, None]).T @ X + np.diag(reg)  # p (1 - p), exact in the tails
+        hess = (X * (p * sigmoid(-u))[:, None]).T @ X + np.diag(reg)  # p (1 - p), exact in the tails
         ridge = 0.0
         while True:
             try:
@@ -169,6 +184,7 @@ def _newton_logistic(X: np.ndarray, y: np.ndarray, reg: np.ndarray, *, max_iter:
         else:  # no step decreases f: the optimum to rounding
             break
         w, u, value = candidate, u_new, trial
+        constant = False
     return w
 
 
