@@ -261,8 +261,8 @@ _ISOTONIC_EPS = float(np.finfo(np.float64).resolution)
 def _tie_runs(x: np.ndarray) -> np.ndarray:
     """Start indices of the runs of (nearly) equal values of ascending ``x``, as scikit-learn's ``_make_unique`` finds
     them: a value starts a run when it is at least 1e-15 above the current run's first value."""
-    starts = np.flatnonzero(np.r_[True, np.diff(x) >= _ISOTONIC_EPS])
-    ends = np.r_[starts[1:], x.shape[0]]
+    starts = np.flatnonzero(np.concatenate(([True], np.diff(x) >= _ISOTONIC_EPS)))
+    ends = np.append(starts[1:], x.shape[0])
     long = np.flatnonzero(x[ends - 1] - x[starts] >= _ISOTONIC_EPS)
     if long.size == 0:
         return starts
@@ -292,7 +292,7 @@ def _isotonic_from_sorted(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.
     from scipy.optimize import isotonic_regression
 
     starts = _tie_runs(x)
-    weight = np.diff(np.r_[starts, x.shape[0]]).astype(np.float64)
+    weight = np.diff(np.append(starts, x.shape[0])).astype(np.float64)
     mean = np.add.reduceat(y.astype(np.float64), starts) / weight  # sums of 0/1 labels: exact
     fitted = np.clip(np.asarray(isotonic_regression(mean, weights=weight, increasing=True).x, dtype=np.float64),
                      0.0, 1.0)

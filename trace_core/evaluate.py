@@ -427,8 +427,8 @@ def _ranking_part(prep: _Ascending, keep: np.ndarray, y_part: np.ndarray) -> dic
         total = np.ones(k)
     else:
         g = prep.groups[keep]
-        starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-        total = np.diff(np.r_[starts, k]).astype(np.float64)
+        starts = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1])))
+        total = np.diff(np.append(starts, k)).astype(np.float64)
         pos = np.add.reduceat(pos, starts)
     n_pos = int(y_part.sum())
     return _ranking_from_groups(total, pos, both_classes=0 < n_pos < k, singletons=prep.groups is None)

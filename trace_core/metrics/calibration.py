@@ -48,7 +48,7 @@ def brier_score(y_true: ArrayLike, y_prob: ArrayLike) -> float:
 
 def _brier(y: NDArray[np.int64], p: NDArray[np.float64]) -> float:
     """:func:`brier_score` of checked arrays (the evaluation protocol's inner loop: its inputs are checked once)."""
-    return float(np.mean((p - y) ** 2))
+    return float(((p - y) ** 2).mean())
 
 
 def bin_probabilities(
@@ -197,7 +197,7 @@ def _ece_sorted(y: NDArray[np.int64], p: NDArray[np.float64], n_bins: int) -> fl
         return _ece(y, p, n_bins)
     y, p = (y, p) if ascending is p else (y[::-1], ascending)
     # Bin b holds edges[b] < p <= edges[b + 1] (see bin_probabilities): it starts after the last p <= edges[b].
-    bounds = np.r_[0, np.searchsorted(p, _uniform_edges(n_bins)[1:-1], side="right"), n]
+    bounds = np.concatenate(([0], np.searchsorted(p, _uniform_edges(n_bins)[1:-1], side="right"), [n]))
     count = np.diff(bounds)
     starts = bounds[:-1][count > 0]
     sum_prob, n_correct = np.zeros(n_bins), np.zeros(n_bins, dtype=np.int64)

@@ -253,8 +253,17 @@ def _ranking_from_groups(total: NDArray[np.float64], pos: NDArray[np.float64], *
     u = float(pos @ (before + (total + 1) / 2.0)) - n_pos * (n_pos + 1) / 2.0
     out["auroc"] = u / (n_pos * (n - n_pos))
     tps, fps = top_pos[::-1], top_neg[::-1]
-    out["auprc"] = float(np.sum(np.diff(np.r_[0.0, tps / n_pos]) * (tps / (tps + fps))))
+    out["auprc"] = float(np.sum(_increments(tps / n_pos) * (tps / (tps + fps))))
     out["prr"] = _prr_from_aurc(out["aurc"], int(n_pos), int(n - n_pos))
+    return out
+
+
+def _increments(x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``np.diff(np.r_[0.0, x])`` without building the padded copy (the protocol calls it twice per method and
+    split)."""
+    out = np.empty_like(x)
+    out[:1] = x[:1]
+    np.subtract(x[1:], x[:-1], out=out[1:])
     return out
 
 
@@ -284,6 +293,6 @@ def _ranking_from_singletons(pos: NDArray[np.float64], *, both_classes: bool) ->
     n_pos = float(tps[-1])
     u = float(pos @ counts) - n_pos * (n_pos + 1) / 2.0
     out["auroc"] = u / (n_pos * (n - n_pos))
-    out["auprc"] = float(np.sum(np.diff(np.r_[0.0, tps / n_pos]) * (tps / counts)))
+    out["auprc"] = float(np.sum(_increments(tps / n_pos) * (tps / counts)))
     out["prr"] = _prr_from_aurc(out["aurc"], int(n_pos), int(n - n_pos))
     return out
