@@ -232,6 +232,14 @@ def _workers(n: int, tasks: int) -> int:
     return min(tasks, os.cpu_count() or 1, _MAX_WORKERS) if n >= _THREADS_FROM else 1
 
 
+def _map(fn: Callable[[Any], Any], items: list[Any], *, workers: int) -> list[Any]:
+    """``[fn(x) for x in items]``, on ``workers`` threads when more than one."""
+    if workers <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(fn, items))
+
+
 def _check_nonempty(surprisal: Ragged) -> None:
     empty = np.flatnonzero(surprisal.lengths == 0)
     if empty.size:
@@ -473,7 +481,8 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, scalar: dict[st
     uninformative = {m: UNINFORMATIVE for m in ran if m in scalar and is_constant(scalar[m])}
     # Calibrators are fitted on each score's documented transform; rankings use the raw score, sorted once.
     transformed = {m: transform_scores(scalar[m], METHODS[m].transform) for m in scalar}
-    prepared = {m: _Ascending.of(scalar[m], z, y) for m, z in transformed.items()}
+    prepared = dict(zip(transformed, _map(lambda m: _Ascending.of(scalar[m], transformed[m], y), list(transformed),
+                                          workers=_workers(n, len(transformed)))))
     rank_groups = {m: RankGroups(scalar[m]) for m in scalar if not prepared[m].contiguous}
     ranking = [m for m in config.metrics if METRICS[m].on == "score"]
     probability = [m for m in config.metrics if METRICS[m].on == "probability"]
