@@ -65,7 +65,36 @@ def _profile(surprisal, entropy, labels, config) -> None:
             profiler.disable()
     finally:
         evaluate_module._THREADS_FROM = threads_from
-    pstats.Stats(profiler).sort_stats("cumulative").print_stats("trace_core", 30)
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("cumulative").print_stats("trace_core", 30)
+    _print_shares(stats.stats)
+
+
+# Where the protocol's time goes, by part: (file, function) pairs whose cumulative times add up to each part.
+_PARTS = {
+    "Platt fits": [("logistic.py", "_fit_logistic_1d")],
+    "TRACE+ and reference fits": [("logistic.py", "_fit_logistic")],
+    "isotonic fits": [("calibrate.py", "_fit_sorted")],
+    "predictions": [("calibrate.py", "predict_proba"), ("calibrate.py", "decision_function")],
+    "ranking metrics": [("evaluate.py", "_ranking_part"), ("ranking.py", "ranking_metrics")],
+    "Brier and ECE": [("evaluate.py", "_probability_metric")],
+    "baselines": [("baselines.py", "baseline_scores")],
+    "TRACE's score, TRACE+ and reference features": [("evaluate.py", "_scores")],
+    "one sort per score": [("evaluate.py", "of")],
+    "paired comparison and summary": [("compare.py", "paired_comparison"), ("results.py", "summarise")],
+}
+
+
+def _print_shares(stats: dict) -> None:
+    def cumulative(file: str, function: str) -> float:
+        return sum(v[3] for (path, _, name), v in stats.items() if path.endswith(file) and name == function)
+
+    total = cumulative("evaluate.py", "evaluate_arrays")
+    parts = {part: sum(cumulative(f, fn) for f, fn in pairs) for part, pairs in _PARTS.items()}
+    parts["the rest (gathers of each split's parts, checks, Python overhead)"] = total - sum(parts.values())
+    print(f"\nby part ({total:.2f} s under the profiler, one thread):")
+    for part, seconds in parts.items():
+        print(f"  {part:<66} {seconds:7.2f} s {100 * seconds / total:5.1f}%")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,16 @@ def test_protocol_scale_bench_runs(capsys):
     assert len([line for line in out.splitlines() if line.strip()[:1].isdigit()]) == 2
 
 
+def test_protocol_scale_profile_names_where_the_time_goes(capsys):
+    from bench.protocol_scale import main
+
+    main(["--sizes", "400", "--splits", "2", "--mean-length", "10", "--profile"])
+    out = capsys.readouterr().out.split("by part (")[1]
+    shares = [float(line.rsplit(None, 1)[1].rstrip("%")) for line in out.splitlines()[1:] if line.strip()]
+    assert len(shares) == 11 and all(s > 0 for s in shares[:2])  # Platt and TRACE+ fits ran
+    assert sum(shares) == pytest.approx(100, abs=0.6)  # the parts and the rest cover the run (11 rounded shares)
+
+
 def _table_rows(out: str) -> list[str]:
     return [line for line in out.splitlines() if line.strip()[:1].isdigit()]
 

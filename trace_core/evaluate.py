@@ -517,8 +517,8 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, scalar: dict[st
             # z[cal] would be.
             prep, z = prepared[method], transformed[method]
             constant = is_constant(scalar[method][cal])
-            # Positions rather than boolean masks: numpy's masked selection of a random mask took ten times as long
-            # as finding the positions once and gathering.
+            # Positions rather than boolean masks: numpy's masked selection is slow on a random mask, finding the
+            # positions once and gathering is not.
             in_cal = part.in_cal[prep.order]
             keep_cal, keep_ev = np.flatnonzero(in_cal), np.flatnonzero(~in_cal)
             z_cal, y_cal = prep.z[keep_cal], prep.y[keep_cal]
