@@ -5,6 +5,8 @@
 Prints the wall time per size and its ratio to the smallest size (linear growth gives ratios equal to the size
 ratios), on synthetic traces (spike by default; ``surprisal_spike`` has no entropy, as saved runs with chosen-token
 log-probabilities only). Every scalar method gets both calibrators (Platt and isotonic) on every split.
+``--profile`` then profiles the largest size on one thread: the top functions, and the time by part of the protocol
+(fits, predictions, metrics, scores, sorts, the rest).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ def main(argv: list[str] | None = None) -> None:
     from trace_core.synthetic import KINDS
 
     parser.add_argument("--kind", default="spike", choices=list(KINDS))
-    parser.add_argument("--profile", action="store_true", help="profile the largest size on one thread")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile the largest size on one thread; prints the time by part")
     args = parser.parse_args(argv)
 
     from trace_core import METHODS, EvaluationConfig, evaluate_arrays, synthetic_traces
