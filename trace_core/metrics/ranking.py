@@ -238,8 +238,8 @@ def _ranking_from_groups(total: NDArray[np.float64], pos: NDArray[np.float64], *
     if singletons:
         return _ranking_from_singletons(pos, both_classes=both_classes)
     neg = total - pos
-    n = float(total.shape[0]) if singletons else float(total.sum())
-    cum_total = np.arange(1.0, total.shape[0] + 1.0) if singletons else np.cumsum(total)
+    n = float(total.sum())
+    cum_total = np.cumsum(total)
     cum_pos = np.cumsum(pos)
     top_total = n - cum_total + total  # answers scoring at or above each group
     top_pos = cum_pos[-1] - cum_pos + pos
@@ -267,7 +267,7 @@ def _increments(x: NDArray[np.float64]) -> NDArray[np.float64]:
     return out
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=4)
 def _counts(n: int) -> NDArray[np.float64]:
     """``1.0, 2.0, ..., n`` (read-only): the answers kept at each step of a ranking of distinct scores."""
     counts = np.arange(1.0, n + 1.0)

@@ -131,7 +131,7 @@ def _harmonic(n: int) -> NDArray[np.float64]:
     return table
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=4)
 def _harmonic_steps(n: int) -> NDArray[np.float64]:
     """``H_j - H_{j-1}`` for j = 1 .. n, as :func:`_aurc_from_groups` computes them for groups of one (read-only)."""
     table = _harmonic(n)
