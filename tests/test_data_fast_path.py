@@ -1,6 +1,6 @@
-"""The reader's fast path (trace cells of many CSV rows decoded at once, fastread.decode_chunk) against the per-row
-path: on many generated files, valid ones and ones with bad cells at random places, both give identical traces,
-frames and errors."""
+"""The reader's fast path (trace cells of many rows decoded at once, fastread.decode_chunk) against the per-row
+path: on many generated files (CSV, and JSON Lines and Parquet whose cells are decoded lists), valid ones and ones
+with bad cells at random places, both give identical traces, frames and errors."""
 
 from __future__ import annotations
 
@@ -145,14 +145,41 @@ def _corrupt(rng: random.Random, header: list[str], row: list[str], ways: tuple[
             row[i] = cell + "x"
 
 
-def _read(data: bytes, fast: bool, monkeypatch, chunk: int) -> tuple[object, list]:
+def _records(rng: random.Random, header: list[str], rows: list[list[str]]) -> list[dict]:
+    """The CSV rows as JSON records: each trace cell decoded (its lists, its object), kept as text where it is not
+    JSON (and some metadata objects as text), dropped or null where empty."""
+    records = []
+    for row in rows:
+        record = {}
+        for name, cell in zip(header, row):
+            if name not in codec.TRACE_COLUMNS:
+                record[name] = cell
+            elif cell == "":
+                if rng.random() < 0.5:
+                    record[name] = None
+            elif name == "trace_metadata" and rng.random() < 0.3:  # an object's JSON text: read as the object
+                record[name] = cell
+            else:
+                try:
+                    record[name] = json.loads(cell)
+                except ValueError:
+                    record[name] = cell
+        records.append(record)
+    return records
+
+
+def _jsonl(records: list[dict]) -> bytes:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8")
+
+
+def _read(data: bytes, fast: bool, monkeypatch, chunk: int, fmt: str = "csv") -> tuple[object, list]:
     with monkeypatch.context() as m:
         m.setattr(validate, "_CHUNK", chunk)
         if not fast:
             m.setattr(validate, "decode_chunk", lambda *args: None)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            ds = read_dataset(data, format="csv")
+            ds = read_dataset(data, format=fmt)
     return ds, [str(w.message) for w in caught]
 
 
@@ -170,9 +197,9 @@ def _same_trace(a: Trace | None, b: Trace | None) -> None:
             assert not x.flags.writeable
 
 
-def _same(data: bytes, monkeypatch, chunk: int) -> int:
-    fast, fast_warned = _read(data, True, monkeypatch, chunk)
-    slow, slow_warned = _read(data, False, monkeypatch, chunk)
+def _same(data: bytes, monkeypatch, chunk: int, fmt: str = "csv") -> int:
+    fast, fast_warned = _read(data, True, monkeypatch, chunk, fmt)
+    slow, slow_warned = _read(data, False, monkeypatch, chunk, fmt)
     assert fast.errors == slow.errors
     assert fast_warned == slow_warned
     assert fast.n_read == slow.n_read and fast.notes == slow.notes
@@ -322,3 +349,106 @@ def test_metadata_that_contradicts_the_cells_reads_alike(source, k, monkeypatch)
     fast, _ = _read(_bytes(header, rows), True, monkeypatch, 256)
     if source == "top_k" and k:
         assert all(t.metadata.entropy_k == k for t in fast.traces)
+
+
+def _counting(monkeypatch) -> list[int]:
+    """Rows the fast path took and rows it left to the per-row path, counted as the reader runs."""
+    counts = [0, 0]
+    decode = fastread.decode_chunk
+
+    def counted(*args):
+        out = decode(*args)
+        if out is not None:
+            counts[0] += sum(r is not None for r in out)
+            counts[1] += sum(r is None for r in out)
+        return out
+
+    monkeypatch.setattr(validate, "decode_chunk", counted)
+    return counts
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_valid_jsonl_files_read_alike(seed, monkeypatch):
+    """JSON Lines records whose trace cells are lists: the fast path takes every row, and reads them as the per-row
+    path does."""
+    rng = random.Random(20_000 + seed)
+    header, rows = _csv(rng, rng.randint(1, 60), **_OPTIONS[seed % len(_OPTIONS)])
+    counts = _counting(monkeypatch)
+    assert _same(_jsonl(_records(rng, header, rows)), monkeypatch, rng.choice([1, 7, 256]), "jsonl") == 0
+    assert counts == [len(rows), 0]
+
+
+_ANY_SWAPS = [True, False, None, "1.5", 1.5, -0.5, 2, -2, 0, -0.0, 10**30, -(10**30), 10**400, 2**63, -(2**63) - 1,
+              float("nan"), float("inf"), -float("inf"), 9999.0, -9999.0, [1.0], {}, 1e-13]
+_FLOAT_SWAPS = [1.5, -0.5, 2.0, -2.0, 0.0, -0.0, 30.0, float("nan"), float("inf"), -float("inf"), 9999.0, -9999.0,
+                1e-13, -1e-13]
+
+
+def _swap_number(rng: random.Random, records: list[dict], floats_only: bool = False) -> None:
+    """One number of a numeric trace list replaced by a value of another type or out of bounds (``floats_only``:
+    a float, in a float column)."""
+    record = rng.choice(records)
+    names = [c for c in ("surprisal", "entropy", "token_ids", "ranks", "top_logprobs", "top_ids")
+             if isinstance(record.get(c), list) and record[c] and not (floats_only and "ids" in c or
+                                                                       floats_only and c == "ranks")]
+    if not names:
+        return
+    value = record[rng.choice(names)]
+    j = rng.randrange(len(value))
+    swap = rng.choice(_FLOAT_SWAPS if floats_only else _ANY_SWAPS)
+    if isinstance(value[j], list):
+        if value[j]:
+            value[j][rng.randrange(len(value[j]))] = swap
+    else:
+        value[j] = swap
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_jsonl_files_with_bad_cells_read_alike(seed, monkeypatch):
+    """JSON Lines with bad cells: damaged text (kept as text when not JSON), values of the wrong type or out of
+    bounds, missing cells: both paths give the same traces and the same errors."""
+    rng = random.Random(30_000 + seed)
+    header, rows = _csv(rng, rng.randint(5, 60), **_OPTIONS[seed % len(_OPTIONS)])
+    for _ in range(rng.randint(0, 3)):
+        _corrupt(rng, header, rows[rng.randrange(len(rows))])
+    records = _records(rng, header, rows)
+    for _ in range(rng.randint(1, 5)):
+        _swap_number(rng, records)
+    for _ in range(rng.randint(0, 2)):  # a trace cell removed from one record
+        record = rng.choice(records)
+        names = [c for c in record if c in codec.TRACE_COLUMNS]
+        if names:
+            del record[rng.choice(names)]
+    _same(_jsonl(records), monkeypatch, rng.choice([1, 3, 16, 256]), "jsonl")
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_bad_values_in_jsonl_lists_read_alike(seed, monkeypatch):
+    """Numbers out of bounds, out of order or not finite in otherwise plain lists: the fast path decodes the chunk
+    and leaves just those rows to the per-row path, which names them."""
+    rng = random.Random(40_000 + seed)
+    header, rows = _csv(rng, rng.randint(20, 80), **_OPTIONS[(0, 1, 3)[seed % 3]])
+    for _ in range(rng.randint(1, 6)):
+        _corrupt(rng, header, rows[rng.randrange(len(rows))], ways=(6, 7))
+    records = _records(rng, header, rows)
+    for _ in range(rng.randint(0, 3)):
+        _swap_number(rng, records, floats_only=True)
+    counts = _counting(monkeypatch)
+    n_errors = _same(_jsonl(records), monkeypatch, rng.choice([3, 256]), "jsonl")
+    assert counts[0] > 0 and counts[1] >= (n_errors > 0) and sum(counts) == len(rows)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_parquet_lists_read_alike(seed, monkeypatch):
+    """Parquet's list columns come as lists too: the same fast path, the same traces."""
+    pytest.importorskip("pyarrow")
+    rng = random.Random(50_000 + seed)
+    header, rows = _csv(rng, rng.randint(5, 40), **_OPTIONS[seed % len(_OPTIONS)])
+    frame = pd.DataFrame(_records(random.Random(0), header, rows))
+    if "trace_metadata" in frame.columns:  # as text: Parquet has no struct without fields ("decoding": {})
+        frame["trace_metadata"] = [m if isinstance(m, str) else json.dumps(m) for m in frame["trace_metadata"]]
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer)
+    counts = _counting(monkeypatch)
+    assert _same(buffer.getvalue(), monkeypatch, rng.choice([1, 7, 256]), "parquet") == 0
+    assert counts[0] > 0

@@ -1,12 +1,13 @@
-"""Decoding the trace cells of many CSV rows at once: the reader's fast path.
+"""Decoding the trace cells of many rows at once: the reader's fast path.
 
-A chunk of rows is decoded column by column: the numbers of a column's cells are joined and parsed in one call
-(pyarrow, else numpy), the token texts split on their quotes, and every check of
-:func:`~trace_core.data.codec.trace_from_cells` is made on the whole chunk's arrays at once. Only cells in the plain
-form that ``write_dataset`` produces are taken (compact JSON: no spaces, no escapes, numbers in JSON's grammar);
-anything else, and every row that any check would refuse or that needs a rarer rule (alternatives dropped below
--MAX_NATS, a step whose mass needs its ids looked at, ...), is left to the per-row path (None), which decodes it as
-before and names its bad cells exactly. ``tests/test_data_fast_path.py`` checks that both paths give the same traces
+A chunk of rows is decoded column by column. CSV cells (JSON text): the numbers of a column's cells are joined and
+parsed in one call (pyarrow, else numpy), the token texts split on their quotes. Decoded cells (a JSON Lines
+record's lists, Parquet's): each column's values are joined into one array. Then every check of
+:func:`~trace_core.data.codec.trace_from_cells` is made on the whole chunk's arrays at once. Only text cells in the
+plain form that ``write_dataset`` produces are taken (compact JSON: no spaces, no escapes, numbers in JSON's grammar),
+and only lists of plain Python numbers and strings; anything else, and every row that any check would refuse or that
+needs a rarer rule (alternatives dropped below -MAX_NATS, a step whose mass needs its ids looked at, ...), is left to
+the per-row path (None), which decodes it as before and names its bad cells exactly. ``tests/test_data_fast_path.py`` checks that both paths give the same traces
 and the same errors; a change to the codec's rules must be made here too.
 """
 
@@ -23,8 +24,8 @@ import numpy as np
 
 from ..trace import LOGPROB_TOLERANCE, Trace, TraceMetadata
 from ._values import CellError, json_cell
-from .codec import (_BY_NAME, _DTYPES, ENTROPY_TOLERANCE, MAX_ENTROPY_NATS, MAX_NATS, TOP_K_MASS_TOLERANCE,
-                    _vocab_size, entropy_from_top_k)
+from .codec import (_BY_NAME, _DTYPES, _PY_TYPES, ENTROPY_TOLERANCE, MAX_ENTROPY_NATS, MAX_NATS,
+                    TOP_K_MASS_TOLERANCE, _vocab_size, entropy_from_top_k)
 
 
 _FAST_COLUMNS = frozenset({"tokens", "token_ids", "surprisal", "logprobs", "entropy", "top_ids", "top_logprobs",
@@ -198,14 +199,30 @@ def _row_flags(bad: np.ndarray, owner: np.ndarray, n_rows: int) -> np.ndarray:
     return flags
 
 
+@dataclass
+class _Parsed:
+    """A chunk's trace cells as arrays, before any check: what both front ends (text cells, decoded lists) give."""
+
+    token_lists: list[list[str]]  # per row
+    vectors: dict[str, np.ndarray]  # per-token columns, every row's values joined
+    top_logprobs: np.ndarray | None  # (total tokens, k)
+    top_ids: np.ndarray | None
+    top_strings: list[list[str]] | None  # per row, its T x k texts flattened
+    k: int
+    metadatas: list[TraceMetadata | None]  # None: the per-row path decides
+
+
 def decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
                  strings: dict[str, str]) -> list[FastRow | None] | None:
-    """Decode and check the trace cells of many rows at once, for rows whose trace columns are CSV text cells.
+    """Decode and check the trace cells of many rows at once.
+
+    Two forms are taken: every trace cell a CSV text cell (JSON text), or every one already decoded (a JSON Lines
+    record's lists, a ``trace_metadata`` object; Parquet's lists), column by column.
 
     Parameters
     ----------
     raws : sequence of mappings
-        The rows' cells (column name -> str).
+        The rows' cells (column name -> str, or -> list / dict).
     columns : sequence of str
         The trace columns the table has.
     strings : dict
@@ -215,16 +232,20 @@ def decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
     -------
     list of FastRow or None, or None
         Per row, its checked trace parts, or None where the row needs the per-row path (:func:`trace_from_cells`),
-        which names any bad cell; None for the whole chunk when its cells are not all in the plain form.
+        which names any bad cell; None for the whole chunk when its cells are not all in one plain form.
     """
-    with np.errstate(all="ignore"):  # values that overflow here are refused rows: the per-row path reports them
-        return _decode_chunk(raws, columns, strings)
-
-
-def _decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
-                  strings: dict[str, str]) -> list[FastRow | None] | None:
     if not raws or "tokens" not in columns or not set(columns) <= _FAST_COLUMNS:
         return None
+    with np.errstate(all="ignore"):  # values that overflow here are refused rows: the per-row path reports them
+        kinds = {type(raw.get("tokens")) for raw in raws}
+        parsed = _from_text(raws, columns) if kinds == {str} else _from_lists(raws, columns) if kinds == {
+            list} else None
+        return None if parsed is None else _checked(parsed, strings)
+
+
+def _from_text(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> _Parsed | None:
+    """The chunk's cells parsed from their JSON text: numbers joined and parsed in one call, token texts split on
+    their quotes; None unless every cell is in the plain form ``write_dataset`` writes."""
     present: dict[str, list[str]] = {}
     for name in columns:
         cells = [raw.get(name) for raw in raws]
@@ -236,7 +257,6 @@ def _decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
             return None
     if "tokens" not in present or ("logprobs" in present and "surprisal" in present):
         return None
-    n_rows = len(raws)
 
     # Token texts: split on quotes when no cell has an escape or a control character.
     token_cells = present["tokens"]
@@ -247,9 +267,6 @@ def _decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
         return None
     lengths = [len(t) for t in token_lists]  # type: ignore[arg-type]
     total = sum(lengths)
-    bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
-    owner = np.repeat(np.arange(n_rows), lengths)
-    bad = np.zeros(n_rows, dtype=bool)
 
     vectors: dict[str, np.ndarray] = {}
     for name in ("token_ids", "surprisal", "logprobs", "entropy", "ranks"):
@@ -289,8 +306,116 @@ def _decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
         if any(s is None for s in split):
             return None
         top_strings = split
+    if "trace_metadata" in present:
+        metadatas = [_fast_metadata(text) for text in present["trace_metadata"]]
+    else:
+        metadatas = [TraceMetadata(source="imported") for _ in raws]
+    return _Parsed(token_lists, vectors, top_logprobs, top_ids, top_strings, k,  # type: ignore[arg-type]
+                   metadatas)
 
-    # The checks of trace_from_cells, on every row's values at once; a row that any would refuse is flagged.
+
+def _numbers(items: Any, element: str, count: int) -> np.ndarray | None:
+    """``count`` Python numbers as one array, converted as ``np.array(list, dtype)`` converts them (the per-row
+    path); None unless each is of a type that needs no per-value check and converts (an int beyond int64, or beyond
+    float64, does not)."""
+    values = list(items)
+    if len(values) != count or not set(map(type, values)) <= _PY_TYPES[element]:
+        return None
+    try:
+        return np.fromiter(values, dtype=_DTYPES[element], count=count)
+    except (OverflowError, ValueError, TypeError):
+        return None
+
+
+def _from_lists(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> _Parsed | None:
+    """The chunk's cells when they are decoded already (a JSON Lines record's lists): each column's values joined
+    into one array; None unless every row has the column as a list of the right shape (``trace_metadata``: an
+    object or its JSON text), or none has it."""
+    present: dict[str, list[Any]] = {}
+    for name in columns:
+        cells = [raw.get(name) for raw in raws]
+        kinds = set(map(type, cells))
+        taken = kinds <= {dict, str} and all(cells) if name == "trace_metadata" else kinds == {list}
+        if taken:
+            present[name] = cells
+        elif kinds != {type(None)}:  # some rows have it, some not, or in another form: the per-row path
+            return None
+    if "tokens" not in present or ("logprobs" in present and "surprisal" in present):
+        return None
+    token_lists = present["tokens"]
+    lengths = list(map(len, token_lists))
+    if 0 in lengths or not set(map(type, itertools.chain.from_iterable(token_lists))) <= {str}:
+        return None
+    total = sum(lengths)
+    chain = itertools.chain.from_iterable
+
+    vectors: dict[str, np.ndarray] = {}
+    for name in ("token_ids", "surprisal", "logprobs", "entropy", "ranks"):
+        if name in present:
+            cells = present[name]
+            if list(map(len, cells)) != lengths:
+                return None
+            arr = _numbers(chain(cells), _BY_NAME[name].element, total)
+            if arr is None:
+                return None
+            vectors[name] = arr
+
+    def steps(name: str) -> list[list[Any]] | None:  # a (T, k) column's rows, each row's T lists of k
+        cells = present[name]
+        if list(map(len, cells)) != lengths:
+            return None
+        rows = list(chain(cells))
+        if not set(map(type, rows)) <= {list} or len(set(map(len, rows))) != 1:
+            return None
+        return rows
+
+    k = 0
+    top_logprobs = top_ids = None
+    if "top_logprobs" in present:
+        rows = steps("top_logprobs")
+        if rows is None:
+            return None
+        k = len(rows[0])
+        flat = _numbers(chain(rows), "float", total * k)
+        if flat is None:
+            return None
+        top_logprobs = flat.reshape(total, k)
+    if "top_ids" in present:
+        rows = steps("top_ids")
+        if top_logprobs is None or rows is None or len(rows[0]) != k:
+            return None
+        flat = _numbers(chain(rows), "int", total * k)
+        if flat is None:
+            return None
+        top_ids = flat.reshape(total, k)
+    top_strings = None
+    if "top_tokens" in present:
+        rows = steps("top_tokens")
+        if top_logprobs is None or rows is None or len(rows[0]) != k:
+            return None
+        if not set(map(type, chain(rows))) <= {str}:
+            return None
+        top_strings = [list(chain(cell)) for cell in present["top_tokens"]]
+    if "trace_metadata" in present:
+        metadatas = [_fast_metadata(v) if type(v) is str else _metadata_of(v) for v in present["trace_metadata"]]
+    else:
+        metadatas = [TraceMetadata(source="imported") for _ in raws]
+    return _Parsed(token_lists, vectors, top_logprobs, top_ids, top_strings, k, metadatas)
+
+
+def _checked(parsed: _Parsed, strings: dict[str, str]) -> list[FastRow | None] | None:
+    """The checks of :func:`trace_from_cells`, on every row's values at once: a row that any would refuse is left to
+    the per-row path (None); the others become FastRows."""
+    token_lists, vectors, k = parsed.token_lists, parsed.vectors, parsed.k
+    top_logprobs, top_ids, top_strings = parsed.top_logprobs, parsed.top_ids, parsed.top_strings
+    metadatas = list(parsed.metadatas)
+    n_rows = len(token_lists)
+    lengths = [len(t) for t in token_lists]
+    total = sum(lengths)
+    bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    owner = np.repeat(np.arange(n_rows), lengths)
+    bad = np.zeros(n_rows, dtype=bool)
+
     for name, arr in vectors.items():
         if name != "token_ids":
             bad |= _row_flags(~np.isfinite(arr), owner, n_rows)
@@ -330,11 +455,6 @@ def _decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
         if "entropy" not in vectors and k > 0:
             estimated = entropy_from_top_k(np.where(step_bad[:, None], -1.0, top_logprobs))
 
-    if "trace_metadata" in present:
-        metadatas = [_fast_metadata(text) for text in present["trace_metadata"]]
-    else:
-        metadatas = [TraceMetadata(source="imported") for _ in range(n_rows)]
-
     limits = np.full(n_rows, np.inf)  # a given entropy's bound where the vocabulary size is known
     for i, meta in enumerate(metadatas):
         try:
@@ -367,11 +487,11 @@ def _decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
         tokens = token_lists[i]
         top = None
         if top_strings is not None:
-            shared = list(map(strings.setdefault, top_strings[i], top_strings[i]))  # type: ignore[arg-type]
+            shared = list(map(strings.setdefault, top_strings[i], top_strings[i]))
             top = tuple(zip(*[iter(shared)] * k)) if k else ((),) * n
         ids = vectors["token_ids"][a:b] if "token_ids" in vectors else np.full(n, -1, dtype=np.int64)
         out.append(FastRow(
-            tokens=tuple(map(strings.setdefault, tokens, tokens)),  # type: ignore[arg-type]
+            tokens=tuple(map(strings.setdefault, tokens, tokens)),
             token_ids=ids,
             surprisal=surprisal[a:b],
             entropy=entropy_arr,
@@ -381,6 +501,14 @@ def _decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
             metadata=meta,
             top_tokens=top))
     return out
+
+
+def _metadata_of(value: Mapping[str, Any]) -> TraceMetadata | None:
+    """The TraceMetadata of a decoded ``trace_metadata`` object; None when the per-row path would refuse it."""
+    try:
+        return TraceMetadata.from_dict(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _fast_metadata(text: str) -> TraceMetadata | None:

@@ -240,7 +240,7 @@ def _validate_pass(table: Table, fmt: str, options: dict[str, Any], fixed: _Rule
     width, used, stale = -1, False, False
     strings: dict[str, str] = {}  # one str object per distinct token text: traces repeat a vocabulary's tokens
     csv_columns = [c for c in table.columns if c not in _TRACE_SET]  # a CSV's columns are known from its header
-    pending: list[tuple[int, Any, _Rules]] = []  # CSV rows read, checked a chunk at a time (in order)
+    pending: list[tuple[int, Any, _Rules]] = []  # rows read, checked a chunk at a time (in order)
     for number, raw in table.rows:
         kept.n_read += 1
         if fixed is None and len(table.columns) != width:
@@ -254,9 +254,6 @@ def _validate_pass(table: Table, fmt: str, options: dict[str, Any], fixed: _Rule
             stale = True
             continue
         used = True
-        if fmt != "csv":
-            _keep_row(kept, number, raw, rules, strings, fmt, csv_columns, None)
-            continue
         if pending and pending[0][2] is not rules:
             _keep_chunk(kept, pending, strings, fmt, csv_columns)
         pending.append((number, raw, rules))
