@@ -209,7 +209,7 @@ class _Parsed:
     top_ids: np.ndarray | None
     top_strings: list[list[str]] | None  # per row, its T x k texts flattened
     k: int
-    metadatas: list[TraceMetadata | None]  # None: the per-row path decides
+    metadatas: list[TraceMetadata | None] | None  # an item None: the per-row path decides; all None: no column
 
 
 def decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
@@ -309,7 +309,7 @@ def _from_text(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> _Pa
     if "trace_metadata" in present:
         metadatas = [_fast_metadata(text) for text in present["trace_metadata"]]
     else:
-        metadatas = [TraceMetadata(source="imported") for _ in raws]
+        metadatas = None
     return _Parsed(token_lists, vectors, top_logprobs, top_ids, top_strings, k,  # type: ignore[arg-type]
                    metadatas)
 
@@ -399,7 +399,7 @@ def _from_lists(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> _P
     if "trace_metadata" in present:
         metadatas = [_fast_metadata(v) if type(v) is str else _metadata_of(v) for v in present["trace_metadata"]]
     else:
-        metadatas = [TraceMetadata(source="imported") for _ in raws]
+        metadatas = None
     return _Parsed(token_lists, vectors, top_logprobs, top_ids, top_strings, k, metadatas)
 
 
@@ -408,7 +408,8 @@ def _checked(parsed: _Parsed, strings: dict[str, str]) -> list[FastRow | None] |
     the per-row path (None); the others become FastRows."""
     token_lists, vectors, k = parsed.token_lists, parsed.vectors, parsed.k
     top_logprobs, top_ids, top_strings = parsed.top_logprobs, parsed.top_ids, parsed.top_strings
-    metadatas = list(parsed.metadatas)
+    given = parsed.metadatas is not None  # else each row gets TraceMetadata(source="imported"), made once below
+    metadatas: list[TraceMetadata | None] = list(parsed.metadatas) if given else []  # type: ignore[arg-type]
     n_rows = len(token_lists)
     lengths = [len(t) for t in token_lists]
     total = sum(lengths)
@@ -469,7 +470,7 @@ def _checked(parsed: _Parsed, strings: dict[str, str]) -> list[FastRow | None] |
 
     out: list[FastRow | None] = []
     for i in range(n_rows):
-        meta = metadatas[i]
+        meta = metadatas[i] if given else _IMPORTED
         if bad[i] or meta is None:
             out.append(None)
             continue
@@ -480,7 +481,11 @@ def _checked(parsed: _Parsed, strings: dict[str, str]) -> list[FastRow | None] |
             entropy_arr = vectors["entropy"][a:b]
         elif estimated is not None:
             entropy_arr = estimated[a:b]
-        if entropy_arr is None:
+        if not given:  # the same values as the default's replaced fields, in one construction
+            meta = TraceMetadata(source="imported", entropy_source="absent") if entropy_arr is None else \
+                TraceMetadata(source="imported", entropy_source="top_k", entropy_k=k) if "entropy" not in vectors \
+                else TraceMetadata(source="imported")
+        elif entropy_arr is None:
             meta = replace(meta, entropy_source="absent", entropy_k=None)
         elif "entropy" not in vectors:
             meta = replace(meta, entropy_source="top_k", entropy_k=k)
@@ -501,6 +506,9 @@ def _checked(parsed: _Parsed, strings: dict[str, str]) -> list[FastRow | None] |
             metadata=meta,
             top_tokens=top))
     return out
+
+
+_IMPORTED = TraceMetadata(source="imported")  # a row without a trace_metadata cell; never handed out
 
 
 def _metadata_of(value: Mapping[str, Any]) -> TraceMetadata | None:
