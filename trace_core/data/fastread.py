@@ -7,8 +7,9 @@ record's lists, Parquet's): each column's values are joined into one array. Then
 plain form that ``write_dataset`` produces are taken (compact JSON: no spaces, no escapes, numbers in JSON's grammar),
 and only lists of plain Python numbers and strings; anything else, and every row that any check would refuse or that
 needs a rarer rule (alternatives dropped below -MAX_NATS, a step whose mass needs its ids looked at, ...), is left to
-the per-row path (None), which decodes it as before and names its bad cells exactly. ``tests/test_data_fast_path.py`` checks that both paths give the same traces
-and the same errors; a change to the codec's rules must be made here too.
+the per-row path (None), which decodes it as before and names its bad cells exactly.
+``tests/test_data_fast_path.py`` checks that both paths give the same traces and the same errors; a change to the
+codec's rules must be made here too.
 """
 
 from __future__ import annotations
@@ -209,7 +210,7 @@ class _Parsed:
     top_ids: np.ndarray | None
     top_strings: list[list[str]] | None  # per row, its T x k texts flattened
     k: int
-    metadatas: list[TraceMetadata | None] | None  # an item None: the per-row path decides; all None: no column
+    metadatas: list[TraceMetadata | None] | None  # None: no trace_metadata column; an item None: the per-row path
 
 
 def decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
@@ -238,8 +239,12 @@ def decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
         return None
     with np.errstate(all="ignore"):  # values that overflow here are refused rows: the per-row path reports them
         kinds = {type(raw.get("tokens")) for raw in raws}
-        parsed = _from_text(raws, columns) if kinds == {str} else _from_lists(raws, columns) if kinds == {
-            list} else None
+        if kinds == {str}:
+            parsed = _from_text(raws, columns)
+        elif kinds == {list}:
+            parsed = _from_lists(raws, columns)
+        else:
+            return None
         return None if parsed is None else _checked(parsed, strings)
 
 
@@ -481,10 +486,13 @@ def _checked(parsed: _Parsed, strings: dict[str, str]) -> list[FastRow | None] |
             entropy_arr = vectors["entropy"][a:b]
         elif estimated is not None:
             entropy_arr = estimated[a:b]
-        if not given:  # the same values as the default's replaced fields, in one construction
-            meta = TraceMetadata(source="imported", entropy_source="absent") if entropy_arr is None else \
-                TraceMetadata(source="imported", entropy_source="top_k", entropy_k=k) if "entropy" not in vectors \
-                else TraceMetadata(source="imported")
+        if not given:  # the default with its entropy source set, made once (not made, then replaced)
+            if entropy_arr is None:
+                meta = TraceMetadata(source="imported", entropy_source="absent")
+            elif "entropy" not in vectors:
+                meta = TraceMetadata(source="imported", entropy_source="top_k", entropy_k=k)
+            else:
+                meta = TraceMetadata(source="imported")
         elif entropy_arr is None:
             meta = replace(meta, entropy_source="absent", entropy_k=None)
         elif "entropy" not in vectors:
