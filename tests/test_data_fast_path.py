@@ -452,3 +452,15 @@ def test_parquet_lists_read_alike(seed, monkeypatch):
     counts = _counting(monkeypatch)
     assert _same(buffer.getvalue(), monkeypatch, rng.choice([1, 7, 256]), "parquet") == 0
     assert counts[0] > 0
+
+
+def test_api_shaped_jsonl_takes_the_fast_path(tmp_path, monkeypatch):
+    """Saved API runs (chosen log-probabilities, top-10 log-probabilities and texts, no entropy column: the shape of
+    bench.large_jsonl) are decoded a chunk at a time, every row, as the per-row path reads them."""
+    from bench.large_jsonl import write_file
+
+    path = tmp_path / "api.jsonl"
+    write_file(path, 300)
+    counts = _counting(monkeypatch)
+    assert _same(path.read_bytes(), monkeypatch, 256, "jsonl") == 0
+    assert counts == [300, 0]
