@@ -300,14 +300,8 @@ def test_parsed_floats_match_json(parser):
     assert fastread._parse_numbers(ints, np.int64).tolist() == [json.loads(t) for t in ints]
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_bad_values_in_plain_cells_read_alike(seed, monkeypatch):
-    """Values out of bounds or out of order in cells of the plain form: the fast path decodes the chunk and leaves
-    just those rows to the per-row path, which names them."""
-    rng = random.Random(9000 + seed)
-    header, rows = _csv(rng, rng.randint(20, 80), **_OPTIONS[(0, 1, 3)[seed % 3]])  # k >= 1, plain token texts
-    for _ in range(rng.randint(1, 8)):
-        _corrupt(rng, header, rows[rng.randrange(len(rows))], ways=(6, 7))
+def _counting(monkeypatch) -> list[int]:
+    """Rows the fast path took and rows it left to the per-row path, counted as the reader runs."""
     counts = [0, 0]
     decode = fastread.decode_chunk
 
@@ -319,6 +313,18 @@ def test_bad_values_in_plain_cells_read_alike(seed, monkeypatch):
         return out
 
     monkeypatch.setattr(validate, "decode_chunk", counted)
+    return counts
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_bad_values_in_plain_cells_read_alike(seed, monkeypatch):
+    """Values out of bounds or out of order in cells of the plain form: the fast path decodes the chunk and leaves
+    just those rows to the per-row path, which names them."""
+    rng = random.Random(9000 + seed)
+    header, rows = _csv(rng, rng.randint(20, 80), **_OPTIONS[(0, 1, 3)[seed % 3]])  # k >= 1, plain token texts
+    for _ in range(rng.randint(1, 8)):
+        _corrupt(rng, header, rows[rng.randrange(len(rows))], ways=(6, 7))
+    counts = _counting(monkeypatch)
     n_errors = _same(_bytes(header, rows), monkeypatch, rng.choice([3, 256]))
     assert counts[0] > 0 and counts[1] >= (n_errors > 0)
 
@@ -349,22 +355,6 @@ def test_metadata_that_contradicts_the_cells_reads_alike(source, k, monkeypatch)
     fast, _ = _read(_bytes(header, rows), True, monkeypatch, 256)
     if source == "top_k" and k:
         assert all(t.metadata.entropy_k == k for t in fast.traces)
-
-
-def _counting(monkeypatch) -> list[int]:
-    """Rows the fast path took and rows it left to the per-row path, counted as the reader runs."""
-    counts = [0, 0]
-    decode = fastread.decode_chunk
-
-    def counted(*args):
-        out = decode(*args)
-        if out is not None:
-            counts[0] += sum(r is not None for r in out)
-            counts[1] += sum(r is None for r in out)
-        return out
-
-    monkeypatch.setattr(validate, "decode_chunk", counted)
-    return counts
 
 
 @pytest.mark.parametrize("seed", range(25))

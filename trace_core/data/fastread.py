@@ -402,7 +402,7 @@ def _from_lists(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> _P
             return None
         top_strings = [list(chain(cell)) for cell in present["top_tokens"]]
     if "trace_metadata" in present:
-        metadatas = [_fast_metadata(v) if type(v) is str else _metadata_of(v) for v in present["trace_metadata"]]
+        metadatas = [_fast_metadata(v) for v in present["trace_metadata"]]
     else:
         metadatas = None
     return _Parsed(token_lists, vectors, top_logprobs, top_ids, top_strings, k, metadatas)
@@ -473,30 +473,24 @@ def _checked(parsed: _Parsed, strings: dict[str, str]) -> list[FastRow | None] |
     if "entropy" in vectors:
         bad |= _row_flags(vectors["entropy"] > np.repeat(limits, lengths), owner, n_rows)
 
+    # Every trace of the chunk has the same entropy source: given, estimated from its top k, or absent.
+    entropies = vectors.get("entropy", estimated)
+    source: dict[str, Any] = {}
+    if entropies is None:
+        source = {"entropy_source": "absent", "entropy_k": None}
+    elif "entropy" not in vectors:
+        source = {"entropy_source": "top_k", "entropy_k": k}
     out: list[FastRow | None] = []
     for i in range(n_rows):
-        meta = metadatas[i] if given else _IMPORTED
-        if bad[i] or meta is None:
+        if bad[i] or (given and metadatas[i] is None):
             out.append(None)
             continue
         a, b = bounds[i], bounds[i + 1]
         n = b - a
-        entropy_arr = None
-        if "entropy" in vectors:
-            entropy_arr = vectors["entropy"][a:b]
-        elif estimated is not None:
-            entropy_arr = estimated[a:b]
-        if not given:  # the default with its entropy source set, made once (not made, then replaced)
-            if entropy_arr is None:
-                meta = TraceMetadata(source="imported", entropy_source="absent")
-            elif "entropy" not in vectors:
-                meta = TraceMetadata(source="imported", entropy_source="top_k", entropy_k=k)
-            else:
-                meta = TraceMetadata(source="imported")
-        elif entropy_arr is None:
-            meta = replace(meta, entropy_source="absent", entropy_k=None)
-        elif "entropy" not in vectors:
-            meta = replace(meta, entropy_source="top_k", entropy_k=k)
+        if given:
+            meta = replace(metadatas[i], **source) if source else metadatas[i]  # type: ignore[arg-type]
+        else:  # the default with its entropy source, made once (not made, then replaced)
+            meta = TraceMetadata(source="imported", **source)
         tokens = token_lists[i]
         top = None
         if top_strings is not None:
@@ -507,7 +501,7 @@ def _checked(parsed: _Parsed, strings: dict[str, str]) -> list[FastRow | None] |
             tokens=tuple(map(strings.setdefault, tokens, tokens)),
             token_ids=ids,
             surprisal=surprisal[a:b],
-            entropy=entropy_arr,
+            entropy=None if entropies is None else entropies[a:b],
             top_ids=top_ids[a:b] if top_ids is not None else np.full((n, k), -1, dtype=np.int64),
             top_logprobs=top_logprobs[a:b] if top_logprobs is not None else np.zeros((n, 0)),
             ranks=vectors["ranks"][a:b] if "ranks" in vectors else None,
@@ -516,21 +510,11 @@ def _checked(parsed: _Parsed, strings: dict[str, str]) -> list[FastRow | None] |
     return out
 
 
-_IMPORTED = TraceMetadata(source="imported")  # a row without a trace_metadata cell; never handed out
-
-
-def _metadata_of(value: Mapping[str, Any]) -> TraceMetadata | None:
-    """The TraceMetadata of a decoded ``trace_metadata`` object; None when the per-row path would refuse it."""
+def _fast_metadata(value: str | Mapping[str, Any]) -> TraceMetadata | None:
+    """The TraceMetadata of a ``trace_metadata`` cell (JSON text, or the object decoded); None when the per-row path
+    would refuse it (it says why)."""
     try:
-        return TraceMetadata.from_dict(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _fast_metadata(text: str) -> TraceMetadata | None:
-    """The TraceMetadata of a ``trace_metadata`` cell; None when the per-row path would refuse it (it says why)."""
-    try:
-        meta = json_cell(text, "trace_metadata")
+        meta = json_cell(value, "trace_metadata")
         if not isinstance(meta, Mapping):
             return None
         return TraceMetadata.from_dict(meta)
