@@ -7,7 +7,7 @@ import re
 import string
 import unicodedata
 from collections import Counter
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Sequence
 
 import numpy as np
@@ -37,6 +37,10 @@ def parse_label(value: object) -> int:
     Accepted: booleans (numpy's too); the numbers 0 and 1 as int, float, numpy int/float or ``decimal.Decimal``
     (Parquet decimal columns), e.g. 0.0/1.0; the strings 0/1 (also "1.0"), true/false, yes/no, correct/incorrect,
     y/n, t/f -- case-insensitive, surrounding whitespace ignored.
+
+    A numeric string must be exactly 0 or 1 as written, read as a decimal (not rounded to a float first):
+    "1.0", "-0", "\u22120" (the minus signs :func:`normalize_answer` reads as "-") and "1e0" are accepted;
+    "0.99999999999999999", "1.0000000000000001" and "1e-30" are not.
 
     Parameters
     ----------
@@ -70,11 +74,11 @@ def parse_label(value: object) -> int:
         word = value.strip().lower()
         if word in _LABEL_WORDS:
             return _LABEL_WORDS[word]
-        try:
-            number = float(word)
-        except ValueError:
-            number = math.nan
-        if number in (0.0, 1.0):
+        try:  # Decimal, not float: float("0.99999999999999999") is 1.0, a label nobody wrote
+            number = Decimal(word.translate(_MINUS_SIGNS))
+        except InvalidOperation:
+            number = Decimal("NaN")
+        if number.is_finite() and number in (0, 1):
             return int(number)
     raise ValueError(f"{show(value)} is not one of {LABEL_EXPECTED}")
 
@@ -88,6 +92,7 @@ _MINUS_SIGNS = str.maketrans(dict.fromkeys("\u2212\u2012\u2013\ufe63\uff0d", "-"
 # minus sign unless it follows a letter, digit, "." or "-" ("-5", not the "-" of "2-3" or "x-5"), and a leading
 # decimal point unless it follows a letter, digit or "." (".5", not the "." of "x.5" or "...5").
 _NUMBER_RUN = re.compile(r"(?:(?<![\w.-])-)?(?:(?<![\w.])\.)?\d+(?:[.,]\d+)*")
+_WORD = re.compile(r"\w")
 _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")  # "1,000", "-12,345.6": the commas group thousands
 # The numeric matcher's numbers: optional sign (not right after a letter/digit, so "2-3" is 2 and 3), digits with
 # optional thousands separators, optional decimals and exponent. "1,234.5" -> 1234.5; ".5" -> 0.5.
@@ -95,8 +100,18 @@ _NUMBER = re.compile(r"(?:(?<![\w.])[-+])?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)
 _SEPARATOR = re.compile(r"\s*\|\|\s*")  # between the references of one string: "a || b", "a||b"
 
 
+def _is_punctuation(ch: str) -> bool:
+    return ch in _PUNCTUATION or unicodedata.category(ch).startswith("P")
+
+
+def _joins(ch: str) -> bool:
+    """A letter, digit or combining mark: a "-" or "." written right after it is not a number's sign or point."""
+    return bool(ch) and (_WORD.match(ch) is not None or unicodedata.category(ch).startswith("M"))
+
+
 def _drop_punctuation(text: str) -> str:
-    return "".join(" " if (ch in _PUNCTUATION or unicodedata.category(ch).startswith("P")) else ch for ch in text)
+    # Deleted, not replaced by a space (as SQuAD does): "U.S." is "us" and "A.I." is "ai", not "u s" and "i".
+    return "".join(ch for ch in text if not _is_punctuation(ch))
 
 
 def _number_text(number: str) -> str:
@@ -107,34 +122,59 @@ def _number_text(number: str) -> str:
 def normalize_answer(text: str) -> str:
     """SQuAD-style normalisation that keeps numbers whole.
 
+    On ASCII text without digits this is exactly SQuAD v1.1's ``normalize_answer``: lower case, punctuation
+    characters deleted, the articles a/an/the removed as whole words, whitespace collapsed.
+
     1. NFKC, Unicode case folding (``str.casefold``: "STRASSE" and "straße" are both "strasse"), NFKC again (so
        that normalising twice changes nothing); the minus signs U+2212, U+2012, U+2013, U+FE63, U+FF0D become "-".
     2. Numbers -- decimal digits (any script) joined by single "." or "," -- stay one word: a "." between digits
        stays ("5.9", "1.2.3"); commas that group thousands are dropped ("1,000" -> "1000", "1,234.5" -> "1234.5"),
-       other commas separate numbers ("1,2,3" -> "1 2 3"). A "-" right before a number is its sign unless it
-       follows a letter, digit, "." or "-" ("-5" stays; "2-3" -> "2 3", "x-5" -> "x 5"); likewise a "." right
-       before digits (".5").
-    3. Every other punctuation character (ASCII punctuation, Unicode categories P*) becomes a space: "5." at the
-       end of a sentence is "5", "+5" and "$5" are "5". Symbols such as "£", "°" or emoji stay.
-    4. The articles a/an/the are removed and whitespace is collapsed to single spaces.
+       other commas separate numbers ("1,2,3" -> "1 2 3"). A "-" right before a number is its sign, and a "."
+       right before digits its decimal point (".5"), when the nearest character before them that is not
+       punctuation is not a letter, digit or combining mark, and the "-" does not follow "." or "-" ("-5" and
+       "(-5)" stay; "x-5" -> "x5", "--5" -> "5"). Punctuation alone between two numbers separates them ("2-3" -> "2 3").
+    3. Every other punctuation character (ASCII punctuation, Unicode categories P*) is deleted, not replaced by a
+       space: "U.S." is "us", "A.I." is "ai" (not "i"), "O'Brien" is "obrien", "5." at the end of a sentence is
+       "5", "+5" and "$5" are "5". Symbols such as "£", "°" or emoji stay.
+    4. NFKC again (a deleted character may leave a letter next to a combining accent), then the articles
+       a/an/the are removed as whole words (after step 3: "A-ha" is "aha") and whitespace is collapsed to single
+       spaces.
 
     Examples
     --------
-    >>> normalize_answer("The  Eiffel-Tower!")
-    'eiffel tower'
+    >>> normalize_answer("The  Eiffel Tower!"), normalize_answer("U.S."), normalize_answer("A.I.")
+    ('eiffel tower', 'us', 'ai')
     >>> normalize_answer("It is \u22125.9, not 1,000 or 1,2,3.")
     'it is -5.9 not 1000 or 1 2 3'
     """
     text = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold()).translate(_MINUS_SIGNS)
-    parts, end = [], 0
+    parts, end, last = [], 0, ""  # last: the last character written so far
     for match in _NUMBER_RUN.finditer(text):
-        parts += [_drop_punctuation(text[end:match.start()]), _number_text(match.group())]
-        end = match.end()
+        gap = _drop_punctuation(text[end:match.start()])
+        last = gap[-1:] or last
+        number = match.group()
+        if number[0] in "-." and _joins(last):  # "x(-5)": the "-" is deleted punctuation, not a sign
+            number = number.lstrip("-.")
+        if not gap and end and match.start() > end:  # "2-3": two numbers, not "23"
+            gap = " "
+        parts += [gap, _number_text(number)]
+        end, last = match.end(), number[-1]
     parts.append(_drop_punctuation(text[end:]))
-    return " ".join(_ARTICLES.sub(" ", "".join(parts)).split())
+    # NFKC once more: a deleted mark may leave a letter and a combining accent side by side ("s\u2010\u0301").
+    return " ".join(_ARTICLES.sub(" ", unicodedata.normalize("NFKC", "".join(parts))).split())
+
+
+_DIGIT_LIKE = "\x00"  # stands for a superscript, fraction, circled digit...: NFKC would make digits of it
+
+
+def _looks_like_digit(ch: str) -> bool:
+    """Not a decimal digit, but NFKC makes one of it: "²", "₂", "½", "①", "⒈"."""
+    return not ch.isdecimal() and any(c.isdecimal() for c in unicodedata.normalize("NFKC", ch))
 
 
 def _numeric_text(text: str) -> str:
+    if not text.isascii():
+        text = "".join(_DIGIT_LIKE if _looks_like_digit(ch) else ch for ch in text.replace(_DIGIT_LIKE, " "))
     return unicodedata.normalize("NFKC", text).translate(_MINUS_SIGNS)
 
 
@@ -143,7 +183,9 @@ def _parse_number(text: str) -> float:
 
 
 def _last_number(text: str) -> float | None:
-    found = _NUMBER.findall(_numeric_text(text))
+    text = _numeric_text(text)
+    found = [m.group() for m in _NUMBER.finditer(text)  # "10²" is not 10
+             if _DIGIT_LIKE not in text[max(m.start() - 1, 0):m.end() + 1]]
     return _parse_number(found[-1]) if found else None
 
 
@@ -197,7 +239,8 @@ def label_from_reference(answer: str, reference: object, *, matcher: str = "exac
     reference : str, number or sequence
         The gold answer. Several acceptable answers may be given as a sequence, or in one string separated by
         ``||`` (with or without spaces around it); the answer is correct when it matches any of them. Blank pieces
-        are ignored.
+        (empty or whitespace text, None, NaN: "a||b||" is "a" and "b") are ignored, and so, for the text matchers,
+        are pieces empty after normalisation ("the" in "the||b") as long as one piece is left.
     matcher : {"exact", "contains", "numeric", "f1"}
         The texts are compared after :func:`normalize_answer` (case folded, punctuation and articles removed,
         numbers kept whole: "5.9", "-5", "1,000" -> "1000").
@@ -207,6 +250,10 @@ def label_from_reference(answer: str, reference: object, *, matcher: str = "exac
           only as a whole number ("5" is not in "5.9", "-5", "1,500" or "x5").
         - ``"numeric"``: the last number in the answer (signs, decimals, exponents and thousands commas allowed)
           is within ``tolerance`` (absolute) of a reference number; an answer without a number is wrong.
+          Digits are decimal digits of any script (after NFKC: "\uff15" is 5); superscripts, subscripts, fractions
+          and other characters that only look like digits are not ("x\u00b2", "\u00bd" hold no number), and a
+          number touching one is not read ("10\u00b2" holds no number). The minus signs of :func:`normalize_answer`
+          count as "-".
           References that are not numbers are skipped, as long as one is a number.
         - ``"f1"``: SQuAD token F1 between the normalized texts is ``>= f1_threshold``.
     tolerance : float
@@ -224,8 +271,8 @@ def label_from_reference(answer: str, reference: object, *, matcher: str = "exac
     TypeError
         ``answer`` is not a str, or an option has the wrong type.
     ValueError
-        Unknown matcher or an option out of range; no reference; a reference that is empty after normalisation
-        (text matchers); no reference that is a number (numeric).
+        Unknown matcher or an option out of range; no reference; only references that are empty after
+        normalisation (text matchers); no reference that is a number (numeric).
 
     Examples
     --------
@@ -262,13 +309,12 @@ def label_from_reference(answer: str, reference: object, *, matcher: str = "exac
                              f"{show(ref)} is not a number (the numeric matcher needs a numeric reference)")
         found = _last_number(answer)
         return int(found is not None and any(abs(found - g) <= tolerance for g in gold))
-    golds = []
-    for ref in references:
-        ref = ref if isinstance(ref, str) else str(ref)
-        norm = normalize_answer(ref)
-        if not norm:
-            raise ValueError(f"{show(ref)} is empty after normalisation (lower case, no punctuation or articles)")
-        golds.append(norm)
+    # A piece that normalises to nothing ("a" in "a||b") cannot be matched: skipped, as long as one is left.
+    golds = [norm for norm in (normalize_answer(r if isinstance(r, str) else str(r)) for r in references) if norm]
+    if not golds:
+        ref = references[0] if len(references) == 1 else reference
+        which = "" if len(references) == 1 else "every reference in "
+        raise ValueError(f"{which}{show(ref)} is empty after normalisation (lower case, no punctuation or articles)")
     pred = normalize_answer(answer)
     if matcher == "exact":
         return int(pred in golds)
