@@ -89,8 +89,8 @@ def _server_model():
                           "/v1/chat/completions with the server's own template. Scoring always uses completions.")
     recheck = st.button("Check connection", key="server_check")
     if not (url and name):
-        st.caption("Give the server's address and the model's name on it. The API key, if the server needs one, is "
-                   "read from OPENAI_API_KEY where the dashboard runs.")
+        st.caption("Give the server's address and the model's name on it. An API key is sent only to the servers "
+                   "the deployment gives one (TRACE_SERVER_KEYS); none to other addresses.")
         return None, None
     from trace_core.record.server import ServerError
 

@@ -14,6 +14,7 @@ from app.services import alternatives_for, describe_calibrator, get_model, prove
 from trace_core import DecodingConfig, ModelLoadError, TracePlus, generate_trace, settings
 from trace_core.align import divergence_summary
 from trace_core.policy import fit_new_tokens
+from trace_core.record.server import ServerError
 
 SAME_MODEL = "Same model, other decoding"
 OTHER_MODEL = "Another model"
@@ -86,7 +87,7 @@ if run:
                 trace_a = _generate(lm, config_a)
                 trace_b = _generate(model_b, config_b)
             state.set_comparison(Comparison(prompt, trace_a, trace_b, model_b_name))
-        except (ModelLoadError, OSError, ValueError) as exc:
+        except (ModelLoadError, OSError, ValueError, ServerError) as exc:
             st.error(md_literal(sentence(str(exc))))
 
 result: Comparison | None = state.comparison()

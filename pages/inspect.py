@@ -18,6 +18,7 @@ from app.services import (alternatives_for, alternatives_note, example_label, he
                           try_prompts)
 from trace_core import TracePlus, explain_trace, generate_trace, settings
 from trace_core.policy import fit_new_tokens
+from trace_core.record.server import ServerError
 
 st.title("Inspect an answer")
 st.caption("Type a prompt; the model answers, and every generated token is coloured by its surprisal, entropy or share "
@@ -51,7 +52,7 @@ if submitted:
                 st.caption(fit.note)
             with st.spinner("Generating…"):
                 state.set_inspect_trace(generate_trace(lm, prompt, config=config))
-        except ValueError as exc:
+        except (ValueError, ServerError) as exc:  # a server's failure is one line, like a bad prompt
             state.set_inspect_trace(None)  # the answer below would read as this prompt's
             st.error(md_literal(str(exc)))
 

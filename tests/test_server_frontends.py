@@ -123,7 +123,7 @@ def test_sidebar_model_server_records_inspect_answers(tiny_model_dirs, fake):
     at = AppTest.from_file(app, default_timeout=120)
     at.run()
     at.sidebar.radio(key="model_source").set_value("Model server (OpenAI-compatible)").run()
-    assert any("OPENAI_API_KEY" in c.value for c in at.sidebar.caption)
+    assert any("TRACE_SERVER_KEYS" in c.value for c in at.sidebar.caption)
     at.sidebar.text_input(key="server_url").set_value(fake.url)
     at.sidebar.text_input(key="server_model").set_value("tiny")
     at.sidebar.text_input(key="server_tokenizer").set_value(str(tiny_model_dirs["gpt2"])).run()

@@ -10,12 +10,14 @@ The table in the README is :func:`settings_table`'s output.
 from __future__ import annotations
 
 import os
+import re
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 from ._checks import shorten
 
-__all__ = ["SETTINGS", "Setting", "SettingError", "get", "secret", "settings_table"]
+__all__ = ["SETTINGS", "Setting", "SettingError", "get", "redact_secrets", "secret", "server_keys", "settings_table"]
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -72,6 +74,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
     Setting("TRACE_MODEL_SERVERS", "list", None,
             "Model servers the dashboard may connect to: comma-separated base URLs (`*` for any). Unset: servers on "
             "the dashboard's own machine only (127.0.0.1, localhost, [::1])."),
+    Setting("TRACE_SERVER_KEYS", "list", None,
+            "Which API key the dashboard sends to which model server: comma-separated `URL=VARIABLE` pairs (the "
+            "key is read from the environment variable VARIABLE and sent only to that server or paths under it). "
+            "Unset: the dashboard sends no key to any server (the command line sends `--api-key-env`'s to `--server`)."),
     Setting("TRACE_LOCAL_FILES", "flag", False,
             "Whether the dashboard's Calibrate page offers \"File path\": reading dataset files on the machine it "
             "runs on, inside `TRACE_DATA_DIR` only."),
@@ -80,6 +86,13 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
             "unset: the folder the dashboard was started in."),
     Setting("TRACE_MAX_FILE_MB", "int", 200, "Largest dataset file the dashboard reads, in MiB."),
     Setting("TRACE_MAX_ROWS", "int", 100_000, "Most rows the dashboard reads from one dataset."),
+    Setting("TRACE_MAX_DATA_MB", "int", 1_024,
+            "Most data one dataset may hold once read, in MiB: its text (CSV, JSON Lines), or its columns "
+            "decompressed (Parquet: checked before decompressing). The library, the command line and the dashboard "
+            "refuse a larger file; the dashboard also keeps at most this much of datasets cached."),
+    Setting("TRACE_MAX_CELL_MB", "int", 16,
+            "Longest text cell a dataset may hold (a prompt, an answer, one row's trace column as text), in MiB of "
+            "characters; a row with a longer one is rejected and the rest are read."),
     Setting("TRACE_MAX_NEW_TOKENS", "int", 512, "Most new tokens the dashboard lets a user ask for."),
     Setting("TRACE_MAX_PROMPT_CHARS", "int", 8_000, "Longest prompt (characters) the Inspect page accepts."),
     Setting("TRACE_VLLM_PYTHON", "text", "",
@@ -121,5 +134,65 @@ def settings_table() -> str:
 
 def secret(name: str) -> str | None:
     """The value of the environment variable ``name`` that holds a secret (a model server's API key, the variable
-    the user names), read at each call; never parsed, shown or stored. None when unset or empty."""
+    the user names), read at each call; never parsed, shown or stored. None when unset or empty.
+
+    The variable's *name* is remembered, so that :func:`redact_secrets` knows which values to hide."""
+    with _SECRET_LOCK:
+        _SECRET_NAMES.add(name)
     return os.environ.get(name) or None
+
+
+# The names (never the values) of the environment variables read as secrets; OPENAI_API_KEY always.
+_SECRET_NAMES: set[str] = {"OPENAI_API_KEY"}
+_SECRET_LOCK = threading.Lock()
+# Shapes of credentials that a message must never carry, whoever's they are: an Authorization header's value and
+# OpenAI-style keys.
+_CREDENTIAL_SHAPES = (
+    (re.compile(r"(?i)\b(bearer)(\s+|%20|\+)[^\s\"'<>,;]+"), r"\1\2***"),
+    (re.compile(r"(?i)\b(basic)(\s+|%20|\+)[A-Za-z0-9+/=]{8,}"), r"\1\2***"),
+    (re.compile(r"\bsk-[A-Za-z0-9_\-]{4,}"), "sk-***"),
+)
+
+
+def redact_secrets(text: str) -> str:
+    """``text`` without any API key: the current values of every variable read by :func:`secret` (and of those
+    that ``TRACE_SERVER_KEYS`` names) replaced by ``***``, and anything shaped like a credential (``Bearer …``,
+    ``sk-…``) too. Every message that may quote a model server's words passes through here (its errors, the
+    command line's error line, the dashboard's).
+
+    >>> redact_secrets("echo: Authorization: Bearer sk-abc123")
+    'echo: Authorization: Bearer ***'
+    """
+    with _SECRET_LOCK:
+        names = set(_SECRET_NAMES)
+    try:
+        names.update(variable for _, variable in server_keys())
+    except SettingError:
+        pass
+    values = sorted({v for v in (os.environ.get(n) for n in names) if v}, key=len, reverse=True)
+    for value in values:  # longest first: a key that contains another is hidden whole
+        text = text.replace(value, "***")
+    for pattern, replacement in _CREDENTIAL_SHAPES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def server_keys() -> list[tuple[str, str]]:
+    """``TRACE_SERVER_KEYS`` as (server address, variable name) pairs, in order; empty when unset.
+
+    Raises
+    ------
+    SettingError
+        An entry that is not ``URL=VARIABLE`` with a variable name of letters, digits and ``_``.
+    """
+    raw = os.environ.get("TRACE_SERVER_KEYS")
+    entries = SETTINGS["TRACE_SERVER_KEYS"].parse(raw) if raw is not None else None
+    pairs = []
+    for entry in entries or ():
+        url, sep, variable = entry.rpartition("=")
+        variable = variable.strip()
+        if not sep or not url.strip() or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", variable):
+            raise SettingError(f"TRACE_SERVER_KEYS entry {shorten(entry)}: expected URL=VARIABLE (the name of the "
+                               "environment variable that holds that server's key)")
+        pairs.append((url.strip(), variable))
+    return pairs

@@ -47,8 +47,8 @@ if TYPE_CHECKING:
     import pyarrow
 
 __all__ = ["COLUMNS", "ENTROPY_TOLERANCE", "MAX_ENTROPY_NATS", "MAX_NATS", "TOP_K_MASS_TOLERANCE", "TRACE_COLUMNS",
-           "TraceColumn", "entropy_from_top_k", "parse_beam_logprobs", "top_k_entropy_bounds", "trace_from_cells",
-           "traces_to_columns"]
+           "TraceColumn", "check_logprob", "check_trace", "entropy_from_top_k", "parse_beam_logprobs",
+           "top_k_entropy_bounds", "trace_from_cells", "traces_to_columns"]
 
 #: The largest surprisal, in nats, that the readers accept (the chosen token's log-probability is at least -MAX_NATS),
 #: and the log-probability below which an alternative counts as "no probability". A probability below e^-1000 (about
@@ -90,6 +90,29 @@ def too_much_mass(mass: float, chosen: float | None = None) -> str | None:
     added = "" if chosen is None else f", the chosen token's {chosen:.4g} included (it is not among them)"
     return (f"sum to probability {mass:.4g}{added}; more than 1 + {TOP_K_MASS_TOLERANCE:g}: one step's probabilities "
             "cannot add up to more than 1")
+
+
+def check_logprob(value: object, where: str, *, chosen: bool = False) -> float:
+    """A log-probability from a model server's answer (<= 0 within the slack Trace allows); the chosen token's must
+    also be finite and at least ``-MAX_NATS`` (an alternative's may be lower, or -inf: it is dropped later as "no
+    probability"). One rule for importing saved responses and for recording live from a server.
+
+    Raises
+    ------
+    ValueError
+        Naming ``where``, the value (shortened) and what was expected.
+    """
+    try:
+        lp = float(value) if is_number(value) else math.nan  # type: ignore[arg-type]
+    except OverflowError:  # an integer too large for a float
+        lp = math.nan
+    if math.isnan(lp) or lp > LOGPROB_TOLERANCE:
+        raise ValueError(f"{where} is {show(value)}; expected a log-probability (a number <= 0)")
+    if chosen and not math.isfinite(lp):
+        raise ValueError(f"{where} is {lp}; the chosen token needs a finite log-probability")
+    if chosen and lp < -MAX_NATS:
+        raise ValueError(f"{where} is {show(lp)}; {unlikely_chosen('below')}")
+    return lp
 
 
 @dataclass(frozen=True)
@@ -265,7 +288,8 @@ def _check_bound(arr: np.ndarray, name: str, wrong: np.ndarray, rule: str) -> No
     """Refuse the first value where ``wrong`` holds, naming its index: ``"surprisal[3] is 9999.0; <rule>"``."""
     if wrong.any():
         index = tuple(int(i) for i in np.argwhere(wrong)[0])
-        raise CellError(name, f"{name}{''.join(f'[{i}]' for i in index)} is {show(float(arr[index]))}; {rule}")
+        value = int(arr[index]) if arr.dtype.kind in "iu" else float(arr[index])
+        raise CellError(name, f"{name}{''.join(f'[{i}]' for i in index)} is {show(value)}; {rule}")
 
 
 def _check_sign(arr: np.ndarray, name: str, *, nonnegative: bool, rule: str) -> None:
@@ -382,6 +406,13 @@ def trace_from_cells(cells: Mapping[str, Any], *, prompt: str, answer: str) -> T
         except (TypeError, ValueError) as exc:
             raise CellError("trace_metadata", str(exc)) from None
     vocab_size = _vocab_size(metadata)
+    if vocab_size is not None:  # ids index the model's vocabulary; a rank counts tokens in it
+        beyond = f"at least V = {vocab_size} (trace_metadata's extra.vocab_size): token ids are below V"
+        _check_bound(token_ids, "token_ids", token_ids >= vocab_size, beyond)
+        _check_bound(top_ids, "top_ids", top_ids >= vocab_size, beyond)
+        if ranks is not None:
+            _check_bound(ranks, "ranks", ranks > vocab_size,
+                         f"above V = {vocab_size} (trace_metadata's extra.vocab_size): a rank counts tokens in V")
     if cells.get("entropy", ABSENT) is not ABSENT:  # given, not estimated here (a top-k estimate is below log(k+1))
         if vocab_size is None:
             _check_bound(entropy, "entropy", entropy > MAX_ENTROPY_NATS,
@@ -401,6 +432,20 @@ def trace_from_cells(cells: Mapping[str, Any], *, prompt: str, answer: str) -> T
                      top_tokens=top_tokens)
     except (TypeError, ValueError) as exc:  # the checks above mirror Trace's; should one miss, name the column
         raise CellError(_column_named_in(str(exc)), f"inconsistent trace: {exc}") from None
+
+
+def check_trace(trace: Trace) -> Trace:
+    """``trace`` as the dataset readers would read it back after :func:`~trace_core.data.write_dataset` wrote it:
+    the very checks of :func:`trace_from_cells`. Recording from a model server passes every trace through here, so
+    that ``generate`` and ``score`` never write a row their own reader refuses.
+
+    Raises
+    ------
+    CellError
+        The first problem, naming the column (a ValueError).
+    """
+    cells = {name: (ABSENT if values[0] is None else values[0]) for name, values in traces_to_columns([trace]).items()}
+    return trace_from_cells(cells, prompt=trace.prompt, answer=trace.answer)
 
 
 def _vocab_size(metadata: TraceMetadata) -> int | None:

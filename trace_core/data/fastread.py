@@ -462,6 +462,7 @@ def _checked(parsed: _Parsed, strings: dict[str, str]) -> list[FastRow | None] |
             estimated = entropy_from_top_k(np.where(step_bad[:, None], -1.0, top_logprobs))
 
     limits = np.full(n_rows, np.inf)  # a given entropy's bound where the vocabulary size is known
+    vocab = np.full(n_rows, np.iinfo(np.int64).max)  # ids must be below it, ranks at most it
     for i, meta in enumerate(metadatas):
         try:
             vocab_size = None if meta is None else _vocab_size(meta)
@@ -470,8 +471,16 @@ def _checked(parsed: _Parsed, strings: dict[str, str]) -> list[FastRow | None] |
             continue
         if vocab_size is not None:
             limits[i] = math.log(vocab_size) + ENTROPY_TOLERANCE
+            vocab[i] = vocab_size
     if "entropy" in vectors:
         bad |= _row_flags(vectors["entropy"] > np.repeat(limits, lengths), owner, n_rows)
+    per_token = np.repeat(vocab, lengths)
+    if "token_ids" in vectors:
+        bad |= _row_flags(vectors["token_ids"] >= per_token, owner, n_rows)
+    if top_ids is not None and k > 0:
+        bad |= _row_flags((top_ids >= per_token[:, None]).any(axis=1), owner, n_rows)
+    if "ranks" in vectors:
+        bad |= _row_flags(vectors["ranks"] > per_token, owner, n_rows)
 
     # Every trace of the chunk has the same entropy source: given, estimated from its top k, or absent.
     entropies = vectors.get("entropy", estimated)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..trace import LOGPROB_TOLERANCE, Trace, TraceMetadata
 from ._values import is_number, show
-from .codec import MAX_NATS, entropy_from_top_k, too_much_mass, unlikely_chosen
+from .codec import MAX_NATS, check_logprob, entropy_from_top_k, too_much_mass, unlikely_chosen
 
 __all__ = ["RESPONSE_SHAPES", "ParsedResponse", "ResponseShape", "trace_from_openai"]
 
@@ -130,17 +130,7 @@ def _byte_list(value: object, where: str) -> bytes | None:
     raise ValueError(f"{where} must be a list of ints 0..255 or null, got {show(value)}")
 
 
-def _check_logprob(value: object, where: str, *, chosen: bool = False) -> float:
-    """A log-probability (<= 0 within the slack Trace allows); the chosen token's must also be finite and at least
-    ``-MAX_NATS`` (an alternative's may be lower, or -inf: it is dropped later as "no probability")."""
-    if not is_number(value) or math.isnan(float(value)) or float(value) > LOGPROB_TOLERANCE:  # type: ignore[arg-type]
-        raise ValueError(f"{where} is {show(value)}; expected a log-probability (a number <= 0)")
-    lp = float(value)  # type: ignore[arg-type]
-    if chosen and not math.isfinite(lp):
-        raise ValueError(f"{where} is {lp}; the chosen token needs a finite log-probability")
-    if chosen and lp < -MAX_NATS:
-        raise ValueError(f"{where} is {show(lp)}; {unlikely_chosen('below')}")
-    return lp
+_check_logprob = check_logprob  # shared with live recording from a model server
 
 
 def _check_prob(value: object, where: str, *, chosen: bool = False) -> float:

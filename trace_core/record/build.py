@@ -10,8 +10,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..data.codec import check_trace
 from ..trace import Trace, TraceMetadata
 from .backends import Backend, RecordedAnswer
+from .backends.server import ServerBackend
+from .server import ServerError
 from .tokens import alternative_pieces, token_pieces
 
 
@@ -61,12 +64,18 @@ def _build_trace(backend: Backend, prompt: str, recorded: RecordedAnswer, *, sou
         entropy_source=recorded.entropy_source, entropy_k=recorded.entropy_k,
         tokenizer=str(getattr(tokenizer, "name_or_path", "")), chat_template=chat_template, extra=extra)
     entropy = None if recorded.entropy is None else np.maximum(recorded.entropy.astype(np.float64), 0.0)
-    return Trace(
+    trace = Trace(
         prompt=prompt, answer="".join(pieces), token_ids=recorded.token_ids, tokens=tuple(pieces),
         surprisal=np.maximum(-recorded.chosen_logprobs.astype(np.float64), 0.0),
         entropy=entropy,
         top_ids=recorded.top_ids, top_logprobs=np.minimum(recorded.top_logprobs.astype(np.float64), 0.0),
         ranks=recorded.ranks, metadata=metadata, top_tokens=_top_tokens(tokenizer, recorded))
+    if isinstance(backend, ServerBackend):  # a server's numbers: what the dataset readers would refuse is refused
+        try:
+            check_trace(trace)
+        except ValueError as exc:
+            raise ServerError(f"the server's numbers for this answer are impossible: {exc}") from None
+    return trace
 
 
 def _top_tokens(tokenizer: Any, recorded: RecordedAnswer) -> tuple[tuple[str, ...], ...]:

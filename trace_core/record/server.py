@@ -9,10 +9,20 @@ one user message and the server wraps it in its own chat template (token ids sti
 ``score_answers``, ``context_length``); :class:`~trace_core.record.backends.server.ServerBackend` turns its requests
 and answers into recorded arrays.
 
-HTTP uses the standard library only: one request per answer, at most ``concurrency`` at once, each with a
-``timeout``; 429, 5xx, timeouts and connection errors are retried with exponential backoff (``Retry-After`` honoured
-up to a cap). The API key is read from the environment variable ``api_key_env`` at each request and sent as a
-Bearer token; it is never stored, printed, put in an error message or in a trace.
+HTTP uses the standard library only (``http.client``), under one policy for every request:
+
+* one request per answer, at most ``concurrency`` at once; 429, 5xx, timeouts and connection errors are retried
+  with exponential backoff (``Retry-After`` honoured up to a cap);
+* ``timeout`` is an overall deadline for one attempt: connecting, sending and reading every byte of the answer (a
+  server that drips its answer is cut off at the deadline, not at each read);
+* redirects are never followed: a 3xx answer is an error naming where it pointed, so the API key goes only to the
+  address given (the dashboard checks that address against its allow-list);
+* the answer's size is capped by what was asked (:func:`response_limit`: tokens x log-probabilities per token x
+  :data:`BYTES_PER_ENTRY`, plus slack); more is refused before it is held, and so is a compressed answer (none is
+  asked for);
+* the API key is read from the environment variable ``api_key_env`` at each request and sent as a Bearer token; it
+  is never stored, printed or put in a trace, and every error message passes through
+  :func:`trace_core.settings.redact_secrets`, so a server that echoes the key back does not get it shown.
 """
 
 from __future__ import annotations
@@ -20,13 +30,14 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import posixpath
 import random
 import re
 import socket
+import ssl
+import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
@@ -37,7 +48,7 @@ from .. import settings
 from .._checks import check_bool, check_int, check_real, clip, shorten
 from .folders import FolderError, looks_like_path, model_folder, read_json
 
-__all__ = ["ServerError", "ServerModel", "connect_server"]
+__all__ = ["ServerError", "ServerModel", "connect_server", "key_variable_for", "response_limit", "served_under"]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -48,8 +59,23 @@ _BACKOFF_BASE = 0.5
 _BACKOFF_CAP = 8.0
 #: The longest ``Retry-After`` wait honoured, in seconds.
 _RETRY_AFTER_CAP = 30.0
-#: The largest response read; a full distribution over a large vocabulary is ~10 MB per token.
-_MAX_RESPONSE_BYTES = 2**31
+#: The bound on one log-probability entry's JSON, on average over a response, in bytes: completions'
+#: ``"token_id:N": -1.23…`` (about 40), chat's ``{"token", "logprob", "bytes"}`` and ``prompt_logprobs``'
+#: ``{"logprob", "rank", "decoded_token"}`` (70 to 100 with a short token) fit several times over.
+BYTES_PER_ENTRY = 256
+#: Bytes allowed per token besides its entries (the chosen token's own fields, its text, separators).
+BYTES_PER_TOKEN = 1024
+#: Bytes allowed per response besides its tokens (ids echoed, usage, the server's own fields).
+RESPONSE_SLACK = 1 << 20
+#: The cap on answers that carry no log-probabilities (``GET /v1/models``) and on error bodies read for their message.
+_LISTING_BYTES = 4 << 20
+_ERROR_BYTES = 64 << 10
+#: The longest ``timeout`` accepted, in seconds (a day): anything longer is a typo, and overflows the clock.
+MAX_TIMEOUT = 86_400.0
+#: The connection check (``GET /v1/models``) waits at most this long per attempt, with at most one retry: an
+#: unreachable or stalling server is reported within seconds, not after the long deadline answers may need.
+_CHECK_TIMEOUT = 10.0
+_CHECK_RETRIES = 1
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: The endpoints answers can be generated through (``connect_server(api=...)``).
 _APIS = ("completions", "chat")
@@ -58,7 +84,18 @@ _JITTER = random.Random()
 
 
 class ServerError(RuntimeError):
-    """The model server cannot be used as asked; the one-line message says why and what to do."""
+    """The model server cannot be used as asked; the one-line message says why and what to do.
+
+    The message is made one line and freed of API keys (:func:`trace_core.settings.redact_secrets`) here, whoever
+    raises it: a server's words may echo the key back."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(_one_line(settings.redact_secrets(str(message))))
+
+
+def _one_line(text: str) -> str:
+    """``text`` with line breaks and other control characters shown as spaces (one line in a terminal and a page)."""
+    return re.sub(r"[\x00-\x1f\x7f\u2028\u2029]+", " ", text).strip()
 
 
 class _RefusedError(ServerError):
@@ -152,25 +189,28 @@ class ServerModel:
     # ------------------------------------------------------------------------------------------------------------
     # HTTP
 
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+                max_bytes: int = _LISTING_BYTES) -> Any:
         """The JSON answer of one request, retried as described in the module docstring.
+
+        ``max_bytes`` caps the answer's size (:func:`response_limit` of what the request asks for); each attempt has
+        ``timeout`` seconds in all.
 
         Raises
         ------
         ServerError
-            Unreachable after the retries, an HTTP error status (the server's own message, clipped), or an answer
-            that is not JSON.
+            Unreachable after the retries, an HTTP error status (the server's own message, clipped), a redirect, an
+            answer over ``max_bytes`` or compressed, or an answer that is not JSON.
         """
         url = f"{self.base_url}{path}"
         data = None if body is None else json.dumps(body).encode("utf-8")
         attempt = 0
         while True:
             try:
-                return _once(method, url, data, self.timeout, self.api_key_env)
+                return _once(method, url, data, self.timeout, self.api_key_env, max_bytes)
             except _Retryable as exc:
                 if attempt >= self.max_retries:
-                    message = exc.final_message(self.base_url, attempt + 1)
-                    raise ServerError(_redact(message, self.api_key_env)) from None
+                    raise ServerError(exc.final_message(self.base_url, attempt + 1)) from None
                 time.sleep(_backoff(attempt, exc.retry_after))
                 attempt += 1
 
@@ -210,7 +250,8 @@ def connect_server(base_url: str, model: str, *, tokenizer: str | None = None,
     api_key_env : str or None, default "OPENAI_API_KEY"
         The environment variable read for the API key at each request; unset (or None) sends no key.
     timeout : float, default 60
-        Seconds per request.
+        Seconds per request attempt, in all (connecting and reading the whole answer), at most a day. The
+        connection check (``GET /v1/models``) waits at most 10 s per attempt, with at most one retry.
     max_retries : int, default 4
         Retries after 429, 5xx, a timeout or a connection error, with exponential backoff.
     concurrency : int, default 4
@@ -254,7 +295,7 @@ def connect_server(base_url: str, model: str, *, tokenizer: str | None = None,
         raise ValueError(f"`tokenizer` must be a local folder or a cached model id, got {shorten(tokenizer)}")
     if api_key_env is not None and (not isinstance(api_key_env, str) or not _ENV_NAME.fullmatch(api_key_env)):
         raise ValueError(f"`api_key_env` must be the name of an environment variable, got {shorten(api_key_env)}")
-    timeout = check_real(timeout, "timeout", minimum=0.0, low_open=True)
+    timeout = check_real(timeout, "timeout", minimum=0.0, maximum=MAX_TIMEOUT, low_open=True)
     max_retries = check_int(max_retries, "max_retries", minimum=0, maximum=20)
     concurrency = check_int(concurrency, "concurrency", minimum=1, maximum=1024)
     top_logprobs = check_int(top_logprobs, "top_logprobs", minimum=1)
@@ -262,8 +303,9 @@ def connect_server(base_url: str, model: str, *, tokenizer: str | None = None,
     if api not in _APIS:
         raise ValueError(f"`api` must be one of {', '.join(map(repr, _APIS))}, got {shorten(api)}")
     probe = ServerModel(base_url=base, model=model, tokenizer=None, vocab_size=1, context_length=None,
-                        timeout=timeout, max_retries=max_retries, concurrency=concurrency, top_logprobs=top_logprobs,
-                        full_distribution=full_distribution, api_key_env=api_key_env)
+                        timeout=min(timeout, _CHECK_TIMEOUT), max_retries=min(max_retries, _CHECK_RETRIES),
+                        concurrency=concurrency, top_logprobs=top_logprobs, full_distribution=full_distribution,
+                        api_key_env=api_key_env)
     card = _model_card(probe, model)
     tok, folder = _load_tokenizer(tokenizer if tokenizer is not None else model, given=tokenizer is not None,
                                   model=model)
@@ -298,10 +340,44 @@ def base_url_of(base_url: Any) -> str:
                          "by `api_key_env`")
     if parts.query or parts.fragment:
         raise ValueError("`base_url` must not have a query or a fragment; expected http://host:port")
-    path = parts.path.rstrip("/")
+    path = _normal_path(parts.path)
     if path.endswith("/v1"):
         path = path[:-3]
-    return f"{parts.scheme}://{parts.netloc}{path}"
+    host = parts.hostname
+    host = f"[{host}]" if ":" in host else host
+    port = f":{parts.port}" if parts.port is not None else ""
+    return f"{parts.scheme.lower()}://{host}{port}{path}"
+
+
+def served_under(url: str, entry: str) -> bool:
+    """Whether the server address ``url`` is ``entry`` or a path under it, both compared in :func:`base_url_of`'s
+    normal form (so ``http://h/team-a/../team-b`` is not under ``http://h/team-a``); False for a malformed entry."""
+    try:
+        url, entry = base_url_of(url), base_url_of(entry)
+    except ValueError:
+        return False
+    return url == entry or url.startswith(entry + "/")
+
+
+def key_variable_for(base_url: str) -> str | None:
+    """The environment variable whose API key the deployment lets the dashboard send to ``base_url``: the first
+    ``TRACE_SERVER_KEYS`` entry that ``base_url`` is :func:`served_under`; None (send no key) when none is."""
+    for entry, variable in settings.server_keys():
+        if served_under(base_url, entry):
+            return variable
+    return None
+
+
+def _normal_path(path: str) -> str:
+    """A URL path as a server resolves it, in one spelling: percent-escapes decoded (``%2e%2e`` is ``..``), dot
+    segments resolved (``/team-a/../team-b`` is ``/team-b``), repeated and trailing slashes dropped, then quoted
+    again. Allow-list entries are compared, and requests sent, in this form."""
+    decoded = urllib.parse.unquote(path)
+    if re.search(r"[\x00-\x1f\x7f\\]", decoded):
+        raise ValueError("`base_url` has control characters or a backslash in its path; expected http://host:port")
+    normal = posixpath.normpath("/" + decoded) if decoded.strip("/") else ""
+    normal = re.sub(r"/{2,}", "/", normal).rstrip("/")
+    return urllib.parse.quote(normal, safe="/:@!$&'()*+,;=-._~")
 
 
 def _model_card(probe: ServerModel, model: str) -> dict[str, Any]:
@@ -424,41 +500,136 @@ class _Retryable(Exception):
         return f"the model server at {base_url} answered HTTP {self.status}{tries}: {self.what}"
 
 
-def _once(method: str, url: str, data: bytes | None, timeout: float, api_key_env: str | None) -> Any:
-    headers = {"Accept": "application/json"}
+def response_limit(tokens: int, entries_per_token: int) -> int:
+    """The most bytes an answer may take that carries ``tokens`` steps of ``entries_per_token`` log-probabilities
+    each: ``RESPONSE_SLACK + tokens * (BYTES_PER_TOKEN + entries_per_token * BYTES_PER_ENTRY)``.
+
+    >>> response_limit(64, 21)
+    1458176
+    """
+    return RESPONSE_SLACK + max(int(tokens), 0) * (BYTES_PER_TOKEN + max(int(entries_per_token), 0) * BYTES_PER_ENTRY)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _once(method: str, url: str, data: bytes | None, timeout: float, api_key_env: str | None,
+          max_bytes: int) -> Any:
+    """One attempt: the JSON answer, or _Retryable / ServerError. ``timeout`` bounds the whole attempt: a watchdog
+    shuts the socket at the deadline, whatever stage the exchange is at."""
+    parts = urllib.parse.urlsplit(url)
+    headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
     if data is not None:
         headers["Content-Type"] = "application/json"
     key = _api_key(api_key_env)
     if key:
         headers["Authorization"] = f"Bearer {key}"
-    request = urllib.request.Request(url, data=data, headers=headers, method=method)
+    if parts.scheme == "https":
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+            parts.hostname or "", parts.port, timeout=timeout, context=ssl.create_default_context())
+    else:
+        conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        sock = conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    late = _Retryable(f"no complete answer within {timeout:g} s (raise timeout=)")
+    watchdog = threading.Timer(timeout, expire)
+    watchdog.daemon = True
+    watchdog.start()
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            raw = response.read(_MAX_RESPONSE_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        status = exc.code
-        message = _error_message(exc, key)
-        if status == 429 or status >= 500:
-            raise _Retryable(message, status=status, retry_after=_retry_after(exc.headers)) from None
-        raise _RefusedError(f"the model server refused the request (HTTP {status}): {message}", status=status,
-                            message=message) from None
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        if isinstance(reason, (socket.timeout, TimeoutError)):
-            raise _Retryable(f"no answer within {timeout:g} s (raise timeout=)") from None
-        raise _Retryable(_reason_text(reason)) from None
+        conn.request(method, parts.path or "/", body=data, headers=headers)
+        response = conn.getresponse()
+        status = response.status
+        if 300 <= status < 400:
+            raise ServerError(_redirect_message(url, response.getheader("Location")))
+        encoding = (response.getheader("Content-Encoding") or "identity").strip().lower()
+        if status >= 400:
+            message = _error_message(_read_limited(response, _ERROR_BYTES, cut=True), response.reason, key)
+            if expired.is_set():
+                raise late
+            if status == 429 or status >= 500:
+                raise _Retryable(message, status=status, retry_after=_retry_after(response.headers))
+            raise _RefusedError(f"the model server refused the request (HTTP {status}): {message}", status=status,
+                                message=message)
+        if encoding not in ("identity", ""):
+            raise ServerError(f"the model server's answer is compressed (Content-Encoding: {clip(encoding, 40)}) "
+                              "although an uncompressed answer was asked for; turn compression off on the server or "
+                              "the proxy in front of it")
+        raw = _read_limited(response, max_bytes, cut=False)
+        if expired.is_set():
+            raise late
+    except _TooLarge:
+        raise ServerError(f"the model server's answer is larger than {max_bytes:,} bytes, more than the log-"
+                          "probabilities asked for can take; is the server sending something else? (ask for fewer "
+                          "log-probabilities, shorter answers, or check the server)") from None
+    except (ServerError, _Retryable):
+        raise
     except (socket.timeout, TimeoutError):
-        raise _Retryable(f"no answer within {timeout:g} s (raise timeout=)") from None
-    except (http.client.HTTPException, ConnectionError, OSError) as exc:
+        raise late from None
+    except (http.client.HTTPException, OSError, ValueError) as exc:  # ValueError: a malformed chunked body
+        if expired.is_set():
+            raise late from None
         raise _Retryable(_reason_text(exc)) from None
-    if len(raw) > _MAX_RESPONSE_BYTES:
-        raise ServerError(f"the model server's answer is larger than {_MAX_RESPONSE_BYTES:,} bytes; ask for fewer "
-                          "log-probabilities (top_logprobs) or shorter answers")
+    finally:
+        watchdog.cancel()
+        conn.close()
+    return _json_answer(raw)
+
+
+def _read_limited(response: http.client.HTTPResponse, limit: int, *, cut: bool) -> bytearray:
+    """The body, at most ``limit`` bytes: more raises _TooLarge (or, with ``cut``, is left unread). A declared
+    ``Content-Length`` over the limit is refused before anything is read."""
+    declared = response.getheader("Content-Length") or ""
+    if not cut and declared.strip().isdigit() and (len(declared.strip()) > 19 or int(declared) > limit):
+        raise _TooLarge
+    body = bytearray()
+    while len(body) <= limit:
+        chunk = response.read(min(1 << 16, limit + 1 - len(body)))
+        if not chunk:
+            return body
+        body += chunk
+    if cut:
+        return body[:limit]
+    raise _TooLarge
+
+
+def _json_answer(raw: bytes | bytearray) -> Any:
+    """The decoded JSON, or a ServerError saying in plain words why it cannot be read."""
     try:
         return json.loads(raw)
-    except ValueError:
-        text = raw[:200].decode("utf-8", "replace")
+    except RecursionError:
+        raise ServerError("the model server's answer nests JSON objects or lists too deeply to read; is it an "
+                          "OpenAI-compatible server?") from None
+    except ValueError as exc:  # includes UnicodeDecodeError
+        if "digits" in str(exc) and "limit" in str(exc):  # Python's cap on int digits
+            raise ServerError("the model server's answer holds a number with more than 4,300 digits; no "
+                              "log-probability or token id is that long") from None
+        text = bytes(raw[:200]).decode("utf-8", "replace")
         raise ServerError(f"the model server's answer is not JSON: {shorten(text)}") from None
+
+
+def _redirect_message(url: str, location: str | None) -> str:
+    """Where a redirect pointed, as an origin only (scheme, host, port), and what to do instead."""
+    origin = "another address"
+    if location:
+        try:
+            target = urllib.parse.urlsplit(urllib.parse.urljoin(url, location.strip()))
+            if target.scheme in ("http", "https") and target.hostname:
+                port = f":{target.port}" if target.port is not None else ""
+                origin = clip(f"{target.scheme}://{target.hostname}{port}", 120)
+        except ValueError:
+            pass
+    return (f"the server redirected to {origin}; redirects are not followed (the API key stays with the address "
+            "given): point the server address at that address directly")
 
 
 def _reason_text(reason: Any) -> str:
@@ -466,16 +637,12 @@ def _reason_text(reason: Any) -> str:
     return clip(text.splitlines()[0], 160)
 
 
-def _error_message(exc: urllib.error.HTTPError, key: str | None) -> str:
+def _error_message(raw: bytes | bytearray, reason: Any, key: str | None) -> str:
     """The server's own message: OpenAI/vLLM ``{"error": {"message": ...}}`` or ``{"message": ...}``, else text."""
-    try:
-        raw = exc.read(64 * 1024)
-    except Exception:  # noqa: BLE001 - a body that cannot be read: the status says enough
-        raw = b""
-    text = raw.decode("utf-8", "replace").strip()
+    text = bytes(raw).decode("utf-8", "replace").strip()
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         data = None
     if isinstance(data, dict):
         inner = data.get("error")
@@ -484,10 +651,10 @@ def _error_message(exc: urllib.error.HTTPError, key: str | None) -> str:
             if isinstance(candidate, str) and candidate.strip():
                 text = candidate.strip()
                 break
-    text = " ".join(text.split()) or (exc.reason if isinstance(exc.reason, str) else "") or "no message"
+    text = " ".join(text.split()) or (reason if isinstance(reason, str) else "") or "no message"
     if key:  # redacted before clipping, so that no part of the key survives a cut
         text = text.replace(key, "***")
-    return clip(text)
+    return clip(settings.redact_secrets(text))
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -517,9 +684,3 @@ def _api_key(api_key_env: str | None) -> str | None:
     """The API key, read from its environment variable at each request (so a rotated key is picked up); None when
     unset or empty."""
     return settings.secret(api_key_env) if api_key_env else None
-
-
-def _redact(text: str, api_key_env: str | None) -> str:
-    """``text`` with the API key replaced, should a server echo it back."""
-    key = _api_key(api_key_env)
-    return text.replace(key, "***") if key else text

@@ -27,16 +27,17 @@ penalties and sampling warpers), recorded as ``extra["logprobs_mode"] = "raw (se
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..._checks import shorten
-from ...data.codec import entropy_from_top_k, top_k_entropy_bounds
+from ..._checks import clip, shorten
+from ...data.codec import check_logprob, entropy_from_top_k, too_much_mass, top_k_entropy_bounds
 from ...trace import DecodingConfig
-from ..server import ServerError, ServerModel, _RefusedError
+from ..server import ServerError, ServerModel, _RefusedError, response_limit
 from .base import RecordedAnswer
 
 __all__ = ["ServerBackend"]
@@ -121,8 +122,8 @@ class ServerBackend:
                 request["seed"] = (config.seed + seed_offset + index) % 2**63
             response = self._post(request, scoring=False, spare=spare)
             if chat:
-                return self._chatted(response, keep=keep, ask=ask)
-            return self._generated(response, keep=keep, ask=ask)
+                return _readable(self._chatted, response, keep=keep, ask=ask)
+            return _readable(self._generated, response, keep=keep, ask=ask)
 
         return sm.map(one, list(enumerate(prompt_ids)))
 
@@ -136,13 +137,15 @@ class ServerBackend:
         if not (isinstance(tokens, list) and isinstance(chosen_lp, list) and isinstance(steps, list)
                 and len(tokens) == len(chosen_lp) == len(steps)):
             raise ServerError("the server's `logprobs` lack aligned `tokens`, `token_logprobs` and `top_logprobs`")
-        ids = [_token_id(t, "logprobs.tokens") for t in tokens]
+        vocab = self.sm.vocab_size
+        ids = [_token_id(t, f"logprobs.tokens[{i}]", vocab) for i, t in enumerate(tokens)]
         rows = []
         for t, (token, lp, alternatives) in enumerate(zip(ids, chosen_lp, steps)):
             if not isinstance(alternatives, dict):
                 raise ServerError(f"the server gave no alternatives for answer token {t} (`top_logprobs`)")
-            table = {_token_id(key, "top_logprobs"): _logprob(value) for key, value in alternatives.items()}
-            rows.append(_Step.of(table, token, _logprob(lp), None))
+            table = {_token_id(key, f"top_logprobs[{t}]", vocab): _logprob(value, f"top_logprobs[{t}]")
+                     for key, value in alternatives.items()}
+            rows.append(_Step.of(table, token, _logprob(lp, f"token_logprobs[{t}]", chosen=True), None))
         ids, rows, finish_reason = self._finished(choice, ids, rows)
         return self._answer(ids, rows, keep=keep, ask=ask, finish_reason=finish_reason, generated=True)
 
@@ -159,15 +162,16 @@ class ServerBackend:
             alternatives = entry.get("top_logprobs") if isinstance(entry, dict) else None
             if not isinstance(alternatives, list):
                 raise ServerError(f"the server gave no alternatives for answer token {t} (`top_logprobs`)")
-            token = _token_id(entry.get("token"), "logprobs.content.token")
-            lp = _logprob(entry.get("logprob"))
+            at = f"logprobs.content[{t}]"
+            token = _token_id(entry.get("token"), f"{at}.token", self.sm.vocab_size)
+            lp = _logprob(entry.get("logprob"), f"{at}.logprob", chosen=True)
             table: dict[int, float] = {}
             for alternative in alternatives:
                 if not isinstance(alternative, dict):
                     raise ServerError(f"the server's `top_logprobs` for answer token {t} hold "
                                       f"{_shown(alternative)} where {{token, logprob}} was expected")
-                table.setdefault(_token_id(alternative.get("token"), "top_logprobs.token"),
-                                 _logprob(alternative.get("logprob")))
+                table.setdefault(_token_id(alternative.get("token"), f"{at}.top_logprobs.token", self.sm.vocab_size),
+                                 _logprob(alternative.get("logprob"), f"{at}.top_logprobs.logprob"))
             table.setdefault(token, lp)
             ids.append(token)
             rows.append(_Step.of(table, token, lp, None))
@@ -211,7 +215,7 @@ class ServerBackend:
                                    "n": 1, "stream": False, "prompt_logprobs": -1 if sm.full_distribution else ask,
                                    "return_tokens_as_token_ids": True, "return_token_ids": True,
                                    "skip_special_tokens": False}, scoring=True)
-            return self._scored(response, sent, len(prompt), answer, keep=keep, ask=ask)
+            return _readable(self._scored, response, sent, len(prompt), answer, keep=keep, ask=ask)
 
         return sm.map(one, list(zip(prompt_ids, answer_ids)))
 
@@ -235,11 +239,16 @@ class ServerBackend:
             if not isinstance(entry, dict):
                 raise ServerError(f"the server's `prompt_logprobs` has no entry for answer token {t}")
             table, ranks = {}, {}
+            at = f"prompt_logprobs[{n_prompt + t}]"
             for key, value in entry.items():
-                token_id = _token_id(key, "prompt_logprobs")
-                table[token_id] = _logprob(value)
-                if isinstance(value, dict) and isinstance(value.get("rank"), int):
-                    ranks[token_id] = value["rank"]
+                token_id = _token_id(key, at, self.sm.vocab_size)
+                table[token_id] = _logprob(value, f"{at}[{key!r}]", chosen=token_id == token)
+                rank = value.get("rank") if isinstance(value, dict) else None
+                if isinstance(rank, int) and not isinstance(rank, bool):
+                    if not 1 <= rank <= self.sm.vocab_size:
+                        raise ServerError(f"the server's {at}[{key!r}].rank is {_shown(rank)}; a rank is from 1 "
+                                          f"to V = {self.sm.vocab_size:,}")
+                    ranks[token_id] = rank
             if token not in table:
                 raise ServerError(f"the server's `prompt_logprobs` for answer token {t} lack that token ({token})")
             rows.append(_Step.of(table, token, table[token], ranks.get(token)))
@@ -255,7 +264,8 @@ class ServerBackend:
     def _post(self, body: dict[str, Any], *, scoring: bool, spare: int = 0) -> Any:
         chat = "messages" in body
         try:
-            return self.sm.request("POST", "/v1/chat/completions" if chat else "/v1/completions", body)
+            return self.sm.request("POST", "/v1/chat/completions" if chat else "/v1/completions", body,
+                                   max_bytes=self._response_limit(body))
         except _RefusedError as exc:
             capped = _CAPPED.search(exc.message)
             if capped:
@@ -273,6 +283,18 @@ class ServerBackend:
             if scoring and exc.status == 400 and re.search(r"prompt.?logprob", exc.message, re.IGNORECASE):
                 raise ServerError(_CANNOT_SCORE) from None
             raise
+
+    def _response_limit(self, body: Mapping[str, Any]) -> int:
+        """The most bytes the answer to ``body`` may take (:func:`~trace_core.record.server.response_limit`): its
+        tokens times the log-probabilities asked for each (the chosen token's among them)."""
+        vocab = self.sm.vocab_size
+        if "messages" in body:
+            tokens, k = body["max_completion_tokens"], body["top_logprobs"]
+        elif "prompt_logprobs" in body:
+            tokens, k = len(body["prompt"]) + body["max_tokens"], body["prompt_logprobs"]
+        else:
+            tokens, k = body["max_tokens"], body["logprobs"]
+        return response_limit(tokens, (vocab if k < 0 else k) + 1)
 
     def _answer(self, ids: list[int], rows: list["_Step"], *, keep: int, ask: int, finish_reason: str | None,
                 generated: bool, more: Mapping[str, Any] | None = None) -> RecordedAnswer:
@@ -331,8 +353,14 @@ class _Step:
 
     @classmethod
     def of(cls, table: dict[int, float], chosen: int, chosen_lp: float, server_rank: int | None) -> "_Step":
+        """The step, after the importer's rule on its mass: the alternatives (with the chosen token when it is not
+        among them) hold at most ``1 + TOP_K_MASS_TOLERANCE`` of probability."""
         ids = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
         lps = np.fromiter(table.values(), dtype=np.float64, count=len(table))
+        outside = None if chosen in table else math.exp(chosen_lp)
+        problem = too_much_mass(float(np.exp(lps).sum()) + (outside or 0.0), outside)
+        if problem:
+            raise ServerError(f"the server's log-probabilities for one answer token {problem}")
         order = np.lexsort((ids, -lps))  # most likely first; equal log-probs by id, so the order is reproducible
         return cls(ids=ids[order], lps=lps[order], chosen=int(chosen), chosen_lp=float(chosen_lp),
                    server_rank=server_rank)
@@ -353,6 +381,18 @@ class _Step:
         return float(-np.sum(np.where(p > 0, p * self.lps, 0.0)))
 
 
+def _readable(parse: Any, *args: Any, **kwargs: Any) -> RecordedAnswer:
+    """``parse(*args, **kwargs)``, with what a hostile answer can still provoke in Python (a value too large for a
+    float or an int64, nesting too deep to print) turned into one ServerError line."""
+    try:
+        return parse(*args, **kwargs)
+    except OverflowError:
+        raise ServerError("the server's answer holds a number too large to be a log-probability, token id or "
+                          "rank") from None
+    except RecursionError:
+        raise ServerError("the server's answer nests JSON objects or lists too deeply to read") from None
+
+
 def _widths(sm: ServerModel, n_alternatives: int) -> tuple[int, int]:
     """(alternatives stored, log-probabilities asked per token): at most V each, as a local model stores."""
     keep = min(n_alternatives, sm.vocab_size)
@@ -366,24 +406,31 @@ def _choice(response: Any) -> dict[str, Any]:
     return choices[0]
 
 
-def _token_id(value: Any, where: str) -> int:
-    """The id in ``"token_id:123"`` (vLLM's ``return_tokens_as_token_ids``) or ``"123"`` (a prompt-logprobs key)."""
+def _token_id(value: Any, where: str, vocab_size: int) -> int:
+    """The id in ``"token_id:123"`` (vLLM's ``return_tokens_as_token_ids``) or ``"123"`` (a prompt-logprobs key),
+    which must index the vocabulary (below V)."""
     match = _TOKEN_ID.fullmatch(value) if isinstance(value, str) else None
     if match is None:
         raise ServerError(f"the server's {where} holds {_shown(value)} where a token id (\"token_id:N\") was "
                           "expected; the server must support return_tokens_as_token_ids (vLLM does)")
-    return int(match.group(1))
+    digits = match.group(1)
+    if len(digits) > 12 or int(digits) >= vocab_size:  # never int() of thousands of digits
+        raise ServerError(f"the server's {where} holds the token id {clip(digits, 40)}, at least V = {vocab_size:,} "
+                          "(the vocabulary of the local tokenizer's model): is the server running another model?")
+    return int(digits)
 
 
-def _logprob(value: Any) -> float:
-    """A log-probability given as a number or as vLLM's ``{"logprob": ...}``; null is probability 0."""
+def _logprob(value: Any, where: str, *, chosen: bool = False) -> float:
+    """A log-probability given as a number or as vLLM's ``{"logprob": ...}``; null is probability 0 (an
+    alternative's only). The importer's rule (:func:`~trace_core.data.codec.check_logprob`)."""
     if isinstance(value, dict):
         value = value.get("logprob")
-    if value is None:
+    if value is None and not chosen:
         return float("-inf")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise ServerError(f"the server gave {_shown(value)} where a log-probability was expected")
-    return float(value)
+    try:
+        return check_logprob(value, f"the server's {where}", chosen=chosen)
+    except ValueError as exc:
+        raise ServerError(str(exc)) from None
 
 
 def _shown(value: Any) -> str:

@@ -1,0 +1,218 @@
+"""A hostile OpenAI-compatible model server on 127.0.0.1, for the tests of the model-server boundary.
+
+It answers ``GET /v1/models`` like a real server (serving ``served_name``) unless ``get_mode`` says otherwise, and
+misbehaves on requests as ``get_mode`` / ``post_mode`` say:
+
+* ``"ok"``: a one-token completion (or the model listing) with sane numbers;
+* ``"redirect"`` / ``"redirect307"``: 302 / 307 to ``target`` + the same path (a second server, the sink);
+* ``"refresh"``: 200 with an HTML page that refreshes to ``target``;
+* ``"echo-key"``: 200, plain text quoting the request's ``Authorization`` header;
+* ``"echo-key-json"``: 400 with a JSON error message quoting it;
+* ``"drip"``: the status line, headers and body one byte every ``drip_seconds`` (at most ``drip_bytes`` bytes);
+* ``"huge"``: a JSON body of ``huge_bytes`` bytes without Content-Length (connection close);
+* ``"declared"``: Content-Length of 10 GB, then a few bytes;
+* ``"endless"``: a chunked body that never ends (until ``endless_bytes`` have been sent, or the client leaves);
+* ``"impossible"``: a completion holding ``impossible`` (a dict merged into the step: ``lp`` the chosen log-prob,
+  ``alternatives`` the ``top_logprobs`` dict, ``token`` the chosen token's key; raw JSON text allowed via ``raw``);
+* ``"deep"``: JSON nested ``deep_levels`` deep;
+* ``"bigint"``: a completion whose chosen log-prob is an integer of 5,000 digits;
+* ``"gzip"``: a gzip-compressed completion with ``Content-Encoding: gzip``;
+* ``"sink"``: answers everything like ``"ok"`` (so a client that followed a redirect would "connect") and logs it.
+
+Every request is logged in ``requests`` as (method, path, headers dict); ``sent`` counts body bytes written. Loops
+are bounded in bytes and time, so a client that keeps reading ends too.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class HostileServer:
+    """Serve on 127.0.0.1 (a free port) until :meth:`stop`."""
+
+    def __init__(self, served_name: str = "tiny", *, get_mode: str = "ok", post_mode: str = "ok") -> None:
+        self.served_name = served_name
+        self.get_mode = get_mode
+        self.post_mode = post_mode
+        self.target = ""
+        self.drip_seconds = 0.5
+        self.drip_bytes = 400
+        self.huge_bytes = 64 << 20
+        self.endless_bytes = 256 << 20
+        self.deep_levels = 200_000
+        self.impossible: dict[str, Any] = {}
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.sent = 0
+        self.lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def keys_seen(self) -> list[str]:
+        """The Authorization headers received, in order (missing ones left out)."""
+        return [h["authorization"] for _, _, h in self.requests if "authorization" in h]
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+
+def completion(*, token: str = "token_id:5", lp: float = -0.5, alternatives: dict | None = None) -> dict:
+    """A vLLM-shaped completion of one token."""
+    alternatives = {token: lp, "token_id:6": -1.5} if alternatives is None else alternatives
+    return {"id": "cmpl-1", "object": "text_completion", "model": "tiny",
+            "choices": [{"index": 0, "text": "x", "finish_reason": "length",
+                         "logprobs": {"tokens": [token], "token_logprobs": [lp], "top_logprobs": [alternatives],
+                                      "text_offset": [0]}}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}
+
+
+def _handler(server: HostileServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:  # quiet
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._serve(server.get_mode)
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            self._serve(server.post_mode)
+
+        # ---------------------------------------------------------------------------------------------------------
+
+        def _serve(self, mode: str) -> None:
+            with server.lock:
+                server.requests.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
+            try:
+                getattr(self, "_" + mode.replace("-", "_"))()
+            except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError, OSError):
+                pass  # the client left: what it should do with a hostile answer
+
+        def _send(self, status: int, body: bytes, content_type: str = "application/json",
+                  headers: dict[str, str] | None = None) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+            with server.lock:
+                server.sent += len(body)
+
+        def _good(self) -> bytes:
+            if self.command == "GET":
+                return json.dumps({"object": "list", "data": [{"id": server.served_name, "object": "model",
+                                                               "max_model_len": 512}]}).encode()
+            return json.dumps(completion()).encode()
+
+        def _ok(self) -> None:
+            self._send(200, self._good())
+
+        _sink = _ok
+
+        def _redirect(self, status: int = 302) -> None:
+            self.send_response(status)
+            self.send_header("Location", server.target + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def _redirect307(self) -> None:
+            self._redirect(307)
+
+        def _refresh(self) -> None:
+            page = (f'<html><head><meta http-equiv="refresh" content="0; url={server.target}{self.path}"></head>'
+                    "<body>moved</body></html>").encode()
+            self._send(200, page, "text/html")
+
+        def _echo_key(self) -> None:
+            self._send(200, f"oops, debug echo: {self.headers.get('Authorization')}".encode(), "text/plain")
+
+        def _echo_key_json(self) -> None:
+            message = {"error": {"message": f"bad request; you sent {self.headers.get('Authorization')}"}}
+            self._send(400, json.dumps(message).encode())
+
+        def _drip(self) -> None:
+            body = self._good()
+            raw = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                   + str(len(body)).encode() + b"\r\n\r\n" + body)
+            for i in range(min(len(raw), server.drip_bytes)):
+                self.wfile.write(raw[i:i + 1])
+                self.wfile.flush()
+                time.sleep(server.drip_seconds)
+            self.close_connection = True
+
+        def _huge(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            block = b"a" * (1 << 16)
+            self.wfile.write(b'{"pad": "')
+            written = 0
+            while written < server.huge_bytes:
+                self.wfile.write(block)
+                written += len(block)
+                with server.lock:
+                    server.sent += len(block)
+            self.wfile.write(b'"}')
+            self.close_connection = True
+
+        def _declared(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(10 * 2**30))
+            self.end_headers()
+            self.wfile.write(b'{"pad": "')
+            self.close_connection = True
+
+        def _endless(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            block = b"[" * (1 << 16)
+            written = 0
+            while written < server.endless_bytes:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(block), block))
+                written += len(block)
+                with server.lock:
+                    server.sent += len(block)
+            self.close_connection = True
+
+        def _impossible(self) -> None:
+            spec = dict(server.impossible)
+            if "raw" in spec:
+                self._send(200, spec["raw"].encode())
+                return
+            self._send(200, json.dumps(completion(**spec)).encode())
+
+        def _deep(self) -> None:
+            n = server.deep_levels
+            self._send(200, b"[" * n + b"]" * n)
+
+        def _bigint(self) -> None:
+            text = json.dumps(completion()).replace("-0.5", "-" + "9" * 5000, 1)
+            self._send(200, text.encode())
+
+        def _gzip(self) -> None:
+            self._send(200, gzip.compress(self._good()), headers={"Content-Encoding": "gzip"})
+
+    return Handler
