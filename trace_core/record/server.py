@@ -487,14 +487,19 @@ def _eos_ids(tokenizer: Any, config: dict[str, Any], generation: dict[str, Any])
 class _Retryable(Exception):
     """A failure worth retrying: 429, 5xx, a timeout or a connection error."""
 
-    def __init__(self, what: str, *, status: int | None = None, retry_after: float | None = None) -> None:
+    def __init__(self, what: str, *, status: int | None = None, retry_after: float | None = None,
+                 late: float | None = None) -> None:
         super().__init__(what)
         self.what = what
         self.status = status
         self.retry_after = retry_after
+        self.late = late  # the deadline missed, in seconds: the server was reached but did not finish in time
 
     def final_message(self, base_url: str, attempts: int) -> str:
         tries = f" ({attempts} attempt{'s' if attempts != 1 else ''})"
+        if self.late is not None:
+            return (f"the model server at {base_url} did not answer in full within {self.late:g} s{tries}; raise "
+                    "`timeout` if it is busy, or check the server")
         if self.status is None:
             return f"cannot reach the model server at {base_url}: {self.what}{tries}; is it running?"
         return f"the model server at {base_url} answered HTTP {self.status}{tries}: {self.what}"
@@ -541,7 +546,7 @@ def _once(method: str, url: str, data: bytes | None, timeout: float, api_key_env
             except OSError:
                 pass
 
-    late = _Retryable(f"no complete answer within {timeout:g} s (raise timeout=)")
+    late = _Retryable(f"no complete answer within {timeout:g} s", late=timeout)
     watchdog = threading.Timer(timeout, expire)
     watchdog.daemon = True
     watchdog.start()
