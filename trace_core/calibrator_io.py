@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import sys
 from datetime import datetime
 from typing import Any, Mapping
 
@@ -106,7 +107,11 @@ def _load_text(text: str) -> Any:
                                      f"{exc.colno})"]) from None
     except CalibratorFormatError:
         raise
-    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+    except ValueError as exc:  # an integer of more digits than int() converts (Python's advice is not the user's)
+        if "digits" in str(exc):
+            limit = getattr(sys, "get_int_max_str_digits", lambda: 4300)() or 4300
+            raise CalibratorFormatError([f"calibrator: a number in the file is too long (more than {limit:,} "
+                                         "digits); a calibrator's numbers have at most a few dozen"]) from None
         raise CalibratorFormatError([f"calibrator: not valid JSON ({shorten(str(exc))[1:-1]})"]) from None
 
 

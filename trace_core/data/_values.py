@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -16,6 +17,22 @@ import pandas as pd
 
 MAX_SHOWN = 60  # characters of a cell quoted in a row error: enough to recognise it, short enough for one line
 ABSENT = object()  # an empty cell: the row has no value in this column
+
+
+class JsonValueError(ValueError):
+    """JSON text that parses but holds a value Python cannot keep as data: an integer of more digits than Python
+    converts (4,300 by default, ``sys.get_int_max_str_digits``), or an escaped lone surrogate (``"\\ud800"``, half
+    of a UTF-16 pair: no character, and no UTF-8 writer or table takes it). ``path`` says where (surrogates only;
+    () for the document itself or when unknown)."""
+
+    def __init__(self, reason: str, path: "JsonPath" = ()) -> None:
+        self.reason, self.path = reason, path
+        self.message = self.message_in(path)
+        super().__init__(self.message)
+
+    def message_in(self, where: "JsonPath") -> str:
+        """The reason, said of ``where`` (the value's path as the message gives it; () for no path)."""
+        return f"{shorten_path(where)} {self.reason}" if where else self.reason
 
 
 class CellError(Exception):
@@ -60,6 +77,8 @@ def json_cell(value: object, name: str) -> Any:
         raise CellError(name, f"not valid JSON ({exc.msg} at char {exc.pos}): {show(value)}") from None
     except RecursionError:  # e.g. 100,000 "[": a bad cell, not a crash of the whole file
         raise CellError(name, "JSON nested too deeply") from None
+    except JsonValueError as exc:
+        raise CellError(name, exc.message) from None
     if repeated:
         first = repeated[0]
         raise CellError(name, first.message(first.path))
@@ -113,22 +132,67 @@ def _decoder(strict: bool) -> tuple[json.JSONDecoder, list[tuple[dict[str, Any],
     return cache[strict]
 
 
-def loads_checked(text: str, *, strict: bool = True) -> tuple[Any, list[Repeated]]:
+def loads_checked(text: str, *, strict: bool = True, surrogates: bool = True) -> tuple[Any, list[Repeated]]:
     """``json.loads(text, strict=strict)``, and every object in it that holds a key more than once (in document
-    order; empty almost always). Raises what ``json.loads`` raises.
+    order; empty almost always). Raises what ``json.loads`` raises, but :class:`JsonValueError` for a number of too
+    many digits and, unless ``surrogates`` is False (the caller then uses :func:`check_surrogates` on the parts it
+    wants checked), for a string holding a lone surrogate.
 
     The check costs one Python call per JSON object (``object_pairs_hook``); finding where a repeated key is walks
     the document only when one was found.
     """
     decoder, found = _decoder(strict)
     found.clear()  # a call that raised may have left some
-    value = decoder.decode(text)
+    try:
+        value = decoder.decode(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # int() refused a number's digits (the only other ValueError json raises)
+        raise JsonValueError(_too_long_number()) from None
+    if surrogates and has_surrogate_escape(text):  # rare: only then is every string looked at
+        check_surrogates(value)
     if not found:
         return value, []
     repeated = {id(obj): tuple((k, n) for k, n in Counter(k for k, _ in items).items() if n > 1)
                 for obj, items in found}
     found.clear()
     return value, _locate(value, repeated)
+
+
+def _too_long_number() -> str:
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 4300)() or 4300  # the function: Python >= 3.10.7
+    return f"holds a number with more than {limit:,} digits; no value in a dataset needs that many"
+
+
+# An escape of a UTF-16 surrogate (\\ud800-\\udfff): a lone one decodes to a str that cannot be encoded.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_surrogate_escape(text: str) -> bool:
+    """Whether JSON ``text`` may hold a lone surrogate (an escape of one; a valid pair has two)."""
+    return "\\u" in text and _SURROGATE_ESCAPE.search(text) is not None
+
+
+def check_surrogates(root: Any) -> None:
+    """Raise :class:`JsonValueError` naming where the first string (or object key) holding a lone surrogate is, in
+    document order (an iterative walk: no recursion limit)."""
+    stack: list[tuple[Any, JsonPath]] = [(root, ())]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            found = _SURROGATE.search(value)
+            if found:
+                raise JsonValueError(f"holds {found.group()!r}: half of a UTF-16 surrogate pair without its other "
+                                     f"half, which is no character; remove it or give the whole character", path)
+        elif isinstance(value, dict):
+            for key in value:
+                if _SURROGATE.search(key):
+                    raise JsonValueError(f"holds the key {show(key)}, with half of a UTF-16 surrogate pair, which "
+                                         f"is no character; rename it", path)
+            stack.extend((child, (*path, key)) for key, child in reversed(list(value.items())))
+        elif isinstance(value, list):
+            stack.extend((child, (*path, i)) for i, child in reversed(list(enumerate(value))))
 
 
 def _locate(root: Any, repeated: dict[int, tuple[tuple[str, int], ...]]) -> list[Repeated]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -27,7 +28,7 @@ from typing import IO, Any, Callable, ContextManager, Iterator, Sequence, Union
 import pandas as pd
 
 from .._checks import check_choice, shorten
-from ._values import Repeated, loads_checked, show
+from ._values import JsonValueError, Repeated, check_surrogates, has_surrogate_escape, loads_checked, show
 from .errors import DatasetError, RowError
 
 __all__ = ["FORMATS", "PathOrBuffer", "Progress", "Row", "Table", "format_from_name", "read_table"]
@@ -80,10 +81,35 @@ class _Source:
     name: str
     size: int | None
     open: Callable[[], ContextManager[IO[bytes]]]
+    max_bytes: int | None = None  # uncompressed bytes the file may hold (see read_table)
+    max_cell: int | None = None   # characters one text cell may hold
+
+
+def _mib(n: int) -> str:
+    """A size limit in words: whole MiB as such, else bytes."""
+    return f"{n // 2**20:,} MiB" if n % 2**20 == 0 else f"{n:,} bytes"
+
+
+def _too_big(src: _Source, size: int | None = None) -> DatasetError:
+    """The one message for a file over ``max_bytes``: its name, how much it holds (when known), the limit and the
+    setting that raises it."""
+    limit = src.max_bytes or 0
+    name = shorten(src.name) if src.name else "the file"
+    what = (f"{size:,} bytes ({size / 2**20:,.1f} MiB) of data uncompressed, by its metadata" if size is not None
+            else f"more than {_mib(limit)} of data")
+    return DatasetError(f"{name} holds {what}; the limit is {_mib(limit)} (TRACE_MAX_DATA_MB, or "
+                        f"read_dataset(max_bytes=...))")
+
+
+def _cell_too_long(chars: int, limit: int) -> str:
+    """The row error's message for a text cell over ``max_cell_chars``."""
+    return (f"is {chars:,} characters long; a cell may hold at most {limit:,} (TRACE_MAX_CELL_MB, or "
+            f"read_dataset(max_cell_chars=...))")
 
 
 def read_table(source: PathOrBuffer | bytes, *, format: str | None, max_rows: int | None,
-               progress: Progress | None = None) -> tuple[Table, str]:
+               progress: Progress | None = None, max_bytes: int | None = None,
+               max_cell_chars: int | None = None) -> tuple[Table, str]:
     """Open a file as a :class:`Table` of raw rows, read as its ``rows`` are consumed.
 
     Parameters
@@ -97,6 +123,12 @@ def read_table(source: PathOrBuffer | bytes, *, format: str | None, max_rows: in
     progress : callable(done, total) or None
         Called about once per MiB and at the end with the bytes read so far (Parquet: the file's size times the
         share of rows read) and the file's size; ``done`` never decreases.
+    max_bytes : int or None
+        Refuse a file that holds more bytes than this once decompressed: counted as text is read (CSV, JSON Lines),
+        from the metadata before any row is read and then batch by batch as decoded (Parquet). None: no limit.
+    max_cell_chars : int or None
+        A text cell (a CSV field, a JSON Lines record's string value, a Parquet string) longer than this rejects
+        its row. None: no limit.
 
     Returns
     -------
@@ -106,10 +138,11 @@ def read_table(source: PathOrBuffer | bytes, *, format: str | None, max_rows: in
     Raises
     ------
     DatasetError
-        Empty, binary, not UTF-8, not a table, duplicate column names, too many rows, no data rows, or the format
-        cannot be told; some of these only while ``rows`` is consumed.
+        Empty, binary, not UTF-8, not a table, duplicate column names, too many rows, more than ``max_bytes``, no
+        data rows, or the format cannot be told; some of these only while ``rows`` is consumed.
     """
-    src = _open_source(source)
+    src = _open_source(source, max_bytes)
+    src = dataclasses.replace(src, max_bytes=max_bytes, max_cell=max_cell_chars)
     fmt = format_from_name(src.name, format, "upload")
     with src.open() as stream:
         head = stream.read(_HEAD)
@@ -123,7 +156,7 @@ def read_table(source: PathOrBuffer | bytes, *, format: str | None, max_rows: in
     return reader(src, max_rows=max_rows, report=report), fmt
 
 
-def _open_source(source: object) -> _Source:
+def _open_source(source: object, max_bytes: int | None = None) -> _Source:
     if isinstance(source, (str, Path)):
         path = Path(source)
         if not path.is_file():
@@ -147,13 +180,29 @@ def _open_source(source: object) -> _Source:
                 return contextlib.nullcontext(buffer)  # the caller's buffer stays open
 
             return _Source(name, size, rewound)
-    data = source.read()  # type: ignore[attr-defined]  # a text buffer or a pipe: read once, kept as bytes
+    data = _read_all(source, name, max_bytes)  # a text buffer or a pipe: read once, kept as bytes
     if isinstance(data, str):
-        data = data.encode("utf-8")
+        data = data.encode("utf-8", "surrogatepass")  # a lone surrogate then fails as "not valid UTF-8"
     if not isinstance(data, (bytes, bytearray)):
         raise TypeError(f"`source.read()` must return bytes, got {type(data).__name__}")
     data = bytes(data)
     return _Source(name, len(data), lambda: io.BytesIO(data))
+
+
+def _read_all(source: Any, name: str, max_bytes: int | None) -> Any:
+    """Everything ``source.read`` gives, a MiB at a time and never more than ``max_bytes`` (+ one MiB)."""
+    parts, size = [], 0
+    while True:
+        part = source.read(_PROGRESS_STEP)
+        if not isinstance(part, (str, bytes, bytearray)):
+            raise TypeError(f"`source.read()` must return bytes, got {type(part).__name__}")
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+        if max_bytes is not None and size > max_bytes:
+            raise _too_big(_Source(name, None, contextlib.nullcontext, max_bytes))  # type: ignore[arg-type]
+    return "".join(parts) if parts and isinstance(parts[0], str) else b"".join(parts)
 
 
 def _seekable(source: Any) -> bool:
@@ -221,9 +270,15 @@ class _Lines:
         self.blank = True
 
     def __iter__(self) -> Iterator[str]:
-        done = 0
+        done, limit = 0, self.src.max_bytes
         with self.src.open() as stream:
-            for raw in stream:  # a binary stream's lines end at b"\n" only, and a UTF-8 "\n" byte is always "\n"
+            readline = stream.readline
+            while True:  # a binary stream's lines end at b"\n" only, and a UTF-8 "\n" byte is always "\n"
+                raw = readline() if limit is None else readline(limit - done + 1)  # never more than the limit
+                if not raw:
+                    break
+                if limit is not None and done + len(raw) > limit:
+                    raise _too_big(self.src)
                 start, done = done, done + len(raw)
                 self.number += 1
                 if self.number == 1 and raw.startswith(b"\xef\xbb\xbf"):  # the BOM Excel writes
@@ -358,6 +413,7 @@ def _csv_rows(reader: Any, lines: _Lines, header: list[str], errors: list[RowErr
               max_rows: int | None) -> Iterator[Row]:
     """The data rows below the header, numbered from 1 (blank lines are skipped and not counted)."""
     count, last_line = 0, reader.line_num
+    max_cell = lines.src.max_cell
     try:
         for record in reader:
             first_line, last_line = last_line + 1, reader.line_num
@@ -374,6 +430,10 @@ def _csv_rows(reader: Any, lines: _Lines, header: list[str], errors: list[RowErr
                 else:
                     message += " (a stray delimiter or quote?)"
                 errors.append(RowError(count, "", message))
+                yield count, None
+            elif max_cell is not None and max(map(len, record)) > max_cell:  # one C call per row
+                errors.extend(RowError(count, name, _cell_too_long(len(cell), max_cell))
+                              for name, cell in zip(header, record) if len(cell) > max_cell)
                 yield count, None
             else:
                 yield count, dict(zip(header, record))
@@ -440,6 +500,7 @@ def _jsonl_rows(lines: _Lines, table: Table, max_rows: int | None) -> Iterator[R
     seen: set[str] = set()
     count, objects, first_error = 0, 0, ""
     is_array: bool | None = None
+    max_cell = lines.src.max_cell
     stream = iter(lines)  # one pass: the array case below reads the rest of this same pass
     for line in stream:
         if not line.strip():
@@ -449,6 +510,8 @@ def _jsonl_rows(lines: _Lines, table: Table, max_rows: int | None) -> Iterator[R
             if is_array:  # a JSON array of objects (a common ".json" export): parsed whole, numbered by item
                 text = "\n" * (lines.number - 1) + line + "".join(stream)
                 items, in_items = _json_array(text)
+                escapes, long_text = has_surrogate_escape(text), max_cell is not None and len(text) > max_cell
+                del text
                 break
         count += 1
         _too_many(max_rows, count)
@@ -463,18 +526,34 @@ def _jsonl_rows(lines: _Lines, table: Table, max_rows: int | None) -> Iterator[R
             table.errors.append(RowError(lines.number, "", message))
             yield lines.number, None
             continue
+        except JsonValueError as exc:  # valid JSON, but a value Python cannot keep: a bad row, the rest is read
+            objects += line.lstrip().startswith("{")
+            table.errors.append(_value_error(exc, lines.number))
+            yield lines.number, None
+            continue
         row, valid = _row_from_json(obj, lines.number, table.errors, repeated)
         if row is not None:  # an object, even one rejected for its keys: the file is JSON Lines, and has its keys
             objects += 1
             _add_columns(table.columns, seen, row)
+            if max_cell is not None and len(line) > max_cell:  # only then can a cell be too long
+                valid = _short_cells(row, lines.number, table.errors, max_cell) and valid
         yield lines.number, row if valid else None
     if is_array:
         _too_many(max_rows, len(items))
         for i, obj in enumerate(items, start=1):
-            row, valid = _row_from_json(obj, i, table.errors, in_items.get(i - 1, ()))
             items[i - 1] = None  # each item is dropped once handed over
+            if escapes:
+                try:
+                    check_surrogates(obj)
+                except JsonValueError as exc:
+                    table.errors.append(_value_error(exc, i))
+                    yield i, None
+                    continue
+            row, valid = _row_from_json(obj, i, table.errors, in_items.get(i - 1, ()))
             if row is not None:
                 _add_columns(table.columns, seen, row)
+                if long_text:
+                    valid = _short_cells(row, i, table.errors, max_cell) and valid  # type: ignore[arg-type]
             yield i, row if valid else None
         count = len(items)
     lines.check_not_blank()
@@ -486,15 +565,32 @@ def _jsonl_rows(lines: _Lines, table: Table, max_rows: int | None) -> Iterator[R
                            f"{{\"prompt\": \"...\", \"answer\": \"...\", \"label\": 1}}")
 
 
+def _value_error(exc: JsonValueError, row: int) -> RowError:
+    """The row error for a record (or array item) holding a value Python cannot keep, naming its column."""
+    if exc.path and isinstance(exc.path[0], str):
+        return RowError(row, _column_name(exc.path[0]), exc.message_in(exc.path[1:]))
+    return RowError(row, "", exc.message)
+
+
+def _short_cells(row: dict[str, Any], number: int, errors: list[RowError], max_cell: int) -> bool:
+    """Whether every text cell of ``row`` holds at most ``max_cell`` characters; each that does not is an error."""
+    long = [(name, len(v)) for name, v in row.items() if type(v) is str and len(v) > max_cell]
+    errors.extend(RowError(number, name, _cell_too_long(chars, max_cell)) for name, chars in long)
+    return not long
+
+
 def _json_array(text: str) -> tuple[list[Any], dict[int, list[Repeated]]]:
-    """The items of a JSON array, and the objects in each that give a key twice (by item index; paths from it)."""
+    """The items of a JSON array, and the objects in each that give a key twice (by item index; paths from it).
+    Lone surrogates are not looked for: the caller checks each item (one bad item is one bad row)."""
     try:
-        items, repeated = loads_checked(text)
+        items, repeated = loads_checked(text, surrogates=False)
     except json.JSONDecodeError as exc:
         raise DatasetError(f"the file starts like a JSON array but is not valid JSON ({exc.msg} at line "
                            f"{exc.lineno}, column {exc.colno})") from None
     except RecursionError:
         raise DatasetError("the file starts like a JSON array but its JSON is nested too deeply") from None
+    except JsonValueError as exc:
+        raise DatasetError(f"the file starts like a JSON array but it {exc.message}") from None
     by_item: dict[int, list[Repeated]] = {}
     for found in repeated:  # every path starts with an item's index: the document is a list
         by_item.setdefault(int(found.path[0]), []).append(Repeated(found.path[1:], found.keys))
@@ -527,8 +623,21 @@ def _read_parquet(src: _Source, *, max_rows: int | None, report: _Reporter) -> T
     except (pa.ArrowException, OSError) as exc:
         raise DatasetError(f"the file is not a readable Parquet file ({exc}); expected a Parquet table") from None
     _too_many(max_rows, metadata.num_rows)
-    raw_names = list(metadata.schema.to_arrow_schema().names)
+    groups = [metadata.row_group(i) for i in range(metadata.num_row_groups)]
+    if src.max_bytes is not None:  # refused before a page is decompressed: a few KB may unpack to gigabytes
+        total = sum(group.total_byte_size for group in groups)
+        if total > src.max_bytes:
+            raise _too_big(src, total)
+    schema = metadata.schema.to_arrow_schema()
+    raw_names = list(schema.names)
     columns = _normalize_columns(raw_names)
+    # Text columns stored with a dictionary are read as dictionaries, so that a batch's size once decoded is known
+    # before it is decoded (one stored value may be repeated in every row); see _decoded_size.
+    texts = {name for name in raw_names if _is_text(schema.field(name).type)}
+    as_dictionary = sorted({chunk.path_in_schema for group in groups for chunk in map(group.column,
+                                                                                       range(group.num_columns))
+                            if chunk.has_dictionary_page and chunk.physical_type == "BYTE_ARRAY"
+                            and chunk.path_in_schema.split(".")[0] in texts})
 
     def _bytes_of(rows: int) -> int:  # progress in bytes, like text files: the share of the rows read
         return (src.size or 0) * rows // max(metadata.num_rows, 1)
@@ -539,10 +648,15 @@ def _read_parquet(src: _Source, *, max_rows: int | None, report: _Reporter) -> T
             table = pq.ParquetFile(stream).read(columns=[raw_names[columns.index(name)] for name in names])
         return table.rename_columns(names).to_pandas()
 
-    def rows() -> Iterator[Row]:
-        count = 0
+    def rows(row_errors: list[RowError]) -> Iterator[Row]:
+        count, used = 0, 0
         with src.open() as stream:
-            batches = pq.ParquetFile(stream).iter_batches(batch_size=_PARQUET_BATCH)
+            try:
+                batches = pq.ParquetFile(stream, read_dictionary=as_dictionary or None).iter_batches(
+                    batch_size=_PARQUET_BATCH)
+            except (pa.ArrowException, OSError) as exc:
+                raise DatasetError(f"the file is not a readable Parquet file ({exc}); expected a Parquet "
+                                   f"table") from None
             while True:
                 try:
                     batch = next(batches, None)
@@ -551,13 +665,74 @@ def _read_parquet(src: _Source, *, max_rows: int | None, report: _Reporter) -> T
                                        f"table") from None
                 if batch is None:
                     break
-                for record in batch.rename_columns(columns).to_pylist():
+                used += sum(map(_decoded_size, batch.columns))
+                if src.max_bytes is not None and used > src.max_bytes:  # before the batch is decoded
+                    raise _too_big(src)
+                batch = pa.RecordBatch.from_arrays(
+                    [c if c.type == schema.field(i).type else c.cast(schema.field(i).type)  # dictionaries decoded
+                     for i, c in enumerate(batch.columns)], names=columns)
+                long = _long_cells(batch, src.max_cell) if src.max_cell is not None else {}
+                for i, record in enumerate(batch.to_pylist()):
                     count += 1
-                    yield count, record
+                    if i in long:
+                        row_errors.extend(RowError(count, name, _cell_too_long(chars, src.max_cell or 0))
+                                          for name, chars in long[i])
+                        yield count, None
+                    else:
+                        yield count, record
                 report(_bytes_of(count), src.size)
         report(_bytes_of(count), src.size, final=True)
         if not count:
             raise _no_rows(columns)
 
-    return Table(columns=columns, rows=rows(), frame=frame,
-                 again=lambda: _read_parquet(src, max_rows=max_rows, report=report))
+    table = Table(columns=columns, rows=iter(()), frame=frame,
+                  again=lambda: _read_parquet(src, max_rows=max_rows, report=report))
+    table.rows = rows(table.errors)
+    return table
+
+
+def _is_text(kind: Any) -> bool:
+    """A string or binary Arrow type, or a list of them (a Parquet column whose values may be read as dictionaries)."""
+    import pyarrow as pa
+
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        kind = kind.value_type
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) or (
+        pa.types.is_large_binary(kind))
+
+
+def _decoded_size(array: Any) -> int:
+    """The bytes ``array`` takes once its dictionaries are decoded, found without decoding them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    if pa.types.is_dictionary(kind):  # each row's value's bytes, and its offset
+        lengths = pc.take(pc.binary_length(array.dictionary), array.indices)
+        return int(pc.sum(lengths).as_py() or 0) + 8 * len(array)
+    if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and pa.types.is_dictionary(kind.value_type):
+        return 8 * (len(array) + 1) + _decoded_size(array.flatten())
+    return int(array.nbytes)
+
+
+def _long_cells(batch: Any, max_cell: int) -> dict[int, list[tuple[str, int]]]:
+    """The rows of ``batch`` (by index) holding a string or binary cell longer than ``max_cell``, with each such
+    cell's column and length (characters; bytes for binary)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    long: dict[int, list[tuple[str, int]]] = {}
+    for name, column in zip(batch.schema.names, batch.columns):
+        kind = column.type
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            lengths = pc.utf8_length(column)
+        elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+            lengths = pc.binary_length(column)
+        else:
+            continue
+        if (pc.max(lengths).as_py() or 0) > max_cell:
+            values = lengths.to_pylist()
+            for i, chars in enumerate(values):
+                if chars is not None and chars > max_cell:
+                    long.setdefault(i, []).append((name, chars))
+    return long

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .. import settings
 from .._checks import check_bool, check_int
 from ..trace import Trace
 from ._values import ABSENT, CellError, is_blank, is_int64, is_missing, json_cell, show
@@ -103,7 +104,8 @@ class LabeledDataset:
 
 def read_dataset(source: PathOrBuffer | bytes, *, format: str | None = None, matcher: str = "exact",
                  tolerance: float = 1e-6, f1_threshold: float = 0.5, require_label: bool = True,
-                 max_rows: int | None = None, progress: Progress | None = None) -> LabeledDataset:
+                 max_rows: int | None = None, progress: Progress | None = None, max_bytes: int | None = None,
+                 max_cell_chars: int | None = None) -> LabeledDataset:
     """Read and validate a labeled dataset (CSV, JSON Lines or Parquet); see :mod:`trace_core.data` for the columns.
 
     Parameters
@@ -127,6 +129,15 @@ def read_dataset(source: PathOrBuffer | bytes, *, format: str | None = None, mat
         bytes read so far and the file's size in bytes (Parquet: the size times the share of rows read). ``done``
         only grows and ends equal to ``total``, so ``done / total`` suits a progress bar (e.g. a command line's
         reading bar on stderr).
+    max_bytes : int or None
+        Refuse a file holding more bytes than this once read (>= 1): its text (CSV, JSON Lines), or its columns
+        decompressed (Parquet: the metadata is checked before any page is decompressed, then each batch before it
+        is decoded), so a small compressed file never unpacks to gigabytes. None: ``TRACE_MAX_DATA_MB`` MiB
+        (default 1,024; :mod:`trace_core.settings`).
+    max_cell_chars : int or None
+        A text cell longer than this many characters (>= 1) rejects its row with a row error naming the column; the
+        other rows are read. Text cells: CSV fields (trace columns' JSON text too), a JSON Lines record's string
+        values, Parquet strings (binary: bytes). None: ``TRACE_MAX_CELL_MB`` MiB (default 16).
 
     Returns
     -------
@@ -149,12 +160,15 @@ def read_dataset(source: PathOrBuffer | bytes, *, format: str | None = None, mat
     is rejected with a row error naming the column: ``json`` would keep the last value, silently. The same holds
     for any object nested in a cell (a ``response``'s, or a CSV cell's JSON text): the error names the column and
     where in it the key is repeated. (A CSV or Parquet header with two such names is a :class:`DatasetError`.)
+    So is JSON that holds a value Python cannot keep, in any column, used or not: an escaped lone surrogate
+    (``"\\ud800"``: half of a UTF-16 pair, no character) or an integer of more than 4,300 digits.
 
     Raises
     ------
     DatasetError
         The file is empty, has no data rows, is not UTF-8 text (CSV/JSONL), not a table, lacks required columns,
-        has duplicate column names, has more than ``max_rows`` rows, or its format cannot be told.
+        has duplicate column names, has more than ``max_rows`` rows or ``max_bytes`` bytes, or its format cannot
+        be told.
     TypeError, ValueError
         An option of the wrong type or out of range.
 
@@ -170,7 +184,12 @@ def read_dataset(source: PathOrBuffer | bytes, *, format: str | None = None, mat
         check_int(max_rows, "max_rows", minimum=1)
     if progress is not None and not callable(progress):
         raise TypeError(f"`progress` must be a callable or None, got {type(progress).__name__}")
-    table, fmt = read_table(source, format=format, max_rows=max_rows, progress=progress)
+    max_bytes = settings.get("TRACE_MAX_DATA_MB") * 2**20 if max_bytes is None else max_bytes
+    max_cell_chars = settings.get("TRACE_MAX_CELL_MB") * 2**20 if max_cell_chars is None else max_cell_chars
+    check_int(max_bytes, "max_bytes", minimum=1)
+    check_int(max_cell_chars, "max_cell_chars", minimum=1)
+    table, fmt = read_table(source, format=format, max_rows=max_rows, progress=progress, max_bytes=max_bytes,
+                            max_cell_chars=max_cell_chars)
     return _validate_table(table, fmt=fmt, matcher=matcher, tolerance=tolerance, f1_threshold=f1_threshold,
                            require_label=require_label)
 
