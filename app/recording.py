@@ -17,8 +17,11 @@ import streamlit as st
 from trace_core import LabeledDataset, LoadedModel, Trace, score_answers, write_dataset
 from trace_core.policy import Usable, rows_over_context, usable_rows
 from trace_core.record import context_length
+from trace_core.record.server import ServerError
 
 from . import state
+from .components import md_literal
+from .services import model_key
 
 BATCH_SIZE = 16  # answers per teacher-forcing batch; also how often Stop can take effect
 
@@ -35,7 +38,8 @@ class DatasetTraces:
     usable : Usable
         The policy's sorting of the rows (kept, missing, empty, too long) with its messages.
     key : str
-        Identifies these traces (the file's digest and the recording model), for caches.
+        Identifies these traces, for caches shared by every session: the file's digest and the recording model's
+        :func:`app.services.model_key` (never its name alone).
     store : dict
         This session's recorded traces for the dataset and model (position -> Trace), filled by :func:`record_panel`.
     """
@@ -73,10 +77,11 @@ class DatasetTraces:
 def dataset_traces(dataset: LabeledDataset, data_key: str, lm: LoadedModel | None) -> DatasetTraces:
     """The file's traces merged with those recorded in this session, sorted by :func:`trace_core.policy.usable_rows`.
 
-    With a model, rows still missing a trace are checked against its context (they would be recorded next).
+    With a model, rows still missing a trace are checked against its context (they would be recorded next): once
+    per file and model in a session (:func:`app.state.over_context`), not on every rerun.
     """
-    model_id = lm.model_id if lm is not None else None
-    store = state.recorded_traces(data_key, model_id)
+    key = model_key(lm)
+    store = state.recorded_traces(data_key, key)
     traces = list(dataset.traces)
     for i, trace in store.items():
         traces[i] = trace
@@ -84,12 +89,20 @@ def dataset_traces(dataset: LabeledDataset, data_key: str, lm: LoadedModel | Non
     too_long: list[int] = []
     limit = None
     if missing and lm is not None:
-        prompts, answers = _texts(dataset, missing)
-        too_long = [missing[j] for j in rows_over_context(lm, prompts, answers)]
+        over = state.over_context(data_key, key, lambda: _over_context(lm, dataset))
+        too_long = [i for i in missing if i in over]
         limit = context_length(lm)
     usable = usable_rows(traces, row_numbers=dataset.frame[dataset.row_column].tolist(), too_long=too_long,
                          context_limit=limit)
-    return DatasetTraces(dataset, tuple(traces), usable, f"{data_key}/{model_id}", store)
+    return DatasetTraces(dataset, tuple(traces), usable, f"{data_key}/{key}", store)
+
+
+def _over_context(lm: LoadedModel, dataset: LabeledDataset) -> frozenset[int]:
+    """Positions of the rows without a trace in the file that do not fit the model's context (recording fills only
+    those rows, so the answer holds whatever this session records)."""
+    unrecorded = [i for i, t in enumerate(dataset.traces) if t is None]
+    prompts, answers = _texts(dataset, unrecorded)
+    return frozenset(unrecorded[j] for j in rows_over_context(lm, prompts, answers))
 
 
 def _texts(dataset: LabeledDataset, positions: Sequence[int]) -> tuple[list[str], list[str]]:
@@ -123,10 +136,16 @@ def record_panel(lm: LoadedModel, rows: DatasetTraces, *, key: str = "record") -
     st.button("Stop", key=f"stop_{key}", help="Stops after the current batch; recorded traces are kept.")
     bar = st.progress(0.0, text="Recording traces…")
     done = 0
-    for batch in record_batches(lm, rows.dataset, missing):
-        rows.store.update(batch)
-        done += len(batch)
-        bar.progress(done / len(missing), text=f"Recorded {done:,} of {len(missing):,} traces")
+    try:
+        for batch in record_batches(lm, rows.dataset, missing):
+            rows.store.update(batch)
+            done += len(batch)
+            bar.progress(done / len(missing), text=f"Recorded {done:,} of {len(missing):,} traces")
+    except (ServerError, ValueError) as exc:  # one line; what was recorded before stays in the store
+        bar.empty()
+        st.error(md_literal(f"Recording stopped: {exc}" + (f" ({done:,} traces recorded before it are kept)."
+                                                          if done else "")))
+        return
     st.rerun()
 
 

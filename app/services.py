@@ -13,7 +13,9 @@ import hashlib
 import io
 import json
 import threading
+import uuid
 import warnings
+import weakref
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -82,23 +84,28 @@ def get_model(name_or_path: str) -> LoadedModel:
 
 
 @st.cache_resource(show_spinner="Connecting to the model server…", max_entries=4)
-def _cached_server(base_url: str, model: str, tokenizer: str | None, full_distribution: bool, api: str) -> Any:
+def _cached_server(base_url: str, model: str, tokenizer: str | None, full_distribution: bool, api: str,
+                   api_key_env: str | None) -> Any:
     from trace_core.record.server import connect_server
 
-    return connect_server(base_url, model, tokenizer=tokenizer, full_distribution=full_distribution, api=api)
+    return connect_server(base_url, model, tokenizer=tokenizer, full_distribution=full_distribution, api=api,
+                          api_key_env=api_key_env)
 
 
 def get_server(base_url: str, model: str, tokenizer: str | None = None, *, full_distribution: bool = False,
                api: str = "completions", recheck: bool = False) -> Any:
     """A model server as a model (:func:`trace_core.record.server.connect_server`), once per process; ``recheck``
-    connects again. The server must be allowed (:func:`check_server_allowed`) and a tokenizer folder on the
-    model allow-list."""
+    connects again. The server must be allowed (:func:`check_server_allowed`), and the tokenizer's source (the
+    tokenizer typed, else the served name, which may be a local folder) on the model allow-list. An API key is sent
+    only where the deployment ties one to this server (``TRACE_SERVER_KEYS``); none is sent otherwise."""
+    from trace_core.record.server import base_url_of, key_variable_for
+
     check_server_allowed(base_url)
-    if tokenizer:
-        check_model_allowed(tokenizer)
+    check_model_allowed(tokenizer or model)  # a served name that is a folder loads its tokenizer from there
     if recheck:
         _cached_server.clear()
-    return _cached_server(base_url, model, tokenizer or None, full_distribution, api)
+    url = base_url_of(base_url)  # the normal form: one cache entry per server, whatever the spelling
+    return _cached_server(url, model, tokenizer or None, full_distribution, api, key_variable_for(url))
 
 
 
@@ -110,14 +117,15 @@ def check_server_allowed(base_url: str) -> None:
     import ipaddress
     from urllib.parse import urlsplit
 
-    from trace_core.record.server import base_url_of
+    from trace_core.record.server import base_url_of, served_under
 
     try:
         credentials = urlsplit(str(base_url).strip()).username is not None
     except ValueError:
         credentials = False
     if credentials:
-        raise ValueError("put no credentials in the server address; the API key is read from OPENAI_API_KEY")
+        raise ValueError("put no credentials in the server address; a server's API key is set by the deployment "
+                         "(TRACE_SERVER_KEYS)")
     try:
         url = base_url_of(base_url)
     except ValueError as exc:  # its messages never echo credentials
@@ -135,12 +143,8 @@ def check_server_allowed(base_url: str) -> None:
                          "not one (set TRACE_MODEL_SERVERS to allow it)")
     if "*" in allowed:
         return
-    for entry in allowed:
-        try:
-            if url == base_url_of(entry) or url.startswith(base_url_of(entry) + "/"):
-                return
-        except ValueError:
-            continue  # a malformed entry allows nothing
+    if any(served_under(url, entry) for entry in allowed):  # a malformed entry allows nothing
+        return
     raise ValueError(f"'{clip(url)}' is not among the model servers this dashboard may use (TRACE_MODEL_SERVERS)")
 
 
@@ -165,15 +169,52 @@ def example_label(example: dict) -> str:
     return f"{example['family'].replace('_', ' ')}{verdict}: {question}"
 
 
-@st.cache_resource(show_spinner="Reading the dataset…", max_entries=8)
+_DATASETS: "OrderedDict[str, tuple[LabeledDataset, int]]" = OrderedDict()  # least recently used first
+_DATASETS_LOCK = threading.Lock()
+_DATASETS_KEPT = 8
+
+
 def _read(data: bytes, name: str, matcher: str, max_rows: int, require_label: bool = True) -> LabeledDataset:
+    """The dataset in ``data``, kept for the process in a small least-recently-used store shared by every session:
+    at most 8 datasets, and at most TRACE_MAX_DATA_MB of them in all (their estimated size in memory). A dataset
+    larger than that is returned but not kept; one that holds more than TRACE_MAX_DATA_MB of data, or a Parquet file
+    that would decompress to more, is refused by the reader before it is decompressed, so nothing oversize is ever
+    cached."""
     from trace_core.data import DatasetWarning
 
+    budget, cell = settings.get("TRACE_MAX_DATA_MB") * 2**20, settings.get("TRACE_MAX_CELL_MB") * 2**20
+    key = digest(data, name, matcher, max_rows, require_label, budget, cell)  # a new limit is never hidden
+    with _DATASETS_LOCK:
+        held = _DATASETS.get(key)
+        if held is not None:
+            _DATASETS.move_to_end(key)
+            return held[0]
     buffer = io.BytesIO(data)
     buffer.name = name
-    with warnings.catch_warnings():  # the page shows the rejected rows itself
+    with st.spinner("Reading the dataset…"), warnings.catch_warnings():  # the page shows the rejected rows itself
         warnings.simplefilter("ignore", DatasetWarning)
-        return read_dataset(buffer, matcher=matcher, max_rows=max_rows, require_label=require_label)
+        dataset = read_dataset(buffer, matcher=matcher, max_rows=max_rows, require_label=require_label,
+                               max_bytes=budget, max_cell_chars=cell)
+    size = dataset_size(dataset)
+    with _DATASETS_LOCK:
+        _DATASETS[key] = (dataset, size)
+        _DATASETS.move_to_end(key)
+        while _DATASETS and (len(_DATASETS) > _DATASETS_KEPT or sum(n for _, n in _DATASETS.values()) > budget):
+            _DATASETS.popitem(last=False)  # the oldest first; the one just read too, when it alone is over
+    return dataset
+
+
+def dataset_size(dataset: LabeledDataset) -> int:
+    """About how many bytes ``dataset`` holds in memory: its frame (strings included) and its traces' arrays and
+    token tuples (token texts are shared between traces, so they are not counted per trace)."""
+    size = int(dataset.frame.memory_usage(deep=True, index=True).sum())
+    for trace in dataset.traces:
+        if trace is None:
+            continue
+        size += sum(a.nbytes for a in (trace.token_ids, trace.surprisal, trace.entropy, trace.top_ids,
+                                       trace.top_logprobs, trace.ranks) if a is not None)
+        size += 8 * len(trace.tokens) + (8 * trace.top_logprobs.size if trace.top_tokens is not None else 0)
+    return size
 
 
 def read_cached(data: bytes, name: str, matcher: str, *, require_label: bool = True) -> LabeledDataset:
@@ -217,8 +258,15 @@ def read_local_file(path_text: str) -> tuple[bytes, str]:
         path = (folder / path_text).resolve(strict=True)
         if not path.is_relative_to(folder) or not path.is_file():
             raise refused
-        with open(path, "rb") as stream:
-            data = stream.read(limit + 1)
+        with open(path, "rb") as stream:  # a MiB at a time: never a buffer of the limit's size up front
+            chunks, size = [], 0
+            while size <= limit:
+                chunk = stream.read(min(2**20, limit + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        data = b"".join(chunks)
     except (OSError, ValueError, RuntimeError):  # missing, a symlink loop, a NUL byte, no permission, too long
         raise refused from None
     if len(data) > limit:
@@ -238,12 +286,82 @@ def digest(*parts: Any) -> str:
     return h.hexdigest()[:16]
 
 
+_MODEL_KEYS: "weakref.WeakKeyDictionary[LoadedModel, str]" = weakref.WeakKeyDictionary()  # kept while the model is
+_MODEL_KEYS_LOCK = threading.Lock()
+
+
+def model_key(lm: Any) -> str | None:
+    """What identifies the traces a model records, for every cache of traces, evaluations and calibrators (None
+    without a model); the model id alone does not (two servers may serve different models under one name).
+
+    * A model server (:class:`trace_core.record.server.ServerModel`): its address, served name and model id, and the
+      options that change a trace: the full distribution or the top-k asked (the entropy mode), the endpoint, V, the
+      context length and the local tokenizer.
+    * A local model: a content digest of the files in its folder (weights, config, tokenizer), with its id, dtype and
+      device. Computed once per loaded model (about a second per 700 MB, the first time a page needs it) and kept
+      while the model is; a model whose folder cannot be found gets a key of its own.
+
+    The same model always gets the same key, so switching back to it finds what was recorded with it. The sidebar's
+    decoding settings are not part of it: recording teacher-forces the given answers, which they do not change.
+    """
+    if lm is None:
+        return None
+    from trace_core.record.server import ServerModel
+
+    if isinstance(lm, ServerModel):
+        tokenizer = lm.tokenizer
+        return "server-" + digest("server", lm.base_url, lm.model, lm.model_id, lm.full_distribution,
+                                  lm.top_logprobs, lm.api, lm.vocab_size, lm.context_length,
+                                  str(getattr(tokenizer, "name_or_path", "")), type(tokenizer).__name__)
+    with _MODEL_KEYS_LOCK:
+        known = _MODEL_KEYS.get(lm)
+    if known is None:
+        known = "local-" + _local_model_digest(lm)  # outside the lock: hashing a large model takes seconds
+        with _MODEL_KEYS_LOCK:
+            known = _MODEL_KEYS.setdefault(lm, known)
+    return known
+
+
+def _local_model_digest(lm: LoadedModel) -> str:
+    """A digest of the model's folder files and its id, dtype and device (see :func:`model_key`)."""
+    from trace_core.record.folders import model_folder
+
+    h = hashlib.sha256()
+    parameter = next(lm.model.parameters(), None)
+    h.update(repr(("local", lm.model_id, type(lm.model).__name__, str(getattr(parameter, "dtype", None)),
+                   str(getattr(parameter, "device", None)))).encode())
+    source = str(getattr(lm.model, "name_or_path", "") or lm.model_id)
+    folder = model_folder(source)
+    path = folder.path if folder is not None else _hub_snapshot(source)
+    if path is None:
+        h.update(uuid.uuid4().bytes)  # nothing on disk to read: this loaded model is a model of its own
+        return h.hexdigest()[:16]
+    for file in sorted(p for p in path.iterdir() if p.is_file()):  # hub snapshots' links followed to their blobs
+        h.update(repr((file.name, file.stat().st_size)).encode())
+        with open(file, "rb") as stream:
+            for chunk in iter(lambda: stream.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def _hub_snapshot(model_id: str) -> Path | None:
+    """The local Hugging Face cache folder of ``model_id``, if it is there."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        config = try_to_load_from_cache(model_id, "config.json")
+    except Exception:  # not an id, no hub package
+        return None
+    return Path(config).parent if isinstance(config, str) else None
+
+
 @st.cache_resource(show_spinner="Running the evaluation protocol…", max_entries=8)
 def evaluate_cached(_traces: Sequence[Trace], labels: np.ndarray, config: EvaluationConfig, methods: tuple[str, ...],
                     key: str, _beams: Sequence[Sequence[float]] | None = None, _embedder: Any = None,
                     semantic: bool = False) -> tuple[EvaluationResult, list[str]]:
-    """The protocol on a dataset; ``key`` identifies the traces (they are not hashed by Streamlit); ``semantic``
-    says whether ``_embedder`` is given (the semantic baselines run).
+    """The protocol on a dataset; ``key`` identifies the traces (they are not hashed by Streamlit): the file's digest
+    and the recording model's :func:`model_key` (``DatasetTraces.key``), never the model's name alone, since the cache
+    is shared by every session; ``semantic`` says whether ``_embedder`` is given (the semantic baselines run).
 
     Returns the result and the warnings it raised (e.g. skipped splits), for the page to show.
     """
@@ -257,7 +375,7 @@ def evaluate_cached(_traces: Sequence[Trace], labels: np.ndarray, config: Evalua
 @st.cache_resource(show_spinner="Fitting TRACE+…", max_entries=8)
 def fit_calibrator_cached(_traces: Sequence[Trace], labels: np.ndarray, key: str) -> TracePlus:
     """TRACE+ fitted on all the labeled answers of a dataset (the surprisal-only feature set when the traces hold no
-    entropy); ``key`` identifies the traces."""
+    entropy); ``key`` identifies the traces, as for :func:`evaluate_cached` (file digest and :func:`model_key`)."""
     from trace_core.features import default_feature_set
 
     return TracePlus(feature_set=default_feature_set(_traces)).fit(list(_traces), labels)
@@ -318,7 +436,8 @@ def parse_beams(dataset: LabeledDataset, keep: np.ndarray) -> tuple[list[list[fl
 
 def scored_rows(data: state.Answers, calibrator: Any) -> pd.DataFrame:
     """The answers scored by ``calibrator`` (:func:`trace_core.flag.score_rows`), once per data and calibrator in a
-    session: moving the Flag page's sliders does not score again."""
+    session: moving the Flag page's sliders does not score again. ``data.key`` holds the recording model's
+    :func:`model_key`, so traces recorded with another model (another server serving the same name) score afresh."""
     from trace_core.flag import score_rows
 
     compute: Callable[[], pd.DataFrame] = lambda: score_rows(data.frame, data.traces, calibrator)  # noqa: E731

@@ -32,7 +32,8 @@ CALIBRATOR = "calibrator"  # ActiveCalibrator: fitted on Calibrate or loaded fro
 CALIBRATED_DATA = "flag_data"  # Answers: the Calibrate page's rows for Flag & export
 UPLOADS = "uploads"  # {role: (bytes, name)}: each page's last uploaded file, kept across pages
 LOADED_CALIBRATOR_FILE = "loaded_calibrator_file"  # (name, size, digest) of the calibrator file last loaded
-RECORDED = "recorded"  # {(data key, model id): {row position: Trace}}: traces recorded in this session
+RECORDED = "recorded"  # {(data key, model key): {row position: Trace}}: traces recorded in this session
+OVER_CONTEXT = "over_context"  # {(data key, model key): frozenset of row positions}: rows too long for the model
 SCORED = "scored"  # {key: DataFrame}: the Flag page's scored rows (one entry)
 INSPECT_TRACE = "inspect_trace"  # Trace | None: the Inspect page's last answer
 COMPARISON = "compare_result"  # Comparison | None: the Compare page's last two answers
@@ -232,10 +233,31 @@ def forget_upload(role: str) -> None:
     st.session_state.get(UPLOADS, {}).pop(role, None)
 
 
-def recorded_traces(data_key: str, model_id: str | None) -> dict[int, Trace]:
-    """The traces this session recorded for a dataset with a model, by row position; the live dict, to fill."""
+def recorded_traces(data_key: str, model_key: str | None) -> dict[int, Trace]:
+    """The traces this session recorded for a dataset with a model, by row position; the live dict, to fill.
+
+    ``model_key`` is :func:`app.services.model_key` (not the model's name: two servers may serve different models
+    under one name), so another model starts empty and switching back finds its traces again."""
     recorded: dict[tuple[str, str | None], dict[int, Trace]] = st.session_state.setdefault(RECORDED, {})
-    return recorded.setdefault((data_key, model_id), {})
+    return recorded.setdefault((data_key, model_key), {})
+
+
+#: How many (dataset, model) pairs :func:`over_context` keeps per session.
+OVER_CONTEXT_KEPT = 4
+
+
+def over_context(data_key: str, model_key: str | None, compute: Callable[[], frozenset[int]]) -> frozenset[int]:
+    """``compute()`` (the row positions too long for the model's context), once per dataset and model in a session:
+    tokenizing a large file on every rerun would make every interaction wait. The last :data:`OVER_CONTEXT_KEPT`
+    pairs are kept."""
+    cache: dict[tuple[str, str | None], frozenset[int]] = st.session_state.setdefault(OVER_CONTEXT, {})
+    key = (data_key, model_key)
+    if key not in cache:
+        value = compute()
+        while len(cache) >= OVER_CONTEXT_KEPT:
+            cache.pop(next(iter(cache)))  # the oldest first (dicts keep insertion order)
+        cache[key] = value
+    return cache[key]
 
 
 def scored(key: str, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:

@@ -150,7 +150,9 @@ def check_model_allowed(name_or_path: str | Path) -> None:
     A model name is loaded as a folder when that folder exists or the name looks like a path
     (:func:`~trace_core.record.folders.looks_like_path`); otherwise it is a hub id. An entry that is neither form,
     and a variable that is set but lists no entry (``" "``, ``","``), is an error naming the variable: nothing
-    loads until it is fixed or unset.
+    loads until it is fixed or unset. A name that is not allowed always gets the same message (only the name
+    echoed), whatever is on disk at that path: the check runs before anything is loaded and never tells whether a
+    folder exists.
 
     >>> check_model_allowed("any/model")  # no allow-list set: every model is allowed  # doctest: +SKIP
     """
@@ -172,12 +174,17 @@ def check_model_allowed(name_or_path: str | Path) -> None:
                                        "./, ../ or ~) nor a hub id (name or org/name); fix the entry.")
     name = str(name_or_path)
     if name.strip():
-        if _loads_a_folder(name):
-            resolved = _resolved(name)
-            if resolved is not None and any(_resolved(entry) == resolved for entry in paths):
+        try:
+            if _loads_a_folder(name):
+                resolved = _resolved(name)
+                if resolved is not None and any(_resolved(entry) == resolved for entry in paths):
+                    return
+            elif name in hub_ids:
                 return
-        elif name in hub_ids:
-            return
+        except (OSError, RuntimeError, ValueError):
+            # no permission, a name too long, an unknown ~user: refused with the same words as any other name, so
+            # the message never tells what exists on this machine
+            pass
     raise ModelNotAllowedError(f"Model {shorten(name)} is not on this deployment's allow-list ({_ALLOWLIST}); "
                                f"allowed: {shorten(', '.join(allowed))}.")
 
