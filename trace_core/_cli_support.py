@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from ._checks import clip
+from ._checks import clip, shorten
+from .settings import redact_secrets
 
 __all__ = ["CLIError"]
 
@@ -29,8 +31,22 @@ _FLAGGED_OUT = ({".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": 
 
 
 def _shown(path: str) -> str:
-    """A path as typed, cut to about 200 characters."""
-    return clip(path)
+    """A path as typed, cut to about 200 characters; quoted with its line breaks and other control characters
+    escaped (as Python writes it) when it has any, so that a message naming it stays one line."""
+    return clip(path) if path.isprintable() else shorten(path)
+
+
+def _regular_file(path: str) -> Path:
+    """``path`` when it names a regular file (symlinks followed); else a one-line :class:`CLIError`. Checked before
+    the file is opened: a device (``/dev/zero``) never ends and a FIFO blocks until someone writes to it."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # missing, a NUL byte, no permission
+        raise CLIError(f"{_shown(path)}: no such file") from None
+    if not stat.S_ISREG(mode):
+        what = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a device, a pipe or a socket)"
+        raise CLIError(f"{_shown(path)}: is {what}; give a file")
+    return Path(path)
 
 
 def _check_out(out: str, kind: tuple[dict[str, str], str], *, option: str = "--out") -> str:
@@ -70,6 +86,18 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
+def _check_not_input(out: str | None, inputs: Sequence[tuple[str, str | None]], *, written: str) -> None:
+    """A one-line :class:`CLIError` when ``out`` names one of ``inputs`` ((what it is, path) pairs): the same file,
+    through a symlink or a hard link. No command writes over a file it reads; checked before any work, so the input
+    is left byte for byte as it was."""
+    if not out:
+        return
+    for what, given in inputs:
+        if given and _same_file(out, given):
+            raise CLIError(f"--out {_shown(out)}: is {what} ({_shown(given)}); it would be replaced by {written}: "
+                           "write it to another file")
+
+
 def _progress(total: int, description: str, enabled: bool, *, unit: str = "answer"):
     """A tqdm bar on stderr (silent when disabled or when tqdm is missing); returns (update callback, close)."""
     if not enabled:
@@ -98,12 +126,14 @@ _OPTION_OF = {"n_splits": "--splits", "calibration_fraction": "--calibration-fra
               "target_risk": "--target-risk", "tolerance": "--tolerance", "matcher": "--matcher",
               "feature_set": "--feature-set", "scalar_calibrator": "--calibrator", "methods": "--methods",
               "embedder": "--embedder", "concurrency": "--concurrency", "max_retries": "--retries",
-              "timeout": "--timeout", "tokenizer": "--server-tokenizer", "full_distribution": "--full-distribution"}
+              "timeout": "--timeout", "tokenizer": "--server-tokenizer", "full_distribution": "--full-distribution",
+              "api_key_env": "--api-key-env", "base_url": "--server"}
 _OPT_IN = {"allow_pickle_weights=True": "--allow-pickle-weights", "trust_remote_code=True": "--trust-remote-code",
            "stratified=True": "--stratified", "local_files_only=False": "(no option: the command line never "
                                                                         "downloads)"}
 _LIBRARY_ONLY = ((re.compile(r",? or pass format= one of \([^)]*\)"), ""),  # the command line reads the extension
-                 (re.compile(r"use format='(\w+)' or an? \.(\w+) extension"), r"give it a .\2 extension"))
+                 (re.compile(r"use format='(\w+)' or an? \.(\w+) extension"), r"give it a .\2 extension"),
+                 (re.compile(r", or read_dataset\(\w+=\.\.\.\)"), ""))  # the setting is the command line's way
 _KEYWORD = re.compile(r"`(\w+)`")
 _PYTHON_CALL = re.compile(r"\b(?:pass|give|set) (\w+)=(?:True|False|None|\w+)\b")
 
@@ -128,7 +158,7 @@ def _plain_warnings(caught: Sequence[Any], *, skip: tuple[type, ...] = ()) -> No
     for w in caught:
         if skip and issubclass(w.category, skip):
             continue
-        text = _cli_words(str(w.message).strip())
+        text = redact_secrets(_cli_words(str(w.message).strip()))
         if issubclass(w.category, RuntimeWarning) and "encountered in" in text:
             numeric.append(text)
             continue

@@ -26,18 +26,20 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ._checks import AnswerValueError, shorten
+from ._checks import AnswerValueError, clip, shorten
+from .settings import redact_secrets
 from ._cli_support import (
     _CALIBRATOR_OUT,
     _DATASET_OUT,
     _FLAGGED_OUT,
     _REPORT_OUT,
     CLIError,
+    _check_not_input,
     _check_out,
     _cli_words,
     _plain_warnings,
     _progress,
-    _same_file,
+    _regular_file,
     _shown,
 )
 
@@ -107,7 +109,7 @@ def _read(path: str, *, require_label: bool, args: argparse.Namespace):
     _plain_warnings(caught, skip=(DatasetWarning,))  # the summary below says what DatasetWarning says, once
     print(dataset.summary(), file=sys.stderr)
     if dataset.n_valid == 0:
-        raise CLIError(f"{path}: no valid rows to use")
+        raise CLIError(f"{_shown(path)}: no valid rows to use")
     return dataset
 
 
@@ -125,14 +127,15 @@ def _usable(dataset, path: str, *, consequence: str | None = None):
 
     usable = usable_rows(dataset.traces, row_numbers=_row_numbers(dataset))
     if usable.missing:
-        raise CLIError(f"{path}: {usable.missing_message()}; record traces first with "
+        raise CLIError(f"{_shown(path)}: {usable.missing_message()}; record traces first with "
                        "`trace-core score DATA --model MODEL --out FILE`")
     if consequence is None:
         if usable.empty:
-            raise CLIError(f"{path}: {usable.empty_message(left_out=False)}; remove them or record them again")
+            raise CLIError(f"{_shown(path)}: {usable.empty_message(left_out=False)}; remove them or record them "
+                           "again")
         return dataset
     if usable.nothing_left_message():
-        raise CLIError(f"{path}: {usable.nothing_left_message()}")
+        raise CLIError(f"{_shown(path)}: {usable.nothing_left_message()}")
     for note in usable.notes():
         print(f"warning: {note}", file=sys.stderr)
     if len(usable.keep) < len(dataset.traces):
@@ -141,7 +144,7 @@ def _usable(dataset, path: str, *, consequence: str | None = None):
                           traces=[dataset.traces[i] for i in keep])
     message = one_class_message(dataset.frame["label"].to_numpy(), consequence)
     if message:
-        raise CLIError(f"{path}: {message}")
+        raise CLIError(f"{_shown(path)}: {message}")
     return dataset
 
 
@@ -193,14 +196,12 @@ def _check_options(args: argparse.Namespace) -> None:
 
 
 def _read_prompts(path: str) -> pd.DataFrame:
-    p = Path(path)
-    if not p.exists():
-        raise CLIError(f"{path}: no such file")
+    p = _regular_file(path)  # never /dev/zero (endless) or a FIFO (blocks)
     if p.suffix.lower() in (".txt", ""):
         lines = [line.rstrip("\n") for line in p.read_text(encoding="utf-8").splitlines()]
         prompts = [line for line in lines if line.strip()]
         if not prompts:
-            raise CLIError(f"{path}: no prompts (expected one per line)")
+            raise CLIError(f"{_shown(path)}: no prompts (expected one per line)")
         return pd.DataFrame({"prompt": prompts})
     dataset = _read(path, require_label=False, args=argparse.Namespace())
     return dataset.frame.drop(columns=[dataset.row_column])
@@ -217,9 +218,10 @@ def cmd_generate(args: argparse.Namespace) -> None:
     from .record import beam_logprobs, generate_traces
 
     _check_out(args.out, _DATASET_OUT)
+    _check_not_input(args.out, [("the prompts file", args.prompts)], written="the generated answers")
     frame = _read_prompts(args.prompts)
     if "prompt" not in frame.columns:
-        raise CLIError(f"{args.prompts}: needs a `prompt` column")
+        raise CLIError(f"{_shown(args.prompts)}: needs a `prompt` column")
     lm = _load_model(args)
     prompts = frame["prompt"].astype(str).tolist()
     update, close = _progress(len(prompts), "generating", not args.quiet)
@@ -241,6 +243,7 @@ def cmd_score(args: argparse.Namespace) -> None:
     from .record import beam_logprobs, score_answers
 
     _check_out(args.out, _DATASET_OUT)
+    _check_not_input(args.out, [("the input file", args.data)], written="the scored dataset")
     dataset = _read(args.data, require_label=False, args=args)
     frame = dataset.frame
     traces = list(dataset.traces)
@@ -307,7 +310,7 @@ def _evaluate_one(traces: list, labels: np.ndarray, beams: list | None, *, title
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from .evaluate import average_results
-    from .policy import METRICS_UNDEFINED
+    from .policy import METRICS_UNDEFINED, one_class_message
     from .results import report_markdown
     from .registry import METHODS, method_names
 
@@ -317,6 +320,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         if args.format and args.format != out_format:
             raise CLIError(f"--out {_shown(args.out)}: its extension names {out_format}, not --format {args.format}; "
                            "give a name that matches")
+        _check_not_input(args.out, [("the input file", args.data)], written="the report")
     dataset = _usable(_read(args.data, require_label=True, args=args), args.data,
                       consequence=METRICS_UNDEFINED)
     traces = list(dataset.traces)
@@ -338,13 +342,24 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
             raise CLIError(f"--group-by: no column {shorten(args.group_by)}; columns are "
                            f"{shorten(list(dataset.frame.columns))}")
         keys = dataset.frame[args.group_by].astype(str).to_numpy()
-        groups = {}
+        groups, skipped = {}, 0
         for key in dict.fromkeys(keys):
             idx = np.flatnonzero(keys == key)
+            one_class = one_class_message(labels[idx], "this group cannot be evaluated")
+            if one_class:  # one such group must not stop the others: skipped, named (shortened: user data)
+                skipped += 1
+                print(f"warning: --group-by {shorten(args.group_by)}: skipped the group {shorten(key)}: {one_class}",
+                      file=sys.stderr)
+                continue
             title = f"{args.group_by} = {key}"
             groups[title] = _evaluate_one([traces[i] for i in idx], labels[idx],
-                                          None if beams is None else [beams[i] for i in idx], title=title,
+                                          None if beams is None else [beams[i] for i in idx],
+                                          title=f"{clip(args.group_by)} = {clip(key)}",
                                           rows=[rows[i] for i in idx], **options)
+        if not groups:
+            raise CLIError(f"--group-by {shorten(args.group_by)}: all {skipped:,} groups have one class only (all "
+                           "their answers labeled correct, or all wrong), so none can be evaluated; group by a "
+                           "column whose groups hold both correct and wrong answers")
         results = {**groups, "average": average_results(list(groups.values()))}
     else:
         results = {"": _evaluate_one(traces, labels, beams, title="", rows=rows, **options)}
@@ -374,6 +389,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
     from .features import default_feature_set, needs_entropy
 
     _check_out(args.out, _CALIBRATOR_OUT)
+    _check_not_input(args.out, [("the input file", args.data)], written="the calibrator")
     dataset = _usable(_read(args.data, require_label=True, args=args), args.data, consequence=NO_CALIBRATOR)
     traces = list(dataset.traces)
     fitting = default_feature_set(traces)  # "paper", or "surprisal" when the traces hold no entropy
@@ -382,8 +398,8 @@ def cmd_fit(args: argparse.Namespace) -> None:
         print("warning: these traces hold no entropy (chosen-token log-probabilities only): fitting TRACE+ "
               "(surprisal-only), --feature-set surprisal", file=sys.stderr)
     elif needs_entropy(feature_set) and fitting != "paper":
-        raise CLIError(f"{args.data}: --feature-set {feature_set} needs token entropy and these traces hold only the "
-                       "chosen tokens' log-probabilities; use --feature-set surprisal")
+        raise CLIError(f"{_shown(args.data)}: --feature-set {feature_set} needs token entropy and these traces hold "
+                       "only the chosen tokens' log-probabilities; use --feature-set surprisal")
     try:
         model = TracePlus(feature_set=feature_set, C=args.C).fit(traces, dataset.frame["label"].to_numpy())
     except AnswerValueError as exc:
@@ -399,10 +415,8 @@ def cmd_flag(args: argparse.Namespace) -> None:
     from .flag import output_collisions
 
     fmt = _check_out(args.out, _FLAGGED_OUT)
-    for option, given in (("the input file", args.data), ("--calibrator", args.calibrator)):
-        if _same_file(args.out, given):
-            raise CLIError(f"--out {_shown(args.out)}: is {option} ({_shown(given)}); it would be replaced by the "
-                           "flagged rows: write them to another file")
+    _check_not_input(args.out, [("the input file", args.data), ("--calibrator", args.calibrator)],
+                     written="the flagged rows")
     dataset = _read(args.data, require_label=False, args=args)
     taken = output_collisions(list(dataset.frame.columns))
     if taken:
@@ -411,9 +425,7 @@ def cmd_flag(args: argparse.Namespace) -> None:
                        f"input_{shorten(taken[0].strip())[1:-1]}) and run again")
     dataset = _usable(dataset, args.data)
     traces = list(dataset.traces)
-    path = Path(args.calibrator)
-    if not path.is_file():
-        raise CLIError(f"{_shown(args.calibrator)}: no such file")
+    path = _regular_file(args.calibrator)  # before it is opened: a FIFO would block
     if path.stat().st_size > MAX_CALIBRATOR_BYTES:  # before reading: a calibrator is a few kilobytes
         raise CLIError(f"{_shown(args.calibrator)}: {path.stat().st_size:,} bytes is not a calibrator (at most "
                        f"{MAX_CALIBRATOR_BYTES:,})")
@@ -579,6 +591,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"error: {_cli_words(message)}", file=sys.stderr)
+        print(f"error: {redact_secrets(_cli_words(message))}", file=sys.stderr)  # a server may echo a key
         return 1
     return 0
