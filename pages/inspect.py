@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from app import state
-from app.components import (HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, md_literal, signal_values,
+from app.components import (HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, md_literal, sentence, signal_values,
                             trace_figure, visible_token)
 from app.explain import explain_probability, explain_risk
 from app.panels import active_calibrator_note
@@ -54,7 +54,7 @@ if submitted:
                 state.set_inspect_trace(generate_trace(lm, prompt, config=config))
         except (ValueError, ServerError) as exc:  # a server's failure is one line, like a bad prompt
             state.set_inspect_trace(None)  # the answer below would read as this prompt's
-            st.error(md_literal(str(exc)))
+            st.error(md_literal(sentence(str(exc))))
 
 trace = state.inspect_trace()
 if trace is not None and trace.prompt != prompt:  # the box was edited (or the example changed) since

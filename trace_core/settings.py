@@ -77,7 +77,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
     Setting("TRACE_SERVER_KEYS", "list", None,
             "Which API key the dashboard sends to which model server: comma-separated `URL=VARIABLE` pairs (the "
             "key is read from the environment variable VARIABLE and sent only to that server or paths under it). "
-            "Unset: the dashboard sends no key to any server (the command line sends `--api-key-env`'s to `--server`)."),
+            "Unset: the dashboard sends no key to any server (the command line sends `--api-key-env`'s to "
+            "`--server`)."),
     Setting("TRACE_LOCAL_FILES", "flag", False,
             "Whether the dashboard's Calibrate page offers \"File path\": reading dataset files on the machine it "
             "runs on, inside `TRACE_DATA_DIR` only."),
