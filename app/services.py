@@ -80,6 +80,14 @@ def get_model(name_or_path: str) -> LoadedModel:
     The allow-list is checked on every call, before the cache: a model cached earlier is not a way around it.
     """
     check_model_allowed(name_or_path)
+    from trace_core.record.folders import looks_like_path
+    from trace_core.record.gguf import gguf_file_of, is_converted
+
+    gguf = gguf_file_of(name_or_path) if looks_like_path(name_or_path) else None
+    if gguf is not None and not is_converted(gguf):  # the first load of a GGUF file converts it: say so
+        with st.spinner(f"Converting {gguf.name} once into a safetensors folder (a minute or two; later loads take "
+                        "seconds)…"):
+            return _cached_model(name_or_path)
     return _cached_model(name_or_path)
 
 

@@ -447,14 +447,16 @@ def cmd_flag(args: argparse.Namespace) -> None:
 
 
 def _model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", help="local model folder or a model id in the local Hugging Face cache")
+    p.add_argument("--model", help="local model folder, GGUF file (converted once, then cached) or a model id in the "
+                                  "local Hugging Face cache")
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, mps")
     server = p.add_argument_group("model server (instead of --model)")
     server.add_argument("--server", metavar="URL",
                         help="an OpenAI-compatible model server (vLLM), e.g. http://127.0.0.1:8000")
     server.add_argument("--server-model", metavar="NAME", help="the model's name on the server")
     server.add_argument("--server-tokenizer", metavar="FOLDER_OR_ID",
-                        help="the served model's tokenizer (a local folder or cached id); default: --server-model")
+                        help="the served model's tokenizer (a local folder, GGUF file or cached id); default: "
+                             "--server-model")
     server.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
                         help="environment variable holding the server's API key (default OPENAI_API_KEY; unset: none)")
     server.add_argument("--concurrency", type=int, default=4, help="requests in flight at once (default 4)")

@@ -96,6 +96,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
             "characters; a row with a longer one is rejected and the rest are read."),
     Setting("TRACE_MAX_NEW_TOKENS", "int", 512, "Most new tokens the dashboard lets a user ask for."),
     Setting("TRACE_MAX_PROMPT_CHARS", "int", 8_000, "Longest prompt (characters) the Inspect page accepts."),
+    Setting("TRACE_CACHE_DIR", "text", "",
+            "Where converted GGUF models are kept (`gguf/` in it, one float32 safetensors folder per file content); "
+            "unset: `~/.cache/trace-core`."),
     Setting("TRACE_VLLM_PYTHON", "text", "",
             "Development: the Python of an environment with vLLM; the engine tests and `bench/server_throughput.py` "
             "start a real server with it (`make test-engine` builds one)."),

@@ -12,11 +12,12 @@ import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import settings
 from .._checks import shorten
 from .folders import FolderError, FolderEscapeError, check_folder_files, looks_like_path, model_folder
+from .gguf import converted_folder, gguf_file_of
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -191,13 +192,16 @@ def check_model_allowed(name_or_path: str | Path) -> None:
 
 def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | Any = "auto",
                local_files_only: bool = True, trust_remote_code: bool | None = None,
-               allow_pickle_weights: bool | None = None) -> LoadedModel:
-    """Load a causal LM and its tokenizer from a local folder or the local Hugging Face cache.
+               allow_pickle_weights: bool | None = None,
+               progress: Callable[[str], None] | None = None) -> LoadedModel:
+    """Load a causal LM and its tokenizer from a local folder, a GGUF file or the local Hugging Face cache.
 
     Parameters
     ----------
     name_or_path : str or Path
-        A folder saved with ``save_pretrained``, or a model id already in the local cache.
+        A folder saved with ``save_pretrained``, a ``.gguf`` file (or a folder holding exactly one, and no
+        safetensors), or a model id already in the local cache. A GGUF file is converted once into a cached float32
+        safetensors folder (:func:`~trace_core.record.gguf.converted_folder`) and loaded from there.
     device : str, default "auto"
         "auto" picks CUDA, then MPS, then CPU.
     dtype : str or torch.dtype, default "auto"
@@ -210,6 +214,8 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
     allow_pickle_weights : bool or None, default None
         Accept ``pytorch_model.bin`` (pickle) weights when there are no safetensors weights. Loading a pickle can run
         arbitrary code. None: the setting ``TRACE_ALLOW_PICKLE_WEIGHTS`` (off by default).
+    progress : callable(str) or None
+        Told a line when a GGUF file is being converted (the first load of that file); None writes it to stderr.
 
     Returns
     -------
@@ -246,14 +252,15 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
     import transformers
 
     name = str(name_or_path)
-    check_model_allowed(name)
+    check_model_allowed(name)  # the name as given: a GGUF file is allowed (or not) as itself, before converting
     if trust_remote_code is None:
         trust_remote_code = settings.get("TRACE_TRUST_REMOTE_CODE")
     if allow_pickle_weights is None:
         allow_pickle_weights = settings.get("TRACE_ALLOW_PICKLE_WEIGHTS")
     if not name.strip():
         raise ModelNotFoundError("No model given: pass a local model folder or a cached Hugging Face model id.")
-    folder = model_folder(name)
+    gguf = gguf_file_of(name) if _loads_a_folder(name) else None
+    folder = model_folder(converted_folder(gguf, progress=progress) if gguf is not None else name)
     if folder is not None:
         if folder.only_pickle and not allow_pickle_weights:
             raise UnsafeModelError(

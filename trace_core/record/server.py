@@ -245,8 +245,9 @@ def connect_server(base_url: str, model: str, *, tokenizer: str | None = None,
     model : str
         The served model name (vLLM's ``--served-model-name``, else the path or id it was started with).
     tokenizer : str, optional
-        A local folder or a locally cached Hugging Face id of the model's tokenizer (loaded offline, no remote code).
-        None: ``model`` itself, as a local folder or a cached id.
+        A local folder, a GGUF file (converted once, as :func:`~trace_core.record.load_model` does) or a locally
+        cached Hugging Face id of the model's tokenizer (loaded offline, no remote code). None: ``model`` itself, as
+        a local folder or a cached id.
     api_key_env : str or None, default "OPENAI_API_KEY"
         The environment variable read for the API key at each request; unset (or None) sends no key.
     timeout : float, default 60
@@ -403,15 +404,20 @@ def _model_card(probe: ServerModel, model: str) -> dict[str, Any]:
 
 def _load_tokenizer(name: str, *, given: bool, model: str) -> tuple[Any, Path | None]:
     """The tokenizer ``name`` (a local folder or a cached id, offline, no remote code) and its folder."""
+    from .gguf import converted_folder, gguf_file_of
     from .load import ModelLoadError, _cached_snapshot, _check_files
 
     try:
         import transformers
     except ImportError as exc:  # pragma: no cover - exercised only without transformers
         raise ImportError("recording traces needs torch and transformers: pip install 'trace-core[record]'") from exc
-    hint = ("pass the model's tokenizer as a local folder or a cached Hugging Face id: tokenizer=... "
+    hint = ("pass the model's tokenizer as a local folder, a GGUF file or a cached Hugging Face id: tokenizer=... "
             "(the command line's --server-tokenizer)")
-    folder = model_folder(name)
+    try:
+        gguf = gguf_file_of(name) if looks_like_path(name) else None
+        folder = model_folder(converted_folder(gguf) if gguf is not None else name)
+    except ModelLoadError as exc:
+        raise ServerError(f"the tokenizer {shorten(name)} is refused: {exc}") from None
     try:
         if folder is not None:
             _check_files(folder, name)

@@ -1,0 +1,227 @@
+"""GGUF files as model input: converted once into a cached safetensors folder, then loaded like any folder.
+
+A GGUF file (llama.cpp's format; often quantised, e.g. Q4_1) is read by transformers' own GGUF loader
+(``from_pretrained(folder, gguf_file=NAME)``, which needs the ``gguf`` package), dequantised, and saved with
+``save_pretrained`` as **float32** safetensors: the dequantised values are products of float16 scales and small
+integers, which float32 holds exactly, while float16 or bfloat16 would round them a second time. The folder then loads
+in seconds through :func:`~trace_core.record.load_model`'s usual checks (safetensors only, no remote code).
+
+The cache lives under ``TRACE_CACHE_DIR`` (default ``~/.cache/trace-core``) in ``gguf/<stem>-<digest>``, keyed by the
+SHA-256 of the file's content, so a changed file is converted again and a renamed one is not. A conversion writes into
+a temporary folder beside the final one and renames it into place when complete: a failed conversion leaves nothing
+behind, and a process that finds the folder finds it whole. Two processes converting the same file take turns on a
+lock file; the second finds the first's folder.
+
+A GGUF file is untrusted input like any weights: it must be a regular file that starts with the GGUF magic bytes;
+transformers refuses architectures it does not support; a truncated or malformed file is one
+:class:`~trace_core.record.ModelLoadError` line naming the file. Chat templates from the file are rendered by
+transformers' sandboxed Jinja environment, as for any tokenizer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from .. import settings
+from .._checks import clip, shorten
+
+__all__ = ["GGUF_DTYPE", "converted_folder", "gguf_cache_dir", "gguf_file_of", "is_converted"]
+
+#: The dtype of converted folders (see the module docstring for why).
+GGUF_DTYPE = "float32"
+_MAGIC = b"GGUF"
+_PROVENANCE = "trace_gguf.json"
+_CHUNK = 1 << 20
+
+
+def gguf_file_of(name: str | Path) -> Path | None:
+    """The GGUF file that ``name`` designates: a ``.gguf`` file, or a folder holding exactly one ``*.gguf`` file and
+    no safetensors weights; None otherwise (``name`` is then an ordinary folder or a model id).
+
+    Raises
+    ------
+    ModelLoadError
+        A folder without safetensors that holds several ``.gguf`` files (which one is meant?).
+    """
+    from .load import ModelLoadError
+
+    path = Path(name).expanduser()
+    try:
+        if path.suffix.lower() == ".gguf" and not path.is_dir():
+            return path
+        if not path.is_dir() or any(path.glob("*.safetensors")) or (path / "model.safetensors.index.json").exists():
+            return None
+        files = sorted(p for p in path.glob("*.gguf") if not p.is_dir())
+    except OSError:
+        return None
+    if len(files) > 1:
+        names = ", ".join(p.name for p in files[:4]) + (" ..." if len(files) > 4 else "")
+        raise ModelLoadError(f"Model folder {shorten(str(name))} holds {len(files)} GGUF files ({clip(names)}); "
+                             "name the one to load")
+    return files[0] if files else None
+
+
+def gguf_cache_dir() -> Path:
+    """Where converted folders are kept: ``TRACE_CACHE_DIR/gguf`` (default ``~/.cache/trace-core/gguf``)."""
+    root = settings.get("TRACE_CACHE_DIR")
+    return Path(root).expanduser() / "gguf" if root else Path.home() / ".cache" / "trace-core" / "gguf"
+
+
+def is_converted(path: str | Path) -> bool:
+    """Whether the GGUF file ``path`` already has its converted folder (so loading it takes seconds). False for a
+    file that cannot be read."""
+    try:
+        return _target(Path(path), _digest(Path(path))).is_dir()
+    except OSError:
+        return False
+
+
+def converted_folder(path: str | Path, *, progress: Callable[[str], None] | None = None) -> Path:
+    """The cached safetensors folder of the GGUF file ``path``, converting it first if needed.
+
+    Parameters
+    ----------
+    path : str or Path
+        A GGUF file.
+    progress : callable(str) or None
+        Told one line when a conversion starts and one when it ends; None writes them to stderr.
+
+    Returns
+    -------
+    Path
+        A folder with ``config.json``, ``model.safetensors`` (float32), the tokenizer files and
+        ``trace_gguf.json`` (the source file's name, size and SHA-256, the dtype and the transformers version).
+
+    Raises
+    ------
+    ModelLoadError
+        Not a regular file, not a GGUF file, a truncated or malformed one, an architecture transformers cannot load,
+        the ``gguf`` package missing, or the cache folder not writable: one line naming the file.
+
+    Examples
+    --------
+    >>> folder = converted_folder("SmolLM2-135M-Instruct.Q4_1.gguf")  # doctest: +SKIP
+    """
+    from .load import ModelLoadError
+
+    path = Path(path).expanduser()
+    shown = shorten(path.name)
+    try:
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file {shorten(str(path))} does not exist or is not a regular file")
+        with open(path, "rb") as stream:
+            head = stream.read(8)
+    except OSError as exc:
+        raise ModelLoadError(f"GGUF file {shown} cannot be read ({type(exc).__name__})") from None
+    if head[:4] != _MAGIC:
+        raise ModelLoadError(f"{shown} is not a GGUF file: it does not start with the GGUF magic bytes")
+    digest = _digest(path)
+    target = _target(path, digest)
+    if target.is_dir():
+        return target
+    say = progress if progress is not None else _to_stderr
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with _lock(target.parent / f".{digest}.lock"):
+            if target.is_dir():  # another process converted it while this one waited
+                return target
+            say(f"converting {path.name} once into a {GGUF_DTYPE} safetensors folder in {target.parent} "
+                "(a minute or two; later loads take seconds)")
+            work = Path(tempfile.mkdtemp(prefix=f".{digest[:16]}-", dir=target.parent))
+            try:
+                _convert(path, work, digest)
+                os.chmod(work, 0o755)  # mkdtemp's folder is private; a cache is read like any model folder
+                os.replace(work, target)  # whole or not at all
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+    except ModelLoadError:
+        raise
+    except OSError as exc:
+        raise ModelLoadError(f"GGUF file {shown} could not be converted: the cache folder {shorten(str(target.parent))}"
+                             f" is not writable ({type(exc).__name__}); set TRACE_CACHE_DIR") from None
+    say(f"converted {path.name}: {target}")
+    return target
+
+
+def _convert(path: Path, out: Path, digest: str) -> None:
+    """Dequantise ``path`` with transformers and save it in ``out`` (float32 safetensors, tokenizer, provenance)."""
+    from .load import ModelLoadError, _torch
+
+    torch = _torch()
+    try:
+        import gguf  # noqa: F401 - transformers needs it; say so in our words
+    except ImportError:
+        raise ModelLoadError(f"loading {shorten(path.name)} needs the gguf package: pip install gguf") from None
+    import transformers
+
+    hf_logging = transformers.utils.logging
+    verbosity, bar_was_on = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    options: dict[str, Any] = dict(gguf_file=path.name, local_files_only=True, trust_remote_code=False)
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), **options)
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), dtype=torch.float32, **options)
+        model.hf_quantizer = None  # dequantised already: save_pretrained refuses a model that still names one
+        for config in (model.config, getattr(model, "generation_config", None)):
+            if config is not None and hasattr(config, "quantization_config"):
+                delattr(config, "quantization_config")
+        model.save_pretrained(out, safe_serialization=True)
+        tokenizer.save_pretrained(out)
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever a malformed file raises, the answer is one line
+        lines = str(exc).strip().splitlines()
+        reason = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+        if isinstance(exc, ImportError) and "accelerate" in str(exc):
+            reason = "the accelerate package is needed (pip install accelerate)"
+        raise ModelLoadError(f"GGUF file {shorten(path.name)} could not be converted ({shorten(reason, 160)})") \
+            from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bar_was_on:
+            hf_logging.enable_progress_bar()
+    provenance = {"source": path.name, "bytes": path.stat().st_size, "sha256": digest, "dtype": GGUF_DTYPE,
+                  "transformers": transformers.__version__}
+    (out / _PROVENANCE).write_text(json.dumps(provenance, indent=1), encoding="utf-8")
+
+
+def _target(path: Path, digest: str) -> Path:
+    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in path.stem)[:80] or "model"
+    return gguf_cache_dir() / f"{stem}-{digest[:16]}"
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as stream:
+        while chunk := stream.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def _lock(file: Path) -> Iterator[None]:
+    """An exclusive lock on ``file`` for as long as the block runs (POSIX; elsewhere none is taken)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    with open(file, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
