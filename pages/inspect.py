@@ -14,8 +14,8 @@ from app.components import (HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, md_
                             trace_figure, visible_token)
 from app.explain import explain_probability, explain_risk
 from app.panels import active_calibrator_note
-from app.services import (alternatives_for, alternatives_note, example_label, heatmap_cached, provenance_notes,
-                          try_prompts)
+from app.services import (alternatives_for, alternatives_note, example_label, heatmap_cached, prompt_as_read,
+                          provenance_notes, try_prompts)
 from trace_core import TracePlus, explain_trace, generate_trace, settings
 from trace_core.policy import fit_new_tokens
 from trace_core.record.server import ServerError
@@ -127,3 +127,9 @@ if trace is not None:
                                            "probability": np.exp(trace.top_logprobs[index])}),
                              hide_index=True, column_config={"probability": st.column_config.ProgressColumn(
                                  "probability", min_value=0.0, max_value=1.0, format="percent")})
+
+        read = prompt_as_read(lm, trace)
+        if read is not None:
+            with st.expander("The prompt as the model read it"):
+                st.code(read[0], language=None, wrap_lines=True)  # shown as text, never as Markdown or HTML
+                st.caption(read[1])

@@ -6,7 +6,12 @@ through ``trace_core.load_model`` exactly as a user's model would be.
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# The dashboard starts on the tiny demo model in tests (the real SmolLM2 only where a test asks for it).
+os.environ["TRACE_DEFAULT_MODEL"] = "demo"
 
 # The tiny models' training text and chat template; the engine bench builds its served model from the same ones.
 from bench.server_throughput import CHAT_TEMPLATE, CORPUS  # noqa: E402
@@ -70,6 +75,13 @@ def _build(arch: str, tmp_path_factory, *, n_positions: int = 512):
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def byte_level_tokenizer():
+    """The GPT-2-style tokenizer of the tiny GPT-2 (byte-level BPE with merges, and the chat template)."""
+    pytest.importorskip("transformers")
+    return _byte_level_tokenizer()
 
 
 @pytest.fixture(scope="session")

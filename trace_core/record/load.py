@@ -220,7 +220,8 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
     Returns
     -------
     LoadedModel
-        The model in eval mode on ``device``, its tokenizer, and ``model_id = str(name_or_path)``.
+        The model in eval mode on ``device``, its tokenizer, and ``model_id``: ``str(name_or_path)``, or for a GGUF
+        file its file name (``SmolLM2-135M-Instruct.Q4_1.gguf``), the same wherever it is installed.
 
     Raises
     ------
@@ -321,7 +322,8 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
             hf_logging.enable_progress_bar()
     model.to(resolved_device)
     model.eval()
-    return LoadedModel(model=model, tokenizer=tokenizer, model_id=name)
+    # A GGUF file is named by its file name (the same wherever it is installed), a folder or id as given.
+    return LoadedModel(model=model, tokenizer=tokenizer, model_id=gguf.name if gguf is not None else name)
 
 
 def _cache_dir() -> str:
