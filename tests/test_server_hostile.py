@@ -319,19 +319,11 @@ def test_unreadable_answers_are_one_line(mode, fragment, hostile, tiny_model_dir
 @pytest.mark.parametrize("mode", ["echo-key", "bigint", "deep", "impossible", "redirect"])
 def test_the_inspect_page_shows_a_server_failure_as_one_line(mode, hostile, keyed, tiny_model_dirs, monkeypatch):
     pytest.importorskip("streamlit")
-    from streamlit.testing.v1 import AppTest
-
     server = hostile(post_mode=mode)
     server.impossible = IMPOSSIBLE["positive log-prob"][0]
     server.target = server.url
     monkeypatch.setenv("TRACE_SERVER_KEYS", f"{server.url}=OPENAI_API_KEY")  # the key goes to this server
-    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
-    at.run()
-    at.sidebar.radio(key="model_source").set_value("Model server (OpenAI-compatible)").run()
-    at.sidebar.text_input(key="server_url").set_value(server.url)
-    at.sidebar.text_input(key="server_model").set_value("tiny")
-    at.sidebar.text_input(key="server_tokenizer").set_value(str(tiny_model_dirs["gpt2"])).run()
-    assert not at.exception and not at.sidebar.error
+    at = _server_session(server, tiny_model_dirs)
     at.text_area(key="prompt").set_value("hi")
     at.get("form_submit_button")[0].click().run()
     assert not at.exception, [e.value for e in at.exception]
@@ -398,7 +390,8 @@ def test_cli_server_option_messages_are_the_users_words(hostile, tiny_model_dirs
         assert err.count("\n") == 1 and fragment in err and "time_t" not in err, err
 
 
-def _server_session(server, tiny_model_dirs, page):
+def _server_session(server, tiny_model_dirs, page=None):
+    """A dashboard session whose sidebar model is ``server`` (serving "tiny"), on ``page`` (default Inspect)."""
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
@@ -407,7 +400,8 @@ def _server_session(server, tiny_model_dirs, page):
     at.sidebar.text_input(key="server_url").set_value(server.url)
     at.sidebar.text_input(key="server_model").set_value("tiny")
     at.sidebar.text_input(key="server_tokenizer").set_value(str(tiny_model_dirs["gpt2"])).run()
-    at.switch_page(page).run()
+    if page:
+        at.switch_page(page).run()
     assert not at.exception and not at.sidebar.error
     return at
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.server_throughput import SERVED_NAME, save_tiny_gpt2, start_vllm, stop_vllm, vllm_python_from_env, \
-    vllm_unavailable
+from bench.server_throughput import SERVED_NAME, save_tiny_gpt2, vllm_python_from_env, vllm_unavailable
+from serving import served
 
 _REASON: list[str | None] = []  # probed once per session: the probe starts a Python
 
@@ -41,16 +41,8 @@ def model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server_url(model_dir, tmp_path_factory):
-    """The base URL of a vLLM server on `model_dir` (``--max-logprobs -1``), stopped after the module."""
-    log = tmp_path_factory.mktemp("vllm-log") / "server.log"
-    try:
-        proc, url = start_vllm(vllm_python_from_env(), model_dir, log)
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
-    try:
-        yield url
-    finally:
-        stop_vllm(proc)
+    """The base URL of a vLLM server on `model_dir`, stopped after the module."""
+    yield from served(model_dir, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

