@@ -66,6 +66,7 @@ def test_a_gguf_file_loads_as_the_model_it_was_written_from(written, cache):
     np.testing.assert_array_equal(t1.token_ids, t2.token_ids)
     np.testing.assert_allclose(t1.entropy, t2.entropy, atol=1e-6)
     assert t2.metadata.entropy_source == "exact" and loaded.model_id == "tiny.gguf"
+    assert t2.metadata.tokenizer == "tiny.gguf"  # never this machine's cache folder
 
     (folder,) = _converted(cache)
     assert (folder / "model.safetensors").is_file() and not list(folder.glob("*.gguf"))

@@ -322,6 +322,8 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
             hf_logging.enable_progress_bar()
     model.to(resolved_device)
     model.eval()
+    if gguf is not None:  # traces record the tokenizer's name: the GGUF file's, not this machine's cache folder
+        tokenizer.name_or_path = gguf.name
     # A GGUF file is named by its file name (the same wherever it is installed), a folder or id as given.
     return LoadedModel(model=model, tokenizer=tokenizer, model_id=gguf.name if gguf is not None else name)
 
