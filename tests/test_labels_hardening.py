@@ -251,4 +251,24 @@ def test_no_group_left_is_a_one_line_error(tmp_path, capsys):
     err = capsys.readouterr().err.splitlines()
     assert sum("skipped the group" in line for line in err) == 2
     errors = [line for line in err if line.startswith("error:")]
-    assert len(errors) == 1 and "--group-by 'family': all 2 groups have one class only" in errors[0]
+    assert len(errors) == 1 and "--group-by 'family': none of the 2 groups can be evaluated" in errors[0]
+
+
+def test_group_with_too_few_of_one_class_for_any_split_is_skipped(tmp_path, capsys):
+    """One right answer among many wrong (a real model's hardest family): no split can hold it on both sides; that
+    group is skipped with a line, the others are evaluated."""
+    seen = []
+
+    def family_of(i, label):
+        if label == 1 and not seen:  # the first right answer joins a group of wrong ones
+            seen.append(i)
+            return "hard"
+        return "hard" if label == 0 and i % 3 == 0 else "mixed"
+
+    path, _, _ = _grouped_file(tmp_path, family_of)
+    assert main(["evaluate", str(path), "--splits", "2", "--methods", "TRACE", "--group-by", "family",
+                 "--quiet"]) == 0
+    captured = capsys.readouterr()
+    skipped = [line for line in captured.err.splitlines() if "skipped the group" in line]
+    assert len(skipped) == 1 and "'hard'" in skipped[0] and "every split left one class only" in skipped[0]
+    assert "### family = mixed" in captured.out and "### family = hard" not in captured.out

@@ -309,7 +309,7 @@ def _evaluate_one(traces: list, labels: np.ndarray, beams: list | None, *, title
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from .evaluate import average_results
+    from .evaluate import NoUsableSplitError, average_results
     from .policy import METRICS_UNDEFINED, one_class_message
     from .results import report_markdown
     from .registry import METHODS, method_names
@@ -352,14 +352,19 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
                       file=sys.stderr)
                 continue
             title = f"{args.group_by} = {key}"
-            groups[title] = _evaluate_one([traces[i] for i in idx], labels[idx],
-                                          None if beams is None else [beams[i] for i in idx],
-                                          title=f"{clip(args.group_by)} = {clip(key)}",
-                                          rows=[rows[i] for i in idx], **options)
+            try:
+                groups[title] = _evaluate_one([traces[i] for i in idx], labels[idx],
+                                              None if beams is None else [beams[i] for i in idx],
+                                              title=f"{clip(args.group_by)} = {clip(key)}",
+                                              rows=[rows[i] for i in idx], **options)
+            except NoUsableSplitError as exc:  # too few of one class for any split: this group only
+                skipped += 1
+                print(f"warning: --group-by {shorten(args.group_by)}: skipped the group {shorten(key)}: "
+                      f"{_cli_words(str(exc))}", file=sys.stderr)
         if not groups:
-            raise CLIError(f"--group-by {shorten(args.group_by)}: all {skipped:,} groups have one class only (all "
-                           "their answers labeled correct, or all wrong), so none can be evaluated; group by a "
-                           "column whose groups hold both correct and wrong answers")
+            raise CLIError(f"--group-by {shorten(args.group_by)}: none of the {skipped:,} groups can be evaluated "
+                           "(each has one class only, or too few answers of one class for any split); group by a "
+                           "column whose groups hold enough correct and wrong answers")
         results = {**groups, "average": average_results(list(groups.values()))}
     else:
         results = {"": _evaluate_one(traces, labels, beams, title="", rows=rows, **options)}

@@ -47,6 +47,7 @@ from .results import CONSTANT_RTOL, SCALAR_CALIBRATORS, UNINFORMATIVE, Evaluatio
 from .trace import Trace
 
 __all__ = ["AnswerValueError", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "UNINFORMATIVE", "EvaluationConfig",
+           "NoUsableSplitError",
            "EvaluationResult", "SkippedSplitsWarning", "average_results", "data_note", "evaluate", "evaluate_arrays",
            "is_constant", "method_names"]
 
@@ -58,6 +59,11 @@ Progress = Callable[[int, int], None]
 # 30% at 100,000).
 _MAX_WORKERS = 8
 _THREADS_FROM = 20_000
+
+
+class NoUsableSplitError(ValueError):
+    """Every split left one class only in its calibration or evaluation part: the data cannot be evaluated as it
+    is (too few answers of one class); a caller evaluating several groups can skip this one and go on."""
 
 
 class SkippedSplitsWarning(UserWarning):
@@ -578,8 +584,8 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, scalar: dict[st
             if progress is not None:
                 progress(split + 1, len(splits))
     if skipped_splits == config.n_splits:
-        raise ValueError("every split left one class only in its calibration or evaluation part; use more answers "
-                         "or stratified splits")
+        raise NoUsableSplitError("every split left one class only in its calibration or evaluation part; use more "
+                                 "answers or stratified splits")
     if skipped_splits:
         warnings.warn(f"{skipped_splits} of {config.n_splits} splits skipped: one class only in the calibration or "
                       "evaluation part (use stratified splits to avoid this)", SkippedSplitsWarning, stacklevel=3)
