@@ -71,6 +71,17 @@ def wait_idle(page, timeout: float = 60_000) -> None:
     page.wait_for_timeout(300)
 
 
+def download(page, button: str, timeout: float = 60_000):
+    """Click the download button named ``button`` once the page has settled (the button drawn, the script idle: a
+    click during a page switch's first run is answered by that run, not by a download) and return the download."""
+    target = page.get_by_role("button", name=button)
+    target.wait_for(state="visible", timeout=timeout)
+    wait_idle(page)
+    with page.expect_download(timeout=timeout) as info:
+        target.click()
+    return info.value
+
+
 def screenshot(page, tmp_path: Path, name: str) -> None:
     path = tmp_path / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)

@@ -10,7 +10,7 @@ import csv
 import json
 
 import pytest
-from conftest import ROOT, generate, open_calibrate_upload, screenshot, skip_unless_ready, wait_idle
+from conftest import ROOT, download, generate, open_calibrate_upload, screenshot, skip_unless_ready, wait_idle
 
 playwright = pytest.importorskip("playwright.sync_api")
 skip_unless_ready()
@@ -87,10 +87,8 @@ def test_calibrate_upload_shows_reliability_and_flag_downloads(server, page, tmp
 
     page.get_by_role("link", name="Flag & export").click()
     wait_idle(page)
-    with page.expect_download() as info:
-        page.get_by_role("button", name="Download flagged (CSV)").click()
     path = tmp_path / "flagged.csv"
-    info.value.save_as(str(path))
+    download(page, "Download flagged (CSV)").save_as(str(path))
     with path.open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert rows and {"prompt", "answer", "probability_correct", "peak_risk_tokens"} <= set(rows[0])

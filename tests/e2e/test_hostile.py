@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import generate, open_calibrate_upload, skip_unless_ready, wait_idle
+from conftest import download, generate, open_calibrate_upload, skip_unless_ready, wait_idle
 
 pytest.importorskip("playwright.sync_api")
 skip_unless_ready()
@@ -145,9 +145,7 @@ def test_calibrate_and_flag_hostile_dataset(server, page, tmp_path):
     wait_idle(page)
     rejected = page.locator('[data-testid="stExpander"] [data-testid="stDataFrame"]').text_content()
     assert "<script>" in rejected
-    with page.expect_download() as info:
-        page.get_by_role("button", name="Download calibrator (JSON)").click()
-    calibrator = json.loads(Path(info.value.path()).read_text(encoding="utf-8"))
+    calibrator = json.loads(Path(download(page, "Download calibrator (JSON)").path()).read_text(encoding="utf-8"))
     assert isinstance(calibrator, dict)
 
     page.get_by_role("link", name="Flag & export").click()
@@ -183,9 +181,7 @@ def test_calibrate_and_flag_hostile_dataset(server, page, tmp_path):
     width = page.evaluate("() => document.documentElement.scrollWidth")
     assert width <= 1400 + 20  # the long token wraps instead of widening the page
 
-    with page.expect_download() as info:
-        page.get_by_role("button", name="Download flagged (CSV)").click()
-    with Path(info.value.path()).open(newline="", encoding="utf-8") as f:
+    with Path(download(page, "Download flagged (CSV)").path()).open(newline="", encoding="utf-8") as f:
         reader = csv.reader(f)
         header = next(reader)
         exported = [dict(zip(header, r)) for r in reader]
