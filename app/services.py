@@ -80,10 +80,9 @@ def get_model(name_or_path: str) -> LoadedModel:
     The allow-list is checked on every call, before the cache: a model cached earlier is not a way around it.
     """
     check_model_allowed(name_or_path)
-    from trace_core.record.folders import looks_like_path
     from trace_core.record.gguf import gguf_file_of, is_converted
 
-    gguf = gguf_file_of(name_or_path) if looks_like_path(name_or_path) else None
+    gguf = gguf_file_of(name_or_path)
     if gguf is not None and not is_converted(gguf):  # the first load of a GGUF file converts it: say so
         with st.spinner(f"Converting {gguf.name} once into a safetensors folder (a minute or two; later loads take "
                         "seconds)…"):
@@ -332,7 +331,7 @@ def model_key(lm: Any) -> str | None:
 
 def _local_model_digest(lm: LoadedModel) -> str:
     """A digest of the model's folder files and its id, dtype and device (see :func:`model_key`)."""
-    from trace_core.record.folders import model_folder
+    from trace_core.record.folders import cached_snapshot, model_folder
 
     h = hashlib.sha256()
     parameter = next(lm.model.parameters(), None)
@@ -340,7 +339,7 @@ def _local_model_digest(lm: LoadedModel) -> str:
                    str(getattr(parameter, "device", None)))).encode())
     source = str(getattr(lm.model, "name_or_path", "") or lm.model_id)
     folder = model_folder(source)
-    path = folder.path if folder is not None else _hub_snapshot(source)
+    path = folder.path if folder is not None else cached_snapshot(source)
     if path is None:
         h.update(uuid.uuid4().bytes)  # nothing on disk to read: this loaded model is a model of its own
         return h.hexdigest()[:16]
@@ -350,17 +349,6 @@ def _local_model_digest(lm: LoadedModel) -> str:
             for chunk in iter(lambda: stream.read(1 << 20), b""):
                 h.update(chunk)
     return h.hexdigest()[:16]
-
-
-def _hub_snapshot(model_id: str) -> Path | None:
-    """The local Hugging Face cache folder of ``model_id``, if it is there."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        config = try_to_load_from_cache(model_id, "config.json")
-    except Exception:  # not an id, no hub package
-        return None
-    return Path(config).parent if isinstance(config, str) else None
 
 
 @st.cache_resource(show_spinner="Running the evaluation protocol…", max_entries=8)

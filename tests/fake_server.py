@@ -29,13 +29,14 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import torch
+from local_server import LocalServer
 
 
-class FakeServer:
+class FakeServer(LocalServer):
     """Serve ``model_dir`` as ``served_name`` on 127.0.0.1 (a free port) until :meth:`stop`."""
 
     def __init__(self, model_dir: Any, served_name: str = "tiny", *, max_model_len: int = 512,
@@ -64,20 +65,7 @@ class FakeServer:
         self.bodies: list[dict] = []
         self.paths: list[str] = []  # the endpoint of each body
         self.auth_headers: list[str | None] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
+        self._start(_handler(self))
 
     # ------------------------------------------------------------------------------------------------------------
 

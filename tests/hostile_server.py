@@ -29,11 +29,13 @@ import gzip
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from local_server import LocalServer
 
-class HostileServer:
+
+class HostileServer(LocalServer):
     """Serve on 127.0.0.1 (a free port) until :meth:`stop`."""
 
     def __init__(self, served_name: str = "tiny", *, get_mode: str = "ok", post_mode: str = "ok") -> None:
@@ -50,24 +52,11 @@ class HostileServer:
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.sent = 0
         self.lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        self._start(_handler(self))
 
     def keys_seen(self) -> list[str]:
         """The Authorization headers received, in order (missing ones left out)."""
         return [h["authorization"] for _, _, h in self.requests if "authorization" in h]
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
 
 
 def completion(*, token: str = "token_id:5", lp: float = -0.5, alternatives: dict | None = None) -> dict:

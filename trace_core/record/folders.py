@@ -14,8 +14,8 @@ from typing import Any
 
 from .._checks import shorten
 
-__all__ = ["CHECKED_JSON", "INDEX_FILES", "FolderError", "FolderEscapeError", "ModelFolder", "check_folder_files",
-           "looks_like_path", "model_folder", "read_json"]
+__all__ = ["CHECKED_JSON", "INDEX_FILES", "FolderError", "FolderEscapeError", "ModelFolder", "cached_snapshot",
+           "check_folder_files", "looks_like_path", "model_folder", "read_json"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,18 @@ def model_folder(name: str | Path) -> ModelFolder | None:
         has_safetensors=any(path.glob("*.safetensors")) or (path / "model.safetensors.index.json").is_file(),
         has_pickle=any(path.glob("pytorch_model*.bin")) or any(path.glob("*.pt")) or any(path.glob("*.pth")),
     )
+
+
+def cached_snapshot(model_id: str) -> Path | None:
+    """The folder of ``model_id``'s snapshot in the local Hugging Face cache (where its ``config.json`` is); None when
+    it is not cached, ``model_id`` is not a valid id, or the hub package is missing. Reads the cache only."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        config = try_to_load_from_cache(model_id, "config.json")
+    except Exception:  # noqa: BLE001 - not a valid id, no hub package: nothing cached under that name
+        return None
+    return Path(config).parent if isinstance(config, str) else None
 
 
 def looks_like_path(name: str) -> bool:

@@ -72,15 +72,20 @@ def packaged_gguf(name: str = "smollm2") -> Path | None:
 
 def gguf_file_of(name: str | Path) -> Path | None:
     """The GGUF file that ``name`` designates: a ``.gguf`` file, or a folder holding exactly one ``*.gguf`` file and
-    no safetensors weights; None otherwise (``name`` is then an ordinary folder or a model id).
+    no safetensors weights; None otherwise (``name`` is then an ordinary folder or a model id). Only a name meant as
+    a path (:func:`~trace_core.record.folders.looks_like_path`: it exists, or is spelled as one) is a GGUF file, so
+    a model id that ends in ``.gguf`` stays a model id, as the allow-list reads it.
 
     Raises
     ------
     ModelLoadError
         A folder without safetensors that holds several ``.gguf`` files (which one is meant?).
     """
+    from .folders import looks_like_path
     from .load import ModelLoadError
 
+    if not looks_like_path(str(name)):
+        return None
     path = Path(name).expanduser()
     try:
         if path.suffix.lower() == ".gguf" and not path.is_dir():

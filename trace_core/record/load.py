@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import settings
 from .._checks import shorten
-from .folders import FolderError, FolderEscapeError, check_folder_files, looks_like_path, model_folder
+from .folders import (FolderError, FolderEscapeError, cached_snapshot, check_folder_files, looks_like_path,
+                      model_folder)
 from .gguf import converted_folder, gguf_file_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -260,7 +261,7 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
         allow_pickle_weights = settings.get("TRACE_ALLOW_PICKLE_WEIGHTS")
     if not name.strip():
         raise ModelNotFoundError("No model given: pass a local model folder or a cached Hugging Face model id.")
-    gguf = gguf_file_of(name) if _loads_a_folder(name) else None
+    gguf = gguf_file_of(name)
     folder = model_folder(converted_folder(gguf, progress=progress) if gguf is not None else name)
     if folder is not None:
         if folder.only_pickle and not allow_pickle_weights:
@@ -355,12 +356,5 @@ def _check_files(folder: Any, name: str) -> None:
 
 def _cached_snapshot(name: str) -> Any:
     """The local Hugging Face cache snapshot of model id ``name`` as a ModelFolder, or None when not cached."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        config = try_to_load_from_cache(name, "config.json")
-    except Exception:  # not a valid id, no hub package: transformers says what is missing
-        return None
-    if not isinstance(config, str):
-        return None
-    return model_folder(Path(config).parent)
+    snapshot = cached_snapshot(name)
+    return model_folder(snapshot) if snapshot is not None else None

@@ -414,7 +414,7 @@ def _load_tokenizer(name: str, *, given: bool, model: str) -> tuple[Any, Path | 
     hint = ("pass the model's tokenizer as a local folder, a GGUF file or a cached Hugging Face id: tokenizer=... "
             "(the command line's --server-tokenizer)")
     try:
-        gguf = gguf_file_of(name) if looks_like_path(name) else None
+        gguf = gguf_file_of(name)
         folder = model_folder(converted_folder(gguf) if gguf is not None else name)
     except ModelLoadError as exc:
         raise ServerError(f"the tokenizer {shorten(name)} is refused: {exc}") from None
@@ -564,7 +564,7 @@ def _once(method: str, url: str, data: bytes | None, timeout: float, api_key_env
             raise ServerError(_redirect_message(url, response.getheader("Location")))
         encoding = (response.getheader("Content-Encoding") or "identity").strip().lower()
         if status >= 400:
-            message = _error_message(_read_limited(response, _ERROR_BYTES, cut=True), response.reason, key)
+            message = _error_message(_read_limited(response, _ERROR_BYTES, cut=True), response.reason)
             if expired.is_set():
                 raise late
             if status == 429 or status >= 500:
@@ -648,7 +648,7 @@ def _reason_text(reason: Any) -> str:
     return clip(text.splitlines()[0], 160)
 
 
-def _error_message(raw: bytes | bytearray, reason: Any, key: str | None) -> str:
+def _error_message(raw: bytes | bytearray, reason: Any) -> str:
     """The server's own message: OpenAI/vLLM ``{"error": {"message": ...}}`` or ``{"message": ...}``, else text."""
     text = bytes(raw).decode("utf-8", "replace").strip()
     try:
@@ -663,9 +663,7 @@ def _error_message(raw: bytes | bytearray, reason: Any, key: str | None) -> str:
                 text = candidate.strip()
                 break
     text = " ".join(text.split()) or (reason if isinstance(reason, str) else "") or "no message"
-    if key:  # redacted before clipping, so that no part of the key survives a cut
-        text = text.replace(key, "***")
-    return clip(settings.redact_secrets(text))
+    return clip(settings.redact_secrets(text))  # redacted before clipping: no part of a key survives a cut
 
 
 def _retry_after(headers: Any) -> float | None:
