@@ -107,7 +107,8 @@ def _read(path: str, *, require_label: bool, args: argparse.Namespace):
         finally:
             close()
     _plain_warnings(caught, skip=(DatasetWarning,))  # the summary below says what DatasetWarning says, once
-    print(dataset.summary(), file=sys.stderr)
+    if show or dataset.n_rejected:  # --quiet: only the problems (the summary names the rejected rows)
+        print(dataset.summary(), file=sys.stderr)
     if dataset.n_valid == 0:
         raise CLIError(f"{_shown(path)}: no valid rows to use")
     return dataset
@@ -195,23 +196,135 @@ def _check_options(args: argparse.Namespace) -> None:
         check_real(args.target_risk, "target_risk", minimum=0, maximum=1)
 
 
-def _read_prompts(path: str) -> pd.DataFrame:
+# Columns of a prompts file that describe its answers: generate replaces the answers, so these would describe answers
+# no longer in the file (the label would be theirs, the trace theirs). The label is made again from `reference`.
+_OLD_ANSWER_COLUMNS = ("label", "response", "answer_tokens", "beam_logprobs")
+
+
+def _prompt_problem(value: object) -> str | None:
+    """Why a prompt cell cannot be generated from (the dataset reader's words), or None when it holds text."""
+    from .data._values import is_missing, show
+
+    if is_missing(value):
+        return "is missing; expected non-empty text"
+    if not isinstance(value, str):
+        return f"is {show(value)}; expected text"
+    if not value.strip():
+        return "is empty; expected non-empty text"
+    return None
+
+
+def _rows_text(errors: Sequence[Any], shown: int = 3) -> str:
+    """The first ``shown`` row errors, and how many more, for a one-line message (each quotes at most ~60 characters
+    of the file)."""
+    more = len(errors) - shown
+    return "; ".join(clip(str(e)) for e in errors[:shown]) + (f"; and {more:,} more" if more > 0 else "")
+
+
+def _read_prompts(path: str, args: argparse.Namespace | None = None) -> tuple[pd.DataFrame, list[Any] | None,
+                                                                               list[int]]:
+    """The prompts to generate from: (the rows as a frame, each row's `reference` or None without that column, each
+    row's number in the file).
+
+    A ``.txt`` file holds one prompt per line. A CSV / JSON Lines / Parquet file needs a `prompt` column and nothing
+    else: it is read as a raw table (the reader's bounds on size and cells hold), not as a labeled dataset, whose
+    checks of answers and labels would refuse a prompts-only file and label answers that generate replaces. Rows
+    without a prompt are skipped and named in one warning line; the columns that describe the input's answers
+    (:data:`TRACE_COLUMNS` and :data:`_OLD_ANSWER_COLUMNS`) are left out, and said so unless ``--quiet``."""
+    from . import settings
+    from .data import TRACE_COLUMNS, RowError
+    from .data.read import read_table
+
+    quiet = bool(getattr(args, "quiet", False))
     p = _regular_file(path)  # never /dev/zero (endless) or a FIFO (blocks)
     if p.suffix.lower() in (".txt", ""):
         lines = [line.rstrip("\n") for line in p.read_text(encoding="utf-8").splitlines()]
         prompts = [line for line in lines if line.strip()]
         if not prompts:
             raise CLIError(f"{_shown(path)}: no prompts (expected one per line)")
-        return pd.DataFrame({"prompt": prompts})
-    dataset = _read(path, require_label=False, args=argparse.Namespace())
-    return dataset.frame.drop(columns=[dataset.row_column])
+        return pd.DataFrame({"prompt": prompts}), None, list(range(1, len(prompts) + 1))
+    update, close = _progress(0, f"reading {p.name}", not quiet, unit="B")
+    try:
+        table, _ = read_table(p, format=None, max_rows=None, progress=update,
+                              max_bytes=settings.get("TRACE_MAX_DATA_MB") * 2**20,
+                              max_cell_chars=settings.get("TRACE_MAX_CELL_MB") * 2**20)
+        old = set(TRACE_COLUMNS) | set(_OLD_ANSWER_COLUMNS)
+        kept: list[dict[str, Any]] = []
+        numbers: list[int] = []
+        skipped: list[RowError] = []
+        n_read = 0
+        for number, raw in table.rows:  # cells of the old answers are not kept: trace cells can be large
+            n_read += 1
+            if raw is None:  # the reader's row error says why
+                continue
+            problem = _prompt_problem(raw.get("prompt"))
+            if problem:
+                skipped.append(RowError(number, "prompt", problem))
+                continue
+            kept.append({k: v for k, v in raw.items() if k not in old})
+            numbers.append(number)
+    finally:
+        close()
+    if "prompt" not in table.columns:
+        raise CLIError(f"{_shown(path)}: needs a `prompt` column; found columns {shorten(table.columns)}"
+                       f"{table.hint}")
+    problems = sorted(table.errors + skipped, key=lambda e: e.row)
+    if not kept:
+        raise CLIError(f"{_shown(path)}: no row has a prompt ({_rows_text(problems)})")
+    if problems:
+        rows = len({e.row for e in problems})
+        print(f"warning: {_shown(path)}: skipped {rows:,} of {n_read:,} rows ({_rows_text(problems)})",
+              file=sys.stderr)
+    columns = [c for c in table.columns if c not in old]
+    if table.frame is not None:  # Parquet: pyarrow's typed columns, as the dataset reader keeps them
+        frame = table.frame(columns).iloc[[n - 1 for n in numbers]].reset_index(drop=True)
+    else:
+        frame = pd.DataFrame.from_records(kept, columns=columns)
+    references = [row.get("reference") for row in kept] if "reference" in table.columns else None
+    dropped = [c for c in table.columns if c in old]
+    if not quiet:
+        print(f"{n_read:,} rows read: {len(kept):,} prompts", file=sys.stderr)
+        if dropped:
+            labels = (f"; the generated answers are labeled against `reference` (--matcher "
+                      f"{getattr(args, 'matcher', 'exact')})" if references is not None
+                      else "; give a `reference` column to label the generated answers" if "label" in dropped
+                      else "")
+            names = ", ".join(f"`{clip(c, 60)}`" for c in dropped[:8]) + (", ..." if len(dropped) > 8 else "")
+            print(f"{_shown(path)}: dropped {names}: they describe the input's answers, which generate replaces"
+                  f"{labels}", file=sys.stderr)
+    return frame, references, numbers
 
 
-def _write(frame: pd.DataFrame, traces: Sequence[Any] | None, out: str) -> None:
+def _labels_of(answers: Sequence[str], references: Sequence[Any], rows: Sequence[int], path: str,
+               args: argparse.Namespace) -> list[int | None]:
+    """Each generated answer's 0/1 label against its row's `reference`, by ``--matcher`` / ``--tolerance`` as the
+    dataset reader labels (:func:`~trace_core.data.label_from_reference`); None, with one warning line naming the
+    rows, where the reference is missing or unusable (``evaluate`` then rejects those rows, naming the label)."""
+    from .data import RowError, label_from_reference
+    from .data._values import is_blank
+
+    labels: list[int | None] = []
+    problems = []
+    for answer, reference, row in zip(answers, references, rows):
+        try:
+            if is_blank(reference):
+                raise ValueError("is missing; expected the gold answer")
+            labels.append(label_from_reference(answer, reference, matcher=args.matcher, tolerance=args.tolerance))
+        except (TypeError, ValueError) as exc:
+            labels.append(None)
+            problems.append(RowError(row, "reference", str(exc)))
+    if problems:
+        print(f"warning: {_shown(path)}: left {len(problems):,} of {len(labels):,} generated answers unlabeled, their "
+              f"`reference` cannot label them ({_rows_text(problems)})", file=sys.stderr)
+    return labels
+
+
+def _write(frame: pd.DataFrame, traces: Sequence[Any] | None, out: str, *, quiet: bool = False) -> None:
     from .data import write_dataset
 
     write_dataset(frame, out, traces=traces)
-    print(f"wrote {len(frame):,} rows to {out}", file=sys.stderr)
+    if not quiet:
+        print(f"wrote {len(frame):,} rows to {out}", file=sys.stderr)
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
@@ -219,9 +332,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
     _check_out(args.out, _DATASET_OUT)
     _check_not_input(args.out, [("the prompts file", args.prompts)], written="the generated answers")
-    frame = _read_prompts(args.prompts)
-    if "prompt" not in frame.columns:
-        raise CLIError(f"{_shown(args.prompts)}: needs a `prompt` column")
+    frame, references, rows = _read_prompts(args.prompts, args)
     lm = _load_model(args)
     prompts = frame["prompt"].astype(str).tolist()
     update, close = _progress(len(prompts), "generating", not args.quiet)
@@ -230,12 +341,19 @@ def cmd_generate(args: argparse.Namespace) -> None:
     finally:
         close()
     frame = frame.copy()
-    frame["answer"] = [t.answer for t in traces]
+    answers = [t.answer for t in traces]
+    if "answer" in frame.columns:
+        frame["answer"] = answers
+    else:  # a prompts-only file: the answer next to its prompt
+        frame.insert(frame.columns.get_loc("prompt") + 1, "answer", answers)
+    if references is not None:  # the generated answers' labels; the input's label column was left out on reading
+        labels = _labels_of(answers, references, rows, args.prompts, args)
+        frame["label"] = pd.Series(labels, index=frame.index, dtype="Int64")  # 0/1, empty where unlabeled
     if args.beams:
         frame["beam_logprobs"] = [json.dumps(b) for b in beam_logprobs(lm, prompts, num_beams=args.beams,
                                                                           max_new_tokens=args.max_new_tokens,
                                                                           chat_template=args.chat_template)]
-    _write(frame, traces, args.out)
+    _write(frame, traces, args.out, quiet=args.quiet)
 
 
 def cmd_score(args: argparse.Namespace) -> None:
@@ -263,11 +381,12 @@ def cmd_score(args: argparse.Namespace) -> None:
             frame = frame.copy()
             frame["beam_logprobs"] = [json.dumps(b) for b in beam_logprobs(
                 lm, frame["prompt"].astype(str).tolist(), num_beams=args.beams, chat_template=args.chat_template)]
-    print(f"recorded {len(todo):,} traces; {len(traces) - len(todo):,} rows already had one", file=sys.stderr)
+    if not args.quiet:
+        print(f"recorded {len(todo):,} traces; {len(traces) - len(todo):,} rows already had one", file=sys.stderr)
     unscorable = usable_rows(traces, row_numbers=_row_numbers(dataset)).empty_message(left_out=False)
     if unscorable:
         print(f"warning: {unscorable}", file=sys.stderr)
-    _write(frame, traces, args.out)
+    _write(frame, traces, args.out, quiet=args.quiet)
 
 
 def _beams(dataset) -> list[list[float]] | None:
@@ -483,11 +602,12 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-pickle-weights", action="store_true", help="accept pickle weights (off)")
 
 
-def _label_options(p: argparse.ArgumentParser) -> None:
+def _label_options(p: argparse.ArgumentParser, *,
+                   matcher_help: str = "how answers are labeled against a `reference` column when there is no "
+                                       "`label` column") -> None:
     from .data import MATCHERS
 
-    p.add_argument("--matcher", default="exact", choices=list(MATCHERS),
-                   help="how answers are labeled against a `reference` column when there is no `label` column")
+    p.add_argument("--matcher", default="exact", choices=list(MATCHERS), help=matcher_help)
     p.add_argument("--tolerance", type=float, default=1e-6, help="absolute tolerance of the numeric matcher")
 
 
@@ -516,6 +636,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
+    _label_options(p, matcher_help="how the generated answers are labeled against a `reference` column (an input "
+                                   "`label` column labeled other answers and is never kept)")
     p.set_defaults(func=cmd_generate)
 
     p = _subcommand(sub, common, "score", help="record traces of existing answers (teacher forcing)")
