@@ -57,11 +57,11 @@ test-engine: $(STAMP)
 	fi
 	TRACE_VLLM_PYTHON=$(VLLM_PY) $(PY) -m pytest -q tests/engine
 
-# docs/results.md: the comparison on the demo test split, then where the spikes fall (bench/localisation.py).
+# docs/results.md: the comparison on the real model's test answers and where the spikes fall (bench/results.py);
+# docs/results-demo.md: the same on the bundled toy model.
 results: $(STAMP)
-	$(VENV)/bin/trace-core evaluate assets/datasets/demo_test.csv --group-by family --extended --embedder --out docs/results.md
-	printf '\n' >> docs/results.md
-	$(PY) -m bench.localisation --section >> docs/results.md
+	$(PY) -m bench.results
+	$(PY) -m bench.results --demo
 
 # README screenshots: the browser end-to-end tests save one per page into docs/screenshots.
 screenshots: $(STAMP)

@@ -156,24 +156,43 @@ def check_server_allowed(base_url: str) -> None:
 
 
 def demo_datasets() -> dict[str, Path]:
-    """The bundled labeled datasets, by name."""
-    return {p.stem: p for p in sorted(DATASETS.glob("demo_*.csv"))}
+    """The bundled labeled datasets, by name: the demo model's, then SmolLM2-135M-Instruct's greedy answers."""
+    real = [DATASETS / f"real_{split}.csv" for split in ("validation", "test")]
+    return {p.stem: p for p in [*sorted(DATASETS.glob("demo_*.csv")), *real] if p.exists()}
 
 
-def try_prompts() -> list[dict[str, str]]:
-    """The Inspect page's example prompts (``family``, ``prompt``, ``reference`` and the demo model's ``label``)."""
-    path = DATASETS / "try_prompts.json"
-    if not path.exists():
+def _examples(name: str) -> Any:
+    path = DATASETS / name
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def try_prompts(model_id: str | None = None) -> list[dict[str, Any]]:
+    """The Inspect page's example prompts for the loaded model (``family``, ``prompt``, ``reference``, and the
+    ``label`` of that model's own answer when the examples were recorded with it; real-model entries also carry
+    their ``kind``: right, one token away or confidently wrong).
+
+    The bundled demo model gets its own examples (its "Q: ... A:" format); any other model gets the real model's
+    (``real_try_prompts.json``, from SmolLM2-135M-Instruct's validation answers), labelled only when it is that
+    model, since another model's answers may differ."""
+    if model_id is not None and Path(model_id) == DEMO_MODEL:
+        return _examples("try_prompts.json") or []
+    real = _examples("real_try_prompts.json")
+    if not real:
         return []
-    return json.loads(path.read_text(encoding="utf-8"))
+    if model_id == real.get("model"):
+        return real["examples"]
+    return [{k: v for k, v in e.items() if k not in ("label", "kind")} for e in real["examples"]]
 
 
 def example_label(example: dict) -> str:
-    """One "Try these" entry: the family, whether the demo model answers it right, and the question's start."""
+    """One "Try these" entry: the family, how the model answered it (when known) and the question's start."""
     question = example["prompt"].splitlines()[0].removeprefix("Q: ")
     question = question if len(question) <= 90 else question[:89] + "…"
-    verdict = {0: " (answered wrong)", 1: " (answered right)"}.get(example.get("label"), "")
-    return f"{example['family'].replace('_', ' ')}{verdict}: {question}"
+    verdict = {0: "answered wrong", 1: "answered right"}.get(example.get("label"), "")
+    kind = example.get("kind")
+    if verdict and kind in ("one token away", "confidently wrong"):
+        verdict += f", {kind}"
+    return f"{example['family'].replace('_', ' ')}{f' ({verdict})' if verdict else ''}: {question}"
 
 
 _DATASETS: "OrderedDict[str, tuple[LabeledDataset, int]]" = OrderedDict()  # least recently used first

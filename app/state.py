@@ -193,13 +193,16 @@ def keep_widgets() -> None:
 
 
 def keep_valid(key: str, options: Sequence[Any]) -> None:
-    """Drop a kept multiselect value's items that are not among ``options`` (another dataset can offer fewer), so
-    the widget never receives a value it cannot show."""
+    """Drop a kept multiselect value's items that are not among ``options`` (another dataset can offer fewer), or a
+    kept single choice that is not among them (it falls back to the widget's default), so the widget never receives
+    a value it cannot show."""
     value = _get(key)
     if isinstance(value, list):
         valid = [v for v in value if v in options]
         if valid != value:
             _set(key, valid)
+    elif value is not None and value not in options:
+        del st.session_state[key]
 
 
 def preset(key: str, value: Any) -> None:

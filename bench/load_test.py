@@ -67,11 +67,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(log_path: Path, timeout: float = 90) -> tuple[subprocess.Popen, str]:
-    """The dashboard on a free loopback port; returns the process and its URL once it answers."""
+def start_server(log_path: Path, timeout: float = 90, default_model: str | None = None) -> tuple[subprocess.Popen, str]:
+    """The dashboard on a free loopback port; returns the process and its URL once it answers. ``default_model``
+    (TRACE_DEFAULT_MODEL) overrides the environment's choice."""
     port = _free_port()
-    # the demo model: the load test and the browser tests measure the app, not a 135M-parameter model
+    # the demo model unless told: the load test and the browser tests measure the app, not a 135M-parameter model
     env = {"TRACE_DEFAULT_MODEL": "demo", **os.environ, "TRACE_LOCAL_FILES": "1", "PYTHONPATH": str(ROOT)}
+    if default_model is not None:
+        env["TRACE_DEFAULT_MODEL"] = default_model
     with log_path.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
                                  "--server.port", str(port), "--server.address", "127.0.0.1",

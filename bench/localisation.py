@@ -4,23 +4,29 @@
 
 Two parts, both printed as Markdown:
 
-1. **Choosing the spike rule** on ``--validation`` (default ``assets/datasets/demo_validation.csv``): a grid search
-   over the surprisal floor (0 to 2 nats in steps of 0.1) and the margin over the answer's median (0, 0.1, 0.2, 0.3,
-   0.5 nats) of :func:`trace_core.score.spike_indices`, maximising
+1. **Choosing the spike rule** on ``--validation`` (default ``assets/datasets/real_validation.csv``, SmolLM2-135M-
+   Instruct's validation answers): a grid search over the surprisal floor (0 to 4 nats in steps of 0.1) and the
+   margin over the answer's median (0, 0.1, 0.2, 0.3, 0.5, 1, 1.5, 2 nats) of :func:`trace_core.score.spike_indices`,
+   maximising a token-level Youden index
 
        objective = (share of located wrong answers whose first wrong token is a spike)
-                   - (share of correct answers with at least one spike)
+                   - (share of the tokens of correct answers that are spikes)
 
-   ties going to the stricter rule (larger floor, then larger margin). The search runs on surprisal, on entropy (when
+   ties going to the stricter rule (larger floor, then larger margin). The false alarms are counted per token, not
+   per answer: a long right answer (a paragraph of 80 tokens) nearly always holds some token the model was unsure
+   of, so "correct answers with any spike" (also reported) punishes length, and on the real model's answers every
+   rule that marks anything scores below marking nothing by that count. The search runs on surprisal, on entropy (when
    every trace has it) and on the per-token TRACE risk contributions, so the three signals can be compared; the
    spike constants in ``trace_core/score.py`` are the surprisal row, and that row is marked when they agree.
-2. **The localisation table** on ``--data`` (default ``assets/datasets/demo_test.csv``), per ``family`` and overall,
+2. **The localisation table** on ``--data`` (default ``assets/datasets/real_test.csv``), per ``family`` and overall,
    for the current rule (``explain_trace``'s spikes) and for the legacy rule (contribution above mean + 2 std, at
    most the top 10%, and the single largest contributor when none passes), or only the one named by ``--rule``.
 
-**The first wrong token** of a wrong answer (label 0) is found from its ``solution`` column when the file has one (the
-gold answer in full, e.g. a worked calculation whose label checks only the final number), else from its
-``reference``:
+**The first wrong token** of a wrong answer (label 0) is read from its ``first_wrong_token`` column when the file has
+one (0-based; empty means not located, and such answers are skipped and counted as below; the real-model datasets
+carry it, from per-fact judgements: see ``demo/build_real.py``). Otherwise it is found from the ``solution`` column
+when the file has one (the gold answer in full, e.g. a worked calculation whose label checks only the final number),
+else from its ``reference``:
 
 - the answer's leading whitespace is skipped; so is the reference's (and its trailing whitespace);
 - a reference that is a plain number (``-12``, ``3.5``; no thousands commas) is compared with the *last* number in
@@ -52,13 +58,16 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT / "assets" / "datasets" / "demo_test.csv"
-DEFAULT_VALIDATION = ROOT / "assets" / "datasets" / "demo_validation.csv"
+DEFAULT_DATA = ROOT / "assets" / "datasets" / "real_test.csv"
+DEFAULT_VALIDATION = ROOT / "assets" / "datasets" / "real_validation.csv"
 
 #: The grid of the rule search: surprisal floors (nats) and margins over the answer's median (nats).
-FLOORS = tuple(round(0.1 * i, 1) for i in range(21))
-MARGINS = (0.0, 0.1, 0.2, 0.3, 0.5)
+FLOORS = tuple(round(0.1 * i, 1) for i in range(41))
+MARGINS = (0.0, 0.1, 0.2, 0.3, 0.5, 1.0, 1.5, 2.0)
 SIGNALS = ("surprisal", "entropy", "contribution")
+#: A column that gives each wrong answer's first wrong token (0-based; empty when not located) in place of the
+#: comparison with the reference: the real-model datasets' builder writes it from per-fact judgements.
+TOKEN_COLUMN = "first_wrong_token"
 
 _PLAIN_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)")
 _ANSWER_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)")
@@ -151,14 +160,15 @@ class Answer:
 
 
 def load_answers(path: str | Path) -> tuple[list[Answer], int]:
-    """The answers of a labeled dataset with stored traces and a ``solution`` or ``reference`` column, and how many
-    rows had no trace (left out)."""
+    """The answers of a labeled dataset with stored traces and a ``first_wrong_token``, ``solution`` or
+    ``reference`` column, and how many rows had no trace (left out)."""
     from trace_core import explain_trace, read_dataset
 
     data = read_dataset(path)
     frame = data.frame
+    given = pd.to_numeric(frame[TOKEN_COLUMN], errors="coerce") if TOKEN_COLUMN in frame.columns else None
     gold = "solution" if "solution" in frame.columns else "reference"
-    if gold not in frame.columns:
+    if given is None and gold not in frame.columns:
         raise SystemExit(f"{path}: needs a `reference` (or `solution`) column to find the first wrong token")
     families = frame["family"].astype(str) if "family" in frame.columns else pd.Series(["all"] * len(frame))
     answers, no_trace = [], 0
@@ -168,7 +178,12 @@ def load_answers(path: str | Path) -> tuple[list[Answer], int]:
             continue
         exp = explain_trace(trace)
         correct = bool(frame["label"].iat[i] == 1)
-        first = None if correct else first_wrong_token(trace.tokens, trace.answer, str(frame[gold].iat[i]))
+        if correct:
+            first = None
+        elif given is not None:
+            first = None if pd.isna(given.iat[i]) or not 0 <= int(given.iat[i]) < len(trace) else int(given.iat[i])
+        else:
+            first = first_wrong_token(trace.tokens, trace.answer, str(frame[gold].iat[i]))
         signals = {"surprisal": trace.surprisal, "contribution": exp.contributions}
         if trace.has_entropy:
             signals["entropy"] = trace.entropy
@@ -187,17 +202,18 @@ class Choice:
     floor: float
     margin: float
     hit_rate: float  # share of located wrong answers whose first wrong token is a spike
-    false_alarm: float  # share of correct answers with at least one spike
+    token_false_alarm: float  # share of the tokens of correct answers that are spikes
+    false_alarm: float  # share of correct answers with at least one spike (reported, not optimised)
 
     @property
     def objective(self) -> float:
-        return self.hit_rate - self.false_alarm
+        return self.hit_rate - self.token_false_alarm
 
 
 def choose_rule(answers: Sequence[Answer], signal: str = "surprisal", *, floors: Sequence[float] = FLOORS,
                 margins: Sequence[float] = MARGINS) -> Choice:
-    """The floor and margin of :func:`trace_core.score.spike_indices` on ``signal`` that maximise hit rate minus
-    false-alarm rate (ties: the larger floor, then the larger margin)."""
+    """The floor and margin of :func:`trace_core.score.spike_indices` on ``signal`` that maximise the hit rate minus
+    the share of correct answers' tokens marked (ties: the larger floor, then the larger margin)."""
     from trace_core.score import spike_indices
 
     if any(signal not in a.signals for a in answers):
@@ -206,12 +222,14 @@ def choose_rule(answers: Sequence[Answer], signal: str = "surprisal", *, floors:
     correct = [a.signals[signal] for a in answers if a.correct]
     if not wrong or not correct:
         raise SystemExit("the rule search needs located wrong answers and correct answers")
+    tokens = sum(len(x) for x in correct)
     choices = []
     for floor in floors:
         for margin in margins:
             hits = sum(k in spike_indices(x, floor=floor, margin=margin) for x, k in wrong)
-            alarms = sum(spike_indices(x, floor=floor, margin=margin).size > 0 for x in correct)
-            choices.append(Choice(signal, floor, margin, hits / len(wrong), alarms / len(correct)))
+            marked = [spike_indices(x, floor=floor, margin=margin).size for x in correct]
+            choices.append(Choice(signal, floor, margin, hits / len(wrong), sum(marked) / tokens,
+                                  sum(m > 0 for m in marked) / len(correct)))
     # Rounding absorbs float noise in the objective, so that equal objectives tie and the stricter rule wins.
     return max(choices, key=lambda c: (round(c.objective, 12), c.floor, c.margin))
 
@@ -220,12 +238,12 @@ def choice_table(choices: Sequence[Choice]) -> str:
     """The best grid point of each signal, as a Markdown table."""
     from trace_core.score import SPIKE_MARGIN, SPIKE_MIN_SURPRISAL
 
-    lines = ["| signal | floor | margin | first wrong token marked | correct answers with a spike | objective | "
-             "in score.py |", "|---|---|---|---|---|---|---|"]
+    lines = ["| signal | floor | margin | first wrong token marked | tokens of correct answers marked | objective | "
+             "correct answers with a spike | in score.py |", "|---|---|---|---|---|---|---|---|"]
     for c in choices:
         same = c.signal == "surprisal" and (c.floor, c.margin) == (SPIKE_MIN_SURPRISAL, SPIKE_MARGIN)
-        lines.append(f"| {c.signal} | {c.floor:g} | {c.margin:g} | {c.hit_rate:.1%} | {c.false_alarm:.1%} | "
-                     f"{c.objective:+.3f} | {'yes' if same else ''} |")
+        lines.append(f"| {c.signal} | {c.floor:g} | {c.margin:g} | {c.hit_rate:.1%} | {c.token_false_alarm:.1%} | "
+                     f"{c.objective:+.3f} | {c.false_alarm:.1%} | {'yes' if same else ''} |")
     return "\n".join(lines)
 
 
@@ -305,26 +323,60 @@ def _rates(answers: Sequence[Answer], spikes_of: Callable[[Answer], np.ndarray])
             sum(spikes_of(a).size > 0 for a in correct) / max(len(correct), 1))
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when it is inside it."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _has_column(path: Path) -> bool:
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as handle:
+        return TOKEN_COLUMN in next(csv.reader(handle), [])
+
+
+_FROM_REFERENCE = (
+    "**The first wrong token** of a wrong answer is the token covering the first character where the answer "
+    "(leading whitespace skipped; its last number when the reference is a plain number) differs from the "
+    "reference, compared case-insensitively; wrong answers where no token covers it are skipped and counted. ")
+_FROM_COLUMN = (
+    f"**The first wrong token** of a wrong answer is the file's `{TOKEN_COLUMN}` column: for a fact, the token "
+    "where the first fact stated wrong departs from the accepted form it follows longest; for a number, where the "
+    "answer's last number departs from the reference (`demo/build_real.py` gives both rules). Wrong answers with "
+    "no such token (a fact left out rather than stated wrong, a continent, a number that stops early) are skipped "
+    "and counted. ")
+
+
+def _chance(answers: Sequence[Answer]) -> float:
+    """The expected share of located wrong answers in which one uniformly random token is the first wrong one."""
+    located = [a for a in answers if not a.correct and a.first_wrong is not None]
+    return float(np.mean([1 / a.length for a in located])) if located else float("nan")
+
+
 def _intro(data: Path, validation: Path) -> str:
     from trace_core.score import SPIKE_MARGIN, SPIKE_MAX_SHARE, SPIKE_MIN_SURPRISAL
 
     floor_p = float(np.exp(-SPIKE_MIN_SURPRISAL))
     return (
         "## Where the mistake is: spike localisation\n\n"
-        f"Generated by `python -m bench.localisation --section` (the spike rule is chosen on `{validation.name}`, "
-        f"measured on `{data.name}`; the docstring of `bench/localisation.py` gives every definition in full).\n\n"
+        f"Generated by `python -m bench.localisation --section --validation {_shown(validation)} --data "
+        f"{_shown(data)}` (the spike rule is chosen on `{validation.name}`, measured on `{data.name}`; the docstring "
+        "of `bench/localisation.py` gives every definition in full).\n\n"
         "**The rule** (`trace_core.score.spike_indices`, used by `explain_trace`): a token is a spike when the model "
         f"gave it less than {floor_p:.1%} probability (surprisal ≥ {SPIKE_MIN_SURPRISAL:g} nats), it is at least "
         f"{SPIKE_MARGIN:g} nats above the answer's median surprisal, and it is among the answer's "
         f"max(1, ⌊{SPIKE_MAX_SHARE:g}·T⌋) most surprising tokens. An answer whose every token had a higher "
         "probability has no spike. The legacy rule (TRACE risk contribution above mean + 2 std, else the largest "
         "contributor) marked a token in every answer.\n\n"
-        "**The first wrong token** of a wrong answer is the token covering the first character where the answer "
-        "(leading whitespace skipped; its last number when the reference is a plain number) differs from the "
-        "reference, compared case-insensitively; wrong answers where no token covers it are skipped and counted. "
+        + (_FROM_COLUMN if _has_column(data) else _FROM_REFERENCE) +
         "**Choosing the rule:** grid search over the surprisal floor and the margin on the validation file, "
-        "maximising (share of wrong answers whose first wrong token is a spike) minus (share of correct answers "
-        "with any spike); the same search on entropy and on the risk contributions is shown for comparison. "
+        "maximising (share of wrong answers whose first wrong token is a spike) minus (share of the tokens of "
+        "correct answers that are spikes): false alarms per token, since a long right answer nearly always holds "
+        "some token the model was unsure of; the same search on entropy and on the risk contributions is shown for "
+        "comparison. "
         "\"chance 1/T\" is the exact expected hit rate of one uniformly random token, \"chance window/T\" that of "
         "the peak window.\n")
 
@@ -360,8 +412,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"As measured on {args.data.name}: the first wrong token is marked in {now[0]:.1%} of located wrong "
               f"answers with the current rule against {then[0]:.1%} with the legacy one ({now[1]:.1%} against "
               f"{then[1]:.1%} when it is not the answer's last token), and correct answers get a spike in "
-              f"{now[2]:.1%} of cases against {then[2]:.1%}. The current rule marks fewer wrong answers but stops "
-              "marking confident ones; which trade-off suits a user depends on how costly a false alarm is.\n")
+              f"{now[2]:.1%} of cases against {then[2]:.1%}. One token drawn at random from each answer would be "
+              f"the first wrong one in {_chance(answers):.1%} of them.\n")
 
 
 if __name__ == "__main__":

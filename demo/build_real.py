@@ -18,6 +18,8 @@ Writes into ``--out``:
 - ``real_beams_validation.csv`` and ``real_beams_test.csv`` (unless ``--beams 0``): the first ``--beams`` greedy rows
   of each family and split again, with ``beam_logprobs`` (a 4-beam search on the same prompt) for the beam baselines
   (kept apart because a beam column must be filled in every row of a file);
+- ``real_try_prompts.json``: the Inspect page's examples, picked from the validation answers
+  (``demo/real_examples.py``);
 - ``real_summary.json``: accuracy per family and split, counts, answer lengths, how answers ended, time per stage,
   the settings and the model file's SHA-256.
 
@@ -54,9 +56,9 @@ import pandas as pd
 from . import real_tasks as rt
 
 #: Answer budgets per family (tokens); answers that reach them end with finish_reason "length".
-MAX_NEW_TOKENS = {"short_facts": 32, "arithmetic": 80, "word_problems": 160, "country_facts": 128}
+MAX_NEW_TOKENS = {"short_facts": 32, "arithmetic": 80, "word_problems": 160, "country_facts": 160}
 #: The default sizes per split; ``--quick`` uses QUICK_SIZE of each.
-SIZES = {"short_facts": 150, "arithmetic": 100, "word_problems": 60, "country_facts": 75}
+SIZES = {"short_facts": 150, "arithmetic": 100, "word_problems": 150, "country_facts": 60}
 QUICK_SIZE = 3
 
 
@@ -190,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="draw weight of each country tier, for short and country facts (default 1:1,2:1,3:1)")
     parser.add_argument("--arithmetic-sizes", nargs="+", default=list(rt.DEFAULT_ARITHMETIC_SIZES),
                         choices=list(rt.ARITHMETIC_SIZES), help="operand sizes of the arithmetic problems, in turn")
-    parser.add_argument("--word-high", type=int, default=50, help="largest first number of a word problem")
+    parser.add_argument("--word-high", type=int, default=12, help="largest first number of a word problem")
     parser.add_argument("--sample", type=int, default=20,
                         help="sampled answers (temperature 1) to the first N prompts per family and split (0: none)")
     parser.add_argument("--beams", type=int, default=30,
@@ -245,6 +247,12 @@ def main(argv: list[str] | None = None) -> None:
         path = out / f"real_{split}.csv"
         write_dataset(frame, path, traces=all_traces)
         summary["files"][path.name] = len(frame)
+        if split == "validation" and not args.quick:  # the Inspect page's examples (demo/real_examples.py)
+            from .real_examples import OUT, pick
+
+            examples = out / OUT.name
+            examples.write_text(json.dumps(pick(path), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            summary["files"][examples.name] = len(json.loads(examples.read_text(encoding="utf-8"))["examples"])
 
         if args.sample:
             sampled_frames, sampled_traces = [], []

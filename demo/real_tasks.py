@@ -20,11 +20,18 @@ Families (prompts go through the model's chat template as one user message, no s
     two two-digit numbers once (:data:`DEFAULT_ARITHMETIC_SIZES`: two-digit numbers alone were too hard for
     SmolLM2-135M); the ``numeric`` matcher on the answer's last number.
 ``word_problems``
-    Two-step word problems (a + b - c, a + b + c, a - b - c with ``a`` in 10-50 and ``b``, ``c`` in 2-20; a bags of b
-    plus c), answered with the model's own reasoning; ``numeric`` on the last number.
+    Two-step word problems with small numbers ("Omar has 7 shells. He finds 3 more, then gives 2 away. How many
+    shells does he have now? Work it out step by step, then write 'Answer:' and the number."; the story kinds of
+    :data:`WORD_KINDS`), answered with the model's own reasoning; ``numeric`` on the last number. Numbers are small
+    (``a`` in 3 to 12, ``b`` in 2 to 6, ``c`` in 1 to 4) and the prompt asks for the steps: with two-digit numbers
+    and no such request SmolLM2-135M got none right in the pilot.
 ``country_facts``
-    "Give three facts about X: its capital, its currency and its official language, in three sentences." Labeled per
-    fact by :func:`judge_facts` (see there); 1 only when all three facts are stated and right.
+    "Write a short paragraph about X. Say what its capital is and what its official language is.", for the
+    countries of tiers 1 and 2 (the model named both facts of a tier-3 country right too rarely). The answer is a
+    paragraph (median about 85 tokens) with other claims around the two facts. Labeled per fact by
+    :func:`judge_facts` (see there); 1 only when both facts are stated and right. Three facts (capital, currency,
+    language, in three sentences) were tried first: the model stated all three right in 1 answer of 75; "Answer in
+    two sentences" gave answers of 20 tokens, not a long answer.
 
 Splits: a problem is in ``validation`` or ``test`` by a SHA-256 hash of its subject (the country; or the operation and
 its numbers), so no country or number pair is in both (:func:`split_of`). A country's short facts and its long answer
@@ -51,14 +58,16 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["ARITHMETIC_SIZES", "COUNTRIES", "DEFAULT_ARITHMETIC_SIZES", "FAMILIES", "FactVerdict", "LONG_RELATIONS",
+__all__ = ["ARITHMETIC_SIZES", "COUNTRIES", "DEFAULT_ARITHMETIC_SIZES", "FAMILIES", "FactVerdict", "JUDGED_RELATIONS", "LONG_RELATIONS", "LONG_TIERS",
            "Problem", "RELATIONS", "arithmetic_problems", "countries", "country_fact_problems", "fact_detail",
            "first_wrong_token_of", "judge_facts", "label_of", "locate_first_wrong", "reference_of", "sentence_spans",
-           "short_fact_problems", "split_of", "word_problems"]
+           "short_fact_problems", "split_of", "WORD_KINDS", "word_problems"]
 
 FAMILIES = ("short_facts", "arithmetic", "word_problems", "country_facts")
 RELATIONS = ("capital", "currency", "language", "continent")
-LONG_RELATIONS = ("capital", "currency", "language")  # the three facts of a country_facts answer, in asked order
+LONG_RELATIONS = ("capital", "language")  # the facts of a country_facts answer, in asked order
+JUDGED_RELATIONS = ("capital", "currency", "language")  # the facts judge_facts can find in an answer (by keyword)
+LONG_TIERS = (1, 2)  # the country tiers of country_facts
 
 # name | capital | currency | official language(s) | continent | tier
 # "/" separates accepted forms; "-" leaves the fact out. Continent codes: AF Africa, AS Asia, EU Europe, NA North
@@ -433,60 +442,61 @@ def arithmetic_problems(n: int, *, split: str, seed: int = 0, ops: Sequence[str]
     return out
 
 
-_NAMES = ["Ana", "Ben", "Cara", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lea", "Milo", "Nia",
-          "Omar", "Pia", "Ravi", "Sara", "Tom", "Uma"]
+_NAMES = [("Ana", "she"), ("Ben", "he"), ("Cara", "she"), ("Dev", "he"), ("Eli", "he"), ("Fay", "she"),
+          ("Gus", "he"), ("Hana", "she"), ("Ivo", "he"), ("Jun", "he"), ("Kai", "he"), ("Lea", "she"),
+          ("Milo", "he"), ("Nia", "she"), ("Omar", "he"), ("Pia", "she"), ("Ravi", "he"), ("Sara", "she"),
+          ("Tom", "he"), ("Uma", "she")]
 _ITEMS = ["apples", "books", "coins", "shells", "stamps", "marbles", "cards", "pencils", "stickers", "beads"]
-# (kind, template, value): two steps each.
-_WORD = [
-    ("add_sub", "{n} has {a} {item}. {n} buys {b} more and then gives {c} to {m}. How many {item} does {n} have "
-                "now?", lambda a, b, c: a + b - c),
-    ("add_add", "A box holds {a} {item}. {n} puts in {b} more and {m} puts in {c} more. How many {item} are in the "
-                "box now?", lambda a, b, c: a + b + c),
-    ("sub_sub", "A shop had {a} {item}. It sold {b} in the morning and {c} in the afternoon. How many {item} are "
-                "left?", lambda a, b, c: a - b - c),
-    ("mul_add", "{n} has {a} bags with {b} {item} in each bag, and {c} loose {item}. How many {item} does {n} have "
-                "in all?", lambda a, b, c: a * b + c),
-]
+_STEPS = " Work it out step by step, then write 'Answer:' and the number."
+#: The story kinds of a word problem: (kind, template, value of (a, b, c)); two steps each.
+WORD_KINDS = (
+    ("buy_give", "{n} has {a} {item}. {P} buys {b} more, then gives {c} away. How many {item} does {p} have now?",
+     lambda a, b, c: a + b - c),
+    ("give_find", "{n} has {a} {item}. {P} gives {c} away, then finds {b} more. How many {item} does {p} have now?",
+     lambda a, b, c: a - c + b),
+    ("get_get", "{n} has {a} {item}. {m} gives {o} {b} more, and then {c} more. How many {item} does {p} have now?",
+     lambda a, b, c: a + b + c),
+    ("lose_lose", "{n} has {a} {item}. {P} loses {b} of them, then {c} more. How many {item} does {p} have left?",
+     lambda a, b, c: a - b - c),
+)
 
 
-def word_problems(n: int, *, split: str, seed: int = 0, high: int = 50) -> list[Problem]:
-    """``n`` distinct two-step word problems of the split (the templates in turn): ``a`` in [10, ``high``], ``b``
-    and ``c`` in [2, 20] (``a`` in [2, 9] bags of ``b`` in [2, 12] for the product); never negative. The subject is
-    the template and its numbers."""
+def word_problems(n: int, *, split: str, seed: int = 0, high: int = 12) -> list[Problem]:
+    """``n`` distinct two-step word problems of the split (the kinds of :data:`WORD_KINDS` in turn): ``a`` in
+    [3, ``high``], ``b`` in [2, 6], ``c`` in [1, 4]; no count is ever negative, at the end or in between. The prompt ends by asking for the steps and an
+    "Answer:" line. The subject is the kind and its numbers; the detail is the kind."""
     rng, out, seen = _rng("word", split, seed), [], set()
     attempts = 0
     while len(out) < n:
         attempts += 1
         if attempts > 1000 * n:
             raise ValueError(f"cannot draw {n} distinct {split} word problems")
-        kind, template, value = _WORD[len(out) % len(_WORD)]
-        if kind == "mul_add":
-            a, b, c = rng.randint(2, 9), rng.randint(2, 12), rng.randint(2, 20)
-        else:
-            a, b, c = rng.randint(10, high), rng.randint(2, 20), rng.randint(2, 20)
-        if value(a, b, c) < 0:
+        kind, template, value = WORD_KINDS[len(out) % len(WORD_KINDS)]
+        a, b, c = rng.randint(3, high), rng.randint(2, 6), rng.randint(1, 4)
+        if value(a, b, c) < 0 or (kind == "give_find" and c > a):  # never more given away than held
             continue
         subject = f"{kind}|{a}|{b}|{c}"
         if subject in seen or split_of(subject) != split:
             continue
         seen.add(subject)
-        names = rng.sample(_NAMES, 2)
-        prompt = template.format(n=names[0], m=names[1], a=a, b=b, c=c, item=rng.choice(_ITEMS))
-        out.append(Problem("word_problems", prompt, str(value(a, b, c)), split, subject, kind, "numeric"))
+        (name, pronoun), (other, _) = rng.sample(_NAMES, 2)
+        prompt = template.format(n=name, p=pronoun, P=pronoun.capitalize(), m=other,
+                                 o="him" if pronoun == "he" else "her", a=a, b=b, c=c, item=rng.choice(_ITEMS))
+        out.append(Problem("word_problems", prompt + _STEPS, str(value(a, b, c)), split, subject, kind, "numeric"))
     return out
 
 
 # ------------------------------------------------------------------------------------------------- country facts
 
-_LONG_TEMPLATE = ("Give three facts about {x}: its capital, its currency and its official language, in three "
-                  "sentences.")
+_LONG_TEMPLATE = "Write a short paragraph about {x}. Say what its capital is and what its official language is."
 
 
 def country_fact_problems(split: str, *, n: int | None = None, tier_weights: dict[int, float] | None = None,
-                          seed: int = 0) -> list[Problem]:
-    """The long question for the split's countries that have all three facts (``n`` of them drawn with
-    ``tier_weights``, as in :func:`short_fact_problems`)."""
-    rows = [c for c in COUNTRIES if split_of(c.key) == split and all(c.forms(r) for r in LONG_RELATIONS)]
+                          seed: int = 0, tiers: Sequence[int] = LONG_TIERS) -> list[Problem]:
+    """The long question for the split's countries of ``tiers`` that have every fact of :data:`LONG_RELATIONS`
+    (``n`` of them drawn with ``tier_weights``, as in :func:`short_fact_problems`)."""
+    rows = [c for c in COUNTRIES
+            if split_of(c.key) == split and c.tier in tiers and all(c.forms(r) for r in LONG_RELATIONS)]
     if n is not None and n < len(rows):
         rng = np.random.default_rng(int(hashlib.sha256(f"long|{split}|{seed}".encode()).hexdigest()[:8], 16))
         weights = np.array([(tier_weights or {}).get(c.tier, 1.0) for c in rows], dtype=float)
@@ -649,7 +659,7 @@ def _departure(answer: str, start: int, forms: Sequence[str]) -> int:
     return min(start + best, len(answer) - 1)
 
 
-def judge_facts(answer: str, country: Country, relations: Sequence[str] = LONG_RELATIONS) -> list[FactVerdict]:
+def judge_facts(answer: str, country: Country, relations: Sequence[str] = JUDGED_RELATIONS) -> list[FactVerdict]:
     """Per fact of ``relations``: is it stated in ``answer``, and is it right?
 
     1. The answer is cut into sentences (:func:`sentence_spans`).
@@ -718,13 +728,13 @@ def label_of(problem: Problem, answer: str) -> tuple[int, str, int | None]:
       first wrong character is the value's start found as in :func:`judge_facts` (None for continents).
     - arithmetic and word problems: ``numeric`` on the last number; the first wrong character is where the last
       number departs from the reference (``bench.localisation.first_wrong_char``).
-    - country facts: 1 only when :func:`judge_facts` finds all three facts right; the detail names the wrong (and
+    - country facts: 1 only when :func:`judge_facts` finds both facts (:data:`LONG_RELATIONS`) right; the detail names the wrong (and
       missing) facts; the first wrong character is the start of the first wrong fact's value.
     """
     from trace_core.data.labels import label_from_reference
 
     if problem.family == "country_facts":
-        verdicts = judge_facts(answer, countries()[problem.subject])
+        verdicts = judge_facts(answer, countries()[problem.subject], LONG_RELATIONS)
         label = int(all(v.status == "right" for v in verdicts))
         _, position = locate_first_wrong(verdicts)
         return label, f"{problem.detail} {fact_detail(verdicts)}", None if label else position

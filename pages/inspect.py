@@ -26,9 +26,10 @@ st.caption("Type a prompt; the model answers, and every generated token is colou
 
 lm = state.model()
 
-examples = try_prompts()
+examples = try_prompts(lm.model_id if lm is not None else None)
 if examples:
     labels = ["(pick an example)"] + [example_label(e) for e in examples]
+    state.keep_valid("example", range(len(labels)))  # another model's list may be shorter
     choice = st.selectbox("Try these", range(len(labels)), format_func=lambda i: labels[i], key="example")
     state.use_example(choice, examples[choice - 1]["prompt"] if choice else "")
 

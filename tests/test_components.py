@@ -585,3 +585,44 @@ def test_try_these_labels_name_the_family_the_verdict_and_the_question():
     assert example_label({"family": "facts", "label": 1, "prompt": "Q: Who leads Kilo?\nA:"}) == \
         "facts (answered right): Who leads Kilo?"
     assert example_label({"family": "facts", "prompt": "Q: Who leads Kilo?\nA:"}) == "facts: Who leads Kilo?"
+    assert example_label({"family": "arithmetic", "label": 0, "kind": "one token away",
+                          "prompt": "What is 59 × 3?"}) == "arithmetic (answered wrong, one token away): What is 59 × 3?"
+    assert example_label({"family": "arithmetic", "label": 1, "kind": "right", "prompt": "What is 2 + 2?"}) == \
+        "arithmetic (answered right): What is 2 + 2?"
+
+
+def test_try_these_follow_the_loaded_model():
+    import json
+
+    from app.services import DATASETS, DEMO_MODEL, try_prompts
+
+    demo = json.loads((DATASETS / "try_prompts.json").read_text(encoding="utf-8"))
+    real = json.loads((DATASETS / "real_try_prompts.json").read_text(encoding="utf-8"))
+    assert try_prompts(str(DEMO_MODEL)) == demo
+    # the real model's own examples carry its labels and kinds ...
+    assert try_prompts(real["model"]) == real["examples"] and {e["label"] for e in real["examples"]} == {0, 1}
+    # ... and any other model gets the same prompts without them: its answers may differ
+    for other in (None, "some/other-model", "/models/mine.gguf"):
+        shown = try_prompts(other)
+        assert [e["prompt"] for e in shown] == [e["prompt"] for e in real["examples"]]
+        assert all("label" not in e and "kind" not in e for e in shown)
+
+
+def test_a_kept_single_choice_outside_the_options_falls_back_to_the_default():
+    from streamlit.testing.v1 import AppTest
+
+    def page():
+        import streamlit as st
+
+        from app import state
+
+        st.session_state.setdefault("pick", 7)
+        state.keep_valid("pick", range(3))
+        st.write(f"kept={st.session_state.get('pick')}")
+        st.session_state.setdefault("ok", 2)
+        state.keep_valid("ok", range(3))
+        st.write(f"ok={st.session_state.get('ok')}")
+
+    at = AppTest.from_function(page).run()
+    assert not at.exception
+    assert [m.value for m in at.markdown] == ["kept=None", "ok=2"]

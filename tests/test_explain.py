@@ -95,7 +95,7 @@ def test_no_spike_says_why():
     exp = explain_trace(confident)
     assert exp.spikes.size == 0
     out = explain.explain_risk(confident, exp)
-    floor = int(100 * math.exp(-SPIKE_MIN_SURPRISAL))  # the spike rule's probability line, rounded down (74%)
+    floor = int(100 * math.exp(-SPIKE_MIN_SURPRISAL))  # the spike rule's probability line, rounded down
     assert f"No token stands out: the model gave every token a probability above {floor}%." in out
     assert "outlined" not in out and "stands out (" not in out
     # No spike although a token is past the floor (a rule with a margin): the sentence must not claim the floor.

@@ -3,6 +3,8 @@ hand-written answers (no model)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from demo import real_tasks as rt
@@ -119,9 +121,16 @@ def test_arithmetic_and_word_problem_references_are_right():
     for p in rt.word_problems(40, split="validation"):
         kind, a, b, c = p.subject.split("|")
         a, b, c = int(a), int(b), int(c)
-        expected = {"add_sub": a + b - c, "add_add": a + b + c, "sub_sub": a - b - c, "mul_add": a * b + c}[kind]
-        assert int(p.reference) == expected >= 0
-        assert str(a) in p.prompt and str(b) in p.prompt and str(c) in p.prompt
+        # the story's arithmetic, written out independently of WORD_KINDS' lambdas
+        expected = {"buy_give": a + b - c, "give_find": a - c + b, "get_get": a + b + c, "lose_lose": a - b - c}[kind]
+        assert int(p.reference) == expected >= 0 and p.detail == kind
+        assert 3 <= a <= 12 and 2 <= b <= 6 and 1 <= c <= 4
+        assert kind != "give_find" or c <= a  # nobody gives away more than they have
+        story = p.prompt.removesuffix(" Work it out step by step, then write 'Answer:' and the number.")
+        assert story != p.prompt and re.findall(r"\d+", story) == [str(a), *( [str(c), str(b)] if kind == "give_find"
+                                                                           else [str(b), str(c)])]
+        assert not re.search(r"\. (he|she) ", story)  # a pronoun that opens a sentence is capitalised
+    assert {p.detail for p in rt.word_problems(8, split="test")} == {k for k, _, _ in rt.WORD_KINDS}
 
 
 # ------------------------------------------------------------------------------------------ per-fact labels
@@ -172,9 +181,19 @@ def test_missing_and_unkeyed_facts():
     # no "capital" keyword but the right city is named: right; currency never mentioned: missing
     assert _verdicts(answer, "Denmark") == {"capital": "right", "currency": "missing", "language": "right"}
     problem = rt.Problem("country_facts", "q", "r", "test", "Denmark", "tier=1", "facts")
-    label, detail, position = rt.label_of(problem, answer)
-    assert label == 0 and "wrong=currency" in detail and "missing=currency" in detail
+    # a country_facts answer is judged on LONG_RELATIONS only: the currency is not asked
+    assert rt.label_of(problem, answer) == (1, "tier=1 wrong=none", None)
+    label, detail, position = rt.label_of(problem, "Denmark is a Nordic country. Copenhagen is lovely.")
+    assert (label, detail) == (0, "tier=1 wrong=language missing=language")
     assert position is None  # a missing fact has no place in the answer
+
+
+def test_country_fact_problems_ask_two_facts_of_tier_1_and_2_countries():
+    problems = [p for split in ("validation", "test") for p in rt.country_fact_problems(split)]
+    assert {C[p.subject].tier for p in problems} == {1, 2}
+    assert len(problems) == sum(c.tier in (1, 2) and bool(c.capital) for c in rt.COUNTRIES)
+    assert all("capital" in p.prompt and "official language" in p.prompt for p in problems)
+    assert rt.LONG_RELATIONS == ("capital", "language")
 
 
 @pytest.mark.parametrize("answer, country, relation, value", [

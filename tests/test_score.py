@@ -259,3 +259,12 @@ def test_spike_constants_are_the_ones_chosen_on_the_validation_data():
     assert choice.objective > 0
     always = choose_rule(answers, "surprisal", floors=[0.0], margins=[0.0])
     assert always.false_alarm == 1.0 and choice.objective > always.objective
+    # The objective by hand: first wrong tokens marked minus the share of correct answers' tokens marked.
+    from trace_core.score import spike_indices
+
+    wrong = [a for a in answers if a.first_wrong is not None]
+    right = [a for a in answers if a.correct]
+    marked = lambda a: spike_indices(a.signals["surprisal"], floor=choice.floor, margin=choice.margin)  # noqa: E731
+    hit = np.mean([a.first_wrong in marked(a) for a in wrong])
+    token_rate = sum(marked(a).size for a in right) / sum(a.length for a in right)
+    assert choice.objective == pytest.approx(hit - token_rate)

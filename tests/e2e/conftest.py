@@ -82,11 +82,12 @@ def download(page, button: str, timeout: float = 60_000):
     return info.value
 
 
-def screenshot(page, tmp_path: Path, name: str) -> None:
+def screenshot(page, tmp_path: Path, name: str, publish: bool = True) -> None:
+    """A full-page screenshot in ``tmp_path``, also copied into TRACE_SCREENSHOTS (the README's) when ``publish``."""
     path = tmp_path / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     target = settings.get("TRACE_SCREENSHOTS")
-    if target:
+    if target and publish:
         Path(target).mkdir(parents=True, exist_ok=True)
         shutil.copy(path, Path(target) / path.name)
 

@@ -26,14 +26,13 @@ def _first_wrong_example() -> str:
 def test_inspect_generates_heatmap(server, page, tmp_path):
     page.goto(server)
     wait_idle(page)
-    # The first wrong "try these" answer (a long one, whose spike marks the step that went wrong): the README's
-    # screenshot.
+    # The first wrong "try these" answer of the demo model (a long one, whose spike marks the step that went wrong).
     generate(page, _first_wrong_example())
     tokens = page.locator('[data-testid="trace-heatmap"] .tr-tok')
     assert tokens.count() >= 1
     page.wait_for_selector('[data-testid="stPlotlyChart"]', timeout=30_000)
     assert "TRACE confidence" in page.inner_text("body")
-    screenshot(page, tmp_path, "inspect")
+    screenshot(page, tmp_path, "demo_inspect", publish=False)  # the README shows the real model's
 
     # The hover card: reached by keyboard focus (a tap focuses too), visible, with the token's numbers.
     token = tokens.nth(min(3, tokens.count() - 1))
@@ -46,7 +45,7 @@ def test_inspect_generates_heatmap(server, page, tmp_path):
     page.mouse.move(0, 0)
     shot = tmp_path / "inspect_card.png"
     page.locator('[data-testid="stMain"]').screenshot(path=str(shot))
-    screenshot(page, tmp_path, "inspect_card")
+    screenshot(page, tmp_path, "demo_inspect_card", publish=False)  # the README shows the real model's
 
 
 def test_compare_aligns_greedy_and_sampled_answers(server, page, tmp_path):
@@ -62,7 +61,7 @@ def test_compare_aligns_greedy_and_sampled_answers(server, page, tmp_path):
     wait_idle(page)
     main = page.inner_text('[data-testid="stMain"]')
     assert "Where the answers part" in main and "diverge" in main, main[:3000]
-    screenshot(page, tmp_path, "compare")
+    screenshot(page, tmp_path, "demo_compare", publish=False)  # the README shows the real model's
 
 
 def test_hostile_prompt_renders_as_text_and_no_dialog_fires(server, page, tmp_path):

