@@ -83,6 +83,7 @@ calibrator = st.radio("Calibrator for TRACE and the baselines", SCALAR_CALIBRATO
                       key="scalar_calibrator", format_func=CALIBRATOR_NAMES.get,
                       help="Both are fitted on every split; TRACE+ and the reference use their own logistic regression.")
 st.caption(f"{md_literal(result.data_note)}; {len(kept):,} answers, {labels.mean():.1%} correct. "
+           f"{md_literal(result.skill_note(calibrator=calibrator))} "
            f"{md_literal(result.caption(calibrator=calibrator))} ↑ higher is better, ↓ lower.")
 columns = metric_columns(config.metrics)  # each metric followed by its ±
 st.dataframe(metrics_frame(result, calibrator), hide_index=True, key="metrics_table", column_config=columns,
@@ -97,9 +98,13 @@ st.caption("Per split, TRACE+ and TRACE minus the best baseline (chosen on that 
            f"(wins/splits). Best baseline chosen: {md_literal(result.paired.chosen_note(calibrator=calibrator))}."
            if result.paired is not None else "")
 st.dataframe(paired_frame(result, calibrator), hide_index=True, key="paired_table")
-verdict = result.reference_sentence(calibrator=calibrator)
-if verdict:
-    st.info(md_literal(verdict))
+verdict = result.verdict(calibrator=calibrator)  # TRACE+ against the best baseline and the reference
+if verdict is not None:
+    st.info(md_literal(" ".join(t for t in (verdict.sentence, verdict.auroc_sentence) if t), limit=5_000))
+    st.caption(md_literal(verdict.rule()))
+no_skill = result.no_skill_sentence()
+if no_skill:
+    st.warning(md_literal(no_skill))
 
 available = [m for m in result.methods if not get_method(m).is_trace]
 state.keep_valid("plot_baselines", available)

@@ -182,7 +182,10 @@ def test_calibrate_switches_calibrator_and_shows_the_paired_comparison(tiny_mode
         assert any(name in c.value for c in at.caption)
     paired = at.dataframe[1].value
     assert {"best baseline", "Likelihood LR (reference)"} <= set(paired["minus"])
-    assert any("supervised likelihood reference" in i.value for i in at.info)
+    # The verdict: TRACE+ against the best baseline and the reference, with AUROC intervals; the skill line
+    assert any("the best baseline" in i.value and "supervised likelihood reference" in i.value
+               and "mean over splits" in i.value for i in at.info)
+    assert any("Brier skill score" in c.value for c in at.caption)
 
 
 def test_calibrate_then_flag_pages(tiny_model_dirs, monkeypatch, labeled_files):

@@ -201,7 +201,12 @@ def test_cli_evaluate(case: Case, capsys: pytest.CaptureFixture[str]) -> None:
         for fragment in case.file_error:
             assert fragment in err[0]
         return
-    assert err[0].startswith(_summary(case))
+    # --quiet: the reader's summary only when it names rejected rows (a problem), else nothing but problems
+    summary = [err[0]] if case.n_kept < case.n_read else []
+    if summary:
+        assert err[0].startswith(_summary(case))
+    else:
+        assert not any("rows read" in line for line in err)
     for row, column, fragment in case.row_errors:
         assert f"row {row}: {column + ': ' if column else ''}{fragment}" in err[0]
     for note in case.cli_notes:
@@ -209,10 +214,10 @@ def test_cli_evaluate(case: Case, capsys: pytest.CaptureFixture[str]) -> None:
     if case.cli_error:
         assert code == 1 and out == ""
         assert err[-1].startswith(f"error: {BAD / case.name}: ") and case.cli_error in err[-1]
-        assert len(err) == 2 + len(case.cli_notes)  # the summary, the notes, the error: one line each
+        assert len(err) == len(summary) + 1 + len(case.cli_notes)  # the summary, the notes, the error: a line each
     else:
         assert code == 0
-        assert err == [err[0], *case.cli_notes]
+        assert err == [*summary, *case.cli_notes]
         assert {"TRACE+", "TRACE", "SeqLogP"} <= {line.split(",")[0] for line in out.splitlines()}
 
 

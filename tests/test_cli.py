@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import numpy as np
 import pytest
@@ -70,8 +71,12 @@ def test_evaluate_prints_markdown_and_writes_csv_json(labeled_file, tmp_path, ca
     assert "| TRACE+ | trace |" in out and "3 random splits" in out and "after Platt scaling" in out
     assert "| prr ↑ |" in out
     assert "| TRACE+ | best baseline |" in out and "| TRACE+ | Likelihood LR (reference) |" in out
-    assert "Best baseline chosen on calibration: Brier: Mean Entropy (3 of 3)" in out
-    assert "TRACE+ beats the supervised likelihood reference" in out or "TRACE+ does not beat" in out
+    assert "Best baseline chosen on calibration: Brier: Mean Entropy in 3 of 3 splits" in out
+    verdict = next(line for line in out.splitlines() if line.startswith("TRACE+ "))
+    assert re.match(r"TRACE\+ (beats|ties|loses to) the best baseline \(Mean Entropy in 3 of 3 splits\) on Brier",
+                    verdict)
+    assert re.search(r"; it (beats|ties|loses to) the supervised likelihood reference on Brier", verdict)
+    assert "length-aware" not in out and "Base-rate Brier p(1−p) " in out and "Verdict: beats (loses) when" in out
     assert "scoring 120 answers" in captured.err  # progress on stderr
     assert main(["evaluate", str(labeled_file), "--splits", "3", "--methods", "TRACE", "--calibrator", "isotonic",
                  "--quiet"]) == 0
@@ -88,7 +93,15 @@ def test_evaluate_prints_markdown_and_writes_csv_json(labeled_file, tmp_path, ca
     assert data["all"]["config"]["n_splits"] == 2 and "Beam-Ratio" in data["all"]["skipped"]
     assert data["all"]["data_note"] == "120 traces: entropy exact"
     assert {r["versus"] for r in data["all"]["paired"]} >= {"best baseline", "SeqLogP", "Likelihood LR (reference)"}
-    assert data["all"]["reference_sentence"].startswith("TRACE+ ")
+    verdict = data["all"]["verdict"]
+    assert verdict["sentence"].startswith("TRACE+ ") and verdict["method"] == "TRACE+"
+    assert {(c["versus"], c["metric"]) for c in verdict["comparisons"]} == {
+        (v, m) for v in ("best baseline", "Likelihood LR (reference)") for m in ("brier", "auroc")}
+    for c in verdict["comparisons"]:
+        assert c["word"] in ("beats", "ties", "loses") and c["n_splits"] == 2 and c["low"] <= c["mean"] <= c["high"]
+        assert (sum(c["chosen"].values()) == 2) if c["versus"] == "best baseline" else "chosen" not in c
+    accuracy = data["all"]["accuracy"]
+    assert data["all"]["skill"]["base_rate_brier"] == pytest.approx(accuracy * (1 - accuracy))
 
 
 def test_fit_then_flag_exports_safe_rows(labeled_file, tmp_path):

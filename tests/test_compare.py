@@ -38,7 +38,8 @@ def test_best_baseline_is_chosen_on_the_calibration_part_not_the_evaluation_part
     diffs = np.array([0.08, 0.07, 0.01])
     assert row["mean"] == pytest.approx(diffs.mean()) and row["std"] == pytest.approx(diffs.std(ddof=1))
     assert (row["wins"], row["ties"], row["losses"], row["n_splits"]) == (3, 0, 0, 3)
-    assert row["chosen"] == "SeqLogP (2 of 3)"
+    assert row["chosen"] == "SeqLogP in 2 of 3 splits, MinProb in 1"
+    assert row["chosen_counts"] == {"SeqLogP": 2, "MinProb": 1}
     # ... and minus each baseline by name
     minprob = paired.get("TRACE+", "MinProb", "auroc")
     assert minprob["mean"] == pytest.approx(np.mean([-0.02, -0.01, 0.01]))
@@ -86,7 +87,7 @@ def test_the_reference_is_never_the_best_baseline_but_is_compared_by_name():
     ev = _frame({("TRACE+", "auroc"): [0.8, 0.8], ("SeqLogP", "auroc"): [0.7, 0.7], (REFERENCE, "auroc"): [0.9, 0.9]})
     cal = _frame({("SeqLogP", "auroc"): [0.7, 0.7], (REFERENCE, "auroc"): [0.99, 0.99]})
     paired = paired_comparison(ev, cal, methods=METHODS, metrics=["auroc"])
-    assert paired.get("TRACE+", BEST_BASELINE, "auroc")["chosen"] == "SeqLogP (2 of 2)"
+    assert paired.get("TRACE+", BEST_BASELINE, "auroc")["chosen"] == "SeqLogP in 2 of 2 splits"
     assert paired.get("TRACE+", REFERENCE, "auroc")["mean"] == pytest.approx(-0.1)
 
 
@@ -96,21 +97,26 @@ def _reference_case(trace_plus_auroc, reference_auroc, trace_plus_brier, referen
     return paired_comparison(ev, ev.iloc[:0], methods=METHODS, metrics=["brier", "auroc"])
 
 
-def test_reference_sentence_says_honestly_whether_trace_plus_beats_the_reference():
+def test_reference_sentence_follows_the_verdict_rule_and_never_explains_why():
+    # 4 splits, no calibration fraction: plain t-intervals, t_{0.975, 3} = 3.182. AUROC differences 0, +.01, -.01,
+    # -.01: mean -0.0025, sd 0.00957, half-width 3.182 * 0.00957 / 2 = 0.0152 -> the interval holds 0: a tie.
     tie = _reference_case([0.80, 0.81, 0.79, 0.80], [0.80, 0.80, 0.80, 0.81],
                           [0.20, 0.20, 0.21, 0.20], [0.20, 0.21, 0.20, 0.20])
-    text = reference_sentence(tie)
-    assert text.startswith("TRACE+ does not beat the supervised likelihood reference on AUROC (-0.003 ± 0.010, "
-                           "wins 1 of 4 splits) or Brier")
-    assert text.endswith("its gain here is length-aware likelihood.")
+    assert reference_sentence(tie) == ("TRACE+ ties the supervised likelihood reference on Brier (0, 95% CI -0.0130 "
+                                       "to +0.0130, wins 1 of 4 splits) and on AUROC (-0.00250, 95% CI -0.0177 to "
+                                       "+0.0127, wins 1 of 4 splits).")
     both = _reference_case([0.85, 0.86, 0.84, 0.85], [0.80] * 4, [0.15] * 4, [0.20] * 4)
-    assert reference_sentence(both) == ("TRACE+ beats the supervised likelihood reference on AUROC (+0.050 ± 0.008, "
-                                        "wins 4 of 4 splits) and Brier (-0.050 ± 0.000, wins 4 of 4 splits).")
-    mixed = _reference_case([0.85] * 4, [0.80] * 4, [0.25] * 4, [0.20] * 4)
-    assert "beats the supervised likelihood reference on AUROC" in reference_sentence(mixed)
-    assert "but not on Brier (+0.050" in reference_sentence(mixed)
-    worse = _reference_case([0.70] * 4, [0.80] * 4, [0.25] * 4, [0.20] * 4)
-    assert reference_sentence(worse).endswith("the likelihood summaries alone do better here.")
+    assert reference_sentence(both) == ("TRACE+ beats the supervised likelihood reference on Brier (-0.0500, 95% CI "
+                                        "-0.0500 to -0.0500, wins 4 of 4 splits) and on AUROC (+0.0500, 95% CI "
+                                        "+0.0370 to +0.0630, wins 4 of 4 splits).")
+    mixed = reference_sentence(_reference_case([0.85] * 4, [0.80] * 4, [0.25] * 4, [0.20] * 4))
+    assert mixed.startswith("TRACE+ loses to the supervised likelihood reference on Brier (+0.0500")
+    assert " and beats it on AUROC (+0.0500" in mixed
+    worse = reference_sentence(_reference_case([0.70] * 4, [0.80] * 4, [0.25] * 4, [0.20] * 4))
+    assert worse.startswith("TRACE+ loses to the supervised likelihood reference on Brier")
+    assert "on AUROC (-0.100" in worse
+    for text in (reference_sentence(tie), reference_sentence(both), mixed, worse):  # what, never why
+        assert "length-aware" not in text and "gain here" not in text and "do better here" not in text
     no_reference = paired_comparison(_frame({("TRACE+", "auroc"): [0.8], ("SeqLogP", "auroc"): [0.7]}),
                                      _frame({("SeqLogP", "auroc"): [0.7]}), methods=METHODS, metrics=["auroc"])
     assert reference_sentence(no_reference) is None

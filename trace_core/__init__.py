@@ -27,7 +27,7 @@ from .data import (
     trace_from_openai,
     write_dataset,
 )
-from .compare import PairedComparison, paired_comparison, reference_sentence
+from .compare import PairedComparison, Verdict, paired_comparison, reference_sentence, verdict
 from .evaluate import EvaluationConfig, EvaluationResult, average_results, evaluate, evaluate_arrays
 from .features import FEATURE_SETS, feature_matrix, feature_matrix_from_arrays, feature_names
 from .metrics import (
@@ -175,6 +175,8 @@ __all__ = [
     "TracePlus",
     "UndefinedMetricWarning",
     "UnsafeModelError",
+    "verdict",
+    "Verdict",
     "wilson_interval",
     "window_max_mean",
     "write_dataset",

@@ -400,10 +400,11 @@ def _beams(dataset) -> list[list[float]] | None:
 def _evaluate_one(traces: list, labels: np.ndarray, beams: list | None, *, title: str, args: argparse.Namespace,
                   config: Any, methods: list[str] | None, embedder: Any, rows: list[int]):
     """One evaluation with progress on stderr and the library's warnings as plain lines (skipped splits named with
-    their group and the option that avoids them)."""
+    their group and the option that avoids them; a truncated distribution is said once for the whole report by
+    :func:`_report_warnings`)."""
     import warnings
 
-    from .evaluate import SkippedSplitsWarning, evaluate
+    from .evaluate import SkippedSplitsWarning, TruncatedDistributionWarning, evaluate
 
     show = not args.quiet
     where = f" ({title})" if title else ""
@@ -419,12 +420,32 @@ def _evaluate_one(traces: list, labels: np.ndarray, beams: list | None, *, title
             raise CLIError(f"{_shown(args.data)}: row {rows[exc.index]}: {exc.reason}") from exc
         finally:
             close()
-    _plain_warnings(caught, skip=(SkippedSplitsWarning,))
+    _plain_warnings(caught, skip=(SkippedSplitsWarning, TruncatedDistributionWarning))
     if result.skipped_splits:
         print(f"warning: {title or 'the data'}: {result.skipped_splits} of {config.n_splits} splits skipped (one "
               "class only in their calibration or evaluation part); use --stratified to keep both classes in every "
               "part", file=sys.stderr)
     return result
+
+
+def _report_warnings(results: dict[str, Any]) -> None:
+    """The report's notes that need a ``warning:`` line, one line each: a truncated distribution (over every answer
+    evaluated; else each group where it is), extended TRACE+ variants that need entropy (asked for by --extended on
+    data without it)."""
+    from .results import _extended_needing_entropy, extended_entropy_note, truncation_note
+
+    last = list(results.values())[-1]  # the only result, or the average over the groups
+    truncated = truncation_note(*last.certain_tokens)
+    if truncated:
+        print(f"warning: {truncated}", file=sys.stderr)
+    else:
+        for title, result in results.items():
+            note = truncation_note(*result.certain_tokens) if result is not last else ""
+            if note:
+                print(f"warning: {clip(title)}: {note}", file=sys.stderr)
+    extended = _extended_needing_entropy(last.skipped)
+    if extended and extended_entropy_note(extended) in last.notes:
+        print(f"warning: {extended_entropy_note(extended)}", file=sys.stderr)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -484,9 +505,10 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
             raise CLIError(f"--group-by {shorten(args.group_by)}: none of the {skipped:,} groups can be evaluated "
                            "(each has one class only, or too few answers of one class for any split); group by a "
                            "column whose groups hold enough correct and wrong answers")
-        results = {**groups, "average": average_results(list(groups.values()))}
+        results = {**groups, "average": average_results(groups)}
     else:
         results = {"": _evaluate_one(traces, labels, beams, title="", rows=rows, **options)}
+    _report_warnings(results)
     fmt = args.format or out_format or "markdown"
     if fmt == "markdown":
         text = report_markdown(results, calibrator=config.scalar_calibrator)

@@ -17,7 +17,12 @@ chosen as the best baseline (a constant predictor's ECE can be tiny). Results ar
 over the splits (20 by default), plus the paired comparison of :mod:`trace_core.compare`.
 
 On data without entropy (only the chosen tokens' log-probabilities) the methods that read entropy are skipped with
-that reason, and TRACE and TRACE+ run as their surprisal-only variants under their own names.
+that reason, and TRACE and TRACE+ run as their surprisal-only variants under their own names; extended TRACE+ variants
+asked for on such data do not run and get one note (:func:`trace_core.results.extended_entropy_note`).
+
+When more than :data:`~trace_core.results.TRUNCATED_SHARE` (20%) of the answer tokens have probability exactly 1, the
+log-probabilities are not the model's full distribution (top-p/top-k truncation, or a server's post-processing):
+:class:`TruncatedDistributionWarning` and a note in the result (:func:`trace_core.results.truncation_note`) say so.
 """
 
 from __future__ import annotations
@@ -43,11 +48,12 @@ from .metrics.calibration import _brier, _ece_sorted
 from .metrics.ranking import _ranking_from_groups
 from .operators import Ragged, check_paired, segment_max, segment_mean
 from .registry import METHODS, METRICS, method_names
-from .results import CONSTANT_RTOL, SCALAR_CALIBRATORS, UNINFORMATIVE, EvaluationResult, average_results, summarise
+from .results import (CONSTANT_RTOL, SCALAR_CALIBRATORS, TRUNCATED_SHARE, UNINFORMATIVE, EvaluationResult,
+                      _extended_needing_entropy, average_results, extended_entropy_note, summarise, truncation_note)
 from .trace import Trace
 
-__all__ = ["AnswerValueError", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "UNINFORMATIVE", "EvaluationConfig",
-           "NoUsableSplitError",
+__all__ = ["AnswerValueError", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "TRUNCATED_SHARE", "UNINFORMATIVE",
+           "EvaluationConfig", "NoUsableSplitError", "TruncatedDistributionWarning",
            "EvaluationResult", "SkippedSplitsWarning", "average_results", "data_note", "evaluate", "evaluate_arrays",
            "is_constant", "method_names"]
 
@@ -68,6 +74,12 @@ class NoUsableSplitError(ValueError):
 
 class SkippedSplitsWarning(UserWarning):
     """Some splits had one class only in their calibration or evaluation part and were skipped."""
+
+
+class TruncatedDistributionWarning(UserWarning):
+    """More than :data:`~trace_core.results.TRUNCATED_SHARE` of the answer tokens have probability exactly 1: the
+    log-probabilities look truncated (top-p/top-k sampling, or a server's post-processing), so surprisal-based scores
+    are not the model's. The result's ``notes`` say it too."""
 
 
 @dataclass(frozen=True)
@@ -229,8 +241,19 @@ def _evaluate(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config:
         skipped.update(baselines.skipped)
         scalar = {m: scalar[m] if m in scalar else baselines.scores[m].to_numpy(dtype=np.float64)
                   for m in wanted if m in scalar or m in baselines.scores.columns}
-    return _run(surprisal, entropy, labels, scalar, features, config=config, wanted=wanted, skipped=skipped,
-               note=note, progress=progress)
+    certain_tokens = (int(np.count_nonzero(surprisal.values == 0)), int(surprisal.values.shape[0]))
+    notes = []
+    truncated = truncation_note(*certain_tokens)
+    if truncated:
+        warnings.warn(truncated, TruncatedDistributionWarning, stacklevel=3)
+        notes.append(truncated)
+    extended = _extended_needing_entropy(skipped)
+    if extended:
+        notes.append(extended_entropy_note(extended))
+    result = _run(surprisal, entropy, labels, scalar, features, config=config, wanted=wanted, skipped=skipped,
+                  note=note, progress=progress)
+    result.notes, result.certain_tokens = notes, certain_tokens
+    return result
 
 
 def _workers(n: int, tasks: int) -> int:

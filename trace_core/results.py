@@ -5,6 +5,12 @@ baselines (both are always computed), ``"logistic"`` for those of TRACE+ and the
 logistic regression, the same whichever scalar calibrator is shown), and ``"none"`` for the ranking metrics (raw
 scores). Tables show one scalar calibrator (``EvaluationConfig.scalar_calibrator`` unless another is asked for) and say
 which.
+
+Every result also says how much skill there is to find: its share correct p, the base-rate Brier p(1-p) (the Brier of
+always predicting p, computed on all the answers; for an average over groups, the mean of the groups'), the Brier skill
+score 1 - Brier / p(1-p) of TRACE+ and of the best baseline (:meth:`EvaluationResult.skill_note`), and the
+:class:`trace_core.compare.Verdict` on TRACE+ with AUROC intervals and, where no method's AUROC interval lies above
+0.5, a sentence saying the data show no detectable skill.
 """
 
 from __future__ import annotations
@@ -15,14 +21,16 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .compare import FITTED, RAW, PairedComparison, average_paired, reference_sentence
+from .compare import (BEST_BASELINE, FITTED, RAW, PairedComparison, Verdict, auroc_skill, average_paired,
+                      best_baseline_values, no_skill_sentence, verdict)
 from .registry import METHODS, METRICS, REFERENCE
 
 if TYPE_CHECKING:  # pragma: no cover
     from .evaluate import EvaluationConfig
 
-__all__ = ["CALIBRATOR_NAMES", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "UNINFORMATIVE", "EvaluationResult",
-           "average_results", "report_markdown", "summarise"]
+__all__ = ["CALIBRATOR_NAMES", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "TRUNCATED_SHARE", "UNINFORMATIVE",
+           "EvaluationResult", "average_results", "extended_entropy_note", "report_markdown", "summarise",
+           "truncation_note"]
 
 SCALAR_CALIBRATORS = ("platt", "isotonic")  # how TRACE and the baselines get probabilities (both are computed)
 #: How captions name the calibrators.
@@ -30,6 +38,44 @@ CALIBRATOR_NAMES = {"platt": "Platt scaling", "isotonic": "isotonic regression"}
 CONSTANT_RTOL = 1e-12  # a score whose standard deviation is below this share of its mean magnitude is constant
 UNINFORMATIVE = "uninformative (constant)"
 REFERENCE_NOTE = "supervised reference"
+#: More than this share of the answer tokens with probability exactly 1 (log-probability 0.0) means the
+#: log-probabilities are not the model's full distribution. Measured: 0% of the tokens of SmolLM2-135M-Instruct's
+#: greedy answers (exact entropy, assets/datasets/real_*.csv), 4.6% for the small demo GPT-2 (float32 rounds its most
+#: confident steps to 1), 58% in Llama chain-of-draft runs whose log-probabilities were taken after top-p/top-k
+#: truncation: 20% is well clear of both.
+TRUNCATED_SHARE = 0.2
+
+
+def truncation_note(certain: int, total: int) -> str:
+    """The note on a truncated distribution when more than :data:`TRUNCATED_SHARE` of ``total`` answer tokens have
+    probability exactly 1 (``certain`` of them); "" otherwise.
+
+    >>> truncation_note(58, 100).split(" (")[0]
+    '58% of the 100 answer tokens have probability exactly 1'
+    >>> truncation_note(20, 100)
+    ''
+    """
+    if total <= 0 or certain <= TRUNCATED_SHARE * total:
+        return ""
+    return (f"{certain / total:.0%} of the {total:,} answer tokens have probability exactly 1 (log-probability 0.0; "
+            f"more than {TRUNCATED_SHARE:.0%}): the distribution looks truncated (top-p/top-k sampling, or a server "
+            "that returns post-processed log-probabilities), so surprisal-based scores (TRACE, TRACE+, the likelihood "
+            "baselines) are not the model's")
+
+
+def _extended_needing_entropy(skipped: Mapping[str, str]) -> list[str]:
+    """The extended TRACE+ variants in ``skipped`` because the data hold no entropy."""
+    from .baselines import NO_ENTROPY_REASON
+
+    return [m for m, why in skipped.items() if m in METHODS and METHODS[m].extended and METHODS[m].needs_entropy
+            and why.startswith(NO_ENTROPY_REASON)]
+
+
+def extended_entropy_note(names: Sequence[str]) -> str:
+    """The one note that replaces a "skipped" line per extended TRACE+ variant on data without entropy."""
+    return (f"the extended TRACE+ variants ({', '.join(names)}) need token entropy and these traces hold only the "
+            "chosen tokens' log-probabilities: they did not run (TRACE+ (surprisal-only) and TRACE (surprisal-only) "
+            "are the variants for such data)")
 
 
 def _shown(frame: pd.DataFrame, calibrator: str) -> pd.DataFrame:
@@ -89,6 +135,16 @@ class EvaluationResult:
         :func:`trace_core.score.entropy_summary` of the traces (empty for arrays and averages).
     group_note : str
         Averages only: ``"average over 3 groups, 17 of 20 splits present in every group"``.
+    base_rate_brier : float
+        The Brier of always predicting the share correct p: p(1-p) on all the answers (the default, from
+        ``accuracy``); for averages, the mean of the groups' (see :func:`average_results`).
+    notes : list of str
+        Sentences that change how the table reads, shown with it: a truncated distribution
+        (:func:`truncation_note`), extended variants that need entropy (:func:`extended_entropy_note`), for averages
+        the methods constant in some groups only.
+    certain_tokens : tuple of int
+        (answer tokens with probability exactly 1, all answer tokens) over the answers evaluated; for averages, summed
+        over the groups.
     """
 
     summary: pd.DataFrame
@@ -106,6 +162,13 @@ class EvaluationResult:
     data_note: str = ""
     entropy_summary: dict[str, Any] = field(default_factory=dict)
     group_note: str = ""
+    base_rate_brier: float = float("nan")
+    notes: list[str] = field(default_factory=list)
+    certain_tokens: tuple[int, int] = (0, 0)
+
+    def __post_init__(self) -> None:
+        if not np.isfinite(self.base_rate_brier) and np.isfinite(self.accuracy):
+            self.base_rate_brier = float(self.accuracy * (1 - self.accuracy))
 
     @property
     def n_splits_used(self) -> int:
@@ -169,35 +232,118 @@ class EvaluationResult:
                          "the reference")
         return "; ".join(parts) + "."
 
-    def reference_sentence(self, *, calibrator: str | None = None) -> str | None:
-        """Whether TRACE+ beats the supervised likelihood reference, in one sentence (see
-        :func:`trace_core.compare.reference_sentence`); None when either did not run."""
+    def verdict(self, *, calibrator: str | None = None, extra_metric: str | None = None) -> Verdict | None:
+        """:func:`trace_core.compare.verdict` on TRACE+ (or its surprisal-only variant) against the best baseline and
+        the supervised reference, on Brier and AUROC (and ``extra_metric``), with intervals corrected for the splits'
+        overlap (this protocol's calibration fraction); None when TRACE+ or both opponents did not run."""
         if self.paired is None:
             return None
-        return reference_sentence(self.paired, calibrator=self._calibrator(calibrator))
+        metrics = [m for m in ("brier", "auroc") if m in self.config.metrics]
+        return verdict(self.paired, values=self.per_split, calibrator=self._calibrator(calibrator), metrics=metrics,
+                       extra_metric=extra_metric, calibration_fraction=self.config.calibration_fraction,
+                       uninformative=list(self.uninformative))
+
+    def reference_sentence(self, *, calibrator: str | None = None) -> str | None:
+        """The :meth:`verdict` sentence (kept for callers of the old name); None when there is no verdict."""
+        found = self.verdict(calibrator=calibrator)
+        return None if found is None else found.sentence
+
+    def no_skill_sentence(self) -> str | None:
+        """``"No method's AUROC is detectably above 0.5 here (…): the data show no detectable skill."`` when no
+        informative method's AUROC interval (as the verdict's) lies above 0.5; else None."""
+        if "auroc" not in set(self.per_split.get("metric", pd.Series(dtype=object))):
+            return None
+        f = self.config.calibration_fraction
+        best, detected = auroc_skill(self.per_split, test_train_ratio=(1 - f) / f,
+                                     uninformative=list(self.uninformative))
+        return no_skill_sentence(best) if detected is False else None
+
+    def skill(self, *, calibrator: str | None = None) -> dict[str, Any]:
+        """The share correct, the base-rate Brier p(1-p) and the Brier skill score ``1 - Brier / p(1-p)`` of the
+        subject (TRACE+, its surprisal-only variant, or else the informative method with the best mean Brier) and of
+        the best baseline (per split the one chosen on the calibration part, under ``calibrator``)."""
+        calibrator = self._calibrator(calibrator)
+        base = self.base_rate_brier
+        out: dict[str, Any] = {"positive_rate": self.accuracy, "base_rate_brier": base,
+                               "base_rate_on": "groups' mean" if self.group_note else "all answers",
+                               "brier_skill_score": {}}
+        if "brier" not in self.config.metrics or not base > 0:
+            return out
+        shown = _shown(self.summary, calibrator)
+        brier = shown[shown["metric"] == "brier"].set_index("method")["mean"]
+        subject = next((m for m in ("TRACE+", METHODS["TRACE+"].surprisal_only) if m in brier.index), None)
+        if subject is None:
+            informative = brier[~brier.index.isin(list(self.uninformative))]
+            subject = informative.idxmin() if len(informative) else None
+        if subject is not None:
+            out["brier_skill_score"][subject] = float(1 - brier[subject] / base)
+            if self.paired is not None and subject in set(self.paired.summary["method"]):
+                best = best_baseline_values(self.paired, self.per_split, subject, "brier", calibrator)
+                if not best.empty:
+                    out["brier_skill_score"][BEST_BASELINE] = float(1 - best.mean() / base)
+        return out
+
+    def skill_note(self, *, calibrator: str | None = None) -> str:
+        """``"Base-rate Brier p(1−p) 0.240 (p = 60.2% correct among all 1,430 answers); Brier skill score 1 −
+        Brier/0.240: TRACE+ 0.434, best baseline (chosen on each calibration part) 0.476."``; "" without an
+        accuracy. The score is that of the mean Brier over the splits."""
+        skill = self.skill(calibrator=calibrator)
+        base = skill["base_rate_brier"]
+        if not np.isfinite(base):
+            return ""
+        on = ("the mean over the groups of each group's p(1−p); their mean share correct is "
+              f"{self.accuracy:.1%}" if self.group_note else
+              f"p = {self.accuracy:.1%} correct among all {self.n_answers:,} answers")
+        text = f"Base-rate Brier p(1−p) {base:.3f} ({on})"
+        scores = skill["brier_skill_score"]
+        if scores:
+            names = {BEST_BASELINE: "best baseline (chosen on each calibration part)"}
+            text += (f"; Brier skill score 1 − Brier/{base:.3f}: "
+                     + ", ".join(f"{names.get(m, m)} {v:.3f}" for m, v in scores.items()))
+        return text + "."
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: config, counts, notes, the summary under both calibrators and the paired comparison."""
+        """JSON-ready: config, counts, notes, skill, the summary under both calibrators, the paired comparison and
+        the verdict on TRACE+ (``verdict``: see :meth:`trace_core.compare.Verdict.to_dict`)."""
         out = {"config": asdict(self.config), "n_answers": self.n_answers, "accuracy": self.accuracy,
                "data_note": self.data_note, "skipped": self.skipped, "skipped_splits": self.skipped_splits,
-               "uninformative": self.uninformative, "summary": self.summary.to_dict(orient="records")}
+               "uninformative": self.uninformative, "skill": self.skill(),
+               "summary": self.summary.to_dict(orient="records")}
         if self.group_note:
             out["group_note"] = self.group_note
+        if self.notes:
+            out["notes"] = list(self.notes)
         if self.paired is not None:
             out["paired"] = self.paired.summary.to_dict(orient="records")
-            out["reference_sentence"] = self.reference_sentence()
+            found = self.verdict()
+            if found is not None:
+                out["verdict"] = found.to_dict()
+        out["no_skill_sentence"] = self.no_skill_sentence()
         return out
 
 
-def average_results(results: Sequence[EvaluationResult]) -> EvaluationResult:
+def average_results(results: Sequence[EvaluationResult] | Mapping[str, EvaluationResult]) -> EvaluationResult:
     """Average several datasets' results (e.g. task families), as the paper averages over datasets.
+
+    ``results`` may be a mapping from group name (``"family = a"``) to result: the notes name the groups by it
+    (else ``"group 1"``, ``"group 2"``, …).
 
     Only the splits present in every result (a dataset can skip a split that has one class only in a part) and the
     methods present in every result are kept. For each such split, method, metric and calibrator the values are
     averaged over the datasets; the mean and standard deviation are then taken over splits. ``group_note`` says how
-    many splits that is; paired differences are averaged the same way (each dataset chooses its own best baseline).
+    many splits that is; paired differences are averaged the same way (each dataset chooses its own best baseline;
+    the counts of the chosen baselines are over every group's splits). The base-rate Brier is the mean of the
+    groups' p(1-p), the reference of their mean Brier.
+
+    A method is uninformative (constant) in the average only when it is in every group; one constant in some groups
+    gets a note naming them (``"SeqLogP was constant in 1 of 4 groups (family = a)…"``) and an unmarked row. The
+    groups' notes are kept once each, but the truncation note is recomputed over all the groups' tokens.
     """
-    results = list(results)
+    if isinstance(results, Mapping):
+        names, results = [str(k) for k in results], list(results.values())
+    else:
+        results = list(results)
+        names = [f"group {i + 1}" for i in range(len(results))]
     if not results:
         raise ValueError("`results` is empty")
     common = [m for m in results[0].methods if all(m in r.methods for r in results)]
@@ -207,10 +353,19 @@ def average_results(results: Sequence[EvaluationResult]) -> EvaluationResult:
     per_split = pd.concat(frames).groupby(keys, sort=False)["value"].agg(["mean", "count"]).reset_index()
     per_split = per_split[per_split["count"] == len(results)].drop(columns="count").rename(columns={"mean": "value"})
     skipped: dict[str, str] = {}
-    uninformative: dict[str, str] = {}
     for r in results:
         skipped.update(r.skipped)
-        uninformative.update({m: v for m, v in r.uninformative.items() if m in common})
+    uninformative: dict[str, str] = {}
+    group_notes = [n for r in results for n in r.notes if n != truncation_note(*r.certain_tokens)]
+    for m in common:
+        constant_in = [name for name, r in zip(names, results) if m in r.uninformative]
+        if len(constant_in) == len(results):
+            uninformative[m] = results[0].uninformative[m]
+        elif constant_in:
+            group_notes.append(f"{m} was constant in {len(constant_in)} of {len(results)} groups "
+                               f"({', '.join(constant_in)}): uninformative there, averaged as any other method")
+    certain_tokens = (sum(r.certain_tokens[0] for r in results), sum(r.certain_tokens[1] for r in results))
+    truncated = truncation_note(*certain_tokens)
     n_splits = results[0].config.n_splits
     pairs = [r.paired for r in results if r.paired is not None]
     paired = average_paired(pairs, splits) if len(pairs) == len(results) else None
@@ -221,52 +376,94 @@ def average_results(results: Sequence[EvaluationResult]) -> EvaluationResult:
                             held_out=pd.DataFrame(), skipped=skipped, config=results[0].config,
                             n_answers=sum(r.n_answers for r in results), skipped_splits=n_splits - len(splits),
                             methods=common, accuracy=float(np.mean([r.accuracy for r in results])), paired=paired,
-                            uninformative=uninformative, data_note="; ".join(notes), group_note=group_note)
+                            uninformative=uninformative, data_note="; ".join(notes), group_note=group_note,
+                            base_rate_brier=float(np.mean([r.base_rate_brier for r in results])),
+                            notes=list(dict.fromkeys(([truncated] if truncated else []) + group_notes)),
+                            certain_tokens=certain_tokens)
+
+
+def _paired_block(result: EvaluationResult, calibrator: str, caption: str) -> str:
+    """The paired table of one result (TRACE methods minus the best baseline, TRACE+ minus the reference), which
+    baselines the calibration parts chose, the verdict on TRACE+ and the no-skill sentence; "" without pairs."""
+    paired = result.paired
+    text = ""
+    if paired is not None and not paired.summary.empty:
+        table = paired.to_markdown(calibrator=calibrator)
+        plus = [m for m in result.methods if METHODS[m].kind == "trace_plus"]
+        if REFERENCE in result.methods and plus:  # TRACE+ against the supervised reference, under the same header
+            table += "\n" + "\n".join(paired.to_markdown(versus=[REFERENCE], methods=plus).splitlines()[2:])
+        text += f"\n{caption}\n\n{table}\n"
+        chosen = paired.chosen_note(calibrator=calibrator)
+        if chosen:
+            text += f"\nBest baseline chosen on calibration: {chosen}.\n"
+        found = result.verdict(calibrator=calibrator)
+        if found is not None:
+            text += f"\n{found.sentence}\n"
+            if found.auroc_sentence:
+                text += f"{found.auroc_sentence}\n"
+    no_skill = result.no_skill_sentence()
+    if no_skill:
+        text += f"\n{no_skill}\n"
+    return text
+
+
+def _notes_block(result: EvaluationResult, shown_later: Sequence[str] = ()) -> str:
+    """The result's notes but those ``shown_later`` (a group's that the average repeats), one paragraph each
+    (``"Note: …."``), or ""."""
+    return "".join(f"Note: {note}.\n\n" for note in result.notes if note not in shown_later)
 
 
 def report_markdown(results: Mapping[str, EvaluationResult], *, calibrator: str | None = None) -> str:
-    """A results report in Markdown, as ``trace-core evaluate`` prints it: what the data held, the table(s) (titled
-    by the keys of ``results``; one untitled result, or groups then their average), how they were made (splits,
-    calibrator), the paired comparison, whether TRACE+ beats the supervised likelihood reference, skipped methods."""
+    """A results report in Markdown, as ``trace-core evaluate`` prints it.
+
+    Each result (one untitled, or each group titled by its key then their average) gets: what the data held, its
+    share correct with the base-rate Brier and Brier skill scores (:meth:`EvaluationResult.skill_note`), its table,
+    its paired comparison (method minus the best baseline chosen on calibration, TRACE+ minus the supervised
+    reference), the baselines the calibration parts chose with counts, the :meth:`EvaluationResult.verdict` on TRACE+
+    with AUROC intervals, and the no-skill sentence where no method's AUROC interval lies above 0.5; its notes
+    (:attr:`EvaluationResult.notes`) come before its table. Then how the tables were made (splits, calibrator), the
+    verdict's rule and the skipped methods (the extended TRACE+ variants skipped for lack of entropy are the one note
+    :func:`extended_entropy_note` instead of a line each)."""
     last = list(results.values())[-1]  # the only result, or the average over groups
     config = last.config
     calibrator = last._calibrator(calibrator)
+    paired_caption = ("Paired differences (method minus the other, per split; the best baseline is chosen on each "
+                      "split's calibration part, then measured on its evaluation part): mean ± std (wins/splits), "
+                      f"Brier and ECE after {CALIBRATOR_NAMES[calibrator]}.")
+    splits = (f"{last.n_splits_used} splits present in every group (of {config.n_splits})" if last.group_note
+              else f"{last.n_splits_used} random splits" + (f" (of {config.n_splits})" if last.skipped_splits else ""))
+    caption = (f"\nMean ± std over {splits}, {config.calibration_fraction:.0%} calibration, seed {config.seed}. "
+               f"{last.caption(calibrator=calibrator)} ECE with {config.n_bins} bins. Bold: the best mean per column "
+               "(uninformative scores excluded).\n")
+    if last.uninformative:
+        caption += ("Uninformative (constant): " + ", ".join(last.uninformative)
+                    + " — the same score for (nearly) every answer; never bolded or chosen as best baseline.\n")
     parts = []
     for title, result in results.items():
+        skill = result.skill_note(calibrator=calibrator)
         if title:
             used = (f", {result.n_splits_used} of {config.n_splits} splits" if result.skipped_splits
                     and not result.group_note else "")
             what = result.group_note or result.data_note
             parts.append(f"### {title} ({result.n_answers:,} answers, {result.accuracy:.1%} correct{used})\n\n"
-                         + (f"{what}\n\n" if what else "") + result.to_markdown(calibrator=calibrator) + "\n")
+                         + (f"{what}\n\n" if what else "") + (f"{skill}\n\n" if skill else "")
+                         + _notes_block(result, last.notes if result is not last else ())
+                         + result.to_markdown(calibrator=calibrator) + "\n"
+                         + _paired_block(result, calibrator, "Paired differences: mean ± std (wins/splits)."))
         else:
-            parts.append(f"{result.data_note}; {result.n_answers:,} answers, {result.accuracy:.1%} correct.\n\n"
-                         + result.to_markdown(calibrator=calibrator) + "\n")
+            parts.append(f"{result.data_note}; {result.n_answers:,} answers, {result.accuracy:.1%} correct."
+                         + (f" {skill}" if skill else "") + "\n\n" + _notes_block(result)
+                         + result.to_markdown(calibrator=calibrator) + "\n" + caption
+                         + _paired_block(result, calibrator, paired_caption))
     text = "\n".join(parts)
-    splits = (f"{last.n_splits_used} splits present in every group (of {config.n_splits})" if last.group_note
-              else f"{last.n_splits_used} random splits" + (f" (of {config.n_splits})" if last.skipped_splits else ""))
-    text += (f"\nMean ± std over {splits}, {config.calibration_fraction:.0%} calibration, seed {config.seed}. "
-             f"{last.caption(calibrator=calibrator)} ECE with {config.n_bins} bins. Bold: the best mean per column "
-             "(uninformative scores excluded).\n")
-    if last.uninformative:
-        text += ("Uninformative (constant): " + ", ".join(last.uninformative)
-                 + " — the same score for (nearly) every answer; never bolded or chosen as best baseline.\n")
-    paired = last.paired
-    if paired is not None and not paired.summary.empty:
-        table = paired.to_markdown(calibrator=calibrator)
-        plus = [m for m in last.methods if METHODS[m].kind == "trace_plus"]
-        if REFERENCE in last.methods and plus:  # TRACE+ against the supervised reference, under the same header
-            table += "\n" + "\n".join(paired.to_markdown(versus=[REFERENCE], methods=plus).splitlines()[2:])
-        text += (f"\nPaired differences (method minus the other, per split; the best baseline is chosen on each "
-                 f"split's calibration part, then measured on its evaluation part): mean ± std (wins/splits), "
-                 f"Brier and ECE after {CALIBRATOR_NAMES[calibrator]}.\n\n" + table + "\n")
-        chosen = paired.chosen_note(calibrator=calibrator)
-        if chosen:
-            text += f"\nBest baseline chosen on calibration: {chosen}.\n"
-        sentence = last.reference_sentence(calibrator=calibrator)
-        if sentence:
-            text += f"\n{sentence}\n"
-    notes = [f"- {name}: skipped ({reason})" for name, reason in last.skipped.items()]
+    if any(title for title in results):
+        text += caption + f"\n{paired_caption}\n"
+    found = last.verdict(calibrator=calibrator)
+    if found is not None:
+        text += f"\n{found.rule()}\n"
+    extended = _extended_needing_entropy(last.skipped)
+    folded = set(extended) if extended and extended_entropy_note(extended) in last.notes else set()
+    notes = [f"- {name}: skipped ({reason})" for name, reason in last.skipped.items() if name not in folded]
     if notes:
         text += "\n" + "\n".join(notes) + "\n"
     return text
