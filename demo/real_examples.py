@@ -1,6 +1,7 @@
 """The Inspect page's "Try these" examples for the real model, picked from its validation answers (never test).
 
-    python -m demo.real_examples [--data assets/datasets/real_validation.csv] [--out assets/datasets/real_try_prompts.json]
+    python -m demo.real_examples [--data assets/datasets/real_validation.csv]
+                                 [--out assets/datasets/real_try_prompts.json]
 
 Three kinds, each entry with the model's label of its greedy answer (``demo/build_real.py`` records and labels them):
 

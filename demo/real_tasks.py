@@ -58,7 +58,8 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["ARITHMETIC_SIZES", "COUNTRIES", "DEFAULT_ARITHMETIC_SIZES", "FAMILIES", "FactVerdict", "JUDGED_RELATIONS", "LONG_RELATIONS", "LONG_TIERS",
+__all__ = ["ARITHMETIC_SIZES", "COUNTRIES", "DEFAULT_ARITHMETIC_SIZES", "FAMILIES", "FactVerdict", "JUDGED_RELATIONS",
+           "LONG_RELATIONS", "LONG_TIERS",
            "Problem", "RELATIONS", "arithmetic_problems", "countries", "country_fact_problems", "fact_detail",
            "first_wrong_token_of", "judge_facts", "label_of", "locate_first_wrong", "reference_of", "sentence_spans",
            "short_fact_problems", "split_of", "WORD_KINDS", "word_problems"]
@@ -463,8 +464,9 @@ WORD_KINDS = (
 
 def word_problems(n: int, *, split: str, seed: int = 0, high: int = 12) -> list[Problem]:
     """``n`` distinct two-step word problems of the split (the kinds of :data:`WORD_KINDS` in turn): ``a`` in
-    [3, ``high``], ``b`` in [2, 6], ``c`` in [1, 4]; no count is ever negative, at the end or in between. The prompt ends by asking for the steps and an
-    "Answer:" line. The subject is the kind and its numbers; the detail is the kind."""
+    [3, ``high``], ``b`` in [2, 6], ``c`` in [1, 4]; no count is ever negative, at the end or in between. The prompt
+    ends by asking for the steps and an "Answer:" line. The subject is the kind and its numbers; the detail is the
+    kind."""
     rng, out, seen = _rng("word", split, seed), [], set()
     attempts = 0
     while len(out) < n:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from .conftest import ROOT, generate, screenshot, skip_unless_ready, wait_idle
+from conftest import ROOT, screenshot, skip_unless_ready, wait_idle
 
 playwright = pytest.importorskip("playwright.sync_api")
 skip_unless_ready()
@@ -53,9 +53,14 @@ def test_inspect_shows_a_real_answer_wrong_at_one_token(real_server, page, tmp_p
     tokens = page.locator('[data-testid="trace-heatmap"] .tr-tok')
     assert tokens.count() >= 5
     screenshot(page, tmp_path, "inspect")
-    # the hover card of the most surprising token (the spike, when there is one)
-    spike = page.locator('[data-testid="trace-heatmap"] .tr-spike')
-    token = spike.first if spike.count() else tokens.nth(tokens.count() // 2)
+    # the hover card of the first wrong token, as located in the shipped validation answer: its alternatives hold
+    # the one that continues the right number (what "one token away" means)
+    import pandas as pd
+
+    rows = pd.read_csv(ROOT / "assets" / "datasets" / "real_validation.csv",
+                       usecols=["prompt", "answer", "first_wrong_token"])
+    row = rows[rows["prompt"] == example["prompt"]].iloc[0]
+    token = tokens.nth(int(row["first_wrong_token"]))
     token.focus()
     card = token.locator(".tr-card")
     card.wait_for(state="visible", timeout=10_000)
@@ -70,7 +75,13 @@ def test_compare_on_a_real_fact(real_server, page, tmp_path):
     page.get_by_role("link", name="Compare").click()
     wait_idle(page)
     page.get_by_label("Prompt").fill(_example("confidently wrong", "short_facts")["prompt"])
+    # a real model at the page's default temperature (1.5) writes nonsense within a few tokens; 0.7 stays on topic
+    temperature = page.locator('[data-testid="stMain"]').get_by_label("Temperature")
+    temperature.fill("0.70")
+    temperature.press("Enter")
+    wait_idle(page)
     page.get_by_role("button", name="Compare").click()
     page.wait_for_selector('[data-testid="compare-heatmap"] .tr-tok', timeout=120_000)
     wait_idle(page)
+    assert temperature.input_value() == "0.70"  # the sampled answer was made at 0.7 (the table is a canvas)
     screenshot(page, tmp_path, "compare")
