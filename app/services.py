@@ -161,6 +161,19 @@ def demo_datasets() -> dict[str, Path]:
     return {p.stem: p for p in [*sorted(DATASETS.glob("demo_*.csv")), *real] if p.exists()}
 
 
+def prompt_problem(prompt: str) -> str | None:
+    """Why ``prompt`` cannot be answered, in one sentence, or None: empty, or longer than TRACE_MAX_PROMPT_CHARS.
+    The box itself takes a paste of any length (a box with a character cap drops a longer paste silently, and the
+    page then said the prompt was empty), so the limit is said here."""
+    limit = settings.get("TRACE_MAX_PROMPT_CHARS")
+    if not prompt.strip():
+        return "The prompt is empty: type a question first."
+    if len(prompt) > limit:
+        return (f"The prompt is {len(prompt):,} characters; the limit is {limit:,} (TRACE_MAX_PROMPT_CHARS): shorten "
+                "it.")
+    return None
+
+
 def _examples(name: str) -> Any:
     path = DATASETS / name
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None

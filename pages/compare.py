@@ -10,7 +10,7 @@ import streamlit as st
 from app import state
 from app.compare_view import Comparison, aligned_heatmap_html, compare_metrics, describe_decoding
 from app.components import HEATMAP_CSS, legend_html, md_literal, sentence, signal_values
-from app.services import alternatives_for, describe_calibrator, get_model, provenance_notes
+from app.services import alternatives_for, describe_calibrator, get_model, prompt_problem, provenance_notes
 from trace_core import DecodingConfig, ModelLoadError, TracePlus, generate_trace, settings
 from trace_core.align import divergence_summary
 from trace_core.policy import fit_new_tokens
@@ -26,7 +26,8 @@ st.caption("The same prompt answered twice — greedy against sampled, two decod
 lm = state.model()
 config_a = state.decoding()
 
-prompt = st.text_area("Prompt", key="compare_prompt", height=110, max_chars=settings.get("TRACE_MAX_PROMPT_CHARS"),
+prompt = st.text_area("Prompt", key="compare_prompt", height=110,
+                      help=f"At most {settings.get('TRACE_MAX_PROMPT_CHARS'):,} characters.",
                       placeholder="Q: What is 23 plus 19?\nA:")
 left, right = st.columns(2)
 with left:
@@ -67,8 +68,8 @@ def _generate(model, config: DecodingConfig):
 
 
 if run:
-    if not prompt.strip():
-        st.warning("The prompt is empty: type a question first.")
+    if problem := prompt_problem(prompt):
+        st.warning(problem)
     else:
         state.set_comparison(None)  # a failed run never leaves the previous comparison looking current
         try:

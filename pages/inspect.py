@@ -15,7 +15,7 @@ from app.components import (HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, md_
 from app.explain import explain_probability, explain_risk
 from app.panels import active_calibrator_note
 from app.services import (alternatives_for, alternatives_note, example_label, heatmap_cached, prompt_as_read,
-                          provenance_notes, try_prompts)
+                          prompt_problem, provenance_notes, try_prompts)
 from trace_core import TracePlus, explain_trace, generate_trace, settings
 from trace_core.policy import fit_new_tokens
 from trace_core.record.server import ServerError
@@ -34,7 +34,8 @@ if examples:
     state.use_example(choice, examples[choice - 1]["prompt"] if choice else "")
 
 with st.form("generate"):
-    prompt = st.text_area("Prompt", key=state.PROMPT, height=110, max_chars=settings.get("TRACE_MAX_PROMPT_CHARS"),
+    prompt = st.text_area("Prompt", key=state.PROMPT, height=110,
+                          help=f"At most {settings.get('TRACE_MAX_PROMPT_CHARS'):,} characters.",
                           placeholder="Q: What is 23 plus 19?\nA:")
     submitted = st.form_submit_button("Generate", type="primary", disabled=lm is None)
 
@@ -43,8 +44,8 @@ if lm is None:
 
 if submitted:
     config = state.decoding()
-    if not prompt.strip():
-        st.warning("The prompt is empty: type a question first.")
+    if problem := prompt_problem(prompt):
+        st.warning(problem)
     else:
         try:
             fit = fit_new_tokens(lm, prompt, max_new_tokens=config.max_new_tokens, chat_template=config.chat_template)

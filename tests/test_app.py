@@ -267,3 +267,19 @@ def test_allow_list_is_enforced_in_the_sidebar(tiny_model_dirs, monkeypatch):
     at.sidebar.text_input(key="model_name").set_value(str(tiny_model_dirs["gpt2"])).run()
     assert not at.exception
     assert any("allow-list" in html.unescape(e.value) for e in at.sidebar.error)  # shown escaped (md_literal)
+
+
+def test_inspect_takes_a_long_paste_and_names_the_limit(tiny_model_dirs, monkeypatch):
+    # The box has no character cap (a capped box dropped a longer paste silently, and Generate then said the prompt
+    # was empty): the page says the limit instead, and generates nothing.
+    monkeypatch.setenv("TRACE_MAX_PROMPT_CHARS", "40")
+    at = start(tiny_model_dirs, monkeypatch)
+    at.text_area(key="prompt").set_value("y" * 41)
+    at.get("form_submit_button")[0].click().run()
+    assert not at.exception
+    assert [w.value for w in at.warning] == [
+        "The prompt is 41 characters; the limit is 40 (TRACE_MAX_PROMPT_CHARS): shorten it."]
+    assert at.session_state["inspect_trace"] is None if "inspect_trace" in at.session_state else True
+    at.text_area(key="prompt").set_value("y" * 40)
+    at.get("form_submit_button")[0].click().run()
+    assert not at.warning and at.session_state["inspect_trace"] is not None  # at the limit: answered

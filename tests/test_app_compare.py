@@ -155,3 +155,11 @@ def test_trace_plus_probability_per_side(demo_lm):
     captions = [html.unescape(c.value) for c in at.caption]  # the page writes punctuation as character references
     assert any(c.startswith("From the active calibrator: TRACE+") and "fitted in a test" in c for c in captions)
     assert at.dataframe[0].value["TRACE+ probability"].tolist() == pytest.approx(expected.tolist())
+
+
+def test_a_prompt_over_the_limit_is_refused_with_the_limit(demo_lm, monkeypatch):
+    monkeypatch.setenv("TRACE_MAX_PROMPT_CHARS", "50")
+    at = compare(start(demo_lm), "Q: " + "x" * 60 + "\nA:")
+    assert [w.value for w in at.warning] == [
+        "The prompt is 66 characters; the limit is 50 (TRACE_MAX_PROMPT_CHARS): shorten it."]
+    assert RESULT not in at.session_state or at.session_state[RESULT] is None

@@ -409,7 +409,7 @@ def test_average_results_means_over_datasets_per_split_then_over_splits():
     assert row["mean"] == pytest.approx((0.7 + 0.7 + 0.8) / 3)
     assert row["std"] == pytest.approx(np.std([0.7, 0.7, 0.8], ddof=1))
     assert row["n_splits"] == 3 and row["family"] == "trace"
-    assert averaged.n_answers == 40 and averaged.accuracy == pytest.approx(0.6)
+    assert averaged.n_answers == 40 and averaged.accuracy == pytest.approx((10 * 0.4 + 30 * 0.8) / 40)  # pooled, not 0.6
     assert list(averaged.table().index) == ["TRACE"]
     with pytest.raises(ValueError, match="`results` is empty"):
         average_results([])

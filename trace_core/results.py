@@ -121,7 +121,7 @@ class EvaluationResult:
     methods : list of str
         The methods that ran, in display order.
     accuracy : float
-        Share of correct answers (for averages: the mean over datasets).
+        Share of correct answers (for averages: over every group's answers together).
     calibration_values : DataFrame
         The baselines' values on each split's calibration part (same columns as ``per_split`` less family): what
         chooses the best baseline of the paired comparison.
@@ -291,8 +291,8 @@ class EvaluationResult:
         base = skill["base_rate_brier"]
         if not np.isfinite(base):
             return ""
-        on = ("the mean over the groups of each group's p(1−p); their mean share correct is "
-              f"{self.accuracy:.1%}" if self.group_note else
+        on = ("the mean over the groups of each group's p(1−p), as the Briers averaged are each group's; "
+              f"{self.accuracy:.1%} of all {self.n_answers:,} answers are correct" if self.group_note else
               f"p = {self.accuracy:.1%} correct among all {self.n_answers:,} answers")
         text = f"Base-rate Brier p(1−p) {base:.3f} ({on})"
         scores = skill["brier_skill_score"]
@@ -320,6 +320,13 @@ class EvaluationResult:
                 out["verdict"] = found.to_dict()
         out["no_skill_sentence"] = self.no_skill_sentence()
         return out
+
+
+def _pooled_accuracy(results: Sequence["EvaluationResult"]) -> float:
+    """The share correct over every group's answers (not the mean of the groups' shares, which weighs a group of 58
+    answers like one of 150)."""
+    n = sum(r.n_answers for r in results)
+    return float(sum(r.accuracy * r.n_answers for r in results) / n) if n else float("nan")
 
 
 def average_results(results: Sequence[EvaluationResult] | Mapping[str, EvaluationResult]) -> EvaluationResult:
@@ -375,7 +382,7 @@ def average_results(results: Sequence[EvaluationResult] | Mapping[str, Evaluatio
     return EvaluationResult(summary=summarise(per_split, list(uninformative)), per_split=per_split,
                             held_out=pd.DataFrame(), skipped=skipped, config=results[0].config,
                             n_answers=sum(r.n_answers for r in results), skipped_splits=n_splits - len(splits),
-                            methods=common, accuracy=float(np.mean([r.accuracy for r in results])), paired=paired,
+                            methods=common, accuracy=_pooled_accuracy(results), paired=paired,
                             uninformative=uninformative, data_note="; ".join(notes), group_note=group_note,
                             base_rate_brier=float(np.mean([r.base_rate_brier for r in results])),
                             notes=list(dict.fromkeys(([truncated] if truncated else []) + group_notes)),

