@@ -221,5 +221,8 @@ COMPARE_CSS = """
 .tc-head .tc-label {font-family: sans-serif; font-weight: 700; color: #444; padding-right: 0.4rem;}
 .tc-col.tc-diverge {border-left-color: #b91c1c; padding-left: 1px;}
 .tc-col.tc-differs .tc-mark {border-bottom: 2px dotted #9ca3af; height: 0.6rem; margin-bottom: 0.4rem;}
+/* A column (one token wide) is the card's containing block here: the heatmap's "as wide as the container" rule would
+   make the card one character wide, so it gets a width of its own. */
+.tc-col .tr-card {width: 20rem; min-width: 12rem; max-width: 85vw; left: 0;}
 </style>
 """

@@ -27,7 +27,6 @@ lm = state.model()
 config_a = state.decoding()
 
 prompt = st.text_area("Prompt", key="compare_prompt", height=110,
-                      help=f"At most {settings.get('TRACE_MAX_PROMPT_CHARS'):,} characters.",
                       placeholder="Q: What is 23 plus 19?\nA:")
 left, right = st.columns(2)
 with left:

@@ -16,7 +16,7 @@ from app.explain import explain_probability, explain_risk
 from app.panels import active_calibrator_note
 from app.services import (alternatives_for, alternatives_note, example_label, heatmap_cached, prompt_as_read,
                           prompt_problem, provenance_notes, try_prompts)
-from trace_core import TracePlus, explain_trace, generate_trace, settings
+from trace_core import TracePlus, explain_trace, generate_trace
 from trace_core.policy import fit_new_tokens
 from trace_core.record.server import ServerError
 
@@ -35,7 +35,6 @@ if examples:
 
 with st.form("generate"):
     prompt = st.text_area("Prompt", key=state.PROMPT, height=110,
-                          help=f"At most {settings.get('TRACE_MAX_PROMPT_CHARS'):,} characters.",
                           placeholder="Q: What is 23 plus 19?\nA:")
     submitted = st.form_submit_button("Generate", type="primary", disabled=lm is None)
 

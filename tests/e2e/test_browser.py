@@ -61,6 +61,15 @@ def test_compare_aligns_greedy_and_sampled_answers(server, page, tmp_path):
     wait_idle(page)
     main = page.inner_text('[data-testid="stMain"]')
     assert "Where the answers part" in main and "diverge" in main, main[:3000]
+    # a token's card is readable: as wide as Inspect's, not one character per line
+    token = page.locator('[data-testid="compare-heatmap"] .tr-tok').nth(2)
+    token.focus()
+    card = token.locator(".tr-card")
+    card.wait_for(state="visible", timeout=10_000)
+    box = card.bounding_box()
+    assert box["width"] >= 150 and box["height"] <= 400, box
+    page.mouse.move(0, 0)
+    token.blur()
     screenshot(page, tmp_path, "demo_compare", publish=False)  # the README shows the real model's
 
 
