@@ -78,6 +78,21 @@ def _and_list(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def unfinished_note(trace: Trace) -> str | None:
+    """Why the numbers above do not score a finished answer, or None: the answer is only whitespace, or it was cut
+    at the token limit (TRACE and TRACE+ then score the tokens written so far; a one-token answer cut there looks
+    as confident as the model was about that token)."""
+    cut = trace.metadata.extra.get("finish_reason") == "length"
+    if len(trace) and not trace.answer.strip():
+        return ("The answer is only whitespace" + (", cut at the token limit" if cut else "") + ": there is no "
+                "answer to score, so read TRACE confidence and the TRACE+ probability as saying nothing about one.")
+    if cut:
+        return (f"The answer was cut at the token limit ({len(trace)} new tokens): TRACE confidence and the TRACE+ "
+                "probability score the tokens written so far, not a finished answer. Raise Max new tokens in the "
+                "sidebar's Decoding and generate again.")
+    return None
+
+
 def spike_sentence(trace: Trace, exp: TraceExplanation) -> str:
     """The outlined tokens in words: each escaped, with its 1-based position; or why none is outlined."""
     spikes = [int(i) for i in np.asarray(exp.spikes).ravel()]

@@ -12,7 +12,7 @@ import streamlit as st
 from app import state
 from app.components import (HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, md_literal, sentence, signal_values,
                             trace_figure, visible_token)
-from app.explain import explain_probability, explain_risk
+from app.explain import explain_probability, explain_risk, unfinished_note
 from app.panels import active_calibrator_note
 from app.services import (alternatives_for, alternatives_note, example_label, heatmap_cached, prompt_as_read,
                           prompt_problem, provenance_notes, try_prompts)
@@ -84,6 +84,8 @@ if trace is not None:
         cols[2].metric("Tokens", f"{len(trace)}")
         cols[3].metric("Stopped by", {"eos": "end of answer", "length": "token limit"}.get(
             trace.metadata.extra.get("finish_reason", ""), "—"))
+        if unfinished := unfinished_note(trace):
+            st.warning(unfinished)
 
         cols = st.columns([3, 2])
         signal = cols[0].radio("Colour by", [s for s in SIGNALS if s != "entropy" or trace.has_entropy],

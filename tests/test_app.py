@@ -283,3 +283,32 @@ def test_inspect_takes_a_long_paste_and_names_the_limit(tiny_model_dirs, monkeyp
     at.text_area(key="prompt").set_value("y" * 40)
     at.get("form_submit_button")[0].click().run()
     assert not at.warning and at.session_state["inspect_trace"] is not None  # at the limit: answered
+
+
+def test_inspect_says_when_the_answer_was_cut_at_the_token_limit(tiny_model_dirs, monkeypatch):
+    at = start(tiny_model_dirs, monkeypatch)
+    at.sidebar.slider(key="max_new_tokens").set_value(1).run()
+    at.text_area(key="prompt").set_value("Q: What is 2 plus 2?\nA:")
+    at.get("form_submit_button")[0].click().run()
+    assert not at.exception
+    trace = at.session_state["inspect_trace"]
+    assert len(trace) == 1 and trace.metadata.extra.get("finish_reason") == "length"
+    warnings = " ".join(w.value for w in at.warning)
+    assert "cut at the token limit" in warnings or "only whitespace" in warnings, warnings
+
+
+def test_unfinished_note_by_hand():
+    import dataclasses
+
+    from app.explain import unfinished_note
+    from helpers import make_trace
+    from trace_core import TraceMetadata
+
+    def ended(trace, reason, answer=None):
+        tokens = trace.tokens if answer is None else (answer,) + ("",) * (len(trace) - 1)
+        return dataclasses.replace(trace, answer="".join(tokens), tokens=tokens,
+                                   metadata=TraceMetadata(extra={"finish_reason": reason}))
+
+    assert unfinished_note(ended(make_trace([0.1, 0.2]), "eos")) is None
+    assert "cut at the token limit (2 new tokens)" in unfinished_note(ended(make_trace([0.1, 0.2]), "length"))
+    assert "only whitespace, cut at the token limit" in unfinished_note(ended(make_trace([0.1]), "length", " "))
