@@ -88,7 +88,7 @@ def pick_dataset_file(role: str = "calibrate") -> DatasetFile | None:
 
 def read_labeled(file: DatasetFile, *, require_label: bool = True,
                  matcher_key: str = "matcher") -> tuple[LabeledDataset, str] | None:
-    """The file read and validated, with a digest of what was read (bytes, name and matcher) for caches; with a
+    """The file read and validated, with a key of what was read (``"<bytes and name>.<matcher>"``) for caches; with a
     `reference` column, the matcher is a widget (``matcher_key``). With ``require_label=False`` a file without labels
     is read unlabeled. Says how many rows were kept and why the others were rejected; None (with the error on the
     page) when there is nothing to use."""
@@ -116,4 +116,6 @@ def read_labeled(file: DatasetFile, *, require_label: bool = True,
         st.caption(md_literal(note[:1].upper() + note[1:] + "."))
     if dataset.n_valid == 0:
         return None
-    return dataset, digest(file.data, file.name, matcher)
+    # "<file>.<labels>": the traces recorded for the file's rows are kept under the file part alone (a trace does not
+    # depend on how its answer is labeled), results under both (app.recording.dataset_traces)
+    return dataset, f"{digest(file.data, file.name)}.{digest(matcher)}"

@@ -41,7 +41,8 @@ class DatasetTraces:
         Identifies these traces, for caches shared by every session: the file's digest and the recording model's
         :func:`app.services.model_key` (never its name alone).
     store : dict
-        This session's recorded traces for the dataset and model (position -> Trace), filled by :func:`record_panel`.
+        This session's recorded traces for the file and model (row number in the file -> Trace), filled by
+        :func:`record_panel`.
     """
 
     dataset: LabeledDataset
@@ -81,10 +82,14 @@ def dataset_traces(dataset: LabeledDataset, data_key: str, lm: LoadedModel | Non
     per file and model in a session (:func:`app.state.over_context`), not on every rerun.
     """
     key = model_key(lm)
-    store = state.recorded_traces(data_key, key)
+    # Recorded traces are kept by the file (the part of ``data_key`` before its labels) and the row's number in the
+    # file, so that labeling the answers another way (another matcher: other rows may be kept) keeps them.
+    store = state.recorded_traces(data_key.split(".")[0], key)
+    numbers = dataset.frame[dataset.row_column].tolist()
     traces = list(dataset.traces)
-    for i, trace in store.items():
-        traces[i] = trace
+    for i, number in enumerate(numbers):
+        if traces[i] is None and number in store:
+            traces[i] = store[number]
     missing = [i for i, t in enumerate(traces) if t is None]
     too_long: list[int] = []
     limit = None
@@ -92,8 +97,7 @@ def dataset_traces(dataset: LabeledDataset, data_key: str, lm: LoadedModel | Non
         over = state.over_context(data_key, key, lambda: _over_context(lm, dataset))
         too_long = [i for i in missing if i in over]
         limit = context_length(lm)
-    usable = usable_rows(traces, row_numbers=dataset.frame[dataset.row_column].tolist(), too_long=too_long,
-                         context_limit=limit)
+    usable = usable_rows(traces, row_numbers=numbers, too_long=too_long, context_limit=limit)
     return DatasetTraces(dataset, tuple(traces), usable, f"{data_key}/{key}", store)
 
 
@@ -137,8 +141,9 @@ def record_panel(lm: LoadedModel, rows: DatasetTraces, *, key: str = "record") -
     bar = st.progress(0.0, text="Recording traces…")
     done = 0
     try:
+        numbers = rows.dataset.frame[rows.dataset.row_column].tolist()
         for batch in record_batches(lm, rows.dataset, missing):
-            rows.store.update(batch)
+            rows.store.update({numbers[i]: trace for i, trace in batch.items()})  # by row number in the file
             done += len(batch)
             bar.progress(done / len(missing), text=f"Recorded {done:,} of {len(missing):,} traces")
     except (ServerError, ValueError) as exc:  # one line; what was recorded before stays in the store

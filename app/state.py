@@ -250,7 +250,8 @@ def chat_template_default(model_id: str | None, has_template: bool) -> None:
 
 
 def recorded_traces(data_key: str, model_key: str | None) -> dict[int, Trace]:
-    """The traces this session recorded for a dataset with a model, by row position; the live dict, to fill.
+    """The traces this session recorded for a file with a model, by the row's number in the file; the live dict, to
+    fill.
 
     ``model_key`` is :func:`app.services.model_key` (not the model's name: two servers may serve different models
     under one name), so another model starts empty and switching back finds its traces again."""

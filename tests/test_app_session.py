@@ -257,3 +257,21 @@ def test_a_kept_token_number_beyond_a_shorter_answer_is_clamped(tiny_model_dirs)
     at.get("form_submit_button")[0].click().run()
     assert not at.exception, at.exception
     assert len(at.session_state["inspect_trace"]) == 1 and at.number_input(key="token_index").value == 1
+
+
+def test_recorded_traces_survive_labeling_the_answers_another_way(tiny_model_dirs, files):
+    at = start(tiny_model_dirs, "../pages/calibrate.py")
+    at.radio(key="data_source").set_value("Upload a file").run()
+    graded = files["plain"].with_name("plain_reference.csv")
+    pd.DataFrame({"prompt": [f"Q: {i} + {i} =" for i in range(12)],
+                  "answer": [f" {2 * i}" if i % 3 else f" {2 * i + 1}" for i in range(12)],
+                  "reference": [str(2 * i) for i in range(12)]}).to_csv(graded, index=False)
+    _upload(at, "upload", graded)
+    at.button(key="record").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert not any("have no trace" in w.value for w in at.warning)
+    # labels and traces are independent: another matcher relabels the answers and keeps every recorded trace
+    at.selectbox(key="matcher").set_value("numeric").run()
+    assert not at.exception
+    assert not any("have no trace" in w.value for w in at.warning), [w.value for w in at.warning]
+    assert len(at.get("plotly_chart")) == 3
