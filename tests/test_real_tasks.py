@@ -267,3 +267,20 @@ def test_sentences_do_not_end_at_initials():
     text = "The currency is the U.S. dollar. The capital is Washington, D.C. and more.\nNext line"
     spans = [text[s:e] for s, e in rt.sentence_spans(text)]
     assert spans == ["The currency is the U.S. dollar.", "The capital is Washington, D.C. and more.", "Next line"]
+
+
+def test_one_token_away_means_an_alternative_continues_the_right_value():
+    from demo.real_examples import continues_right
+
+    answer = "59 × 3 = 165"
+    position = answer.index("65")  # the "6": where 165 departs from 177
+    start = position  # the token "6" starts there
+    assert continues_right(answer, start, position, "7", ["177"])
+    assert not continues_right(answer, start, position, "8", ["177"])
+    assert continues_right(answer, start, position, "77", ["177"])  # a longer token that spells the rest
+    # a token that began before the departure: " Maje" for "Majuro" departs at the "e"; " Maj" + "uro" continues
+    answer = "The capital is Maje."
+    start, position = answer.index(" Maje"), answer.index("e.")
+    assert continues_right(answer, start, position, " Majuro", ["Majuro"])
+    assert not continues_right(answer, start, position, " Maj", ["Majuro"])  # stops where it departed: no further
+    assert not continues_right(answer, start, position, " Paris", ["Majuro"])
