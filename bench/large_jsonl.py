@@ -1,10 +1,12 @@
 """Reading and evaluating a large JSON Lines file: peak memory and wall time against plain ``json.loads``.
 
-    python -m bench.large_jsonl [--rows 100000] [--splits 5] [--keep FILE]
+    python -m bench.large_jsonl [--rows 100000] [--splits 5] [--text-chars 0] [--keep FILE]
 
 Writes a synthetic file shaped like saved API runs (about 200 MB at 100,000 answers: answers of 1-40 tokens, mostly
 short, each step with its chosen log-probability and the top-10 log-probabilities and token strings; no entropy
-column, so it is estimated from the top 10), then measures, each in a fresh process:
+column, so it is estimated from the top 10; with ``--text-chars N``, each row's prompt also holds a passage of N
+characters and a ``document`` column another, as in saved retrieval or reasoning runs), then measures, each in a
+fresh process:
 
 - ``json.loads``: every line parsed into a list of dicts (the baseline: the least any reader that keeps the raw
   records needs);
@@ -65,8 +67,19 @@ def _length(rng: random.Random) -> int:
     return min(_MAX_TOKENS, 1 + int(-math.log(1.0 - rng.random()) * 5.0))
 
 
-def write_file(path: Path, rows: int, *, seed: int = 0) -> int:
-    """Write ``rows`` synthetic answers to ``path`` as JSON Lines; returns the size in bytes."""
+def _passage(rng: random.Random, chars: int) -> str:
+    """``chars`` characters of made-up prose (distinct per row, as real passages are)."""
+    words, length = [], 0
+    while length < chars:
+        word = "".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(2, 9)))
+        words.append(word)
+        length += len(word) + 1
+    return " ".join(words)[:chars]
+
+
+def write_file(path: Path, rows: int, *, seed: int = 0, text_chars: int = 0) -> int:
+    """Write ``rows`` synthetic answers to ``path`` as JSON Lines (with ``text_chars`` characters of passage in the
+    prompt and in a ``document`` column); returns the size in bytes."""
     rng = random.Random(seed)
     vocabulary = [f" w{i}" if i % 3 else f"tok{i}" for i in range(_VOCABULARY)]
     with open(path, "w", encoding="utf-8", newline="\n") as out:
@@ -86,6 +99,9 @@ def write_file(path: Path, rows: int, *, seed: int = 0) -> int:
             record = {"prompt": f"Question {row}: which option is correct? A) one B) two C) three D) four",
                       "answer": "".join(tokens), "label": int(rng.random() < 0.6), "tokens": tokens,
                       "logprobs": chosen, "top_logprobs": top_logprobs, "top_tokens": top_tokens}
+            if text_chars:
+                record["prompt"] = _passage(rng, text_chars) + "\n" + record["prompt"]
+                record["document"] = _passage(rng, text_chars)
             out.write(json.dumps(record) + "\n")
     return path.stat().st_size
 
@@ -113,14 +129,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000, help="answers in the file (default 100,000)")
     parser.add_argument("--splits", type=int, default=5, help="--splits of the evaluate run (default 5)")
+    parser.add_argument("--text-chars", type=int, default=0,
+                        help="characters of passage in each prompt and in a `document` column (default 0)")
     parser.add_argument("--keep", type=Path, default=None, help="write the file here and keep it")
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
         path = args.keep or Path(tmp) / "large.jsonl"
         start = time.perf_counter()
-        size = write_file(path, args.rows)
-        print(f"{args.rows:,} answers, {size / 2**20:,.1f} MiB of JSON Lines (written in "
+        size = write_file(path, args.rows, text_chars=args.text_chars)
+        print(f"{args.rows:,} answers{f' with {args.text_chars:,}-character passages' if args.text_chars else ''}, "
+              f"{size / 2**20:,.1f} MiB of JSON Lines (written in "
               f"{time.perf_counter() - start:.0f} s); each run in a fresh process", flush=True)
         runs = {name: ["-c", code, str(path)] for name, code in _SNIPPETS.items()}
         runs["evaluate"] = ["-m", "trace_core", "evaluate", str(path), "--quiet", "--splits", str(args.splits)]
