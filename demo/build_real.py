@@ -248,11 +248,11 @@ def main(argv: list[str] | None = None) -> None:
         write_dataset(frame, path, traces=all_traces)
         summary["files"][path.name] = len(frame)
         if split == "validation" and not args.quick:  # the Inspect page's examples (demo/real_examples.py)
-            from .real_examples import OUT, pick
+            from .real_examples import OUT, pick, write
 
-            examples = out / OUT.name
-            examples.write_text(json.dumps(pick(path), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-            summary["files"][examples.name] = len(json.loads(examples.read_text(encoding="utf-8"))["examples"])
+            picked = pick(path)
+            write(picked, out / OUT.name)
+            summary["files"][OUT.name] = len(picked["examples"])
 
         if args.sample:
             sampled_frames, sampled_traces = [], []

@@ -113,13 +113,18 @@ def pick(path: Path = DATA) -> dict:
     return {"model": str(data.traces[0].metadata.model_id), "source": path.name, "examples": examples}
 
 
+def write(picked: dict, path: Path) -> None:
+    """``picked`` (from :func:`pick`) as the JSON file the Inspect page reads."""
+    path.write_text(json.dumps(picked, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     picked = pick(args.data)
-    args.out.write_text(json.dumps(picked, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write(picked, args.out)
     for e in picked["examples"]:
         print(f"{e['family']:<14} {e['kind']:<18} conf {e['confidence']:.3f}  {e['prompt'][:60]!r} -> "
               f"{e['answer'][:80]!r}")

@@ -54,7 +54,7 @@ import random
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -409,6 +409,29 @@ def _rng(name: str, split: str, seed: int) -> random.Random:
     return random.Random(f"{name}-{split}-{seed}")
 
 
+def _distinct(n: int, split: str, what: str, draw: Callable[[int], tuple[str, Callable[[], Problem]] | None]
+              ) -> list[Problem]:
+    """``n`` problems of ``split`` with distinct subjects. ``draw(i)`` draws candidate ``i``: None to draw again, or
+    its subject and a function that makes the problem (called only for a subject kept, so that a rejected candidate
+    draws nothing more from the random stream)."""
+    out: list[Problem] = []
+    seen: set[str] = set()
+    attempts = 0
+    while len(out) < n:
+        attempts += 1
+        if attempts > 1000 * n:
+            raise ValueError(f"cannot draw {n} distinct {split} {what}")
+        drawn = draw(len(out))
+        if drawn is None:
+            continue
+        subject, make = drawn
+        if subject in seen or split_of(subject) != split:
+            continue
+        seen.add(subject)
+        out.append(make())
+    return out
+
+
 #: Operand ranges of an arithmetic problem's size: (first number, second number).
 ARITHMETIC_SIZES = {"small": ((2, 12), (2, 12)), "mixed": ((10, 99), (2, 9)), "two-digit": ((10, 99), (10, 99))}
 #: The default mix, in turn: SmolLM2-135M got 40-50% of small problems right in the pilot, 6-12% of mixed ones and
@@ -422,25 +445,20 @@ def arithmetic_problems(n: int, *, split: str, seed: int = 0, ops: Sequence[str]
     and size ``sizes[(i // len(ops)) % len(sizes)]`` (:data:`ARITHMETIC_SIZES`), so every operation comes in every
     size; a difference is never negative (the larger number first). The subject is the operation and the numbers
     (unordered for + and ×); the detail is "<op> <size>"."""
-    rng, out, seen = _rng("arith", split, seed), [], set()
-    attempts = 0
-    while len(out) < n:
-        attempts += 1
-        if attempts > 1000 * n:
-            raise ValueError(f"cannot draw {n} distinct {split} arithmetic problems")
-        op = ops[len(out) % len(ops)]
-        size = sizes[(len(out) // len(ops)) % len(sizes)]
+    rng = _rng("arith", split, seed)
+
+    def draw(i: int) -> tuple[str, Callable[[], Problem]]:
+        op = ops[i % len(ops)]
+        size = sizes[(i // len(ops)) % len(sizes)]
         (a_low, a_high), (b_low, b_high) = ARITHMETIC_SIZES[size]
         a, b = rng.randint(a_low, a_high), rng.randint(b_low, b_high)
         if op == "-" and b > a:
             a, b = b, a
         subject = f"{op}|{min(a, b)}|{max(a, b)}" if op in "+×" else f"{op}|{a}|{b}"
-        if subject in seen or split_of(subject) != split:
-            continue
-        seen.add(subject)
-        out.append(Problem("arithmetic", f"What is {a} {op} {b}?", str(_OPS[op](a, b)), split, subject,
-                           f"{op} {size}", "numeric"))
-    return out
+        return subject, lambda: Problem("arithmetic", f"What is {a} {op} {b}?", str(_OPS[op](a, b)), split, subject,
+                                        f"{op} {size}", "numeric")
+
+    return _distinct(n, split, "arithmetic problems", draw)
 
 
 _NAMES = [("Ana", "she"), ("Ben", "he"), ("Cara", "she"), ("Dev", "he"), ("Eli", "he"), ("Fay", "she"),
@@ -467,25 +485,24 @@ def word_problems(n: int, *, split: str, seed: int = 0, high: int = 12) -> list[
     [3, ``high``], ``b`` in [2, 6], ``c`` in [1, 4]; no count is ever negative, at the end or in between. The prompt
     ends by asking for the steps and an "Answer:" line. The subject is the kind and its numbers; the detail is the
     kind."""
-    rng, out, seen = _rng("word", split, seed), [], set()
-    attempts = 0
-    while len(out) < n:
-        attempts += 1
-        if attempts > 1000 * n:
-            raise ValueError(f"cannot draw {n} distinct {split} word problems")
-        kind, template, value = WORD_KINDS[len(out) % len(WORD_KINDS)]
+    rng = _rng("word", split, seed)
+
+    def draw(i: int) -> tuple[str, Callable[[], Problem]] | None:
+        kind, template, value = WORD_KINDS[i % len(WORD_KINDS)]
         a, b, c = rng.randint(3, high), rng.randint(2, 6), rng.randint(1, 4)
         if value(a, b, c) < 0 or (kind == "give_find" and c > a):  # never more given away than held
-            continue
-        subject = f"{kind}|{a}|{b}|{c}"
-        if subject in seen or split_of(subject) != split:
-            continue
-        seen.add(subject)
-        (name, pronoun), (other, _) = rng.sample(_NAMES, 2)
-        prompt = template.format(n=name, p=pronoun, P=pronoun.capitalize(), m=other,
-                                 o="him" if pronoun == "he" else "her", a=a, b=b, c=c, item=rng.choice(_ITEMS))
-        out.append(Problem("word_problems", prompt + _STEPS, str(value(a, b, c)), split, subject, kind, "numeric"))
-    return out
+            return None
+
+        def make() -> Problem:  # names and items are drawn only for a problem kept
+            (name, pronoun), (other, _) = rng.sample(_NAMES, 2)
+            prompt = template.format(n=name, p=pronoun, P=pronoun.capitalize(), m=other,
+                                     o="him" if pronoun == "he" else "her", a=a, b=b, c=c, item=rng.choice(_ITEMS))
+            return Problem("word_problems", prompt + _STEPS, str(value(a, b, c)), split, f"{kind}|{a}|{b}|{c}",
+                           kind, "numeric")
+
+        return f"{kind}|{a}|{b}|{c}", make
+
+    return _distinct(n, split, "word problems", draw)
 
 
 # ------------------------------------------------------------------------------------------------- country facts
