@@ -290,8 +290,9 @@ def _read_prompts(path: str, args: argparse.Namespace | None = None) -> tuple[pd
                       else "; give a `reference` column to label the generated answers" if "label" in dropped
                       else "")
             names = ", ".join(f"`{clip(c, 60)}`" for c in dropped[:8]) + (", ..." if len(dropped) > 8 else "")
-            print(f"{_shown(path)}: dropped {names}: they describe the input's answers, which generate replaces"
-                  f"{labels}", file=sys.stderr)
+            verb = "it describes" if len(dropped) == 1 else "they describe"
+            print(f"{_shown(path)}: dropped {names}: {verb} the input's answers, which generate replaces{labels}",
+                  file=sys.stderr)
     return frame, references, numbers
 
 
