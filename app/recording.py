@@ -168,6 +168,6 @@ def traces_download(rows: DatasetTraces, name: str) -> None:
                         format_func=lambda f: TRACE_FORMATS[f][0])
     cols[1].download_button(f"Download the dataset with its {n:,} traces", lambda: rows.to_bytes(fmt),
                             file_name=f"{PurePath(name).stem}_traces.{fmt}", mime=TRACE_FORMATS[fmt][1],
-                            key="download_traces", disabled=n == 0,
+                            key="download_traces", disabled=n == 0, on_click="ignore",  # see pages/flag.py
                             help="Every row, with the traces stored in the file or recorded in this session; "
                                  "rows without a trace have empty trace cells.")

@@ -133,9 +133,12 @@ def exported(fmt: str) -> bytes:
     return buffer.getvalue()
 
 
+# The files are made when clicked (deferred), on a thread beside the rerun a click would start; that rerun ends the
+# previous run's deferred files, so on a busy machine the click lost its own download. on_click="ignore": no rerun.
 cols = st.columns(2)
 cols[0].download_button("Download flagged (CSV)", lambda: exported("csv"), file_name="flagged_answers.csv",
-                        mime="text/csv", key="download_csv", disabled=not len(flagged))
+                        mime="text/csv", key="download_csv", disabled=not len(flagged), on_click="ignore")
 cols[1].download_button("Download flagged (JSONL)", lambda: exported("jsonl"), file_name="flagged_answers.jsonl",
-                        mime="application/jsonl", key="download_jsonl", disabled=not len(flagged))
+                        mime="application/jsonl", key="download_jsonl", disabled=not len(flagged),
+                        on_click="ignore")
 st.caption("Spreadsheet-safe: cells that would run as a formula are prefixed with an apostrophe.")
