@@ -34,8 +34,8 @@ FEATURE_PHRASES = {
     "first3_surprisal_conf": "how expected its first three tokens were",
     "mean_surprisal_conf": "how expected its tokens were on average",
     "surprisal_slope": "whether its tokens grew more or less surprising along the answer",
-    "min_token_prob": "its least likely token",
-    "geomean_token_prob": "its average token probability",
+    "logit_min_token_prob": "its least likely token",
+    "log_geomean_token_prob": "its average token probability",
     "low_prob_rate": "how many unlikely tokens it chose",
 }
 
@@ -132,6 +132,8 @@ def feature_phrase(name: str, length: int) -> str:
         return VERY_SHORT_FEATURE_PHRASES[name]
     if length < WINDOW and name in SHORT_FEATURE_PHRASES:
         return SHORT_FEATURE_PHRASES[name]
+    if name.startswith("log_") and name not in FEATURE_PHRASES:  # the well-conditioned form of a paper feature
+        name = name[len("log_"):]
     return FEATURE_PHRASES.get(name, name)
 
 

@@ -146,13 +146,13 @@ class FixedContributions:
 
 
 def test_explain_probability_names_the_two_strongest_features_each_way():
-    names = ["log_length", "mean_entropy_conf", "entropy_slope", "first3_entropy_conf", "min_token_prob"]
+    names = ["log_length", "mean_entropy_conf", "entropy_slope", "first3_entropy_conf", "logit_min_token_prob"]
     model = FixedContributions(names, [0.3, -0.2, 0.01, 0.5, -0.6])
     out = explain.explain_probability(model, hostile_trace(), 0.734)
     phrase = explain.FEATURE_PHRASES
     assert out.startswith("<p><b>TRACE+:</b> the calibrator puts the chance that this answer is correct at 73%.")
     assert f"Raised by {phrase['first3_entropy_conf']} and {phrase['log_length']}." in out
-    assert f"Lowered by {phrase['min_token_prob']} and {phrase['mean_entropy_conf']}." in out
+    assert f"Lowered by {phrase['logit_min_token_prob']} and {phrase['mean_entropy_conf']}." in out
     assert out.endswith("</p>")
 
 
@@ -186,3 +186,12 @@ def test_explain_probability_with_a_fitted_trace_plus():
     else:
         assert "Raised" not in out
     assert all(name in explain.FEATURE_PHRASES for name in model.feature_names_)  # every paper feature has words
+
+
+def test_every_feature_of_every_set_has_a_phrase():
+    from trace_core import FEATURE_SETS
+
+    for names in FEATURE_SETS.values():
+        for name in names:
+            assert explain.feature_phrase(name, 10) != name, name
+    assert explain.feature_phrase("log_mean_entropy_conf", 10) == explain.FEATURE_PHRASES["mean_entropy_conf"]

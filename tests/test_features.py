@@ -23,7 +23,7 @@ def naive_features(trace):
         return float(x.mean()) if T < 4 else max(float(x[i:i + 4].mean()) for i in range(T - 3))
 
     p = np.exp(-s)
-    return {
+    out = {
         "first3_entropy_conf": math.exp(-h[:3].mean()),
         "mean_entropy_conf": math.exp(-h.mean()),
         "log_length": math.log(T),
@@ -37,13 +37,16 @@ def naive_features(trace):
         "entropy_spike_gap": window_max(h) - h.mean(),
         "surprisal_spike_gap": window_max(s) - s.mean(),
         "trace_risk": trace_risk(trace),
-        "min_token_prob": float(p.min()),
-        "geomean_token_prob": float(np.exp(np.log(p).mean())),
+        "logit_min_token_prob": math.log(p.min() / (1 - p.min())),
+        "log_geomean_token_prob": float(np.log(p).mean()),
         "low_prob_rate": float((p < 0.1).mean()),
         "first3_surprisal_conf": math.exp(-s[:3].mean()),
         "mean_surprisal_conf": math.exp(-s.mean()),
         "surprisal_slope": 0.0 if T < 2 else float(np.polyfit(np.arange(T), s, 1)[0]),
     }
+    for name in [n for n in out if n.endswith("_conf") or "_conf_l" in n]:
+        out[f"log_{name}"] = math.log(out[name])
+    return out
 
 
 @pytest.mark.parametrize("feature_set", sorted(FEATURE_SETS))
@@ -60,7 +63,7 @@ def test_paper_feature_set_is_the_eight_features_in_order():
     assert feature_names("paper") == (
         "first3_entropy_conf", "mean_entropy_conf", "log_length", "entropy_slope", "decayed_entropy_conf_l2",
         "decayed_entropy_conf_l4", "decayed_surprisal_conf_l2", "decayed_surprisal_conf_l4")
-    assert not set(feature_names("paper")) & {"min_token_prob", "geomean_token_prob", "low_prob_rate"}
+    assert not set(feature_names("paper")) & {"logit_min_token_prob", "log_geomean_token_prob", "low_prob_rate"}
 
 
 def test_single_token_trace_has_zero_slope():

@@ -42,7 +42,7 @@ from ._checks import AnswerValueError, check_bool, check_choice, check_int, chec
 from .baselines import NO_ENTROPY_REASON, baseline_scores
 from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus, _fit_logistic, _sigmoid, transform_scores
 from .compare import FITTED, RAW, paired_comparison
-from .features import feature_matrix_from_arrays
+from .features import feature_matrix_from_arrays, logit_of_surprisal
 from .metrics import RankGroups
 from .metrics.calibration import _brier, _ece_sorted
 from .metrics.ranking import _ranking_from_groups
@@ -334,10 +334,12 @@ def is_constant(scores: Any) -> bool:
 
 
 def reference_features(surprisal: Ragged) -> np.ndarray:
-    """The supervised likelihood reference's features, shape (n_answers, 3): mean surprisal, ``log T`` and the
-    minimum token probability ``exp(-max s)``."""
+    """The supervised likelihood reference's features, shape (n_answers, 3), each on the scale its scalar baseline is
+    calibrated on: mean surprisal (the log of the geometric-mean token probability), ``log T`` and the logit of the
+    minimum token probability ``logit(exp(-max s))`` (:func:`trace_core.features.logit_of_surprisal`), which keeps
+    apart sure answers that the probability itself crowds against 1."""
     return np.column_stack([np.asarray(segment_mean(surprisal)), np.log(surprisal.lengths.astype(np.float64)),
-                            np.exp(-np.asarray(segment_max(surprisal)))])
+                            logit_of_surprisal(np.asarray(segment_max(surprisal)))])
 
 
 def _fit_reference(F: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:

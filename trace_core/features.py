@@ -3,21 +3,32 @@
 Every feature is computed from the trace only (surprisal s and entropy H per token), vectorised over the batch.
 Feature sets:
 
-``paper`` (8, the paper's TRACE+)
+``paper`` (8, the paper's TRACE+, as published)
     first-3 entropy confidence ``exp(-mean H[:3])``, mean entropy confidence ``exp(-mean H)``, log answer length
     ``log T``, entropy slope (least-squares slope of H over t; 0 when T < 2), decayed entropy confidence
     ``exp(-D_lam(H))`` for lam = 2 and 4, decayed surprisal confidence ``exp(-D_lam(s))`` for lam = 2 and 4.
 ``extended`` (13)
-    ``paper`` plus ``M_4(H)``, ``M_4(s)``, the spike gaps ``M_4(H) - mean H`` and ``M_4(s) - mean s``, and TRACE R.
-``paper+likelihood`` / ``extended+likelihood`` (ablations)
-    adds likelihood summaries: min token probability ``min p_t``, geometric-mean token probability
-    ``exp(-mean s)``, and the low-probability token rate ``mean(p_t < 0.1)``. The paper excludes these by default.
+    the paper's eight on a well-conditioned scale (below), plus ``M_4(H)``, ``M_4(s)``, the spike gaps
+    ``M_4(H) - mean H`` and ``M_4(s) - mean s``, and TRACE R.
+``paper+likelihood`` (11) / ``extended+likelihood`` (16) (ablations)
+    ``paper`` (as published) / ``extended`` plus likelihood summaries, well conditioned: the logit of the minimum
+    token probability ``logit(min p_t)``, the log geometric-mean token probability ``-mean s``, and the
+    low-probability token rate ``mean(p_t < 0.1)``. The paper excludes these by default.
 ``surprisal`` (6, TRACE+ (surprisal-only), for traces without entropy)
-    the paper set with surprisal s in place of entropy H: first-3 surprisal confidence ``exp(-mean s[:3])``
-    (``first3_surprisal_conf``), mean surprisal confidence ``exp(-mean s)`` (``mean_surprisal_conf``; the same
-    value as the likelihood summary ``geomean_token_prob``), ``log T``, surprisal slope (``surprisal_slope``), and
-    ``exp(-D_lam(s))`` for lam = 2 and 4. The paper set's two decayed-surprisal features are these last two, so they
-    appear once, under their paper names.
+    the paper set with surprisal s in place of entropy H, as published: first-3 surprisal confidence
+    ``exp(-mean s[:3])`` (``first3_surprisal_conf``), mean surprisal confidence ``exp(-mean s)``
+    (``mean_surprisal_conf``), ``log T``, surprisal slope (``surprisal_slope``), and ``exp(-D_lam(s))`` for lam = 2
+    and 4. The paper set's two decayed-surprisal features are these last two, so they appear once, under their paper
+    names.
+
+**Well-conditioned scale.** A linear logistic on ``exp(-x)`` sees answers whose mean entropy or surprisal differ
+by several nats as nearly the same value near 0, and on a probability near 1 (a multiple-choice letter at
+p = 0.999 against 0.9) it sees differences the logit spreads over several units. Outside the published sets, every
+feature of the form ``exp(-statistic)`` enters as its log, the statistic negated (named ``log_<name>``, e.g.
+``log_mean_entropy_conf = -mean H``), and the single probability ``min p_t`` as its logit (``logit_min_token_prob``,
+computed from ``max s`` as ``-s - log(1 - exp(-s))`` with ``s >= 2**-53``, so at most 36.7 as in
+:func:`trace_core.calibrate.transform_scores`): the same transforms the scalar baselines are calibrated on
+(:mod:`trace_core.baselines`). Lengths, slopes, nats and rates stay as they are.
 
 Every feature has one name, used in every set that holds it; :func:`needs_entropy` says whether a set reads H.
 """
@@ -43,7 +54,7 @@ from .score import PAPER_CONFIG, TraceConfig, _as_trace_list, _risk_from_arrays,
 from .trace import Trace
 
 __all__ = ["FEATURE_SETS", "LOW_PROB_THRESHOLD", "default_feature_set", "feature_matrix", "feature_matrix_from_arrays",
-           "feature_names", "needs_entropy"]
+           "feature_names", "logit_of_surprisal", "needs_entropy"]
 
 LOW_PROB_THRESHOLD = 0.1
 
@@ -58,7 +69,7 @@ _PAPER = (
     "decayed_surprisal_conf_l4",
 )
 _EXTENDED = ("window_entropy_max", "window_surprisal_max", "entropy_spike_gap", "surprisal_spike_gap", "trace_risk")
-_LIKELIHOOD = ("min_token_prob", "geomean_token_prob", "low_prob_rate")
+_LIKELIHOOD = ("logit_min_token_prob", "log_geomean_token_prob", "low_prob_rate")
 _SURPRISAL = (
     "first3_surprisal_conf",
     "mean_surprisal_conf",
@@ -68,16 +79,31 @@ _SURPRISAL = (
     "decayed_surprisal_conf_l4",
 )
 #: The features that read entropy; a set holding any of them needs entropy for every answer.
-_ENTROPY_FEATURES = frozenset({"first3_entropy_conf", "mean_entropy_conf", "entropy_slope", "decayed_entropy_conf_l2",
-                               "decayed_entropy_conf_l4", "window_entropy_max", "entropy_spike_gap", "trace_risk"})
+_ENTROPY_FEATURES = frozenset({
+    "first3_entropy_conf", "mean_entropy_conf", "entropy_slope", "decayed_entropy_conf_l2", "decayed_entropy_conf_l4",
+    "log_first3_entropy_conf", "log_mean_entropy_conf", "log_decayed_entropy_conf_l2", "log_decayed_entropy_conf_l4",
+    "window_entropy_max", "entropy_spike_gap", "trace_risk"})
+#: The smallest surprisal the logit feature reads: logit(exp(-s)) is +inf at s = 0; at 2**-53 it is 36.7, the ceiling
+#: of the scalar calibrators' logit transform.
+_LOGIT_MIN_SURPRISAL = 2.0 ** -53
+
+#: The paper's features of the form exp(-statistic) on the well-conditioned (log) scale: the statistic, negated.
+_PAPER_LOG = tuple(name if name in ("log_length", "entropy_slope") else f"log_{name}" for name in _PAPER)
 
 FEATURE_SETS: dict[str, tuple[str, ...]] = {
     "paper": _PAPER,
-    "extended": _PAPER + _EXTENDED,
+    "extended": _PAPER_LOG + _EXTENDED,
     "paper+likelihood": _PAPER + _LIKELIHOOD,
-    "extended+likelihood": _PAPER + _EXTENDED + _LIKELIHOOD,
+    "extended+likelihood": _PAPER_LOG + _EXTENDED + _LIKELIHOOD,
     "surprisal": _SURPRISAL,
 }
+
+
+def logit_of_surprisal(s: np.ndarray) -> np.ndarray:
+    """``logit(exp(-s))`` computed from the surprisal, exact near p = 1 where ``1 - p`` would cancel: ``-s -
+    log(1 - exp(-s))``, with ``s`` floored at 2**-53 (at most 36.7, the calibrators' logit ceiling)."""
+    s = np.maximum(np.asarray(s, dtype=np.float64), _LOGIT_MIN_SURPRISAL)
+    return -s - np.log(-np.expm1(-s))
 
 
 def feature_names(feature_set: str = "paper") -> tuple[str, ...]:
@@ -151,30 +177,34 @@ def feature_matrix_from_arrays(surprisal: Ragged, entropy: Ragged | None = None,
     lengths = surprisal.lengths
     wanted = set(names)
     columns: dict[str, np.ndarray] = {"log_length": np.log(lengths.astype(np.float64))}
+    # Statistics x whose published feature is exp(-x); the well-conditioned feature log_<name> is -x.
+    stats: dict[str, np.ndarray] = {}
     for lam in (2, 4):
-        columns[f"decayed_surprisal_conf_l{lam}"] = np.exp(-np.asarray(decayed_mean(surprisal, lam=lam)))
+        stats[f"decayed_surprisal_conf_l{lam}"] = np.asarray(decayed_mean(surprisal, lam=lam))
     if wanted & set(_SURPRISAL):
-        columns["first3_surprisal_conf"] = np.exp(-np.asarray(first_k_mean(surprisal, k=3)))
-        columns["mean_surprisal_conf"] = np.exp(-np.asarray(segment_mean(surprisal)))
+        stats["first3_surprisal_conf"] = np.asarray(first_k_mean(surprisal, k=3))
+        stats["mean_surprisal_conf"] = np.asarray(segment_mean(surprisal))
         columns["surprisal_slope"] = np.asarray(slope(surprisal))
     if entropy is not None and wanted & _ENTROPY_FEATURES:
         mean_h = np.asarray(segment_mean(entropy))
-        columns["first3_entropy_conf"] = np.exp(-np.asarray(first_k_mean(entropy, k=3)))
-        columns["mean_entropy_conf"] = np.exp(-mean_h)
+        stats["first3_entropy_conf"] = np.asarray(first_k_mean(entropy, k=3))
+        stats["mean_entropy_conf"] = mean_h
         columns["entropy_slope"] = np.asarray(slope(entropy))
         for lam in (2, 4):
-            columns[f"decayed_entropy_conf_l{lam}"] = np.exp(-np.asarray(decayed_mean(entropy, lam=lam)))
-    if set(_EXTENDED) & set(names):
+            stats[f"decayed_entropy_conf_l{lam}"] = np.asarray(decayed_mean(entropy, lam=lam))
+    if set(_EXTENDED) & wanted:
         mean_s = np.asarray(segment_mean(surprisal))
         columns["window_entropy_max"] = np.asarray(window_max_mean(entropy, w=4))
         columns["window_surprisal_max"] = np.asarray(window_max_mean(surprisal, w=4))
         columns["entropy_spike_gap"] = columns["window_entropy_max"] - mean_h
         columns["surprisal_spike_gap"] = columns["window_surprisal_max"] - mean_s
         columns["trace_risk"] = _risk_from_arrays(surprisal, entropy, config)
-    if set(_LIKELIHOOD) & set(names):
-        probs = surprisal.with_values(np.exp(-surprisal.values))
-        columns["min_token_prob"] = np.exp(-np.asarray(segment_max(surprisal)))
-        columns["geomean_token_prob"] = np.exp(-np.asarray(segment_mean(surprisal)))
-        columns["low_prob_rate"] = np.asarray(segment_mean(probs.with_values(
-            (probs.values < LOW_PROB_THRESHOLD).astype(np.float64))))
+    if set(_LIKELIHOOD) & wanted:
+        columns["logit_min_token_prob"] = logit_of_surprisal(np.asarray(segment_max(surprisal)))
+        columns["log_geomean_token_prob"] = -np.asarray(segment_mean(surprisal))
+        columns["low_prob_rate"] = np.asarray(segment_mean(surprisal.with_values(
+            (np.exp(-surprisal.values) < LOW_PROB_THRESHOLD).astype(np.float64))))
+    for name, x in stats.items():
+        columns[name] = np.exp(-x)
+        columns[f"log_{name}"] = -x
     return np.column_stack([columns[name] for name in names]) if len(lengths) else np.zeros((0, len(names)))

@@ -15,8 +15,8 @@ Kinds of method:
     The 19 baselines (:data:`trace_core.baselines.BASELINES`): scalar scores.
 ``reference``
     :data:`REFERENCE`, the supervised likelihood reference: TRACE+'s logistic regression on likelihood summaries only
-    (mean surprisal, ``log T``, min token probability ``exp(-max s)``). Never chosen as the best baseline: it is
-    supervised, and it says whether TRACE+'s gain is more than length-aware likelihood.
+    (mean surprisal, ``log T``, the logit of the min token probability ``exp(-max s)``). Never chosen as the best
+    baseline: it is supervised, and it says whether TRACE+'s gain is more than length-aware likelihood.
 
 On data without entropy (only the chosen tokens' log-probabilities) the methods with ``needs_entropy`` are skipped and
 TRACE and TRACE+ run as ``"TRACE (surprisal-only)"`` and ``"TRACE+ (surprisal-only)"`` (their ``surprisal_only``).
@@ -152,7 +152,7 @@ def _baseline_needs_entropy(baseline: Baseline) -> bool:
 
 def _methods() -> dict[str, Method]:
     out = [Method("TRACE+", "trace", "trace_plus", feature_set="paper", surprisal_only=_SURPRISAL_ONLY["TRACE+"],
-                  description="logistic regression on the paper's 8 trace features")]
+                  description="logistic regression on the paper's 8 trace features, as published")]
     out += [Method(f"TRACE+ ({fs})", "trace", "trace_plus", feature_set=fs, extended=True,
                    needs_entropy=_feature_set_needs_entropy(fs), description=f"TRACE+ on the {fs!r} feature set")
             for fs in FEATURE_SETS if fs not in ("paper", _SURPRISAL_FEATURE_SET)]
@@ -168,7 +168,7 @@ def _methods() -> dict[str, Method]:
             for b in BASELINES.values()]
     out.append(Method(REFERENCE, "reference", "reference", needs_entropy=False,
                       description="supervised reference: TRACE+'s logistic regression on mean surprisal, log T and "
-                                  "min token probability exp(-max s)"))
+                                  "the logit of the min token probability"))
     return {m.name: m for m in out}
 
 
