@@ -513,7 +513,7 @@ _TRACE_PLUS_SHADES = ("#8b0000", "#e8603c", "#b2182b", "#ff9e80")  # TRACE+ feat
 _TRACE_SHADES = ("#08306b", "#4292c6")  # any further TRACE variant
 _BASELINE_PALETTE = ("#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
                      "#1b9e77", "#ffbb78", "#c5b0d5", "#c49c94", "#f7b6d2", "#9edae5", "#dbdb8d", "#393b79",
-                     "#637939", "#8c6d31", "#7b4173", "#98df8a")
+                     "#637939", "#8c6d31", "#7b4173", "#98df8a", "#a55194", "#fdae6b", "#74c476")
 
 
 def _registry_colours() -> dict[str, str]:

@@ -81,7 +81,8 @@ for note in notes:
 st.subheader("Metrics (mean ± std over held-out splits)")
 calibrator = st.radio("Calibrator for TRACE and the baselines", SCALAR_CALIBRATORS, horizontal=True,
                       key="scalar_calibrator", format_func=CALIBRATOR_NAMES.get,
-                      help="Both are fitted on every split; TRACE+ and the reference use their own logistic regression.")
+                      help="Both are fitted on every split; TRACE+, the fitted baselines (CES, WEPR, Trace Profile) "
+                           "and the reference use their own fitted model.")
 st.caption(f"{md_literal(result.data_note)}; {len(kept):,} answers, {labels.mean():.1%} correct. "
            f"{md_literal(result.skill_note(calibrator=calibrator))} "
            f"{md_literal(result.caption(calibrator=calibrator))} ↑ higher is better, ↓ lower.")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 import numpy as np
@@ -43,11 +45,13 @@ def test_trace_baselines_by_hand(name):
     assert result.scores[name].iloc[0] == pytest.approx(EXPECTED[name])
 
 
-def test_registry_has_19_baselines_with_families_and_needs():
-    assert len(BASELINES) == 19
+def test_registry_has_20_scalar_baselines_with_families_and_needs():
+    assert len(BASELINES) == 20
     needs = [b.needs for b in BASELINES.values()]
     assert needs.count("trace") == 14 and needs.count("beam") == 3 and needs.count("embedding") == 2
-    assert {b.family for b in BASELINES.values()} == {"likelihood", "entropy", "trajectory", "beam", "semantic"}
+    assert needs.count("top_k") == 1
+    assert {b.family for b in BASELINES.values()} == {"likelihood", "entropy", "trajectory", "beam", "semantic",
+                                                       "top-k"}
     assert FIRST_K == 3 and HIGH_PROB_THRESHOLD == 0.9
 
 
@@ -65,9 +69,9 @@ def test_beam_baselines_by_hand():
 
 
 def test_missing_inputs_skip_with_reason_never_silently():
-    result = compute_baselines(random_traces(5))
-    assert set(result.scores.columns) == {n for n, b in BASELINES.items() if b.needs == "trace"}
-    assert set(result.skipped) == {n for n, b in BASELINES.items() if b.needs != "trace"}
+    result = compute_baselines(random_traces(5))  # with 2 alternatives per token: the top-k baseline runs
+    assert set(result.scores.columns) == {n for n, b in BASELINES.items() if b.needs in ("trace", "top_k")}
+    assert set(result.skipped) == {n for n, b in BASELINES.items() if b.needs not in ("trace", "top_k")}
     assert all("needs" in reason for reason in result.skipped.values())
 
 
@@ -80,9 +84,11 @@ def test_beam_columns_present_when_given():
 
 
 def test_all_confidences_rank_a_confident_trace_above_an_unsure_one():
-    sure = make_trace([0.01] * 6, [0.05] * 6)
-    unsure = make_trace([2.0, 0.5, 3.0, 2.5, 1.0, 2.0], [3.0, 1.0, 4.0, 3.5, 2.0, 3.0])
+    sure = dataclasses.replace(make_trace([0.01] * 6, [0.05] * 6), top_logprobs=np.log([[0.99, 0.005]] * 6))
+    unsure = dataclasses.replace(make_trace([2.0, 0.5, 3.0, 2.5, 1.0, 2.0], [3.0, 1.0, 4.0, 3.5, 2.0, 3.0]),
+                                 top_logprobs=np.log([[0.4, 0.3]] * 6))
     scores = compute_baselines([sure, unsure]).scores
+    assert "EPR" in scores.columns
     for name in scores.columns:
         if name in ("Entropy Slope", "Prob Slope", "Entropy Variance"):
             continue  # shape statistics, not levels

@@ -58,7 +58,7 @@ def test_result_tables_and_split_mechanics():
                                            "uninformative"}
     assert (result.summary["n_splits"] == 4).all()
     assert set(result.per_split["split"]) == {0, 1, 2, 3}
-    assert result.methods[:2] == ["TRACE+", "TRACE"] and len(result.methods) == 17
+    assert result.methods[:2] == ["TRACE+", "TRACE"] and len(result.methods) == 21  # with EPR and the 3 fitted
     assert result.methods[-1] == "Likelihood LR (reference)"
     # Brier and ECE: both scalar calibrators for scalar methods, TRACE+'s and the reference's own logistic regression
     cals = result.summary.groupby("method")["calibrator"].agg(set)
@@ -349,7 +349,7 @@ def test_tiny_unstratified_data_skips_one_class_splits_with_a_warning():
 
 
 def test_method_names():
-    assert method_names()[:2] == ["TRACE+", "TRACE"] and len(method_names()) == 22
+    assert method_names()[:2] == ["TRACE+", "TRACE"] and len(method_names()) == 26
     assert method_names()[-1] == "Likelihood LR (reference)"
     assert {"TRACE+ (extended)", "TRACE+ (surprisal-only)", "TRACE (surprisal-only)"} <= set(
         method_names(extended=True))

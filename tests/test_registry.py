@@ -10,6 +10,7 @@ import pytest
 
 import trace_core
 from trace_core.baselines import BASELINES
+from trace_core.fitted_baselines import FITTED_BASELINES
 from trace_core.features import FEATURE_SETS
 from trace_core.registry import METHODS, METRICS, REFERENCE, Method, MetricSpec, get_method, method_names
 
@@ -40,12 +41,12 @@ def test_specs_are_frozen():
 
 def test_methods_are_trace_plus_trace_every_baseline_and_the_reference_in_order():
     names = method_names()
-    assert names[:2] == ["TRACE+", "TRACE"] and names[2:-1] == list(BASELINES) and len(names) == 22
+    assert names[:2] == ["TRACE+", "TRACE"] and names[2:-1] == [*BASELINES, *FITTED_BASELINES] and len(names) == 26
     assert names[-1] == REFERENCE == "Likelihood LR (reference)"
     extended = method_names(extended=True)
     variants = [f"TRACE+ ({fs})" for fs in FEATURE_SETS if fs not in ("paper", "surprisal")]
     assert extended == ["TRACE+", *variants, "TRACE+ (surprisal-only)", "TRACE", "TRACE (surprisal-only)",
-                        *BASELINES, REFERENCE]
+                        *BASELINES, *FITTED_BASELINES, REFERENCE]
     assert list(METHODS) == extended
 
 

@@ -1,4 +1,5 @@
-"""The 19 baseline confidence scores TRACE is compared with, described once in :data:`BASELINES`.
+"""The 20 scalar baseline confidence scores TRACE is compared with, described once in :data:`BASELINES` (three more,
+fitted on each calibration part, are in :mod:`trace_core.fitted_baselines`).
 
 Every baseline returns a *confidence*: higher = the answer is more likely correct. Each :class:`Baseline` entry carries
 its name, family, what it needs, its formula, the transform its scalar calibrator is fitted on and the function that
@@ -26,6 +27,7 @@ Prob Slope            trajectory  trace      no       identity       ``slope(p)`
 Beam-Ratio            beam        beam       no       logit          ``q_1 / (q_1 + q_2)``
 Beam-TailThinness     beam        beam       no       logit          ``1 - sum_{i>=2} q_i`` (= q_1)
 Beam Entropy          beam        beam       no       identity       ``sum_i q_i log q_i``: the beam entropy, negated
+EPR                   top-k       top_k      no       identity       ``-mean_t sum_{k<=K} -q_{t,k} log q_{t,k}``
 TokenSAR              semantic    embedding  no       log            ``exp(-sum_t r_t s_t)``, r: normalised relevance
 MARS-style            semantic    embedding  no       log            ``exp(-sum_t (0.5 / T + 0.5 r_t) s_t)``
 ====================  ==========  =========  =======  =============  ================================================
@@ -46,7 +48,9 @@ PRR) use the raw score. The rule, with each entry's one-line reason in its ``tra
   between the top beam and the next beam / all the others.
 * ``identity`` for scores already on a log or linear scale: negated entropies (nats), rates, variances, slopes.
 
-Beam baselines use ``q_i``, the beam sequence probabilities of one extra beam-search call on the same prompt,
+EPR (entropy production rate, arXiv 2509.04492) reads the K most likely alternatives stored at each step, with
+probabilities ``q_{t,k}`` (not renormalised; K the fewest any answer stores, at least 2; see
+:mod:`trace_core.fitted_baselines`). Beam baselines use ``q_i``, the beam sequence probabilities of one extra beam-search call on the same prompt,
 normalised over the returned beams (sorted, most likely first). They describe the prompt's answer distribution, not
 the decoded answer itself. Semantic baselines weight tokens by their relevance to the answer's meaning, measured with a
 sentence-embedding model (see :mod:`trace_core.semantic`). A baseline whose input is missing is skipped with a stated
@@ -72,6 +76,7 @@ from .operators import (
     slope,
     window_max_mean,
 )
+from .fitted_baselines import TOP_K_NEEDS, TopK, epr_confidence, stack_top_logprobs
 from .score import stack_traces
 from .semantic import mars_confidence, token_relevance_batch, tokensar_confidence
 from .trace import LOGPROB_TOLERANCE, Trace
@@ -90,6 +95,7 @@ NEEDS: dict[str, str] = {
     "trace": "the answer's trace (surprisal per token; entropy too for the baselines with needs_entropy)",
     "beam": "a beam-search call on the same prompt (beam log-probabilities)",
     "embedding": "the answers' token texts and a sentence-embedding model",
+    "top_k": TOP_K_NEEDS,
 }
 
 #: Why a baseline with ``needs_entropy`` is skipped on data without entropy (``entropy_source == "absent"``).
@@ -137,13 +143,14 @@ class Baseline:
     family : str
         ``likelihood``, ``entropy``, ``trajectory``, ``beam`` or ``semantic``.
     needs : str
-        A key of :data:`NEEDS`: ``trace``, ``beam`` or ``embedding``.
+        A key of :data:`NEEDS`: ``trace``, ``beam``, ``embedding`` or ``top_k``.
     formula : str
         The confidence, as the module table writes it.
     score : callable
         By ``needs``: ``trace``: ``score(batch: TraceBatch) -> ndarray (n_answers,)``; ``beam``:
         ``score(q) -> float`` for one answer's normalised beam probabilities ``q`` (most likely first);
-        ``embedding``: ``score(surprisal, relevance) -> float`` for one answer.
+        ``embedding``: ``score(surprisal, relevance) -> float`` for one answer; ``top_k``:
+        ``score(surprisal: Ragged, top: TopK) -> ndarray (n_answers,)``.
     transform : str, default "identity"
         The monotone transform a scalar calibrator is fitted on (a key of
         :data:`trace_core.calibrate.SCORE_TRANSFORMS`; the rule is in the module docstring); rankings use the raw
@@ -223,6 +230,8 @@ _LIST = [
     Baseline("Beam-TailThinness", "beam", "beam", "1 - sum_{i>=2} q_i", lambda q: 1.0 - q[1:].sum(), "logit",
              "q_1 crowds against 1 when the top beam dominates; its logit is log q_1 - log(sum of the others)"),
     Baseline("Beam Entropy", "beam", "beam", "sum_i q_i log q_i", _beam_negentropy, "identity", _ENTROPY),
+    Baseline("EPR", "top-k", "top_k", "-mean_t sum_{k<=K} -q_{t,k} log q_{t,k}", epr_confidence, "identity",
+             "minus a mean of entropy contributions in nats: already on a log scale"),
     Baseline("TokenSAR", "semantic", "embedding", "exp(-sum_t r_t s_t)", tokensar_confidence, "log",
              "exp(-(a relevance-weighted mean of surprisals)): its log is that mean"),
     Baseline("MARS-style", "semantic", "embedding", "exp(-sum_t (0.5 / T + 0.5 r_t) s_t)", mars_confidence, "log",
@@ -343,9 +352,10 @@ def compute_baselines(traces: Sequence[Trace], *, beam_logprobs: Sequence[Sequen
 
 def baseline_scores(surprisal: Ragged, entropy: Ragged | None, *, names: Sequence[str] | None = None,
                     traces: Sequence[Trace] | None = None, beam_logprobs: Sequence[Sequence[float]] | None = None,
-                    embedder: Any = None, contexts: Sequence[str] | None = None) -> BaselineScores:
+                    embedder: Any = None, contexts: Sequence[str] | None = None,
+                    top_k: TopK | None = None) -> BaselineScores:
     """:func:`compute_baselines` from surprisal and entropy batches; the semantic baselines also need ``traces``
-    (their token texts). ``entropy=None`` (only the chosen tokens' log-probabilities): the baselines with
+    (their token texts), EPR their top-k log-probabilities (``top_k``, else stacked from ``traces``). ``entropy=None`` (only the chosen tokens' log-probabilities): the baselines with
     ``needs_entropy`` are skipped with :data:`NO_ENTROPY_REASON`."""
     wanted = _names(names)
     wanted, no_entropy = _entropy_free(wanted, entropy)
@@ -359,6 +369,14 @@ def baseline_scores(surprisal: Ragged, entropy: Ragged | None, *, names: Sequenc
             if len(beam_logprobs) != len(surprisal):
                 raise ValueError(f"got {len(beam_logprobs)} beam rows for {len(surprisal)} answers")
             columns.update(beam_scores(beam_logprobs, names=beam_wanted))
+    top_wanted = _names(wanted, "top_k")
+    if top_wanted:
+        top, reason = (top_k, "") if top_k is not None else (
+            stack_top_logprobs(traces) if traces is not None else (None, f"needs {NEEDS['top_k']}"))
+        if top is None:
+            skipped.update({n: reason for n in top_wanted})
+        else:
+            columns.update({n: BASELINES[n].score(surprisal, top) for n in top_wanted})
     semantic_wanted = _names(wanted, "embedding")
     if semantic_wanted:
         if embedder is None or traces is None:

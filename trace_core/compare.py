@@ -306,8 +306,8 @@ def paired_comparison(per_split: pd.DataFrame, calibration_values: pd.DataFrame,
     """
     methods = list(methods)
     subjects = [m for m in methods if METHODS[m].is_trace]
-    others = [m for m in methods if METHODS[m].kind in ("baseline", "reference")]
-    candidates = [m for m in methods if METHODS[m].kind == "baseline" and m not in set(uninformative)]
+    others = [m for m in methods if METHODS[m].is_baseline or METHODS[m].kind == "reference"]
+    candidates = [m for m in methods if METHODS[m].is_baseline and m not in set(uninformative)]
     if not subjects or per_split.empty:
         return _empty()
     calibrators = [c for c in dict.fromkeys(per_split["calibrator"]) if c not in (RAW, FITTED)] or ["platt"]

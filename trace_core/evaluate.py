@@ -8,7 +8,9 @@ probabilities from calibrators fitted on the calibration part:
   the score's documented monotone transform (``registry.Method.transform``, e.g. the log of ``exp(sum log p)``), so
   that no score is handicapped by its scale. Results carry both (``calibrator`` "platt" / "isotonic");
   ``EvaluationConfig.scalar_calibrator`` picks the one the table shows.
-- TRACE+ and the supervised likelihood reference are their own logistic regression (``calibrator`` "logistic").
+- TRACE+, the supervised likelihood reference and the fitted baselines (:mod:`trace_core.fitted_baselines`: CES,
+  WEPR, Trace Profile) are fitted on each calibration part and give their own probability (``calibrator``
+  "logistic"; CES's is Platt scaling of its score, fitted on that part).
 - Ranking metrics have ``calibrator`` "none".
 
 A score that is constant (or nearly so: fewer than 2 distinct values, or a relative standard deviation below
@@ -40,9 +42,11 @@ import pandas as pd
 
 from ._checks import AnswerValueError, check_bool, check_choice, check_int, check_real, set_checked
 from .baselines import NO_ENTROPY_REASON, baseline_scores
-from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus, _fit_logistic, _sigmoid, transform_scores
+from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus, _sigmoid, transform_scores
+from .logistic import standardised_logistic
 from .compare import FITTED, RAW, paired_comparison
 from .features import feature_matrix_from_arrays, logit_of_surprisal
+from .fitted_baselines import TOP_K_NEEDS, TopK, stack_top_logprobs
 from .metrics import RankGroups
 from .metrics.calibration import _brier, _ece_sorted
 from .metrics.ranking import _ranking_from_groups
@@ -228,15 +232,23 @@ def _evaluate(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config:
         entropy = surprisal.with_values(entropy.values)  # one set of index arrays for both
     else:
         _check_nonempty(surprisal)
+    top, top_reason = None, f"needs {TOP_K_NEEDS}"
+    if any(METHODS[m].needs == "top_k" for m in wanted) and traces is not None:
+        top, why = stack_top_logprobs(traces)
+        top_reason = why or top_reason
+    if top is None:  # the fitted top-k baselines (the scalar ones are skipped by baseline_scores)
+        skipped.update({m: top_reason for m in wanted if METHODS[m].kind == "fitted_baseline"
+                        and METHODS[m].needs == "top_k"})
+        wanted = [m for m in wanted if m not in skipped]
     baseline_names = [m for m in wanted if METHODS[m].kind == "baseline"]
     # TRACE's, TRACE+'s and the reference's own scores on a second thread while the baselines are computed, where the
     # protocol would run on threads too: both are passes over every token, and numpy releases the GIL in them.
     with ThreadPoolExecutor(max_workers=1) if _workers(len(surprisal), 2) > 1 else contextlib.nullcontext() as pool:
-        own = pool.submit(_scores, surprisal, entropy, wanted) if pool is not None else None
+        own = pool.submit(_scores, surprisal, entropy, wanted, top) if pool is not None else None
         baselines = baseline_scores(surprisal, entropy, names=baseline_names, traces=traces,
-                                    beam_logprobs=beam_logprobs, embedder=embedder,
-                                    contexts=contexts) if baseline_names else None
-        scalar, features = own.result() if own is not None else _scores(surprisal, entropy, wanted)
+                                    beam_logprobs=beam_logprobs, embedder=embedder, contexts=contexts,
+                                    top_k=top) if baseline_names else None
+        scalar, features = own.result() if own is not None else _scores(surprisal, entropy, wanted, top)
     if baselines is not None:
         skipped.update(baselines.skipped)
         scalar = {m: scalar[m] if m in scalar else baselines.scores[m].to_numpy(dtype=np.float64)
@@ -345,16 +357,13 @@ def reference_features(surprisal: Ragged) -> np.ndarray:
 def _fit_reference(F: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     """TRACE+'s fit (standardise on the calibration part, the same L2 logistic regression with C = 1) on the
     reference's features; returns the decision function."""
-    mean, scale = F.mean(axis=0), F.std(axis=0)
-    scale = np.where(scale > 1e-12, scale, 1.0)
-    coef, intercept = _fit_logistic((F - mean) / scale, y.astype(np.float64), C=1.0)
-    return lambda X: ((X - mean) / scale) @ coef + intercept
+    return standardised_logistic(F, y)
 
 
-def _scores(surprisal: Ragged, entropy: Ragged | None,
-            wanted: list[str]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """The methods' own scores: TRACE's (scalar) and the feature matrices of the TRACE+ variants and the reference
-    (the baselines come from :func:`trace_core.baselines.baseline_scores`)."""
+def _scores(surprisal: Ragged, entropy: Ragged | None, wanted: list[str],
+            top: TopK | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The methods' own scores: TRACE's (scalar) and the feature matrices of the TRACE+ variants, the fitted
+    baselines and the reference (the scalar baselines come from :func:`trace_core.baselines.baseline_scores`)."""
     from . import score as score_module
 
     scalar: dict[str, np.ndarray] = {}
@@ -370,6 +379,8 @@ def _scores(surprisal: Ragged, entropy: Ragged | None,
             features[method] = feature_matrix_from_arrays(surprisal, entropy, feature_set=spec.feature_set)
         elif spec.kind == "reference":
             features[method] = reference_features(surprisal)
+        elif spec.kind == "fitted_baseline" and spec.fitted is not None:
+            features[method] = spec.fitted.features(surprisal, entropy, top)
     return scalar, features
 
 
@@ -534,12 +545,23 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, scalar: dict[st
         out_rows, out_cal, out_held, constant = [], [], {}, False
         if method in features:
             F = features[method]
-            if spec.kind == "trace_plus":
-                decision = TracePlus(feature_set=spec.feature_set).fit(F[cal], part.y_cal).decision_function
+            if spec.kind == "fitted_baseline" and spec.fitted is not None:
+                model = spec.fitted.fit(F[cal], part.y_cal)
+                raw = model.score(F[ev])
+                probs = {FITTED: _sigmoid(model.decision(F[ev]))}
+                # the best-baseline choice reads its calibration-part values, in-sample as for every baseline
+                on_cal = RankGroups(model.score(F[cal])).ranking_metrics(part.y_cal) if ranking else {}
+                p_cal = _sigmoid(model.decision(F[cal]))
+                out_cal += [(split, method, m, RAW, on_cal[m]) for m in ranking]
+                out_cal += [(split, method, m, FITTED, _probability_metric(m, part.y_cal, p_cal, config))
+                            for m in probability]
             else:
-                decision = _fit_reference(F[cal], part.y_cal)
-            raw = decision(F[ev])
-            probs = {FITTED: _sigmoid(raw)}  # TracePlus.predict_proba's function: held-out values equal it
+                if spec.kind == "trace_plus":
+                    decision = TracePlus(feature_set=spec.feature_set).fit(F[cal], part.y_cal).decision_function
+                else:
+                    decision = _fit_reference(F[cal], part.y_cal)
+                raw = decision(F[ev])
+                probs = {FITTED: _sigmoid(raw)}  # TracePlus.predict_proba's function: held-out values equal it
             y_probs = part.y_ev
             ranked = RankGroups(raw).ranking_metrics(part.y_ev) if ranking else {}
         else:

@@ -6,7 +6,7 @@ scikit-learn's ``LogisticRegression`` optimum on skewed, rare-positive, separabl
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -288,3 +288,13 @@ def _fit_logistic(F: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 100
     reg[-1] = 0.0
     w = _newton_logistic(X, np.asarray(y, dtype=np.float64), reg, max_iter=max_iter)
     return w[:-1].copy(), float(w[-1])
+
+
+def standardised_logistic(F: np.ndarray, y: np.ndarray, *, C: float = 1.0) -> Callable[[np.ndarray], np.ndarray]:
+    """Fit TRACE+'s model on features ``F`` (n, d) and 0/1 labels: standardise with ``F``'s mean and standard deviation
+    (a constant column is left unscaled), then the L2 logistic regression of :func:`_fit_logistic`. Returns the
+    decision function (log-odds of label 1) for new feature rows."""
+    mean, scale = F.mean(axis=0), F.std(axis=0)
+    scale = np.where(scale > 1e-12, scale, 1.0)
+    coef, intercept = _fit_logistic((F - mean) / scale, np.asarray(y, dtype=np.float64), C=C)
+    return lambda X: ((X - mean) / scale) @ coef + intercept

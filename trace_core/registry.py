@@ -12,7 +12,10 @@ Kinds of method:
 ``trace``
     TRACE: a scalar score, calibrated like the baselines.
 ``baseline``
-    The 19 baselines (:data:`trace_core.baselines.BASELINES`): scalar scores.
+    The 20 scalar baselines (:data:`trace_core.baselines.BASELINES`).
+``fitted_baseline``
+    The 3 baselines fitted on each calibration part (:data:`trace_core.fitted_baselines.FITTED_BASELINES`: CES,
+    WEPR, Trace Profile); they join the best-baseline choice like the scalar ones.
 ``reference``
     :data:`REFERENCE`, the supervised likelihood reference: TRACE+'s logistic regression on likelihood summaries only
     (mean surprisal, ``log T``, the logit of the min token probability ``exp(-max s)``). Never chosen as the best
@@ -29,6 +32,7 @@ from typing import Any
 
 from .baselines import BASELINES, Baseline
 from .features import FEATURE_SETS
+from .fitted_baselines import FITTED_BASELINES, FittedBaseline
 
 __all__ = ["METHODS", "METRICS", "REFERENCE", "Method", "MetricSpec", "get_method", "method_names"]
 
@@ -93,17 +97,19 @@ class Method:
         Display name, also the key in results (``"TRACE+"``, ``"TRACE+ (extended)"``, ``"SeqLogP"``).
     family : str
         ``"trace"`` for TRACE and TRACE+, else the baseline's family (likelihood, entropy, ...).
-    kind : {"trace_plus", "trace", "baseline", "reference"}
-        TRACE+ and the reference are fitted on feature vectors; TRACE and the baselines are scalar scores calibrated
-        alike (see the module docstring).
-    needs : {"trace", "beam", "embedding"}
+    kind : {"trace_plus", "trace", "baseline", "fitted_baseline", "reference"}
+        TRACE+, the fitted baselines and the reference are fitted on feature vectors; TRACE and the scalar baselines
+        are scores calibrated alike (see the module docstring).
+    needs : {"trace", "beam", "embedding", "top_k"}
         Input beyond the answers' traces.
     feature_set : str or None
         TRACE+ only: the key of :data:`trace_core.features.FEATURE_SETS`.
     extended : bool
         Listed only when the extended set of methods is asked for (the TRACE+ feature-set variants).
     baseline : Baseline or None
-        Baselines only: the :data:`trace_core.baselines.BASELINES` entry (formula and scoring function).
+        Scalar baselines only: the :data:`trace_core.baselines.BASELINES` entry (formula and scoring function).
+    fitted : FittedBaseline or None
+        Fitted baselines only: the :data:`trace_core.fitted_baselines.FITTED_BASELINES` entry.
     transform : str
         Scalar methods: the monotone transform their scalar calibrator is fitted on (a key of
         :data:`trace_core.calibrate.SCORE_TRANSFORMS`); TRACE's ``exp(-R)`` is calibrated on ``log``, i.e. on ``-R``.
@@ -123,6 +129,7 @@ class Method:
     feature_set: str | None = None
     extended: bool = False
     baseline: Baseline | None = field(default=None, repr=False)
+    fitted: FittedBaseline | None = field(default=None, repr=False)
     transform: str = "identity"
     needs_entropy: bool = True
     surprisal_only: str | None = None
@@ -134,8 +141,14 @@ class Method:
 
     @property
     def is_fitted(self) -> bool:
-        """Fitted on feature vectors per calibration part (TRACE+ and the reference) rather than a scalar score."""
-        return self.kind in ("trace_plus", "reference")
+        """Fitted on feature vectors per calibration part (TRACE+, the fitted baselines and the reference) rather than
+        a scalar score calibrated."""
+        return self.kind in ("trace_plus", "fitted_baseline", "reference")
+
+    @property
+    def is_baseline(self) -> bool:
+        """A baseline of the best-baseline choice (scalar or fitted)."""
+        return self.kind in ("baseline", "fitted_baseline")
 
 
 def _feature_set_needs_entropy(feature_set: str) -> bool:
@@ -166,6 +179,8 @@ def _methods() -> dict[str, Method]:
     out += [Method(b.name, b.family, "baseline", needs=b.needs, baseline=b, transform=b.transform,
                    needs_entropy=_baseline_needs_entropy(b), description=b.formula)
             for b in BASELINES.values()]
+    out += [Method(b.name, b.family, "fitted_baseline", needs=b.needs, fitted=b, needs_entropy=b.needs_entropy,
+                   description=f"{b.formula} ({b.source})") for b in FITTED_BASELINES.values()]
     out.append(Method(REFERENCE, "reference", "reference", needs_entropy=False,
                       description="supervised reference: TRACE+'s logistic regression on mean surprisal, log T and "
                                   "the logit of the min token probability"))
@@ -186,7 +201,8 @@ def get_method(name: str) -> Method:
 
 
 def method_names(*, extended: bool = False) -> list[str]:
-    """The methods run by default: TRACE+, TRACE, the 19 baselines and the supervised likelihood reference.
+    """The methods run by default: TRACE+, TRACE, the 23 baselines (20 scalar, 3 fitted) and the supervised likelihood
+    reference.
 
     ``extended=True`` adds the TRACE+ feature-set variants and the surprisal-only variants (which
     :func:`trace_core.evaluate.evaluate` also runs in place of TRACE and TRACE+ on data without entropy).

@@ -1,8 +1,8 @@
 """What the evaluation protocol returns: :class:`EvaluationResult`, its tables and captions, and averages over datasets.
 
 Tidy frames carry a ``calibrator`` column: ``"platt"`` or ``"isotonic"`` for the Brier and ECE of TRACE and the
-baselines (both are always computed), ``"logistic"`` for those of TRACE+ and the supervised reference (their own
-logistic regression, the same whichever scalar calibrator is shown), and ``"none"`` for the ranking metrics (raw
+scalar baselines (both are always computed), ``"logistic"`` for those of TRACE+, the fitted baselines and the
+supervised reference (their own fitted model, the same whichever scalar calibrator is shown), and ``"none"`` for the ranking metrics (raw
 scores). Tables show one scalar calibrator (``EvaluationConfig.scalar_calibrator`` unless another is asked for) and say
 which.
 
@@ -227,10 +227,19 @@ class EvaluationResult:
         if on_score:
             parts.append(f"{', '.join(on_score)} on raw scores")
         if on_prob:
-            parts.append(f"{' and '.join(on_prob)} after {CALIBRATOR_NAMES[calibrator]} for TRACE and the baselines "
-                         "(fitted on each score's documented transform), the own logistic regression for TRACE+ and "
-                         "the reference")
-        return "; ".join(parts) + "."
+            parts.append(f"{' and '.join(on_prob)} after {CALIBRATOR_NAMES[calibrator]} for TRACE and the scalar "
+                         "baselines (fitted on each score's documented transform), the own fitted model for TRACE+, "
+                         "the fitted baselines and the reference")
+        return "; ".join(parts) + ". " + self.baselines_note()
+
+    def baselines_note(self) -> str:
+        """How many of the known baselines ran, e.g. "Baselines: 18 of 23 ran (20 scalar, 3 fitted on each
+        calibration part: CES, WEPR, Trace Profile)."."""
+        known = [m for m in METHODS.values() if m.is_baseline]
+        fitted = [m.name for m in known if m.kind == "fitted_baseline"]
+        ran = sum(METHODS[m].is_baseline for m in self.methods)
+        return (f"Baselines: {ran} of {len(known)} ran ({len(known) - len(fitted)} scalar, {len(fitted)} fitted on "
+                f"each calibration part: {', '.join(fitted)}).")
 
     def verdict(self, *, calibrator: str | None = None, extra_metric: str | None = None) -> Verdict | None:
         """:func:`trace_core.compare.verdict` on TRACE+ (or its surprisal-only variant) against the best baseline and
