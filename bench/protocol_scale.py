@@ -1,11 +1,13 @@
 """Evaluation at scale: features, all trace-only baselines, TRACE+ fits and the 20-split protocol.
 
     python -m bench.protocol_scale [--sizes 10000 100000 1000000] [--mean-length 64] [--kind surprisal_spike]
+                                   [--cost-of CES "Trace Profile"]
 
 Prints the wall time per size and its ratio to the smallest size (linear growth gives ratios equal to the size
 ratios), on synthetic traces (spike by default; ``surprisal_spike`` has no entropy, as saved runs with chosen-token
 log-probabilities only). Every scalar method gets both calibrators (Platt and isotonic) on every split.
-``--profile`` then profiles the largest size on one thread: the top functions, and the time by part of the protocol
+``--cost-of M ...`` also times each size without those methods, in the same process, and prints the ratio (what
+those methods add). ``--profile`` then profiles the largest size on one thread: the top functions, and the time by part of the protocol
 (fits, predictions, metrics, scores, sorts, the rest).
 """
 
@@ -23,18 +25,29 @@ def main(argv: list[str] | None = None) -> None:
     from trace_core.synthetic import KINDS
 
     parser.add_argument("--kind", default="spike", choices=list(KINDS))
+    parser.add_argument("--cost-of", nargs="+", default=[], metavar="METHOD",
+                        help="also time each size without these methods and print the ratio")
     parser.add_argument("--profile", action="store_true",
                         help="profile the largest size on one thread; prints the time by part")
     args = parser.parse_args(argv)
 
-    from trace_core import METHODS, EvaluationConfig, evaluate_arrays, synthetic_traces
+    from trace_core import METHODS, EvaluationConfig, evaluate_arrays, method_names, synthetic_traces
+
+    unknown = [m for m in args.cost_of if m not in METHODS]
+    if unknown:
+        parser.error(f"unknown methods {unknown}; known: {list(METHODS)}")
+    without = [m for m in method_names() if m not in args.cost_of]
 
     config = EvaluationConfig(n_splits=args.splits)
-    n_trace_only = sum(m.kind == "baseline" and m.needs == "trace" for m in METHODS.values())
+    n_trace_only = sum(m.is_baseline and m.needs == "trace" for m in METHODS.values())
+    n_fitted = sum(m.kind == "fitted_baseline" and m.needs == "trace" for m in METHODS.values())
     print(f"synthetic {args.kind} traces, mean length {args.mean_length:g}; TRACE+, TRACE, the {n_trace_only} "
-          f"trace-only baselines (those the data allow) and the likelihood reference; {config.n_splits} splits at "
+          f"trace-only baselines ({n_fitted} fitted per split; those the data allow) and the likelihood reference; {config.n_splits} splits at "
           f"{config.calibration_fraction:.0%} calibration, Platt and isotonic for every scalar score")
-    print(f"{'answers':>10} {'tokens':>12} {'seconds':>8} {'x smallest':>10} {'size ratio':>10}")
+    extra = f" {'without':>8} {'ratio':>6}" if args.cost_of else ""
+    if args.cost_of:
+        print(f"'without': the same run without {', '.join(args.cost_of)}; 'ratio': with / without")
+    print(f"{'answers':>10} {'tokens':>12} {'seconds':>8} {'x smallest':>10} {'size ratio':>10}{extra}")
     first = None
     for n in args.sizes:
         surprisal, entropy, labels = synthetic_traces(n, kind=args.kind, mean_length=args.mean_length, seed=0)
@@ -42,8 +55,14 @@ def main(argv: list[str] | None = None) -> None:
         evaluate_arrays(surprisal, entropy, labels, config=config)
         seconds = time.perf_counter() - start
         first = first or (n, seconds)
-        print(f"{n:>10,} {len(surprisal.values):>12,} {seconds:>8.2f} {seconds / first[1]:>10.2f} "
-              f"{n / first[0]:>10.1f}")
+        line = (f"{n:>10,} {len(surprisal.values):>12,} {seconds:>8.2f} {seconds / first[1]:>10.2f} "
+                f"{n / first[0]:>10.1f}")
+        if args.cost_of:
+            start = time.perf_counter()
+            evaluate_arrays(surprisal, entropy, labels, config=config, methods=without)
+            base = time.perf_counter() - start
+            line += f" {base:>8.2f} {seconds / base:>6.2f}"
+        print(line)
     if args.profile:
         _profile(surprisal, entropy, labels, config)
 

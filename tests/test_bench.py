@@ -28,6 +28,18 @@ def test_protocol_scale_bench_runs(capsys):
     assert len([line for line in out.splitlines() if line.strip()[:1].isdigit()]) == 2
 
 
+def test_protocol_scale_prints_the_cost_of_named_methods(capsys):
+    from bench.protocol_scale import main
+
+    main(["--sizes", "300", "--splits", "2", "--mean-length", "10", "--cost-of", "CES", "Trace Profile"])
+    out = capsys.readouterr().out
+    row = [line for line in out.splitlines() if line.strip()[:1].isdigit()][0].split()
+    assert "without CES, Trace Profile" in out and len(row) == 7
+    assert float(row[-1]) > 0 and float(row[-2]) > 0  # with / without, from unrounded times
+    with pytest.raises(SystemExit):
+        main(["--sizes", "300", "--cost-of", "Oracle"])
+
+
 def test_protocol_scale_profile_names_where_the_time_goes(capsys):
     from bench.protocol_scale import main
 

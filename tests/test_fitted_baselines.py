@@ -94,7 +94,7 @@ def test_ces_reference_is_the_correct_calibration_answers():
     model = FITTED_BASELINES["CES"].fit(F, y)
     np.testing.assert_allclose(model.score(F), ces_confidence(F, F[:4]))
     assert model.score(np.array([[0.25, 2.5]])).tolist() == [0.375]  # F_mean 2/4, F_max 3/4
-    p = 1 / (1 + np.exp(-model.decision(F)))
+    p = 1 / (1 + np.exp(-model.log_odds(model.score(F))))
     assert p[:3].min() > p[4:].max() and p[3] == p[4]  # Platt keeps CES's order; the top reference ties the wrong
     with pytest.raises(ValueError, match="correct answers"):
         FITTED_BASELINES["CES"].fit(F[4:], y[4:])

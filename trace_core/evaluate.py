@@ -548,10 +548,11 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, scalar: dict[st
             if spec.kind == "fitted_baseline" and spec.fitted is not None:
                 model = spec.fitted.fit(F[cal], part.y_cal)
                 raw = model.score(F[ev])
-                probs = {FITTED: _sigmoid(model.decision(F[ev]))}
+                probs = {FITTED: _sigmoid(model.log_odds(raw))}
                 # the best-baseline choice reads its calibration-part values, in-sample as for every baseline
-                on_cal = RankGroups(model.score(F[cal])).ranking_metrics(part.y_cal) if ranking else {}
-                p_cal = _sigmoid(model.decision(F[cal]))
+                score_cal = model.score(F[cal])
+                on_cal = RankGroups(score_cal).ranking_metrics(part.y_cal) if ranking else {}
+                p_cal = _sigmoid(model.log_odds(score_cal))
                 out_cal += [(split, method, m, RAW, on_cal[m]) for m in ranking]
                 out_cal += [(split, method, m, FITTED, _probability_metric(m, part.y_cal, p_cal, config))
                             for m in probability]

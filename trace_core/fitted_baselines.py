@@ -41,7 +41,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from .logistic import _sigmoid, standardised_logistic
-from .operators import Ragged, segment_max, segment_mean
+from .operators import Ragged, segment_max, segment_mean, segment_var, slope
 from .trace import Trace
 
 __all__ = ["FITTED_BASELINES", "FittedBaseline", "TOP_K_NEEDS", "TopK", "ces_confidence", "entropy_contributions",
@@ -112,26 +112,21 @@ def wepr_features(surprisal: Ragged, top: TopK) -> np.ndarray:
 
 def _profile(series: Ragged) -> list[np.ndarray]:
     """Early, middle and late means, slope over relative position and R² of each answer's series."""
-    n, lengths = len(series), series.lengths
-    x = series.values.astype(np.float64)
-    answer = np.repeat(np.arange(n), lengths)
-    position = np.arange(x.shape[0]) - np.repeat(series.offsets[:-1], lengths)
-    T = lengths[answer].astype(np.float64)
-    third = np.minimum((3 * position) // np.maximum(lengths[answer], 1), 2)
-    whole = np.bincount(answer, weights=x, minlength=n) / np.maximum(lengths, 1)
-    sums = np.bincount(answer * 3 + third, weights=x, minlength=3 * n).reshape(n, 3)
-    counts = np.bincount(answer * 3 + third, minlength=3 * n).reshape(n, 3)
+    lengths = series.lengths
+    T = lengths.astype(np.float64)
+    whole = np.asarray(segment_mean(series))
+    # third j of an answer holds positions ceil(j T / 3) .. ceil((j + 1) T / 3) - 1: t with floor(3 t / T) = j
+    starts = series.offsets[:-1, None] + (np.arange(3)[None, :] * lengths[:, None] + 2) // 3
+    counts = np.diff(np.column_stack([starts, series.offsets[1:]]), axis=1)
+    padded = np.append(series.values.astype(np.float64), 0.0)  # a third that starts at the very end reads the pad
+    sums = np.add.reduceat(padded, starts.ravel()).reshape(-1, 3)
     thirds = np.where(counts > 0, sums / np.maximum(counts, 1), whole[:, None])
-    u = np.where(T > 1, position / np.maximum(T - 1, 1), 0.0)  # relative position in [0, 1]
-    du = u - (np.bincount(answer, weights=u, minlength=n) / np.maximum(lengths, 1))[answer]
-    dx = x - whole[answer]
-    suu = np.bincount(answer, weights=du * du, minlength=n)
-    sux = np.bincount(answer, weights=du * dx, minlength=n)
-    sxx = np.bincount(answer, weights=dx * dx, minlength=n)
-    slope = np.where(suu > 0, sux / np.where(suu > 0, suu, 1.0), 0.0)
-    ok = (lengths >= 3) & (suu > 0) & (sxx > 1e-300)
-    r2 = np.where(ok, sux ** 2 / np.where(ok, suu * sxx, 1.0), 0.0)
-    return [thirds[:, 0], thirds[:, 1], thirds[:, 2], slope, np.minimum(r2, 1.0)]
+    per_step = np.asarray(slope(series))  # least squares over t = 0..T-1; 0 when T < 2
+    var = np.asarray(segment_var(series))  # population variance
+    # R² = slope² sum (t - mean t)² / sum (x - mean x)², with sum (t - mean t)² = T (T² - 1) / 12
+    ok = (lengths >= 3) & (var > 1e-300)
+    r2 = np.where(ok, per_step ** 2 * (T ** 2 - 1) / (12.0 * np.where(ok, var, 1.0)), 0.0)
+    return [thirds[:, 0], thirds[:, 1], thirds[:, 2], per_step * np.maximum(T - 1, 0), np.minimum(r2, 1.0)]
 
 
 def trace_profile_features(surprisal: Ragged, entropy: Ragged | None) -> np.ndarray:
@@ -170,12 +165,12 @@ def ces_features(surprisal: Ragged, entropy: Ragged | None) -> np.ndarray:
 
 
 class Fitted(Protocol):
-    """A fitted baseline on one calibration part: ``score`` ranks (higher = more likely correct), ``decision`` is
-    the log-odds of being correct."""
+    """A fitted baseline on one calibration part: ``score`` ranks answers (higher = more likely correct) and
+    ``log_odds`` maps those scores to the log-odds of being correct (so the score is computed once per part)."""
 
     def score(self, F: np.ndarray) -> np.ndarray: ...
 
-    def decision(self, F: np.ndarray) -> np.ndarray: ...
+    def log_odds(self, score: np.ndarray) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -184,6 +179,9 @@ class _Logistic:
 
     def score(self, F: np.ndarray) -> np.ndarray:
         return self.decision(F)
+
+    def log_odds(self, score: np.ndarray) -> np.ndarray:
+        return score
 
 
 def _fit_logistic_baseline(F: np.ndarray, y: np.ndarray) -> Fitted:
@@ -198,8 +196,8 @@ class _CES:
     def score(self, F: np.ndarray) -> np.ndarray:
         return ces_confidence(F, self.reference)
 
-    def decision(self, F: np.ndarray) -> np.ndarray:
-        return self.platt(self.score(F)[:, None])
+    def log_odds(self, score: np.ndarray) -> np.ndarray:
+        return self.platt(score[:, None])
 
 
 def _fit_ces(F: np.ndarray, y: np.ndarray) -> Fitted:
@@ -254,4 +252,4 @@ FITTED_BASELINES: dict[str, FittedBaseline] = {b.name: b for b in _LIST}
 
 def predict_proba(fitted: Fitted, F: np.ndarray) -> np.ndarray:
     """Probability of being correct under a fitted baseline."""
-    return _sigmoid(fitted.decision(F))
+    return _sigmoid(fitted.log_odds(fitted.score(F)))
