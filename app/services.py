@@ -517,8 +517,14 @@ def prompt_as_read(lm: Any, trace: Trace) -> tuple[str, str] | None:
 
 
 def same_model(lm: LoadedModel | None, trace: Trace) -> bool:
-    """Whether ``trace`` was recorded with the loaded model (by model id), so its ids are this tokenizer's."""
-    return lm is not None and bool(trace.metadata.model_id) and trace.metadata.model_id == lm.model_id
+    """Whether ``trace`` was recorded with the loaded model, so its ids are this tokenizer's: by content digest when
+    both know it (the same model under two paths), else by model id."""
+    if lm is None:
+        return False
+    ours, theirs = getattr(lm, "model_digest", ""), trace.metadata.model_digest
+    if ours and theirs:
+        return ours == theirs
+    return bool(trace.metadata.model_id) and trace.metadata.model_id == lm.model_id
 
 
 def alternatives_note(lm: LoadedModel | None, trace: Trace) -> str | None:

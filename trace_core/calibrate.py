@@ -44,7 +44,8 @@ def _check_fitted(obj: Any, attribute: str) -> None:
 
 def _trace_origins(traces: Sequence[Trace]) -> dict[str, list[str]]:
     """The model ids, tokenizers and entropy sources of ``traces`` (sorted, unknown = empty ones left out)."""
-    origins: dict[str, set[str]] = {"model_id": set(), "tokenizer": set(), "entropy_source": set()}
+    origins: dict[str, set[str]] = {"model_id": set(), "model_digest": set(), "tokenizer": set(),
+                                    "entropy_source": set()}
     for trace in traces:
         meta = getattr(trace, "metadata", None)
         for key, names in origins.items():
@@ -59,8 +60,8 @@ def _provenance(X: Sequence[Trace] | np.ndarray, feature_set: str, n_rows: int) 
     matrix), feature set, rows, date (UTC, ISO 8601) and trace_core version."""
     from . import __version__  # the package is imported by the time anything is fitted
 
-    origins = _trace_origins(X) if not isinstance(X, np.ndarray) else {"model_id": [], "tokenizer": [],
-                                                                      "entropy_source": []}
+    origins = _trace_origins(X) if not isinstance(X, np.ndarray) else {"model_id": [], "model_digest": [],
+                                                                      "tokenizer": [], "entropy_source": []}
     return {**origins, "feature_set": feature_set, "n_rows": int(n_rows),
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "version": __version__}
 
@@ -141,9 +142,19 @@ class TracePlus:
             return []
         seen = _trace_origins(X)
         found = []
+        # A model is identified by its content digest where both sides know it (the same model under two paths is
+        # the same model), else by its id.
+        fitted_digests, applied_digests = provenance.get("model_digest", []), seen["model_digest"]
+        by_digest = bool(fitted_digests) and bool(applied_digests) and all(
+            getattr(getattr(t, "metadata", None), "model_digest", "") for t in X)
         for key, what in (("model_id", "model"), ("entropy_source", "entropy source")):
             fitted_on, applied_to = provenance[key], seen[key]
             other = sorted(set(applied_to) - set(fitted_on))
+            if key == "model_id" and by_digest:
+                if set(applied_digests) <= set(fitted_digests):
+                    continue
+                other = sorted({t.metadata.model_id or t.metadata.model_digest for t in X
+                                if t.metadata.model_digest not in set(fitted_digests)})
             if fitted_on and other:
                 found.append(f"this calibrator was fitted on traces of {what} {_names(fitted_on)} and is applied to "
                              f"traces of {what} {_names(other)}; its probabilities may be miscalibrated for them")

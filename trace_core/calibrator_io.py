@@ -37,6 +37,7 @@ MAX_ABS = 1e150  # a larger coefficient or intercept cannot come from a fit, and
 
 _PROVENANCE_LISTS = ("model_id", "tokenizer", "entropy_source")
 _PROVENANCE_KEYS = (*_PROVENANCE_LISTS, "feature_set", "n_rows", "date", "version")
+_PROVENANCE_OPTIONAL = ("model_digest",)  # absent in files of earlier versions
 _MAX_ITEMS, _MAX_TEXT = 1_000, 1_000  # names in a provenance list, characters of one name
 
 _KNOWN_NAMES = frozenset(name for names in FEATURE_SETS.values() for name in names)
@@ -226,14 +227,17 @@ def _provenance(c: _Checker, value: Any) -> dict[str, Any] | None:
         return None
     before = len(c.problems)
     for key in value:
-        if key not in _PROVENANCE_KEYS:
-            c.fail("provenance", f"has an unknown key {shorten(key)}; it has {list(_PROVENANCE_KEYS)}")
+        if key not in _PROVENANCE_KEYS and key not in _PROVENANCE_OPTIONAL:
+            c.fail("provenance", f"has an unknown key {shorten(key)}; it has "
+                                 f"{list(_PROVENANCE_KEYS + _PROVENANCE_OPTIONAL)}")
     missing = [key for key in _PROVENANCE_KEYS if key not in value]
     if missing:
         c.fail("provenance", f"lacks {missing}")
         return None
     out: dict[str, Any] = {}
-    for key in _PROVENANCE_LISTS:
+    # in the order fit writes them, so that a file round-trips to the same text
+    for key in (k for k in ("model_id", "model_digest", "tokenizer", "entropy_source")
+                if k in _PROVENANCE_LISTS or k in value):
         names = value[key]
         field = f"provenance.{key}"
         if not isinstance(names, list) or len(names) > _MAX_ITEMS or not all(

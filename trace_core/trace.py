@@ -114,6 +114,10 @@ class TraceMetadata:
         Whether the prompt was wrapped with the tokenizer's chat template.
     extra : dict
         Free-form JSON-serialisable details.
+    model_digest : str
+        A digest of the model's content (``sha256:`` and 16 hex digits; see
+        :func:`trace_core.record.load.model_digest`), the same whatever path or name loaded it; "" when unknown (a
+        server's model, traces of earlier versions). Traces are of the same model when their digests are equal.
     """
 
     model_id: str = ""
@@ -125,6 +129,7 @@ class TraceMetadata:
     chat_template: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
     entropy_k: int | None = None
+    model_digest: str = ""
 
     def __post_init__(self) -> None:
         check_choice(self.source, "source", _TRACE_SOURCES)
@@ -136,6 +141,9 @@ class TraceMetadata:
         if k is not None and source != "top_k":
             raise ValueError(f"`entropy_k` is {k} but `entropy_source` is {source!r}; k belongs to a 'top_k' "
                              f"estimate only (leave it None)")
+        if not isinstance(self.model_digest, str) or len(self.model_digest) > 100:
+            raise ValueError("`model_digest` must be text of at most 100 characters (sha256: and hex digits), got "
+                             f"{type(self.model_digest).__name__}")
         set_checked(self, {"processed": check_bool(self.processed, "processed"),
                            "chat_template": check_bool(self.chat_template, "chat_template"),
                            "decoding": dict(self.decoding), "extra": dict(self.extra),

@@ -62,7 +62,8 @@ def _build_trace(backend: Backend, prompt: str, recorded: RecordedAnswer, *, sou
     metadata = TraceMetadata(
         model_id=backend.model_id, source=source, decoding=dict(decoding), processed=recorded.processed,
         entropy_source=recorded.entropy_source, entropy_k=recorded.entropy_k,
-        tokenizer=str(getattr(tokenizer, "name_or_path", "")), chat_template=chat_template, extra=extra)
+        tokenizer=str(getattr(tokenizer, "name_or_path", "")), chat_template=chat_template, extra=extra,
+        model_digest=str(getattr(backend, "model_digest", "") or ""))
     entropy = None if recorded.entropy is None else np.maximum(recorded.entropy.astype(np.float64), 0.0)
     trace = Trace(
         prompt=prompt, answer="".join(pieces), token_ids=recorded.token_ids, tokens=tuple(pieces),

@@ -8,6 +8,8 @@ which models load at all with ``TRACE_MODEL_ALLOWLIST``. torch and transformers 
 
 from __future__ import annotations
 
+import hashlib
+
 import re
 import threading
 from dataclasses import dataclass, field
@@ -54,6 +56,7 @@ class LoadedModel:
     tokenizer: Any
     model_id: str
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    model_digest: str = ""  # :func:`model_digest` of the folder it was loaded from; "" when unknown
 
     @property
     def device(self) -> "torch.device":
@@ -66,6 +69,35 @@ class LoadedModel:
     @property
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
+
+
+#: The files whose bytes identify a model besides its weights: configuration and tokenizer.
+_IDENTITY_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                   "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")
+_SAMPLE = 1 << 20  # bytes read from each weight file at its start, middle and end
+
+
+def model_digest(folder: str | Path) -> str:
+    """A digest of a model folder's content: ``"sha256:"`` and 16 hex digits over its configuration and tokenizer
+    files (:data:`_IDENTITY_FILES`, those present) and, for each ``*.safetensors`` file (by name), its size and three
+    1 MiB samples at its start, middle and end. The same model under two paths (or a symlink, a copy, a cache
+    snapshot) gets the same digest; a fine-tune of it gets another (its weights differ in the samples), without
+    hashing gigabytes of weights at every load."""
+    root = Path(folder)
+    h = hashlib.sha256()
+    for name in _IDENTITY_FILES:
+        path = root / name
+        if path.is_file():
+            h.update(f"{name}\0{path.stat().st_size}\0".encode())
+            h.update(path.read_bytes())
+    for path in sorted(root.glob("*.safetensors")):
+        size = path.stat().st_size
+        h.update(f"{path.name}\0{size}\0".encode())
+        with open(path, "rb") as f:
+            for offset in sorted({0, max(size // 2 - _SAMPLE // 2, 0), max(size - _SAMPLE, 0)}):
+                f.seek(offset)
+                h.update(f.read(_SAMPLE))
+    return "sha256:" + h.hexdigest()[:16]
 
 
 def _torch() -> Any:
@@ -274,6 +306,7 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
                                      "with save_pretrained(..., safe_serialization=True).")
         _check_files(folder, name)
         source = str(folder.path)
+        digest_folder: Path | None = folder.path
     elif looks_like_path(name):
         raise ModelNotFoundError(f"No model folder at '{name}'; check the path (it must be a folder made by "
                                  "save_pretrained, with config.json and *.safetensors).")
@@ -282,6 +315,7 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
         cached = _cached_snapshot(name)
         if cached is not None:
             _check_files(cached, name)
+        digest_folder = cached.path if cached is not None else None
 
     resolved_device = _resolve_device(device)
     resolved_dtype = _resolve_dtype(dtype, resolved_device)
@@ -326,7 +360,8 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
     if gguf is not None:  # traces record the tokenizer's name: the GGUF file's, not this machine's cache folder
         tokenizer.name_or_path = gguf.name
     # A GGUF file is named by its file name (the same wherever it is installed), a folder or id as given.
-    return LoadedModel(model=model, tokenizer=tokenizer, model_id=gguf.name if gguf is not None else name)
+    return LoadedModel(model=model, tokenizer=tokenizer, model_id=gguf.name if gguf is not None else name,
+                       model_digest=model_digest(digest_folder) if digest_folder is not None else "")
 
 
 def _cache_dir() -> str:

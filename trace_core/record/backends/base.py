@@ -81,6 +81,9 @@ class Backend(Protocol):
     ----------
     model_id : str
         Recorded in every trace's metadata.
+    model_digest : str, optional
+        The model's content digest (:func:`trace_core.record.load.model_digest`), recorded in every trace's metadata;
+        absent or "" when unknown (a server's model).
     tokenizer : Hugging Face-compatible tokenizer
         Used to encode prompts and answers and to decode token pieces (:mod:`trace_core.record.tokens`), so every
         backend sees exactly the same token ids.

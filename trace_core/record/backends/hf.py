@@ -70,6 +70,7 @@ class HuggingFaceBackend:
     def __init__(self, lm: LoadedModel) -> None:
         self.lm = lm
         self.model_id = lm.model_id
+        self.model_digest = lm.model_digest
         self.tokenizer = lm.tokenizer
 
     @property
