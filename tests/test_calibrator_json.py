@@ -302,6 +302,7 @@ def test_fit_records_where_the_calibrator_came_from(provenanced):
 
     traces, model = provenanced
     expected = {"model_id": ["org/model-a"], "model_digest": [], "tokenizer": ["tok-a"], "entropy_source": ["exact"],
+                "source": ["generate"],
                 "feature_set": "extended", "n_rows": len(traces), "version": trace_core.__version__}
     assert {k: v for k, v in model.provenance_.items() if k != "date"} == expected
     assert datetime.fromisoformat(model.provenance_["date"]).tzinfo is not None

@@ -100,3 +100,30 @@ def test_loading_records_the_digest_in_every_trace(monkeypatch):
     from app.services import same_model
 
     assert same_model(by_absolute, trace)  # another path, the same model
+
+
+def test_a_calibrator_fitted_on_generated_answers_warns_on_teacher_forced_ones():
+    traces = random_traces(80, seed=5)
+    y = (np.arange(80) % 2).astype(int)
+    model = TracePlus().fit(_with(traces, model_id="m", source="generate"), y)
+    assert model.provenance_["source"] == ["generate"]
+    forced = _with(traces[:10], model_id="m", source="teacher_forced")
+    for calibrator in (model, calibrator_from_json(model.to_json())):
+        (message,) = calibrator.provenance_mismatch(forced)
+        assert "fitted on the model's own generated answers" in message
+        assert "given answers scored by teacher forcing" in message
+    assert model.provenance_mismatch(_with(traces[:10], model_id="m", source="generate")) == []
+    both = TracePlus().fit(_with(traces, model_id="m", source="teacher_forced")[:40]
+                           + _with(traces, model_id="m", source="generate")[40:], y)
+    assert both.provenance_mismatch(forced) == []  # fitted on both kinds
+    with pytest.raises(Exception, match="provenance.source"):
+        calibrator_from_json(model.to_json().replace('"generate"', '"guessed"'))
+
+
+def test_imported_traces_never_warn_about_their_origin():
+    traces = random_traces(60, seed=6)
+    y = (np.arange(60) % 2).astype(int)
+    model = TracePlus().fit(_with(traces, model_id="m", source="imported"), y)
+    assert model.provenance_mismatch(_with(traces[:10], model_id="m", source="teacher_forced")) == []
+    generated = TracePlus().fit(_with(traces, model_id="m", source="generate"), y)
+    assert generated.provenance_mismatch(_with(traces[:10], model_id="m", source="imported")) == []

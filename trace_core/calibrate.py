@@ -45,7 +45,7 @@ def _check_fitted(obj: Any, attribute: str) -> None:
 def _trace_origins(traces: Sequence[Trace]) -> dict[str, list[str]]:
     """The model ids, tokenizers and entropy sources of ``traces`` (sorted, unknown = empty ones left out)."""
     origins: dict[str, set[str]] = {"model_id": set(), "model_digest": set(), "tokenizer": set(),
-                                    "entropy_source": set()}
+                                    "entropy_source": set(), "source": set()}
     for trace in traces:
         meta = getattr(trace, "metadata", None)
         for key, names in origins.items():
@@ -61,9 +61,14 @@ def _provenance(X: Sequence[Trace] | np.ndarray, feature_set: str, n_rows: int) 
     from . import __version__  # the package is imported by the time anything is fitted
 
     origins = _trace_origins(X) if not isinstance(X, np.ndarray) else {"model_id": [], "model_digest": [],
-                                                                      "tokenizer": [], "entropy_source": []}
+                                                                      "tokenizer": [], "entropy_source": [],
+                                                                      "source": []}
     return {**origins, "feature_set": feature_set, "n_rows": int(n_rows),
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "version": __version__}
+
+
+def _origin_words(sources: set[str], words: dict[str, str]) -> str:
+    return " and ".join(words.get(source, repr(source)) for source in sorted(sources))
 
 
 def _names(names: Sequence[str]) -> str:
@@ -158,6 +163,16 @@ class TracePlus:
             if fitted_on and other:
                 found.append(f"this calibrator was fitted on traces of {what} {_names(fitted_on)} and is applied to "
                              f"traces of {what} {_names(other)}; its probabilities may be miscalibrated for them")
+        # Generated and teacher-forced answers differ; an imported trace may be either, so it never warns.
+        known = {"generate", "teacher_forced"}
+        fitted_sources = set(provenance.get("source", [])) & known
+        applied_sources = set(seen["source"]) & known
+        if fitted_sources and applied_sources - fitted_sources:
+            words = {"generate": "the model's own generated answers",
+                     "teacher_forced": "given answers scored by teacher forcing"}
+            found.append(f"this calibrator was fitted on {_origin_words(fitted_sources, words)} and is applied to "
+                         f"{_origin_words(applied_sources - fitted_sources, words)}; a model is less surprised by "
+                         "its own answers than by others', so its probabilities may be miscalibrated for them")
         return found
 
     def _check_provenance(self, X: Sequence[Trace] | np.ndarray) -> None:

@@ -37,7 +37,8 @@ MAX_ABS = 1e150  # a larger coefficient or intercept cannot come from a fit, and
 
 _PROVENANCE_LISTS = ("model_id", "tokenizer", "entropy_source")
 _PROVENANCE_KEYS = (*_PROVENANCE_LISTS, "feature_set", "n_rows", "date", "version")
-_PROVENANCE_OPTIONAL = ("model_digest",)  # absent in files of earlier versions
+_PROVENANCE_OPTIONAL = ("model_digest", "source")  # absent in files of earlier versions
+_TRACE_SOURCES = ("generate", "teacher_forced", "imported")
 _MAX_ITEMS, _MAX_TEXT = 1_000, 1_000  # names in a provenance list, characters of one name
 
 _KNOWN_NAMES = frozenset(name for names in FEATURE_SETS.values() for name in names)
@@ -236,7 +237,7 @@ def _provenance(c: _Checker, value: Any) -> dict[str, Any] | None:
         return None
     out: dict[str, Any] = {}
     # in the order fit writes them, so that a file round-trips to the same text
-    for key in (k for k in ("model_id", "model_digest", "tokenizer", "entropy_source")
+    for key in (k for k in ("model_id", "model_digest", "tokenizer", "entropy_source", "source")
                 if k in _PROVENANCE_LISTS or k in value):
         names = value[key]
         field = f"provenance.{key}"
@@ -246,6 +247,8 @@ def _provenance(c: _Checker, value: Any) -> dict[str, Any] | None:
                           f"got {shorten(names)}")
         elif key == "entropy_source" and not set(names) <= set(ENTROPY_SOURCES):
             c.fail(field, f"must hold names from {list(ENTROPY_SOURCES)}, got {shorten(names)}")
+        elif key == "source" and not set(names) <= set(_TRACE_SOURCES):
+            c.fail(field, f"must hold names from {list(_TRACE_SOURCES)}, got {shorten(names)}")
         else:
             out[key] = list(names)
     if not isinstance(value["feature_set"], str) or value["feature_set"] not in FEATURE_SETS:
