@@ -270,3 +270,22 @@ def test_one_split_gives_no_interval_and_no_skill_claim():
     assert best[0] == "TRACE+" and best[1] == pytest.approx(0.9) and detected is None
     values = pd.concat([values, values.assign(split=1, value=[0.88, 0.50])])
     assert auroc_skill(values)[1] is True  # TRACE+ 0.89 ± t * 0.014 / √2: above 0.5
+
+
+def test_ece_best_baseline_is_chosen_by_calibration_brier_not_by_a_zero_isotonic_ece():
+    from trace_core.compare import CHOSEN_BY, chosen_by
+
+    assert CHOSEN_BY == {"ece": "brier"} and chosen_by("ece", ["ece"]) == "ece" and chosen_by("auroc") == "auroc"
+    s, h, y = synthetic_traces(600, seed=3)
+    methods = ["TRACE+", "First-Token Prob", "SeqLogP", "Windowed Entropy"]
+    result = evaluate_arrays(s, h, y, config=EvaluationConfig(n_splits=6, scalar_calibrator="isotonic"),
+                             methods=methods)
+    cal = result.calibration_values
+    ece = cal[(cal.metric == "ece") & (cal.calibrator == "isotonic")]
+    assert ece["value"].abs().max() < 1e-9  # every baseline's isotonic ECE on its own calibration part is 0
+    rows = result.paired.per_split
+    picks = rows[(rows.versus == BEST_BASELINE) & (rows.method == "TRACE+") & (rows.calibrator == "isotonic")]
+    by_ece = picks[picks.metric == "ece"].set_index("split")["chosen"]
+    by_brier = picks[picks.metric == "brier"].set_index("split")["chosen"]
+    assert by_ece.equals(by_brier) and set(by_ece) != {"First-Token Prob"}
+    assert "ECE (chosen by Brier)" in result.paired.chosen_note(calibrator="isotonic")

@@ -4,8 +4,9 @@ On every split of the protocol, for every metric, each TRACE method is compared 
 
 ``"best baseline"``
     the baseline that is best *on that split's calibration part* (by that metric computed on the calibration part;
-    for Brier and ECE, on the calibrated probabilities of the calibration part), then measured on the evaluation
-    part. The best baseline is never chosen by looking at the evaluation part, so the comparison is not optimistic.
+    for Brier, on the calibrated probabilities of the calibration part), then measured on the evaluation part. ECE is
+    chosen by the calibration part's Brier (:data:`CHOSEN_BY`): an isotonic calibrator's ECE on its own calibration
+    part is 0 for every score, so it cannot tell baselines apart. The best baseline is never chosen by looking at the evaluation part, so the comparison is not optimistic.
     Uninformative (constant) scores and the supervised reference are never chosen.
 each baseline and the supervised likelihood reference
     by name.
@@ -37,8 +38,8 @@ import pandas as pd
 
 from .registry import METHODS, METRICS, REFERENCE
 
-__all__ = ["BEST_BASELINE", "CONFIDENCE", "MIN_EFFECT", "TIE_TOLERANCE", "PairedComparison", "Verdict",
-           "VerdictEntry", "auroc_skill", "average_paired", "best_baseline_values", "no_skill_sentence",
+__all__ = ["BEST_BASELINE", "CHOSEN_BY", "CONFIDENCE", "MIN_EFFECT", "TIE_TOLERANCE", "PairedComparison", "Verdict",
+           "VerdictEntry", "auroc_skill", "average_paired", "best_baseline_values", "chosen_by", "no_skill_sentence",
            "paired_comparison", "reference_sentence", "t_interval", "verdict", "verdict_word"]
 
 BEST_BASELINE = "best baseline"
@@ -136,7 +137,11 @@ class PairedComparison:
         frame = self.summary[(self.summary["versus"] == BEST_BASELINE)
                              & self.summary["calibrator"].isin([calibrator, RAW])]
         seen = frame.drop_duplicates("metric")
-        return "; ".join(f"{METRICS[r.metric].label}: {r.chosen}" for r in seen.itertuples() if r.chosen)
+        def label(metric: str) -> str:
+            by = chosen_by(metric, list(seen["metric"]))
+            return METRICS[metric].label + (f" (chosen by {METRICS[by].label})" if by != metric else "")
+
+        return "; ".join(f"{label(r.metric)}: {r.chosen}" for r in seen.itertuples() if r.chosen)
 
     def verdict(self, **kwargs: Any) -> "Verdict | None":
         """:func:`verdict` of this comparison."""
@@ -277,6 +282,17 @@ def _summarise(per_split: pd.DataFrame, chosen_counts: dict[tuple, dict[str, int
     return pd.DataFrame(rows, columns=_SUMMARY_COLUMNS)
 
 
+#: Metrics whose best baseline is chosen by another metric on the calibration part (see the module docstring).
+CHOSEN_BY = {"ece": "brier"}
+
+
+def chosen_by(metric: str, metrics: Sequence[str] = ()) -> str:
+    """The metric that chooses ``metric``'s best baseline on the calibration part: :data:`CHOSEN_BY`'s when the
+    evaluation computes it (``metrics``; empty means it does), else ``metric`` itself."""
+    by = CHOSEN_BY.get(metric, metric)
+    return by if not metrics or by in metrics else metric
+
+
 def paired_comparison(per_split: pd.DataFrame, calibration_values: pd.DataFrame, *, methods: Sequence[str],
                       metrics: Sequence[str], uninformative: Sequence[str] = ()) -> PairedComparison:
     """Paired differences of every TRACE method against the best baseline and against each other method.
@@ -315,9 +331,10 @@ def paired_comparison(per_split: pd.DataFrame, calibration_values: pd.DataFrame,
     blocks = _Blocks()
     for metric in metrics:
         spec = METRICS[metric]
+        by = chosen_by(metric, metrics)
         for calibrator in ([RAW] if spec.on == "score" else calibrators):
             ev = evaluated.wide(metric, calibrator, methods)
-            chosen = _best_on_calibration(calibrated.wide(metric, calibrator, candidates), spec.higher_is_better)
+            chosen = _best_on_calibration(calibrated.wide(by, calibrator, candidates), METRICS[by].higher_is_better)
             splits, values = ev.splits, ev.columns
             picks = [chosen.get(s) for s in splits]
             has_pick = np.array([p is not None and p in values for p in picks], dtype=bool)
