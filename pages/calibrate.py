@@ -75,7 +75,7 @@ except AnswerValueError as exc:  # the library counts kept answers from 0; the u
 except ValueError as exc:
     st.error(md_literal(str(exc)))
     st.stop()
-for note in notes:
+for note in dict.fromkeys([*notes, *result.notes]):  # warnings and the result's notes (small sample, ...), once
     st.warning(md_literal(note))
 
 st.subheader("Metrics (mean ± std over held-out splits)")

@@ -203,10 +203,15 @@ def test_alternatives_of_another_models_trace_show_ids_with_a_note(tiny_model_di
     same = alternatives_for(lm)(bare, 0)
     assert same == [lm.tokenizer.decode([int(t)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
                     for t in bare.top_ids[0]] and alternatives_note(lm, bare) is None
-    foreign = dataclasses.replace(bare, metadata=dataclasses.replace(bare.metadata, model_id="org/another-model"))
+    assert bare.metadata.model_digest == lm.model_digest != ""
+    foreign = dataclasses.replace(bare, metadata=dataclasses.replace(bare.metadata, model_id="org/another-model",
+                                                                     model_digest="sha256:0123456789abcdef"))
     assert alternatives_for(lm)(foreign, 0) == [f"id {int(t)}" for t in foreign.top_ids[0]]
     assert alternatives_note(lm, foreign) == IDS_ONLY_NOTE
     assert alternatives_for(None)(bare, 0)[0].startswith("id ")
+    # the same model under another name (path): identified by content, its alternatives show as text
+    renamed = dataclasses.replace(bare, metadata=dataclasses.replace(bare.metadata, model_id="/elsewhere/gpt2"))
+    assert alternatives_note(lm, renamed) is None
 
 
 def test_semantic_baselines_run_when_switched_on(tiny_model_dirs, files):

@@ -289,3 +289,17 @@ def test_ece_best_baseline_is_chosen_by_calibration_brier_not_by_a_zero_isotonic
     by_brier = picks[picks.metric == "brier"].set_index("split")["chosen"]
     assert by_ece.equals(by_brier) and set(by_ece) != {"First-Token Prob"}
     assert "ECE (chosen by Brier)" in result.paired.chosen_note(calibrator="isotonic")
+
+
+def test_a_small_sample_bolds_nothing_and_says_the_figures_are_unreliable():
+    from trace_core.results import SMALL_CLASS, SMALL_SAMPLE
+
+    s, h, y = synthetic_traces(40, seed=2)
+    small = evaluate_arrays(s, h, y, config=EvaluationConfig(n_splits=4, stratified=True), methods=METHODS)
+    assert small.small_sample and "**" not in small.to_markdown()
+    (note,) = [n for n in small.notes if n.startswith("Only 40 answers")]
+    assert f"fewer than {SMALL_SAMPLE} answers or fewer than {SMALL_CLASS} of either class" in note
+    assert note in report_markdown({"": small}) and note in json.dumps(small.to_dict())
+    s, h, y = synthetic_traces(400, seed=2)
+    large = evaluate_arrays(s, h, y, config=EvaluationConfig(n_splits=4), methods=METHODS)
+    assert not large.small_sample and "**" in large.to_markdown() and not any("Only" in n for n in large.notes)

@@ -63,6 +63,30 @@ def truncation_note(certain: int, total: int) -> str:
             "baselines) are not the model's")
 
 
+#: Fewer answers than this, or fewer than :data:`SMALL_CLASS` of either class, and the figures are unreliable: a
+#: split's evaluation part holds about 65% of them, so one answer moves an AUROC by several points; the table then
+#: bolds nothing and the result carries :func:`small_sample_note`.
+SMALL_SAMPLE = 100
+SMALL_CLASS = 10
+
+
+def small_sample_note(n: int, positives: int) -> str:
+    """The note on a sample too small to read (see :data:`SMALL_SAMPLE`); "" otherwise.
+
+    >>> small_sample_note(16, 5).split(":")[0]
+    'Only 16 answers (5 correct, 11 wrong)'
+    >>> small_sample_note(400, 120)
+    ''
+    """
+    negatives = n - positives
+    if n >= SMALL_SAMPLE and min(positives, negatives) >= SMALL_CLASS:
+        return ""
+    return (f"Only {n:,} answers ({positives:,} correct, {negatives:,} wrong): with fewer than {SMALL_SAMPLE} answers "
+            f"or fewer than {SMALL_CLASS} of either class the figures are unreliable (one answer moves a split's "
+            "AUROC by several points), so nothing is bolded as best; read the intervals and the verdict, and label "
+            "more answers")
+
+
 def _extended_needing_entropy(skipped: Mapping[str, str]) -> list[str]:
     """The extended TRACE+ variants in ``skipped`` because the data hold no entropy."""
     from .baselines import NO_ENTROPY_REASON
@@ -199,13 +223,20 @@ class EvaluationResult:
         out.insert(0, "family", out.index.map(lambda m: METHODS[m].family))
         return out
 
+    @property
+    def small_sample(self) -> bool:
+        """Too few answers, or of one class, to read the figures (:func:`small_sample_note`)."""
+        return bool(small_sample_note(self.n_answers, int(round(self.accuracy * self.n_answers))))
+
     def to_markdown(self, *, digits: int = 3, calibrator: str | None = None) -> str:
         """The wide table as Markdown, ``mean ± std``; the best mean per metric in bold (uninformative scores never
-        are); uninformative methods and the reference say so after their name."""
+        are; nothing on a small sample, :attr:`small_sample`); uninformative methods and the reference say so after
+        their name."""
         table = self.table(calibrator=calibrator)
         metrics = [m for m in self.config.metrics if m in table.columns]
         informative = table[~table.index.isin(list(self.uninformative))]
-        best = {m: METRICS[m].best(informative[m]) if len(informative) else np.nan for m in metrics}
+        best = {m: METRICS[m].best(informative[m]) if len(informative) and not self.small_sample else np.nan
+                for m in metrics}
         header = "| method | family | " + " | ".join(f"{m} {METRICS[m].arrow}" for m in metrics) + " |"
         lines = [header, "|" + "---|" * (len(metrics) + 2)]
         for method, row in table.iterrows():
@@ -372,7 +403,9 @@ def average_results(results: Sequence[EvaluationResult] | Mapping[str, Evaluatio
     for r in results:
         skipped.update(r.skipped)
     uninformative: dict[str, str] = {}
-    group_notes = [n for r in results for n in r.notes if n != truncation_note(*r.certain_tokens)]
+    # the groups' own sample notes stay with their sections (their counts are not the average's)
+    group_notes = [n for r in results for n in r.notes if n not in (
+        truncation_note(*r.certain_tokens), small_sample_note(r.n_answers, int(round(r.accuracy * r.n_answers))))]
     for m in common:
         constant_in = [name for name, r in zip(names, results) if m in r.uninformative]
         if len(constant_in) == len(results):
