@@ -135,3 +135,53 @@ def test_an_empty_token_list_with_answer_text_is_not_called_an_empty_answer():
     only_empty = usable_rows([make_trace([0.1], [0.2]), empty_text], row_numbers=[3, 4])
     assert only_empty.empty_message() == "1 empty answer (no tokens) left out: row 4"
     assert usable_rows([with_text]).nothing_left_message().startswith("no answer has tokens")
+
+
+def test_an_error_closes_open_progress_bars_so_it_starts_its_own_line(monkeypatch, capsys):
+    from trace_core import _cli_support, cli
+
+    def failing(args):
+        update, _ = _cli_support._progress(10, "splits", True)
+        update(3, 10)
+        raise ValueError("something broke")
+
+    monkeypatch.setattr(cli, "_check_options", lambda args: None)
+    parser = cli.build_parser()
+    real = parser.parse_args
+
+    def parse(argv):
+        args = real(argv)
+        args.func = failing
+        return args
+
+    monkeypatch.setattr(cli, "build_parser", lambda: type("P", (), {"parse_args": staticmethod(parse)})())
+    assert main(["evaluate", "x.csv"]) == 1
+    err = capsys.readouterr().err
+    assert _cli_support._OPEN_BARS == []
+    last = err.rsplit("\r", 1)[-1]  # what a terminal shows on the error's line, after the bar cleared itself
+    assert last.lstrip().startswith("error: something broke") and "splits" not in last
+
+
+def test_every_option_says_what_it_does_and_its_default(capsys):
+    from trace_core.cli import build_parser
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # noqa: SLF001 - argparse keeps them here
+    for name, sub in commands.items():
+        for action in sub._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, f"{name} {action.option_strings[0]} has no help"
+                if action.default not in (None, False) and not isinstance(action.default, bool):
+                    assert "default" in action.help, f"{name} {action.option_strings[0]} does not say its default"
+            elif not action.option_strings:
+                assert action.help, f"{name} {action.dest} has no help"
+
+
+def test_txt_prompts_take_line_breaks_as_escapes_and_keep_their_line_numbers(tmp_path):
+    from trace_core.cli import _read_prompts
+
+    path = tmp_path / "prompts.txt"
+    path.write_text("Q: 2 + 2?\\nA:\n\n   \nsay \\\\n literally\n", encoding="utf-8")
+    frame, references, numbers = _read_prompts(str(path))
+    assert frame["prompt"].tolist() == ["Q: 2 + 2?\nA:", "say \\n literally"] and references is None
+    assert numbers == [1, 4]  # the file's line numbers, blank lines counted

@@ -108,13 +108,29 @@ def _progress(total: int, description: str, enabled: bool, *, unit: str = "answe
         return None, lambda: None
     bar = tqdm(total=total or None, desc=description, unit=unit, unit_scale=unit == "B", file=sys.stderr,
                dynamic_ncols=True, leave=False)
+    _OPEN_BARS.append(bar)
 
     def update(done: int, total_now: int) -> None:
         if total_now and bar.total != total_now:
             bar.total = total_now
         bar.update(done - bar.n)
 
-    return update, bar.close
+    def close() -> None:
+        bar.close()
+        if bar in _OPEN_BARS:
+            _OPEN_BARS.remove(bar)
+
+    return update, close
+
+
+#: Progress bars not yet closed: an error closes (clears) them first, so its line never shares a bar's line.
+_OPEN_BARS: list[Any] = []
+
+
+def close_progress_bars() -> None:
+    """Close every open progress bar (each clears its line), e.g. before printing an error."""
+    while _OPEN_BARS:
+        _OPEN_BARS.pop().close()
 
 
 # Library names -> the command line's: keyword arguments (as the library's checks quote them, "`n_splits`") and

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -41,6 +42,7 @@ from ._cli_support import (
     _progress,
     _regular_file,
     _shown,
+    close_progress_bars,
 )
 
 __all__ = ["CLIError", "build_parser", "main"]
@@ -221,6 +223,21 @@ def _rows_text(errors: Sequence[Any], shown: int = 3) -> str:
     return "; ".join(clip(str(e)) for e in errors[:shown]) + (f"; and {more:,} more" if more > 0 else "")
 
 
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+
+
+def _unescape_prompt(line: str) -> str:
+    r"""A ``.txt`` prompt line with ``\n`` (a line break), ``\t`` (a tab) and ``\\`` (a backslash) written out;
+    any other backslash stays as it is.
+
+    >>> _unescape_prompt(r"Q: 2 + 2?\nA:")
+    'Q: 2 + 2?\nA:'
+    >>> _unescape_prompt(r"a path C:\\new \d")
+    'a path C:\\new \\d'
+    """
+    return re.sub(r"\\([nt\\])", lambda m: _ESCAPES[m.group(1)], line)
+
+
 def _read_prompts(path: str, args: argparse.Namespace | None = None) -> tuple[pd.DataFrame, list[Any] | None,
                                                                                list[int]]:
     """The prompts to generate from: (the rows as a frame, each row's `reference` or None without that column, each
@@ -238,11 +255,11 @@ def _read_prompts(path: str, args: argparse.Namespace | None = None) -> tuple[pd
     quiet = bool(getattr(args, "quiet", False))
     p = _regular_file(path)  # never /dev/zero (endless) or a FIFO (blocks)
     if p.suffix.lower() in (".txt", ""):
-        lines = [line.rstrip("\n") for line in p.read_text(encoding="utf-8").splitlines()]
-        prompts = [line for line in lines if line.strip()]
-        if not prompts:
+        numbered = [(i, _unescape_prompt(line)) for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+                    if line.strip()]
+        if not numbered:
             raise CLIError(f"{_shown(path)}: no prompts (expected one per line)")
-        return pd.DataFrame({"prompt": prompts}), None, list(range(1, len(prompts) + 1))
+        return pd.DataFrame({"prompt": [text for _, text in numbered]}), None, [i for i, _ in numbered]
     update, close = _progress(0, f"reading {p.name}", not quiet, unit="B")
     try:
         table, _ = read_table(p, format=None, max_rows=None, progress=update,
@@ -596,7 +613,7 @@ def cmd_flag(args: argparse.Namespace) -> None:
 def _model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="local model folder, GGUF file (converted once, then cached) or a model id in the "
                                   "local Hugging Face cache")
-    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, mps")
+    p.add_argument("--device", default="auto", help="auto (default: CUDA, then MPS, then CPU), cpu, cuda, mps")
     server = p.add_argument_group("model server (instead of --model)")
     server.add_argument("--server", metavar="URL",
                         help="an OpenAI-compatible model server (vLLM), e.g. http://127.0.0.1:8000")
@@ -606,9 +623,10 @@ def _model_options(p: argparse.ArgumentParser) -> None:
                              "--server-model")
     server.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
                         help="environment variable holding the server's API key (default OPENAI_API_KEY; unset: none)")
-    server.add_argument("--concurrency", type=int, default=4, help="requests in flight at once (default 4)")
-    server.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
-    server.add_argument("--retries", type=int, default=4, help="retries on 429, 5xx and lost connections (default 4)")
+    server.add_argument("--concurrency", type=int, default=4, help="requests in flight at once (default %(default)s)")
+    server.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default %(default)g)")
+    server.add_argument("--retries", type=int, default=4,
+                        help="retries on 429, 5xx and lost connections (default %(default)s)")
     server.add_argument("--server-api", choices=["completions", "chat"], default="completions",
                         help="generate through /v1/completions with token ids and the chat template applied here "
                              "(default), or through /v1/chat/completions with the server's template; scoring always "
@@ -616,8 +634,9 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     server.add_argument("--full-distribution", action="store_true",
                         help="ask for every token's log-probability (exact entropy; the server needs --max-logprobs -1; "
                              "sensible for small vocabularies only)")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--alternatives", type=int, default=5, help="top alternatives stored per token (default 5)")
+    p.add_argument("--batch-size", type=int, default=8, help="prompts per model call (default %(default)s)")
+    p.add_argument("--alternatives", type=int, default=5,
+                   help="top alternatives stored per token (default %(default)s)")
     p.add_argument("--chat-template", action="store_true", help="wrap prompts with the tokenizer's chat template")
     p.add_argument("--beams", type=int, default=0,
                    help="also run one beam search with this many beams per prompt (for the beam baselines)")
@@ -630,8 +649,9 @@ def _label_options(p: argparse.ArgumentParser, *,
                                        "`label` column") -> None:
     from .data import MATCHERS
 
-    p.add_argument("--matcher", default="exact", choices=list(MATCHERS), help=matcher_help)
-    p.add_argument("--tolerance", type=float, default=1e-6, help="absolute tolerance of the numeric matcher")
+    p.add_argument("--matcher", default="exact", choices=list(MATCHERS), help=matcher_help + " (default %(default)s)")
+    p.add_argument("--tolerance", type=float, default=1e-6,
+                   help="absolute tolerance of the numeric matcher (default %(default)g)")
 
 
 def _subcommand(sub: Any, common: argparse.ArgumentParser, name: str, **kwargs: Any) -> argparse.ArgumentParser:
@@ -650,15 +670,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = _subcommand(sub, common, "generate", help="generate answers with traces from a prompts file")
-    p.add_argument("prompts", help="a .txt file (one prompt per line) or a CSV/JSONL/Parquet with a `prompt` column")
+    p.add_argument("prompts", help="a .txt file (one prompt per line; write a line break inside a prompt as \\n) "
+                                   "or a CSV/JSONL/Parquet with a `prompt` column (any text)")
     p.add_argument("--out", required=True, help="output dataset (.jsonl, .csv or .parquet), checked before any work")
     _model_options(p)
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=int, default=64,
+                   help="at most this many answer tokens (default %(default)s)")
     p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="sampling temperature, with --sample (default %(default)g)")
+    p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens; 0: off (default)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass; 1: off (default)")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (default: none, a different draw each run)")
     _label_options(p, matcher_help="how the generated answers are labeled against a `reference` column (an input "
                                    "`label` column labeled other answers and is never kept)")
     p.set_defaults(func=cmd_generate)
@@ -673,37 +696,39 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _subcommand(sub, common, "evaluate", help="compare TRACE+, TRACE and the baselines on held-out splits")
     p.add_argument("data", help="dataset with traces and labels (or references)")
-    p.add_argument("--splits", type=int, default=20)
-    p.add_argument("--calibration-fraction", type=float, default=0.35)
+    p.add_argument("--splits", type=int, default=20, help="random calibration/evaluation splits (default %(default)s)")
+    p.add_argument("--calibration-fraction", type=float, default=0.35,
+                   help="share of the answers that fit the calibrators on each split (default %(default)g)")
     p.add_argument("--stratified", action="store_true",
                    help="keep each class's share in every calibration part (no split is skipped for one class)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--bins", type=int, default=10, help="ECE bins")
+    p.add_argument("--seed", type=int, default=0, help="seed of the splits (default %(default)s)")
+    p.add_argument("--bins", type=int, default=10, help="ECE bins (default %(default)s)")
     p.add_argument("--calibrator", default="platt", choices=list(SCALAR_CALIBRATORS),
                    help="scalar calibrator of TRACE and the baselines that the Markdown table shows (CSV and JSON "
-                        "carry both; TRACE+ has its own logistic regression)")
+                        "carry both; TRACE+ has its own logistic regression; default %(default)s)")
     p.add_argument("--methods", nargs="+", help="restrict to these methods")
     p.add_argument("--extended", action="store_true", help="also report the TRACE+ feature-set variants")
     p.add_argument("--embedder", nargs="?", const="", default=None,
                    help="run the semantic baselines with the packaged embedding model (or a local folder)")
     p.add_argument("--group-by", help="also evaluate each value of this column separately (e.g. a task family) "
                                       "and report their average")
-    p.add_argument("--format", choices=["markdown", "csv", "json"])
+    p.add_argument("--format", choices=["markdown", "csv", "json"],
+                   help="output format (default: from --out's extension, else markdown)")
     p.add_argument("--out", help="write the table here instead of standard output (.md, .csv or .json)")
     _label_options(p)
     p.set_defaults(func=cmd_evaluate)
 
     p = _subcommand(sub, common, "fit", help="fit a TRACE+ calibrator (JSON) on labeled traces")
-    p.add_argument("data")
+    p.add_argument("data", help="dataset with traces and labels (or references)")
     p.add_argument("--out", required=True, help="calibrator JSON (.json)")
     p.add_argument("--feature-set", choices=list(FEATURE_SETS),
                    help="TRACE+ features (default: paper, the paper's 8; surprisal when the traces hold no entropy)")
-    p.add_argument("--C", type=float, default=1.0, help="inverse regularisation strength")
+    p.add_argument("--C", type=float, default=1.0, help="inverse regularisation strength (default %(default)g)")
     _label_options(p)
     p.set_defaults(func=cmd_fit)
 
     p = _subcommand(sub, common, "flag", help="flag low-confidence answers with a fitted calibrator")
-    p.add_argument("data")
+    p.add_argument("data", help="dataset with traces (labels optional; needed for --target-risk)")
     p.add_argument("--calibrator", required=True, help="calibrator JSON from `trace-core fit`")
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--threshold", type=float, help="flag answers whose probability of being correct is below this")
@@ -737,9 +762,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             finally:
                 _plain_warnings(caught)
     except KeyboardInterrupt:
+        close_progress_bars()
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # one clear line for the user; the traceback only on request
+        close_progress_bars()  # the error starts its own line, not after a bar's residue
         if args.debug:
             raise
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
