@@ -150,3 +150,14 @@ def test_registry_counts_and_describes_every_baseline():
         assert spec.kind == "fitted_baseline" and spec.is_fitted and "arXiv" in spec.description
     assert METHODS["EPR"].needs == "top_k" and METHODS["WEPR"].needs == "top_k"
     assert TopK(np.zeros((3, 4))).k == 4
+
+
+def test_fitted_baselines_join_the_choice_with_out_of_fold_values_not_flattering_in_sample_ones():
+    rng = np.random.default_rng(4)
+    traces = [make_trace(rng.gamma(1.0, 1.0, int(rng.integers(3, 12))), None) for _ in range(200)]
+    y = rng.integers(0, 2, 200)  # labels unrelated to anything: no method has skill
+    result = evaluate(traces, y, config=EvaluationConfig(n_splits=10, stratified=True),
+                      methods=["TRACE+", "SeqLogP", "Trace Profile"])
+    cal = result.calibration_values
+    on_cal = cal[(cal.method == "Trace Profile") & (cal.metric == "auroc")]["value"]
+    assert len(on_cal) == 10 and on_cal.mean() < 0.56  # in-sample, 10 features on 70 answers read about 0.65

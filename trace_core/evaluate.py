@@ -497,6 +497,31 @@ def _fit_scalar(name: str, z: np.ndarray, y: np.ndarray, z_ascending: np.ndarray
     return IsotonicCalibrator()._fit_sorted(z_ascending, y_ascending)
 
 
+#: Folds of the calibration part for a fitted baseline's out-of-fold values (see :func:`_out_of_fold`).
+OUT_OF_FOLD = 5
+
+
+def _out_of_fold(fit: Callable[[np.ndarray, np.ndarray], Any], F: np.ndarray, y: np.ndarray,
+                 full: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Scores and log-odds of a fitted baseline on its calibration part, each answer's from a fit on the other
+    folds (:data:`OUT_OF_FOLD`, stratified by label, in row order); a fold whose complement lacks a class takes the
+    fit on the whole part (``full``)."""
+    fold = np.empty(y.shape[0], dtype=np.int64)
+    for cls in (0, 1):
+        at = np.flatnonzero(y == cls)
+        fold[at] = np.arange(at.shape[0]) % OUT_OF_FOLD
+    score, log_odds = np.empty(y.shape[0]), np.empty(y.shape[0])
+    for k in range(OUT_OF_FOLD):
+        held = fold == k
+        if not held.any():
+            continue
+        rest = ~held
+        model = fit(F[rest], y[rest]) if np.unique(y[rest]).shape[0] == 2 else full
+        score[held] = model.score(F[held])
+        log_odds[held] = model.log_odds(score[held])
+    return score, log_odds
+
+
 @dataclass(frozen=True)
 class _Part:
     """One split, shared by its methods: the calibration and evaluation rows (ascending), their labels and which
@@ -553,10 +578,11 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, scalar: dict[st
                 model = spec.fitted.fit(F[cal], part.y_cal)
                 raw = model.score(F[ev])
                 probs = {FITTED: _sigmoid(model.log_odds(raw))}
-                # the best-baseline choice reads its calibration-part values, in-sample as for every baseline
-                score_cal = model.score(F[cal])
+                # the best-baseline choice reads its calibration-part values out of fold: in-sample, a fitted
+                # baseline's values flatter it against the scalar baselines
+                score_cal, log_odds_cal = _out_of_fold(spec.fitted.fit, F[cal], part.y_cal, model)
                 on_cal = RankGroups(score_cal).ranking_metrics(part.y_cal) if ranking else {}
-                p_cal = _sigmoid(model.log_odds(score_cal))
+                p_cal = _sigmoid(log_odds_cal)
                 out_cal += [(split, method, m, RAW, on_cal[m]) for m in ranking]
                 out_cal += [(split, method, m, FITTED, _probability_metric(m, part.y_cal, p_cal, config))
                             for m in probability]

@@ -28,9 +28,10 @@ Trace Profile (uncertainty trace profile; Grünefeld, Højer et al. 2026, arXiv 
     epistemic (gradient) series and its answer channel need extra passes and are left out.
 
 The fitted ones are fitted like TRACE+ and the supervised reference (standardised features, the same L2 logistic
-regression with C = 1) on each split's calibration part and measured on its evaluation part; they join the
-best-baseline choice, which reads their calibration-part values in-sample (optimistic for a fitted method: the choice
-may then favour them, and the held-out comparison stays fair).
+regression with C = 1) on each split's calibration part and measured on its evaluation part. They join the
+best-baseline choice with *out-of-fold* values on the calibration part (5 folds, see :mod:`trace_core.evaluate`):
+in-sample, a model fitted on the part would look better there than it is and win the choice against scalar
+baselines that predict the evaluation part better.
 """
 
 from __future__ import annotations
