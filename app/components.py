@@ -499,7 +499,8 @@ def trace_figure(trace: Trace, explanation: TraceExplanation | None = None) -> g
         fig.add_trace(go.Scatter(x=spikes + 1, y=trace.surprisal[spikes], mode="markers", name="spike",
                                  marker=dict(symbol="diamond-open", size=14, line=dict(width=2)), hoverinfo="skip"))
     fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="token position",
-                      yaxis_title="nats", legend=dict(orientation="h", y=1.15), xaxis=_token_axis(len(trace)))
+                      legend=dict(orientation="h", y=1.15), xaxis=_token_axis(len(trace)),
+                      yaxis=dict(title="nats", exponentformat="e"))  # plotly's default writes 5e-5 nats as "50μ"
     return fig
 
 
@@ -617,21 +618,15 @@ def legend_stats(result: EvaluationResult, metric: str, calibrator: str | None =
     return out
 
 
-# Histogram heights are a density, answers per 0.1 of probability: with equal-mass bins every bin holds about the
-# same count, so counts would draw a flat row; per unit of width the bars show where the answers are (area = count),
-# and with the default ten equal-width bins the height is the count itself.
-_DENSITY_UNIT = 0.1
-
-
 def histogram_bars(table: pd.DataFrame, name: str, colour: str) -> go.Bar:
     """Where the answers are, drawn from a :func:`trace_core.reliability_table`'s ``count``, ``lower`` and ``upper``
     columns: the very bins of the points above and of the ECE (one binning, never ``np.histogram``, whose ``[a, b)``
     bins differ from ``bin_probabilities``' ``(a, b]``).
 
-    Each bar spans its bin ``[lower, upper]`` and its height is ``count * 0.1 / width`` (answers per 0.1 of
-    probability), so its area is the count (the hover says it) and equal-mass bins show the density; a zero-wide
-    bin (tied probabilities) is drawn 0.01 wide. The bars share the method's ``legendgroup``: its legend entry
-    toggles points and bars together.
+    Each bar spans its bin ``[lower, upper]`` and its height is the bin's count of answers, so the axis never reads
+    more answers than there are; with equal-mass bins the heights are about equal and the widths show where the
+    answers are (narrow bins where they crowd). A zero-wide bin (tied probabilities) is drawn 0.01 wide. The bars
+    share the method's ``legendgroup``: its legend entry toggles points and bars together.
     """
     lower, upper = table["lower"].to_numpy(float), table["upper"].to_numpy(float)
     counts = table["count"].to_numpy()
@@ -639,11 +634,11 @@ def histogram_bars(table: pd.DataFrame, name: str, colour: str) -> go.Bar:
     width = np.maximum(upper - lower, 0.01)
     fill = f"rgba({int(colour[1:3], 16)}, {int(colour[3:5], 16)}, {int(colour[5:7], 16)}, 0.35)"
     label = _plotly_text(name)
-    return go.Bar(x=(lower + upper) / 2, y=counts * _DENSITY_UNIT / width, width=width, name=label, legendgroup=name,
+    return go.Bar(x=(lower + upper) / 2, y=counts, width=width, name=label, legendgroup=name,
                   showlegend=False, marker=dict(color=fill, line=dict(color=colour, width=1.5)),
                   customdata=np.stack([lower, upper, counts], axis=1),
                   hovertemplate="bin %{customdata[0]:.2f}–%{customdata[1]:.2f}<br>%{customdata[2]} answers"
-                                "<br>%{y:.1f} per 0.1<extra>" + label + "</extra>")
+                                "<extra>" + label + "</extra>")
 
 
 def reliability_figure(y: np.ndarray, probabilities: dict[str, np.ndarray], *, n_bins: int = 10,
@@ -682,7 +677,7 @@ def reliability_figure(y: np.ndarray, probabilities: dict[str, np.ndarray], *, n
                       legend=_legend_below(-0.14), **_title(subtitle))
     fig.update_xaxes(range=[0, 1], row=2, col=1, title="predicted probability of a correct answer")
     fig.update_yaxes(range=[0, 1.02], row=1, col=1, title="observed accuracy")
-    fig.update_yaxes(title="answers per 0.1", row=2, col=1)
+    fig.update_yaxes(title="answers", row=2, col=1)
     return fig
 
 

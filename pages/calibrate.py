@@ -127,8 +127,8 @@ with tabs[0]:
                     width="stretch", key="reliability")
     st.caption(f"Curves and bars: the first held-out split; TRACE and the baselines after "
                f"{CALIBRATOR_NAMES[calibrator]}. Points: observed accuracy per bin with 95% Wilson intervals; bars: "
-               "how many answers fall in each bin (per 0.1 of probability, so equal-mass bins show where the answers "
-               "are). Legend: ECE as in the table, mean ± std over the splits.")
+               "how many answers fall in each bin (equal-mass bins hold about as many each; their widths show where the "
+               "answers crowd). Legend: ECE as in the table, mean ± std over the splits.")
 with tabs[1]:
     st.plotly_chart(risk_coverage_figure(y, {m: held[f"{m} score"].to_numpy() for m in shown},
                                          legend_stats=legend_stats(result, "aurc", calibrator), subtitle=split),

@@ -38,8 +38,8 @@ def _bars(fig):
 
 
 def _counts(bar) -> np.ndarray:
-    """The answers a bar stands for: its area in units of 0.1 of probability (the y axis is answers per 0.1)."""
-    return np.asarray(bar.y) * np.asarray(bar.width) / 0.1
+    """The answers a bar stands for: its height (the y axis counts answers)."""
+    return np.asarray(bar.y)
 
 
 def test_histogram_uses_the_reliability_tables_bins():
@@ -48,7 +48,7 @@ def test_histogram_uses_the_reliability_tables_bins():
     p, y = np.array([0.5, 0.5, 0.7, 0.2]), np.array([1, 0, 1, 0])
     (bar,) = _bars(reliability_figure(y, {"A": p}, n_bins=10))
     np.testing.assert_allclose(bar.x, [0.15, 0.45, 0.65])
-    np.testing.assert_allclose(bar.y, [1, 2, 1])  # ten equal-width bins: answers per 0.1 is the count itself
+    np.testing.assert_allclose(bar.y, [1, 2, 1])  # the counts
     np.testing.assert_allclose(bar.width, [0.1, 0.1, 0.1])
     np.testing.assert_array_equal(np.asarray(bar.customdata)[:, 2], [1, 2, 1])  # the hover's count
     points = [t for t in reliability_figure(y, {"A": p}, n_bins=10).data if t.name.startswith("A (ECE")][0]
@@ -68,7 +68,7 @@ def test_histogram_counts_equal_the_table_counts(strategy, n_bins):
     for bar, probs in zip(bars, (p, p ** 2)):
         table = reliability_table(y, probs, n_bins=n_bins, strategy=strategy)
         table = table[table["count"] > 0]
-        np.testing.assert_allclose(_counts(bar), table["count"])  # area = count
+        np.testing.assert_allclose(_counts(bar), table["count"])  # height = count
         np.testing.assert_array_equal(np.asarray(bar.customdata)[:, 2], table["count"])
         np.testing.assert_allclose(bar.x, (table["lower"] + table["upper"]) / 2)
         np.testing.assert_allclose(bar.width, np.maximum(table["upper"] - table["lower"], 0.01))
@@ -82,17 +82,17 @@ def test_histogram_shows_a_zero_width_equal_mass_bin():
     assert round(float(np.sum(_counts(bar)))) == 4 and np.all(np.asarray(bar.width) > 0)
 
 
-def test_equal_mass_bars_show_where_the_answers_are():
-    # Equal-mass bins hold equal counts; the heights must still show that most answers sit near 0.9.
+def test_equal_mass_bars_show_where_the_answers_are_and_never_more_answers_than_there_are():
+    # Equal-mass bins hold equal counts; their widths must show that most answers sit near 0.9, and the axis must
+    # never read more answers than the split has (a density per 0.1 read 1,880 for a split of 940).
     rng = np.random.default_rng(5)
     p = np.concatenate([rng.uniform(0.0, 0.8, 100), rng.uniform(0.85, 0.95, 300)])
     y = rng.integers(0, 2, 400)
     (bar,) = _bars(reliability_figure(y, {"A": p}, n_bins=4, strategy="quantile"))
-    counts = np.asarray(bar.customdata)[:, 2]
-    assert np.ptp(counts) == 0  # equal mass: counts alone would draw a flat row
-    heights = np.asarray(bar.y)
-    assert heights[0] < heights[-1] / 5  # the wide low bin is low, the narrow high bins are tall
-    assert reliability_figure(y, {"A": p}).layout.yaxis2.title.text == "answers per 0.1"
+    heights, widths = np.asarray(bar.y), np.asarray(bar.width)
+    assert np.ptp(heights) == 0 and heights.max() <= len(p)
+    assert widths[0] > 5 * widths[-1]  # the wide low bin holds as many as each narrow high one
+    assert reliability_figure(y, {"A": p}).layout.yaxis2.title.text == "answers"
 
 
 def test_bars_share_their_methods_legend_entry_and_colour():
@@ -626,3 +626,11 @@ def test_a_kept_single_choice_outside_the_options_falls_back_to_the_default():
     at = AppTest.from_function(page).run()
     assert not at.exception
     assert [m.value for m in at.markdown] == ["kept=None", "ok=2"]
+
+
+def test_trace_figure_writes_tiny_nats_as_numbers_not_si_prefixes():
+    from app.components import trace_figure
+    from helpers import make_trace
+
+    fig = trace_figure(make_trace([5e-5, 2e-5, 1e-5], [4e-5, 3e-5, 1e-5]))
+    assert fig.layout.yaxis.title.text == "nats" and fig.layout.yaxis.exponentformat == "e"  # not "50μ"
