@@ -205,6 +205,15 @@ def keep_valid(key: str, options: Sequence[Any]) -> None:
         del st.session_state[key]
 
 
+def follow(key: str, owner: Any, value: Any) -> None:
+    """Give widget ``key`` the value ``value`` whenever ``owner`` (what the widget is about, e.g. an answer's identity)
+    differs from the last run's, so that it never keeps a choice made about something else."""
+    marker = f"{key}__owner"
+    if st.session_state.get(marker) != owner:
+        _set(key, value)
+        st.session_state[marker] = owner
+
+
 def preset(key: str, value: Any) -> None:
     """Give widget ``key`` a value before it is drawn, unless it has one."""
     if key not in st.session_state:

@@ -118,8 +118,10 @@ if trace is not None:
         st.plotly_chart(trace_figure(trace, exp), width="stretch", key="trace_chart")
 
         with st.expander("Token details"):
-            index = st.number_input("Token", 1, len(trace), int(exp.spikes[0]) + 1 if len(exp.spikes) else 1,
-                                    key="token_index") - 1
+            first = int(exp.spikes[0]) + 1 if len(exp.spikes) else 1
+            # a new answer starts at its own first spike, not at the previous answer's token number
+            state.follow("token_index", (trace.prompt, trace.answer, trace.token_ids.tobytes()), first)
+            index = st.number_input("Token", 1, len(trace), key="token_index") - 1
             alts = alternatives(trace, index)
             st.html(f"<p>Token {index + 1}: <code>'{html.escape(visible_token(trace.tokens[index]))}'</code> — "
                     f'probability {np.exp(-trace.surprisal[index]):.1%}'

@@ -280,3 +280,23 @@ def test_recorded_traces_survive_labeling_the_answers_another_way(tiny_model_dir
     assert not at.exception
     assert not any("have no trace" in w.value for w in at.warning), [w.value for w in at.warning]
     assert len(at.get("plotly_chart")) == 3
+
+
+def test_a_new_answer_starts_token_details_at_its_own_first_spike(tiny_model_dirs):
+    from trace_core import explain_trace
+
+    at = start(tiny_model_dirs)
+    at.sidebar.slider(key="max_new_tokens").set_value(12).run()
+    at.text_area(key="prompt").set_value("The quick brown")
+    at.get("form_submit_button")[0].click().run()
+    at.number_input(key="token_index").set_value(3).run()
+    assert at.number_input(key="token_index").value == 3
+    at.run()  # the same answer keeps the user's choice
+    assert at.number_input(key="token_index").value == 3
+    at.text_area(key="prompt").set_value("Q: what is the capital of France?\nA:")
+    at.get("form_submit_button")[0].click().run()
+    assert not at.exception, at.exception
+    trace = at.session_state["inspect_trace"]
+    spikes = explain_trace(trace).spikes
+    expected = int(spikes[0]) + 1 if len(spikes) else 1
+    assert expected != 3 and at.number_input(key="token_index").value == expected
