@@ -7,7 +7,7 @@ import streamlit as st
 from trace_core import DecodingConfig, ModelLoadError, settings
 
 from . import state
-from .components import md_literal
+from .components import md_literal, sentence
 from trace_core.record.gguf import packaged_gguf
 
 from .services import DEMO_MODEL, get_model, get_server
@@ -84,9 +84,8 @@ def _local_model(source: str):
     try:
         return get_model(name), None
     except (ModelLoadError, OSError, ValueError) as exc:
-        # the message quotes the typed name: escaped (and shortened) here, for the sidebar and for the pages that
-        # show it from the session state
-        error = md_literal(str(exc))
+        # the message quotes the typed name: escaped (and shortened) here; the pages only point to it
+        error = md_literal(sentence(str(exc)))
         st.error(error)
         return None, error
 
@@ -117,7 +116,7 @@ def _server_model():
         lm = get_server(url, name, tokenizer or None, full_distribution=bool(full), api="chat" if chat else "completions",
                         recheck=recheck)
     except (ServerError, ModelLoadError, OSError, ValueError) as exc:
-        error = md_literal(str(exc))
+        error = md_literal(sentence(str(exc)))
         st.error(error)
         return None, error
     st.caption(md_literal(lm.describe()))

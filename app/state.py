@@ -136,6 +136,16 @@ def model() -> LoadedModel | None:
     return _get(MODEL)
 
 
+#: What a page says when the sidebar's model could not be loaded: the sidebar shows why, once.
+NO_MODEL_ERROR = "The model in the sidebar could not be loaded (the sidebar says why): choose another to generate answers."
+NO_MODEL = "Choose a model in the sidebar to generate answers."
+
+
+def no_model_message() -> str:
+    """The page's line when there is no model: a pointer to the sidebar's error, never the error again."""
+    return NO_MODEL_ERROR if model_error() else NO_MODEL
+
+
 def model_error() -> str | None:
     """Why the sidebar's model could not be loaded, if it could not."""
     return _get(MODEL_ERROR)

@@ -54,7 +54,7 @@ with right:
 
 run = st.button("Compare", type="primary", key="compare_run", disabled=lm is None)
 if lm is None:
-    st.info(state.model_error() or "Choose a model in the sidebar to generate answers.")
+    st.info(state.no_model_message())
 
 
 def _generate(model, config: DecodingConfig):

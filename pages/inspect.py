@@ -15,7 +15,7 @@ from app.components import (HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, md_
 from app.explain import explain_probability, explain_risk, unfinished_note
 from app.panels import active_calibrator_note
 from app.services import (alternatives_for, alternatives_note, example_label, heatmap_cached, prompt_as_read,
-                          prompt_problem, provenance_notes, try_prompts)
+                          prompt_problem, provenance_notes, same_model, try_prompts)
 from trace_core import TracePlus, explain_trace, generate_trace
 from trace_core.policy import fit_new_tokens
 from trace_core.record.server import ServerError
@@ -39,7 +39,7 @@ with st.form("generate"):
     submitted = st.form_submit_button("Generate", type="primary", disabled=lm is None)
 
 if lm is None:
-    st.info(state.model_error() or "Choose a model in the sidebar to generate answers.")
+    st.info(state.no_model_message())
 
 if submitted:
     config = state.decoding()
@@ -58,7 +58,10 @@ if submitted:
             st.error(md_literal(sentence(str(exc))))
 
 trace = state.inspect_trace()
-if trace is not None and trace.prompt != prompt:  # the box was edited (or the example changed) since
+if trace is not None and not same_model(lm, trace):  # another model's answer must not read as this one's
+    st.info(f"The answer below came from another model ({md_literal(trace.metadata.model_id[:80] or 'unknown')})"
+            + ("; press Generate to answer with the sidebar's." if lm is not None else "."))
+elif trace is not None and trace.prompt != prompt:  # the box was edited (or the example changed) since
     st.info("The answer below is for an earlier prompt; press Generate to answer the one above.")
 if trace is not None:
     if len(trace) == 0:

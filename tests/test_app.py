@@ -154,7 +154,10 @@ def test_inspect_page_with_missing_model_says_so(monkeypatch):
     at.sidebar.radio(key="model_source").set_value("Local folder or cached model id").run()
     at.sidebar.text_input(key="model_name").set_value("nobody/missing-model").run()
     assert not at.exception
-    assert any("not found locally" in e.value for e in at.sidebar.error)
+    (error,) = [e.value for e in at.sidebar.error]  # once, as a sentence
+    assert "not found locally" in error and error[0].isupper() and html.unescape(error).endswith(".")
+    assert not any("not found locally" in m.value for m in [*at.main.info, *at.main.error])  # the page points to it
+    assert any("could not be loaded (the sidebar says why)" in m.value for m in at.main.info)
 
 
 def calibrated(tiny_model_dirs, monkeypatch, labeled_files):

@@ -300,3 +300,14 @@ def test_a_new_answer_starts_token_details_at_its_own_first_spike(tiny_model_dir
     spikes = explain_trace(trace).spikes
     expected = int(spikes[0]) + 1 if len(spikes) else 1
     assert expected != 3 and at.number_input(key="token_index").value == expected
+
+
+def test_an_answer_of_another_model_is_not_shown_as_the_sidebars(tiny_model_dirs):
+    at = start(tiny_model_dirs)
+    at.text_area(key="prompt").set_value("The quick brown")
+    at.get("form_submit_button")[0].click().run()
+    assert not any("came from another model" in m.value for m in at.info)
+    at.sidebar.radio(key="model_source").set_value("Local folder or cached model id").run()
+    at.sidebar.text_input(key="model_name").set_value(str(tiny_model_dirs["llama"])).run()
+    assert not at.exception, at.exception
+    assert any("came from another model" in m.value and "press Generate" in m.value for m in at.info)
