@@ -7,6 +7,7 @@ import streamlit as st
 from app import state
 from app.components import (legend_stats, md_literal, metric_columns, metrics_frame, paired_frame,
                             reliability_figure, risk_coverage_figure, roc_figure, sentence)
+from app.groups import group_panel
 from app.inputs import pick_dataset_file, read_labeled
 from app.panels import offer_calibrator
 from app.recording import dataset_traces, record_panel, traces_download
@@ -139,6 +140,9 @@ with tabs[2]:
                                legend_stats=legend_stats(result, "auroc", calibrator), subtitle=split),
                     width="stretch", key="roc")
     st.caption("Curves: the first held-out split. Legend: AUROC as in the table, mean ± std over the splits.")
+
+group_panel(dataset.frame.iloc[rows.usable.keep].reset_index(drop=True), kept, labels, config,
+            tuple(method_names()), rows.key, beams, model_for_semantic, calibrator)
 
 st.subheader("Calibrator for production")
 model = fit_calibrator_cached(kept, labels, rows.key)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -316,3 +317,27 @@ def test_unfinished_note_by_hand():
     assert unfinished_note(ended(make_trace([0.1, 0.2]), "eos")) is None
     assert "cut at the token limit (2 new tokens)" in unfinished_note(ended(make_trace([0.1, 0.2]), "length"))
     assert "only whitespace, cut at the token limit" in unfinished_note(ended(make_trace([0.1]), "length", " "))
+
+
+def test_calibrate_shows_results_per_group_with_an_average(tiny_model_dirs, monkeypatch):
+    datasets = Path(__file__).resolve().parents[1] / "assets" / "datasets"
+    at = start(tiny_model_dirs, monkeypatch, "../pages/calibrate.py", data_dir=datasets)
+    at.radio(key="data_source").set_value("File path").run()
+    at.text_input(key="data_path").set_value(str(datasets / "real_test.csv")).run()
+    at.slider(key="n_splits").set_value(3)
+    at.checkbox(key="stratified").check()
+    at.get("form_submit_button")[0].click().run()
+    assert not at.exception, at.exception
+    options = at.selectbox(key="group_by").options
+    assert "family" in options and "prompt" not in options and "tokens" not in options
+    at.selectbox(key="group_by").set_value("family").run()
+    assert not at.exception, at.exception
+    labels = [t.label for t in at.tabs]
+    groups = [label for label in labels if "family" in html.unescape(label)]
+    assert len(groups) == 4 and "average" in labels
+    tables = [d.value for d in at.dataframe][2:]  # after the metrics and paired tables
+    assert len(tables) == 5 and all("TRACE+" in set(t["method"]) for t in tables)
+    verdicts = [i.value for i in at.info if "TRACE+" in html.unescape(i.value)]
+    assert len(verdicts) >= 5  # the overall one and one per group and the average
+    word = (pd.read_csv(datasets / "real_test.csv", usecols=["family"])["family"] == "word_problems").sum()
+    assert any(html.unescape(c.value).startswith(f"{word:,} answers, 7.3% correct") for c in at.caption)
