@@ -1,0 +1,50 @@
+"""The HTML report opened in Chromium: its figures draw, nothing errors, nothing is fetched, and a hostile group name
+runs nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import skip_unless_ready
+
+pytest.importorskip("playwright.sync_api")
+skip_unless_ready()
+
+pytestmark = pytest.mark.e2e
+
+HOSTILE = "<img src=x onerror=\"window.__pwned=1\"><script>window.__pwned=1</script>"
+
+
+def test_report_opens_offline_with_every_figure_drawn(browser, tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from helpers import random_traces
+
+    from trace_core import EvaluationConfig, evaluate
+    from trace_core.report import report_html
+    from trace_core.results import average_results
+
+    traces = random_traces(200, seed=4)
+    y = (np.array([t.surprisal.mean() for t in traces]) < 1.0).astype(int)
+    config = EvaluationConfig(n_splits=3, stratified=True)
+    groups = {f"task = {HOSTILE}": evaluate(traces[:100], y[:100], config=config),
+              "task = b": evaluate(traces[100:], y[100:], config=config)}
+    path = tmp_path / "report.html"
+    path.write_text(report_html({**groups, "average": average_results(groups)}, title=HOSTILE), encoding="utf-8")
+
+    context = browser.new_context(offline=True)  # the report must not need the network
+    page = context.new_page()
+    errors, requests = [], []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("request", lambda r: requests.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
+    page.goto(path.as_uri())
+    page.wait_for_function("document.querySelectorAll('.plotly-graph-div .main-svg').length >= 6", timeout=30_000)
+    assert errors == [] and requests == []
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("h2", has_text=HOSTILE).count() == 1  # shown as text
+    assert page.locator(".verdict").count() == 3  # each group and the average
+    context.close()

@@ -1,0 +1,218 @@
+"""One self-contained HTML file of an evaluation: what the data held, the metrics and paired tables, the verdict, the
+figures as interactive Plotly (its JavaScript inline, so the file opens offline), the settings, the versions and, when
+given, the calibrator's provenance. Written by ``trace-core evaluate --report out.html`` and the Calibrate page.
+
+Every text from the data (method and group names, notes quoting values) is HTML-escaped; the figures' labels are
+escaped for Plotly (:func:`trace_core.figures.plotly_text`). Needs plotly (``pip install 'trace-core[report]'``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import platform
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+import numpy as np
+
+from .registry import METHODS, METRICS
+from .results import CALIBRATOR_NAMES, EvaluationResult
+
+__all__ = ["report_html"]
+
+#: Baselines drawn in the figures beside TRACE and TRACE+ (those that ran), as on the Calibrate page by default; the
+#: best baselines the calibration parts chose most often are added.
+FIGURE_BASELINES = ("SeqLogP", "Mean Entropy")
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1200px;
+       color: #222; line-height: 1.45; padding: 0 1rem; }
+h1 { font-size: 1.6rem; } h2 { font-size: 1.3rem; margin-top: 2.2rem; border-bottom: 1px solid #ddd; }
+h3 { font-size: 1.05rem; margin-top: 1.4rem; }
+table { border-collapse: collapse; font-size: 0.85rem; margin: 0.6rem 0; }
+th, td { border: 1px solid #ddd; padding: 0.25rem 0.5rem; text-align: right; white-space: nowrap; }
+th:first-child, td:first-child, th:nth-child(2), td:nth-child(2) { text-align: left; }
+td.best { font-weight: bold; } .note { background: #fff8e1; border-left: 4px solid #f0b400; padding: 0.4rem 0.7rem; }
+.verdict { background: #e8f1fb; border-left: 4px solid #1f77b4; padding: 0.5rem 0.8rem; }
+.small { color: #555; font-size: 0.85rem; } .figures { display: grid; grid-template-columns: 1fr; gap: 0.5rem; }
+dl { display: grid; grid-template-columns: max-content auto; gap: 0.2rem 1rem; font-size: 0.85rem; }
+dt { color: #555; } dd { margin: 0; font-family: ui-monospace, monospace; white-space: pre-wrap; }
+"""
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text))
+
+
+def _metrics_table(result: EvaluationResult, calibrator: str) -> str:
+    table = result.table(calibrator=calibrator)
+    metrics = [m for m in result.config.metrics if m in table.columns]
+    informative = table[~table.index.isin(list(result.uninformative))]
+    best = {m: METRICS[m].best(informative[m]) if len(informative) and not result.small_sample else np.nan
+            for m in metrics}
+    head = "".join(f"<th>{_e(METRICS[m].title)}</th>" for m in metrics)
+    rows = []
+    for method, row in table.iterrows():
+        cells = []
+        for m in metrics:
+            bold = method not in result.uninformative and np.isfinite(best[m]) and np.isclose(row[m], best[m])
+            cells.append(f'<td{" class=best" if bold else ""}>{row[m]:.3f} ± {row[f"{m}_std"]:.3f}</td>')
+        note = result.note(method)
+        name = _e(method) + (f' <span class="small">({_e(note)})</span>' if note else "")
+        rows.append(f"<tr><td>{name}</td><td>{_e(row['family'])}</td>{''.join(cells)}</tr>")
+    return f"<table><tr><th>method</th><th>family</th>{head}</tr>{''.join(rows)}</table>"
+
+
+def _paired_table(result: EvaluationResult, calibrator: str) -> str:
+    from .compare import BEST_BASELINE
+    from .registry import REFERENCE
+
+    if result.paired is None:
+        return ""
+    table = result.paired.table(calibrator=calibrator, versus=(BEST_BASELINE, REFERENCE))
+    if table.empty:
+        return ""
+    head = "".join(f"<th>{_e(METRICS[c].title if c in METRICS else ('minus' if c == 'versus' else c))}</th>"
+                   for c in table.columns)
+    body = "".join("<tr>" + "".join(f"<td>{_e(v)}</td>" for v in row) + "</tr>"
+                   for row in table.itertuples(index=False))
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _figure_methods(result: EvaluationResult) -> list[str]:
+    trace = [m for m in result.methods if METHODS[m].is_trace][:4]
+    chosen: list[str] = []
+    if result.paired is not None and "chosen" in result.paired.per_split:
+        counts = result.paired.per_split["chosen"].dropna().astype(str).value_counts()
+        chosen = [m for m in counts.index if m in result.methods][:2]
+    baselines = [m for m in (*chosen, *FIGURE_BASELINES) if m in result.methods]
+    return trace + list(dict.fromkeys(baselines))
+
+
+def _figures(result: EvaluationResult, calibrator: str, title: str, first: bool) -> tuple[str, bool]:
+    """The reliability diagram, risk–coverage and ROC curves of the first held-out split, as HTML divs; plotly.js
+    inline with the first figure of the report only."""
+    from .figures import legend_stats, reliability_figure, risk_coverage_figure, roc_figure
+
+    held = result.held_out
+    if held is None or not len(held):
+        return "", first
+    y = held["label"].to_numpy()
+    shown = _figure_methods(result)
+    probabilities = {m: held[f"{m} {calibrator}" if f"{m} {calibrator}" in held else m].to_numpy() for m in shown}
+    scores = {m: held[f"{m} score"].to_numpy() for m in shown}
+    subtitle = f"{title}: first held-out split" if title else "First held-out split"
+    figures = [reliability_figure(y, probabilities, legend_stats=legend_stats(result, "ece", calibrator),
+                                  subtitle=subtitle),
+               risk_coverage_figure(y, scores, legend_stats=legend_stats(result, "aurc", calibrator),
+                                    subtitle=subtitle),
+               roc_figure(y, scores, legend_stats=legend_stats(result, "auroc", calibrator), subtitle=subtitle)]
+    parts = []
+    for figure in figures:
+        parts.append(figure.to_html(full_html=False, include_plotlyjs=bool(first), config={"displaylogo": False}))
+        first = False
+    return f'<div class="figures">{"".join(parts)}</div>', first
+
+
+def _section(title: str, result: EvaluationResult, calibrator: str, first: bool) -> tuple[str, bool]:
+    out = [f"<h2>{_e(title or 'Results')}</h2>"]
+    if result.group_note:
+        out.append(f'<p class="small">{_e(result.group_note)}</p>')
+    out.append(f"<p>{_e(result.data_note)}; {result.n_answers:,} answers, {result.accuracy:.1%} correct. "
+                f"{_e(result.skill_note(calibrator=calibrator))}</p>")
+    out += [f'<p class="note">{_e(note)}</p>' for note in result.notes]
+    out.append("<h3>Metrics (mean ± std over held-out splits)</h3>")
+    out.append(_metrics_table(result, calibrator))
+    out.append(f'<p class="small">{_e(result.caption(calibrator=calibrator))} Bold: the best mean per column.</p>')
+    paired = _paired_table(result, calibrator)
+    if paired:
+        out.append("<h3>Paired differences (method minus the other, per split: mean ± std, wins/splits)</h3>")
+        out.append(paired)
+        out.append(f'<p class="small">Best baseline chosen on calibration: '
+                   f"{_e(result.paired.chosen_note(calibrator=calibrator))}.</p>")
+    found = result.verdict(calibrator=calibrator)
+    if found is not None:
+        text = " ".join(t for t in (found.sentence, found.auroc_sentence) if t)
+        out.append(f'<p class="verdict">{_e(text)}</p><p class="small">{_e(found.rule())}</p>')
+    no_skill = result.no_skill_sentence()
+    if no_skill:
+        out.append(f'<p class="note">{_e(no_skill)}</p>')
+    if result.skipped:
+        out.append('<p class="small">Not run: ' + "; ".join(f"{_e(m)} ({_e(why)})" for m, why in
+                                                             result.skipped.items()) + "</p>")
+    if title != "average":
+        figures, first = _figures(result, calibrator, title, first)
+        out.append(figures)
+    return "\n".join(out), first
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    from . import __version__
+
+    out = {"trace-core": __version__, "python": platform.python_version()}
+    for package in ("numpy", "pandas", "scikit-learn", "scipy", "plotly"):
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            out[package] = "not installed"
+    return out
+
+
+def _definition_list(items: Mapping[str, Any]) -> str:
+    return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in items.items()) + "</dl>"
+
+
+def report_html(results: Mapping[str, EvaluationResult], *, title: str = "TRACE evaluation report",
+                data: Mapping[str, Any] | None = None, calibrator: str | None = None,
+                provenance: Mapping[str, Any] | None = None) -> str:
+    """The report as one HTML document.
+
+    Parameters
+    ----------
+    results : mapping of str to EvaluationResult
+        ``{"": result}`` for one dataset, or each group titled (``"family = arithmetic"``) and their ``"average"``,
+        as :func:`trace_core.results.report_markdown` takes them.
+    title : str
+        The document's title.
+    data : mapping, optional
+        What was evaluated, shown as given (file name, rows, how labels were made).
+    calibrator : {"platt", "isotonic"}, optional
+        The scalar calibrator the tables and figures show; default: the evaluation's.
+    provenance : mapping, optional
+        A calibrator's provenance (``TracePlus.provenance_``), shown in its own section.
+
+    Returns
+    -------
+    str
+        HTML with its styles and plotly.js inline (about 4 MB with figures): nothing is fetched when it opens.
+    """
+    if not results:
+        raise ValueError("`results` is empty: there is nothing to report")
+    last = list(results.values())[-1]
+    calibrator = calibrator or last.config.scalar_calibrator
+    if calibrator not in CALIBRATOR_NAMES:
+        raise ValueError(f"`calibrator` must be one of {list(CALIBRATOR_NAMES)}, got {calibrator!r}")
+    made = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    body = [f"<h1>{_e(title)}</h1>", f'<p class="small">Made {made} by trace-core {_e(_versions()["trace-core"])}. '
+            f"Tables and figures: Brier and ECE after {_e(CALIBRATOR_NAMES[calibrator])} for TRACE and the scalar "
+            "baselines.</p>"]
+    if data:
+        body.append("<h2>Data</h2>" + _definition_list(data))
+    first = True
+    for section_title, result in results.items():
+        text, first = _section(section_title, result, calibrator, first)
+        body.append(text)
+    config = dataclasses.asdict(last.config)
+    body.append("<h2>Settings</h2>" + _definition_list({k: json.dumps(v) if not isinstance(v, str) else v
+                                                         for k, v in config.items()}))
+    if provenance:
+        body.append("<h2>Calibrator provenance</h2>" + _definition_list(
+            {k: ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else v for k, v in provenance.items()}))
+    body.append("<h2>Versions</h2>" + _definition_list(_versions()))
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_e(title)}</title>"
+            f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
