@@ -409,15 +409,16 @@ def fit_calibrator_cached(_traces: Sequence[Trace], labels: np.ndarray, key: str
     return TracePlus(feature_set=default_feature_set(_traces)).fit(list(_traces), labels)
 
 
-def fitted_calibrator(model: Any, *, origin: str, data: str | None = None,
-                      pinned: bool = False) -> state.ActiveCalibrator:
+def fitted_calibrator(model: Any, *, origin: str, data: str | None = None, pinned: bool = False,
+                      fitted_on: str | None = None) -> state.ActiveCalibrator:
     """``model`` as an :class:`app.state.ActiveCalibrator`, keyed by its parameters (and what it was fitted on, but
-    not when: a refit of the same data is the same calibrator)."""
+    not when: a refit of the same data is the same calibrator); ``fitted_on``: the key of the answers it was fitted
+    on."""
     fields = json.loads(model.to_json())
     if isinstance(fields.get("provenance"), dict):
         fields["provenance"].pop("date", None)
     return state.ActiveCalibrator(model=model, origin=origin, data=data,
-                                  key=digest(json.dumps(fields, sort_keys=True)), pinned=pinned)
+                                  key=digest(json.dumps(fields, sort_keys=True)), pinned=pinned, fitted_on=fitted_on)
 
 
 def describe_calibrator(active: state.ActiveCalibrator) -> str:
@@ -460,6 +461,19 @@ def parse_beams(dataset: LabeledDataset, keep: np.ndarray) -> tuple[list[list[fl
         return parse_beam_logprobs(frame["beam_logprobs"].iloc[keep], frame[dataset.row_column].iloc[keep]), None
     except ValueError as exc:
         return None, str(exc)
+
+
+def scored_out_of_fold(data: state.Answers, calibrator: Any) -> pd.DataFrame:
+    """:func:`scored_rows` with ``probability_correct`` from :func:`trace_core.flag.out_of_fold_probabilities`: for
+    the answers ``calibrator`` was fitted on, whose error rates its own probabilities would flatter."""
+    from trace_core.flag import out_of_fold_probabilities, score_rows
+
+    def compute() -> pd.DataFrame:
+        scored = score_rows(data.frame, data.traces, calibrator)
+        scored["probability_correct"] = out_of_fold_probabilities(data.traces, data.labels, calibrator)
+        return scored
+
+    return state.scored(digest(data.key, calibrator.to_json(), "out of fold"), compute)
 
 
 def scored_rows(data: state.Answers, calibrator: Any) -> pd.DataFrame:

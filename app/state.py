@@ -114,6 +114,9 @@ class ActiveCalibrator:
     pinned : bool
         Chosen by the user (loaded from a file, or picked with a button): only the user replaces it. One the
         Calibrate page made active by itself (there was none, or only another such one) follows that page's data.
+    fitted_on : str or None
+        The key of the answers it was fitted on (:attr:`Answers.key`), when this session fitted it: Flag then
+        measures error rates on those answers with out-of-fold probabilities, not with the fit's own.
     """
 
     model: Any
@@ -121,6 +124,7 @@ class ActiveCalibrator:
     data: str | None
     key: str
     pinned: bool = False
+    fitted_on: str | None = None
 
 
 def _get(key: str, default: Any = None) -> Any:

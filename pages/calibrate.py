@@ -150,7 +150,7 @@ state.set_calibrated_data(rows.hand_off(picked.name))
 name = "TRACE+" if model.feature_set == "paper" else "TRACE+ (surprisal-only)"
 st.caption(f"{name} fitted on all {len(kept):,} labeled answers of {md_literal(picked.name)}.")
 offer_calibrator(fitted_calibrator(model, origin="fitted on the Calibrate page",
-                                   data=f"{len(kept):,} answers of '{picked.name}'"))
+                                   data=f"{len(kept):,} answers of '{picked.name}'", fitted_on=rows.key))
 cols = st.columns(2)
 cols[0].download_button("Download calibrator (JSON)", model.to_json(), file_name="trace_plus_calibrator.json",
                         mime="application/json", key="download_calibrator")

@@ -12,9 +12,10 @@ from app.components import control_safe, md_literal, sentence
 from app.inputs import pick_dataset_file, read_labeled
 from app.panels import active_calibrator_note, answer_details, load_calibrator_panel
 from app.recording import dataset_traces, record_panel
-from app.services import provenance_notes, scored_rows
+from app.services import provenance_notes, scored_out_of_fold, scored_rows
+from trace_core import TracePlus
 from trace_core.data import export_flagged
-from trace_core.flag import select_flagged
+from trace_core.flag import OUT_OF_FOLD, select_flagged
 
 st.title("Flag & export")
 st.caption("Answers the calibrator finds unlikely to be correct, with the tokens that drove the risk, ready to review "
@@ -57,8 +58,11 @@ if active is None:
     st.info("Fit a calibrator on the Calibrate page, or load a saved one above, to score these answers.")
     st.stop()
 calibrator = active.model
+# The answers the calibrator was fitted on: their error rates are measured with out-of-fold probabilities
+in_sample = (active.fitted_on is not None and active.fitted_on == data.key and data.labels is not None
+             and isinstance(calibrator, TracePlus))
 try:
-    scored = scored_rows(data, calibrator)
+    scored = scored_out_of_fold(data, calibrator) if in_sample else scored_rows(data, calibrator)
 except ValueError as exc:  # e.g. a calibrator that needs entropy, on answers whose traces hold none
     st.error(md_literal(f"This calibrator cannot score these answers: {exc}"))
     st.stop()
@@ -84,6 +88,10 @@ else:
     flagged = select_flagged(scored, target_risk=value, labels=labels)
 
 kept = ~scored.index.isin(flagged.index)
+if in_sample:
+    st.caption(f"The calibrator was fitted on these answers, so here each answer's P(correct) is out of fold: from "
+               f"TRACE+ fitted on the other {OUT_OF_FOLD - 1} of {OUT_OF_FOLD} parts, and the error rates below "
+               "estimate what new answers would see. Exports carry the same probabilities.")
 cols = st.columns(3)
 cols[0].metric("Flagged", f"{len(flagged):,} of {len(scored):,}")
 if labels is not None:

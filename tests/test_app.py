@@ -245,6 +245,23 @@ def test_calibrate_records_missing_traces_and_reports_bad_rows(tiny_model_dirs, 
     assert len(at.get("plotly_chart")) == 3  # recorded, then evaluated
 
 
+def test_flag_measures_the_calibrate_answers_with_out_of_fold_probabilities(tiny_model_dirs, monkeypatch,
+                                                                            labeled_files):
+    from trace_core.flag import out_of_fold_probabilities
+
+    at, _ = calibrated(tiny_model_dirs, monkeypatch, labeled_files)
+    active = at.session_state["calibrator"]
+    data = at.session_state["flag_data"]
+    assert active.fitted_on == data.key
+    at.switch_page("../pages/flag.py").run()
+    assert not at.exception
+    assert any("out of fold" in c.value for c in at.caption)
+    (scored,) = at.session_state["scored"].values()  # one entry
+    expected = out_of_fold_probabilities(data.traces, data.labels, active.model)
+    np.testing.assert_allclose(np.sort(scored["probability_correct"].to_numpy()), np.sort(expected))
+    assert not np.allclose(np.sort(expected), np.sort(active.model.predict_proba(list(data.traces))))
+
+
 def test_calibrate_bad_path_and_flag_without_data(tiny_model_dirs, monkeypatch, tmp_path):
     at = start(tiny_model_dirs, monkeypatch, "../pages/calibrate.py", data_dir=tmp_path)
     at.radio(key="data_source").set_value("File path").run()

@@ -122,3 +122,29 @@ def test_score_rows_refuses_input_columns_named_like_its_output(taken):
         score_rows(frame, traces, TracePlus().fit(traces, y))
     assert all(repr(c) in str(info.value) for c in taken)
     assert frame[taken].eq(0.5).all().all()  # the caller's frame is untouched
+
+
+def test_out_of_fold_probabilities_come_from_fits_without_each_answer():
+    from helpers import random_traces
+    from sklearn.metrics import roc_auc_score
+
+    from trace_core.calibrate import TracePlus
+    from trace_core.flag import out_of_fold_probabilities
+
+    traces = random_traces(150, seed=11)
+    y = np.random.default_rng(0).integers(0, 2, 150)  # labels unrelated to the traces
+    model = TracePlus(feature_set="extended").fit(traces, y)
+    in_sample = model.predict_proba(traces)
+    oof = out_of_fold_probabilities(traces, y, model)
+    assert oof.shape == (150,) and ((oof > 0) & (oof < 1)).all()
+    assert roc_auc_score(y, in_sample) > 0.6 > roc_auc_score(y, oof)  # the fit flatters itself, out of fold not
+    # fold k's answers are scored by a fit on the other folds, with the calibrator's settings
+    fold = np.empty(150, dtype=int)
+    for cls in (0, 1):
+        at = np.flatnonzero(y == cls)
+        fold[at] = np.arange(at.size) % 5
+    rest = fold != 0
+    by_hand = TracePlus(feature_set="extended").fit([t for t, r in zip(traces, rest) if r], y[rest])
+    np.testing.assert_allclose(oof[~rest], by_hand.predict_proba([t for t, r in zip(traces, rest) if not r]))
+    with pytest.raises(ValueError, match="labels"):
+        out_of_fold_probabilities(traces, y[:10], model)

@@ -17,8 +17,11 @@ from .calibrate import TracePlus
 from .score import config_for, explain_trace, trace_confidence, trace_risk
 from .trace import Trace
 
-__all__ = ["OUTPUT_COLUMNS", "output_collisions", "score_rows", "select_flagged", "spike_context",
-           "threshold_for_risk"]
+__all__ = ["OUT_OF_FOLD", "OUTPUT_COLUMNS", "out_of_fold_probabilities", "output_collisions", "score_rows",
+           "select_flagged", "spike_context", "threshold_for_risk"]
+
+#: Folds of :func:`out_of_fold_probabilities`.
+OUT_OF_FOLD = 5
 
 #: The columns that :func:`score_rows` adds, in order.
 OUTPUT_COLUMNS = ("trace_confidence", "trace_risk", "trace_variant", "probability_correct", "peak_risk_tokens",
@@ -98,6 +101,38 @@ def score_rows(frame: pd.DataFrame, traces: Sequence[Trace], calibrator: Any) ->
     out["probability_correct"] = probability
     out["peak_risk_tokens"] = [" | ".join(t.tokens[i] for i in e.spikes) for t, e in zip(traces, explanations)]
     out["spike_context"] = [spike_context(t, e.spikes) for t, e in zip(traces, explanations)]
+    return out
+
+
+def out_of_fold_probabilities(traces: Sequence[Trace], labels: Any, calibrator: TracePlus, *,
+                              folds: int = OUT_OF_FOLD) -> np.ndarray:
+    """Each answer's probability of being correct from a TracePlus fitted *without* it: the answers are cut into
+    ``folds`` parts (stratified by label, in row order) and each part is scored by a TracePlus with ``calibrator``'s
+    settings (feature set, C) fitted on the other parts. Error rates measured with these are honest estimates for
+    new answers; measured with ``calibrator`` fitted on these very answers, they flatter it. A part whose complement
+    holds one class only is scored by ``calibrator`` itself.
+    """
+    folds = check_int(folds, "folds", minimum=2)
+    traces = list(traces)
+    y = np.asarray(labels).astype(np.int64)
+    if y.shape != (len(traces),):
+        raise ValueError(f"got {y.shape[0] if y.ndim else 0} labels for {len(traces)} answers")
+    fold = np.empty(len(traces), dtype=np.int64)
+    for cls in (0, 1):
+        at = np.flatnonzero(y == cls)
+        fold[at] = np.arange(at.shape[0]) % folds
+    out = np.empty(len(traces))
+    for k in range(folds):
+        held = np.flatnonzero(fold == k)
+        if not held.size:
+            continue
+        rest = np.flatnonzero(fold != k)
+        part = [traces[i] for i in held]
+        if np.unique(y[rest]).shape[0] < 2:
+            out[held] = calibrator.predict_proba(part)
+            continue
+        model = TracePlus(feature_set=calibrator.feature_set, C=calibrator.C).fit([traces[i] for i in rest], y[rest])
+        out[held] = model.predict_proba(part)
     return out
 
 
