@@ -141,7 +141,7 @@ def _constant_result() -> EvaluationResult:
     uninformative = {"Mean Entropy": "uninformative (constant)"}
     return EvaluationResult(summary=summarise(per_split, list(uninformative)), per_split=per_split,
                             held_out=pd.DataFrame(), skipped={}, config=EvaluationConfig(n_splits=2, metrics=("ece",)),
-                            n_answers=10, methods=["TRACE+", "SeqLogP", "Mean Entropy"], uninformative=uninformative)
+                            n_answers=200, methods=["TRACE+", "SeqLogP", "Mean Entropy"], uninformative=uninformative)
 
 
 def test_a_constant_baseline_with_tiny_ece_is_marked_and_never_bolded():

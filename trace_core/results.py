@@ -225,7 +225,10 @@ class EvaluationResult:
 
     @property
     def small_sample(self) -> bool:
-        """Too few answers, or of one class, to read the figures (:func:`small_sample_note`)."""
+        """Too few answers, or of one class, to read the figures (:func:`small_sample_note`); with the share correct
+        unknown (NaN), by the number of answers alone."""
+        if not np.isfinite(self.accuracy):
+            return self.n_answers < SMALL_SAMPLE
         return bool(small_sample_note(self.n_answers, int(round(self.accuracy * self.n_answers))))
 
     def to_markdown(self, *, digits: int = 3, calibrator: str | None = None) -> str:
@@ -404,8 +407,9 @@ def average_results(results: Sequence[EvaluationResult] | Mapping[str, Evaluatio
         skipped.update(r.skipped)
     uninformative: dict[str, str] = {}
     # the groups' own sample notes stay with their sections (their counts are not the average's)
-    group_notes = [n for r in results for n in r.notes if n not in (
-        truncation_note(*r.certain_tokens), small_sample_note(r.n_answers, int(round(r.accuracy * r.n_answers))))]
+    group_notes = [n for r in results for n in r.notes if n != truncation_note(*r.certain_tokens)
+                   and not (np.isfinite(r.accuracy) and n == small_sample_note(r.n_answers,
+                                                                          int(round(r.accuracy * r.n_answers))))]
     for m in common:
         constant_in = [name for name, r in zip(names, results) if m in r.uninformative]
         if len(constant_in) == len(results):
