@@ -7,6 +7,7 @@ import json
 import re
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from trace_core.cli import main
@@ -244,3 +245,37 @@ def test_evaluate_on_traces_without_entropy_says_what_the_data_held(tmp_path, ca
     assert "| TRACE (surprisal-only) | trace |" in out and "| TRACE | trace |" not in out
     assert "First-Token Prob (uninformative (constant))" in out
     assert "- Mean Entropy: skipped (needs token entropy" in out
+
+
+@pytest.mark.parametrize("suffix", ["csv", "jsonl"])
+def test_flagged_export_keeps_the_traces_reads_back_and_scores_again_the_same(labeled_file, tmp_path, suffix, capsys):
+    from trace_core.data import read_dataset
+
+    calibrator = tmp_path / "cal.json"
+    assert main(["fit", str(labeled_file), "--out", str(calibrator)]) == 0
+    flagged = tmp_path / f"flagged.{suffix}"
+    tokens = tmp_path / "tokens.csv"
+    assert main(["flag", str(labeled_file), "--calibrator", str(calibrator), "--coverage", "0.5",
+                 "--out", str(flagged), "--tokens", str(tokens)]) == 0
+    original = {t.prompt: t for t in read_dataset(labeled_file).traces}
+    back = read_dataset(flagged)
+    assert {"tokens", "surprisal", "entropy", "trace_metadata"} <= set(pd.read_json(flagged, lines=True).columns
+                                                                        if suffix == "jsonl" else
+                                                                        pd.read_csv(flagged).columns)
+    assert len(back.traces) == 60
+    for trace in back.traces:
+        np.testing.assert_array_equal(trace.surprisal, original[trace.prompt].surprisal)  # bit for bit
+        np.testing.assert_array_equal(trace.entropy, original[trace.prompt].entropy)
+    # scored again: the earlier scores are replaced, the probabilities are the same
+    again = tmp_path / f"again.{suffix}"
+    capsys.readouterr()
+    assert main(["flag", str(flagged), "--calibrator", str(calibrator), "--threshold", "1.0",
+                 "--out", str(again)]) == 0
+    assert "a flagged export; its earlier scores" in capsys.readouterr().err
+    first = read_dataset(flagged).frame.set_index("prompt")["probability_correct"]
+    second = read_dataset(again).frame.set_index("prompt")["probability_correct"]
+    np.testing.assert_allclose(second.loc[first.index].to_numpy(dtype=float), first.to_numpy(dtype=float))
+    table = pd.read_csv(tokens)
+    assert list(table.columns) == ["row", "position", "token", "token_id", "probability", "surprisal", "entropy",
+                                   "rank", "alternatives"]
+    assert len(table) == sum(len(t) for t in back.traces) and table["row"].nunique() == 60

@@ -24,6 +24,7 @@ class CLIError(Exception):
 _DATASET_OUT = ({".csv": "csv", ".tsv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl",
                  ".parquet": "parquet", ".pq": "parquet"},
                 "expected .csv, .jsonl or .parquet (or .tsv, .json, .ndjson, .pq)")
+_TOKENS_OUT = ({".csv": "csv"}, "expected .csv")
 _HTML_OUT = ({".html": "html", ".htm": "html"}, "expected .html")
 _REPORT_OUT = ({".md": "markdown", ".markdown": "markdown", ".csv": "csv", ".json": "json"},
                "expected .md (Markdown), .csv or .json")

@@ -17,6 +17,7 @@ here.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -35,6 +36,7 @@ from ._cli_support import (
     _FLAGGED_OUT,
     _HTML_OUT,
     _REPORT_OUT,
+    _TOKENS_OUT,
     CLIError,
     _check_not_input,
     _check_out,
@@ -600,13 +602,22 @@ def cmd_fit(args: argparse.Namespace) -> None:
 def cmd_flag(args: argparse.Namespace) -> None:
     from .calibrate import load_calibrator
     from .calibrator_io import MAX_CALIBRATOR_BYTES
-    from .data import export_flagged
-    from .flag import output_collisions
+    from .data import export_flagged, token_table, with_trace_columns
+    from .flag import OUTPUT_COLUMNS, output_collisions, previous_export
 
     fmt = _check_out(args.out, _FLAGGED_OUT)
     _check_not_input(args.out, [("the input file", args.data), ("--calibrator", args.calibrator)],
                      written="the flagged rows")
+    if args.tokens:
+        _check_out(args.tokens, _TOKENS_OUT, option="--tokens")
+        _check_not_input(args.tokens, [("the input file", args.data), ("--calibrator", args.calibrator),
+                                       ("--out", args.out)], written="the flagged answers' tokens")
     dataset = _read(args.data, require_label=False, args=args)
+    if previous_export(dataset.frame.columns):  # a flagged export scored again: its earlier scores are replaced
+        dataset = dataclasses.replace(dataset, frame=dataset.frame.drop(columns=list(OUTPUT_COLUMNS)))
+        if not args.quiet:
+            print(f"{_shown(args.data)}: a flagged export; its earlier scores ({', '.join(OUTPUT_COLUMNS)}) are "
+                  "replaced", file=sys.stderr)
     taken = output_collisions(list(dataset.frame.columns))
     if taken:
         raise CLIError(f"{_shown(args.data)}: has column(s) {', '.join(shorten(c) for c in taken)} named like the "
@@ -631,8 +642,15 @@ def cmd_flag(args: argparse.Namespace) -> None:
         raise CLIError("--target-risk needs labeled answers (a `label` or `reference` column) to measure the risk")
     flagged = select_flagged(scored, threshold=args.threshold, coverage=args.coverage, target_risk=args.target_risk,
                              labels=labels)
-    export_flagged(flagged, args.out, format=fmt)
+    positions = scored.index.get_indexer(flagged.index)
+    flagged_traces = [traces[i] for i in positions]
+    # with the trace columns: the export reads back as a dataset and can be scored again
+    export_flagged(with_trace_columns(flagged, flagged_traces), args.out, format=fmt)
     print(f"flagged {len(flagged):,} of {len(dataset.frame):,} answers; wrote {args.out}", file=sys.stderr)
+    if args.tokens:
+        rows = flagged[dataset.row_column].tolist() if dataset.row_column in flagged.columns else None
+        export_flagged(token_table(flagged_traces, rows), args.tokens, format="csv")
+        print(f"wrote the flagged answers' tokens to {args.tokens}", file=sys.stderr)
 
 
 def _model_options(p: argparse.ArgumentParser) -> None:
@@ -764,7 +782,11 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--target-risk", type=float,
                        help="keep as many answers as possible with at most this error rate (measured on the labels)")
     p.add_argument("--out", required=True, help="flagged rows"
-                   " (.csv or .jsonl), safe to open in a spreadsheet; not the input file")
+                   " (.csv or .jsonl) with every input column and their traces, so the file can be scored again; "
+                   "CSV safe to open in a spreadsheet; not the input file")
+    p.add_argument("--tokens", metavar="FILE.csv",
+                   help="also write one row per token of the flagged answers (token, probability, entropy, rank, "
+                        "alternatives)")
     _label_options(p)
     p.set_defaults(func=cmd_flag)
     return parser

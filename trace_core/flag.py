@@ -17,8 +17,8 @@ from .calibrate import TracePlus
 from .score import config_for, explain_trace, trace_confidence, trace_risk
 from .trace import Trace
 
-__all__ = ["OUT_OF_FOLD", "OUTPUT_COLUMNS", "out_of_fold_probabilities", "output_collisions", "score_rows",
-           "select_flagged", "spike_context", "threshold_for_risk"]
+__all__ = ["OUT_OF_FOLD", "OUTPUT_COLUMNS", "out_of_fold_probabilities", "output_collisions", "previous_export",
+           "score_rows", "select_flagged", "spike_context", "threshold_for_risk"]
 
 #: Folds of :func:`out_of_fold_probabilities`.
 OUT_OF_FOLD = 5
@@ -37,6 +37,12 @@ def output_collisions(columns: Sequence[object]) -> list[str]:
     case, so that no two columns of the result read alike), in input order."""
     outputs = {_column_key(c) for c in OUTPUT_COLUMNS}
     return [str(c) for c in columns if _column_key(c) in outputs]
+
+
+def previous_export(columns: Sequence[object]) -> bool:
+    """Whether ``columns`` hold every output column of :func:`score_rows` (exactly as it names them): a flagged
+    export being scored again, whose earlier scores are to be replaced rather than refused as look-alikes."""
+    return set(OUTPUT_COLUMNS) <= {str(c) for c in columns}
 
 
 def spike_context(trace: Trace, spikes: Sequence[int], *, width: int = 3) -> str:

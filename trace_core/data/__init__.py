@@ -35,7 +35,7 @@ Modules: ``read`` (bytes -> raw rows), ``codec`` (trace columns <-> Trace), ``la
 
 from .codec import TRACE_COLUMNS, entropy_from_top_k, parse_beam_logprobs, traces_to_columns
 from .errors import DatasetError, DatasetWarning, RowError
-from .export import export_flagged, sanitize_cell
+from .export import export_flagged, sanitize_cell, token_table, with_trace_columns
 from .labels import MATCHERS, label_from_reference, normalize_answer, parse_label
 from .read import FORMATS
 from .responses import trace_from_openai
@@ -59,6 +59,8 @@ __all__ = [
     "read_dataset",
     "sanitize_cell",
     "trace_from_openai",
+    "token_table",
     "traces_to_columns",
+    "with_trace_columns",
     "write_dataset",
 ]

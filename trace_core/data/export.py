@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 
@@ -13,7 +13,10 @@ from .._checks import check_bool, check_choice
 from .read import PathOrBuffer
 from .write import csv_bytes, csv_text, jsonl_bytes, to_plain, write_bytes
 
-__all__ = ["export_flagged", "sanitize_cell"]
+if TYPE_CHECKING:
+    from ..trace import Trace
+
+__all__ = ["export_flagged", "sanitize_cell", "token_table", "with_trace_columns"]
 
 # OWASP's list of characters that start a formula, plus their full-width forms (which spreadsheets also accept).
 _FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
@@ -134,3 +137,56 @@ def export_flagged(frame: pd.DataFrame, dest: PathOrBuffer, *, format: str = "cs
                    for values in frame.itertuples(index=False, name=None))
         data = jsonl_bytes(records)
     write_bytes(dest, data)
+
+
+def with_trace_columns(frame: pd.DataFrame, traces: Sequence["Trace | None"]) -> pd.DataFrame:
+    """``frame`` with each row's trace as the dataset's trace columns (``tokens``, ``surprisal``, ``entropy``,
+    ``top_*``, ``ranks``, ``trace_metadata``; :func:`trace_core.data.traces_to_columns`), replacing any of those
+    columns it had: an export that :func:`trace_core.data.read_dataset` reads back with the same traces, so it can
+    be scored again. One trace per row, in order."""
+    from .codec import traces_to_columns
+
+    traces = list(traces)
+    if len(traces) != len(frame):
+        raise ValueError(f"got {len(traces)} traces for {len(frame)} rows")
+    columns = traces_to_columns(traces)
+    out = frame.drop(columns=[c for c in columns if c in frame.columns]).copy()
+    for name, values in columns.items():
+        out[name] = values
+    return out
+
+
+def token_table(traces: Sequence["Trace"], rows: Sequence[Any] | None = None) -> pd.DataFrame:
+    """One row per token of each answer: ``row`` (``rows[i]``, default 1, 2, ...), ``position`` (from 1),
+    ``token`` (its text), ``token_id``, ``probability`` (``exp(-surprisal)``), ``surprisal``, ``entropy`` (empty
+    when the trace holds none), ``rank`` (empty when unknown) and ``alternatives`` (the stored top alternatives as
+    ``token (p%)`` joined by ``" | "``; their ids when the trace has no texts).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from trace_core import Trace
+    >>> t = Trace(prompt="q", answer=" 4", token_ids=[604], tokens=[" 4"], surprisal=[0.105], entropy=[0.4],
+    ...           top_ids=[[604, 605]], top_logprobs=np.log([[0.9, 0.05]]), top_tokens=[[" 4", " 5"]])
+    >>> token_table([t], rows=[7])[["row", "position", "token", "alternatives"]].to_dict("records")
+    [{'row': 7, 'position': 1, 'token': ' 4', 'alternatives': "' 4' (90.0%) | ' 5' (5.0%)"}]
+    """
+    traces = list(traces)
+    rows = list(range(1, len(traces) + 1)) if rows is None else list(rows)
+    if len(rows) != len(traces):
+        raise ValueError(f"got {len(rows)} row numbers for {len(traces)} traces")
+    records = []
+    for row, trace in zip(rows, traces):
+        texts = trace.top_tokens
+        for i in range(len(trace)):
+            alternatives = [f"{texts[i][k]!r} ({math.exp(lp):.1%})" if texts is not None else
+                            f"id {int(trace.top_ids[i][k])} ({math.exp(lp):.1%})"
+                            for k, lp in enumerate(trace.top_logprobs[i])]
+            records.append({"row": row, "position": i + 1, "token": trace.tokens[i],
+                            "token_id": int(trace.token_ids[i]), "probability": math.exp(-float(trace.surprisal[i])),
+                            "surprisal": float(trace.surprisal[i]),
+                            "entropy": float(trace.entropy[i]) if trace.has_entropy else None,
+                            "rank": int(trace.ranks[i]) if trace.ranks is not None else None,
+                            "alternatives": " | ".join(alternatives)})
+    columns = ["row", "position", "token", "token_id", "probability", "surprisal", "entropy", "rank", "alternatives"]
+    return pd.DataFrame.from_records(records, columns=columns)
