@@ -139,5 +139,7 @@ if result is not None:
         st.html(HEATMAP_CSS + legend_html(signal_values(a if len(a) else b, signal))
                 + aligned_heatmap_html(a, b, alignment, signal=signal,
                                        alternatives=(alternatives_for(lm), alternatives_for(model_b))))
-        st.caption("Top row A, bottom row B; a hatched cell is a gap where the other answer has a token. Hover a "
-                   "token for its probability and the alternatives the model considered.")
+        st.caption("Top row A, bottom row B; a hatched cell is a gap where the other answer has a token. A dotted line "
+                   "above a column marks tokens that differ between the answers; the red rule and the word "
+                   "\"diverge\" mark where they first part. Hover a token for its probability and the alternatives "
+                   "the model considered.")
