@@ -21,6 +21,7 @@ from trace_core.record.server import ServerError
 
 from . import state
 from .components import md_literal
+from .downloads import download_button
 from .services import model_key
 
 BATCH_SIZE = 16  # answers per teacher-forcing batch; also how often Stop can take effect
@@ -159,15 +160,22 @@ TRACE_FORMATS = {"csv": ("CSV", "text/csv"), "jsonl": ("JSON Lines", "applicatio
                  "parquet": ("Parquet", "application/vnd.apache.parquet")}
 
 
+@st.fragment
 def traces_download(rows: DatasetTraces, name: str) -> None:
-    """A format choice and a button that downloads the whole dataset with its trace columns (the file is written
-    when the button is clicked, not on every rerun). The file reads back unchanged with ``read_dataset``."""
+    """A format choice and a button that downloads the whole dataset with its trace columns (written once per format
+    and set of traces, see :mod:`app.downloads`). The file reads back unchanged with ``read_dataset``.
+
+    A fragment: choosing a format reruns only this part, not the page's evaluation and plots, and a fragment's
+    rerun keeps the button's file until it draws the new one, even when the next choice cuts it short."""
     n = sum(t is not None for t in rows.traces)
     cols = st.columns([2, 3], vertical_alignment="bottom")
     fmt = cols[0].radio("Traces file", list(TRACE_FORMATS), horizontal=True, key="trace_format",
                         format_func=lambda f: TRACE_FORMATS[f][0])
-    cols[1].download_button(f"Download the dataset with its {n:,} traces", lambda: rows.to_bytes(fmt),
-                            file_name=f"{PurePath(name).stem}_traces.{fmt}", mime=TRACE_FORMATS[fmt][1],
-                            key="download_traces", disabled=n == 0, on_click="ignore",  # see pages/flag.py
-                            help="Every row, with the traces stored in the file or recorded in this session; "
-                                 "rows without a trace have empty trace cells.")
+    # The traces are the file's and the ones recorded for it with the model (rows.key): which rows have one says
+    # which recorded traces are in.
+    content = (rows.key, fmt, np.flatnonzero([t is not None for t in rows.traces]).tobytes())
+    download_button(cols[1], f"Download the dataset with its {n:,} traces", lambda: rows.to_bytes(fmt),
+                    content=content, file_name=f"{PurePath(name).stem}_traces.{fmt}", mime=TRACE_FORMATS[fmt][1],
+                    key="download_traces", disabled=n == 0,
+                    help="Every row, with the traces stored in the file or recorded in this session; rows without "
+                         "a trace have empty trace cells.")

@@ -469,7 +469,7 @@ def scored_out_of_fold(data: state.Answers, calibrator: Any) -> pd.DataFrame:
     from trace_core.flag import out_of_fold_probabilities, score_rows
 
     def compute() -> pd.DataFrame:
-        scored = score_rows(data.frame, data.traces, calibrator)
+        scored = score_rows(unscored(data.frame), data.traces, calibrator)
         scored["probability_correct"] = out_of_fold_probabilities(data.traces, data.labels, calibrator)
         return scored
 
@@ -482,8 +482,18 @@ def scored_rows(data: state.Answers, calibrator: Any) -> pd.DataFrame:
     :func:`model_key`, so traces recorded with another model (another server serving the same name) score afresh."""
     from trace_core.flag import score_rows
 
-    compute: Callable[[], pd.DataFrame] = lambda: score_rows(data.frame, data.traces, calibrator)  # noqa: E731
+    def compute() -> pd.DataFrame:
+        return score_rows(unscored(data.frame), data.traces, calibrator)
+
     return state.scored(digest(data.key, calibrator.to_json()), compute)
+
+
+def unscored(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` without the scores of an earlier flagging when it is a flagged export opened again
+    (:func:`trace_core.flag.previous_export`): they are replaced, not refused as look-alike columns."""
+    from trace_core.flag import OUTPUT_COLUMNS, previous_export
+
+    return frame.drop(columns=list(OUTPUT_COLUMNS)) if previous_export(frame.columns) else frame
 
 
 #: Shown with a trace's alternatives when only their ids are known (see :func:`alternatives_for`).

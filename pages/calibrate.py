@@ -7,6 +7,7 @@ import streamlit as st
 from app import state
 from app.components import (legend_stats, md_literal, metric_columns, metrics_frame, paired_frame,
                             reliability_figure, risk_coverage_figure, roc_figure, sentence)
+from app.downloads import download_button
 from app.groups import group_panel
 from app.inputs import pick_dataset_file, read_labeled
 from app.panels import offer_calibrator
@@ -16,6 +17,7 @@ from trace_core import EvaluationConfig
 from trace_core.evaluate import SCALAR_CALIBRATORS, AnswerValueError
 from trace_core.results import CALIBRATOR_NAMES
 from trace_core.policy import METRICS_UNDEFINED, one_class_message
+from trace_core.report import report_html
 from trace_core.registry import get_method, method_names
 
 st.title("Calibrate and compare")
@@ -156,4 +158,11 @@ cols[0].download_button("Download calibrator (JSON)", model.to_json(), file_name
                         mime="application/json", key="download_calibrator")
 cols[1].download_button("Download results table (CSV)", result.summary.to_csv(index=False),
                         file_name="trace_results.csv", mime="text/csv", key="download_results")
+download_button(st, "Download the report (HTML)", lambda: report_html(
+                    {"": result}, title=f"TRACE evaluation of {picked.name}", calibrator=calibrator,
+                    data={"file": picked.name, "answers": f"{len(kept):,}", "labels": dataset.label_source},
+                    provenance=getattr(model, "provenance_", None)).encode("utf-8"),
+                content=(rows.key, repr(config), bool(semantic), calibrator), file_name="trace_report.html",
+                mime="text/html", key="download_report",
+                help="One self-contained file: the tables, the verdict, interactive figures, settings and versions.")
 traces_download(rows, picked.name)

@@ -9,12 +9,13 @@ import streamlit as st
 
 from app import state
 from app.components import control_safe, md_literal, sentence
+from app.downloads import download_button
 from app.inputs import pick_dataset_file, read_labeled
 from app.panels import active_calibrator_note, answer_details, load_calibrator_panel
 from app.recording import dataset_traces, record_panel
 from app.services import provenance_notes, scored_out_of_fold, scored_rows
 from trace_core import TracePlus
-from trace_core.data import export_flagged
+from trace_core.data import export_flagged, token_table, with_trace_columns
 from trace_core.flag import OUT_OF_FOLD, select_flagged
 
 st.title("Flag & export")
@@ -132,7 +133,12 @@ else:
     st.caption("Long texts are cut in the table: select a row to read its prompt and reference in full, with the "
                "answer's heatmap and label.")
 
-export = flagged.drop(columns=["spike_context"])
+# With each answer's trace columns: the export reads back as a dataset and can be flagged again
+flagged_traces = [data.traces[i] for i in flagged.index]
+export = with_trace_columns(flagged.drop(columns=["spike_context"]), flagged_traces)
+# What the files hold: these answers scored by this calibrator, the rows flagged (in order) and their probabilities
+content = (data.key, calibrator.to_json(), flagged.index.to_numpy().tobytes(),
+           flagged["probability_correct"].to_numpy().tobytes())
 
 
 def exported(fmt: str) -> bytes:
@@ -141,12 +147,23 @@ def exported(fmt: str) -> bytes:
     return buffer.getvalue()
 
 
-# The files are made when clicked (deferred), on a thread beside the rerun a click would start; that rerun ends the
-# previous run's deferred files, so on a busy machine the click lost its own download. on_click="ignore": no rerun.
+# The files are written with the page (once per content), not when clicked: see app.downloads.
 cols = st.columns(2)
-cols[0].download_button("Download flagged (CSV)", lambda: exported("csv"), file_name="flagged_answers.csv",
-                        mime="text/csv", key="download_csv", disabled=not len(flagged), on_click="ignore")
-cols[1].download_button("Download flagged (JSONL)", lambda: exported("jsonl"), file_name="flagged_answers.jsonl",
-                        mime="application/jsonl", key="download_jsonl", disabled=not len(flagged),
-                        on_click="ignore")
-st.caption("Spreadsheet-safe: cells that would run as a formula are prefixed with an apostrophe.")
+download_button(cols[0], "Download flagged (CSV)", lambda: exported("csv"), content=content,
+                file_name="flagged_answers.csv", mime="text/csv", key="download_csv", disabled=not len(flagged))
+download_button(cols[1], "Download flagged (JSONL)", lambda: exported("jsonl"), content=content,
+                file_name="flagged_answers.jsonl", mime="application/jsonl", key="download_jsonl",
+                disabled=not len(flagged))
+
+
+def tokens_csv() -> bytes:
+    buffer = io.BytesIO()
+    export_flagged(token_table(flagged_traces, flagged[row_column].tolist()), buffer, format="csv")
+    return buffer.getvalue()
+
+
+download_button(st, "Download the flagged answers' tokens (CSV)", tokens_csv, content=content,
+                file_name="flagged_tokens.csv", mime="text/csv", key="download_tokens", disabled=not len(flagged),
+                help="One row per token: its probability, entropy, rank and the alternatives the model considered.")
+st.caption("Spreadsheet-safe: cells that would run as a formula are prefixed with an apostrophe. The flagged files "
+           "keep every column and each answer's trace, so they can be opened here or with `trace-core flag` again.")

@@ -358,3 +358,26 @@ def test_calibrate_shows_results_per_group_with_an_average(tiny_model_dirs, monk
     assert len(verdicts) >= 5  # the overall one and one per group and the average
     word = (pd.read_csv(datasets / "real_test.csv", usecols=["family"])["family"] == "word_problems").sum()
     assert any(html.unescape(c.value).startswith(f"{word:,} answers, 7.3% correct") for c in at.caption)
+
+
+def test_a_flagged_export_opens_on_flag_and_is_scored_again(tiny_model_dirs, monkeypatch, labeled_files, tmp_path):
+    from trace_core.cli import main
+    from trace_core.data import read_dataset
+
+    with_traces, _ = labeled_files
+    calibrator = tmp_path / "cal.json"
+    export = tmp_path / "flagged.jsonl"
+    assert main(["fit", str(with_traces), "--out", str(calibrator), "--quiet"]) == 0
+    assert main(["flag", str(with_traces), "--calibrator", str(calibrator), "--coverage", "0.5", "--out", str(export),
+                 "--quiet"]) == 0
+    at = start(tiny_model_dirs, monkeypatch, "../pages/flag.py", data_dir=tmp_path)
+    from app.services import fitted_calibrator
+    from trace_core import load_calibrator
+
+    at.session_state["calibrator"] = fitted_calibrator(load_calibrator(calibrator.read_bytes()), origin="loaded")
+    at.radio(key="flag_data_source").set_value("File path").run()
+    at.text_input(key="flag_data_path").set_value(str(export)).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    (scored,) = at.session_state["scored"].values()
+    before = read_dataset(export).frame.set_index("prompt")["probability_correct"].astype(float)
+    np.testing.assert_allclose(scored.set_index("prompt").loc[before.index, "probability_correct"], before)
