@@ -17,8 +17,8 @@ CES (Calibrated Entropy Score; Villani et al. 2026, arXiv 2605.28264)
     on faithful answers. Its exact combination was not available to us; we use the two empirical CDFs
     ``F_mean`` and ``F_max`` of ``mean_t H_t`` and ``max_t H_t`` over the *correct* answers of the calibration part,
     and the confidence ``1 - (F_mean(mean_t H_t) + F_max(max_t H_t)) / 2`` (1: less uncertain than every correct
-    reference answer on both). It ranks by that confidence; its probability is Platt scaling of it, fitted on the
-    same calibration part.
+    reference answer on both). It ranks by that confidence; its probability is a logistic fit of it (Platt scaling
+    with TRACE+'s regularisation) on the same calibration part.
 Trace Profile (uncertainty trace profile; Grünefeld, Højer et al. 2026, arXiv 2605.07776)
     A logistic regression on the shape of each per-token uncertainty series: its early, middle and late means
     (token t of T is in third ``floor(3 t / T)``; an empty third, T < 3, takes the answer's mean), its least-squares
@@ -41,7 +41,7 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from .logistic import _sigmoid, standardised_logistic
+from .logistic import standardised_logistic
 from .operators import Ragged, segment_max, segment_mean, segment_var, slope
 from .trace import Trace
 
@@ -249,8 +249,3 @@ _LIST = [
 ]
 
 FITTED_BASELINES: dict[str, FittedBaseline] = {b.name: b for b in _LIST}
-
-
-def predict_proba(fitted: Fitted, F: np.ndarray) -> np.ndarray:
-    """Probability of being correct under a fitted baseline."""
-    return _sigmoid(fitted.log_odds(fitted.score(F)))
