@@ -43,10 +43,10 @@ import pandas as pd
 from ._checks import AnswerValueError, check_bool, check_choice, check_int, check_real, set_checked
 from .baselines import NO_ENTROPY_REASON, baseline_scores
 from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus, _sigmoid, transform_scores
-from .logistic import standardised_logistic
 from .compare import FITTED, RAW, paired_comparison
 from .features import feature_matrix_from_arrays, logit_of_surprisal
 from .fitted_baselines import TOP_K_NEEDS, TopK, stack_top_logprobs
+from .logistic import standardised_logistic
 from .metrics import RankGroups
 from .metrics.calibration import _brier, _ece_sorted
 from .metrics.ranking import _ranking_from_groups
