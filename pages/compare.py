@@ -36,14 +36,15 @@ with right:
     mode = st.radio("**B** — the other answer", [SAME_MODEL, OTHER_MODEL], key="compare_mode", horizontal=True)
     if mode == SAME_MODEL:
         sample = st.toggle("Sample (instead of greedy)", value=True, key="compare_sample")
-        c1, c2, c3 = st.columns(3)
+        # two inputs a row: in half the page, three would cut their labels mid-word ("Temperatu re") at 800 px
+        c1, c2 = st.columns(2)
         temperature = c1.number_input("Temperature", 0.05, 5.0, 1.5, 0.05, key="compare_temperature",
                                       disabled=not sample)
         top_p = c2.number_input("Top-p", 0.05, 1.0, 1.0, 0.05, key="compare_top_p", disabled=not sample)
-        top_k = c3.number_input("Top-k (0 = off)", 0, 1000, 0, key="compare_top_k", disabled=not sample)
-        seed = c1.number_input("Seed", 0, 2**31 - 1, 0, key="compare_seed", disabled=not sample)
+        top_k = c1.number_input("Top-k (0 = off)", 0, 1000, 0, key="compare_top_k", disabled=not sample)
+        seed = c2.number_input("Seed", 0, 2**31 - 1, 0, key="compare_seed", disabled=not sample)
         limit = settings.get("TRACE_MAX_NEW_TOKENS")
-        max_new = c2.number_input("Max new tokens", 1, limit, min(config_a.max_new_tokens, limit),
+        max_new = c1.number_input("Max new tokens", 1, limit, min(config_a.max_new_tokens, limit),
                                   key="compare_max_new_tokens")
         model_b_name = None
     else:
