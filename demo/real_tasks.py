@@ -58,6 +58,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .tasks import draw_distinct
+
 __all__ = ["ARITHMETIC_SIZES", "COUNTRIES", "DEFAULT_ARITHMETIC_SIZES", "FAMILIES", "FactVerdict", "JUDGED_RELATIONS",
            "LONG_RELATIONS", "LONG_TIERS",
            "Problem", "RELATIONS", "arithmetic_problems", "countries", "country_fact_problems", "fact_detail",
@@ -409,29 +411,6 @@ def _rng(name: str, split: str, seed: int) -> random.Random:
     return random.Random(f"{name}-{split}-{seed}")
 
 
-def _distinct(n: int, split: str, what: str, draw: Callable[[int], tuple[str, Callable[[], Problem]] | None]
-              ) -> list[Problem]:
-    """``n`` problems of ``split`` with distinct subjects. ``draw(i)`` draws candidate ``i``: None to draw again, or
-    its subject and a function that makes the problem (called only for a subject kept, so that a rejected candidate
-    draws nothing more from the random stream)."""
-    out: list[Problem] = []
-    seen: set[str] = set()
-    attempts = 0
-    while len(out) < n:
-        attempts += 1
-        if attempts > 1000 * n:
-            raise ValueError(f"cannot draw {n} distinct {split} {what}")
-        drawn = draw(len(out))
-        if drawn is None:
-            continue
-        subject, make = drawn
-        if subject in seen or split_of(subject) != split:
-            continue
-        seen.add(subject)
-        out.append(make())
-    return out
-
-
 #: Operand ranges of an arithmetic problem's size: (first number, second number).
 ARITHMETIC_SIZES = {"small": ((2, 12), (2, 12)), "mixed": ((10, 99), (2, 9)), "two-digit": ((10, 99), (10, 99))}
 #: The default mix, in turn: SmolLM2-135M got 40-50% of small problems right in the pilot, 6-12% of mixed ones and
@@ -458,7 +437,7 @@ def arithmetic_problems(n: int, *, split: str, seed: int = 0, ops: Sequence[str]
         return subject, lambda: Problem("arithmetic", f"What is {a} {op} {b}?", str(_OPS[op](a, b)), split, subject,
                                         f"{op} {size}", "numeric")
 
-    return _distinct(n, split, "arithmetic problems", draw)
+    return draw_distinct(n, split, draw, split_of=split_of, what="arithmetic problems", tries=1000)
 
 
 _NAMES = [("Ana", "she"), ("Ben", "he"), ("Cara", "she"), ("Dev", "he"), ("Eli", "he"), ("Fay", "she"),
@@ -502,7 +481,7 @@ def word_problems(n: int, *, split: str, seed: int = 0, high: int = 12) -> list[
 
         return f"{kind}|{a}|{b}|{c}", make
 
-    return _distinct(n, split, "word problems", draw)
+    return draw_distinct(n, split, draw, split_of=split_of, what="word problems", tries=1000)
 
 
 # ------------------------------------------------------------------------------------------------- country facts

@@ -20,10 +20,11 @@ import functools
 import hashlib
 import random
 from dataclasses import dataclass
+from typing import Any, Callable
 
 __all__ = ["FAMILIES", "LONG_FAMILIES", "KnowledgeBase", "Problem", "arithmetic_problems", "description_problems",
-           "description_world", "describe", "fact_problems", "format_prompt", "long_training_pairs", "training_pairs",
-           "training_texts", "worked_problems", "worked_solution", "wrong_facts"]
+           "description_world", "describe", "draw_distinct", "fact_problems", "format_prompt", "long_training_pairs",
+           "training_pairs", "training_texts", "worked_problems", "worked_solution", "wrong_facts"]
 
 FAMILIES = ("arithmetic", "facts")
 LONG_FAMILIES = ("worked_arithmetic", "descriptions")
@@ -72,26 +73,43 @@ _TWO_STEP = [
 ]
 
 
-def _draw_distinct(n: int, split: str, rng: random.Random, candidate) -> list[Problem]:
-    """``n`` problems of ``split`` from ``candidate(rng)``, which returns (key, build) or None (rejected): a key seen
-    before or of another split is drawn again; ``build(rng)`` makes the problem of an accepted key."""
-    out: list[Problem] = []
+def draw_distinct(n: int, split: str, draw: Callable[[int], tuple[str, Callable[[], Any]] | None], *,
+                  split_of: Callable[[str], str], what: str = "problems", tries: int = 200) -> list[Any]:
+    """``n`` problems of ``split`` with distinct keys (the toy and the real-model datasets share this loop).
+    ``draw(i)`` draws candidate ``i``: None to draw again, or its key and a function that makes the problem, called
+    only for a key kept (so that a rejected candidate draws nothing more from the random stream); a key seen before
+    or of another split (``split_of``) is drawn again, at most ``tries`` times per problem in all."""
+    out: list[Any] = []
     seen: set[str] = set()
     attempts = 0
     while len(out) < n:
         attempts += 1
-        if attempts > 200 * n:
-            raise ValueError(f"cannot draw {n} distinct {split} problems; the {split} split has only about "
+        if attempts > tries * n:
+            raise ValueError(f"cannot draw {n} distinct {split} {what}; the {split} split has only about "
                              f"{len(seen)} (ask for fewer)")
-        drawn = candidate(rng)
+        drawn = draw(len(out))
         if drawn is None:
             continue
-        key, build = drawn
-        if key in seen or _split_of(key) != split:
+        key, make = drawn
+        if key in seen or split_of(key) != split:
             continue
         seen.add(key)
-        out.append(build(rng))
+        out.append(make())
     return out
+
+
+def _draw_distinct(n: int, split: str, rng: random.Random, candidate) -> list[Problem]:
+    """:func:`draw_distinct` with ``candidate(rng)`` returning (key, build) or None, and ``build(rng)`` making the
+    problem of an accepted key."""
+
+    def draw(_: int) -> tuple[str, Callable[[], Problem]] | None:
+        drawn = candidate(rng)
+        if drawn is None:
+            return None
+        key, build = drawn
+        return key, lambda: build(rng)
+
+    return draw_distinct(n, split, draw, split_of=_split_of)
 
 
 def arithmetic_problems(n: int, *, split: str, seed: int = 0, two_step_share: float = 0.5) -> list[Problem]:
