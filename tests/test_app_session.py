@@ -56,6 +56,12 @@ def start(tiny_model_dirs, page=None):
     return at
 
 
+def generate(at, prompt: str) -> None:
+    """Answer ``prompt`` on the Inspect page."""
+    at.text_area(key="prompt").set_value(prompt)
+    at.get("form_submit_button")[0].click().run()
+
+
 def calibrate_upload(at, path):
     at.radio(key="data_source").set_value("Upload a file").run()
     _upload(at, "upload", path)
@@ -179,13 +185,11 @@ def test_calibrate_page_offers_the_traces_download(tiny_model_dirs, files):
 
 def test_inspect_never_shows_a_stale_answer_as_current(tiny_model_dirs):
     at = start(tiny_model_dirs)
-    at.text_area(key="prompt").set_value("Q: 2 + 2 =\nA:")
-    at.get("form_submit_button")[0].click().run()
+    generate(at, "Q: 2 + 2 =\nA:")
     assert at.session_state["inspect_trace"] is not None
     at.selectbox(key="example").set_value(1).run()  # an example replaces the prompt; not generated yet
     assert any("for an earlier prompt" in i.value for i in at.info)
-    at.text_area(key="prompt").set_value("Q: " + "zq " * 600 + "\nA:")  # too long for the model: an error
-    at.get("form_submit_button")[0].click().run()
+    generate(at, "Q: " + "zq " * 600 + "\nA:")  # too long for the model: an error
     assert not at.exception and at.error
     assert at.session_state["inspect_trace"] is None
     assert not at.get("html")  # no heatmap of the previous answer under the error
@@ -253,8 +257,7 @@ def test_recorded_traces_survive_a_visit_to_another_page(tiny_model_dirs, files)
 def test_a_kept_token_number_beyond_a_shorter_answer_is_clamped(tiny_model_dirs):
     at = start(tiny_model_dirs)
     at.sidebar.slider(key="max_new_tokens").set_value(12).run()
-    at.text_area(key="prompt").set_value("The quick brown")
-    at.get("form_submit_button")[0].click().run()
+    generate(at, "The quick brown")
     n = len(at.session_state["inspect_trace"])
     assert n >= 3
     at.number_input(key="token_index").set_value(n).run()
@@ -287,14 +290,12 @@ def test_a_new_answer_starts_token_details_at_its_own_first_spike(tiny_model_dir
 
     at = start(tiny_model_dirs)
     at.sidebar.slider(key="max_new_tokens").set_value(12).run()
-    at.text_area(key="prompt").set_value("The quick brown")
-    at.get("form_submit_button")[0].click().run()
+    generate(at, "The quick brown")
     at.number_input(key="token_index").set_value(3).run()
     assert at.number_input(key="token_index").value == 3
     at.run()  # the same answer keeps the user's choice
     assert at.number_input(key="token_index").value == 3
-    at.text_area(key="prompt").set_value("Q: what is the capital of France?\nA:")
-    at.get("form_submit_button")[0].click().run()
+    generate(at, "Q: what is the capital of France?\nA:")
     assert not at.exception, at.exception
     trace = at.session_state["inspect_trace"]
     spikes = explain_trace(trace).spikes
@@ -304,8 +305,7 @@ def test_a_new_answer_starts_token_details_at_its_own_first_spike(tiny_model_dir
 
 def test_an_answer_of_another_model_is_not_shown_as_the_sidebars(tiny_model_dirs):
     at = start(tiny_model_dirs)
-    at.text_area(key="prompt").set_value("The quick brown")
-    at.get("form_submit_button")[0].click().run()
+    generate(at, "The quick brown")
     assert not any("came from another model" in m.value for m in at.info)
     at.sidebar.radio(key="model_source").set_value("Local folder or cached model id").run()
     at.sidebar.text_input(key="model_name").set_value(str(tiny_model_dirs["llama"])).run()
