@@ -77,9 +77,8 @@ def stack_top_logprobs(traces: Sequence[Trace]) -> tuple[TopK | None, str]:
     if k < MIN_ALTERNATIVES:
         short = int(np.count_nonzero(ks < MIN_ALTERNATIVES))
         return None, f"needs {TOP_K_NEEDS}; {short:,} of {len(traces):,} answers store fewer"
-    rows = np.concatenate([t.top_logprobs[:, :k] if t.top_logprobs.shape[1] == k
-                           else -np.sort(-t.top_logprobs, axis=1)[:, :k] for t in traces])
-    return TopK(-np.sort(-rows, axis=1)), ""
+    # each answer's alternatives most likely first, cut to the k every answer has
+    return TopK(np.concatenate([-np.sort(-t.top_logprobs, axis=1)[:, :k] for t in traces])), ""
 
 
 def entropy_contributions(logprobs: np.ndarray) -> np.ndarray:
