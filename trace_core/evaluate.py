@@ -60,7 +60,7 @@ from .trace import Trace
 __all__ = ["AnswerValueError", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "TRUNCATED_SHARE", "UNINFORMATIVE",
            "EvaluationConfig", "NoUsableSplitError", "TruncatedDistributionWarning",
            "EvaluationResult", "SkippedSplitsWarning", "average_results", "data_note", "evaluate", "evaluate_arrays",
-           "is_constant", "method_names"]
+           "is_constant", "method_names", "stratified_folds"]
 
 
 Progress = Callable[[int, int], None]
@@ -497,8 +497,23 @@ def _fit_scalar(name: str, z: np.ndarray, y: np.ndarray, z_ascending: np.ndarray
     return IsotonicCalibrator()._fit_sorted(z_ascending, y_ascending)
 
 
-#: Folds of the calibration part for a fitted baseline's out-of-fold values (see :func:`_out_of_fold`).
+#: Folds of out-of-fold values: a fitted baseline's on the calibration part (:func:`_out_of_fold`), a calibrator's
+#: on the answers it was fitted on (:func:`trace_core.flag.out_of_fold_probabilities`).
 OUT_OF_FOLD = 5
+
+
+def stratified_folds(y: np.ndarray, folds: int = OUT_OF_FOLD) -> np.ndarray:
+    """Each answer's fold, 0 to ``folds - 1``: each class dealt round the folds in row order, so every fold holds
+    its share of both.
+
+    >>> stratified_folds(np.array([1, 0, 1, 1, 0]), 2).tolist()
+    [0, 0, 1, 0, 1]
+    """
+    fold = np.empty(y.shape[0], dtype=np.int64)
+    for cls in (0, 1):
+        at = np.flatnonzero(y == cls)
+        fold[at] = np.arange(at.shape[0]) % folds
+    return fold
 
 
 def _out_of_fold(fit: Callable[[np.ndarray, np.ndarray], Any], F: np.ndarray, y: np.ndarray,
@@ -506,10 +521,7 @@ def _out_of_fold(fit: Callable[[np.ndarray, np.ndarray], Any], F: np.ndarray, y:
     """Scores and log-odds of a fitted baseline on its calibration part, each answer's from a fit on the other
     folds (:data:`OUT_OF_FOLD`, stratified by label, in row order); a fold whose complement lacks a class takes the
     fit on the whole part (``full``)."""
-    fold = np.empty(y.shape[0], dtype=np.int64)
-    for cls in (0, 1):
-        at = np.flatnonzero(y == cls)
-        fold[at] = np.arange(at.shape[0]) % OUT_OF_FOLD
+    fold = stratified_folds(y)
     score, log_odds = np.empty(y.shape[0]), np.empty(y.shape[0])
     for k in range(OUT_OF_FOLD):
         held = fold == k

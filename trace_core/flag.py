@@ -14,14 +14,12 @@ import pandas as pd
 
 from ._checks import check_int, check_real, shorten
 from .calibrate import TracePlus
+from .evaluate import OUT_OF_FOLD, stratified_folds
 from .score import config_for, explain_trace, trace_confidence, trace_risk
 from .trace import Trace
 
 __all__ = ["OUT_OF_FOLD", "OUTPUT_COLUMNS", "out_of_fold_probabilities", "output_collisions", "previous_export",
            "score_rows", "select_flagged", "spike_context", "threshold_for_risk"]
-
-#: Folds of :func:`out_of_fold_probabilities`.
-OUT_OF_FOLD = 5
 
 #: The columns that :func:`score_rows` adds, in order.
 OUTPUT_COLUMNS = ("trace_confidence", "trace_risk", "trace_variant", "probability_correct", "peak_risk_tokens",
@@ -123,10 +121,7 @@ def out_of_fold_probabilities(traces: Sequence[Trace], labels: Any, calibrator: 
     y = np.asarray(labels).astype(np.int64)
     if y.shape != (len(traces),):
         raise ValueError(f"got {y.shape[0] if y.ndim else 0} labels for {len(traces)} answers")
-    fold = np.empty(len(traces), dtype=np.int64)
-    for cls in (0, 1):
-        at = np.flatnonzero(y == cls)
-        fold[at] = np.arange(at.shape[0]) % folds
+    fold = stratified_folds(y, folds)
     out = np.empty(len(traces))
     for k in range(folds):
         held = np.flatnonzero(fold == k)
