@@ -53,8 +53,7 @@ from .metrics.ranking import _ranking_from_groups
 from .operators import Ragged, check_paired, segment_max, segment_mean
 from .registry import METHODS, METRICS, method_names
 from .results import (CONSTANT_RTOL, SCALAR_CALIBRATORS, TRUNCATED_SHARE, UNINFORMATIVE, EvaluationResult,
-                      _extended_needing_entropy, average_results, extended_entropy_note, small_sample_note, summarise,
-                      truncation_note)
+                      _extended_needing_entropy, average_results, extended_entropy_note, summarise, truncation_note)
 from .trace import Trace
 
 __all__ = ["AnswerValueError", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "TRUNCATED_SHARE", "UNINFORMATIVE",
@@ -265,7 +264,7 @@ def _evaluate(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config:
         notes.append(extended_entropy_note(extended))
     result = _run(surprisal, entropy, labels, scalar, features, config=config, wanted=wanted, skipped=skipped,
                   note=note, progress=progress)
-    small = small_sample_note(result.n_answers, int(round(result.accuracy * result.n_answers)))
+    small = result.sample_note()
     if small:
         notes.append(small)
     result.notes, result.certain_tokens = notes, certain_tokens

@@ -15,8 +15,6 @@ import platform
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-import numpy as np
-
 from .registry import METHODS, METRICS
 from .results import CALIBRATOR_NAMES, EvaluationResult
 
@@ -49,16 +47,14 @@ def _e(text: Any) -> str:
 def _metrics_table(result: EvaluationResult, calibrator: str) -> str:
     table = result.table(calibrator=calibrator)
     metrics = [m for m in result.config.metrics if m in table.columns]
-    informative = table[~table.index.isin(list(result.uninformative))]
-    best = {m: METRICS[m].best(informative[m]) if len(informative) and not result.small_sample else np.nan
-            for m in metrics}
+    bold = result.best_cells(table)
     head = "".join(f"<th>{_e(METRICS[m].title)}</th>" for m in metrics)
     rows = []
     for method, row in table.iterrows():
         cells = []
         for m in metrics:
-            bold = method not in result.uninformative and np.isfinite(best[m]) and np.isclose(row[m], best[m])
-            cells.append(f'<td{" class=best" if bold else ""}>{row[m]:.3f} ± {row[f"{m}_std"]:.3f}</td>')
+            best = " class=best" if bold.at[method, m] else ""
+            cells.append(f'<td{best}>{row[m]:.3f} ± {row[f"{m}_std"]:.3f}</td>')
         note = result.note(method)
         name = _e(method) + (f' <span class="small">({_e(note)})</span>' if note else "")
         rows.append(f"<tr><td>{name}</td><td>{_e(row['family'])}</td>{''.join(cells)}</tr>")

@@ -70,18 +70,20 @@ SMALL_SAMPLE = 100
 SMALL_CLASS = 10
 
 
-def small_sample_note(n: int, positives: int) -> str:
-    """The note on a sample too small to read (see :data:`SMALL_SAMPLE`); "" otherwise.
+def small_sample_note(n: int, positives: int | None) -> str:
+    """The note on a sample too small to read (see :data:`SMALL_SAMPLE`); "" otherwise. ``positives`` None: the
+    share correct is unknown, and only the number of answers decides.
 
     >>> small_sample_note(16, 5).split(":")[0]
     'Only 16 answers (5 correct, 11 wrong)'
     >>> small_sample_note(400, 120)
     ''
     """
-    negatives = n - positives
-    if n >= SMALL_SAMPLE and min(positives, negatives) >= SMALL_CLASS:
+    negatives = None if positives is None else n - positives
+    if n >= SMALL_SAMPLE and (positives is None or min(positives, negatives) >= SMALL_CLASS):
         return ""
-    return (f"Only {n:,} answers ({positives:,} correct, {negatives:,} wrong): with fewer than {SMALL_SAMPLE} answers "
+    counts = "" if positives is None else f" ({positives:,} correct, {negatives:,} wrong)"
+    return (f"Only {n:,} answers{counts}: with fewer than {SMALL_SAMPLE} answers "
             f"or fewer than {SMALL_CLASS} of either class the figures are unreliable (one answer moves a split's "
             "AUROC by several points), so nothing is bolded as best; read the intervals and the verdict, and label "
             "more answers")
@@ -223,31 +225,44 @@ class EvaluationResult:
         out.insert(0, "family", out.index.map(lambda m: METHODS[m].family))
         return out
 
+    def sample_note(self) -> str:
+        """:func:`small_sample_note` of these answers ("" when there are enough); with the share correct unknown
+        (NaN), by the number of answers alone."""
+        known = np.isfinite(self.accuracy)
+        return small_sample_note(self.n_answers, int(round(self.accuracy * self.n_answers)) if known else None)
+
     @property
     def small_sample(self) -> bool:
-        """Too few answers, or of one class, to read the figures (:func:`small_sample_note`); with the share correct
-        unknown (NaN), by the number of answers alone."""
-        if not np.isfinite(self.accuracy):
-            return self.n_answers < SMALL_SAMPLE
-        return bool(small_sample_note(self.n_answers, int(round(self.accuracy * self.n_answers))))
+        """Too few answers, or of one class, to read the figures (:meth:`sample_note`)."""
+        return bool(self.sample_note())
+
+    def best_cells(self, table: pd.DataFrame) -> pd.DataFrame:
+        """Which cells of :meth:`table`'s metric columns to show as the best: each metric's best mean over the
+        informative methods (uninformative scores never are; nothing on a small sample, :attr:`small_sample`)."""
+        metrics = [m for m in self.config.metrics if m in table.columns]
+        informative = ~table.index.isin(list(self.uninformative))
+        out = pd.DataFrame(False, index=table.index, columns=metrics)
+        if self.small_sample or not informative.any():
+            return out
+        for m in metrics:
+            best = METRICS[m].best(table.loc[informative, m])
+            if np.isfinite(best):
+                out[m] = informative & np.isclose(table[m].to_numpy(dtype=float), best)
+        return out
 
     def to_markdown(self, *, digits: int = 3, calibrator: str | None = None) -> str:
-        """The wide table as Markdown, ``mean ± std``; the best mean per metric in bold (uninformative scores never
-        are; nothing on a small sample, :attr:`small_sample`); uninformative methods and the reference say so after
-        their name."""
+        """The wide table as Markdown, ``mean ± std``; the best mean per metric in bold (:meth:`best_cells`);
+        uninformative methods and the reference say so after their name."""
         table = self.table(calibrator=calibrator)
         metrics = [m for m in self.config.metrics if m in table.columns]
-        informative = table[~table.index.isin(list(self.uninformative))]
-        best = {m: METRICS[m].best(informative[m]) if len(informative) and not self.small_sample else np.nan
-                for m in metrics}
+        bold = self.best_cells(table)
         header = "| method | family | " + " | ".join(f"{m} {METRICS[m].arrow}" for m in metrics) + " |"
         lines = [header, "|" + "---|" * (len(metrics) + 2)]
         for method, row in table.iterrows():
             cells = []
             for m in metrics:
                 text = f"{row[m]:.{digits}f} ± {row[f'{m}_std']:.{digits}f}"
-                bold = method not in self.uninformative and np.isfinite(best[m]) and np.isclose(row[m], best[m])
-                cells.append(f"**{text}**" if bold else text)
+                cells.append(f"**{text}**" if bold.at[method, m] else text)
             name = f"{method} ({self.uninformative[method]})" if method in self.uninformative else method
             lines.append(f"| {name} | {row['family']} | " + " | ".join(cells) + " |")
         return "\n".join(lines)
@@ -407,9 +422,8 @@ def average_results(results: Sequence[EvaluationResult] | Mapping[str, Evaluatio
         skipped.update(r.skipped)
     uninformative: dict[str, str] = {}
     # the groups' own sample notes stay with their sections (their counts are not the average's)
-    group_notes = [n for r in results for n in r.notes if n != truncation_note(*r.certain_tokens)
-                   and not (np.isfinite(r.accuracy) and n == small_sample_note(r.n_answers,
-                                                                          int(round(r.accuracy * r.n_answers))))]
+    group_notes = [n for r in results for n in r.notes if n not in (truncation_note(*r.certain_tokens),
+                                                                     r.sample_note())]
     for m in common:
         constant_in = [name for name, r in zip(names, results) if m in r.uninformative]
         if len(constant_in) == len(results):
