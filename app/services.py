@@ -466,7 +466,7 @@ def parse_beams(dataset: LabeledDataset, keep: np.ndarray) -> tuple[list[list[fl
 def scored_out_of_fold(data: state.Answers, calibrator: Any) -> pd.DataFrame:
     """:func:`scored_rows` with ``probability_correct`` from :func:`trace_core.flag.out_of_fold_probabilities`: for
     the answers ``calibrator`` was fitted on, whose error rates its own probabilities would flatter."""
-    from trace_core.flag import out_of_fold_probabilities, score_rows
+    from trace_core.flag import out_of_fold_probabilities, score_rows, unscored
 
     def compute() -> pd.DataFrame:
         scored = score_rows(unscored(data.frame), data.traces, calibrator)
@@ -480,20 +480,13 @@ def scored_rows(data: state.Answers, calibrator: Any) -> pd.DataFrame:
     """The answers scored by ``calibrator`` (:func:`trace_core.flag.score_rows`), once per data and calibrator in a
     session: moving the Flag page's sliders does not score again. ``data.key`` holds the recording model's
     :func:`model_key`, so traces recorded with another model (another server serving the same name) score afresh."""
-    from trace_core.flag import score_rows
+    from trace_core.flag import score_rows, unscored
 
     def compute() -> pd.DataFrame:
         return score_rows(unscored(data.frame), data.traces, calibrator)
 
     return state.scored(digest(data.key, calibrator.to_json()), compute)
 
-
-def unscored(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` without the scores of an earlier flagging when it is a flagged export opened again
-    (:func:`trace_core.flag.previous_export`): they are replaced, not refused as look-alike columns."""
-    from trace_core.flag import OUTPUT_COLUMNS, previous_export
-
-    return frame.drop(columns=list(OUTPUT_COLUMNS)) if previous_export(frame.columns) else frame
 
 
 #: Shown with a trace's alternatives when only their ids are known (see :func:`alternatives_for`).

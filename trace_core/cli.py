@@ -603,7 +603,7 @@ def cmd_flag(args: argparse.Namespace) -> None:
     from .calibrate import load_calibrator
     from .calibrator_io import MAX_CALIBRATOR_BYTES
     from .data import export_flagged, token_table, with_trace_columns
-    from .flag import OUTPUT_COLUMNS, output_collisions, previous_export
+    from .flag import OUTPUT_COLUMNS, output_collisions, previous_export, unscored
 
     fmt = _check_out(args.out, _FLAGGED_OUT)
     _check_not_input(args.out, [("the input file", args.data), ("--calibrator", args.calibrator)],
@@ -614,7 +614,7 @@ def cmd_flag(args: argparse.Namespace) -> None:
                                        ("--out", args.out)], written="the flagged answers' tokens")
     dataset = _read(args.data, require_label=False, args=args)
     if previous_export(dataset.frame.columns):  # a flagged export scored again: its earlier scores are replaced
-        dataset = dataclasses.replace(dataset, frame=dataset.frame.drop(columns=list(OUTPUT_COLUMNS)))
+        dataset = dataclasses.replace(dataset, frame=unscored(dataset.frame))
         if not args.quiet:
             print(f"{_shown(args.data)}: a flagged export; its earlier scores ({', '.join(OUTPUT_COLUMNS)}) are "
                   "replaced", file=sys.stderr)

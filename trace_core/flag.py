@@ -19,7 +19,7 @@ from .score import config_for, explain_trace, trace_confidence, trace_risk
 from .trace import Trace
 
 __all__ = ["OUT_OF_FOLD", "OUTPUT_COLUMNS", "out_of_fold_probabilities", "output_collisions", "previous_export",
-           "score_rows", "select_flagged", "spike_context", "threshold_for_risk"]
+           "score_rows", "select_flagged", "spike_context", "threshold_for_risk", "unscored"]
 
 #: The columns that :func:`score_rows` adds, in order.
 OUTPUT_COLUMNS = ("trace_confidence", "trace_risk", "trace_variant", "probability_correct", "peak_risk_tokens",
@@ -41,6 +41,12 @@ def previous_export(columns: Sequence[object]) -> bool:
     """Whether ``columns`` hold every output column of :func:`score_rows` (exactly as it names them): a flagged
     export being scored again, whose earlier scores are to be replaced rather than refused as look-alikes."""
     return set(OUTPUT_COLUMNS) <= {str(c) for c in columns}
+
+
+def unscored(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` without an earlier flagging's scores when it is a flagged export opened again
+    (:func:`previous_export`): they are to be replaced, not refused as look-alike columns; ``frame`` otherwise."""
+    return frame.drop(columns=list(OUTPUT_COLUMNS)) if previous_export(frame.columns) else frame
 
 
 def spike_context(trace: Trace, spikes: Sequence[int], *, width: int = 3) -> str:
