@@ -17,10 +17,11 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from trace_core import DecodingConfig, Trace, TracePlus, explain_trace
+from trace_core import DecodingConfig, ScoreCalibrator, Trace, TracePlus, explain_trace
 from trace_core.align import Alignment, align_tokens
 
 from .components import card_html, card_id_prefix, ramp, signal_values, visible_token
+from .explain import probability_title
 
 #: The signals the grid can colour by: both have a fixed scale, so the two rows' colours compare.
 GRID_SIGNALS = ("surprisal", "entropy")
@@ -87,7 +88,8 @@ def compare_metrics(a: Trace, b: Trace, calibrator: Any = None, *,
 
     Columns: ``model``, ``decoding``, ``tokens``, ``TRACE confidence`` (``exp(-R)``, :func:`trace_core.explain_trace`),
     ``TRACE variant`` (``"TRACE"``, or the surprisal-only variant for a trace without entropy: the two do not rank on
-    one scale), ``TRACE+ probability`` (only when ``calibrator`` is a :class:`trace_core.TracePlus`),
+    one scale), ``TRACE+ probability`` (when ``calibrator`` is a :class:`trace_core.TracePlus`; ``SeqLogP
+    probability`` and so on for a :class:`trace_core.ScoreCalibrator`, :func:`app.explain.probability_title`),
     ``mean surprisal``, ``max surprisal`` (nats) and ``entropy source``. An empty answer has NaN numbers.
 
     A calibrator fitted on another model or entropy source warns in the library; the page shows those notes itself
@@ -101,10 +103,11 @@ def compare_metrics(a: Trace, b: Trace, calibrator: Any = None, *,
         empty = len(trace) == 0
         row = {"model": trace.metadata.model_id or "—", "decoding": describe_decoding(trace.metadata.decoding),
                "tokens": len(trace), "TRACE confidence": exp.confidence, "TRACE variant": exp.variant}
-        if isinstance(calibrator, TracePlus):
+        if isinstance(calibrator, (TracePlus, ScoreCalibrator)):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
-                row["TRACE+ probability"] = math.nan if empty else float(calibrator.predict_proba([trace])[0])
+                row[f"{probability_title(calibrator)} probability"] = (
+                    math.nan if empty else float(calibrator.predict_proba([trace])[0]))
         row["mean surprisal"] = math.nan if empty else float(np.mean(trace.surprisal))
         row["max surprisal"] = math.nan if empty else float(np.max(trace.surprisal))
         row["entropy source"] = _entropy_source(trace)

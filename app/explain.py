@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import html
 import math
+from typing import Any
 
 import numpy as np
 
-from trace_core import Trace, TraceExplanation, TracePlus
+from trace_core import ScoreCalibrator, Trace, TraceExplanation, TracePlus
+from trace_core.calibrate import CALIBRATOR_WORDS
 from trace_core.score import PAPER_CONFIG, SPIKE_MIN_SURPRISAL
 
 from .components import visible_token
@@ -151,8 +153,21 @@ def explain_risk(trace: Trace, exp: TraceExplanation) -> str:
             f"{spike_sentence(trace, exp)} {window_sentence(trace, exp, surprisal_only=surprisal_only)}{note}</p>")
 
 
-def explain_probability(model: TracePlus, trace: Trace, probability: float) -> str:
-    """The TRACE+ probability with the (at most two) features that raised it and lowered it most."""
+def probability_title(model: Any) -> str:
+    """What a calibrator's probability is called on the pages: ``"TRACE+"``, ``"TRACE+ (extended)"``, the method a
+    ScoreCalibrator calibrates (``"SeqLogP"``), or ``"TRACE"`` for a bare scalar calibrator of TRACE confidence."""
+    if isinstance(model, ScoreCalibrator):
+        return model.method
+    return model.score_name if isinstance(model, TracePlus) else "TRACE"
+
+
+def explain_probability(model: Any, trace: Trace, probability: float) -> str:
+    """The calibrated probability: for TRACE+ with the (at most two) features that raised it and lowered it most;
+    for another score (a ScoreCalibrator), which score and calibrator gave it."""
+    if isinstance(model, ScoreCalibrator):
+        return (f"<p><b>{html.escape(model.method)}:</b> {html.escape(CALIBRATOR_WORDS[model.calibrator])} of its "
+                f"score puts the chance that this answer is correct at {probability:.0%} (the active calibrator "
+                "calibrates this score, not TRACE+).</p>")
     contributions = model.feature_contributions([trace])[0]
     order = np.argsort(contributions)
     down = [feature_phrase(model.feature_names_[i], len(trace)) for i in order[:2] if contributions[i] < -0.05]

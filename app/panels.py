@@ -9,25 +9,28 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from trace_core import Trace, explain_trace
+from trace_core import EvaluationResult, Trace, explain_trace
 from trace_core.calibrate import load_calibrator
+from trace_core.flag import FlagScore, best_flag_score, flag_scores
+from trace_core.registry import METHODS
 
 from . import state
 from .components import HEATMAP_CSS, control_safe, heatmap_html, legend_html, md_literal, signal_values
-from .services import alternatives_for, alternatives_note, describe_calibrator, digest, fitted_calibrator
+from .services import (alternatives_for, alternatives_note, describe_calibrator, digest, fit_calibrator_cached,
+                       fitted_calibrator)
 
 #: Where the calibrator is used, for the sentences that say so.
 USED_BY = "Inspect, Compare and Flag & export"
 
 
-def active_calibrator_note() -> state.ActiveCalibrator | None:
-    """A caption naming the active calibrator (kind, origin, what it was fitted on, model, entropy source), or
-    saying there is none; returns it."""
+def active_calibrator_note(where: Any = st) -> state.ActiveCalibrator | None:
+    """A caption (in ``where``: ``st`` or a container drawn earlier) naming the active calibrator (kind, origin, what
+    it was fitted on, model, entropy source), or saying there is none; returns it."""
     active = state.active_calibrator()
     if active is None:
-        st.caption("No calibrator yet: fit one on the Calibrate page, or load a saved one on Flag & export.")
+        where.caption("No calibrator yet: fit one on the Calibrate page, or load a saved one on Flag & export.")
     else:
-        st.caption(f"**Active calibrator:** {md_literal(describe_calibrator(active))}.")
+        where.caption(f"**Active calibrator:** {md_literal(describe_calibrator(active))}.")
     return active
 
 
@@ -92,3 +95,68 @@ def answer_details(trace: Trace, row: pd.Series, *, row_column: str, extra: dict
     if "reference" in row.index and not pd.isna(row["reference"]):
         st.caption("Reference")
         st.code(control_safe(str(row["reference"])), language=None, wrap_lines=True)
+
+
+def score_choices(result: EvaluationResult, owner: tuple[Any, ...]) -> state.ScoreChoices:
+    """The scores ``result``'s answers can be flagged with, and a note naming a fitted baseline or the reference that
+    had a lower held-out Brier than all of them (they cannot be saved as calibrators)."""
+    options = tuple(flag_scores(result))
+    best = best_flag_score(options)
+    note = ""
+    summary = result.summary
+    fitted = summary[(summary["metric"] == "brier") & ~summary["uninformative"]
+                     & summary["method"].map(lambda m: METHODS[m].kind in ("fitted_baseline", "reference"))]
+    if best is not None and len(fitted) and fitted["mean"].min() < best.brier:
+        top = fitted.loc[fitted["mean"].idxmin()]
+        note = (f"{top['method']} did better (Brier {top['mean']:.3f}) but is fitted per split and cannot be saved as "
+                "a calibrator yet.")
+    return state.ScoreChoices(owner=owner, options=options, note=note)
+
+
+def flag_score_choice(choices: state.ScoreChoices) -> FlagScore:
+    """A choice of the score the production calibrator calibrates, each option with its held-out Brier; it starts at
+    (and, for another comparison, returns to) the one with the lowest, and says why."""
+    best = best_flag_score(choices.options)
+    by_name = {o.name: o for o in choices.options}
+    state.follow("flag_score", choices.owner, (best or choices.options[0]).name)
+    state.keep_valid("flag_score", list(by_name))
+
+    def label(name: str) -> str:
+        option = by_name[name]
+        if option.brier != option.brier:
+            return f"{name} — not in the comparison"
+        return f"{name} — held-out Brier {option.brier:.3f}" + (" (lowest)" if option == best else "")
+
+    chosen = by_name[st.selectbox("Score to calibrate", list(by_name), key="flag_score", format_func=label,
+                                  help="The calibrator turns this score into P(correct) for Inspect, Compare and "
+                                       "Flag & export. The Brier score rewards both ranking the answers well and "
+                                       "stating calibrated probabilities, which is what a cut on P(correct) needs.")]
+    notes = []
+    if best is not None:
+        notes.append(f"{best.name} has the lowest mean Brier over the comparison's held-out parts, so it is the "
+                     "default" + ("; you chose another." if chosen != best else "."))
+    if choices.note:
+        notes.append(choices.note)
+    notes.append("The calibrator file records which score it calibrates.")
+    st.caption(md_literal(" ".join(notes)))
+    return chosen
+
+
+def production_calibrator(data: state.Answers, choices: state.ScoreChoices) -> tuple[FlagScore, Any]:
+    """The score choice and the calibrator of that score fitted on all of ``data`` (the Calibrate page's labeled
+    answers), offered as the active calibrator (:func:`offer_calibrator`). Returns the score and the calibrator."""
+    score = flag_score_choice(choices)
+    model = fit_calibrator_cached(data.traces, data.labels, data.key, (score.method, score.calibrator))
+    st.caption(f"{md_literal(score.name)} fitted on all {len(data.traces):,} labeled answers of "
+               f"{md_literal(data.name)}.")
+    offer_calibrator(fitted_calibrator(model, origin="fitted on the Calibrate page",
+                                       data=f"{len(data.traces):,} answers of '{data.name}'", fitted_on=data.key))
+    return score, model
+
+
+def calibrator_file_name(score: FlagScore) -> str:
+    """``trace_plus_calibrator.json``, ``seqlogp_isotonic_calibrator.json``: the score in the name, in safe
+    characters."""
+    stem = "".join(ch if ch.isalnum() else "_" for ch in score.method.replace("+", "_plus").lower())
+    stem = "_".join(part for part in stem.split("_") if part)
+    return f"{stem}{'' if score.calibrator == 'logistic' else '_' + score.calibrator}_calibrator.json"

@@ -29,6 +29,7 @@ from trace_core import (
     EvaluationResult,
     LabeledDataset,
     LoadedModel,
+    ScoreCalibrator,
     Trace,
     TracePlus,
     evaluate,
@@ -37,6 +38,7 @@ from trace_core import (
     settings,
 )
 from trace_core._checks import clip
+from trace_core.flag import FlagScore
 from trace_core.record import alternative_pieces, check_model_allowed
 
 from . import state
@@ -400,13 +402,13 @@ def evaluate_cached(_traces: Sequence[Trace], labels: np.ndarray, config: Evalua
     return result, [str(w.message) for w in caught]
 
 
-@st.cache_resource(show_spinner="Fitting TRACE+…", max_entries=8)
-def fit_calibrator_cached(_traces: Sequence[Trace], labels: np.ndarray, key: str) -> TracePlus:
-    """TRACE+ fitted on all the labeled answers of a dataset (the surprisal-only feature set when the traces hold no
-    entropy); ``key`` identifies the traces, as for :func:`evaluate_cached` (file digest and :func:`model_key`)."""
-    from trace_core.features import default_feature_set
-
-    return TracePlus(feature_set=default_feature_set(_traces)).fit(list(_traces), labels)
+@st.cache_resource(show_spinner="Fitting the calibrator…", max_entries=8)
+def fit_calibrator_cached(_traces: Sequence[Trace], labels: np.ndarray, key: str,
+                          score: tuple[str, str] = ("TRACE+", "logistic")) -> TracePlus | ScoreCalibrator:
+    """The calibrator of ``score`` (a :class:`trace_core.flag.FlagScore`'s method and calibrator: TRACE+ on a feature
+    set, or TRACE or a baseline with Platt scaling or isotonic regression) fitted on all the labeled answers of a
+    dataset; ``key`` identifies the traces, as for :func:`evaluate_cached` (file digest and :func:`model_key`)."""
+    return FlagScore(*score).calibrator_model().fit(list(_traces), labels)
 
 
 def fitted_calibrator(model: Any, *, origin: str, data: str | None = None, pinned: bool = False,
@@ -425,8 +427,11 @@ def describe_calibrator(active: state.ActiveCalibrator) -> str:
     """One plain sentence on a calibrator: its kind, where it came from, what it was fitted on (answers, models,
     entropy source, feature set) as far as it records it."""
     model = active.model
-    kind = {"TracePlus": "TRACE+", "PlattCalibrator": "Platt scaling", "IsotonicCalibrator": "isotonic regression"}
+    kind = {"TracePlus": "TRACE+", "PlattCalibrator": "Platt scaling of TRACE confidence",
+            "IsotonicCalibrator": "isotonic regression of TRACE confidence"}
     name = kind.get(type(model).__name__, type(model).__name__)
+    if isinstance(model, ScoreCalibrator):
+        name = model.score_name
     feature_set = getattr(model, "feature_set", None)
     if feature_set:
         name += f" ({feature_set} features)"

@@ -20,9 +20,10 @@ import pandas as pd
 import streamlit as st
 
 if TYPE_CHECKING:
-    from trace_core import DecodingConfig, IsotonicCalibrator, LoadedModel, PlattCalibrator, Trace, TracePlus
+    from trace_core import (DecodingConfig, IsotonicCalibrator, LoadedModel, PlattCalibrator, ScoreCalibrator, Trace,
+                            TracePlus)
 
-    Calibrator = TracePlus | PlattCalibrator | IsotonicCalibrator
+    Calibrator = TracePlus | ScoreCalibrator | PlattCalibrator | IsotonicCalibrator
 
 # Values the app stores (written by code).
 MODEL = "lm"  # LoadedModel | None: the sidebar's model
@@ -30,6 +31,7 @@ MODEL_ERROR = "lm_error"  # str | None: why it could not be loaded
 DECODING = "decoding"  # DecodingConfig from the sidebar
 CALIBRATOR = "calibrator"  # ActiveCalibrator: fitted on Calibrate or loaded from a file, used by every page
 CALIBRATED_DATA = "flag_data"  # Answers: the Calibrate page's rows for Flag & export
+SCORE_CHOICES = "score_choices"  # ScoreChoices: the scores those rows can be flagged with (Calibrate and Flag offer them)
 UPLOADS = "uploads"  # {role: (bytes, name)}: each page's last uploaded file, kept across pages
 LOADED_CALIBRATOR_FILE = "loaded_calibrator_file"  # (name, size, digest) of the calibrator file last loaded
 RECORDED = "recorded"  # {(file key, model key): {row number in the file: Trace}}: traces recorded in this session
@@ -47,7 +49,7 @@ PROMPT = "prompt"  # the Inspect page's prompt box (an example fills it)
 KEPT_WIDGETS = (
     # Calibrate (and the dataset choice it shares with Flag & export)
     "data_source", "demo_dataset", "data_path", "matcher", "n_splits", "fraction", "eval_seed", "stratified",
-    "semantic", "scalar_calibrator", "plot_baselines", "bin_strategy", "n_bins", "trace_format",
+    "semantic", "scalar_calibrator", "plot_baselines", "bin_strategy", "n_bins", "trace_format", "flag_score",
     # Inspect
     PROMPT, "example", "signal", "colour_scale", "token_index",
     # Flag & export
@@ -104,7 +106,7 @@ class ActiveCalibrator:
 
     Attributes
     ----------
-    model : TracePlus, PlattCalibrator or IsotonicCalibrator
+    model : TracePlus, ScoreCalibrator, PlattCalibrator or IsotonicCalibrator
     origin : str
         How it became active, as a phrase: "fitted on the Calibrate page", "loaded from 'c.json'".
     data : str or None
@@ -125,6 +127,26 @@ class ActiveCalibrator:
     key: str
     pinned: bool = False
     fitted_on: str | None = None
+
+
+@dataclass(frozen=True)
+class ScoreChoices:
+    """The scores the Calibrate page's answers can be flagged with, from its comparison.
+
+    Attributes
+    ----------
+    owner : tuple
+        What the comparison was of (the answers' key, the protocol's settings): the choice returns to the default
+        when it changes.
+    options : tuple of trace_core.flag.FlagScore
+        Each with its held-out Brier (:func:`trace_core.flag.flag_scores`).
+    note : str
+        A sentence naming a fitted baseline that did better but cannot be saved as a calibrator, or "".
+    """
+
+    owner: tuple[Any, ...]
+    options: tuple[Any, ...]
+    note: str = ""
 
 
 def _get(key: str, default: Any = None) -> Any:
@@ -193,6 +215,15 @@ def calibrated_data() -> Answers | None:
 
 def set_calibrated_data(data: Answers) -> None:
     _set(CALIBRATED_DATA, data)
+
+
+def score_choices() -> ScoreChoices | None:
+    """The scores the Calibrate page's answers can be flagged with (None before it has run)."""
+    return _get(SCORE_CHOICES)
+
+
+def set_score_choices(choices: ScoreChoices) -> None:
+    _set(SCORE_CHOICES, choices)
 
 
 def keep_widgets() -> None:

@@ -10,9 +10,9 @@ from app.components import (legend_stats, md_literal, metric_columns, metrics_fr
 from app.downloads import download_button
 from app.groups import group_panel
 from app.inputs import pick_dataset_file, read_labeled
-from app.panels import offer_calibrator
+from app.panels import calibrator_file_name, production_calibrator, score_choices
 from app.recording import dataset_traces, record_panel, traces_download
-from app.services import embedder, evaluate_cached, fit_calibrator_cached, fitted_calibrator, parse_beams
+from app.services import embedder, evaluate_cached, parse_beams
 from trace_core import EvaluationConfig
 from trace_core.evaluate import SCALAR_CALIBRATORS, AnswerValueError
 from trace_core.results import CALIBRATOR_NAMES
@@ -147,22 +147,24 @@ group_panel(dataset.frame.iloc[rows.usable.keep].reset_index(drop=True), kept, l
             tuple(method_names()), rows.key, beams, model_for_semantic, calibrator)
 
 st.subheader("Calibrator for production")
-model = fit_calibrator_cached(kept, labels, rows.key)
-state.set_calibrated_data(rows.hand_off(picked.name))
-name = "TRACE+" if model.feature_set == "paper" else "TRACE+ (surprisal-only)"
-st.caption(f"{name} fitted on all {len(kept):,} labeled answers of {md_literal(picked.name)}.")
-offer_calibrator(fitted_calibrator(model, origin="fitted on the Calibrate page",
-                                   data=f"{len(kept):,} answers of '{picked.name}'", fitted_on=rows.key))
+handed = rows.hand_off(picked.name)
+state.set_calibrated_data(handed)
+choices = score_choices(result, (rows.key, repr(config), bool(semantic)))
+state.set_score_choices(choices)
+score, model = production_calibrator(handed, choices)
 cols = st.columns(2)
-cols[0].download_button("Download calibrator (JSON)", model.to_json(), file_name="trace_plus_calibrator.json",
-                        mime="application/json", key="download_calibrator")
+calibrator_json = model.to_json()
+download_button(cols[0], "Download calibrator (JSON)", lambda: calibrator_json.encode("utf-8"),
+                content=(rows.key, calibrator_json), file_name=calibrator_file_name(score),
+                mime="application/json", key="download_calibrator")
 cols[1].download_button("Download results table (CSV)", result.summary.to_csv(index=False),
                         file_name="trace_results.csv", mime="text/csv", key="download_results")
 download_button(st, "Download the report (HTML)", lambda: report_html(
                     {"": result}, title=f"TRACE evaluation of {picked.name}", calibrator=calibrator,
                     data={"file": picked.name, "answers": f"{len(kept):,}", "labels": dataset.label_source},
-                    provenance=getattr(model, "provenance_", None)).encode("utf-8"),
-                content=(rows.key, repr(config), bool(semantic), calibrator), file_name="trace_report.html",
+                    provenance={"score": score.name, **(getattr(model, "provenance_", None) or {})},
+                ).encode("utf-8"),
+                content=(rows.key, repr(config), bool(semantic), calibrator, score.name), file_name="trace_report.html",
                 mime="text/html", key="download_report",
                 help="One self-contained file: the tables, the verdict, interactive figures, settings and versions.")
 traces_download(rows, picked.name)

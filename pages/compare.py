@@ -10,8 +10,9 @@ import streamlit as st
 from app import state
 from app.compare_view import Comparison, aligned_heatmap_html, compare_metrics, describe_decoding
 from app.components import HEATMAP_CSS, legend_html, md_literal, sentence, signal_values
+from app.explain import probability_title
 from app.services import alternatives_for, describe_calibrator, get_model, prompt_problem, provenance_notes
-from trace_core import DecodingConfig, ModelLoadError, TracePlus, generate_trace, settings
+from trace_core import DecodingConfig, ModelLoadError, ScoreCalibrator, TracePlus, generate_trace, settings
 from trace_core.align import divergence_summary
 from trace_core.policy import fit_new_tokens
 from trace_core.record.server import ServerError
@@ -103,25 +104,27 @@ if result is not None:
 
     calibrator = state.calibrator()
     table = compare_metrics(a, b, calibrator)
+    title = probability_title(calibrator)
     st.dataframe(table, width="stretch", column_config={
         "TRACE confidence": st.column_config.NumberColumn(format="%.3f", help="exp(-R): ranks answers, higher = "
                                                           "more likely correct; not a probability."),
-        "TRACE+ probability": st.column_config.NumberColumn(format="percent"),
+        f"{title} probability": st.column_config.NumberColumn(format="percent"),
         "mean surprisal": st.column_config.NumberColumn(format="%.2f"),
         "max surprisal": st.column_config.NumberColumn(format="%.2f")})
 
     active = state.active_calibrator()
-    if isinstance(calibrator, TracePlus):
+    if isinstance(calibrator, (TracePlus, ScoreCalibrator)):
         cols = st.columns(2)
         for col, label in zip(cols, ("A", "B")):
-            value = table.loc[label, "TRACE+ probability"]
-            col.metric(f"{label}: TRACE+ probability correct", "—" if value != value else f"{value:.0%}")
+            value = table.loc[label, f"{title} probability"]
+            col.metric(f"{label}: {title} probability correct", "—" if value != value else f"{value:.0%}")
         st.caption(f"From the active calibrator: {md_literal(describe_calibrator(active))}.")
         for note in dict.fromkeys(provenance_notes(calibrator, [t for t in (a, b) if len(t)])):
             st.warning(md_literal(sentence(note)))
     elif active is not None:
-        st.caption(f"The active calibrator is not TRACE+ ({md_literal(describe_calibrator(active))}). Fit or load "
-                   "a TRACE+ calibrator on Calibrate or Flag & export to see TRACE+.")
+        st.caption(f"The active calibrator calibrates TRACE confidence alone ({md_literal(describe_calibrator(active))}"
+                   "). Fit or load a TRACE+ calibrator, or one of a named score, on Calibrate or Flag & export to "
+                   "see a probability here.")
     else:
         st.caption("Fit or load a calibrator on Calibrate or Flag & export to see TRACE+.")
 

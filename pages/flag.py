@@ -11,10 +11,10 @@ from app import state
 from app.components import control_safe, md_literal, sentence
 from app.downloads import download_button
 from app.inputs import pick_dataset_file, read_labeled
-from app.panels import active_calibrator_note, answer_details, load_calibrator_panel
+from app.panels import active_calibrator_note, answer_details, load_calibrator_panel, production_calibrator
 from app.recording import dataset_traces, record_panel
 from app.services import provenance_notes, scored_out_of_fold, scored_rows
-from trace_core import TracePlus
+from trace_core import ScoreCalibrator, TracePlus
 from trace_core.data import export_flagged, token_table, with_trace_columns
 from trace_core.flag import OUT_OF_FOLD, select_flagged
 
@@ -23,7 +23,8 @@ st.caption("Answers the calibrator finds unlikely to be correct, with the tokens
            "or download. Labels are optional: flag new answers as they come.")
 
 load_calibrator_panel()
-active = active_calibrator_note()
+note = st.container()  # the active calibrator's note, written once this page has settled which it is
+active = state.active_calibrator()
 
 FROM_CALIBRATE, FROM_FILE = "The Calibrate page's answers", "Answers from a file"
 handed = state.calibrated_data()
@@ -55,13 +56,19 @@ else:
         st.stop()
     data = rows.hand_off(picked.name)
 
+choices = state.score_choices()
+if (source == FROM_CALIBRATE and choices is not None and choices.owner[0] == data.key and data.labels is not None
+        and (active is None or not active.pinned)):
+    # the Calibrate page's own calibrator: its score can be chosen here too
+    production_calibrator(data, choices)
+active = active_calibrator_note(note)
 if active is None:
     st.info("Fit a calibrator on the Calibrate page, or load a saved one above, to score these answers.")
     st.stop()
 calibrator = active.model
 # The answers the calibrator was fitted on: their error rates are measured with out-of-fold probabilities
 in_sample = (active.fitted_on is not None and active.fitted_on == data.key and data.labels is not None
-             and isinstance(calibrator, TracePlus))
+             and isinstance(calibrator, (TracePlus, ScoreCalibrator)))
 try:
     scored = scored_out_of_fold(data, calibrator) if in_sample else scored_rows(data, calibrator)
 except ValueError as exc:  # e.g. a calibrator that needs entropy, on answers whose traces hold none
@@ -91,8 +98,9 @@ else:
 kept = ~scored.index.isin(flagged.index)
 if in_sample:
     st.caption(f"The calibrator was fitted on these answers, so here each answer's P(correct) is out of fold: from "
-               f"TRACE+ fitted on the other {OUT_OF_FOLD - 1} of {OUT_OF_FOLD} parts, and the error rates below "
-               "estimate what new answers would see. Exports carry the same probabilities.")
+               f"{md_literal(calibrator.score_name)} fitted on the other {OUT_OF_FOLD - 1} of {OUT_OF_FOLD} parts, "
+               "and the error rates below estimate what new answers would see. Exports carry the same "
+               "probabilities.")
 cols = st.columns(3)
 cols[0].metric("Flagged", f"{len(flagged):,} of {len(scored):,}")
 if labels is not None:

@@ -12,11 +12,11 @@ import streamlit as st
 from app import state
 from app.components import (HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, md_literal, sentence, signal_values,
                             trace_figure, visible_token)
-from app.explain import explain_probability, explain_risk, unfinished_note
+from app.explain import explain_probability, explain_risk, probability_title, unfinished_note
 from app.panels import active_calibrator_note
-from app.services import (alternatives_for, alternatives_note, example_label, heatmap_cached, prompt_as_read,
-                          prompt_problem, provenance_notes, same_model, try_prompts)
-from trace_core import TracePlus, explain_trace, generate_trace
+from app.services import (alternatives_for, alternatives_note, describe_calibrator, example_label, heatmap_cached,
+                          prompt_as_read, prompt_problem, provenance_notes, same_model, try_prompts)
+from trace_core import ScoreCalibrator, TracePlus, explain_trace, generate_trace
 from trace_core.policy import fit_new_tokens
 from trace_core.record.server import ServerError
 
@@ -74,11 +74,12 @@ if trace is not None:
         confidence = f"{exp.confidence:.3f}" if exp.confidence >= 1e-3 else f"{exp.confidence:.1e}"
         cols[0].metric("TRACE confidence", confidence,
                        help="exp(-R): ranks answers, higher = more likely correct; not a probability.")
-        if isinstance(calibrator, TracePlus):
+        if isinstance(calibrator, (TracePlus, ScoreCalibrator)):
             probability = float(calibrator.predict_proba([trace])[0])
             for note in provenance_notes(calibrator, [trace]):
                 st.warning(md_literal(note[0].upper() + note[1:] + "."))
-            cols[1].metric("TRACE+ probability correct", f"{probability:.0%}")
+            cols[1].metric(f"{probability_title(calibrator)} probability correct", f"{probability:.0%}",
+                           help=f"From the active calibrator: {describe_calibrator(active)}.")
         else:
             probability = None
             cols[1].metric("TRACE+ probability correct", "—",

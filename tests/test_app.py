@@ -381,3 +381,53 @@ def test_a_flagged_export_opens_on_flag_and_is_scored_again(tiny_model_dirs, mon
     (scored,) = at.session_state["scored"].values()
     before = read_dataset(export).frame.set_index("prompt")["probability_correct"].astype(float)
     np.testing.assert_allclose(scored.set_index("prompt").loc[before.index, "probability_correct"], before)
+
+
+def test_calibrate_offers_any_score_for_flagging_defaulting_to_the_lowest_brier(tiny_model_dirs, monkeypatch,
+                                                                                 labeled_files):
+    from trace_core import ScoreCalibrator, TracePlus
+    from trace_core.flag import best_flag_score, flag_scores
+
+    at, with_traces = calibrated(tiny_model_dirs, monkeypatch, labeled_files)
+    dataset = read_dataset(with_traces)
+    result = evaluate(dataset.traces, dataset.labels, config=EvaluationConfig(n_splits=3))
+    best = best_flag_score(flag_scores(result))
+    choice = at.selectbox(key="flag_score")
+    assert choice.value == best.name and len(choice.options) == len(flag_scores(result))
+    assert f"held-out Brier {best.brier:.3f} (lowest)" in choice.format_func(best.name)
+    active = at.session_state["calibrator"]
+    expected = best.calibrator_model().fit(list(dataset.traces), dataset.labels)
+    assert type(active.model) is type(expected) and active.model.get_params() == expected.get_params()
+    np.testing.assert_allclose(active.model.predict_proba(list(dataset.traces)),
+                               expected.predict_proba(list(dataset.traces)))
+    assert any("lowest mean Brier" in c.value for c in at.caption)
+
+    # another score: the active calibrator follows, and the saved file names it
+    other = "SeqLogP with isotonic regression" if best.name != "SeqLogP with isotonic regression" else "TRACE+"
+    at.selectbox(key="flag_score").set_value(other).run()
+    assert not at.exception
+    model = at.session_state["calibrator"].model
+    assert isinstance(model, ScoreCalibrator if other.startswith("SeqLogP") else TracePlus)
+    assert any("you chose another" in c.value for c in at.caption)
+    if isinstance(model, ScoreCalibrator):
+        assert json.loads(model.to_json())["params"]["method"] == "SeqLogP"
+        at.switch_page("../pages/flag.py").run()
+        assert not at.exception and not at.error
+        assert any("SeqLogP with isotonic regression fitted on the other" in html.unescape(c.value) for c in at.caption)
+        # the same choice on Flag & export, kept from Calibrate; changing it here changes the active calibrator
+        assert at.selectbox(key="flag_score").value == other
+        at.selectbox(key="flag_score").set_value(best.name).run()
+        assert not at.exception and not at.error
+        model = at.session_state["calibrator"].model
+        assert model.get_params() == expected.get_params() and model.score_name == best.name
+        assert f"Active calibrator:** {best.name}" in html.unescape(at.caption[1].value)
+        (scored,) = at.session_state["scored"].values()
+        from trace_core.flag import out_of_fold_probabilities
+
+        np.testing.assert_allclose(np.sort(scored["probability_correct"].to_numpy()), np.sort(
+            out_of_fold_probabilities(list(dataset.traces), dataset.labels, model)))
+        at.switch_page("../pages/inspect.py").run()
+        at.text_area(key="prompt").set_value("Q: 2 + 2 =\nA:")
+        at.get("form_submit_button")[0].click().run()
+        assert not at.exception
+        assert f"{best.method} probability correct" in [m.label for m in at.metric]

@@ -59,6 +59,12 @@ def test_calibrate_page_runs_the_surprisal_only_variants(tmp_path, monkeypatch) 
     assert "Mean Entropy" not in methods
     captions = html.unescape(" ".join(c.value for c in at.caption))  # file-derived text is shown escaped
     assert "chosen-token log-probabilities only" in captions
+    # only scores these traces can give are offered for the production calibrator
+    options = [o.split(" — ")[0] for o in at.selectbox(key="flag_score").options]
+    assert "TRACE+ (surprisal-only)" in options and "SeqLogP with Platt scaling" in options
+    assert not [o for o in options if "Entropy" in o or o == "TRACE+" or o.startswith("TRACE+ (extended")]
+    at.selectbox(key="flag_score").set_value("TRACE+ (surprisal-only)").run()
+    captions = html.unescape(" ".join(c.value for c in at.caption))
     assert "TRACE+ (surprisal-only) fitted on all 240 labeled answers" in captions
 
 

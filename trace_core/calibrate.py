@@ -1,4 +1,5 @@
-"""Calibrators: TRACE+ (features -> probability) and scalar calibrators for single scores.
+"""Calibrators: TRACE+ (features -> probability), scalar calibrators for single scores, and ScoreCalibrator (any
+trace-only score -- TRACE, a baseline -- with its scalar calibrator, for flagging with the score that won).
 
 All follow scikit-learn's conventions (``__init__`` stores parameters, ``fit`` returns self and sets trailing-underscore
 attributes) and serialise to JSON, never pickle. Prediction needs numpy and scipy's ``expit`` only, so a calibrator
@@ -8,6 +9,7 @@ answer is correct, shape (n_answers,).
 
 from __future__ import annotations
 
+import json
 import warnings
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
@@ -21,8 +23,9 @@ from .logistic import SCORE_TRANSFORMS, _fit_logistic, _fit_logistic_1d, _sigmoi
 from .features import feature_matrix, feature_names
 from .trace import Trace
 
-__all__ = ["SCORE_TRANSFORMS", "CalibratorFormatError", "IsotonicCalibrator", "NotFittedError", "PlattCalibrator",
-           "TracePlus", "calibrator_from_json", "load_calibrator", "transform_scores"]
+__all__ = ["CALIBRATOR_WORDS", "SCORE_TRANSFORMS", "CalibratorFormatError", "IsotonicCalibrator", "NotFittedError",
+           "PlattCalibrator", "ScoreCalibrator", "TracePlus", "calibrator_from_json", "flaggable_methods",
+           "load_calibrator", "method_scores", "probability_correct", "transform_scores", "unfitted_copy"]
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -55,15 +58,15 @@ def _trace_origins(traces: Sequence[Trace]) -> dict[str, list[str]]:
     return {key: sorted(names) for key, names in origins.items()}
 
 
-def _provenance(X: Sequence[Trace] | np.ndarray, feature_set: str, n_rows: int) -> dict[str, Any]:
+def _provenance(X: Sequence[Trace] | np.ndarray, feature_set: str | None, n_rows: int) -> dict[str, Any]:
     """Where a fit's data came from: traces' model ids, tokenizers and entropy sources (empty lists for a feature
-    matrix), feature set, rows, date (UTC, ISO 8601) and trace_core version."""
+    matrix), feature set (TracePlus only; None leaves it out), rows, date (UTC, ISO 8601) and trace_core version."""
     from . import __version__  # the package is imported by the time anything is fitted
 
     origins = _trace_origins(X) if not isinstance(X, np.ndarray) else {"model_id": [], "model_digest": [],
                                                                       "tokenizer": [], "entropy_source": [],
                                                                       "source": []}
-    return {**origins, "feature_set": feature_set, "n_rows": int(n_rows),
+    return {**origins, **({"feature_set": feature_set} if feature_set is not None else {}), "n_rows": int(n_rows),
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "version": __version__}
 
 
@@ -76,67 +79,8 @@ def _names(names: Sequence[str]) -> str:
     return shown + (f" and {len(names) - 3:,} more" if len(names) > 3 else "")
 
 
-class TracePlus:
-    """TRACE+: standardised trace features and logistic regression, fitted on a calibration split.
-
-    Parameters
-    ----------
-    feature_set : str, default "paper"
-        A key of :data:`trace_core.features.FEATURE_SETS` ("paper" = the paper's 8 features).
-    C : float, default 1.0
-        Inverse L2 regularisation strength of the logistic regression.
-    max_iter : int, default 1000
-
-    Attributes
-    ----------
-    feature_names_ : tuple of str
-    mean_, scale_ : ndarray, shape (n_features,)
-        Standardisation statistics of the calibration split (a constant feature gets scale 1).
-    coef_ : ndarray, shape (n_features,)
-    intercept_ : float
-    n_samples_ : int
-    provenance_ : dict or None
-        Where the fit's traces came from: ``model_id``, ``tokenizer``, ``entropy_source`` (lists of the names found
-        in their metadata; empty for a feature matrix), ``feature_set``, ``n_rows``, ``date`` (UTC, ISO 8601) and
-        ``version`` (trace_core's). Saved in the JSON; None for a calibrator loaded from an earlier version's file.
-        Predicting on traces of a model id or entropy source outside these lists warns (UserWarning).
-    """
-
-    def __init__(self, *, feature_set: str = "paper", C: float = 1.0, max_iter: int = 1000) -> None:
-        self.feature_set = feature_set
-        self.C = C
-        self.max_iter = max_iter
-
-    def _features(self, X: Sequence[Trace] | np.ndarray) -> np.ndarray:
-        names = feature_names(self.feature_set)
-        if isinstance(X, np.ndarray) and X.dtype != object:
-            F = np.asarray(X, dtype=np.float64)
-            if F.ndim != 2 or F.shape[1] != len(names):
-                raise ValueError(f"feature matrix must have shape (n, {len(names)}) for feature set "
-                                 f"{self.feature_set!r}, got {F.shape}")
-        else:
-            F = feature_matrix(list(X), feature_set=self.feature_set)
-        if not np.isfinite(F).all():
-            row = int(np.flatnonzero(~np.isfinite(F).all(axis=1))[0])
-            raise AnswerValueError(row, "has a non-finite feature: its trace holds values too large to compute with")
-        return F
-
-    def fit(self, X: Sequence[Trace] | np.ndarray, y: Any) -> "TracePlus":
-        """Fit on traces (or their feature matrix, shape (n, n_features)) and 0/1 correctness labels (n,)."""
-        C = check_real(self.C, "C", minimum=0, low_open=True)
-        max_iter = check_int(self.max_iter, "max_iter", minimum=1)
-        F = self._features(X)
-        labels = _check_labels(y, F.shape[0])
-        mean = F.mean(axis=0)
-        scale = F.std(axis=0)
-        scale = np.where(scale > 1e-12, scale, 1.0)
-        coef, intercept = _fit_logistic((F - mean) / scale, labels.astype(np.float64), C=C, max_iter=max_iter)
-        self.feature_names_ = feature_names(self.feature_set)
-        self.mean_, self.scale_ = mean, scale
-        self.coef_, self.intercept_ = coef, intercept
-        self.n_samples_ = int(F.shape[0])
-        self.provenance_ = _provenance(X, self.feature_set, self.n_samples_)
-        return self
+class _FittedOnTraces:
+    """What the calibrators fitted on traces (TracePlus, ScoreCalibrator) share: the provenance check."""
 
     def provenance_mismatch(self, X: Sequence[Trace] | np.ndarray) -> list[str]:
         """Sentences naming the model ids and entropy sources of ``X`` that this calibrator was not fitted on (empty
@@ -178,6 +122,81 @@ class TracePlus:
     def _check_provenance(self, X: Sequence[Trace] | np.ndarray) -> None:
         for message in self.provenance_mismatch(X):
             warnings.warn(message, UserWarning, stacklevel=4)
+
+
+class TracePlus(_FittedOnTraces):
+    """TRACE+: standardised trace features and logistic regression, fitted on a calibration split.
+
+    Parameters
+    ----------
+    feature_set : str, default "paper"
+        A key of :data:`trace_core.features.FEATURE_SETS` ("paper" = the paper's 8 features).
+    C : float, default 1.0
+        Inverse L2 regularisation strength of the logistic regression.
+    max_iter : int, default 1000
+
+    Attributes
+    ----------
+    feature_names_ : tuple of str
+    mean_, scale_ : ndarray, shape (n_features,)
+        Standardisation statistics of the calibration split (a constant feature gets scale 1).
+    coef_ : ndarray, shape (n_features,)
+    intercept_ : float
+    n_samples_ : int
+    provenance_ : dict or None
+        Where the fit's traces came from: ``model_id``, ``tokenizer``, ``entropy_source`` (lists of the names found
+        in their metadata; empty for a feature matrix), ``feature_set``, ``n_rows``, ``date`` (UTC, ISO 8601) and
+        ``version`` (trace_core's). Saved in the JSON; None for a calibrator loaded from an earlier version's file.
+        Predicting on traces of a model id or entropy source outside these lists warns (UserWarning).
+    """
+
+    def __init__(self, *, feature_set: str = "paper", C: float = 1.0, max_iter: int = 1000) -> None:
+        self.feature_set = feature_set
+        self.C = C
+        self.max_iter = max_iter
+
+    @property
+    def score_name(self) -> str:
+        """The method of the comparison this calibrator is: ``"TRACE+"`` or ``"TRACE+ (<feature set>)"``."""
+        from .registry import METHODS
+
+        return next((m.name for m in METHODS.values() if m.kind == "trace_plus" and m.feature_set == self.feature_set),
+                    f"TRACE+ ({self.feature_set})")
+
+    def get_params(self) -> dict[str, Any]:
+        """The constructor's parameters (an unfitted copy is ``TracePlus(**model.get_params())``)."""
+        return {"feature_set": self.feature_set, "C": self.C, "max_iter": self.max_iter}
+
+    def _features(self, X: Sequence[Trace] | np.ndarray) -> np.ndarray:
+        names = feature_names(self.feature_set)
+        if isinstance(X, np.ndarray) and X.dtype != object:
+            F = np.asarray(X, dtype=np.float64)
+            if F.ndim != 2 or F.shape[1] != len(names):
+                raise ValueError(f"feature matrix must have shape (n, {len(names)}) for feature set "
+                                 f"{self.feature_set!r}, got {F.shape}")
+        else:
+            F = feature_matrix(list(X), feature_set=self.feature_set)
+        if not np.isfinite(F).all():
+            row = int(np.flatnonzero(~np.isfinite(F).all(axis=1))[0])
+            raise AnswerValueError(row, "has a non-finite feature: its trace holds values too large to compute with")
+        return F
+
+    def fit(self, X: Sequence[Trace] | np.ndarray, y: Any) -> "TracePlus":
+        """Fit on traces (or their feature matrix, shape (n, n_features)) and 0/1 correctness labels (n,)."""
+        C = check_real(self.C, "C", minimum=0, low_open=True)
+        max_iter = check_int(self.max_iter, "max_iter", minimum=1)
+        F = self._features(X)
+        labels = _check_labels(y, F.shape[0])
+        mean = F.mean(axis=0)
+        scale = F.std(axis=0)
+        scale = np.where(scale > 1e-12, scale, 1.0)
+        coef, intercept = _fit_logistic((F - mean) / scale, labels.astype(np.float64), C=C, max_iter=max_iter)
+        self.feature_names_ = feature_names(self.feature_set)
+        self.mean_, self.scale_ = mean, scale
+        self.coef_, self.intercept_ = coef, intercept
+        self.n_samples_ = int(F.shape[0])
+        self.provenance_ = _provenance(X, self.feature_set, self.n_samples_)
+        return self
 
     def decision_function(self, X: Sequence[Trace] | np.ndarray) -> np.ndarray:
         """Log-odds of correctness, shape (n_answers,). Warns (UserWarning) when the traces come from another model
@@ -367,10 +386,181 @@ class IsotonicCalibrator:
         return model
 
 
-_TYPES = {"TracePlus": TracePlus, "PlattCalibrator": PlattCalibrator, "IsotonicCalibrator": IsotonicCalibrator}
+#: Scalar calibrators of :class:`ScoreCalibrator`, with the words the tools use for them.
+CALIBRATOR_WORDS = {"platt": "Platt scaling", "isotonic": "isotonic regression"}
 
 
-def calibrator_from_json(data: str | Mapping[str, Any]) -> TracePlus | PlattCalibrator | IsotonicCalibrator:
+def flaggable_methods() -> list[str]:
+    """The methods a :class:`ScoreCalibrator` can calibrate, in registry order: TRACE and its surprisal-only variant
+    and the scalar baselines computed from a trace alone (the chosen tokens' log-probabilities, the entropy, the
+    top-k alternatives). Beam and semantic baselines need more than a trace (beams, a sentence-embedding model),
+    and the fitted baselines (CES, WEPR, trace profile) are not saved as calibrators; TRACE+ is :class:`TracePlus`."""
+    from .registry import METHODS
+
+    return [m.name for m in METHODS.values() if m.kind in ("trace", "baseline") and m.needs in ("trace", "top_k")]
+
+
+def method_scores(traces: Sequence[Trace], method: str) -> np.ndarray:
+    """One method's raw score of each answer (higher = more likely correct), shape (n_answers,), as the evaluation
+    computes it: TRACE's ``exp(-R)`` or a baseline's confidence. ValueError, saying why, when the traces lack what
+    the method needs (entropy, top-k alternatives)."""
+    from .baselines import compute_baselines
+    from .registry import get_method
+    from .score import PAPER_CONFIG, SURPRISAL_ONLY_CONFIG, trace_confidence
+
+    spec = get_method(method)
+    if method not in flaggable_methods():
+        raise ValueError(f"{method!r} cannot be calibrated on traces alone; calibrate one of: "
+                         f"{', '.join(flaggable_methods())}")
+    traces = list(traces)
+    if not traces:
+        raise ValueError("no answers to score")
+    if spec.kind == "trace":
+        config = PAPER_CONFIG if spec.needs_entropy else SURPRISAL_ONLY_CONFIG
+        return np.asarray(trace_confidence(traces, config=config), dtype=np.float64).reshape(-1)
+    result = compute_baselines(traces, names=[method])
+    if method in result.skipped:
+        raise ValueError(f"{method} {result.skipped[method]}")
+    return result.scores[method].to_numpy(dtype=np.float64)
+
+
+class ScoreCalibrator(_FittedOnTraces):
+    """One method's score (TRACE or a baseline, see :func:`flaggable_methods`) turned into a probability of being
+    correct by Platt scaling or isotonic regression, as the evaluation calibrates it: the calibrator is fitted on the
+    score's documented transform (``registry.Method.transform``). Use it to flag answers with the score that won the
+    comparison on your data when that is not TRACE+.
+
+    Parameters
+    ----------
+    method : str, default "TRACE"
+        The method's name in :data:`trace_core.registry.METHODS` ("TRACE", "SeqLogP", "Mean Entropy", ...).
+    calibrator : {"platt", "isotonic"}, default "platt"
+    C : float, default 1e4
+        Platt scaling's inverse regularisation strength (as in the evaluation); unused by isotonic regression.
+
+    Attributes
+    ----------
+    transform_ : str
+        The transform the calibrator was fitted on (a key of :data:`SCORE_TRANSFORMS`).
+    calibrator_ : PlattCalibrator or IsotonicCalibrator
+    n_samples_ : int
+    provenance_ : dict
+        As :attr:`TracePlus.provenance_`, without ``feature_set`` (the score is in the parameters).
+
+    Examples
+    --------
+    >>> from trace_core.trace import TraceMetadata
+    >>> def answer(s):  # two tokens, only the chosen tokens' log-probabilities known
+    ...     return Trace(prompt="q", answer="ab", token_ids=[1, 2], tokens=("a", "b"), surprisal=[s, 0.1],
+    ...                  entropy=None, top_ids=[], top_logprobs=[], metadata=TraceMetadata(entropy_source="absent"))
+    >>> traces = [answer(0.5 * i) for i in range(8)]
+    >>> model = ScoreCalibrator(method="SeqLogP", calibrator="isotonic").fit(traces, [1, 1, 1, 0, 1, 0, 0, 0])
+    >>> model.score_name
+    'SeqLogP with isotonic regression'
+    >>> model.predict_proba([answer(0.2), answer(1.6), answer(9.0)]).round(2).tolist()
+    [1.0, 0.5, 0.0]
+    """
+
+    def __init__(self, *, method: str = "TRACE", calibrator: str = "platt", C: float = 1e4) -> None:
+        self.method = method
+        self.calibrator = calibrator
+        self.C = C
+
+    @property
+    def score_name(self) -> str:
+        """The method and its calibrator, for tables and captions: ``"SeqLogP with Platt scaling"``."""
+        return f"{self.method} with {CALIBRATOR_WORDS.get(self.calibrator, self.calibrator)}"
+
+    def get_params(self) -> dict[str, Any]:
+        """The constructor's parameters (an unfitted copy is ``ScoreCalibrator(**model.get_params())``)."""
+        return {"method": self.method, "calibrator": self.calibrator, "C": self.C}
+
+    def _check_params(self) -> str:
+        from ._checks import check_choice
+        from .registry import get_method
+
+        check_choice(self.method, "method", flaggable_methods())
+        check_choice(self.calibrator, "calibrator", list(CALIBRATOR_WORDS))
+        check_real(self.C, "C", minimum=0, low_open=True)
+        return get_method(self.method).transform
+
+    def score(self, traces: Sequence[Trace]) -> np.ndarray:
+        """The method's raw score of each answer (:func:`method_scores`)."""
+        return method_scores(traces, self.method)
+
+    def fit(self, traces: Sequence[Trace], y: Any) -> "ScoreCalibrator":
+        """Fit on traces and their 0/1 correctness labels."""
+        transform = self._check_params()
+        traces = list(traces)
+        z = transform_scores(self.score(traces), transform)
+        labels = _check_labels(y, z.shape[0])
+        model = PlattCalibrator(C=self.C) if self.calibrator == "platt" else IsotonicCalibrator()
+        self.calibrator_ = model.fit(z, labels)
+        self.transform_ = transform
+        self.n_samples_ = int(z.shape[0])
+        self.provenance_ = _provenance(traces, None, self.n_samples_)
+        return self
+
+    def predict_proba(self, traces: Sequence[Trace]) -> np.ndarray:
+        """Probability that each answer is correct, shape (n_answers,). Warns (UserWarning) when the traces come
+        from another model or entropy source than those it was fitted on."""
+        _check_fitted(self, "calibrator_")
+        traces = list(traces)
+        z = transform_scores(self.score(traces), self.transform_)
+        self._check_provenance(traces)
+        return self.calibrator_.predict_proba(z)
+
+    def to_json(self) -> str:
+        _check_fitted(self, "calibrator_")
+        inner = json.loads(self.calibrator_.to_json())
+        for key in ("type", "format_version", "params"):
+            inner.pop(key, None)
+        return _dumps({"type": "ScoreCalibrator", "params": self.get_params(), "transform": self.transform_,
+                       **inner, "n_samples": self.n_samples_,
+                       **({"provenance": self.provenance_} if getattr(self, "provenance_", None) is not None
+                          else {})})
+
+    @classmethod
+    def from_json(cls, data: str | Mapping[str, Any]) -> "ScoreCalibrator":
+        """Load a ScoreCalibrator saved with ``to_json``; every field is checked."""
+        return cls._from_fields(parse_calibrator(data, "ScoreCalibrator"))
+
+    @classmethod
+    def _from_fields(cls, fields: Mapping[str, Any]) -> "ScoreCalibrator":
+        model = cls(**fields["params"])
+        inner_type = PlattCalibrator if model.calibrator == "platt" else IsotonicCalibrator
+        model.calibrator_ = inner_type._from_fields({**fields, "params": (
+            {"C": model.C} if model.calibrator == "platt" else {})})
+        model.transform_ = fields["transform"]
+        model.n_samples_ = fields["n_samples"]
+        model.provenance_ = fields.get("provenance")
+        return model
+
+
+def probability_correct(calibrator: Any, traces: Sequence[Trace]) -> np.ndarray:
+    """Each answer's probability of being correct under any calibrator: TracePlus and ScoreCalibrator read the
+    traces; a bare Platt or isotonic calibrator is applied to the TRACE confidence (the surprisal-only variant for
+    every answer when some trace holds no entropy)."""
+    traces = list(traces)
+    if isinstance(calibrator, (TracePlus, ScoreCalibrator)):
+        return calibrator.predict_proba(traces)
+    from .score import config_for, trace_confidence
+
+    return calibrator.predict_proba(trace_confidence(traces, config=config_for(traces)))
+
+
+def unfitted_copy(calibrator: TracePlus | ScoreCalibrator) -> TracePlus | ScoreCalibrator:
+    """A calibrator of the same kind and parameters, not fitted (to refit it on other answers)."""
+    return type(calibrator)(**calibrator.get_params())
+
+
+_TYPES = {"TracePlus": TracePlus, "PlattCalibrator": PlattCalibrator, "IsotonicCalibrator": IsotonicCalibrator,
+          "ScoreCalibrator": ScoreCalibrator}
+#: What a calibrator file holds.
+Calibrator = TracePlus | ScoreCalibrator | PlattCalibrator | IsotonicCalibrator
+
+
+def calibrator_from_json(data: str | Mapping[str, Any]) -> Calibrator:
     """Load any calibrator saved with ``to_json`` (JSON text, a leading BOM allowed, or its parsed object).
 
     Raises
@@ -383,7 +573,7 @@ def calibrator_from_json(data: str | Mapping[str, Any]) -> TracePlus | PlattCali
     return _TYPES[fields["type"]]._from_fields(fields)
 
 
-def load_calibrator(data: bytes) -> TracePlus | PlattCalibrator | IsotonicCalibrator:
+def load_calibrator(data: bytes) -> Calibrator:
     """Load a calibrator from a file's bytes (an upload): the size is checked before decoding, UTF-8 with or without
     a BOM. Raises CalibratorFormatError (a ValueError) with one line per problem."""
     return calibrator_from_json(decode_calibrator(data))

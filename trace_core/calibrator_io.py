@@ -48,7 +48,11 @@ _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "TracePlus": (("params", "feature_names", "mean", "scale", "coef", "intercept"), ("n_samples", "provenance")),
     "PlattCalibrator": (("params", "mean", "scale", "coef", "intercept"), ()),
     "IsotonicCalibrator": (("x_thresholds", "y_thresholds"), ("params",)),
+    # the fields of its Platt or isotonic calibrator sit beside its own (which depends on params.calibrator)
+    "ScoreCalibrator": (("params", "transform"), ("mean", "scale", "coef", "intercept", "x_thresholds",
+                                                  "y_thresholds", "n_samples", "provenance")),
 }
+_INNER_FIELDS = {"platt": ("mean", "scale", "coef", "intercept"), "isotonic": ("x_thresholds", "y_thresholds")}
 CALIBRATOR_TYPES = tuple(_FIELDS)
 
 
@@ -195,7 +199,7 @@ class _Checker:
 
 def _params(c: _Checker, kind: str, params: Any) -> dict[str, Any]:
     allowed = {"TracePlus": ("feature_set", "C", "max_iter"), "PlattCalibrator": ("C",),
-               "IsotonicCalibrator": ()}[kind]
+               "IsotonicCalibrator": (), "ScoreCalibrator": ("method", "calibrator", "C")}[kind]
     if not isinstance(params, Mapping):
         c.fail("params", f"must be an object, got {shorten(params)} ({_kind(params)})")
         return {}
@@ -211,6 +215,15 @@ def _params(c: _Checker, kind: str, params: Any) -> dict[str, Any]:
         max_iter = c.integer(params["max_iter"], "params.max_iter", minimum=1, maximum=10**9)
         if max_iter is not None:
             out["max_iter"] = max_iter
+    if "method" in allowed:
+        from .calibrate import flaggable_methods
+
+        for key, choices in (("method", flaggable_methods()), ("calibrator", list(_INNER_FIELDS))):
+            value = params.get(key)
+            if not isinstance(value, str) or value not in choices:
+                c.fail(f"params.{key}", f"must be one of {choices}, got {shorten(value)}")
+            else:
+                out[key] = value
     if "feature_set" in allowed and "feature_set" in params:
         fs = params["feature_set"]
         if not isinstance(fs, str) or fs not in FEATURE_SETS:
@@ -220,18 +233,19 @@ def _params(c: _Checker, kind: str, params: Any) -> dict[str, Any]:
     return out
 
 
-def _provenance(c: _Checker, value: Any) -> dict[str, Any] | None:
-    """Where a TracePlus came from (written by ``fit``): model ids, tokenizers and entropy sources of its traces
-    (lists of names, empty when unknown), its feature set, number of rows, date (ISO 8601) and trace_core version."""
+def _provenance(c: _Checker, value: Any, kind: str = "TracePlus") -> dict[str, Any] | None:
+    """Where a TracePlus or ScoreCalibrator came from (written by ``fit``): model ids, tokenizers and entropy sources
+    of its traces (lists of names, empty when unknown), its feature set (TracePlus only), number of rows, date (ISO
+    8601) and trace_core version."""
+    required = _PROVENANCE_KEYS if kind == "TracePlus" else tuple(k for k in _PROVENANCE_KEYS if k != "feature_set")
     if not isinstance(value, Mapping):
         c.fail("provenance", f"must be an object, got {shorten(value)} ({_kind(value)})")
         return None
     before = len(c.problems)
     for key in value:
-        if key not in _PROVENANCE_KEYS and key not in _PROVENANCE_OPTIONAL:
-            c.fail("provenance", f"has an unknown key {shorten(key)}; it has "
-                                 f"{list(_PROVENANCE_KEYS + _PROVENANCE_OPTIONAL)}")
-    missing = [key for key in _PROVENANCE_KEYS if key not in value]
+        if key not in required and key not in _PROVENANCE_OPTIONAL:
+            c.fail("provenance", f"has an unknown key {shorten(key)}; it has {list(required + _PROVENANCE_OPTIONAL)}")
+    missing = [key for key in required if key not in value]
     if missing:
         c.fail("provenance", f"lacks {missing}")
         return None
@@ -251,9 +265,11 @@ def _provenance(c: _Checker, value: Any) -> dict[str, Any] | None:
             c.fail(field, f"must hold names from {list(_TRACE_SOURCES)}, got {shorten(names)}")
         else:
             out[key] = list(names)
-    if not isinstance(value["feature_set"], str) or value["feature_set"] not in FEATURE_SETS:
-        c.fail("provenance.feature_set", f"must be one of {list(FEATURE_SETS)}, got {shorten(value['feature_set'])}")
-    out["feature_set"] = value["feature_set"]
+    if "feature_set" in required:
+        if not isinstance(value["feature_set"], str) or value["feature_set"] not in FEATURE_SETS:
+            c.fail("provenance.feature_set",
+                   f"must be one of {list(FEATURE_SETS)}, got {shorten(value['feature_set'])}")
+        out["feature_set"] = value["feature_set"]
     out["n_rows"] = c.integer(value["n_rows"], "provenance.n_rows", minimum=0, maximum=10**15)
     for key in ("date", "version"):
         text = value[key]
@@ -268,13 +284,64 @@ def _provenance(c: _Checker, value: Any) -> dict[str, Any] | None:
     return out if len(c.problems) == before else None
 
 
+def _platt_fields(c: _Checker, obj: Mapping[str, Any], out: dict[str, Any]) -> None:
+    for key in ("coef", "intercept"):
+        if key in obj:
+            out[key] = c.number(obj[key], key)
+    if "mean" in obj:
+        out["mean"] = c.number(obj["mean"], "mean", bound=math.inf)
+    if "scale" in obj:
+        out["scale"] = c.number(obj["scale"], "scale", minimum=MIN_SCALE, bound=math.inf)
+
+
+def _isotonic_fields(c: _Checker, obj: Mapping[str, Any], out: dict[str, Any]) -> None:
+    x = c.numbers(obj["x_thresholds"], "x_thresholds", bound=math.inf) if "x_thresholds" in obj else None
+    y = c.numbers(obj["y_thresholds"], "y_thresholds") if "y_thresholds" in obj else None
+    if x is not None and y is not None:
+        if x.shape != y.shape:
+            c.fail("y_thresholds", f"must hold as many numbers as 'x_thresholds' ({x.size:,}), got {y.size:,}")
+        if (np.diff(x) < 0).any():
+            c.fail("x_thresholds", "must be non-decreasing")
+        if (np.diff(y) < 0).any() or y.min() < 0 or y.max() > 1:
+            c.fail("y_thresholds", "must be non-decreasing and in [0, 1]")
+    out["x_thresholds"], out["y_thresholds"] = x, y
+
+
+def _score_fields(c: _Checker, obj: Mapping[str, Any], out: dict[str, Any]) -> None:
+    """A ScoreCalibrator's own fields and those of its Platt or isotonic calibrator (``params.calibrator``)."""
+    from .registry import METHODS
+
+    method, calibrator = out["params"].get("method"), out["params"].get("calibrator")
+    transform = obj.get("transform")
+    if method is not None and "transform" in obj and transform != METHODS[method].transform:
+        c.fail("transform", f"must be {METHODS[method].transform!r}, the transform {method} is calibrated on in this "
+                            f"version, got {shorten(transform)}")
+    out["transform"] = transform
+    if calibrator is not None:
+        other = next(k for k in _INNER_FIELDS if k != calibrator)
+        for key in _INNER_FIELDS[calibrator]:
+            if key not in obj:
+                c.problems.append(f"calibrator field {key!r} is missing (a {calibrator} ScoreCalibrator has "
+                                  f"{list(_INNER_FIELDS[calibrator])})")
+        for key in _INNER_FIELDS[other]:
+            if key in obj:
+                c.problems.append(f"calibrator field {key!r} is not a field of a {calibrator} ScoreCalibrator (it "
+                                  f"has {list(_INNER_FIELDS[calibrator])})")
+        (_platt_fields if calibrator == "platt" else _isotonic_fields)(c, obj, out)
+    if "provenance" in obj:
+        out["provenance"] = _provenance(c, obj["provenance"], "ScoreCalibrator")
+    out["n_samples"] = (c.integer(obj["n_samples"], "n_samples", minimum=0, maximum=10**15)
+                        if "n_samples" in obj else 0)
+
+
 def parse_calibrator(data: str | Mapping[str, Any], expected_type: str | None = None) -> dict[str, Any]:
     """Check a calibrator's JSON text (or its parsed object) and return its fields, converted.
 
     Returns a dict with ``type`` and, per type: ``params`` (constructor keywords), and ``feature_names`` (tuple),
     ``mean``/``scale``/``coef`` (float64 arrays for TracePlus, floats for PlattCalibrator), ``intercept`` (float),
     ``n_samples`` (int, 0 when absent) and ``provenance`` (a dict, absent in files of earlier versions); or
-    ``x_thresholds``/``y_thresholds`` (float64 arrays).
+    ``x_thresholds``/``y_thresholds`` (float64 arrays); a ScoreCalibrator has ``params`` (method, calibrator, C),
+    ``transform``, the fields of its Platt or isotonic calibrator, ``n_samples`` and ``provenance``.
 
     Raises
     ------
@@ -351,25 +418,12 @@ def parse_calibrator(data: str | Mapping[str, Any], expected_type: str | None = 
             out["provenance"] = _provenance(c, obj["provenance"])
         out["n_samples"] = (c.integer(obj["n_samples"], "n_samples", minimum=0, maximum=10**15)
                             if "n_samples" in obj else 0)
+    elif kind == "ScoreCalibrator":
+        _score_fields(c, obj, out)
     elif kind == "PlattCalibrator":
-        for key in ("coef", "intercept"):
-            if key in obj:
-                out[key] = c.number(obj[key], key)
-        if "mean" in obj:
-            out["mean"] = c.number(obj["mean"], "mean", bound=math.inf)
-        if "scale" in obj:
-            out["scale"] = c.number(obj["scale"], "scale", minimum=MIN_SCALE, bound=math.inf)
+        _platt_fields(c, obj, out)
     else:
-        x = c.numbers(obj["x_thresholds"], "x_thresholds", bound=math.inf) if "x_thresholds" in obj else None
-        y = c.numbers(obj["y_thresholds"], "y_thresholds") if "y_thresholds" in obj else None
-        if x is not None and y is not None:
-            if x.shape != y.shape:
-                c.fail("y_thresholds", f"must hold as many numbers as 'x_thresholds' ({x.size:,}), got {y.size:,}")
-            if (np.diff(x) < 0).any():
-                c.fail("x_thresholds", "must be non-decreasing")
-            if (np.diff(y) < 0).any() or y.min() < 0 or y.max() > 1:
-                c.fail("y_thresholds", "must be non-decreasing and in [0, 1]")
-        out["x_thresholds"], out["y_thresholds"] = x, y
+        _isotonic_fields(c, obj, out)
     if c.problems:
         raise CalibratorFormatError(c.problems)
     return out

@@ -5,7 +5,7 @@ Subcommands::
     generate   prompts file -> answers + traces (a local model)
     score      labeled dataset -> the same rows with traces (teacher forcing with a local model)
     evaluate   dataset with traces and labels -> TRACE / TRACE+ / baselines results table
-    fit        dataset with traces and labels -> TRACE+ calibrator (JSON)
+    fit        dataset with traces and labels -> calibrator (JSON): TRACE+, or TRACE or a baseline calibrated
     flag       dataset with traces + calibrator -> the low-confidence answers (CSV / JSONL)
 
 Errors are one line on stderr with exit status 1 (2 for usage errors); ``--debug`` shows the traceback. Which rows
@@ -573,26 +573,64 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         sys.stdout.write(text)
 
 
+def _fit_choice(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """(TRACE+ feature set, None) or (None, scalar method) from --method and --feature-set; CLIError when they
+    disagree or name something that cannot be saved as a calibrator."""
+    from .calibrate import flaggable_methods
+    from .registry import METHODS
+
+    method = args.method
+    if method is None or (method in METHODS and METHODS[method].kind == "trace_plus"):
+        feature_set = METHODS[method].feature_set if method is not None else None
+        if feature_set is not None and args.feature_set is not None and args.feature_set != feature_set:
+            raise CLIError(f"--method {method!r} is TRACE+ on the {feature_set!r} features, and --feature-set says "
+                           f"{args.feature_set!r}; give one of them")
+        return args.feature_set or feature_set, None
+    if method not in flaggable_methods():
+        why = ("is fitted on each calibration part and cannot be saved as a calibrator yet"
+               if method in METHODS and METHODS[method].kind == "fitted_baseline" else
+               "needs more than a trace (beams or a sentence-embedding model)" if method in METHODS else
+               "is not a method")
+        raise CLIError(f"--method {shorten(method)} {why}; give TRACE+ (or a TRACE+ variant such as "
+                       f"'TRACE+ (extended)') or one of: {', '.join(flaggable_methods())}")
+    if args.feature_set is not None:
+        raise CLIError(f"--feature-set is for TRACE+; --method {method!r} is calibrated with --calibrator")
+    return None, method
+
+
 def cmd_fit(args: argparse.Namespace) -> None:
-    from .calibrate import TracePlus
+    from .calibrate import CALIBRATOR_WORDS, ScoreCalibrator, TracePlus
     from .policy import NO_CALIBRATOR
 
     from .features import default_feature_set, needs_entropy
 
     _check_out(args.out, _CALIBRATOR_OUT)
     _check_not_input(args.out, [("the input file", args.data)], written="the calibrator")
+    chosen_set, method = _fit_choice(args)
     dataset = _usable(_read(args.data, require_label=True, args=args), args.data, consequence=NO_CALIBRATOR)
     traces = list(dataset.traces)
+    labels = dataset.frame["label"].to_numpy()
+    if method is not None:
+        try:
+            model = ScoreCalibrator(method=method, calibrator=args.calibrator).fit(traces, labels)
+        except AnswerValueError as exc:
+            raise CLIError(f"{_shown(args.data)}: row {_row_numbers(dataset)[exc.index]}: {exc.reason}") from exc
+        except ValueError as exc:  # the traces lack what the method needs (entropy, top-k alternatives)
+            raise CLIError(f"{_shown(args.data)}: {exc}") from exc
+        Path(args.out).write_text(model.to_json(), encoding="utf-8")
+        print(f"fitted {method} with {CALIBRATOR_WORDS[args.calibrator]} on {model.n_samples_:,} answers; wrote "
+              f"{args.out}", file=sys.stderr)
+        return
     fitting = default_feature_set(traces)  # "paper", or "surprisal" when the traces hold no entropy
-    feature_set = args.feature_set or fitting
-    if args.feature_set is None and feature_set != "paper":
+    feature_set = chosen_set or fitting
+    if chosen_set is None and feature_set != "paper":
         print("warning: these traces hold no entropy (chosen-token log-probabilities only): fitting TRACE+ "
               "(surprisal-only), --feature-set surprisal", file=sys.stderr)
     elif needs_entropy(feature_set) and fitting != "paper":
         raise CLIError(f"{_shown(args.data)}: --feature-set {feature_set} needs token entropy and these traces hold "
                        "only the chosen tokens' log-probabilities; use --feature-set surprisal")
     try:
-        model = TracePlus(feature_set=feature_set, C=args.C).fit(traces, dataset.frame["label"].to_numpy())
+        model = TracePlus(feature_set=feature_set, C=args.C).fit(traces, labels)
     except AnswerValueError as exc:
         raise CLIError(f"{_shown(args.data)}: row {_row_numbers(dataset)[exc.index]}: {exc.reason}") from exc
     Path(args.out).write_text(model.to_json(), encoding="utf-8")
@@ -764,18 +802,28 @@ def build_parser() -> argparse.ArgumentParser:
     _label_options(p)
     p.set_defaults(func=cmd_evaluate)
 
-    p = _subcommand(sub, common, "fit", help="fit a TRACE+ calibrator (JSON) on labeled traces")
+    p = _subcommand(sub, common, "fit", help="fit a calibrator (JSON) on labeled traces: TRACE+, or TRACE or a "
+                                             "baseline with Platt scaling or isotonic regression")
     p.add_argument("data", help="dataset with traces and labels (or references)")
     p.add_argument("--out", required=True, help="calibrator JSON (.json)")
+    p.add_argument("--method", metavar="NAME",
+                   help="the score to calibrate, named as in `evaluate`'s table: TRACE+ (default) or a TRACE+ variant "
+                        "such as 'TRACE+ (extended)', TRACE, or a baseline computed from the trace alone such as "
+                        "SeqLogP or 'Mean Entropy' (pick the one that won `evaluate` on your data)")
+    p.add_argument("--calibrator", default="platt", choices=list(SCALAR_CALIBRATORS),
+                   help="for TRACE and the baselines: Platt scaling or isotonic regression (default %(default)s); "
+                        "TRACE+ has its own logistic regression")
     p.add_argument("--feature-set", choices=list(FEATURE_SETS),
                    help="TRACE+ features (default: paper, the paper's 8; surprisal when the traces hold no entropy)")
-    p.add_argument("--C", type=float, default=1.0, help="inverse regularisation strength (default %(default)g)")
+    p.add_argument("--C", type=float, default=1.0,
+                   help="TRACE+'s inverse regularisation strength (default %(default)g)")
     _label_options(p)
     p.set_defaults(func=cmd_fit)
 
     p = _subcommand(sub, common, "flag", help="flag low-confidence answers with a fitted calibrator")
     p.add_argument("data", help="dataset with traces (labels optional; needed for --target-risk)")
-    p.add_argument("--calibrator", required=True, help="calibrator JSON from `trace-core fit`")
+    p.add_argument("--calibrator", required=True, help="calibrator JSON from `trace-core fit` or the Calibrate page "
+                                                       "(TRACE+, or the score it names)")
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--threshold", type=float, help="flag answers whose probability of being correct is below this")
     group.add_argument("--coverage", type=float, help="keep this share of the most confident answers, flag the rest")

@@ -7,19 +7,21 @@ error rate among the kept ones, measured on labeled data, stays at or below the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ._checks import check_int, check_real, shorten
-from .calibrate import TracePlus
+from .calibrate import CALIBRATOR_WORDS, ScoreCalibrator, TracePlus, flaggable_methods, unfitted_copy
 from .evaluate import OUT_OF_FOLD, stratified_folds
 from .score import config_for, explain_trace, trace_confidence, trace_risk
 from .trace import Trace
 
-__all__ = ["OUT_OF_FOLD", "OUTPUT_COLUMNS", "out_of_fold_probabilities", "output_collisions", "previous_export",
-           "score_rows", "select_flagged", "spike_context", "threshold_for_risk", "unscored"]
+__all__ = ["OUT_OF_FOLD", "OUTPUT_COLUMNS", "FlagScore", "best_flag_score", "flag_scores", "out_of_fold_probabilities",
+           "output_collisions", "previous_export", "score_rows", "select_flagged", "spike_context", "threshold_for_risk",
+           "unscored"]
 
 #: The columns that :func:`score_rows` adds, in order.
 OUTPUT_COLUMNS = ("trace_confidence", "trace_risk", "trace_variant", "probability_correct", "peak_risk_tokens",
@@ -79,9 +81,10 @@ def score_rows(frame: pd.DataFrame, traces: Sequence[Trace], calibrator: Any) ->
     the spike tokens (:attr:`trace_core.score.TraceExplanation.spikes`) with ``" | "``; both are ``""`` for an
     answer without spikes.
 
-    ``calibrator`` is a :class:`TracePlus` (uses the trace features) or a scalar calibrator (applied to the TRACE
-    confidence). When some trace has no entropy, TRACE is its surprisal-only variant for every row
-    (:func:`trace_core.score.config_for`), and ``trace_variant`` says so.
+    ``calibrator`` is a :class:`TracePlus` (uses the trace features), a :class:`ScoreCalibrator` (the score it names,
+    e.g. SeqLogP with isotonic regression) or a bare scalar calibrator (applied to the TRACE confidence); see
+    :func:`trace_core.calibrate.probability_correct`. When some trace has no entropy, TRACE is its surprisal-only
+    variant for every row (:func:`trace_core.score.config_for`), and ``trace_variant`` says so.
 
     Raises ValueError when ``frame`` already has a column named like one of these outputs (:data:`OUTPUT_COLUMNS`,
     compared without surrounding spaces and case): its values would be silently replaced or shown next to a
@@ -99,10 +102,10 @@ def score_rows(frame: pd.DataFrame, traces: Sequence[Trace], calibrator: Any) ->
         raise ValueError(f"row {empty[0] + 1} has an empty answer (no tokens); remove it or record it again")
     config = config_for(traces)  # one variant for all rows, so their confidences compare
     confidence = trace_confidence(traces, config=config)
-    if isinstance(calibrator, TracePlus):
+    if isinstance(calibrator, (TracePlus, ScoreCalibrator)):
         probability = calibrator.predict_proba(traces)
     else:
-        probability = calibrator.predict_proba(confidence)
+        probability = calibrator.predict_proba(confidence)  # probability_correct's rule, TRACE computed once
     explanations = [explain_trace(t, config=config) for t in traces]
     out = frame.copy()
     out["trace_confidence"] = confidence
@@ -114,13 +117,82 @@ def score_rows(frame: pd.DataFrame, traces: Sequence[Trace], calibrator: Any) ->
     return out
 
 
-def out_of_fold_probabilities(traces: Sequence[Trace], labels: Any, calibrator: TracePlus, *,
+@dataclass(frozen=True)
+class FlagScore:
+    """A calibrated score to flag with: TRACE+ on a feature set (``calibrator`` "logistic", its own logistic
+    regression), or TRACE or a baseline with ``calibrator`` "platt" or "isotonic".
+
+    Attributes
+    ----------
+    method : str
+        The method's name in the comparison (:data:`trace_core.registry.METHODS`).
+    calibrator : {"logistic", "platt", "isotonic"}
+    brier : float
+        Its mean Brier score on the comparison's held-out parts; NaN when it was not in the comparison.
+    """
+
+    method: str
+    calibrator: str
+    brier: float = float("nan")
+
+    @property
+    def name(self) -> str:
+        """``"TRACE+"``, ``"SeqLogP with isotonic regression"``."""
+        return self.method if self.calibrator == "logistic" else (
+            f"{self.method} with {CALIBRATOR_WORDS[self.calibrator]}")
+
+    def calibrator_model(self) -> TracePlus | ScoreCalibrator:
+        """The unfitted calibrator of this score."""
+        from .registry import METHODS
+
+        if self.calibrator == "logistic":
+            return TracePlus(feature_set=METHODS[self.method].feature_set or "paper")
+        return ScoreCalibrator(method=self.method, calibrator=self.calibrator)
+
+
+def flag_scores(result: Any) -> list[FlagScore]:
+    """The scores an :class:`~trace_core.evaluate.EvaluationResult`'s answers can be flagged with, each with its mean
+    held-out Brier: the TRACE+ variants and the scalar methods of :func:`trace_core.calibrate.flaggable_methods`
+    that ran and were informative (each scalar one with Platt scaling and with isotonic regression), then the
+    TRACE+ feature sets the comparison did not run (Brier NaN; only the surprisal set on data without entropy).
+    The fitted baselines (CES, WEPR, trace profile), the beam and semantic baselines and the supervised reference
+    are not among them."""
+    from .registry import METHODS
+
+    summary = result.summary
+    brier = summary[(summary["metric"] == "brier") & ~summary["uninformative"]]
+    means = {(m, c): float(v) for m, c, v in zip(brier["method"], brier["calibrator"], brier["mean"])}
+    scalar = set(flaggable_methods())
+    out: list[FlagScore] = []
+    for method in result.methods:
+        spec = METHODS[method]
+        if spec.kind == "trace_plus" and (method, "logistic") in means:
+            out.append(FlagScore(method, "logistic", means[method, "logistic"]))
+        elif method in scalar:
+            out += [FlagScore(method, c, means[method, c]) for c in ("platt", "isotonic") if (method, c) in means]
+    ran = {s.method for s in out}
+    no_entropy = "TRACE+ (surprisal-only)" in result.methods
+    out += [FlagScore(m.name, "logistic") for m in METHODS.values() if m.kind == "trace_plus" and m.name not in ran
+            and (m.feature_set == "surprisal" or not no_entropy)]
+    return out
+
+
+def best_flag_score(scores: Sequence[FlagScore]) -> FlagScore | None:
+    """The score with the lowest held-out Brier (the first listed on a tie; TRACE+ is listed first); None when none
+    was compared. Brier rewards both ranking the answers and stating calibrated probabilities, which is what a
+    threshold on P(correct) needs."""
+    compared = [s for s in scores if np.isfinite(s.brier)]
+    return min(compared, key=lambda s: s.brier) if compared else None
+
+
+def out_of_fold_probabilities(traces: Sequence[Trace], labels: Any, calibrator: TracePlus | ScoreCalibrator, *,
                               folds: int = OUT_OF_FOLD) -> np.ndarray:
-    """Each answer's probability of being correct from a TracePlus fitted *without* it: the answers are cut into
-    ``folds`` parts (stratified by label, in row order) and each part is scored by a TracePlus with ``calibrator``'s
-    settings (feature set, C) fitted on the other parts. Error rates measured with these are honest estimates for
-    new answers; measured with ``calibrator`` fitted on these very answers, they flatter it. A part whose complement
-    holds one class only is scored by ``calibrator`` itself.
+    """Each answer's probability of being correct from a calibrator fitted *without* it: the answers are cut into
+    ``folds`` parts (stratified by label, in row order) and each part is scored by a calibrator of ``calibrator``'s
+    kind and settings (TRACE+'s feature set and C; a ScoreCalibrator's method and calibrator) fitted on the other
+    parts. Error rates measured with these are honest estimates for new answers; measured with ``calibrator`` fitted
+    on these very answers, they flatter it. A part whose complement holds one class only is scored by ``calibrator``
+    itself.
     """
     folds = check_int(folds, "folds", minimum=2)
     traces = list(traces)
@@ -138,7 +210,7 @@ def out_of_fold_probabilities(traces: Sequence[Trace], labels: Any, calibrator: 
         if np.unique(y[rest]).shape[0] < 2:
             out[held] = calibrator.predict_proba(part)
             continue
-        model = TracePlus(feature_set=calibrator.feature_set, C=calibrator.C).fit([traces[i] for i in rest], y[rest])
+        model = unfitted_copy(calibrator).fit([traces[i] for i in rest], y[rest])
         out[held] = model.predict_proba(part)
     return out
 

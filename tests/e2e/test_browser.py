@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, download, generate, open_calibrate_upload, screenshot, skip_unless_ready, wait_idle
@@ -92,6 +93,15 @@ def test_calibrate_upload_shows_reliability_and_flag_downloads(server, page, tmp
     wait_idle(page, timeout=120_000)
     assert "TRACE+" in page.inner_text("body")
     screenshot(page, tmp_path, "calibrate")
+    # the production calibrator: the score with the lowest held-out Brier by default, named in the saved file
+    choice = page.locator('.st-key-flag_score')
+    choice.scroll_into_view_if_needed()
+    shown = choice.locator("input").input_value()
+    assert "held-out Brier" in shown and "(lowest)" in shown
+    saved = json.loads(Path(download(page, "Download calibrator (JSON)").path()).read_text(encoding="utf-8"))
+    named = saved["params"].get("method") or ("TRACE+" if saved["params"]["feature_set"] == "paper" else "TRACE+ (")
+    assert shown.split(" — ")[0].strip().startswith(named)
+    page.locator('[data-testid="stMain"]').screenshot(path=str(tmp_path / "calibrate_production.png"))
 
     page.get_by_role("link", name="Flag & export").click()
     wait_idle(page)
