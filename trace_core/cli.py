@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 import sys
 import warnings
 from pathlib import Path
@@ -201,24 +200,6 @@ def _check_options(args: argparse.Namespace) -> None:
         check_real(args.target_risk, "target_risk", minimum=0, maximum=1)
 
 
-# Columns of a prompts file that describe its answers: generate replaces the answers, so these would describe answers
-# no longer in the file (the label would be theirs, the trace theirs). The label is made again from `reference`.
-_OLD_ANSWER_COLUMNS = ("label", "response", "answer_tokens", "beam_logprobs")
-
-
-def _prompt_problem(value: object) -> str | None:
-    """Why a prompt cell cannot be generated from (the dataset reader's words), or None when it holds text."""
-    from .data._values import is_missing, show
-
-    if is_missing(value):
-        return "is missing; expected non-empty text"
-    if not isinstance(value, str):
-        return f"is {show(value)}; expected text"
-    if not value.strip():
-        return "is empty; expected non-empty text"
-    return None
-
-
 def _rows_text(errors: Sequence[Any], shown: int = 3) -> str:
     """The first ``shown`` row errors, and how many more, for a one-line message (each quotes at most ~60 characters
     of the file)."""
@@ -226,114 +207,52 @@ def _rows_text(errors: Sequence[Any], shown: int = 3) -> str:
     return "; ".join(clip(str(e)) for e in errors[:shown]) + (f"; and {more:,} more" if more > 0 else "")
 
 
-_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
-
-
-def _unescape_prompt(line: str) -> str:
-    r"""A ``.txt`` prompt line with ``\n`` (a line break), ``\t`` (a tab) and ``\\`` (a backslash) written out;
-    any other backslash stays as it is.
-
-    >>> _unescape_prompt(r"Q: 2 + 2?\nA:")
-    'Q: 2 + 2?\nA:'
-    >>> _unescape_prompt(r"a path C:\\new \d")
-    'a path C:\\new \\d'
-    """
-    return re.sub(r"\\([nt\\])", lambda m: _ESCAPES[m.group(1)], line)
-
-
 def _read_prompts(path: str, args: argparse.Namespace | None = None) -> tuple[pd.DataFrame, list[Any] | None,
                                                                                list[int]]:
-    """The prompts to generate from: (the rows as a frame, each row's `reference` or None without that column, each
-    row's number in the file).
-
-    A ``.txt`` file holds one prompt per line. A CSV / JSON Lines / Parquet file needs a `prompt` column and nothing
-    else: it is read as a raw table (the reader's bounds on size and cells hold), not as a labeled dataset, whose
-    checks of answers and labels would refuse a prompts-only file and label answers that generate replaces. Rows
-    without a prompt are skipped and named in one warning line; the columns that describe the input's answers
-    (:data:`TRACE_COLUMNS` and :data:`_OLD_ANSWER_COLUMNS`) are left out, and said so unless ``--quiet``."""
+    """The prompts to generate from (:func:`trace_core.data.prompts.read_prompts`): (the rows as a frame, each row's
+    `reference` or None without that column, each row's number in the file). Rows without a prompt are named in one
+    warning line; the columns that describe the input's answers are left out, and said so unless ``--quiet``."""
     from . import settings
-    from .data import TRACE_COLUMNS, RowError
-    from .data.read import read_table
+    from .data import DatasetError
+    from .data.prompts import read_prompts
 
     quiet = bool(getattr(args, "quiet", False))
     p = _regular_file(path)  # never /dev/zero (endless) or a FIFO (blocks)
-    if p.suffix.lower() in (".txt", ""):
-        numbered = [(i, _unescape_prompt(line)) for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
-                    if line.strip()]
-        if not numbered:
-            raise CLIError(f"{_shown(path)}: no prompts (expected one per line)")
-        return pd.DataFrame({"prompt": [text for _, text in numbered]}), None, [i for i, _ in numbered]
-    update, close = _progress(0, f"reading {p.name}", not quiet, unit="B")
+    update, close = _progress(0, f"reading {p.name}", not quiet and p.suffix.lower() not in (".txt", ""), unit="B")
     try:
-        table, _ = read_table(p, format=None, max_rows=None, progress=update,
-                              max_bytes=settings.get("TRACE_MAX_DATA_MB") * 2**20,
-                              max_cell_chars=settings.get("TRACE_MAX_CELL_MB") * 2**20)
-        old = set(TRACE_COLUMNS) | set(_OLD_ANSWER_COLUMNS)
-        kept: list[dict[str, Any]] = []
-        numbers: list[int] = []
-        skipped: list[RowError] = []
-        n_read = 0
-        for number, raw in table.rows:  # cells of the old answers are not kept: trace cells can be large
-            n_read += 1
-            if raw is None:  # the reader's row error says why
-                continue
-            problem = _prompt_problem(raw.get("prompt"))
-            if problem:
-                skipped.append(RowError(number, "prompt", problem))
-                continue
-            kept.append({k: v for k, v in raw.items() if k not in old})
-            numbers.append(number)
+        read = read_prompts(p, progress=update, max_bytes=settings.get("TRACE_MAX_DATA_MB") * 2**20,
+                            max_cell_chars=settings.get("TRACE_MAX_CELL_MB") * 2**20)
+    except DatasetError as exc:
+        raise CLIError(f"{_shown(path)}: {exc}") from None
     finally:
         close()
-    if "prompt" not in table.columns:
-        raise CLIError(f"{_shown(path)}: needs a `prompt` column; found columns {shorten(table.columns)}"
-                       f"{table.hint}")
-    problems = sorted(table.errors + skipped, key=lambda e: e.row)
-    if not kept:
-        raise CLIError(f"{_shown(path)}: no row has a prompt ({_rows_text(problems)})")
-    if problems:
-        rows = len({e.row for e in problems})
-        print(f"warning: {_shown(path)}: skipped {rows:,} of {n_read:,} rows ({_rows_text(problems)})",
+    if read.skipped:
+        rows = len({e.row for e in read.skipped})
+        print(f"warning: {_shown(path)}: skipped {rows:,} of {read.n_read:,} rows ({_rows_text(read.skipped)})",
               file=sys.stderr)
-    columns = [c for c in table.columns if c not in old]
-    if table.frame is not None:  # Parquet: pyarrow's typed columns, as the dataset reader keeps them
-        frame = table.frame(columns).iloc[[n - 1 for n in numbers]].reset_index(drop=True)
-    else:
-        frame = pd.DataFrame.from_records(kept, columns=columns)
-    references = [row.get("reference") for row in kept] if "reference" in table.columns else None
-    dropped = [c for c in table.columns if c in old]
-    if not quiet:
-        print(f"{n_read:,} rows read: {len(kept):,} prompts", file=sys.stderr)
-        if dropped:
+    if not quiet and p.suffix.lower() not in (".txt", ""):
+        print(f"{read.n_read:,} rows read: {len(read.rows):,} prompts", file=sys.stderr)
+        if read.dropped:
+            dropped = read.dropped
             labels = (f"; the generated answers are labeled against `reference` (--matcher "
-                      f"{getattr(args, 'matcher', 'exact')})" if references is not None
+                      f"{getattr(args, 'matcher', 'exact')})" if read.references is not None
                       else "; give a `reference` column to label the generated answers" if "label" in dropped
                       else "")
             names = ", ".join(f"`{clip(c, 60)}`" for c in dropped[:8]) + (", ..." if len(dropped) > 8 else "")
             verb = "it describes" if len(dropped) == 1 else "they describe"
             print(f"{_shown(path)}: dropped {names}: {verb} the input's answers, which generate replaces{labels}",
                   file=sys.stderr)
-    return frame, references, numbers
+    return read.frame, read.references, read.rows
 
 
 def _labels_of(answers: Sequence[str], references: Sequence[Any], rows: Sequence[int], path: str,
                args: argparse.Namespace) -> list[int | None]:
-    """Each generated answer's 0/1 label against its row's `reference`, by ``--matcher`` / ``--tolerance`` as the
-    dataset reader labels (:func:`~trace_core.data.label_from_reference`); None, with one warning line naming the
-    rows, where the reference is missing or unusable (``evaluate`` then rejects those rows, naming the label)."""
-    from .data import RowError, label_from_reference
-    from .data._values import is_blank
+    """Each generated answer's 0/1 label against its row's `reference` (:func:`trace_core.data.prompts.label_answers`,
+    by ``--matcher`` / ``--tolerance``); None, with one warning line naming the rows, where the reference is missing
+    or unusable (``evaluate`` then rejects those rows, naming the label)."""
+    from .data.prompts import label_answers
 
-    labels: list[int | None] = []
-    problems = []
-    for answer, reference, row in zip(answers, references, rows):
-        try:
-            if is_blank(reference):
-                raise ValueError("is missing; expected the gold answer")
-            labels.append(label_from_reference(answer, reference, matcher=args.matcher, tolerance=args.tolerance))
-        except (TypeError, ValueError) as exc:
-            labels.append(None)
-            problems.append(RowError(row, "reference", str(exc)))
+    labels, problems = label_answers(answers, references, rows, matcher=args.matcher, tolerance=args.tolerance)
     if problems:
         print(f"warning: {_shown(path)}: left {len(problems):,} of {len(labels):,} generated answers unlabeled, their "
               f"`reference` cannot label them ({_rows_text(problems)})", file=sys.stderr)

@@ -30,6 +30,7 @@ columns, ...) raise :class:`DatasetError`.
 :func:`export_flagged` writes files for people, with spreadsheet formula injection neutralised (:func:`sanitize_cell`).
 
 Modules: ``read`` (bytes -> raw rows), ``codec`` (trace columns <-> Trace), ``labels`` (labels and matchers),
+``prompts`` (prompt files to generate from, and the generated answers' labels),
 ``responses`` (API responses -> Trace), ``validate`` (rows -> :class:`LabeledDataset`), ``write``, ``export``.
 """
 
@@ -37,12 +38,16 @@ from .codec import TRACE_COLUMNS, entropy_from_top_k, parse_beam_logprobs, trace
 from .errors import DatasetError, DatasetWarning, RowError
 from .export import export_flagged, sanitize_cell, token_table, with_trace_columns
 from .labels import MATCHERS, label_from_reference, normalize_answer, parse_label
+from .prompts import PromptsFile, label_answers, read_prompts
 from .read import FORMATS
 from .responses import trace_from_openai
 from .validate import LabeledDataset, read_dataset
 from .write import write_dataset
 
 __all__ = [
+    "PromptsFile",
+    "label_answers",
+    "read_prompts",
     "DatasetError",
     "DatasetWarning",
     "FORMATS",
