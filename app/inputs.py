@@ -34,12 +34,13 @@ class DatasetFile:
     by_path: bool = False
 
 
-def pick_dataset_file(role: str = "calibrate") -> DatasetFile | None:
+def pick_dataset_file(role: str = "calibrate", *, prompts: bool = False) -> DatasetFile | None:
     """The "Data" choice (a demo dataset, an upload, or, when TRACE_LOCAL_FILES allows, a path inside the data
     folder); None, with a message on the page, until there is a file to read.
 
     ``role`` names the page's choice ("calibrate", "flag"): each has its own widgets and its own kept upload, so an
-    upload survives visits to other pages (it is used until the user uploads another or forgets it).
+    upload survives visits to other pages (it is used until the user uploads another or forgets it). With
+    ``prompts``, the help says that a table of prompts without answers is answered first (:mod:`app.batch`).
     """
     prefix = "" if role == "calibrate" else f"{role}_"
     demos = demo_datasets()
@@ -68,7 +69,9 @@ def pick_dataset_file(role: str = "calibrate") -> DatasetFile | None:
             return None
     uploaded = st.file_uploader("CSV, JSON Lines or Parquet", type=FILE_TYPES, key=f"{prefix}upload",
                                 help="Columns: prompt, answer, and label (0/1) or reference; optionally recorded "
-                                     "traces. See the README for the format.")
+                                     "traces. See the README for the format."
+                                     + (" A file of prompts without answers (columns prompt and reference) is "
+                                        "answered by the sidebar's model first." if prompts else ""))
     if uploaded is not None:
         state.keep_upload(role, uploaded.getvalue(), uploaded.name)
         return DatasetFile(uploaded.getvalue(), uploaded.name)

@@ -35,6 +35,8 @@ SCORE_CHOICES = "score_choices"  # ScoreChoices: the scores those rows can be fl
 UPLOADS = "uploads"  # {role: (bytes, name)}: each page's last uploaded file, kept across pages
 LOADED_CALIBRATOR_FILE = "loaded_calibrator_file"  # (name, size, digest) of the calibrator file last loaded
 RECORDED = "recorded"  # {(file key, model key): {row number in the file: Trace}}: traces recorded in this session
+GENERATED = "generated"  # {(file key, model key, decoding): ({position: Trace}, {position: why not})}: answers
+GENERATED_FILE = "generated_file"  # (key, answered count, the answered prompts as a dataset file): the last one built
 OVER_CONTEXT = "over_context"  # {(data key, model key): frozenset of row positions}: rows too long for the model
 SCORED = "scored"  # {key: DataFrame}: the Flag page's scored rows (one entry)
 INSPECT_TRACE = "inspect_trace"  # Trace | None: the Inspect page's last answer
@@ -215,6 +217,33 @@ def calibrated_data() -> Answers | None:
 
 def set_calibrated_data(data: Answers) -> None:
     _set(CALIBRATED_DATA, data)
+
+
+#: Prompt files whose generated answers a session keeps (the most recent ones).
+MAX_GENERATED = 4
+
+
+def generated_answers(key: tuple[str, str, str]) -> tuple[dict[int, Any], dict[int, str]]:
+    """The answers generated in this session for a prompts file with a model and a decoding (``key``): the traces by
+    the prompt's position, and why the others could not be answered. Stored as they are generated; the answers of
+    the :data:`MAX_GENERATED` most recently used files are kept."""
+    store: dict[tuple[str, str, str], tuple[dict[int, Any], dict[int, str]]] = st.session_state.setdefault(
+        GENERATED, {})
+    entry = store.pop(key, None) or ({}, {})
+    store[key] = entry  # most recently used last
+    while len(store) > MAX_GENERATED:
+        del store[next(iter(store))]
+    return entry
+
+
+def generated_file(key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
+    """``build()``, the dataset file of a prompts file's answers, made again only when ``key`` (the file, model,
+    decoding and how many are answered) changes: one is kept."""
+    last = _get(GENERATED_FILE)
+    if last is None or last[0] != key:
+        last = (key, build())
+        _set(GENERATED_FILE, last)
+    return last[1]
 
 
 def score_choices() -> ScoreChoices | None:

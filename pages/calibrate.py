@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import state
+from app.batch import answered
 from app.components import (legend_stats, md_literal, metric_columns, metrics_frame, paired_frame,
                             reliability_figure, risk_coverage_figure, roc_figure, sentence)
 from app.downloads import download_button
@@ -24,7 +25,8 @@ st.title("Calibrate and compare")
 st.caption("Upload answers labeled correct or wrong (or with a reference answer). TRACE+ is fitted on a calibration "
            "split and every method is scored on the held-out rest, over repeated random splits.")
 
-picked = pick_dataset_file()
+picked = pick_dataset_file(prompts=True)
+picked = answered(picked) if picked is not None else None  # a prompts file is answered by the sidebar's model first
 read = read_labeled(picked) if picked is not None else None
 if read is None:
     st.stop()
