@@ -53,8 +53,9 @@ def evaluate_groups(values: pd.Series, kept: Sequence[Trace], labels: np.ndarray
             left_out.append(f"{title}: its {at.shape[0]:,} answers are all {'right' if y[0] else 'wrong'}")
             continue
         try:
+            semantic = [embedder[i] for i in at] if isinstance(embedder, list) else embedder  # relevances: sliced
             result, _ = evaluate_cached([kept[i] for i in at], y, config, methods, f"{key}|{column}={value}",
-                                        [beams[i] for i in at] if beams is not None else None, embedder,
+                                        [beams[i] for i in at] if beams is not None else None, semantic,
                                         embedder is not None)
         except (NoUsableSplitError, ValueError) as exc:
             left_out.append(f"{title}: {exc}")

@@ -387,18 +387,21 @@ def _local_model_digest(lm: LoadedModel) -> str:
 
 @st.cache_resource(show_spinner="Running the evaluation protocol…", max_entries=8)
 def evaluate_cached(_traces: Sequence[Trace], labels: np.ndarray, config: EvaluationConfig, methods: tuple[str, ...],
-                    key: str, _beams: Sequence[Sequence[float]] | None = None, _embedder: Any = None,
+                    key: str, _beams: Sequence[Sequence[float]] | None = None, _semantic: Any = None,
                     semantic: bool = False) -> tuple[EvaluationResult, list[str]]:
     """The protocol on a dataset; ``key`` identifies the traces (they are not hashed by Streamlit): the file's digest
     and the recording model's :func:`model_key` (``DatasetTraces.key``), never the model's name alone, since the cache
-    is shared by every session; ``semantic`` says whether ``_embedder`` is given (the semantic baselines run).
+    is shared by every session; ``semantic`` says whether ``_semantic`` is given (the semantic baselines run): the
+    answers' token relevances (a list, one array per answer, :mod:`app.semantic`) or an embedder.
 
     Returns the result and the warnings it raised (e.g. skipped splits), for the page to show.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        relevance = _semantic if semantic and isinstance(_semantic, list) else None
+        embedder = _semantic if semantic and relevance is None else None
         result = evaluate(list(_traces), labels, config=config, methods=list(methods), beam_logprobs=_beams,
-                          embedder=_embedder if semantic else None)  # no contexts: as the command line
+                          embedder=embedder, relevance=relevance)  # no contexts: as the command line
     return result, [str(w.message) for w in caught]
 
 

@@ -36,6 +36,7 @@ UPLOADS = "uploads"  # {role: (bytes, name)}: each page's last uploaded file, ke
 LOADED_CALIBRATOR_FILE = "loaded_calibrator_file"  # (name, size, digest) of the calibrator file last loaded
 RECORDED = "recorded"  # {(file key, model key): {row number in the file: Trace}}: traces recorded in this session
 GENERATED = "generated"  # {(file key, model key, decoding): ({position: Trace}, {position: why not})}: answers
+RELEVANCE = "relevance"  # (data key, [token relevances per answer], stopped): the semantic baselines' input so far
 GENERATED_FILE = "generated_file"  # (key, answered count, the answered prompts as a dataset file): the last one built
 OVER_CONTEXT = "over_context"  # {(data key, model key): frozenset of row positions}: rows too long for the model
 SCORED = "scored"  # {key: DataFrame}: the Flag page's scored rows (one entry)
@@ -244,6 +245,16 @@ def generated_file(key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
         last = (key, build())
         _set(GENERATED_FILE, last)
     return last[1]
+
+
+def relevances(key: str) -> dict[str, Any]:
+    """The token relevances computed so far for the answers ``key`` names (``"done"``: a list, one array per answer
+    in order; ``"stopped"``: whether the user stopped the computation). One dataset's are kept."""
+    entry = _get(RELEVANCE)
+    if entry is None or entry["key"] != key:
+        entry = {"key": key, "done": [], "stopped": False}
+        _set(RELEVANCE, entry)
+    return entry
 
 
 def score_choices() -> ScoreChoices | None:

@@ -12,6 +12,7 @@ from app.downloads import download_button
 from app.groups import group_panel
 from app.inputs import pick_dataset_file, read_labeled
 from app.panels import calibrator_file_name, production_calibrator, score_choices
+from app.semantic import relevance_panel
 from app.recording import dataset_traces, record_panel, traces_download
 from app.services import embedder, evaluate_cached, parse_beams
 from trace_core import EvaluationConfig
@@ -69,9 +70,11 @@ try:
         st.warning(f"Beam baselines skipped: {md_literal(beam_problem)}.")
     model_for_semantic = None
     if semantic:
-        model_for_semantic, why = embedder()
-        if model_for_semantic is None:
+        model, why = embedder()
+        if model is None:
             st.warning(f"Semantic baselines skipped: {md_literal(why)}.")
+        else:  # the answers' token relevances, with a progress bar and a Stop (None when stopped)
+            model_for_semantic = relevance_panel(kept, rows.key, model)
     result, notes = evaluate_cached(kept, labels, config, tuple(method_names()), rows.key, beams, model_for_semantic,
                                     model_for_semantic is not None)
 except AnswerValueError as exc:  # the library counts kept answers from 0; the user counts file rows

@@ -236,6 +236,39 @@ def test_semantic_baselines_run_when_switched_on(tiny_model_dirs, files):
         assert {"TokenSAR", "MARS-style"} <= set(at.dataframe[0].value["method"])
 
 
+@pytest.mark.slow
+def test_semantic_baselines_stop_keeps_what_is_embedded_and_continue_goes_on(tiny_model_dirs, files):
+    from app import state
+    from app.services import embedder
+    from trace_core.semantic import token_relevance_batch
+
+    model, why = embedder()
+    if model is None:
+        pytest.skip(why)
+    at = start(tiny_model_dirs, "../pages/calibrate.py")
+    calibrate_upload(at, files["labeled"])
+    data = at.session_state["flag_data"]
+    key = at.session_state[state.CALIBRATED_DATA].key
+    first = token_relevance_batch(model, [t.tokens for t in data.traces[:5]])
+    # as if Stop was pressed after the first five answers
+    at.session_state[state.RELEVANCE] = {"key": key, "done": list(first), "stopped": True}
+    at.toggle(key="semantic").set_value(True)
+    at.get("form_submit_button")[0].click().run()
+    assert not at.exception
+    n = len(data.traces)
+    assert any(f"stopped after 5 of {n:,} answers" in i.value for i in at.info)
+    assert "TokenSAR" not in set(at.dataframe[0].value["method"])  # evaluated without them meanwhile
+    at.button(key="semantic_continue").click().run()
+    assert not at.exception
+    assert {"TokenSAR", "MARS-style"} <= set(at.dataframe[0].value["method"])
+    done = at.session_state[state.RELEVANCE]["done"]
+    assert len(done) == n and all(a is b for a, b in zip(done, first))  # the first five were not embedded again
+    expected = token_relevance_batch(model, [t.tokens for t in data.traces[5:10]])
+    for got, want in zip(done[5:10], expected):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+    assert not at.get("button") or "semantic_stop" not in [b.key for b in at.button]  # no stale Stop
+
+
 def test_recorded_traces_survive_a_visit_to_another_page(tiny_model_dirs, files):
     at = start(tiny_model_dirs, "../pages/calibrate.py")
     at.radio(key="data_source").set_value("Upload a file").run()

@@ -8,6 +8,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from trace_core.semantic import (
@@ -299,3 +300,28 @@ def test_skipped_semantic_baselines_name_the_option_and_the_real_install_command
     reason = scores.skipped["TokenSAR"]
     assert 'pip install -e ".[semantic]"' in reason and "trace-core[semantic]" not in reason
     assert "--embedder" in _cli_words(reason)  # the command line names its option
+
+
+def test_relevance_computed_once_stands_in_for_the_embedder_and_reports_progress():
+    from helpers import random_traces
+
+    from trace_core import EvaluationConfig, evaluate
+
+    traces = random_traces(60, seed=2, min_len=2)
+    for i, t in enumerate(traces):  # words the bag-of-words embedder can tell apart
+        object.__setattr__(t, "tokens", tuple(f" w{(i * 7 + j) % 13}" for j in range(len(t))))
+    y = (np.arange(60) % 3 != 0).astype(int)
+    embedder = BagOfWordsEmbedder()
+    seen = []
+    relevance = token_relevance_batch(embedder, [t.tokens for t in traces], progress=lambda d, n: seen.append((d, n)))
+    assert seen[-1] == (60, 60) and all(a <= b for (a, _), (b, _) in zip(seen, seen[1:]))
+    config = EvaluationConfig(n_splits=2)
+    methods = ["TokenSAR", "MARS-style", "SeqLogP"]
+    with_embedder = evaluate(traces, y, config=config, methods=methods, embedder=BagOfWordsEmbedder())
+    with_relevance = evaluate(traces, y, config=config, methods=methods, relevance=relevance)
+    assert not with_relevance.skipped
+    pd.testing.assert_frame_equal(with_relevance.summary, with_embedder.summary)
+    with pytest.raises(ValueError, match="token relevance rows"):
+        evaluate(traces, y, config=config, methods=methods, relevance=relevance[:-1])
+    with pytest.raises(ValueError, match="answer 0"):
+        evaluate(traces, y, config=config, methods=methods, relevance=[r[:-1] for r in relevance])

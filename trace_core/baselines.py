@@ -327,7 +327,8 @@ def beam_scores(beam_logprobs: Sequence[Sequence[float]], *,
 
 def compute_baselines(traces: Sequence[Trace], *, beam_logprobs: Sequence[Sequence[float]] | None = None,
                       embedder: Any = None, contexts: Sequence[str] | None = None,
-                      names: Sequence[str] | None = None) -> BaselineScores:
+                      names: Sequence[str] | None = None,
+                      relevance: Sequence[np.ndarray] | None = None) -> BaselineScores:
     """Compute every baseline whose inputs are available.
 
     Parameters
@@ -343,17 +344,20 @@ def compute_baselines(traces: Sequence[Trace], *, beam_logprobs: Sequence[Sequen
         Text put before each answer when measuring token relevance (e.g. the prompt).
     names : sequence of str, optional
         Restrict to these baselines (display names); default all.
+    relevance : sequence of arrays, optional
+        Each answer's token relevances, already computed (:func:`trace_core.semantic.token_relevance_batch`, e.g.
+        with a progress bar): the semantic baselines use them instead of an ``embedder``.
     """
     traces = list(traces)
     surprisal, entropy = stack_traces(traces)
     return baseline_scores(surprisal, entropy, names=names, traces=traces, beam_logprobs=beam_logprobs,
-                           embedder=embedder, contexts=contexts)
+                           embedder=embedder, contexts=contexts, relevance=relevance)
 
 
 def baseline_scores(surprisal: Ragged, entropy: Ragged | None, *, names: Sequence[str] | None = None,
                     traces: Sequence[Trace] | None = None, beam_logprobs: Sequence[Sequence[float]] | None = None,
                     embedder: Any = None, contexts: Sequence[str] | None = None,
-                    top_k: TopK | None = None) -> BaselineScores:
+                    top_k: TopK | None = None, relevance: Sequence[np.ndarray] | None = None) -> BaselineScores:
     """:func:`compute_baselines` from surprisal and entropy batches; the semantic baselines also need ``traces``
     (their token texts), EPR their top-k log-probabilities (``top_k``, else stacked from ``traces``). ``entropy=None`` (only the chosen tokens' log-probabilities): the baselines with
     ``needs_entropy`` are skipped with :data:`NO_ENTROPY_REASON`."""
@@ -378,7 +382,17 @@ def baseline_scores(surprisal: Ragged, entropy: Ragged | None, *, names: Sequenc
         else:
             columns.update({n: BASELINES[n].score(surprisal, top) for n in top_wanted})
     semantic_wanted = _names(wanted, "embedding")
-    if semantic_wanted:
+    if semantic_wanted and relevance is not None:
+        if traces is None or len(relevance) != len(traces):
+            raise ValueError(f"got {len(relevance)} token relevance rows for {len(surprisal)} answers")
+        for i, (t, r) in enumerate(zip(traces, relevance)):
+            if np.shape(r) != (len(t),):
+                raise ValueError(f"answer {i}: {np.shape(r)[0] if np.ndim(r) else 0} token relevances for "
+                                 f"{len(t)} tokens")
+        for n in semantic_wanted:
+            columns[n] = np.array([BASELINES[n].score(t.surprisal, np.asarray(r, dtype=np.float64))
+                                   for t, r in zip(traces, relevance)])
+    elif semantic_wanted:
         if embedder is None or traces is None:
             reason = ('needs a sentence-embedding model (`embedder`; install it with pip install -e ".[semantic]")'
                       if traces is not None

@@ -170,7 +170,7 @@ def data_note(summary: dict[str, Any] | None, *, n: int | None = None, has_entro
 def evaluate(traces: Sequence[Trace], labels: Any, *, config: EvaluationConfig = EvaluationConfig(),
              methods: Sequence[str] | None = None, beam_logprobs: Sequence[Sequence[float]] | None = None,
              embedder: Any = None, contexts: Sequence[str] | None = None,
-             progress: Progress | None = None) -> EvaluationResult:
+             progress: Progress | None = None, relevance: Sequence[np.ndarray] | None = None) -> EvaluationResult:
     """Run the protocol on recorded traces and 0/1 correctness labels.
 
     Parameters
@@ -183,8 +183,9 @@ def evaluate(traces: Sequence[Trace], labels: Any, *, config: EvaluationConfig =
         Default: :func:`trace_core.registry.method_names` (TRACE+, TRACE, every baseline whose inputs are
         available, the supervised likelihood reference). On data without entropy, methods that need it are skipped
         and TRACE / TRACE+ run as their surprisal-only variants.
-    beam_logprobs, embedder, contexts
-        Inputs of the beam and semantic baselines (see :func:`trace_core.baselines.compute_baselines`).
+    beam_logprobs, embedder, contexts, relevance
+        Inputs of the beam and semantic baselines (see :func:`trace_core.baselines.compute_baselines`; ``relevance``,
+        token relevances already computed, stands in for the embedder).
     progress : callable, optional
         ``progress(done, total)`` after the scores are computed (``done`` 0) and after each split.
 
@@ -203,7 +204,8 @@ def evaluate(traces: Sequence[Trace], labels: Any, *, config: EvaluationConfig =
     held = entropy_summary(traces)
     result = _evaluate(surprisal, entropy, labels, config=config, methods=methods, traces=traces,
                        beam_logprobs=beam_logprobs, embedder=embedder, contexts=contexts,
-                       note=data_note(held, has_entropy=entropy is not None), progress=progress)
+                       note=data_note(held, has_entropy=entropy is not None), progress=progress,
+                       relevance=relevance)
     result.entropy_summary = held
     return result
 
@@ -223,7 +225,7 @@ def _evaluate(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config:
               methods: Sequence[str] | None, traces: Sequence[Trace] | None = None,
               beam_logprobs: Sequence[Sequence[float]] | None = None, embedder: Any = None,
               contexts: Sequence[str] | None = None, note: str = "",
-              progress: Progress | None = None) -> EvaluationResult:
+              progress: Progress | None = None, relevance: Sequence[np.ndarray] | None = None) -> EvaluationResult:
     if not isinstance(config, EvaluationConfig):
         raise TypeError(f"`config` must be an EvaluationConfig, got {type(config).__name__}")
     wanted, skipped = _wanted(methods, has_entropy=entropy is not None)
@@ -247,7 +249,7 @@ def _evaluate(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config:
         own = pool.submit(_scores, surprisal, entropy, wanted, top) if pool is not None else None
         baselines = baseline_scores(surprisal, entropy, names=baseline_names, traces=traces,
                                     beam_logprobs=beam_logprobs, embedder=embedder, contexts=contexts,
-                                    top_k=top) if baseline_names else None
+                                    top_k=top, relevance=relevance) if baseline_names else None
         scalar, features = own.result() if own is not None else _scores(surprisal, entropy, wanted, top)
     if baselines is not None:
         skipped.update(baselines.skipped)

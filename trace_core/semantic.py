@@ -23,7 +23,7 @@ this module stays light.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -69,6 +69,8 @@ def token_relevance(embedder: Embedder, tokens: Sequence[str], *, context: str =
         context of the question; include any separator yourself.
     batch_size : int, default 64
         Texts per forward pass.
+    progress : callable(done, total), optional
+        Called with the answers done so far after each chunk of texts is encoded; raise from it to cancel.
 
     Returns
     -------
@@ -80,7 +82,8 @@ def token_relevance(embedder: Embedder, tokens: Sequence[str], *, context: str =
 
 
 def token_relevance_batch(embedder: Embedder, token_lists: Sequence[Sequence[str]], *,
-                          contexts: Sequence[str] | None = None, batch_size: int = 64) -> list[np.ndarray]:
+                          contexts: Sequence[str] | None = None, batch_size: int = 64,
+                          progress: Callable[[int, int], None] | None = None) -> list[np.ndarray]:
     """:func:`token_relevance` for many answers, encoding their texts together in batches.
 
     Texts of consecutive answers are gathered into large chunks and encoded with one ``encode`` call per chunk (not one
@@ -124,8 +127,12 @@ def token_relevance_batch(embedder: Embedder, token_lists: Sequence[Sequence[str
         if n_pending >= _TEXTS_PER_CHUNK:
             results.extend(_relevances_of(embedder, pending, batch_size))
             pending, n_pending = [], 0
+            if progress is not None:
+                progress(len(results), len(answers))
     if pending:
         results.extend(_relevances_of(embedder, pending, batch_size))
+    if progress is not None:
+        progress(len(results), len(answers))
     return results
 
 
