@@ -1,5 +1,5 @@
 """The semantic baselines' input on the Calibrate page: every answer's token relevances from the sentence-embedding
-model, computed in steps with a progress bar and a Stop (they take about a minute for a thousand answers on a CPU).
+model, computed in steps with a progress bar and a Stop (each answer is embedded once per token: the slow part).
 
 What is computed is kept in the session, so Stop keeps it and "Continue" goes on from there; while stopped, the
 evaluation runs without the semantic baselines and says so.
