@@ -17,6 +17,11 @@ DEMO_LABEL = "Bundled demo model"
 LOCAL_LABEL = "Local folder or cached model id"
 SERVER_LABEL = "Model server (OpenAI-compatible)"
 SOURCES = [REAL_LABEL, DEMO_LABEL, LOCAL_LABEL, SERVER_LABEL]
+#: What a reload discards, said on every page: the work of a session lives in the server's memory for its tab.
+RELOAD_NOTE = ("Your work stays while you move between pages, in this browser tab only: reloading the page or opening "
+               "a new tab starts afresh, without the uploads, the recorded or generated answers, the results and the "
+               "calibrator. Save what you need first: the dataset with its traces and the calibrator on Calibrate, "
+               "the flagged answers on Flag & export.")
 
 
 def sidebar() -> None:
@@ -53,6 +58,7 @@ def sidebar() -> None:
         state.set_decoding(DecodingConfig(
             max_new_tokens=int(max_new), do_sample=bool(sample), temperature=float(temperature), top_k=int(top_k),
             top_p=float(top_p), seed=int(seed) if sample else None, chat_template=bool(chat and has_template)))
+        st.caption(RELOAD_NOTE)
 
 
 def _local_model(source: str):

@@ -344,3 +344,13 @@ def test_an_answer_of_another_model_is_not_shown_as_the_sidebars(tiny_model_dirs
     at.sidebar.text_input(key="model_name").set_value(str(tiny_model_dirs["llama"])).run()
     assert not at.exception, at.exception
     assert any("came from another model" in m.value and "press Generate" in m.value for m in at.info)
+
+
+def test_every_page_says_what_a_reload_discards(tiny_model_dirs, files):
+    from app.sidebar import RELOAD_NOTE
+
+    at = start(tiny_model_dirs, "../pages/calibrate.py")
+    for page in ("../pages/calibrate.py", "../pages/flag.py", "../pages/compare.py", "../pages/inspect.py"):
+        at.switch_page(page).run()
+        assert not at.exception
+        assert RELOAD_NOTE in [c.value for c in at.sidebar.caption], page
