@@ -50,16 +50,22 @@ def is_prompts_file(file: DatasetFile) -> bool:
 
 
 @st.cache_data(max_entries=8, show_spinner="Reading the prompts…")
-def _prompts(data: bytes, name: str) -> Any:
+def prompts_cached(data: bytes, name: str) -> Any:
+    """:func:`trace_core.data.read_prompts` of a file's bytes, cached by content."""
     return read_prompts(data, name=name, max_bytes=settings.get("TRACE_MAX_DATA_MB") * 2**20,
                         max_cell_chars=settings.get("TRACE_MAX_CELL_MB") * 2**20)
 
 
-def _batches(lm: Any, prompts: Sequence[str], positions: Sequence[int], config: DecodingConfig) -> Iterator[
+def answer_batches(lm: Any, prompts: Sequence[str], positions: Sequence[int], config: DecodingConfig) -> Iterator[
         tuple[dict[int, Trace], dict[int, str]]]:
     """Answer the prompts at ``positions`` in batches, yielding each batch's traces and the prompts it could not
     answer (the prompt alone fills the model's context) by position. A prompt that leaves less room than
-    ``config.max_new_tokens`` is answered alone, cut where the context ends."""
+    ``config.max_new_tokens`` is answered alone, cut where the context ends.
+
+    Sampling is seeded per batch with ``config.seed`` plus the position of the batch's first prompt, as
+    :func:`trace_core.generate_traces` seeds its batches: a file answered from the start in batches of
+    :data:`BATCH_SIZE` gives the answers one ``generate_traces`` call (and ``trace-core generate``) gives, and a run
+    stopped and continued gives the same answers as one that was not."""
     positions = list(positions)
     for start in range(0, len(positions), BATCH_SIZE):
         rows = positions[start:start + BATCH_SIZE]
@@ -75,11 +81,16 @@ def _batches(lm: Any, prompts: Sequence[str], positions: Sequence[int], config: 
                 short[i] = fit.max_new_tokens
             else:
                 full.append(i)
-        traces = dict(zip(full, generate_traces(lm, [prompts[i] for i in full], config=config,
+        traces = dict(zip(full, generate_traces(lm, [prompts[i] for i in full], config=_seeded(config, rows[0]),
                                                 batch_size=BATCH_SIZE))) if full else {}
         for i, limit in short.items():
-            traces[i] = generate_traces(lm, [prompts[i]], config=dataclasses.replace(config, max_new_tokens=limit))[0]
+            traces[i] = generate_traces(lm, [prompts[i]], config=dataclasses.replace(
+                _seeded(config, i), max_new_tokens=limit))[0]
         yield traces, skipped
+
+
+def _seeded(config: DecodingConfig, offset: int) -> DecodingConfig:
+    return config if config.seed is None else dataclasses.replace(config, seed=config.seed + offset)
 
 
 def _answered_file(read: Any, done: dict[int, Trace], name: str) -> DatasetFile:
@@ -102,7 +113,7 @@ def answered(file: DatasetFile) -> DatasetFile | None:
     if not is_prompts_file(file):
         return file
     try:
-        read = _prompts(file.data, file.name)
+        read = prompts_cached(file.data, file.name)
     except DatasetError as exc:
         st.error(md_literal(f"{file.name}: {exc}"))
         return None
@@ -155,7 +166,7 @@ def _generate(lm: Any, prompts: Sequence[str], waiting: Sequence[int], config: D
     bar = st.progress(0.0, text="Generating answers…")
     done = 0
     try:
-        for traces, skipped in _batches(lm, prompts, waiting, config):
+        for traces, skipped in answer_batches(lm, prompts, waiting, config):
             store.update(traces)
             failed.update(skipped)
             done += len(traces) + len(skipped)

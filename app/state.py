@@ -59,7 +59,8 @@ KEPT_WIDGETS = (
     "flag_source", "flag_data_source", "flag_data_path", "flag_matcher", "flag_mode", "flag_threshold", "flag_risk",
     "flag_coverage",
     # Compare
-    "compare_prompt", "compare_mode", "compare_model", "compare_sample", "compare_temperature", "compare_top_p",
+    "compare_scope", "compare_data_source", "compare_demo_dataset", "compare_data_path", "compare_n_prompts",
+    "compare_matcher", "compare_prompt", "compare_mode", "compare_model", "compare_sample", "compare_temperature", "compare_top_p",
     "compare_top_k", "compare_seed", "compare_max_new_tokens", "compare_signal",
 )
 

@@ -1,4 +1,5 @@
-"""Compare: one prompt answered twice (two decodings, or two models), aligned token by token."""
+"""Compare: one prompt answered twice (two decodings, or two models), aligned token by token; or a dataset of prompts
+answered by both, side by side."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import html
 import streamlit as st
 
 from app import state
+from app.compare_dataset import Side, dataset_comparison
 from app.compare_view import Comparison, aligned_heatmap_html, compare_metrics, describe_decoding
 from app.components import HEATMAP_CSS, legend_html, md_literal, sentence, signal_values
 from app.explain import probability_title
+from app.inputs import pick_dataset_file
 from app.services import alternatives_for, describe_calibrator, get_model, prompt_problem, provenance_notes
 from trace_core import DecodingConfig, ModelLoadError, ScoreCalibrator, TracePlus, generate_trace, settings
 from trace_core.align import divergence_summary
@@ -19,16 +22,23 @@ from trace_core.record.server import ServerError
 
 SAME_MODEL = "Same model, other decoding"
 OTHER_MODEL = "Another model"
+ONE_PROMPT, DATASET = "One prompt", "A dataset of prompts"
 
 st.title("Compare two answers")
 st.caption("The same prompt answered twice — greedy against sampled, two decoding settings, or two models — with the "
-           "tokens aligned, each coloured by how unsure its model was, and the point where the answers part marked.")
+           "tokens aligned, each coloured by how unsure its model was, and the point where the answers part marked; "
+           "or a whole dataset of prompts answered both ways, side by side.")
 
 lm = state.model()
 config_a = state.decoding()
 
-prompt = st.text_area("Prompt", key="compare_prompt", height=110,
-                      placeholder="Q: What is 23 plus 19?\nA:")
+scope = st.radio("Compare on", [ONE_PROMPT, DATASET], horizontal=True, key="compare_scope")
+if scope == ONE_PROMPT:
+    prompt = st.text_area("Prompt", key="compare_prompt", height=110,
+                          placeholder="Q: What is 23 plus 19?\nA:")
+else:
+    prompt = ""
+    picked = pick_dataset_file("compare")
 left, right = st.columns(2)
 with left:
     st.markdown("**A** — the sidebar's model and decoding")
@@ -54,6 +64,34 @@ with right:
                                      help="A folder made by save_pretrained, or a model id already in the local "
                                           "Hugging Face cache. Nothing is downloaded. B decodes like A.").strip()
 
+
+
+def side_b() -> tuple[object, DecodingConfig]:
+    """B's model and decoding from the widgets above; ValueError (or a model error) when B cannot be set up."""
+    if mode == SAME_MODEL:
+        return lm, DecodingConfig(max_new_tokens=int(max_new), do_sample=bool(sample), temperature=float(temperature),
+                                  top_k=int(top_k), top_p=float(top_p), seed=int(seed) if sample else None,
+                                  chat_template=config_a.chat_template)
+    if not model_b_name:
+        raise ValueError("type the folder or model id of model B")
+    model_b = get_model(model_b_name)
+    return model_b, dataclasses.replace(config_a, chat_template=config_a.chat_template and model_b.has_chat_template)
+
+
+if scope == DATASET:
+    if lm is None:
+        st.info(state.no_model_message())
+        st.stop()
+    if picked is None:
+        st.stop()
+    try:
+        model_b, config_b = side_b()
+    except (ModelLoadError, OSError, ValueError, ServerError) as exc:
+        st.error(md_literal(sentence(str(exc))))
+        st.stop()
+    dataset_comparison(picked, [Side("A", lm, config_a), Side("B", model_b, config_b)])
+    st.stop()
+
 run = st.button("Compare", type="primary", key="compare_run", disabled=lm is None)
 if lm is None:
     st.info(state.no_model_message())
@@ -74,17 +112,7 @@ if run:
     else:
         state.set_comparison(None)  # a failed run never leaves the previous comparison looking current
         try:
-            if mode == SAME_MODEL:
-                model_b = lm
-                config_b = DecodingConfig(max_new_tokens=int(max_new), do_sample=bool(sample),
-                                          temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
-                                          seed=int(seed) if sample else None, chat_template=config_a.chat_template)
-            elif not model_b_name:
-                raise ValueError("type the folder or model id of model B")
-            else:
-                model_b = get_model(model_b_name)
-                chat = config_a.chat_template and model_b.has_chat_template
-                config_b = dataclasses.replace(config_a, chat_template=chat)
+            model_b, config_b = side_b()
             with st.spinner("Generating both answers…"):
                 trace_a = _generate(lm, config_a)
                 trace_b = _generate(model_b, config_b)

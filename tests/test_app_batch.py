@@ -95,7 +95,7 @@ def test_stop_keeps_the_answers_and_the_rest_can_be_generated_later(prompts_file
 
     data = path.read_bytes()
     config: DecodingConfig = at.session_state["decoding"]
-    read = batch._prompts(data, path.name)
+    read = batch.prompts_cached(data, path.name)
     first = {i: t for i, t in enumerate(generate_traces(lm, read.frame["prompt"].tolist()[:8], config=config))}
     at.session_state[state.GENERATED] = {(digest(data, path.name), model_key(lm), repr(config)): (first, {})}
     at.run()

@@ -1,0 +1,230 @@
+"""Compare over a dataset: the same prompts answered by side A (the sidebar's model and decoding) and side B (another
+decoding or another model), each side's answers labeled against ``reference`` and evaluated as on the Calibrate page;
+accuracy, TRACE+ and the baselines side by side, and the prompts where the two disagree with both answers' heatmaps.
+
+Answers are generated in batches with a progress bar and a Stop, and kept in the session by the file, the model and
+the decoding (the store :mod:`app.batch` uses), so Stop, another page or a change of B loses nothing generated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from trace_core import DecodingConfig, EvaluationConfig, EvaluationResult, Trace, explain_trace, label_from_reference
+from trace_core.data import MATCHERS
+from trace_core.evaluate import NoUsableSplitError
+from trace_core.record.server import ServerError
+from trace_core.registry import METRICS, method_names
+
+from . import state
+from .batch import answer_batches, prompts_cached
+from .components import HEATMAP_CSS, control_safe, legend_html, md_literal, signal_values
+from .compare_view import aligned_heatmap_html
+from .inputs import DatasetFile
+from .services import alternatives_for, digest, evaluate_cached, model_key
+
+#: The most prompts one comparison answers (each is answered twice).
+MAX_PROMPTS = 2_000
+#: Splits of the evaluation of each side (fewer than Calibrate's 20: two evaluations, usually of fewer answers).
+SPLITS = 10
+#: The metrics of the side-by-side table.
+SHOWN_METRICS = ("auroc", "brier")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of the comparison: its model (loaded), the model's store key and its decoding."""
+
+    label: str
+    model: Any
+    decoding: DecodingConfig
+
+    def key(self, file_key: str) -> tuple[str, str, str]:
+        return (file_key, model_key(self.model), repr(self.decoding))
+
+
+def prompts_of(file: DatasetFile) -> Any:
+    """The file's prompts and references (:func:`trace_core.data.read_prompts`; an ``answer`` column is ignored: both
+    sides answer anew)."""
+    return prompts_cached(file.data, file.name)
+
+
+def generate_panel(sides: Sequence[Side], prompts: Sequence[str], n: int, file_key: str) -> bool:
+    """A button that answers the first ``n`` prompts with each side (progress bar, Stop; each batch kept at once);
+    True when both sides have answered all ``n`` (or said why some cannot be answered)."""
+    waiting = {s.label: [i for i in range(n) if i not in _store(s, file_key)[0] and i not in _store(s, file_key)[1]]
+               for s in sides}
+    total = sum(len(w) for w in waiting.values())
+    if total == 0:
+        return True
+    answered = sum(n - len(w) for w in waiting.values())
+    label = (f"Answer {n:,} prompts with A and with B" if answered == 0 else
+             f"Answer the other {total:,} ({answered:,} of {2 * n:,} answers kept)")
+    if not st.button(label, type="primary", key="compare_dataset_run"):
+        return False
+    st.button("Stop", key="compare_dataset_stop", help="Stops after the current batch; the answers are kept.")
+    bar = st.progress(0.0, text="Answering…")
+    done = 0
+    try:
+        for side in sides:
+            store, failed = _store(side, file_key)
+            for traces, skipped in answer_batches(side.model, prompts, waiting[side.label], side.decoding):
+                store.update(traces)
+                failed.update(skipped)
+                done += len(traces) + len(skipped)
+                bar.progress(done / total, text=f"{side.label}: answered {done:,} of {total:,}")
+    except (ServerError, ValueError, RuntimeError) as exc:
+        bar.empty()
+        st.error(md_literal(f"Answering stopped: {exc} (the answers before it are kept)."))
+        return False
+    st.rerun()
+    return True  # not reached: the rerun draws the results
+
+
+def _store(side: Side, file_key: str) -> tuple[dict[int, Trace], dict[int, str]]:
+    return state.generated_answers(side.key(file_key))
+
+
+def labels_of(traces: Sequence[Trace], references: Sequence[Any], matcher: str) -> np.ndarray:
+    """Each answer's 0/1 label against its reference; -1 where the reference cannot label it."""
+    out = []
+    for trace, reference in zip(traces, references):
+        try:
+            out.append(label_from_reference(trace.answer, reference, matcher=matcher))
+        except (TypeError, ValueError):
+            out.append(-1)
+    return np.asarray(out, dtype=np.int64)
+
+
+def side_table(results: dict[str, EvaluationResult | None]) -> pd.DataFrame:
+    """One row per method (in the evaluation's order), ``<metric> A`` and ``<metric> B`` columns (mean over the
+    splits, Platt scaling for scalar methods) for :data:`SHOWN_METRICS`. A side that could not be evaluated has
+    NaN."""
+    methods: list[str] = []
+    for result in results.values():
+        if result is not None:
+            methods += [m for m in result.methods if m not in methods]
+    rows = []
+    tables = {side: (r.table(calibrator="platt") if r is not None else None) for side, r in results.items()}
+    for method in methods:
+        row: dict[str, Any] = {"method": method}
+        for metric in SHOWN_METRICS:
+            for side, table in tables.items():
+                row[f"{metric} {side}"] = (float(table.loc[method, metric])
+                                           if table is not None and method in table.index else np.nan)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def disagreements(traces: dict[str, Sequence[Trace]], labels: dict[str, np.ndarray], prompts: Sequence[str],
+                  rows: Sequence[int]) -> pd.DataFrame:
+    """The prompts where one side is right and the other wrong (index: position among the compared prompts): the
+    row, each side's answer and label, each side's TRACE confidence, then the prompt; ordered as in the file."""
+    a, b = labels["A"], labels["B"]
+    at = np.flatnonzero((a != b) & (a >= 0) & (b >= 0))
+    out = pd.DataFrame({"row": [rows[i] for i in at]}, index=at)
+    for side in ("A", "B"):
+        out[f"answer {side}"] = [traces[side][i].answer for i in at]
+        out[f"{side} correct"] = [bool(labels[side][i]) for i in at]
+    for side in ("A", "B"):
+        out[f"TRACE {side}"] = [explain_trace(traces[side][i]).confidence for i in at]
+    out["prompt"] = [prompts[i] for i in at]
+    return out
+
+
+def _evaluate(side: str, traces: Sequence[Trace], labels: np.ndarray, key: str) -> tuple[EvaluationResult | None,
+                                                                                          str | None]:
+    keep = np.flatnonzero(labels >= 0)
+    usable = [traces[i] for i in keep if len(traces[i])]
+    y = np.asarray([labels[i] for i in keep if len(traces[i])])
+    if len(usable) < 2 or np.unique(y).shape[0] < 2:
+        return None, (f"{side}'s {len(usable):,} labeled answers are all {'right' if len(y) and y[0] else 'wrong'}: "
+                      "its methods cannot be measured")
+    try:
+        result, _ = evaluate_cached(usable, y, EvaluationConfig(n_splits=SPLITS), tuple(method_names()), key)
+    except (NoUsableSplitError, ValueError) as exc:
+        return None, f"{side}: {exc}"
+    return result, None
+
+
+def dataset_comparison(file: DatasetFile, sides: Sequence[Side]) -> None:
+    """The dataset mode of the Compare page for ``file`` (a table with ``prompt`` and ``reference``)."""
+    read = prompts_of(file)
+    if read.references is None:
+        st.error(f"{md_literal(file.name)} has no `reference` column: each side's answers are labeled against it. "
+                 "Give the gold answers in a `reference` column.")
+        return
+    total = len(read.rows)
+    cols = st.columns(2)
+    n = int(cols[0].number_input("Prompts to compare (the file's first)", 1, min(total, MAX_PROMPTS),
+                                 min(total, 100), key="compare_n_prompts",
+                                 help=f"Each is answered by A and by B; at most {MAX_PROMPTS:,}."))
+    matcher = cols[1].selectbox("Label answers against their `reference` with", MATCHERS, key="compare_matcher")
+    prompts = read.frame["prompt"].astype(str).tolist()
+    file_key = digest(file.data, file.name)
+    if not generate_panel(sides, prompts, n, file_key):
+        return
+    failed = {side.label: {i for i in _store(side, file_key)[1] if i < n} for side in sides}
+    if any(failed.values()):
+        st.warning(f"{sum(len(f) for f in failed.values()):,} prompts fill a model's context and get no answer; they "
+                   "are left out of both sides.")
+    positions = [i for i in range(n) if not any(i in f for f in failed.values())]
+    traces = {side.label: [_store(side, file_key)[0][i] for i in positions] for side in sides}
+    references = [read.references[i] for i in positions]
+    labels = {side: labels_of(traces[side], references, matcher) for side in traces}
+    accuracy = {side: float(np.mean(labels[side][labels[side] >= 0])) if (labels[side] >= 0).any() else np.nan
+                for side in labels}
+    results, notes = {}, []
+    for side in sides:
+        results[side.label], why = _evaluate(side.label, traces[side.label], labels[side.label],
+                                             f"{side.key(file_key)}|{n}|{matcher}")
+        if why:
+            notes.append(why)
+    a_right = int(((labels["A"] == 1) & (labels["B"] == 0)).sum())
+    b_right = int(((labels["A"] == 0) & (labels["B"] == 1)).sum())
+    st.subheader("Side by side")
+    st.markdown(f"On {len(positions):,} prompts, **A** is right on {int((labels['A'] == 1).sum()):,} "
+                f"({accuracy['A']:.1%}) and **B** on {int((labels['B'] == 1).sum()):,} ({accuracy['B']:.1%}); "
+                f"they disagree on {a_right + b_right:,}: A right and B wrong on {a_right:,}, B right and A wrong on "
+                f"{b_right:,}.")
+    for note in notes:
+        st.warning(md_literal(note[:1].upper() + note[1:] + "."))
+    table = side_table(results)
+    st.dataframe(table, hide_index=True, key="compare_side_table", column_config={
+        "method": st.column_config.TextColumn("method", pinned=True),
+        **{f"{m} {s}": st.column_config.NumberColumn(f"{METRICS[m].title} {s}", format="%.3f")
+           for m in SHOWN_METRICS for s in ("A", "B")}})
+    st.caption(f"Each side's answers evaluated as on the Calibrate page ({SPLITS} random splits; mean over the "
+               "held-out parts; TRACE and the baselines after Platt scaling). A method's AUROC says how well it tells "
+               "that side's right answers from its wrong ones; its Brier, how good its probabilities are.")
+
+    st.subheader("Where they disagree")
+    diff = disagreements(traces, labels, [prompts[i] for i in positions], [read.rows[i] for i in positions])
+    if diff.empty:
+        st.caption("A and B are right and wrong on the same prompts.")
+        return
+    view = diff.assign(prompt=diff["prompt"].map(control_safe), **{
+        f"answer {s}": diff[f"answer {s}"].map(control_safe) for s in ("A", "B")})
+    event = st.dataframe(view, hide_index=True, on_select="rerun", selection_mode="single-row",
+                         key="compare_disagreements", column_config={
+                             "row": st.column_config.NumberColumn("row", width="small", pinned=True),
+                             "TRACE A": st.column_config.NumberColumn(format="%.3f"),
+                             "TRACE B": st.column_config.NumberColumn(format="%.3f")})
+    selected = event.selection.rows if event is not None else []
+    if not selected:
+        st.caption("Select a row to see both answers aligned token by token, coloured by surprisal.")
+        return
+    i = int(diff.index[selected[0]])
+    a, b = traces["A"][i], traces["B"][i]
+    from trace_core.align import align_tokens
+
+    st.code(control_safe(prompts[positions[i]]), language=None, wrap_lines=True)
+    st.html(HEATMAP_CSS + legend_html(signal_values(a if len(a) else b, "surprisal"))
+            + aligned_heatmap_html(a, b, align_tokens(a.tokens, b.tokens), signal="surprisal",
+                                   alternatives=(alternatives_for(sides[0].model), alternatives_for(sides[1].model))))
+    st.caption("Top row A, bottom row B, as in the one-prompt comparison.")
