@@ -93,7 +93,7 @@ def screenshot(page, tmp_path: Path, name: str, publish: bool = True) -> None:
 
 
 def generate(page, prompt: str) -> None:
-    box = page.get_by_label("Prompt")
+    box = page.get_by_label("Prompt", exact=True)
     box.fill(prompt)
     page.get_by_role("button", name="Generate").click()
     page.wait_for_selector('[data-testid="trace-heatmap"] .tr-tok', timeout=60_000)

@@ -95,7 +95,7 @@ def hostile_csv(path: Path) -> dict[int, dict[str, str]]:
 def test_inspect_hostile_prompts(server, page):
     page.goto(server)
     wait_idle(page)
-    box = page.get_by_label("Prompt")
+    box = page.get_by_label("Prompt", exact=True)
     for prompt in [f"Q: {SCRIPT} {IMG}\nA:", f"Q: {LINK}\nA:", f"Q: {RED} {MATH} {ICON} {CONTROL} {RLO}\nA:"]:
         generate(page, prompt)
         assert_nothing_injected(page)

@@ -44,7 +44,7 @@ def test_inspect_shows_a_real_answer_wrong_at_one_token(real_server, page, tmp_p
     page.get_by_label("Try these").click()
     page.get_by_role("option", name=f"arithmetic (answered wrong, one token away): {example['prompt']}").click()
     wait_idle(page)
-    assert page.get_by_label("Prompt").input_value() == example["prompt"]
+    assert page.get_by_label("Prompt", exact=True).input_value() == example["prompt"]
     page.get_by_role("button", name="Generate").click()
     page.wait_for_selector('[data-testid="trace-heatmap"] .tr-tok', timeout=120_000)
     wait_idle(page)
@@ -74,7 +74,7 @@ def test_compare_on_a_real_fact(real_server, page, tmp_path):
     wait_idle(page, timeout=300_000)
     page.get_by_role("link", name="Compare").click()
     wait_idle(page)
-    page.get_by_label("Prompt").fill(_example("confidently wrong", "short_facts")["prompt"])
+    page.get_by_label("Prompt", exact=True).fill(_example("confidently wrong", "short_facts")["prompt"])
     # a real model at the page's default temperature (1.5) writes nonsense within a few tokens; 0.7 stays on topic
     temperature = page.locator('[data-testid="stMain"]').get_by_label("Temperature")
     temperature.fill("0.70")
