@@ -516,7 +516,9 @@ def metrics_frame(result: EvaluationResult, calibrator: str | None = None) -> pd
 
 def paired_frame(result: EvaluationResult, calibrator: str | None = None) -> pd.DataFrame:
     """TRACE+ and TRACE minus the best baseline (chosen on each split's calibration part) and minus the supervised
-    reference: ``"+0.012 ± 0.004 (18/20)"`` cells, headers from the metric registry."""
+    reference, ``"+0.012 ± 0.004 (18/20)"`` cells: one row per metric (its title from the registry), one column per
+    difference (``"TRACE+ − best baseline"``, ``"TRACE+ − reference"``, ...), so that the table fits the page's width
+    (six metric columns of such cells did not, at 1,400 px)."""
     from trace_core.compare import BEST_BASELINE
     from trace_core.registry import REFERENCE
 
@@ -524,7 +526,12 @@ def paired_frame(result: EvaluationResult, calibrator: str | None = None) -> pd.
         return pd.DataFrame()
     table = result.paired.table(calibrator=calibrator or result.config.scalar_calibrator,
                                 versus=(BEST_BASELINE, REFERENCE))
-    return table.rename(columns={"versus": "minus", **{m: METRICS[m].title for m in METRICS if m in table}})
+    metrics = [m for m in METRICS if m in table.columns]
+    short = {REFERENCE: "reference"}
+    out = pd.DataFrame({"metric": [METRICS[m].title for m in metrics]})
+    for _, row in table.iterrows():
+        out[f"{row['method']} − {short.get(row['versus'], row['versus'])}"] = [row[m] for m in metrics]
+    return out
 
 
 def metric_columns(metrics: Sequence[str]) -> dict[str, Any]:

@@ -95,7 +95,9 @@ st.caption(f"{md_literal(result.data_note)}; {len(kept):,} answers, {labels.mean
            f"{md_literal(result.skill_note(calibrator=calibrator))} "
            f"{md_literal(result.caption(calibrator=calibrator))} ↑ higher is better, ↓ lower.")
 columns = metric_columns(config.metrics)  # each metric followed by its ±
-st.dataframe(metrics_frame(result, calibrator), hide_index=True, key="metrics_table", column_config=columns,
+st.dataframe(metrics_frame(result, calibrator), hide_index=True, key="metrics_table",
+             column_config={"method": st.column_config.TextColumn("method", pinned=True),
+                            "family": st.column_config.TextColumn("family", width="small"), **columns},
              column_order=["method", "family", *columns, "note"])
 if result.skipped:
     reasons = {k: "switch on Semantic baselines above" if get_method(k).needs == "embedding" and not semantic else v
@@ -103,10 +105,12 @@ if result.skipped:
     st.caption("Not run: " + md_literal("; ".join(f"{k} ({v})" for k, v in reasons.items())))
 st.subheader("Paired differences")
 st.caption("Per split, TRACE+ and TRACE minus the best baseline (chosen on that split's calibration part, then "
-           "measured on its evaluation part) and minus the supervised likelihood reference: mean ± std "
+           "measured on its evaluation part) and minus the supervised likelihood reference (Likelihood LR): "
+           "mean ± std "
            f"(wins/splits). Best baseline chosen: {md_literal(result.paired.chosen_note(calibrator=calibrator))}."
            if result.paired is not None else "")
-st.dataframe(paired_frame(result, calibrator), hide_index=True, key="paired_table")
+st.dataframe(paired_frame(result, calibrator), hide_index=True, key="paired_table",
+             column_config={"metric": st.column_config.TextColumn("metric", pinned=True)})
 verdict = result.verdict(calibrator=calibrator)  # TRACE+ against the best baseline and the reference
 if verdict is not None:
     st.info(md_literal(" ".join(t for t in (verdict.sentence, verdict.auroc_sentence) if t), limit=5_000))

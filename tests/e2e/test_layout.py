@@ -1,4 +1,5 @@
-"""Layout at a narrow window: the Compare page's decoding inputs keep their labels on one line at 800 px."""
+"""Layout: the Compare page's decoding inputs keep their labels on one line at 800 px; the Calibrate page's paired table
+fits a 1,400 px window."""
 
 from __future__ import annotations
 
@@ -34,4 +35,23 @@ def test_compare_decoding_labels_are_not_cut_at_800_px(browser, server):
     }))""", ["Temperature", "Top-p", "Top-k (0 = off)", "Seed", "Max new tokens"])
     # one line each ("Temperatu re" took two in three columns); -1: not found in the page's main area
     assert all(n == 1 for n in lines.values()), lines
+    context.close()
+
+
+def test_the_paired_table_fits_a_1400_px_window(browser, server):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.goto(server)
+    wait_idle(page)
+    page.get_by_role("link", name="Calibrate").click()
+    page.wait_for_selector('[data-testid="stPlotlyChart"]', timeout=120_000)
+    wait_idle(page, timeout=120_000)
+    # the second table of the page: TRACE+ and TRACE minus the best baseline and the reference, every column shown
+    widths = page.evaluate("""() => {
+        const table = document.querySelectorAll('[data-testid="stDataFrame"]')[1];
+        const scroller = table && table.querySelector('.dvn-scroller');
+        return scroller ? [scroller.scrollWidth, scroller.clientWidth, table.innerText] : null;
+    }""")
+    assert widths is not None
+    assert widths[0] <= widths[1], widths[:2]
     context.close()
