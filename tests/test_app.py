@@ -185,7 +185,12 @@ def test_calibrate_switches_calibrator_and_shows_the_paired_comparison(tiny_mode
         name = {"platt": "Platt scaling", "isotonic": "isotonic regression"}[calibrator]
         assert any(name in c.value for c in at.caption)
     paired = at.dataframe[1].value
-    assert {"best baseline", "Likelihood LR (reference)"} <= set(paired["minus"])
+    assert list(paired.columns) == ["metric", "TRACE+ − best baseline", "TRACE+ − reference", "TRACE − best baseline",
+                                    "TRACE − reference"]
+    assert paired["metric"].tolist() == [spec.title for spec in METRICS.values()]
+    table = result.paired.table(calibrator="isotonic", versus=("best baseline", "Likelihood LR (reference)"))
+    cell = table.set_index(["method", "versus"]).loc[("TRACE+", "Likelihood LR (reference)"), "auroc"]
+    assert paired.set_index("metric").loc["AUROC ↑", "TRACE+ − reference"] == cell
     # The verdict: TRACE+ against the best baseline and the reference, with AUROC intervals; the skill line
     assert any("the best baseline" in i.value and "supervised likelihood reference" in i.value
                and "mean over splits" in i.value for i in at.info)
@@ -206,7 +211,8 @@ def test_calibrate_then_flag_pages(tiny_model_dirs, monkeypatch, labeled_files):
     assert table.set_index("method").loc["Likelihood LR (reference)", "note"] == "supervised reference"
     headers = {name: column["label"] for name, column in json.loads(at.dataframe[0].proto.columns).items()
                if "label" in column}
-    assert headers == {**{m: spec.title for m, spec in METRICS.items()}, **{f"{m}_std": "±" for m in METRICS}}
+    assert headers == {"method": "method", "family": "family", **{m: spec.title for m, spec in METRICS.items()},
+                       **{f"{m}_std": "±" for m in METRICS}}
     at.radio(key="bin_strategy").set_value("quantile").run()
     assert not at.exception
 
