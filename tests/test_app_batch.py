@@ -4,7 +4,6 @@ kept through Stop and reruns, labeled against `reference`, then evaluated like a
 from __future__ import annotations
 
 import html
-import io
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from app.batch import is_prompts_file  # noqa: E402
 from app.inputs import DatasetFile  # noqa: E402
-from trace_core import DecodingConfig, generate_traces, read_dataset  # noqa: E402
+from trace_core import DecodingConfig, generate_traces  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app" / "main.py")
