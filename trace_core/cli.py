@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -198,6 +199,14 @@ def _check_options(args: argparse.Namespace) -> None:
         check_real(args.coverage, "coverage", minimum=0, maximum=1, low_open=True)
     if getattr(args, "target_risk", None) is not None:
         check_real(args.target_risk, "target_risk", minimum=0, maximum=1)
+    if getattr(args, "max_risk", None) is not None:
+        check_real(args.max_risk, "max_risk", minimum=0, maximum=1, low_open=True, high_open=True)
+        check_real(args.delta, "delta", minimum=0, maximum=1, low_open=True, high_open=True)
+        if not args.risk_data:
+            raise CLIError("--max-risk needs --risk-data: labeled answers, not those the calibrator was fitted on, "
+                           "to choose the guaranteed threshold")
+    elif getattr(args, "risk_data", None):
+        raise CLIError("--risk-data is for --max-risk (a guaranteed error rate); give --max-risk ALPHA too")
 
 
 def _rows_text(errors: Sequence[Any], shown: int = 3) -> str:
@@ -563,8 +572,8 @@ def cmd_flag(args: argparse.Namespace) -> None:
     from .flag import OUTPUT_COLUMNS, output_collisions, previous_export, unscored
 
     fmt = _check_out(args.out, _FLAGGED_OUT)
-    _check_not_input(args.out, [("the input file", args.data), ("--calibrator", args.calibrator)],
-                     written="the flagged rows")
+    _check_not_input(args.out, [("the input file", args.data), ("--calibrator", args.calibrator)]
+                     + ([("--risk-data", args.risk_data)] if args.risk_data else []), written="the flagged rows")
     if args.tokens:
         _check_out(args.tokens, _TOKENS_OUT, option="--tokens")
         _check_not_input(args.tokens, [("the input file", args.data), ("--calibrator", args.calibrator),
@@ -597,7 +606,10 @@ def cmd_flag(args: argparse.Namespace) -> None:
     labels = dataset.labels if "label" in dataset.frame.columns else None
     if args.target_risk is not None and labels is None:
         raise CLIError("--target-risk needs labeled answers (a `label` or `reference` column) to measure the risk")
-    flagged = select_flagged(scored, threshold=args.threshold, coverage=args.coverage, target_risk=args.target_risk,
+    threshold = args.threshold
+    if args.max_risk is not None:  # the threshold that Learn-then-Test certifies on --risk-data
+        threshold = _guaranteed(args, calibrator)
+    flagged = select_flagged(scored, threshold=threshold, coverage=args.coverage, target_risk=args.target_risk,
                              labels=labels)
     positions = scored.index.get_indexer(flagged.index)
     flagged_traces = [traces[i] for i in positions]
@@ -608,6 +620,29 @@ def cmd_flag(args: argparse.Namespace) -> None:
         rows = flagged[dataset.row_column].tolist() if dataset.row_column in flagged.columns else None
         export_flagged(token_table(flagged_traces, rows), args.tokens, format="csv")
         print(f"wrote the flagged answers' tokens to {args.tokens}", file=sys.stderr)
+
+
+def _guaranteed(args: argparse.Namespace, calibrator: Any) -> float:
+    """The threshold certified on ``--risk-data`` (:func:`trace_core.guarantee.guaranteed_threshold`), with the
+    guarantee said on stderr; CLIError, saying what it would need, when none can be."""
+    from .calibrate import probability_correct
+    from .guarantee import guaranteed_threshold
+
+    if os.path.realpath(args.risk_data) == os.path.realpath(args.data):
+        print(f"warning: --risk-data {_shown(args.risk_data)} is the file being flagged: the guarantee is for new "
+              "answers drawn like the labeled ones, not for the answers it was chosen on", file=sys.stderr)
+    risk = _usable(_read(args.risk_data, require_label=True, args=args), args.risk_data)
+    try:
+        probability = probability_correct(calibrator, list(risk.traces))
+    except ValueError as exc:  # e.g. a score that needs entropy, on traces without
+        raise CLIError(f"{_shown(args.risk_data)}: {exc}") from exc
+    guarantee = guaranteed_threshold(probability, risk.frame["label"].to_numpy(), max_risk=args.max_risk,
+                                     delta=args.delta)
+    if guarantee.threshold is None:
+        raise CLIError(f"{_shown(args.risk_data)}: {guarantee.sentence()}")
+    if not args.quiet:
+        print(guarantee.sentence(), file=sys.stderr)
+    return guarantee.threshold
 
 
 def _model_options(p: argparse.ArgumentParser) -> None:
@@ -748,6 +783,15 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--coverage", type=float, help="keep this share of the most confident answers, flag the rest")
     group.add_argument("--target-risk", type=float,
                        help="keep as many answers as possible with at most this error rate (measured on the labels)")
+    group.add_argument("--max-risk", type=float, metavar="ALPHA",
+                       help="keep answers with an error rate of at most ALPHA among them, guaranteed with probability "
+                            "1 - DELTA: the threshold is chosen on --risk-data (Learn-then-Test)")
+    p.add_argument("--risk-data", metavar="LABELED",
+                   help="with --max-risk: labeled answers with traces, drawn like the new ones and not those the "
+                        "calibrator was fitted on, that choose the guaranteed threshold")
+    p.add_argument("--delta", type=float, default=0.1,
+                   help="with --max-risk: the chance the guarantee fails, over the draw of --risk-data (default "
+                        "%(default)g)")
     p.add_argument("--out", required=True, help="flagged rows"
                    " (.csv or .jsonl) with every input column and their traces, so the file can be scored again; "
                    "CSV safe to open in a spreadsheet; not the input file")
