@@ -40,6 +40,7 @@ RELEVANCE = "relevance"  # (data key, [token relevances per answer], stopped): t
 GENERATED_FILE = "generated_file"  # (key, answered count, the answered prompts as a dataset file): the last one built
 OVER_CONTEXT = "over_context"  # {(data key, model key): frozenset of row positions}: rows too long for the model
 SCORED = "scored"  # {key: DataFrame}: the Flag page's scored rows (one entry)
+RISK_SCORED = "risk_scored"  # (key, probabilities): the guarantee's labeled answers scored by the calibrator
 INSPECT_TRACE = "inspect_trace"  # Trace | None: the Inspect page's last answer
 COMPARISON = "compare_result"  # Comparison | None: the Compare page's last two answers
 EXAMPLE_USED = "example_used"  # int: the example prompt last copied into the prompt box
@@ -57,7 +58,8 @@ KEPT_WIDGETS = (
     PROMPT, "example", "signal", "colour_scale", "token_index",
     # Flag & export
     "flag_source", "flag_data_source", "flag_data_path", "flag_matcher", "flag_mode", "flag_threshold", "flag_risk",
-    "flag_coverage",
+    "flag_coverage", "flag_max_risk", "flag_delta", "risk_data_source", "risk_demo_dataset", "risk_data_path",
+    "risk_matcher",
     # Compare
     "compare_scope", "compare_data_source", "compare_demo_dataset", "compare_data_path", "compare_n_prompts",
     "compare_matcher", "compare_prompt", "compare_mode", "compare_model", "compare_sample", "compare_temperature", "compare_top_p",
@@ -379,6 +381,16 @@ def scored(key: str, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
         cache.clear()
         cache[key] = compute()
     return cache[key]
+
+
+def risk_scored(key: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
+    """``compute()``, the P(correct) of the labeled answers that choose a guaranteed threshold, kept until ``key``
+    (the answers and the calibrator) changes."""
+    last = _get(RISK_SCORED)
+    if last is None or last[0] != key:
+        last = (key, compute())
+        _set(RISK_SCORED, last)
+    return last[1]
 
 
 def inspect_trace() -> Trace | None:

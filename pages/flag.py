@@ -10,6 +10,7 @@ import streamlit as st
 from app import state
 from app.components import control_safe, md_literal, sentence
 from app.downloads import download_button
+from app.guaranteed import guarantee_choice
 from app.inputs import pick_dataset_file, read_labeled
 from app.panels import active_calibrator_note, answer_details, load_calibrator_panel, production_calibrator
 from app.recording import dataset_traces, record_panel
@@ -78,8 +79,11 @@ for note in provenance_notes(calibrator, data.traces):
     st.warning(md_literal(note[0].upper() + note[1:] + "."))
 labels = data.labels
 
-MODES = {"threshold": "Probability threshold", "coverage": "Coverage", "risk": "Target risk"}
-mode = st.radio("Flag by", list(MODES), horizontal=True, key="flag_mode", format_func=MODES.get)
+MODES = {"threshold": "Probability threshold", "coverage": "Coverage", "risk": "Target risk",
+         "guarantee": "Guaranteed error rate"}
+mode = st.radio("Flag by", list(MODES), horizontal=True, key="flag_mode", format_func=MODES.get,
+                help="Target risk measures the error rate on these answers' own labels; a guaranteed error rate "
+                     "is chosen on other labeled answers and holds for new ones with a stated probability.")
 if mode == "threshold":
     value = st.slider("Flag answers whose probability of being correct is below", 0.0, 1.0, 0.5, 0.01,
                       key="flag_threshold")
@@ -87,6 +91,11 @@ if mode == "threshold":
 elif mode == "coverage":
     value = st.slider("Share of answers to keep (the most confident)", 0.05, 1.0, 0.8, 0.05, key="flag_coverage")
     flagged = select_flagged(scored, coverage=value)
+elif mode == "guarantee":
+    guarantee = guarantee_choice(active)
+    if guarantee is None:
+        st.stop()
+    flagged = select_flagged(scored, threshold=guarantee.threshold)
 elif labels is None:
     st.info("Target risk needs labeled answers (a `label` or `reference` column) to measure the error rate; these "
             "answers have none. Flag by probability threshold or coverage instead.")

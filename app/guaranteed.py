@@ -1,0 +1,73 @@
+"""Flag & export's guaranteed mode: the labeled answers that choose the threshold (a file of answers the calibrator was
+not fitted on), their P(correct) under the active calibrator, and the guarantee Learn-then-Test certifies on them
+(:mod:`trace_core.guarantee`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from trace_core.calibrate import probability_correct
+from trace_core.guarantee import RiskGuarantee, guaranteed_threshold
+
+from . import state
+from .components import md_literal, sentence
+from .inputs import pick_dataset_file, read_labeled
+from .recording import dataset_traces, record_panel
+from .services import digest
+
+
+def labeled_for_guarantee(active: state.ActiveCalibrator) -> tuple[np.ndarray, np.ndarray] | None:
+    """The P(correct) and labels of the labeled answers chosen for the guarantee; None, with the reason on the page,
+    until there are such answers (with traces, and not those the calibrator was fitted on)."""
+    st.caption("The threshold is chosen on labeled answers drawn like the ones you flag, that the calibrator was "
+               "**not** fitted on (for example the other half of your labeled data).")
+    picked = pick_dataset_file("risk")
+    read = read_labeled(picked, matcher_key="risk_matcher") if picked is not None else None
+    if read is None:
+        return None
+    dataset, key = read
+    lm = state.model()
+    rows = dataset_traces(dataset, key, lm)
+    if rows.usable.missing:
+        st.warning(sentence(rows.usable.missing_message()))
+        if lm is not None:
+            record_panel(lm, rows, key="risk_record")
+        return None
+    problem = rows.usable.nothing_left_message()
+    if problem:
+        st.error(sentence(problem))
+        return None
+    data = rows.hand_off(picked.name)
+    if active.fitted_on is not None and active.fitted_on == data.key:
+        st.error("The calibrator was fitted on these answers: its probabilities flatter them, so they cannot "
+                 "choose a guaranteed threshold. Choose labeled answers it was not fitted on.")
+        return None
+    try:
+        probability = state.risk_scored(digest(data.key, active.key),
+                                        lambda: probability_correct(active.model, list(data.traces)))
+    except ValueError as exc:  # e.g. a score that needs entropy, on traces without
+        st.error(md_literal(f"The calibrator cannot score these answers: {exc}"))
+        return None
+    return probability, np.asarray(data.labels)
+
+
+def guarantee_choice(active: state.ActiveCalibrator) -> RiskGuarantee | None:
+    """The settings of the guarantee (alpha, delta), the labeled answers, and the guarantee it gives, stated on the
+    page; None (with the reason) when there is none to flag with."""
+    cols = st.columns(2)
+    max_risk = cols[0].slider("Largest error rate among the answers kept (α)", 0.01, 0.5, 0.1, 0.01,
+                              key="flag_max_risk")
+    delta = cols[1].select_slider("Chance the guarantee fails (δ)", [0.01, 0.02, 0.05, 0.1, 0.2], value=0.1,
+                                  key="flag_delta",
+                                  help="Over the draw of the labeled answers: about this share of such sets would "
+                                       "give a threshold that lets more errors through than α.")
+    labeled = labeled_for_guarantee(active)
+    if labeled is None:
+        return None
+    guarantee = guaranteed_threshold(labeled[0], labeled[1], max_risk=float(max_risk), delta=float(delta))
+    if guarantee.threshold is None:
+        st.warning(md_literal(guarantee.sentence()))
+        return None
+    st.success(md_literal(guarantee.sentence()))
+    return guarantee
