@@ -4,6 +4,8 @@ not fitted on), their P(correct) under the active calibrator, and the guarantee 
 
 from __future__ import annotations
 
+from pathlib import PurePath
+
 import numpy as np
 import streamlit as st
 
@@ -16,12 +18,20 @@ from .inputs import pick_dataset_file, read_labeled
 from .recording import dataset_traces, record_panel
 from .services import digest
 
+#: The bundled datasets' other split, offered first for the guarantee when the calibrator was fitted on one.
+OTHER_SPLIT = {"demo_test": "demo_validation", "demo_validation": "demo_test", "real_test": "real_validation",
+               "real_validation": "real_test"}
+
 
 def labeled_for_guarantee(active: state.ActiveCalibrator) -> tuple[np.ndarray, np.ndarray] | None:
     """The P(correct) and labels of the labeled answers chosen for the guarantee; None, with the reason on the page,
     until there are such answers (with traces, and not those the calibrator was fitted on)."""
     st.caption("The threshold is chosen on labeled answers drawn like the ones you flag, that the calibrator was "
                "**not** fitted on (for example the other half of your labeled data).")
+    handed = state.calibrated_data()
+    other = OTHER_SPLIT.get(PurePath(handed.name).stem) if handed is not None else None
+    if other is not None:  # a bundled split was calibrated on: offer its other split first
+        state.preset("risk_demo_dataset", other)
     picked = pick_dataset_file("risk")
     read = read_labeled(picked, matcher_key="risk_matcher") if picked is not None else None
     if read is None:
