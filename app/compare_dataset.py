@@ -181,8 +181,9 @@ def dataset_comparison(file: DatasetFile, sides: Sequence[Side]) -> None:
                 for side in labels}
     results, notes = {}, []
     for side in sides:
+        # the key names the answers evaluated: which prompts both sides answered depends on the other side too
         results[side.label], why = _evaluate(side.label, traces[side.label], labels[side.label],
-                                             f"{side.key(file_key)}|{n}|{matcher}")
+                                             f"{side.key(file_key)}|{digest(repr(positions))}|{matcher}")
         if why:
             notes.append(why)
     a_right = int(((labels["A"] == 1) & (labels["B"] == 0)).sum())
