@@ -110,7 +110,7 @@ def answered(file: DatasetFile) -> DatasetFile | None:
     """``file`` itself when it holds answers; for a prompts file, the panel that answers it with the sidebar's model
     and, once some prompts are answered, their dataset file (labeled later against ``reference`` like any dataset);
     None (with the reason on the page) until there is something to evaluate."""
-    if not is_prompts_file(file):
+    if not state.remembered("prompts_file", (file.data, file.name), lambda: is_prompts_file(file)):
         return file
     try:
         read = prompts_cached(file.data, file.name)

@@ -383,6 +383,18 @@ def scored(key: str, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
     return cache[key]
 
 
+def remembered(slot: str, of: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+    """``compute()``, kept in the session under ``slot`` while ``of`` holds the same objects (compared by identity,
+    text by value: a kept upload's bytes are one object across reruns, so nothing large is hashed again)."""
+    key = f"remembered__{slot}"
+    last = _get(key)
+    if last is None or len(last[0]) != len(of) or any(
+            a is not b and not (isinstance(a, str) and a == b) for a, b in zip(last[0], of)):
+        last = (of, compute())
+        _set(key, last)
+    return last[1]
+
+
 def risk_scored(key: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
     """``compute()``, the P(correct) of the labeled answers that choose a guaranteed threshold, kept until ``key``
     (the answers and the calibrator) changes."""
