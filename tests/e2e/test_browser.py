@@ -112,3 +112,11 @@ def test_calibrate_upload_shows_reliability_and_flag_downloads(server, page, tmp
     assert rows and {"prompt", "answer", "probability_correct", "peak_risk_tokens"} <= set(rows[0])
     assert all(float(r["probability_correct"]) < 0.5 for r in rows)
     screenshot(page, tmp_path, "flag")
+
+    # a guaranteed error rate, chosen on the other bundled split (the calibrator was fitted on this one)
+    page.get_by_text("Guaranteed error rate", exact=True).click()
+    wait_idle(page, timeout=120_000)
+    main = page.inner_text('[data-testid="stMain"]')
+    assert "guarantees an error rate of at most 10.0% among the kept answers" in main, main[-3000:]
+    assert "exchangeable" in main
+    screenshot(page, tmp_path, "flag_guarantee")
