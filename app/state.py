@@ -243,10 +243,16 @@ def generated_answers(key: tuple[str, str, str]) -> tuple[dict[int, Any], dict[i
 def generated_file(key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
     """``build()``, the dataset file of a prompts file's answers, made again only when ``key`` (the file, model,
     decoding and how many are answered) changes: one is kept."""
-    last = _get(GENERATED_FILE)
-    if last is None or last[0] != key:
-        last = (key, build())
-        _set(GENERATED_FILE, last)
+    return _last(GENERATED_FILE, key, build)
+
+
+def _last(slot: str, key: Any, compute: Callable[[], Any],
+          same: Callable[[Any, Any], bool] = lambda a, b: a == b) -> Any:
+    """``compute()``, kept in the session under ``slot`` (one value) while ``same(kept key, key)`` holds."""
+    last = _get(slot)
+    if last is None or not same(last[0], key):
+        last = (key, compute())
+        _set(slot, last)
     return last[1]
 
 
@@ -386,23 +392,14 @@ def scored(key: str, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
 def remembered(slot: str, of: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
     """``compute()``, kept in the session under ``slot`` while ``of`` holds the same objects (compared by identity,
     text by value: a kept upload's bytes are one object across reruns, so nothing large is hashed again)."""
-    key = f"remembered__{slot}"
-    last = _get(key)
-    if last is None or len(last[0]) != len(of) or any(
-            a is not b and not (isinstance(a, str) and a == b) for a, b in zip(last[0], of)):
-        last = (of, compute())
-        _set(key, last)
-    return last[1]
+    return _last(f"remembered__{slot}", of, compute, lambda kept, new: len(kept) == len(new) and all(
+        a is b or (isinstance(a, str) and a == b) for a, b in zip(kept, new)))
 
 
 def risk_scored(key: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
     """``compute()``, the P(correct) of the labeled answers that choose a guaranteed threshold, kept until ``key``
     (the answers and the calibrator) changes."""
-    last = _get(RISK_SCORED)
-    if last is None or last[0] != key:
-        last = (key, compute())
-        _set(RISK_SCORED, last)
-    return last[1]
+    return _last(RISK_SCORED, key, compute)
 
 
 def inspect_trace() -> Trace | None:
