@@ -151,30 +151,39 @@ def answered(file: DatasetFile) -> DatasetFile | None:
         st.caption(f"Decoding: the sidebar's ({'sampled' if config.do_sample else 'greedy'}, at most "
                    f"{config.max_new_tokens} new tokens). Answers are kept as they are generated: Stop keeps them.")
         if st.button(label, type="primary", key="generate_answers"):
-            _generate(lm, prompts, waiting, config, store, failed)
+            generate_with_progress(prompts, [("", lm, config, waiting, store, failed)],
+                                   stop_key="stop_generate_answers")
         if not store:
             return None
         st.warning(f"{len(store):,} of {n:,} prompts are answered; the results below are of those.")
     return state.generated_file((*key, len(store)), lambda: _answered_file(read, dict(store), file.name))
 
 
-def _generate(lm: Any, prompts: Sequence[str], waiting: Sequence[int], config: DecodingConfig,
-              store: dict[int, Trace], failed: dict[int, str]) -> None:
-    """Answer the ``waiting`` prompts with a progress bar and a Stop; each batch goes into ``store`` at once (Stop
-    interrupts the script at its next Streamlit call, the progress update), then the page reruns."""
-    st.button("Stop", key="stop_generate_answers", help="Stops after the current batch; the answers are kept.")
+#: One generation job: (label shown on the bar, "" for none; model; decoding; positions waiting; its answers store;
+#: its unanswerable prompts).
+Job = tuple[str, Any, DecodingConfig, Sequence[int], dict[int, Trace], dict[int, str]]
+
+
+def generate_with_progress(prompts: Sequence[str], jobs: Sequence[Job], *, stop_key: str) -> None:
+    """Answer each job's waiting prompts with one progress bar and a Stop; each batch goes into its job's store at once
+    (Stop interrupts the script at its next Streamlit call, the progress update), then the page reruns. An error
+    ends it with one line; the answers before it are kept."""
+    total = sum(len(job[3]) for job in jobs)
+    st.button("Stop", key=stop_key, help="Stops after the current batch; the answers are kept.")
     bar = st.progress(0.0, text="Generating answers…")
     done = 0
     try:
-        for traces, skipped in answer_batches(lm, prompts, waiting, config):
-            store.update(traces)
-            failed.update(skipped)
-            done += len(traces) + len(skipped)
-            bar.progress(done / len(waiting), text=f"Answered {done:,} of {len(waiting):,} prompts")
+        for label, lm, config, waiting, store, failed in jobs:
+            for traces, skipped in answer_batches(lm, prompts, waiting, config):
+                store.update(traces)
+                failed.update(skipped)
+                done += len(traces) + len(skipped)
+                bar.progress(done / total, text=f"{label + ': ' if label else ''}answered {done:,} of {total:,} "
+                                                "prompts")
     except (ServerError, ValueError, RuntimeError) as exc:  # one line; the answers before it are kept
         bar.empty()
-        st.error(md_literal(f"Generation stopped: {exc}" + (f" ({len(store):,} answers before it are kept)."
-                                                           if store else "")))
+        kept = sum(len(job[4]) for job in jobs)
+        st.error(md_literal(f"Generation stopped: {exc}" + (f" ({kept:,} answers before it are kept)." if kept
+                                                           else "")))
         return
     st.rerun()
-

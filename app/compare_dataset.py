@@ -18,11 +18,10 @@ import streamlit as st
 from trace_core import DecodingConfig, EvaluationConfig, EvaluationResult, Trace, explain_trace, label_from_reference
 from trace_core.data import MATCHERS
 from trace_core.evaluate import NoUsableSplitError
-from trace_core.record.server import ServerError
 from trace_core.registry import METRICS, method_names
 
 from . import state
-from .batch import answer_batches, prompts_cached
+from .batch import generate_with_progress, prompts_cached
 from .components import HEATMAP_CSS, control_safe, legend_html, md_literal, signal_values
 from .compare_view import aligned_heatmap_html
 from .inputs import DatasetFile
@@ -57,8 +56,9 @@ def prompts_of(file: DatasetFile) -> Any:
 def generate_panel(sides: Sequence[Side], prompts: Sequence[str], n: int, file_key: str) -> bool:
     """A button that answers the first ``n`` prompts with each side (progress bar, Stop; each batch kept at once);
     True when both sides have answered all ``n`` (or said why some cannot be answered)."""
-    waiting = {s.label: [i for i in range(n) if i not in _store(s, file_key)[0] and i not in _store(s, file_key)[1]]
-               for s in sides}
+    stores = {s.label: _store(s, file_key) for s in sides}
+    waiting = {label: [i for i in range(n) if i not in store and i not in failed]
+               for label, (store, failed) in stores.items()}
     total = sum(len(w) for w in waiting.values())
     if total == 0:
         return True
@@ -67,23 +67,9 @@ def generate_panel(sides: Sequence[Side], prompts: Sequence[str], n: int, file_k
              f"Answer the other {total:,} ({answered:,} of {2 * n:,} answers kept)")
     if not st.button(label, type="primary", key="compare_dataset_run"):
         return False
-    st.button("Stop", key="compare_dataset_stop", help="Stops after the current batch; the answers are kept.")
-    bar = st.progress(0.0, text="Answering…")
-    done = 0
-    try:
-        for side in sides:
-            store, failed = _store(side, file_key)
-            for traces, skipped in answer_batches(side.model, prompts, waiting[side.label], side.decoding):
-                store.update(traces)
-                failed.update(skipped)
-                done += len(traces) + len(skipped)
-                bar.progress(done / total, text=f"{side.label}: answered {done:,} of {total:,}")
-    except (ServerError, ValueError, RuntimeError) as exc:
-        bar.empty()
-        st.error(md_literal(f"Answering stopped: {exc} (the answers before it are kept)."))
-        return False
-    st.rerun()
-    return True  # not reached: the rerun draws the results
+    generate_with_progress(prompts, [(s.label, s.model, s.decoding, waiting[s.label], *stores[s.label])
+                                     for s in sides], stop_key="compare_dataset_stop")
+    return False  # stopped by an error (said on the page); otherwise the page reran
 
 
 def _store(side: Side, file_key: str) -> tuple[dict[int, Trace], dict[int, str]]:
