@@ -537,16 +537,18 @@ class ScoreCalibrator(_FittedOnTraces):
         return model
 
 
-def probability_correct(calibrator: Any, traces: Sequence[Trace]) -> np.ndarray:
+def probability_correct(calibrator: Any, traces: Sequence[Trace], *, confidence: Any = None) -> np.ndarray:
     """Each answer's probability of being correct under any calibrator: TracePlus and ScoreCalibrator read the
     traces; a bare Platt or isotonic calibrator is applied to the TRACE confidence (the surprisal-only variant for
-    every answer when some trace holds no entropy)."""
+    every answer when some trace holds no entropy; ``confidence``, when the caller has computed it that way)."""
     traces = list(traces)
     if isinstance(calibrator, (TracePlus, ScoreCalibrator)):
         return calibrator.predict_proba(traces)
-    from .score import config_for, trace_confidence
+    if confidence is None:
+        from .score import config_for, trace_confidence
 
-    return calibrator.predict_proba(trace_confidence(traces, config=config_for(traces)))
+        confidence = trace_confidence(traces, config=config_for(traces))
+    return calibrator.predict_proba(confidence)
 
 
 def unfitted_copy(calibrator: TracePlus | ScoreCalibrator) -> TracePlus | ScoreCalibrator:

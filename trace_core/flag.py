@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from ._checks import check_int, check_real, shorten
-from .calibrate import CALIBRATOR_WORDS, ScoreCalibrator, TracePlus, flaggable_methods, unfitted_copy
+from .calibrate import (CALIBRATOR_WORDS, ScoreCalibrator, TracePlus, flaggable_methods, probability_correct,
+                        unfitted_copy)
 from .evaluate import OUT_OF_FOLD, stratified_folds
 from .score import config_for, explain_trace, trace_confidence, trace_risk
 from .trace import Trace
@@ -102,10 +103,7 @@ def score_rows(frame: pd.DataFrame, traces: Sequence[Trace], calibrator: Any) ->
         raise ValueError(f"row {empty[0] + 1} has an empty answer (no tokens); remove it or record it again")
     config = config_for(traces)  # one variant for all rows, so their confidences compare
     confidence = trace_confidence(traces, config=config)
-    if isinstance(calibrator, (TracePlus, ScoreCalibrator)):
-        probability = calibrator.predict_proba(traces)
-    else:
-        probability = calibrator.predict_proba(confidence)  # probability_correct's rule, TRACE computed once
+    probability = probability_correct(calibrator, traces, confidence=confidence)
     explanations = [explain_trace(t, config=config) for t in traces]
     out = frame.copy()
     out["trace_confidence"] = confidence
