@@ -19,6 +19,7 @@ from trace_core import DecodingConfig, EvaluationConfig, EvaluationResult, Trace
 from trace_core.data import MATCHERS
 from trace_core.evaluate import NoUsableSplitError
 from trace_core.registry import METRICS, method_names
+from trace_core.results import SMALL_CLASS, SMALL_SAMPLE
 
 from . import state
 from .batch import generate_with_progress, prompts_cached
@@ -171,7 +172,14 @@ def dataset_comparison(file: DatasetFile, sides: Sequence[Side]) -> None:
         results[side.label], why = _evaluate(side.label, traces[side.label], labels[side.label],
                                              f"{side.key(file_key)}|{digest(repr(positions))}|{matcher}")
         if why:
-            notes.append(why)
+            notes.append(why + (" (labeled with the `exact` matcher: answers written as sentences may need "
+                                "`contains`, numbers `numeric`)" if matcher == "exact" else ""))
+        elif results[side.label].small_sample:  # too few answers, or of one class, to read its figures
+            result = results[side.label]
+            right = int(round(result.accuracy * result.n_answers))
+            notes.append(f"{side.label}'s figures are unreliable: {result.n_answers:,} answers ({right:,} right, "
+                         f"{result.n_answers - right:,} wrong), fewer than {SMALL_SAMPLE:,} answers or than "
+                         f"{SMALL_CLASS:,} of either class")
     a_right = int(((labels["A"] == 1) & (labels["B"] == 0)).sum())
     b_right = int(((labels["A"] == 0) & (labels["B"] == 1)).sum())
     st.subheader("Side by side")

@@ -49,6 +49,8 @@ def test_a_dataset_answered_greedy_and_sampled_side_by_side():
     texts = " ".join(html.unescape(m.value) for m in at.markdown)
     assert f"**A** is right on {sum(la)} ({np.mean(la):.1%}) and **B** on {sum(lb)} ({np.mean(lb):.1%})" in texts
     table = at.dataframe[0].value.set_index("method")
+    warnings = [html.unescape(w.value) for w in at.warning]
+    assert f"A's figures are unreliable: 30 answers ({sum(la)} right, {30 - sum(la)} wrong)" in " ".join(warnings)
     if 0 < sum(la) < 30:  # A's methods measured as Calibrate would
         expected = evaluate(a, np.array(la), config=EvaluationConfig(n_splits=10)).table(calibrator="platt")
         assert table.loc["TRACE", "auroc A"] == pytest.approx(expected.loc["TRACE", "auroc"])
