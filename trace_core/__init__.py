@@ -78,6 +78,7 @@ from .record import (
 )
 from .registry import METHODS, METRICS, REFERENCE, Method, MetricSpec, get_method, method_names
 from .results import report_markdown
+from .spans import Span, SpanCalibrator, SpanRisk, rank_spans, riskiest_span, segment, span_risks
 from .score import TraceConfig, TraceExplanation, explain_trace, spike_indices, trace_confidence, trace_risk
 from .synthetic import synthetic_traces
 from .trace import DecodingConfig, Trace, TraceMetadata
@@ -138,6 +139,13 @@ __all__ = [
     "ModelLoadError",
     "ModelNotAllowedError",
     "ModelNotFoundError",
+    "rank_spans",
+    "riskiest_span",
+    "segment",
+    "Span",
+    "SpanCalibrator",
+    "SpanRisk",
+    "span_risks",
     "NotFittedError",
     "paired_comparison",
     "PairedComparison",

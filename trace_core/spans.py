@@ -1,0 +1,512 @@
+"""Spans of an answer (sentences, and inside them numbers, dates and names) and how risky each one is.
+
+TRACE's premise is that an error sits on one number, one entity, one claim. This module cuts an answer into such
+spans with fixed, offline rules (no model, no download), maps each token's surprisal, entropy and share of the TRACE
+risk onto the spans its characters fall in, and ranks an answer's spans from riskiest to safest. A
+:class:`SpanCalibrator`, fitted on spans labelled right or wrong, turns a span's statistics into a probability that
+the span is right.
+
+Segmentation rules (:func:`segment`), on the answer's text:
+
+- **Sentences.** A sentence ends after a run of ``.``, ``!``, ``?`` or ``…`` (with any closing quotes or brackets)
+  that is followed by whitespace or the end of the text, unless the run is a single ``.`` after a known abbreviation
+  (``Dr``, ``e.g``, ``approx``, month abbreviations, ...) or after a single capital letter (``J. K.``, ``U.S.``), or
+  the next word starts with a lower-case letter (``approx. five``). ``。！？`` end a sentence without whitespace. A line
+  break always ends one (list items and headings are their own sentences). Sentences are trimmed of whitespace.
+- **Dates** (English): a month name or abbreviation with a day and/or a year (``March 5, 2021``, ``5th of March``,
+  ``March 2021``), ISO and numeric dates (``2021-03-05``, ``05/03/2021``, ``5.3.2021``), decades (``1990s``), and a
+  year of 1000-2099 after ``in``, ``since``, ``from``, ``until``, ``by``, ``around`` or ``circa``.
+- **Numbers**: digits (any script's decimal digits) with internal separators ``,`` ``.`` ``'`` and the no-break and
+  thin spaces (``1,200``, ``3.5``, a thin-spaced ``1 000``) or
+  groups of three digits after plain spaces (``1 000 000``), an optional sign (``-``, ``−``, ``+``) or currency sign before,
+  and an optional ``%``, ``percent``, ordinal suffix (``21st``) or scale word (``1.2 million``) after. Any other space
+  separates two numbers; a number inside a word (``COVID-19``'s ``19``) still counts.
+- **Names**: a run of words that start with a capital letter (``New York``, ``UNESCO``, ``Côte d'Ivoire``), joined
+  by single spaces (a period and a space after an initial or a title: ``J. K. Rowling``, ``Dr. Smith``,
+  ``U.S. Army``) or the lower-case particles ``of``, ``the``, ``de``, ``la``, ``du``, ``von``, ``van``,
+  ``der``, ``al``, ``and`` between two such words (``Bank of England``; a particle never starts or ends a name). A
+  run's first word is dropped when it is a common sentence opener (``The``, ``It``, ``However``, ...; :data:`OPENERS`)
+  and the word ``I`` is never a name. Without a part-of-speech model a capitalised ordinary word that opens a
+  sentence and is not in the list (``Visiting Rome ...``) is taken for a name, and scripts without case (Chinese,
+  Arabic) give no names.
+
+Dates win over numbers, and both over names, where they overlap. Offsets are Python string indices (code points)
+into the text the tokens spell (``"".join(trace.tokens)``, which is the answer for the traces recorded here).
+
+Span risk (:func:`span_risks`): a token belongs to a span when its characters, without the token's leading and
+trailing whitespace, overlap the span (a token that only holds whitespace belongs to no span; a word split into
+several tokens brings all of them). Per span, over its tokens:
+
+- ``peak_surprisal`` and ``mean_surprisal``: the largest and the mean ``s_t``;
+- ``peak_entropy`` and ``mean_entropy``: the same for ``H_t`` (NaN when the trace has no entropy);
+- ``risk_share``: the span's share of the answer's TRACE risk, ``sum(c_t) / R`` over its tokens, with ``c_t`` the
+  per-token contributions of :func:`trace_core.explain_trace` (0 when R is 0).
+
+Ranking (:func:`rank_spans`): by the calibrator's probability that the span is right, lowest first, when a
+:class:`SpanCalibrator` is given; otherwise by ``peak_surprisal``, highest first (the spike display rule uses
+surprisal too). Ties go to the earlier span. Sentences and the spans inside them are ranked separately (a sentence's
+peak is never below the peak of a span inside it); :func:`riskiest_span` ranks the numbers, dates and names and falls
+back to the sentences when an answer has none.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ._checks import check_choice, check_labels, check_real, shorten
+from .logistic import _fit_logistic, _sigmoid
+from .score import TraceExplanation, explain_trace
+from .trace import Trace
+
+__all__ = ["KINDS", "OPENERS", "SPAN_FEATURES", "Span", "SpanCalibrator", "SpanRisk", "rank_spans", "riskiest_span",
+           "segment", "span_features", "span_risks"]
+
+KINDS = ("sentence", "date", "number", "name")  # the span kinds; "fine" spans are every kind but "sentence"
+FINE_KINDS = ("date", "number", "name")
+
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof st jr sr vs etc eg e.g ie i.e approx no nos inc ltd co corp mt ft fig al cf est dept gen gov "
+    "jan feb mar apr jun jul aug sep sept oct nov dec mon tue wed thu fri sat sun".split())
+
+OPENERS = frozenset(
+    "a an the this that these those it its it's they their there here he she his her we our you your i my me "
+    "in on at of for from to by with as after before during while when where since until if although though "
+    "because but and or so yet also however moreover furthermore additionally overall today currently generally "
+    "finally first second third next then thus therefore meanwhile instead still both each every all some many "
+    "most other another such no not yes sure certainly of course one two three known located situated founded "
+    "what which who whom whose why how is are was were be has have had do does did can could will would should may "
+    "might must let please note".split())
+
+_PARTICLES = frozenset("of the de la le du des da di do dos von van der den del al and".split())
+
+_MONTHS = (r"(?:January|February|March|April|May|June|July|August|September|October|November|December"
+           r"|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec)\.?")
+_DAY = r"(?:[0-3]?\d)(?:st|nd|rd|th)?"
+_YEAR = r"(?:\d{3,4})(?:\s?(?:BC|BCE|AD|CE))?"
+_DATE = re.compile(
+    rf"(?<!\w)(?:"
+    rf"{_MONTHS}\s{_DAY},?\s{_YEAR}(?!\d)"             # March 5, 2021
+    rf"|{_DAY}\s(?:of\s)?{_MONTHS},?\s{_YEAR}(?!\d)"   # 5 March 2021, 5th of March 2021
+    rf"|{_MONTHS}\s{_DAY}(?![\d:])(?!,?\s\d)"            # March 5
+    rf"|{_DAY}\s(?:of\s)?{_MONTHS}(?!\w)"               # 5th of March
+    rf"|{_MONTHS}\s{_YEAR}(?!\d)"                       # March 2021
+    rf"|\d{{4}}-\d{{1,2}}-\d{{1,2}}(?!\d)"               # 2021-03-05
+    rf"|\d{{1,4}}[/.]\d{{1,2}}[/.]\d{{2,4}}(?![\d.]\d)"  # 05/03/2021, 5.3.2021, 2021/03/05
+    rf"|(?:1\d|20)\d0s(?!\w)"                           # 1990s
+    rf")")
+_YEAR_AFTER = re.compile(r"(?<!\w)(?:in|since|from|until|till|by|around|circa|c\.)\s((?:1\d|20)\d{2})(?![\d,.]\d|\w)",
+                         re.IGNORECASE)
+_SEPARATORS = ",.'\u00a0\u202f\u2009\u2019"
+_NUMBER = re.compile(
+    rf"(?<!\d)(?<![A-Za-z\u00C0-\u024F\u0370-\u03FF\u0400-\u04FF])"  # not inside a number or a cased word
+    rf"(?:[-\u2212+](?=[$€£¥₹]?\d))?[$€£¥₹]?"               # sign, currency
+    rf"(?:\d{{1,3}}(?: \d{{3}}(?!\d))+"                      # groups of three after plain spaces: 1 000 000
+    rf"|\d+(?:[{_SEPARATORS}]\d+)*)"                        # digits with internal separators
+    rf"(?:\s?%|\s(?:percent|per\scent)(?!\w)|(?:st|nd|rd|th)(?!\w))?"
+    rf"(?:\s(?:hundred|thousand|million|billion|trillion)(?!\w))?")
+# a word: starts with a letter or digit; inner apostrophes and hyphens kept, and inner periods before a letter (U.S)
+_WORD = re.compile(r"[^\W_][\w'’\-\u0300-\u036f]*(?:\.[^\W\d_]+)*")  # combining accents stay in the word
+_ELIDED = re.compile(r"[dl]['’][^\W\d_]")  # d'Ivoire, l'Aquila: a name word after its elided article
+_SENTENCE_END = re.compile(r"(?:[.!?…]+[\"'”’)\]]*)(?=\s|$)|[。！？]+|\n+")
+
+
+@dataclass(frozen=True)
+class Span:
+    """A stretch of an answer's text.
+
+    Attributes
+    ----------
+    kind : str
+        ``"sentence"``, ``"date"``, ``"number"`` or ``"name"``.
+    start, end : int
+        Character offsets into the text (``text[start:end]``, end exclusive).
+    text : str
+        The span's characters.
+    """
+
+    kind: str
+    start: int
+    end: int
+    text: str
+
+
+def _sentences(text: str) -> list[tuple[int, int]]:
+    bounds, start = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        mark = match.group()
+        if mark[0] == ".":
+            before = re.search(r"([^\W\d_][\w.]*)$", text[:match.start()])
+            word = before.group(1).casefold() if before else ""
+            following = re.match(r"\s*(\S)", text[match.end():])
+            if mark.rstrip("\"'”’)]") == "." and (word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha())
+                                                   or "." in word and len(word) <= 6):
+                continue  # "Dr. Smith", "J. K.", "U.S. Army", "e.g. this"
+            if following is not None and following.group(1).islower():
+                continue  # "approx. five": the next word goes on the sentence
+        end = match.start() if mark[0] == "\n" else match.end()
+        bounds.append((start, end))
+        start = match.end()
+    bounds.append((start, len(text)))
+    out = []
+    for s, e in bounds:
+        piece = text[s:e]
+        if piece.strip():
+            s += len(piece) - len(piece.lstrip())
+            e -= len(piece) - len(piece.rstrip())
+            out.append((s, e))
+    return out
+
+
+def _free(taken: np.ndarray, start: int, end: int) -> bool:
+    return not taken[start:end].any()
+
+
+def _names(text: str, lo: int, hi: int, taken: np.ndarray) -> list[tuple[int, int]]:
+    """Runs of capitalised words inside the sentence text[lo:hi] (see the module's rules)."""
+    words = [(m.start() + lo, m.end() + lo) for m in _WORD.finditer(text[lo:hi])]
+    out: list[tuple[int, int]] = []
+    run: list[int] = []  # indices into words of the current run; particles included
+
+    def capital(i: int) -> bool:
+        w = text[words[i][0]:words[i][1]]
+        if not (w[0].isupper() or (_ELIDED.match(w) and w[2].isupper())) or w == "I" or not _free(taken, *words[i]):
+            return False
+        return not any(ch.isdigit() for ch in w)
+
+    def abbreviated(i: int) -> bool:  # "Dr", "J", "U.S": a period and a space may follow inside a name
+        w = text[words[i][0]:words[i][1]]
+        return len(w) == 1 or "." in w or w.casefold() in _ABBREVIATIONS
+
+    def particle(i: int) -> bool:
+        return text[words[i][0]:words[i][1]] in _PARTICLES
+
+    def close() -> None:
+        while run and not capital(run[-1]):
+            run.pop()  # a particle never ends a name
+        if run:
+            first = 0
+            if words[run[0]][0] == words[0][0] and text[words[run[0]][0]:words[run[0]][1]].casefold() in OPENERS:
+                first = 1  # "The United States": the opener is not part of the name
+            while first < len(run) and not capital(run[first]):
+                first += 1
+            if first < len(run):
+                end = words[run[-1]][1]
+                end -= 2 if text[end - 2:end] in ("'s", "’s") else 0  # "Côte d'Ivoire's": the name without 's
+                out.append((words[run[first]][0], end))
+        run.clear()
+
+    for i in range(len(words)):
+        gap = text[words[run[-1]][1]:words[i][0]] if run else " "
+        joined = gap == " " or (gap in (".", ". ") and abbreviated(run[-1]))
+        if capital(i) and joined:
+            run.append(i)
+        elif run and joined and particle(i):
+            run.append(i)
+        else:
+            close()
+            if capital(i):
+                run.append(i)
+    close()
+    return out
+
+
+def segment(text: str) -> list[Span]:
+    """Cut ``text`` into sentences and, inside them, dates, numbers and names (the module's rules).
+
+    Parameters
+    ----------
+    text : str
+        An answer.
+
+    Returns
+    -------
+    list of Span
+        Sorted by start; a sentence comes before the spans inside it.
+
+    Examples
+    --------
+    >>> [(s.kind, s.text) for s in segment("The capital of Mongolia is Khantak. It has 1,450,000 people.")]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [('sentence', 'The capital of Mongolia is Khantak.'), ('name', 'Mongolia'), ('name', 'Khantak'),
+     ('sentence', 'It has 1,450,000 people.'), ('number', '1,450,000')]
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"`text` must be a str, got {type(text).__name__}")
+    spans: list[Span] = []
+    for lo, hi in _sentences(text):
+        spans.append(Span("sentence", lo, hi, text[lo:hi]))
+        taken = np.zeros(len(text) + 1, dtype=bool)
+        inner: list[tuple[str, int, int]] = []
+        piece = text[lo:hi]
+        found = [(m.start(), m.end()) for m in _DATE.finditer(piece)]
+        found += [(m.start(1), m.end(1)) for m in _YEAR_AFTER.finditer(piece)]
+        for kind, matches in (("date", found), ("number", [(m.start(), m.end()) for m in _NUMBER.finditer(piece)])):
+            for s, e in sorted(matches):
+                s, e = s + lo, e + lo
+                if _free(taken, s, e):
+                    taken[s:e] = True
+                    inner.append((kind, s, e))
+        inner += [("name", s, e) for s, e in _names(text, lo, hi, taken)]
+        spans += [Span(kind, s, e, text[s:e]) for kind, s, e in sorted(inner, key=lambda x: x[1])]
+    return spans
+
+
+@dataclass(frozen=True)
+class SpanRisk:
+    """One span of one answer with the statistics of its tokens.
+
+    Attributes
+    ----------
+    span : Span
+    tokens : ndarray of int
+        Indices of the tokens that overlap the span (ascending).
+    peak_surprisal, mean_surprisal : float
+        Largest and mean surprisal ``s_t`` of those tokens, in nats.
+    peak_entropy, mean_entropy : float
+        The same for entropy ``H_t``; NaN when the trace has no entropy.
+    risk_share : float
+        The span's share of the answer's TRACE risk, in [0, 1] (tokens in several spans count in each).
+    answer_risk : float
+        The whole answer's TRACE risk R.
+    n_answer_tokens : int
+        Tokens in the whole answer.
+    probability : float or None
+        The probability that the span is right, from a :class:`SpanCalibrator`; None without one.
+    """
+
+    span: Span
+    tokens: np.ndarray = field(repr=False)
+    peak_surprisal: float
+    mean_surprisal: float
+    peak_entropy: float
+    mean_entropy: float
+    risk_share: float
+    answer_risk: float
+    n_answer_tokens: int
+    probability: float | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.span.kind
+
+
+def _token_cores(tokens: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Each token's character range without its leading and trailing whitespace (empty for a whitespace token)."""
+    lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    lead = np.fromiter((len(t) - len(t.lstrip()) for t in tokens), dtype=np.int64, count=len(tokens))
+    trail = np.fromiter((len(t) - len(t.rstrip()) for t in tokens), dtype=np.int64, count=len(tokens))
+    core_start = starts + lead
+    core_end = np.maximum(ends - trail, core_start)
+    return core_start, core_end
+
+
+def span_risks(trace: Trace, *, spans: Sequence[Span] | None = None, explanation: TraceExplanation | None = None,
+               calibrator: "SpanCalibrator | None" = None) -> list[SpanRisk]:
+    """Map one answer's token statistics onto its spans.
+
+    Parameters
+    ----------
+    trace : Trace
+    spans : sequence of Span, optional
+        Spans of ``"".join(trace.tokens)``; by default :func:`segment` of it.
+    explanation : TraceExplanation, optional
+        ``explain_trace(trace)`` when already computed (its contributions give ``risk_share``).
+    calibrator : SpanCalibrator, optional
+        Fills each span's ``probability``.
+
+    Returns
+    -------
+    list of SpanRisk
+        In the order of ``spans``; spans without a token (only possible with spans given by the caller) are left out.
+
+    Examples
+    --------
+    >>> from trace_core import Trace, TraceMetadata
+    >>> tokens = ["The", " answer", " is", " 42", "."]
+    >>> trace = Trace(prompt="Q", answer="".join(tokens), token_ids=np.arange(5), tokens=tokens,
+    ...               surprisal=[0.1, 0.2, 0.1, 3.0, 0.1], entropy=None, top_ids=[[]] * 5, top_logprobs=[[]] * 5,
+    ...               metadata=TraceMetadata(entropy_source="absent"))
+    >>> risky = rank_spans(span_risks(trace), level="fine")[0]
+    >>> risky.span.text, round(risky.peak_surprisal, 1)
+    ('42', 3.0)
+    """
+    if not isinstance(trace, Trace):
+        raise TypeError(f"`trace` must be a Trace, got {type(trace).__name__}")
+    text = "".join(trace.tokens)
+    if spans is None:
+        spans = segment(text)
+    if explanation is None:
+        explanation = explain_trace(trace) if len(trace) else None
+    core_start, core_end = _token_cores(trace.tokens)
+    nonempty = core_end > core_start
+    s = np.asarray(trace.surprisal, dtype=np.float64)
+    h = np.asarray(trace.entropy, dtype=np.float64) if trace.has_entropy else None
+    contributions = explanation.contributions if explanation is not None else np.zeros(len(trace))
+    risk = float(explanation.risk) if explanation is not None else 0.0
+    out = []
+    for span in spans:
+        if not isinstance(span, Span):
+            raise TypeError(f"`spans` must hold Span objects, got {type(span).__name__}")
+        if not 0 <= span.start <= span.end <= len(text):
+            raise ValueError(f"span {shorten(span.text, 60)} at {span.start}:{span.end} lies outside the answer's "
+                             f"{len(text)} characters")
+        idx = np.flatnonzero(nonempty & (core_start < span.end) & (core_end > span.start))
+        if not len(idx):
+            continue
+        out.append(SpanRisk(
+            span=span, tokens=idx, peak_surprisal=float(s[idx].max()), mean_surprisal=float(s[idx].mean()),
+            peak_entropy=float(h[idx].max()) if h is not None else math.nan,
+            mean_entropy=float(h[idx].mean()) if h is not None else math.nan,
+            risk_share=float(np.clip(contributions[idx].sum() / risk, 0.0, 1.0)) if risk > 0 else 0.0,
+            answer_risk=risk, n_answer_tokens=len(trace)))
+    if calibrator is not None and out:
+        probabilities = calibrator.predict_proba(out)
+        out = [_with_probability(r, p) for r, p in zip(out, probabilities)]
+    return out
+
+
+def _with_probability(risk: SpanRisk, probability: float) -> SpanRisk:
+    return SpanRisk(risk.span, risk.tokens, risk.peak_surprisal, risk.mean_surprisal, risk.peak_entropy,
+                    risk.mean_entropy, risk.risk_share, risk.answer_risk, risk.n_answer_tokens, float(probability))
+
+
+def rank_spans(risks: Iterable[SpanRisk], *, level: str = "all") -> list[SpanRisk]:
+    """``risks`` from riskiest to safest: by probability of being right (lowest first) when every span has one, else
+    by peak surprisal (highest first); ties to the earlier span.
+
+    ``level``: ``"all"`` keeps every span, ``"fine"`` the dates, numbers and names, ``"sentence"`` the sentences.
+    """
+    check_choice(level, "level", ("all", "fine", "sentence"))
+    kept = [r for r in risks if level == "all" or (r.kind == "sentence") == (level == "sentence")]
+    if kept and all(r.probability is not None for r in kept):
+        return sorted(kept, key=lambda r: (r.probability, r.span.start, r.span.end))
+    return sorted(kept, key=lambda r: (-r.peak_surprisal, r.span.start, r.span.end))
+
+
+def riskiest_span(trace: Trace, *, calibrator: "SpanCalibrator | None" = None,
+                  explanation: TraceExplanation | None = None) -> SpanRisk | None:
+    """The riskiest date, number or name of the answer (:func:`rank_spans`), or its riskiest sentence when it has
+    none; None for an empty answer."""
+    risks = span_risks(trace, explanation=explanation, calibrator=calibrator)
+    fine = rank_spans(risks, level="fine")
+    if fine:
+        return fine[0]
+    sentences = rank_spans(risks, level="sentence")
+    return sentences[0] if sentences else None
+
+
+SPAN_FEATURES = ("peak_surprisal", "mean_surprisal", "log_tokens", "risk_share", "position", "answer_risk",
+                 "is_date", "is_number", "is_name")
+
+
+def span_features(risks: Sequence[SpanRisk]) -> np.ndarray:
+    """The :class:`SpanCalibrator`'s features, shape (n, 9), columns :data:`SPAN_FEATURES`: peak and mean surprisal,
+    log of the span's token count, its share of the TRACE risk, its first token's position as a share of the answer
+    (0 = first token), the answer's TRACE risk, and the span's kind (a sentence is all zeros). Entropy is left out
+    so that the same calibrator serves traces with and without it."""
+    rows = [[r.peak_surprisal, r.mean_surprisal, math.log(len(r.tokens)), r.risk_share,
+             float(r.tokens[0]) / max(r.n_answer_tokens, 1), r.answer_risk,
+             float(r.kind == "date"), float(r.kind == "number"), float(r.kind == "name")] for r in risks]
+    return np.asarray(rows, dtype=np.float64).reshape(len(rows), len(SPAN_FEATURES))
+
+
+class SpanCalibrator:
+    """The probability that a span is right: L2 logistic regression on standardised :data:`SPAN_FEATURES`.
+
+    Parameters
+    ----------
+    C : float
+        Inverse regularisation strength (scikit-learn's ``LogisticRegression(C=...)``).
+
+    Examples
+    --------
+    >>> cal = SpanCalibrator().fit(risks, labels)  # doctest: +SKIP
+    >>> span_risks(trace, calibrator=cal)[0].probability  # doctest: +SKIP
+    0.83
+    """
+
+    def __init__(self, *, C: float = 1.0) -> None:
+        self.C = check_real(C, "C", minimum=0.0, low_open=True)
+        self.mean_: np.ndarray | None = None
+        self.scale_: np.ndarray | None = None
+        self.coef_: np.ndarray | None = None
+        self.intercept_: float | None = None
+        self.provenance: dict[str, Any] = {}
+
+    def fit(self, risks: Sequence[SpanRisk], labels: Any, *, provenance: Mapping[str, Any] | None = None
+            ) -> "SpanCalibrator":
+        """Fit on spans and their labels (1 = the span is right, 0 = wrong); both classes must occur."""
+        risks = list(risks)
+        y = check_labels(labels, "labels", n=len(risks))
+        if len(np.unique(y)) < 2:
+            raise ValueError("`labels` must hold both right (1) and wrong (0) spans to fit a span calibrator")
+        F = span_features(risks)
+        mean, scale = F.mean(axis=0), F.std(axis=0)
+        scale = np.where(scale > 1e-12, scale, 1.0)
+        coef, intercept = _fit_logistic((F - mean) / scale, y, C=self.C)
+        self.mean_, self.scale_, self.coef_, self.intercept_ = mean, scale, coef, intercept
+        self.provenance = {"n_spans": int(len(y)), "n_right": int(y.sum()), **dict(provenance or {})}
+        return self
+
+    def predict_proba(self, risks: Sequence[SpanRisk]) -> np.ndarray:
+        """Probability that each span is right, shape (n,)."""
+        if self.coef_ is None:
+            raise ValueError("this SpanCalibrator is not fitted yet: call fit() or load one with from_json()")
+        F = span_features(list(risks))
+        if len(F) == 0:
+            return np.zeros(0)
+        F = np.where(np.isfinite(F), F, self.mean_)  # a non-finite statistic reads as the calibration average
+        return _sigmoid(((F - self.mean_) / self.scale_) @ self.coef_ + self.intercept_)
+
+    def to_json(self) -> str:
+        """The fitted model as JSON (no pickle): features, standardisation, coefficients, provenance."""
+        if self.coef_ is None:
+            raise ValueError("this SpanCalibrator is not fitted yet: nothing to save")
+        return json.dumps({"type": "SpanCalibrator", "version": 1, "features": list(SPAN_FEATURES), "C": self.C,
+                           "mean": self.mean_.tolist(), "scale": self.scale_.tolist(), "coef": self.coef_.tolist(),
+                           "intercept": self.intercept_, "provenance": self.provenance}, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "SpanCalibrator":
+        """Load a span calibrator written by :meth:`to_json`; every field is checked, and a message names the first
+        wrong one."""
+        try:
+            data = json.loads(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"not a span calibrator: the file is not JSON ({shorten(str(exc), 120)})") from None
+        if not isinstance(data, dict) or data.get("type") != "SpanCalibrator":
+            raise ValueError("not a span calibrator: `type` must be 'SpanCalibrator'")
+        if data.get("version") != 1:
+            raise ValueError(f"span calibrator `version` must be 1, got {shorten(data.get('version'), 40)}")
+        if data.get("features") != list(SPAN_FEATURES):
+            raise ValueError(f"span calibrator `features` must be {list(SPAN_FEATURES)}")
+        d = len(SPAN_FEATURES)
+        arrays = {}
+        for name in ("mean", "scale", "coef"):
+            value = data.get(name)
+            if (not isinstance(value, list) or len(value) != d
+                    or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                               for v in value)):
+                raise ValueError(f"span calibrator `{name}` must be a list of {d} finite numbers")
+            arrays[name] = np.asarray(value, dtype=np.float64)
+        if not (arrays["scale"] > 0).all():
+            raise ValueError("span calibrator `scale` must be positive")
+        intercept = data.get("intercept")
+        if not isinstance(intercept, (int, float)) or isinstance(intercept, bool) or not math.isfinite(intercept):
+            raise ValueError("span calibrator `intercept` must be a finite number")
+        provenance = data.get("provenance", {})
+        if not isinstance(provenance, dict):
+            raise ValueError("span calibrator `provenance` must be an object")
+        cal = cls(C=data.get("C", 1.0))
+        cal.mean_, cal.scale_, cal.coef_, cal.intercept_ = arrays["mean"], arrays["scale"], arrays["coef"], float(
+            intercept)
+        cal.provenance = provenance
+        return cal
