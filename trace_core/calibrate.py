@@ -9,6 +9,7 @@ answer is correct, shape (n_answers,).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from datetime import datetime, timezone
@@ -19,13 +20,15 @@ import numpy as np
 from ._checks import AnswerValueError, check_int, check_labels, check_real, check_scores
 from .calibrator_io import CalibratorFormatError, decode_calibrator, parse_calibrator
 from .calibrator_io import dumps_calibrator as _dumps
+from .drift import ALPHA, EXTRA_FEATURES, DriftResult, DriftSummary, drift_check, drift_two_sample, summarize
 from .logistic import SCORE_TRANSFORMS, _fit_logistic, _fit_logistic_1d, _sigmoid, transform_scores
 from .features import feature_matrix, feature_names
 from .trace import Trace
 
 __all__ = ["CALIBRATOR_WORDS", "SCORE_TRANSFORMS", "CalibratorFormatError", "IsotonicCalibrator", "NotFittedError",
-           "PlattCalibrator", "ScoreCalibrator", "TracePlus", "calibrator_from_json", "flaggable_methods",
-           "load_calibrator", "method_scores", "probability_correct", "transform_scores", "unfitted_copy"]
+           "PlattCalibrator", "ScoreCalibrator", "TracePlus", "calibrator_from_json", "check_drift",
+           "flaggable_methods", "load_calibrator", "method_scores", "probability_correct", "transform_scores",
+           "unfitted_copy"]
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -79,8 +82,73 @@ def _names(names: Sequence[str]) -> str:
     return shown + (f" and {len(names) - 3:,} more" if len(names) > 3 else "")
 
 
+#: The extra drift features that one of a calibrator's own features already is, up to a monotone map (the drift test
+#: bins by calibration quantiles, so both would give the same test).
+_SAME_AS = {"answer_length": ("log_length",),
+            "mean_surprisal": ("mean_surprisal_conf", "log_mean_surprisal_conf", "log_geomean_token_prob")}
+#: Why a calibrator without a summary cannot be checked (completes "not available; ...").
+_NO_SUMMARY = ("this calibrator file was saved before calibrators kept a summary of their calibration answers' "
+               "features; fit it again to check new answers against them")
+
+
+def _extra_names(own: Sequence[str]) -> tuple[str, ...]:
+    """The extra drift features (:data:`trace_core.drift.EXTRA_FEATURES`) that ``own`` does not already hold."""
+    return tuple(name for name in EXTRA_FEATURES if not set(_SAME_AS[name]) & set(own))
+
+
+def _extra_columns(traces: Sequence[Trace], names: Sequence[str]) -> np.ndarray:
+    """The extra drift features of each trace, shape (n, len(names)): answer length in tokens, mean surprisal."""
+    columns = {"answer_length": lambda t: float(len(t)),
+               "mean_surprisal": lambda t: float(np.mean(t.surprisal)) if len(t) else 0.0}
+    return np.asarray([[columns[name](t) for name in names] for t in traces], dtype=np.float64).reshape(
+        len(traces), len(names))
+
+
 class _FittedOnTraces:
-    """What the calibrators fitted on traces (TracePlus, ScoreCalibrator) share: the provenance check."""
+    """What the calibrators fitted on traces (TracePlus, ScoreCalibrator) share: the provenance check and the drift
+    check against the summary of the calibration features (``drift_summary_``, :mod:`trace_core.drift`)."""
+
+    def _drift_features(self, X: Sequence[Trace] | np.ndarray,
+                        names: Sequence[str] | None = None) -> tuple[tuple[str, ...], np.ndarray]:
+        """The drift features of ``X`` (``names``, default all this calibrator's that ``X`` allows) and their
+        matrix, shape (n, len(names))."""
+        raise NotImplementedError
+
+    def _drift_names(self, X: Sequence[Trace] | np.ndarray) -> tuple[str, ...]:
+        """This calibrator's drift features for answers ``X``."""
+        raise NotImplementedError
+
+    def _drift_words(self) -> dict[str, str]:
+        return {}
+
+    def check_drift(self, X: Sequence[Trace] | np.ndarray, *, alpha: float = ALPHA) -> DriftResult:
+        """Whether the answers ``X`` look drawn like the answers this calibrator was fitted on: each drift feature
+        (the calibrator's own features or score, answer length, mean surprisal) tested against the summary kept at
+        fit time (:func:`trace_core.drift.drift_check`). A calibrator loaded from a file written before the summary
+        existed gives a result whose status is ``"unavailable"``, saying so."""
+        summary: DriftSummary | None = getattr(self, "drift_summary_", None)
+        n_new = len(X)
+        if summary is None:
+            return DriftResult.unavailable(_NO_SUMMARY, n_new=n_new)
+        names, values = self._drift_features(X, [n for n in summary.names if self._computable(n, X)])
+        if not names:
+            return DriftResult.unavailable("none of the summarised features can be computed from these answers",
+                                           n_new=n_new)
+        return drift_check(summary, values, names=names, alpha=alpha, words=self._drift_words())
+
+    def drift_from(self, reference: Sequence[Trace] | np.ndarray, X: Sequence[Trace] | np.ndarray, *,
+                   alpha: float = ALPHA) -> DriftResult:
+        """Whether the answers ``X`` look drawn like the ``reference`` answers (for a guarantee: the labeled answers
+        that chose its threshold), on this calibrator's drift features of both
+        (:func:`trace_core.drift.drift_two_sample`)."""
+        names = tuple(n for n in self._drift_names(reference) if self._computable(n, X))
+        _, ref_values = self._drift_features(reference, names)
+        _, values = self._drift_features(X, names)
+        return drift_two_sample(ref_values, values, names, alpha=alpha, words=self._drift_words())
+
+    @staticmethod
+    def _computable(name: str, X: Sequence[Trace] | np.ndarray) -> bool:
+        return not (isinstance(X, np.ndarray) and name in EXTRA_FEATURES)
 
     def provenance_mismatch(self, X: Sequence[Trace] | np.ndarray) -> list[str]:
         """Sentences naming the model ids and entropy sources of ``X`` that this calibrator was not fitted on (empty
@@ -148,6 +216,11 @@ class TracePlus(_FittedOnTraces):
         in their metadata; empty for a feature matrix), ``feature_set``, ``n_rows``, ``date`` (UTC, ISO 8601) and
         ``version`` (trace_core's). Saved in the JSON; None for a calibrator loaded from an earlier version's file.
         Predicting on traces of a model id or entropy source outside these lists warns (UserWarning).
+    drift_summary_ : DriftSummary or None
+        The calibration answers' features, binned (:func:`trace_core.drift.summarize`: at most 19 numbers a
+        feature): the TRACE+ features, plus answer length and mean surprisal when fitted on traces (unless a
+        feature of the set already is one). :meth:`check_drift` tests new answers against it. Saved in the JSON;
+        None for a calibrator loaded from an earlier version's file.
     """
 
     def __init__(self, *, feature_set: str = "paper", C: float = 1.0, max_iter: int = 1000) -> None:
@@ -196,7 +269,23 @@ class TracePlus(_FittedOnTraces):
         self.coef_, self.intercept_ = coef, intercept
         self.n_samples_ = int(F.shape[0])
         self.provenance_ = _provenance(X, self.feature_set, self.n_samples_)
+        names, values = self._drift_features(X, F=F)
+        self.drift_summary_ = summarize(values, names)
         return self
+
+    def _drift_names(self, X: Sequence[Trace] | np.ndarray) -> tuple[str, ...]:
+        own = feature_names(self.feature_set)
+        return own + (() if isinstance(X, np.ndarray) else _extra_names(own))
+
+    def _drift_features(self, X: Sequence[Trace] | np.ndarray, names: Sequence[str] | None = None, *,
+                        F: np.ndarray | None = None) -> tuple[tuple[str, ...], np.ndarray]:
+        own = feature_names(self.feature_set)
+        names = self._drift_names(X) if names is None else tuple(names)
+        F = self._features(X) if F is None and set(names) & set(own) else F
+        extras = [n for n in names if n not in own]
+        extra = _extra_columns(list(X), extras) if extras else np.zeros((len(X), 0))
+        columns = [F[:, own.index(n)] if n in own else extra[:, extras.index(n)] for n in names]
+        return names, (np.column_stack(columns) if columns else np.zeros((len(X), 0)))
 
     def decision_function(self, X: Sequence[Trace] | np.ndarray) -> np.ndarray:
         """Log-odds of correctness, shape (n_answers,). Warns (UserWarning) when the traces come from another model
@@ -230,6 +319,7 @@ class TracePlus(_FittedOnTraces):
             "intercept": self.intercept_,
             "n_samples": self.n_samples_,
             **({"provenance": self.provenance_} if getattr(self, "provenance_", None) is not None else {}),
+            **_summary_field(self),
         })
 
     @classmethod
@@ -245,6 +335,7 @@ class TracePlus(_FittedOnTraces):
         model.intercept_ = fields["intercept"]
         model.n_samples_ = fields["n_samples"]
         model.provenance_ = fields.get("provenance")  # None for files of earlier versions
+        model.drift_summary_ = fields.get("drift_summary")  # None for files of earlier versions
         return model
 
 
@@ -446,6 +537,9 @@ class ScoreCalibrator(_FittedOnTraces):
     n_samples_ : int
     provenance_ : dict
         As :attr:`TracePlus.provenance_`, without ``feature_set`` (the score is in the parameters).
+    drift_summary_ : DriftSummary or None
+        As :attr:`TracePlus.drift_summary_`: the score (on its transform's scale, ``"score"``), answer length and
+        mean surprisal of the calibration answers, binned.
 
     Examples
     --------
@@ -499,7 +593,26 @@ class ScoreCalibrator(_FittedOnTraces):
         self.transform_ = transform
         self.n_samples_ = int(z.shape[0])
         self.provenance_ = _provenance(traces, None, self.n_samples_)
+        names, values = self._drift_features(traces, z=z)
+        self.drift_summary_ = summarize(values, names)
         return self
+
+    def _drift_features(self, X: Sequence[Trace] | np.ndarray, names: Sequence[str] | None = None, *,
+                        z: np.ndarray | None = None) -> tuple[tuple[str, ...], np.ndarray]:
+        traces = list(X)
+        names = self._drift_names(traces) if names is None else tuple(names)
+        extras = [n for n in names if n != "score"]
+        extra = _extra_columns(traces, extras)
+        if "score" in names and z is None:  # the score on its transform's scale: finite, and the same bins
+            z = transform_scores(self.score(traces), getattr(self, "transform_", None) or self._check_params())
+        columns = [z if n == "score" else extra[:, extras.index(n)] for n in names]
+        return names, (np.column_stack(columns) if columns else np.zeros((len(traces), 0)))
+
+    def _drift_names(self, X: Sequence[Trace] | np.ndarray) -> tuple[str, ...]:
+        return ("score", *_extra_names(()))
+
+    def _drift_words(self) -> dict[str, str]:
+        return {"score": f"the {self.method} score"}
 
     def predict_proba(self, traces: Sequence[Trace]) -> np.ndarray:
         """Probability that each answer is correct, shape (n_answers,). Warns (UserWarning) when the traces come
@@ -518,7 +631,7 @@ class ScoreCalibrator(_FittedOnTraces):
         return _dumps({"type": "ScoreCalibrator", "params": self.get_params(), "transform": self.transform_,
                        **inner, "n_samples": self.n_samples_,
                        **({"provenance": self.provenance_} if getattr(self, "provenance_", None) is not None
-                          else {})})
+                          else {}), **_summary_field(self)})
 
     @classmethod
     def from_json(cls, data: str | Mapping[str, Any]) -> "ScoreCalibrator":
@@ -534,7 +647,43 @@ class ScoreCalibrator(_FittedOnTraces):
         model.transform_ = fields["transform"]
         model.n_samples_ = fields["n_samples"]
         model.provenance_ = fields.get("provenance")
+        model.drift_summary_ = fields.get("drift_summary")
         return model
+
+
+def _summary_field(model: Any) -> dict[str, Any]:
+    summary = getattr(model, "drift_summary_", None)
+    return {"drift_summary": summary.to_dict()} if summary is not None else {}
+
+
+#: What a shift means for a guarantee, for the drift sentence.
+GUARANTEE_CONSEQUENCE = "the guaranteed error rate may not hold for them"
+
+
+def check_drift(calibrator: Any, traces: Sequence[Trace], *, reference: Sequence[Trace] | None = None,
+                alpha: float = ALPHA) -> DriftResult:
+    """The drift check of new answers under any calibrator (:mod:`trace_core.drift`).
+
+    Without ``reference``: against the summary of the answers the calibrator was fitted on
+    (:meth:`TracePlus.check_drift`); "unavailable" for a file written before calibrators kept one, and for a bare
+    Platt or isotonic calibrator. With ``reference`` (labeled answers that chose a guaranteed threshold): both
+    samples compared directly on the calibrator's drift features (answer length and mean surprisal for a bare one).
+    """
+    traces = list(traces)
+    if reference is None:
+        if isinstance(calibrator, (TracePlus, ScoreCalibrator)):
+            return calibrator.check_drift(traces, alpha=alpha)
+        return DriftResult.unavailable("a bare Platt or isotonic calibrator keeps no summary of its calibration "
+                                       "answers", n_new=len(traces))
+    reference = list(reference)
+    if isinstance(calibrator, (TracePlus, ScoreCalibrator)):
+        result = calibrator.drift_from(reference, traces, alpha=alpha)
+    else:
+        names = _extra_names(())
+        result = drift_two_sample(_extra_columns(reference, names), _extra_columns(traces, names), names,
+                                  alpha=alpha)
+    return dataclasses.replace(result, reference="the labeled answers that chose the threshold",
+                               consequence=GUARANTEE_CONSEQUENCE)
 
 
 def probability_correct(calibrator: Any, traces: Sequence[Trace], *, confidence: Any = None) -> np.ndarray:

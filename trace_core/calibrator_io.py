@@ -23,6 +23,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ._checks import shorten
+from .drift import EXTRA_FEATURES, DriftSummary, FeatureBins
 from .features import FEATURE_SETS
 from .trace import ENTROPY_SOURCES
 
@@ -42,15 +43,19 @@ _TRACE_SOURCES = ("generate", "teacher_forced", "imported")
 _MAX_ITEMS, _MAX_TEXT = 1_000, 1_000  # names in a provenance list, characters of one name
 
 _KNOWN_NAMES = frozenset(name for names in FEATURE_SETS.values() for name in names)
+_SUMMARY_KEYS = ("n", "bins", "features")
+_BIN_KEYS = ("name", "edges", "counts")
+_MAX_BINS = 100  # a summary asks for 10 equal-frequency bins; more than 100 is not one
 
 # type -> (required keys, optional keys); "format_version" and "type" are required for every type.
 _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "TracePlus": (("params", "feature_names", "mean", "scale", "coef", "intercept"), ("n_samples", "provenance")),
+    "TracePlus": (("params", "feature_names", "mean", "scale", "coef", "intercept"),
+                  ("n_samples", "provenance", "drift_summary")),
     "PlattCalibrator": (("params", "mean", "scale", "coef", "intercept"), ()),
     "IsotonicCalibrator": (("x_thresholds", "y_thresholds"), ("params",)),
     # the fields of its Platt or isotonic calibrator sit beside its own (which depends on params.calibrator)
     "ScoreCalibrator": (("params", "transform"), ("mean", "scale", "coef", "intercept", "x_thresholds",
-                                                  "y_thresholds", "n_samples", "provenance")),
+                                                  "y_thresholds", "n_samples", "provenance", "drift_summary")),
 }
 _INNER_FIELDS = {"platt": ("mean", "scale", "coef", "intercept"), "isotonic": ("x_thresholds", "y_thresholds")}
 CALIBRATOR_TYPES = tuple(_FIELDS)
@@ -284,6 +289,65 @@ def _provenance(c: _Checker, value: Any, kind: str = "TracePlus") -> dict[str, A
     return out if len(c.problems) == before else None
 
 
+def _drift_summary(c: _Checker, value: Any, allowed: tuple[str, ...]) -> DriftSummary | None:
+    """The summary of the calibration answers' features that the drift check reads (``fit`` writes it, see
+    :mod:`trace_core.drift`): ``n`` answers, the ``bins`` asked for, and per feature (each named once, from
+    ``allowed``) at most ``bins - 1`` increasing finite ``edges`` and ``len(edges) + 1`` positive whole ``counts``
+    summing to ``n``. Its size is bounded: ``len(allowed)`` features of at most ``2 * bins - 1`` numbers."""
+    field = "drift_summary"
+    if not isinstance(value, Mapping):
+        c.fail(field, f"must be an object, got {shorten(value)} ({_kind(value)})")
+        return None
+    before = len(c.problems)
+    for key in value:
+        if key not in _SUMMARY_KEYS:
+            c.fail(field, f"has an unknown key {shorten(key)}; it has {list(_SUMMARY_KEYS)}")
+    missing = [key for key in _SUMMARY_KEYS if key not in value]
+    if missing:
+        c.fail(field, f"lacks {missing}")
+        return None
+    n = c.integer(value["n"], f"{field}.n", minimum=1, maximum=10**15)
+    bins = c.integer(value["bins"], f"{field}.bins", minimum=2, maximum=_MAX_BINS)
+    features = value["features"]
+    if not isinstance(features, list) or not 1 <= len(features) <= len(allowed):
+        c.fail(f"{field}.features", f"must be a list of 1 to {len(allowed)} features, got {shorten(features)}")
+        return None
+    out, seen = [], set()
+    for i, feature in enumerate(features):
+        where = f"{field}.features[{i}]"
+        if not isinstance(feature, Mapping) or set(feature) != set(_BIN_KEYS):
+            c.fail(where, f"must be an object with keys {list(_BIN_KEYS)}, got {shorten(feature)}")
+            continue
+        name, edges, counts = feature["name"], feature["edges"], feature["counts"]
+        if not isinstance(name, str) or name not in allowed:
+            c.fail(f"{where}.name", f"must be one of {list(allowed)}, got {shorten(name)}")
+        elif name in seen:
+            c.fail(f"{where}.name", f"names {name!r} a second time")
+        seen.add(name)
+        if not isinstance(edges, list) or (bins is not None and len(edges) > bins - 1):
+            c.fail(f"{where}.edges", f"must be a list of at most {(bins or _MAX_BINS) - 1} numbers, got "
+                                     f"{shorten(edges)}")
+            continue
+        cut = [c.number(e, f"{where}.edges[{j}]", bound=math.inf) for j, e in enumerate(edges)]
+        if any(e is None for e in cut):
+            continue
+        if any(b <= a for a, b in zip(cut, cut[1:])):
+            c.fail(f"{where}.edges", "must be strictly increasing")
+        if not isinstance(counts, list) or len(counts) != len(edges) + 1:
+            c.fail(f"{where}.counts", f"must be a list of {len(edges) + 1} counts (one more than the edges), got "
+                                      f"{shorten(counts)}")
+            continue
+        whole = [c.integer(k, f"{where}.counts[{j}]", minimum=1, maximum=10**15) for j, k in enumerate(counts)]
+        if any(k is None for k in whole):
+            continue
+        if n is not None and sum(whole) != n:
+            c.fail(f"{where}.counts", f"must sum to n ({n:,}), got {sum(whole):,}")
+        out.append(FeatureBins(name=name, edges=tuple(cut), counts=tuple(whole)))
+    if len(c.problems) > before or n is None or bins is None:
+        return None
+    return DriftSummary(n=n, features=tuple(out), bins=bins)
+
+
 def _platt_fields(c: _Checker, obj: Mapping[str, Any], out: dict[str, Any]) -> None:
     for key in ("coef", "intercept"):
         if key in obj:
@@ -330,6 +394,8 @@ def _score_fields(c: _Checker, obj: Mapping[str, Any], out: dict[str, Any]) -> N
         (_platt_fields if calibrator == "platt" else _isotonic_fields)(c, obj, out)
     if "provenance" in obj:
         out["provenance"] = _provenance(c, obj["provenance"], "ScoreCalibrator")
+    if "drift_summary" in obj:
+        out["drift_summary"] = _drift_summary(c, obj["drift_summary"], ("score", *EXTRA_FEATURES))
     out["n_samples"] = (c.integer(obj["n_samples"], "n_samples", minimum=0, maximum=10**15)
                         if "n_samples" in obj else 0)
 
@@ -339,9 +405,11 @@ def parse_calibrator(data: str | Mapping[str, Any], expected_type: str | None = 
 
     Returns a dict with ``type`` and, per type: ``params`` (constructor keywords), and ``feature_names`` (tuple),
     ``mean``/``scale``/``coef`` (float64 arrays for TracePlus, floats for PlattCalibrator), ``intercept`` (float),
-    ``n_samples`` (int, 0 when absent) and ``provenance`` (a dict, absent in files of earlier versions); or
+    ``n_samples`` (int, 0 when absent), ``provenance`` (a dict, absent in files of earlier versions) and
+    ``drift_summary`` (a :class:`trace_core.drift.DriftSummary`, absent in files of earlier versions); or
     ``x_thresholds``/``y_thresholds`` (float64 arrays); a ScoreCalibrator has ``params`` (method, calibrator, C),
-    ``transform``, the fields of its Platt or isotonic calibrator, ``n_samples`` and ``provenance``.
+    ``transform``, the fields of its Platt or isotonic calibrator, ``n_samples``, ``provenance`` and
+    ``drift_summary``.
 
     Raises
     ------
@@ -416,6 +484,9 @@ def parse_calibrator(data: str | Mapping[str, Any], expected_type: str | None = 
             out["intercept"] = c.number(obj["intercept"], "intercept")
         if "provenance" in obj:
             out["provenance"] = _provenance(c, obj["provenance"])
+        if "drift_summary" in obj and expected is not None:  # an unknown feature set is reported already
+            out["drift_summary"] = _drift_summary(c, obj["drift_summary"], tuple(expected) + tuple(
+                n for n in EXTRA_FEATURES if n not in expected))
         out["n_samples"] = (c.integer(obj["n_samples"], "n_samples", minimum=0, maximum=10**15)
                             if "n_samples" in obj else 0)
     elif kind == "ScoreCalibrator":
