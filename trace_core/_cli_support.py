@@ -168,6 +168,17 @@ def _cli_words(message: str) -> str:
                                        else m.group(0)), message)
 
 
+def _say_drift(result: Any, *, quiet: bool) -> None:
+    """The drift check's result (:class:`trace_core.drift.DriftResult`) as one line on stderr: ``warning: drift: ...``
+    when a shift was found, else ``drift check: ...`` (left out with ``--quiet``)."""
+    text = result.sentence()
+    line = text[:1].lower() + text[1:]
+    if result.detected:
+        print(f"warning: {line}", file=sys.stderr)
+    elif not quiet:
+        print(line, file=sys.stderr)
+
+
 def _plain_warnings(caught: Sequence[Any], *, skip: tuple[type, ...] = ()) -> None:
     """Library warnings as plain ``warning: ...`` lines on stderr (each text once), never with source paths; numpy's
     floating-point RuntimeWarnings ("divide by zero encountered in log") become one line that says what they mean."""

@@ -44,6 +44,7 @@ from ._cli_support import (
     _plain_warnings,
     _progress,
     _regular_file,
+    _say_drift,
     _shown,
     close_progress_bars,
 )
@@ -603,12 +604,13 @@ def cmd_flag(args: argparse.Namespace) -> None:
     from .flag import score_rows, select_flagged
 
     scored = score_rows(dataset.frame, traces, calibrator)
+    _drift(args, calibrator, traces)
     labels = dataset.labels if "label" in dataset.frame.columns else None
     if args.target_risk is not None and labels is None:
         raise CLIError("--target-risk needs labeled answers (a `label` or `reference` column) to measure the risk")
     threshold = args.threshold
     if args.max_risk is not None:  # the threshold that Learn-then-Test certifies on --risk-data
-        threshold = _guaranteed(args, calibrator)
+        threshold = _guaranteed(args, calibrator, traces)
     flagged = select_flagged(scored, threshold=threshold, coverage=args.coverage, target_risk=args.target_risk,
                              labels=labels)
     positions = scored.index.get_indexer(flagged.index)
@@ -622,9 +624,24 @@ def cmd_flag(args: argparse.Namespace) -> None:
         print(f"wrote the flagged answers' tokens to {args.tokens}", file=sys.stderr)
 
 
-def _guaranteed(args: argparse.Namespace, calibrator: Any) -> float:
+def _drift(args: argparse.Namespace, calibrator: Any, traces: list, reference: list | None = None) -> None:
+    """The drift check of the answers being flagged (:func:`trace_core.calibrate.check_drift`): against the summary
+    the calibrator keeps of its calibration answers, or against ``reference`` (the labeled answers of --risk-data);
+    one line on stderr, a warning when they look drawn differently."""
+    from .calibrate import check_drift
+    from .drift import DriftResult
+
+    try:
+        result = check_drift(calibrator, traces, reference=reference)
+    except ValueError as exc:  # a feature the reference answers cannot give (e.g. entropy)
+        result = DriftResult.unavailable(_cli_words(str(exc)), n_new=len(traces))
+    _say_drift(result, quiet=args.quiet)
+
+
+def _guaranteed(args: argparse.Namespace, calibrator: Any, traces: list) -> float:
     """The threshold certified on ``--risk-data`` (:func:`trace_core.guarantee.guaranteed_threshold`), with the
-    guarantee said on stderr; CLIError, saying what it would need, when none can be."""
+    guarantee said on stderr and the drift check of the new answers (``traces``) against the labeled ones (what
+    the guarantee assumes); CLIError, saying what it would need, when none can be."""
     from .calibrate import probability_correct
     from .guarantee import guaranteed_threshold
 
@@ -642,6 +659,7 @@ def _guaranteed(args: argparse.Namespace, calibrator: Any) -> float:
         raise CLIError(f"{_shown(args.risk_data)}: {guarantee.sentence()}")
     if not args.quiet:
         print(guarantee.sentence(), file=sys.stderr)
+    _drift(args, calibrator, traces, list(risk.traces))
     return guarantee.threshold
 
 
