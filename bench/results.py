@@ -12,7 +12,8 @@ Each file is the output of commands in this repository, in order, each section s
    verdict;
 2. (real model) the same on the beam subset (``real_beams_test.csv``), the only file with beam log-probabilities;
 3. ``python -m bench.localisation --section``: the spike rule chosen on the validation file, and where the spikes
-   fall on the test file.
+   fall on the test file;
+4. (real model) ``python -m bench.spans``: which span of the country paragraphs is wrong, and the span calibrator.
 
 Nothing is typed in by hand: the introduction's accuracies are read from ``real_summary.json`` (written by
 ``demo/build_real.py``) or computed from the files.
@@ -55,6 +56,15 @@ def _localisation(validation: Path, data: Path) -> str:
     return buffer.getvalue()
 
 
+def _spans(validation: Path, data: Path) -> str:
+    from bench.spans import main
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        main(["--fit", str(validation), "--data", str(data)])
+    return buffer.getvalue()
+
+
 def _demote(text: str) -> str:
     """Every Markdown heading one level deeper (the sections sit under this file's own headings)."""
     return "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines()) + "\n"
@@ -94,6 +104,7 @@ def real(datasets: Path = DATASETS) -> str:
         "on the same prompt; small, so its intervals are wide.\n",
         _demote(_evaluate(beams)),
         _demote(_localisation(validation, test)),
+        _demote(_spans(validation, test)),
     ])
 
 

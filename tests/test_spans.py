@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -220,3 +221,36 @@ def test_span_calibrator_refuses_bad_input_and_broken_files():
             SpanCalibrator.from_json(json.dumps(broken))
     with pytest.raises(ValueError, match="not JSON"):
         SpanCalibrator.from_json("{" + "x" * 5000)
+
+
+def test_span_calibrator_on_one_feature_is_platt_scaling_and_ranks_like_peak_surprisal():
+    risks, labels = _labelled_spans(seed=3)
+    cal = SpanCalibrator(features=("peak_surprisal",)).fit(risks, labels)
+    peak = np.array([[r.peak_surprisal] for r in risks])
+    z = (peak - peak.mean()) / peak.std()
+    ref = LogisticRegression(C=1.0, tol=1e-12, max_iter=10_000).fit(z, labels)
+    np.testing.assert_allclose(cal.predict_proba(risks), ref.predict_proba(z)[:, 1], atol=1e-6)
+    trace = trace_of(["The", " capital", " of", " Mong", "olia", " is", " Kh", "ant", "ak", "."],
+                     [0.1, 0.2, 0.1, 0.4, 0.1, 0.1, 3.5, 0.9, 0.2, 0.1])
+    assert ([r.span for r in rank_spans(span_risks(trace, calibrator=cal))]
+            == [r.span for r in rank_spans(span_risks(trace))])
+    again = SpanCalibrator.from_json(cal.to_json())
+    assert again.features == ("peak_surprisal",)
+    with pytest.raises(ValueError, match="`features`"):
+        SpanCalibrator(features=("peak_surprisal", "peak_surprisal"))
+    with pytest.raises(ValueError, match="`features`"):
+        SpanCalibrator(features=("loudness",))
+
+
+def test_the_shipped_span_calibrator_is_the_one_bench_spans_fits(tmp_path):
+    from bench.spans import main
+
+    out = tmp_path / "span_calibrator.json"
+    main(["--bootstrap", "2", "--write-calibrator", str(out)])
+    shipped = SpanCalibrator.from_json((Path(__file__).resolve().parents[1] / "assets" / "span_calibrator.json")
+                                       .read_text(encoding="utf-8"))
+    again = SpanCalibrator.from_json(out.read_text(encoding="utf-8"))
+    assert shipped.features == again.features and shipped.provenance == again.provenance
+    np.testing.assert_allclose(shipped.coef_, again.coef_, rtol=1e-9)
+    # it ranks a wrong name of the real model's answers below a right one: peak surprisal weighs against a span
+    assert shipped.coef_[shipped.features.index("peak_surprisal")] < 0

@@ -419,10 +419,13 @@ def span_features(risks: Sequence[SpanRisk]) -> np.ndarray:
 
 
 class SpanCalibrator:
-    """The probability that a span is right: L2 logistic regression on standardised :data:`SPAN_FEATURES`.
+    """The probability that a span is right: L2 logistic regression on standardised span features.
 
     Parameters
     ----------
+    features : sequence of str
+        Which of :data:`SPAN_FEATURES` to use; by default all of them. ``("peak_surprisal",)`` is Platt scaling of the
+        span's peak surprisal (it ranks spans as :func:`rank_spans` does without a calibrator).
     C : float
         Inverse regularisation strength (scikit-learn's ``LogisticRegression(C=...)``).
 
@@ -433,7 +436,13 @@ class SpanCalibrator:
     0.83
     """
 
-    def __init__(self, *, C: float = 1.0) -> None:
+    def __init__(self, *, features: Sequence[str] = SPAN_FEATURES, C: float = 1.0) -> None:
+        if isinstance(features, str):
+            raise TypeError("`features` must be a sequence of feature names, not one str")
+        self.features = tuple(check_choice(f, "features", SPAN_FEATURES) for f in features)
+        if not self.features or len(set(self.features)) != len(self.features):
+            raise ValueError(f"`features` must name one or more distinct features of {list(SPAN_FEATURES)}")
+        self._columns = [SPAN_FEATURES.index(f) for f in self.features]
         self.C = check_real(C, "C", minimum=0.0, low_open=True)
         self.mean_: np.ndarray | None = None
         self.scale_: np.ndarray | None = None
@@ -448,7 +457,7 @@ class SpanCalibrator:
         y = check_labels(labels, "labels", n=len(risks))
         if len(np.unique(y)) < 2:
             raise ValueError("`labels` must hold both right (1) and wrong (0) spans to fit a span calibrator")
-        F = span_features(risks)
+        F = span_features(risks)[:, self._columns]
         mean, scale = F.mean(axis=0), F.std(axis=0)
         scale = np.where(scale > 1e-12, scale, 1.0)
         coef, intercept = _fit_logistic((F - mean) / scale, y, C=self.C)
@@ -460,7 +469,7 @@ class SpanCalibrator:
         """Probability that each span is right, shape (n,)."""
         if self.coef_ is None:
             raise ValueError("this SpanCalibrator is not fitted yet: call fit() or load one with from_json()")
-        F = span_features(list(risks))
+        F = span_features(list(risks))[:, self._columns]
         if len(F) == 0:
             return np.zeros(0)
         F = np.where(np.isfinite(F), F, self.mean_)  # a non-finite statistic reads as the calibration average
@@ -470,7 +479,7 @@ class SpanCalibrator:
         """The fitted model as JSON (no pickle): features, standardisation, coefficients, provenance."""
         if self.coef_ is None:
             raise ValueError("this SpanCalibrator is not fitted yet: nothing to save")
-        return json.dumps({"type": "SpanCalibrator", "version": 1, "features": list(SPAN_FEATURES), "C": self.C,
+        return json.dumps({"type": "SpanCalibrator", "version": 1, "features": list(self.features), "C": self.C,
                            "mean": self.mean_.tolist(), "scale": self.scale_.tolist(), "coef": self.coef_.tolist(),
                            "intercept": self.intercept_, "provenance": self.provenance}, indent=1)
 
@@ -486,9 +495,11 @@ class SpanCalibrator:
             raise ValueError("not a span calibrator: `type` must be 'SpanCalibrator'")
         if data.get("version") != 1:
             raise ValueError(f"span calibrator `version` must be 1, got {shorten(data.get('version'), 40)}")
-        if data.get("features") != list(SPAN_FEATURES):
-            raise ValueError(f"span calibrator `features` must be {list(SPAN_FEATURES)}")
-        d = len(SPAN_FEATURES)
+        features = data.get("features")
+        if (not isinstance(features, list) or not features or len(set(map(str, features))) != len(features)
+                or not all(isinstance(f, str) and f in SPAN_FEATURES for f in features)):
+            raise ValueError(f"span calibrator `features` must be a list of distinct names from {list(SPAN_FEATURES)}")
+        d = len(features)
         arrays = {}
         for name in ("mean", "scale", "coef"):
             value = data.get(name)
@@ -505,7 +516,10 @@ class SpanCalibrator:
         provenance = data.get("provenance", {})
         if not isinstance(provenance, dict):
             raise ValueError("span calibrator `provenance` must be an object")
-        cal = cls(C=data.get("C", 1.0))
+        C = data.get("C", 1.0)
+        if not isinstance(C, (int, float)) or isinstance(C, bool) or not math.isfinite(C) or C <= 0:
+            raise ValueError("span calibrator `C` must be a positive number")
+        cal = cls(features=features, C=C)
         cal.mean_, cal.scale_, cal.coef_, cal.intercept_ = arrays["mean"], arrays["scale"], arrays["coef"], float(
             intercept)
         cal.provenance = provenance
