@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
           "judgements (a span overlapping a wrong fact's value is wrong; a span inside a right fact's clause is "
           "right; spans about nothing the judge checked are left out; rules in `bench/spans.py`). The span "
           f"calibrator is fitted on the {len(y)} labelled spans of {args.fit.name} ({int((y == 0).sum())} wrong) "
-          "and is the one the dashboard ships (`assets/span_calibrator.json`).\n")
+          "and is the one the dashboard ships (`trace_core/span_calibrator.json`).\n")
     print("Feature set of the span calibrator, chosen on " + args.fit.name + " alone by 5-fold cross-validation "
           "grouped by answer (mean log-loss of the held-out folds): "
           + "; ".join(f"{name} {loss:.4f}" + (" (chosen)" if name == chosen else "") for name, loss in cv.items())
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     print(calibration(fit, test, calibrator, args.bootstrap))
     if args.write_calibrator is not None:
         args.write_calibrator.write_text(calibrator.to_json() + "\n", encoding="utf-8")
-        print(f"\nSpan calibrator written to {args.write_calibrator.name}.")
+        print(f"\nSpan calibrator written to {args.write_calibrator}.")
 
 
 if __name__ == "__main__":
