@@ -14,6 +14,7 @@ from trace_core.guarantee import RiskGuarantee, guaranteed_threshold
 
 from . import state
 from .components import md_literal, sentence
+from .drift import drift_note, drift_result
 from .inputs import pick_dataset_file, read_labeled
 from .recording import dataset_traces, record_panel
 from .services import digest
@@ -23,9 +24,9 @@ OTHER_SPLIT = {"demo_test": "demo_validation", "demo_validation": "demo_test", "
                "real_validation": "real_test"}
 
 
-def labeled_for_guarantee(active: state.ActiveCalibrator) -> tuple[np.ndarray, np.ndarray] | None:
-    """The P(correct) and labels of the labeled answers chosen for the guarantee; None, with the reason on the page,
-    until there are such answers (with traces, and not those the calibrator was fitted on)."""
+def labeled_for_guarantee(active: state.ActiveCalibrator) -> tuple[np.ndarray, np.ndarray, state.Answers] | None:
+    """The P(correct) and labels of the labeled answers chosen for the guarantee, and the answers; None, with the
+    reason on the page, until there are such answers (with traces, and not those the calibrator was fitted on)."""
     st.caption("The threshold is chosen on labeled answers drawn like the ones you flag, that the calibrator was "
                "**not** fitted on (for example the other half of your labeled data).")
     handed = state.calibrated_data()
@@ -59,12 +60,13 @@ def labeled_for_guarantee(active: state.ActiveCalibrator) -> tuple[np.ndarray, n
     except ValueError as exc:  # e.g. a score that needs entropy, on traces without
         st.error(md_literal(f"The calibrator cannot score these answers: {exc}"))
         return None
-    return probability, np.asarray(data.labels)
+    return probability, np.asarray(data.labels), data
 
 
-def guarantee_choice(active: state.ActiveCalibrator) -> RiskGuarantee | None:
+def guarantee_choice(active: state.ActiveCalibrator, new: state.Answers | None = None) -> RiskGuarantee | None:
     """The settings of the guarantee (alpha, delta), the labeled answers, and the guarantee it gives, stated on the
-    page; None (with the reason) when there is none to flag with."""
+    page with the drift check of the ``new`` answers against the labeled ones (the guarantee assumes they are drawn
+    alike); None (with the reason) when there is none to flag with."""
     cols = st.columns(2)
     max_risk = cols[0].slider("Largest error rate among the answers kept (α)", 0.01, 0.5, 0.1, 0.01,
                               key="flag_max_risk")
@@ -80,4 +82,8 @@ def guarantee_choice(active: state.ActiveCalibrator) -> RiskGuarantee | None:
         st.warning(md_literal(guarantee.sentence()))
         return None
     st.success(md_literal(guarantee.sentence()))
+    if new is not None:
+        risk = labeled[2]
+        drift_note(drift_result(active.model, new.traces, key=(new.key, risk.key, active.key),
+                                reference=risk.traces))
     return guarantee

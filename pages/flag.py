@@ -10,6 +10,7 @@ import streamlit as st
 from app import state
 from app.components import control_safe, md_literal, sentence
 from app.downloads import download_button
+from app.drift import drift_note, drift_result
 from app.guaranteed import guarantee_choice
 from app.inputs import pick_dataset_file, read_labeled
 from app.panels import active_calibrator_note, answer_details, load_calibrator_panel, production_calibrator
@@ -92,7 +93,7 @@ elif mode == "coverage":
     value = st.slider("Share of answers to keep (the most confident)", 0.05, 1.0, 0.8, 0.05, key="flag_coverage")
     flagged = select_flagged(scored, coverage=value)
 elif mode == "guarantee":
-    guarantee = guarantee_choice(active)
+    guarantee = guarantee_choice(active, data)
     if guarantee is None:
         st.stop()
     flagged = select_flagged(scored, threshold=guarantee.threshold)
@@ -110,6 +111,8 @@ if in_sample:
                f"{md_literal(calibrator.score_name)} fitted on the other {OUT_OF_FOLD - 1} of {OUT_OF_FOLD} parts, "
                "and the error rates below estimate what new answers would see. Exports carry the same "
                "probabilities.")
+if not in_sample:  # the answers the calibrator was fitted on are its calibration answers: nothing to compare
+    drift_note(drift_result(calibrator, data.traces, key=(data.key, active.key)))
 cols = st.columns(3)
 cols[0].metric("Flagged", f"{len(flagged):,} of {len(scored):,}")
 if labels is not None:

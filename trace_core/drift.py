@@ -6,10 +6,10 @@ assumption on the answers' trace features, one feature at a time, from a small s
 
 The summary (:class:`DriftSummary`, kept in the calibrator's JSON): for each feature, the calibration sample's
 quantile edges at ``k / B`` (``B`` = :data:`BINS` = 10 equal-frequency bins; the edges are the order statistics
-``x_(floor(n k / B) + 1)``) and the calibration count in each bin. Equal edges (ties, discrete features such as ``log T``) are
-merged, an edge at the sample's minimum is dropped (so no bin is empty), and a bin holding less than half its share
-(``n / (2B)``) is merged into its smaller neighbour. A bin is ``[e_{j-1}, e_j)``. So a feature takes at most
-``2B - 1 = 19`` numbers, whatever the sample size: no raw data, a few hundred bytes per feature.
+``x_(floor(n k / B) + 1)``) and the calibration count in each bin. Equal edges (ties, discrete features such as
+``log T``) are merged, an edge at the sample's minimum is dropped (so no bin is empty), and a bin holding less than
+half its share (``n / (2B)``) is merged into its smaller neighbour. A bin is ``[e_{j-1}, e_j)``. So a feature takes
+at most ``2B - 1 = 19`` numbers, whatever the sample size: no raw data, at most about 600 bytes of JSON per feature.
 
 The test, per feature: the calibration counts ``c_j`` and the new answers' counts ``m_j`` in the same bins form a
 2 x K table; Pearson's chi-square statistic of homogeneity
@@ -39,8 +39,8 @@ import numpy as np
 
 from ._checks import check_choice, check_int, check_real, check_strings
 
-__all__ = ["ALPHA", "BINS", "EXTRA_FEATURES", "MIN_ANSWERS", "MIN_EXPECTED", "DriftResult", "DriftSummary", "FeatureBins",
-           "FeatureDrift", "chi2_sf", "drift_check", "drift_two_sample", "homogeneity_test", "summarize"]
+__all__ = ["ALPHA", "BINS", "EXTRA_FEATURES", "MIN_ANSWERS", "MIN_EXPECTED", "DriftResult", "DriftSummary",
+           "FeatureBins", "FeatureDrift", "chi2_sf", "drift_check", "drift_two_sample", "homogeneity_test", "summarize"]
 
 #: Equal-frequency bins per feature in a summary (before ties and small bins are merged).
 BINS = 10
@@ -184,7 +184,7 @@ def _matrix(values: Any, name: str, n_columns: int | None = None) -> np.ndarray:
         raise ValueError(f"`{name}` must have {n_columns} columns (one per feature), got {X.shape[1]}")
     if not np.isfinite(X).all():
         row, col = map(int, np.argwhere(~np.isfinite(X))[0])
-        raise ValueError(f"`{name}` must be finite; row {row}, column {col} is {X[row, col]!r}")
+        raise ValueError(f"`{name}` must be finite; row {row}, column {col} is {float(X[row, col])!r}")
     return X
 
 
