@@ -254,3 +254,74 @@ def test_the_shipped_span_calibrator_is_the_one_bench_spans_fits(tmp_path):
     np.testing.assert_allclose(shipped.coef_, again.coef_, rtol=1e-9)
     # it ranks a wrong name of the real model's answers below a right one: peak surprisal weighs against a span
     assert shipped.coef_[shipped.features.index("peak_surprisal")] < 0
+
+
+def _answers_with_a_wrong_name(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    traces, labels = [], []
+    for i in range(n):
+        wrong = i % 3 == 0
+        tokens = ["The", " capital", " is", " Kh", "ant", "ak", ".", " It", " has", " 12", " people", "."]
+        s = rng.uniform(0.0, 0.5, len(tokens))
+        s[3] = rng.uniform(3.0, 5.0) if wrong else rng.uniform(0.0, 0.6)
+        traces.append(trace_of(tokens, s, rng.uniform(0.0, 1.0, len(tokens))))
+        labels.append(int(not wrong))
+    return traces, np.array(labels)
+
+
+def test_score_rows_adds_the_riskiest_span_and_flags_by_it():
+    import pandas as pd
+
+    from trace_core import TracePlus
+    from trace_core.flag import OUTPUT_COLUMNS, SPAN_COLUMNS, previous_export, score_rows, select_flagged, unscored
+
+    traces, labels = _answers_with_a_wrong_name()
+    frame = pd.DataFrame({"answer": [t.answer for t in traces]})
+    scored = score_rows(frame, traces, TracePlus().fit(traces, labels))
+    assert list(scored.columns) == ["answer", *OUTPUT_COLUMNS]
+    assert all(c.startswith("riskiest_span") for c in SPAN_COLUMNS)
+    wrong = scored[labels == 0]
+    assert (wrong["riskiest_span_text"] == "Khantak").all() and (wrong["riskiest_span_kind"] == "name").all()
+    text = traces[0].answer
+    assert text[wrong["riskiest_span_start"].iloc[0]:wrong["riskiest_span_end"].iloc[0]] == "Khantak"
+    assert scored["riskiest_span_probability"].between(0, 1).all()
+    # flagging by span: the answers whose weakest span is least likely to be right, least likely first
+    by_span = select_flagged(scored, coverage=2 / 3, by="span")
+    assert set(by_span.index) == set(np.flatnonzero(labels == 0))
+    assert by_span["riskiest_span_probability"].is_monotonic_increasing
+    with pytest.raises(ValueError, match="`by`"):
+        select_flagged(scored, coverage=0.5, by="token")
+    # an export made before the span columns existed is still recognised and rescored
+    old = scored.drop(columns=list(SPAN_COLUMNS))
+    assert previous_export(old.columns) and list(unscored(old).columns) == ["answer"]
+
+
+def test_cli_flag_writes_the_riskiest_span_columns_spreadsheet_safe(tmp_path):
+    import csv
+
+    import pandas as pd
+
+    from trace_core import write_dataset
+    from trace_core.cli import main
+
+    traces, labels = _answers_with_a_wrong_name(seed=1)
+    # a formula-like answer: its riskiest span must not become a live formula in a spreadsheet
+    tokens = ["=", "HYPER", "LINK", "(", "1", ")", " Khantak", "."]
+    traces.append(trace_of(tokens, [0.1, 4.0, 0.1, 0.1, 0.1, 0.1, 0.2, 0.1], [0.5] * len(tokens)))
+    traces.append(trace_of(["=", "cmd", "|", " x"], [3.0, 0.1, 0.1, 0.1], [0.5] * 4))  # no name: the sentence
+    labels = np.append(labels, [0, 0])
+    frame = pd.DataFrame({"prompt": [t.prompt for t in traces], "answer": [t.answer for t in traces],
+                          "label": labels})
+    data = tmp_path / "answers.jsonl"
+    write_dataset(frame, data, traces=traces)
+    calibrator, flagged = tmp_path / "cal.json", tmp_path / "flagged.csv"
+    assert main(["fit", str(data), "--out", str(calibrator)]) == 0
+    assert main(["flag", str(data), "--calibrator", str(calibrator), "--threshold", "1.0", "--out", str(flagged)]) == 0
+    with flagged.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert {"riskiest_span_text", "riskiest_span_kind", "riskiest_span_start", "riskiest_span_end",
+            "riskiest_span_probability"} <= set(rows[0])
+    assert all(not r["riskiest_span_text"].startswith(("=", "+", "-", "@")) for r in rows)
+    assert any(r["riskiest_span_text"] == "'=cmd| x" and r["riskiest_span_kind"] == "sentence" for r in rows)
+    khantak = [r for r in rows if r["riskiest_span_text"] == "Khantak"]
+    assert khantak and all(0 <= float(r["riskiest_span_probability"]) <= 1 for r in khantak)

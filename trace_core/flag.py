@@ -13,20 +13,26 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ._checks import check_int, check_real, shorten
+from ._checks import check_choice, check_int, check_real, shorten
 from .calibrate import (CALIBRATOR_WORDS, ScoreCalibrator, TracePlus, flaggable_methods, probability_correct,
                         unfitted_copy)
 from .evaluate import OUT_OF_FOLD, stratified_folds
 from .score import config_for, explain_trace, trace_confidence, trace_risk
+from .spans import SpanCalibrator, default_span_calibrator, riskiest_span
 from .trace import Trace
 
-__all__ = ["OUT_OF_FOLD", "OUTPUT_COLUMNS", "FlagScore", "best_flag_score", "flag_scores", "out_of_fold_probabilities",
-           "output_collisions", "previous_export", "score_rows", "select_flagged", "spike_context", "threshold_for_risk",
-           "unscored"]
+__all__ = ["FLAG_BY", "OUT_OF_FOLD", "OUTPUT_COLUMNS", "SPAN_COLUMNS", "FlagScore", "best_flag_score", "flag_scores",
+           "out_of_fold_probabilities", "output_collisions", "previous_export", "score_rows", "select_flagged",
+           "spike_context", "threshold_for_risk", "unscored"]
 
+#: The riskiest span's columns (:func:`trace_core.spans.riskiest_span`): its text, kind, character offsets into the
+#: answer's tokens' text (start inclusive, end exclusive) and the span calibrator's probability that it is right.
+SPAN_COLUMNS = ("riskiest_span_text", "riskiest_span_kind", "riskiest_span_start", "riskiest_span_end",
+                "riskiest_span_probability")
+_ANSWER_COLUMNS = ("trace_confidence", "trace_risk", "trace_variant", "probability_correct", "peak_risk_tokens",
+                   "spike_context")
 #: The columns that :func:`score_rows` adds, in order.
-OUTPUT_COLUMNS = ("trace_confidence", "trace_risk", "trace_variant", "probability_correct", "peak_risk_tokens",
-                  "spike_context")
+OUTPUT_COLUMNS = _ANSWER_COLUMNS + SPAN_COLUMNS
 
 
 def _column_key(name: object) -> str:
@@ -41,15 +47,18 @@ def output_collisions(columns: Sequence[object]) -> list[str]:
 
 
 def previous_export(columns: Sequence[object]) -> bool:
-    """Whether ``columns`` hold every output column of :func:`score_rows` (exactly as it names them): a flagged
-    export being scored again, whose earlier scores are to be replaced rather than refused as look-alikes."""
-    return set(OUTPUT_COLUMNS) <= {str(c) for c in columns}
+    """Whether ``columns`` hold every answer-level output column of :func:`score_rows` (exactly as it names them;
+    exports made before the span columns existed lack those): a flagged export being scored again, whose earlier
+    scores are to be replaced rather than refused as look-alikes."""
+    return set(_ANSWER_COLUMNS) <= {str(c) for c in columns}
 
 
 def unscored(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` without an earlier flagging's scores when it is a flagged export opened again
     (:func:`previous_export`): they are to be replaced, not refused as look-alike columns; ``frame`` otherwise."""
-    return frame.drop(columns=list(OUTPUT_COLUMNS)) if previous_export(frame.columns) else frame
+    if not previous_export(frame.columns):
+        return frame
+    return frame.drop(columns=[c for c in OUTPUT_COLUMNS if c in frame.columns])
 
 
 def spike_context(trace: Trace, spikes: Sequence[int], *, width: int = 3) -> str:
@@ -76,11 +85,14 @@ def spike_context(trace: Trace, spikes: Sequence[int], *, width: int = 3) -> str
     return "".join(pieces).replace("\n", "⏎")
 
 
-def score_rows(frame: pd.DataFrame, traces: Sequence[Trace], calibrator: Any) -> pd.DataFrame:
+def score_rows(frame: pd.DataFrame, traces: Sequence[Trace], calibrator: Any, *,
+               span_calibrator: SpanCalibrator | None = None) -> pd.DataFrame:
     """``frame`` plus ``trace_confidence``, ``trace_risk``, ``trace_variant``, ``probability_correct``,
-    ``peak_risk_tokens`` and ``spike_context`` columns (one row per trace, same order). ``peak_risk_tokens`` joins
-    the spike tokens (:attr:`trace_core.score.TraceExplanation.spikes`) with ``" | "``; both are ``""`` for an
-    answer without spikes.
+    ``peak_risk_tokens`` and ``spike_context`` columns, then the riskiest span's (:data:`SPAN_COLUMNS`), one row per
+    trace, same order. ``peak_risk_tokens`` joins the spike tokens (:attr:`trace_core.score.TraceExplanation.spikes`)
+    with ``" | "``; both are ``""`` for an answer without spikes. The riskiest span is the answer's riskiest date,
+    number or name, else its riskiest sentence (:func:`trace_core.spans.riskiest_span`), ranked by
+    ``span_calibrator``'s probability that it is right (default: :func:`trace_core.spans.default_span_calibrator`).
 
     ``calibrator`` is a :class:`TracePlus` (uses the trace features), a :class:`ScoreCalibrator` (the score it names,
     e.g. SeqLogP with isotonic regression) or a bare scalar calibrator (applied to the TRACE confidence); see
@@ -112,6 +124,14 @@ def score_rows(frame: pd.DataFrame, traces: Sequence[Trace], calibrator: Any) ->
     out["probability_correct"] = probability
     out["peak_risk_tokens"] = [" | ".join(t.tokens[i] for i in e.spikes) for t, e in zip(traces, explanations)]
     out["spike_context"] = [spike_context(t, e.spikes) for t, e in zip(traces, explanations)]
+    span_calibrator = default_span_calibrator() if span_calibrator is None else span_calibrator
+    spans = [riskiest_span(t, calibrator=span_calibrator, explanation=e) for t, e in zip(traces, explanations)]
+    out["riskiest_span_text"] = [r.span.text if r is not None else "" for r in spans]
+    out["riskiest_span_kind"] = [r.kind if r is not None else "" for r in spans]
+    out["riskiest_span_start"] = np.array([r.span.start if r is not None else -1 for r in spans], dtype=np.int64)
+    out["riskiest_span_end"] = np.array([r.span.end if r is not None else -1 for r in spans], dtype=np.int64)
+    out["riskiest_span_probability"] = np.array([r.probability if r is not None else np.nan for r in spans],
+                                                dtype=np.float64)
     return out
 
 
@@ -230,17 +250,25 @@ def threshold_for_risk(probability: np.ndarray, labels: np.ndarray, target_risk:
     return float(p[order][np.flatnonzero(ok)[-1]])
 
 
+#: What :func:`select_flagged` can flag by: the answer's probability of being correct, or its riskiest span's.
+FLAG_BY = {"answer": "probability_correct", "span": "riskiest_span_probability"}
+
+
 def select_flagged(scored: pd.DataFrame, *, threshold: float | None = None, coverage: float | None = None,
-                   target_risk: float | None = None, labels: np.ndarray | None = None) -> pd.DataFrame:
+                   target_risk: float | None = None, labels: np.ndarray | None = None,
+                   by: str = "answer") -> pd.DataFrame:
     """The rows of ``scored`` (from :func:`score_rows`) to flag, least likely to be correct first.
 
     Give exactly one of ``threshold`` (in [0, 1]), ``coverage`` (in (0, 1]) or ``target_risk`` (in [0, 1], needs
-    ``labels``).
+    ``labels``). ``by="span"`` applies the rule to the riskiest span's probability of being right instead of the
+    answer's (an answer is flagged when its weakest span is; ``target_risk`` still counts wrong answers).
     """
+    column = FLAG_BY[check_choice(by, "by", tuple(FLAG_BY))]
     given = [v is not None for v in (threshold, coverage, target_risk)]
     if sum(given) != 1:
         raise ValueError("give exactly one of `threshold`, `coverage` or `target_risk`")
-    p = scored["probability_correct"].to_numpy(dtype=np.float64)
+    p = scored[column].to_numpy(dtype=np.float64)
+    p = np.where(np.isnan(p), 1.0, p)  # an answer without a span has no weak span
     if coverage is not None:
         coverage = check_real(coverage, "coverage", minimum=0, maximum=1, low_open=True)
         keep = int(np.ceil(coverage * len(p) - 1e-9))
@@ -254,4 +282,5 @@ def select_flagged(scored: pd.DataFrame, *, threshold: float | None = None, cove
         else:
             threshold = check_real(threshold, "threshold", minimum=0, maximum=1)
         flagged = p < threshold
-    return scored[flagged].sort_values("probability_correct", kind="stable")
+    order = np.argsort(p[flagged], kind="stable")
+    return scored[flagged].iloc[order]

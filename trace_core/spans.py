@@ -141,7 +141,7 @@ def _sentences(text: str) -> list[tuple[int, int]]:
     for match in _SENTENCE_END.finditer(text):
         mark = match.group()
         if mark[0] == ".":
-            before = re.search(r"([^\W\d_][\w.]*)$", text[:match.start()])
+            before = re.search(r"([^\W\d_][\w.]*)$", text[max(0, match.start() - 40):match.start()])
             word = before.group(1).casefold() if before else ""
             following = re.match(r"\s*(\S)", text[match.end():])
             if mark.rstrip("\"'”’)]") == "." and (word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha())
@@ -163,37 +163,28 @@ def _sentences(text: str) -> list[tuple[int, int]]:
     return out
 
 
-def _free(taken: np.ndarray, start: int, end: int) -> bool:
-    return not taken[start:end].any()
+def _free(taken: list[tuple[int, int]], start: int, end: int) -> bool:
+    return not any(a < end and start < b for a, b in taken)
 
 
-def _names(text: str, lo: int, hi: int, taken: np.ndarray) -> list[tuple[int, int]]:
+def _names(text: str, lo: int, hi: int, taken: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Runs of capitalised words inside the sentence text[lo:hi] (see the module's rules)."""
     words = [(m.start() + lo, m.end() + lo) for m in _WORD.finditer(text[lo:hi])]
+    texts = [text[ws:we] for ws, we in words]
+    capital = [(w[0].isupper() or (_ELIDED.match(w) is not None and w[2].isupper())) and w != "I"
+               and not any(ch.isdigit() for ch in w) and _free(taken, ws, we) for w, (ws, we) in zip(texts, words)]
     out: list[tuple[int, int]] = []
     run: list[int] = []  # indices into words of the current run; particles included
 
-    def capital(i: int) -> bool:
-        w = text[words[i][0]:words[i][1]]
-        if not (w[0].isupper() or (_ELIDED.match(w) and w[2].isupper())) or w == "I" or not _free(taken, *words[i]):
-            return False
-        return not any(ch.isdigit() for ch in w)
-
     def abbreviated(i: int) -> bool:  # "Dr", "J", "U.S": a period and a space may follow inside a name
-        w = text[words[i][0]:words[i][1]]
-        return len(w) == 1 or "." in w or w.casefold() in _ABBREVIATIONS
-
-    def particle(i: int) -> bool:
-        return text[words[i][0]:words[i][1]] in _PARTICLES
+        return len(texts[i]) == 1 or "." in texts[i] or texts[i].casefold() in _ABBREVIATIONS
 
     def close() -> None:
-        while run and not capital(run[-1]):
+        while run and not capital[run[-1]]:
             run.pop()  # a particle never ends a name
         if run:
-            first = 0
-            if words[run[0]][0] == words[0][0] and text[words[run[0]][0]:words[run[0]][1]].casefold() in OPENERS:
-                first = 1  # "The United States": the opener is not part of the name
-            while first < len(run) and not capital(run[first]):
+            first = 1 if run[0] == 0 and texts[0].casefold() in OPENERS else 0  # "The United States": not "The"
+            while first < len(run) and not capital[run[first]]:
                 first += 1
             if first < len(run):
                 end = words[run[-1]][1]
@@ -202,16 +193,15 @@ def _names(text: str, lo: int, hi: int, taken: np.ndarray) -> list[tuple[int, in
         run.clear()
 
     for i in range(len(words)):
-        gap = text[words[run[-1]][1]:words[i][0]] if run else " "
-        joined = gap == " " or (gap in (".", ". ") and abbreviated(run[-1]))
-        if capital(i) and joined:
-            run.append(i)
-        elif run and joined and particle(i):
-            run.append(i)
-        else:
-            close()
-            if capital(i):
+        if run:
+            gap = text[words[run[-1]][1]:words[i][0]]
+            joined = gap == " " or (gap in (".", ". ") and abbreviated(run[-1]))
+            if joined and (capital[i] or texts[i] in _PARTICLES):
                 run.append(i)
+                continue
+            close()
+        if capital[i]:
+            run.append(i)
     close()
     return out
 
@@ -241,7 +231,7 @@ def segment(text: str) -> list[Span]:
     spans: list[Span] = []
     for lo, hi in _sentences(text):
         spans.append(Span("sentence", lo, hi, text[lo:hi]))
-        taken = np.zeros(len(text) + 1, dtype=bool)
+        taken: list[tuple[int, int]] = []
         inner: list[tuple[str, int, int]] = []
         piece = text[lo:hi]
         found = [(m.start(), m.end()) for m in _DATE.finditer(piece)]
@@ -250,7 +240,7 @@ def segment(text: str) -> list[Span]:
             for s, e in sorted(matches):
                 s, e = s + lo, e + lo
                 if _free(taken, s, e):
-                    taken[s:e] = True
+                    taken.append((s, e))
                     inner.append((kind, s, e))
         inner += [("name", s, e) for s, e in _names(text, lo, hi, taken)]
         spans += [Span(kind, s, e, text[s:e]) for kind, s, e in sorted(inner, key=lambda x: x[1])]
@@ -341,32 +331,44 @@ def span_risks(trace: Trace, *, spans: Sequence[Span] | None = None, explanation
     if not isinstance(trace, Trace):
         raise TypeError(f"`trace` must be a Trace, got {type(trace).__name__}")
     text = "".join(trace.tokens)
-    if spans is None:
-        spans = segment(text)
+    spans = segment(text) if spans is None else list(spans)
     if explanation is None:
         explanation = explain_trace(trace) if len(trace) else None
     core_start, core_end = _token_cores(trace.tokens)
-    nonempty = core_end > core_start
-    s = np.asarray(trace.surprisal, dtype=np.float64)
-    h = np.asarray(trace.entropy, dtype=np.float64) if trace.has_entropy else None
-    contributions = explanation.contributions if explanation is not None else np.zeros(len(trace))
+    # Non-whitespace token cores are disjoint and in order, so the tokens overlapping a span are a run of them.
+    keep = np.flatnonzero(core_end > core_start)
+    starts, ends = core_start[keep], core_end[keep]
+    s = np.asarray(trace.surprisal, dtype=np.float64)[keep]
+    h = np.asarray(trace.entropy, dtype=np.float64)[keep] if trace.has_entropy else None
+    contributions = (explanation.contributions if explanation is not None else np.zeros(len(trace)))[keep]
     risk = float(explanation.risk) if explanation is not None else 0.0
-    out = []
+    cumulative = {name: np.concatenate([[0.0], np.cumsum(x)]) for name, x in
+                  (("s", s), ("h", h if h is not None else s), ("c", contributions))}
     for span in spans:
         if not isinstance(span, Span):
             raise TypeError(f"`spans` must hold Span objects, got {type(span).__name__}")
         if not 0 <= span.start <= span.end <= len(text):
             raise ValueError(f"span {shorten(span.text, 60)} at {span.start}:{span.end} lies outside the answer's "
                              f"{len(text)} characters")
-        idx = np.flatnonzero(nonempty & (core_start < span.end) & (core_end > span.start))
-        if not len(idx):
-            continue
-        out.append(SpanRisk(
-            span=span, tokens=idx, peak_surprisal=float(s[idx].max()), mean_surprisal=float(s[idx].mean()),
-            peak_entropy=float(h[idx].max()) if h is not None else math.nan,
-            mean_entropy=float(h[idx].mean()) if h is not None else math.nan,
-            risk_share=float(np.clip(contributions[idx].sum() / risk, 0.0, 1.0)) if risk > 0 else 0.0,
-            answer_risk=risk, n_answer_tokens=len(trace)))
+    bounds = np.array([(span.start, span.end) for span in spans], dtype=np.int64).reshape(-1, 2)
+    lo = np.searchsorted(ends, bounds[:, 0], side="right")
+    hi = np.searchsorted(starts, bounds[:, 1], side="left")
+    found = np.flatnonzero(hi > lo)
+    lo, hi = lo[found], hi[found]
+    n = hi - lo
+    peak_s = np.array([s[a:b].max() for a, b in zip(lo, hi)]) if len(lo) else np.zeros(0)
+    mean_s = (cumulative["s"][hi] - cumulative["s"][lo]) / n
+    if h is not None:
+        peak_h = np.array([h[a:b].max() for a, b in zip(lo, hi)]) if len(lo) else np.zeros(0)
+        mean_h = (cumulative["h"][hi] - cumulative["h"][lo]) / n
+    else:
+        peak_h = mean_h = np.full(len(lo), math.nan)
+    share = (np.clip((cumulative["c"][hi] - cumulative["c"][lo]) / risk, 0.0, 1.0) if risk > 0
+             else np.zeros(len(lo)))
+    out = [SpanRisk(span=spans[k], tokens=keep[a:b], peak_surprisal=ps, mean_surprisal=ms, peak_entropy=ph,
+                    mean_entropy=mh, risk_share=sh, answer_risk=risk, n_answer_tokens=len(trace))
+           for k, a, b, ps, ms, ph, mh, sh in zip(found.tolist(), lo.tolist(), hi.tolist(), peak_s.tolist(),
+                                                  mean_s.tolist(), peak_h.tolist(), mean_h.tolist(), share.tolist())]
     if calibrator is not None and out:
         probabilities = calibrator.predict_proba(out)
         out = [_with_probability(r, p) for r, p in zip(out, probabilities)]
