@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from trace_core import EvaluationResult, Trace, TraceExplanation, explain_trace
+from trace_core import EvaluationResult, SpanRisk, Trace, TraceExplanation, explain_trace
 from trace_core._checks import check_choice, check_int
 from trace_core.figures import (histogram_bars, legend_stats, method_colour, reliability_figure,  # noqa: F401
                                  risk_coverage_figure, roc_figure)
@@ -360,8 +360,12 @@ def card_id_prefix(trace: Trace, note: str | None = None) -> str:
 
 def heatmap_html(trace: Trace, *, signal: str = "surprisal", explanation: TraceExplanation | None = None,
                  alternatives: Callable[[Trace, int], Sequence[str]] | None = None, max_token_chars: int = 200,
-                 scale: str = "fixed", alternatives_note: str | None = None) -> str:
+                 scale: str = "fixed", alternatives_note: str | None = None,
+                 spans: Sequence[SpanRisk] = ()) -> str:
     """The answer as coloured token spans, spikes outlined, peak window underlined, each with a hover card.
+
+    ``spans`` (riskiest first, e.g. the top of :func:`trace_core.rank_spans`) are boxed with a dashed frame and
+    numbered by rank; each of their tokens' cards names the span and, when known, its probability of being right.
 
     Every token is focusable (``tabindex="0"``); its card (``role="tooltip"``, referenced by ``aria-describedby``)
     opens on hover, on keyboard focus and, on touch screens, on a tap. The card shows the token's number and text, its
@@ -390,9 +394,24 @@ def heatmap_html(trace: Trace, *, signal: str = "surprisal", explanation: TraceE
     else:
         alt_p = chosen_rows = None
     risk = exp.contributions.tolist() if signal == "risk" else None
+    in_span: dict[int, tuple[int, SpanRisk]] = {}
+    for rank, span in reversed(list(enumerate(spans, start=1))):  # a token in two boxed spans shows the riskier one
+        for t in span.tokens.tolist():
+            in_span[t] = (rank, span)
     parts = ['<div class="tr-heatmap" data-testid="trace-heatmap">']
     for i, token in enumerate(trace.tokens):
         classes, marks = ["tr-tok"], []
+        badge = ""
+        if i in in_span:
+            rank, span = in_span[i]
+            classes.append("tr-span")
+            if in_span.get(i - 1, (None,))[0] != rank:
+                classes.append("tr-span-first")
+                badge = f'<sup class="tr-span-rank" aria-hidden="true">{rank}</sup>'
+            if in_span.get(i + 1, (None,))[0] != rank:
+                classes.append("tr-span-last")
+            marks.append(f"riskiest span {rank} ({span.kind}"
+                         + (f", {span.probability:.0%} likely right)" if span.probability is not None else ")"))
         if i in spikes:
             classes.append("tr-spike")
             marks.append("spike")
@@ -405,15 +424,15 @@ def heatmap_html(trace: Trace, *, signal: str = "surprisal", explanation: TraceE
                           note=alternatives_note, limit=max_token_chars,
                           risk_share=risk[i] if risk is not None else None,
                           chosen_row=chosen_rows[i] if chosen_rows is not None else None)
-        parts.append(f'<span class="{" ".join(classes)}" style="{styles[i]}" data-index="{i}" tabindex="0" '
+        parts.append(f'{badge}<span class="{" ".join(classes)}" style="{styles[i]}" data-index="{i}" tabindex="0" '
                      f'aria-describedby="{card_id}">{_token_html(token, max_token_chars)}{card}</span>')
     parts.append("</div>")
     return "".join(parts)
 
 
-def legend_html(scale: HeatmapScale) -> str:
+def legend_html(scale: HeatmapScale, *, spans: bool = False) -> str:
     """The colour legend: what the signal means, the ramp, the range it spans and which top was used, and samples of
-    the spike and peak-window marks."""
+    the spike and peak-window marks (and of the riskiest-span box when ``spans``)."""
     title, _ = SIGNALS[scale.signal]
     stops = ", ".join(ramp(x) for x in np.linspace(0, 1, 6))
     unit = "" if scale.signal == "risk" else " nats"
@@ -421,7 +440,9 @@ def legend_html(scale: HeatmapScale) -> str:
     return (f'<div class="tr-legend"><span>{html.escape(title)}</span>'
             f'<span class="tr-legend-bar" style="background:linear-gradient(to right, {stops})"></span>'
             f'<span class="tr-legend-range">0 … {top}{unit} ({SCALES[scale.scale]})</span>'
-            '<span class="tr-sample tr-spike">spike</span><span class="tr-sample tr-peak">peak window</span></div>')
+            '<span class="tr-sample tr-spike">spike</span><span class="tr-sample tr-peak">peak window</span>'
+            + ('<span class="tr-sample tr-span tr-span-first tr-span-last">riskiest spans</span>' if spans else "")
+            + '</div>')
 
 
 # The card is placed under its token. Where the browser has anchor positioning with scoped anchor names, the card is
@@ -436,6 +457,10 @@ HEATMAP_CSS = """
 .tr-tok:focus-visible {box-shadow: 0 0 0 2px #ffffff, 0 0 0 5px #2563eb;}
 .tr-spike {outline: 2px solid #3b0764; outline-offset: 1px; font-weight: 700;}
 .tr-peak {text-decoration: underline wavy #3b0764; text-underline-offset: 5px;}
+.tr-span {border-top: 2px dashed #c2410c; border-bottom: 2px dashed #c2410c; border-radius: 0;}
+.tr-span-first {border-left: 2px dashed #c2410c; border-top-left-radius: 4px; border-bottom-left-radius: 4px;}
+.tr-span-last {border-right: 2px dashed #c2410c; border-top-right-radius: 4px; border-bottom-right-radius: 4px;}
+.tr-span-rank {color: #c2410c; font: 700 0.65rem system-ui, sans-serif; margin-right: 1px; user-select: none;}
 .tr-mark {opacity: 0.55;}
 .tr-esc {opacity: 0.8; font-style: italic;}
 .tr-card {display: none; position: absolute; z-index: 1000; left: 0; top: calc(100% + 6px); box-sizing: border-box;

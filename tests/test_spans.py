@@ -325,3 +325,27 @@ def test_cli_flag_writes_the_riskiest_span_columns_spreadsheet_safe(tmp_path):
     assert any(r["riskiest_span_text"] == "'=cmd| x" and r["riskiest_span_kind"] == "sentence" for r in rows)
     khantak = [r for r in rows if r["riskiest_span_text"] == "Khantak"]
     assert khantak and all(0 <= float(r["riskiest_span_probability"]) <= 1 for r in khantak)
+
+
+def test_heatmap_boxes_the_riskiest_spans_and_the_list_ranks_them():
+    from app.components import heatmap_html, legend_html, signal_values
+    from app.spans import boxed_spans, ranked_spans, spans_frame
+
+    tokens = ["The", " capital", " of", " <b>Mong", "olia", " is", " Kh", "ant", "ak", ".", " Yes", "."]
+    trace = trace_of(tokens, [0.1, 0.2, 0.1, 0.4, 0.1, 0.1, 3.5, 0.9, 0.2, 0.1, 0.2, 0.1])
+    exp = explain_trace(trace)
+    fine, sentences = ranked_spans(trace, exp)
+    assert [r.span.text for r in fine][:2] == ["Khantak", "Mongolia"]  # "<b>" is not part of the name
+    assert all(0 <= r.probability <= 1 for r in fine + sentences)
+    boxed = boxed_spans(fine, sentences)
+    html = heatmap_html(trace, explanation=exp, spans=boxed)
+    assert html.count('class="tr-span-rank"') == len(boxed)
+    first = html.index('<sup class="tr-span-rank" aria-hidden="true">1</sup>')
+    assert html[first:].index('data-index="6"') < html[first:].index('data-index="7"')  # the box opens at " Kh"
+    assert html.count("tr-span-first") == len(boxed) and html.count("tr-span-last") == len(boxed)
+    assert "riskiest span 1 (name, " in html and "<b>Mong" not in html  # token text escaped
+    assert "riskiest spans" in legend_html(signal_values(trace, "surprisal", exp), spans=True)
+    frame = spans_frame(fine, sentences)
+    assert list(frame["kind"]) == ["name"] * len(fine) + ["sentence"] * len(sentences)
+    assert frame["rank"].tolist()[:len(fine)] == list(range(1, len(fine) + 1))
+    assert heatmap_html(trace, explanation=exp).count("tr-span") == 0  # no spans given, no box

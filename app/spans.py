@@ -1,0 +1,71 @@
+"""Inspect's span view: the answer's spans ranked by risk, boxed on the heatmap and listed with their probability."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from trace_core import Trace, TraceExplanation, rank_spans, span_risks
+from trace_core.spans import SpanRisk, default_span_calibrator
+
+from .components import visible_token
+
+BOXED = 3  # riskiest spans boxed on the heatmap
+KIND_WORDS = {"sentence": "sentence", "date": "date", "number": "number", "name": "name"}
+SPAN_NOTE = ("Spans are cut by fixed rules (sentences; dates, numbers and names inside them). A span's probability of "
+             "being right comes from the span calibrator shipped with the package, fitted on SmolLM2-135M's "
+             "paragraphs about countries: it ranks spans better than chance there but is no sharper than the base "
+             "rate (docs/results.md), so read it as a ranking, and fit your own for another model or task.")
+
+
+@st.cache_resource(show_spinner=False)
+def _calibrator():
+    return default_span_calibrator()
+
+
+def ranked_spans(trace: Trace, explanation: TraceExplanation) -> tuple[list[SpanRisk], list[SpanRisk]]:
+    """(the dates, numbers and names, the sentences), each riskiest first, with their probability of being right."""
+    risks = span_risks(trace, explanation=explanation, calibrator=_calibrator())
+    return rank_spans(risks, level="fine"), rank_spans(risks, level="sentence")
+
+
+def boxed_spans(fine: list[SpanRisk], sentences: list[SpanRisk]) -> list[SpanRisk]:
+    """The spans to box on the heatmap: the riskiest dates, numbers and names, else the riskiest sentence."""
+    return fine[:BOXED] if fine else sentences[:1]
+
+
+def spans_frame(fine: list[SpanRisk], sentences: list[SpanRisk]) -> pd.DataFrame:
+    """One row per span, riskiest first within each group (dates/numbers/names, then sentences)."""
+    rows = []
+    for group in (fine, sentences):
+        for rank, r in enumerate(group, start=1):
+            rows.append({"rank": rank, "kind": KIND_WORDS[r.kind], "span": visible_token(r.span.text)[:200],
+                         "probability right": r.probability, "peak surprisal": r.peak_surprisal,
+                         "share of TRACE risk": r.risk_share, "tokens": len(r.tokens),
+                         "characters": f"{r.span.start}–{r.span.end}"})
+    return pd.DataFrame(rows, columns=["rank", "kind", "span", "probability right", "peak surprisal",
+                                       "share of TRACE risk", "tokens", "characters"])
+
+
+def spans_panel(fine: list[SpanRisk], sentences: list[SpanRisk]) -> None:
+    """The list of spans by risk, under the heatmap."""
+    st.subheader("Spans by risk")
+    if not fine and not sentences:
+        st.caption("This answer has no span (only whitespace).")
+        return
+    if fine:
+        top = fine[0]
+        st.markdown(f"Riskiest name, number or date: **{_escaped(top.span.text)}** ({top.kind}, "
+                    f"{top.probability:.0%} likely right, peak surprisal {top.peak_surprisal:.2f} nats).")
+    st.dataframe(spans_frame(fine, sentences), hide_index=True, width="stretch", column_config={
+        "probability right": st.column_config.ProgressColumn("probability right", min_value=0.0, max_value=1.0,
+                                                             format="percent"),
+        "peak surprisal": st.column_config.NumberColumn(format="%.2f"),
+        "share of TRACE risk": st.column_config.NumberColumn(format="percent")})
+    st.caption(SPAN_NOTE)
+
+
+def _escaped(text: str) -> str:
+    from .components import md_literal
+
+    return md_literal(visible_token(text)[:200])
