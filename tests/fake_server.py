@@ -18,7 +18,11 @@ with a locally recorded one. Shapes follow vLLM's completions endpoint:
   first ``top_logprobs`` entries (-1: all) of the sampled token followed by the top ``top_logprobs`` (so a sampled
   token outside the top k pushes the k-th out, as in vLLM); ``max_completion_tokens`` over ``max_tokens``;
   ``usage.prompt_tokens`` counts the templated prompt;
-* ``logprobs``/``prompt_logprobs``/``top_logprobs`` above ``max_logprobs`` are refused with vLLM's 400 message.
+* ``logprobs``/``prompt_logprobs``/``top_logprobs`` above ``max_logprobs`` are refused with vLLM's 400 message;
+* ``"stream": true``: the same answer as server-sent events in a chunked body (``data: {...}`` chunks of
+  ``stream_tokens`` tokens, each with its log-probabilities, finish_reason on the last; chat's first chunk carries the
+  role, and a usage chunk follows with ``stream_options.include_usage``), then ``data: [DONE]``; with
+  ``streams = False`` the one JSON answer instead (a server that cannot stream).
 
 Tests can script failures and odd answers (``script``), count attempts and requests in flight, hold the first
 requests at a barrier, and require an API key.
@@ -57,6 +61,10 @@ class FakeServer(LocalServer):
         self.required_key: str | None = None
         self.barrier: threading.Barrier | None = None  # the first `barrier.parties` completions wait here
         self.hold_first: list[float] = []  # seconds the i-th completion request sleeps (before computing)
+        self.stream_tokens = 1  # tokens per streamed chunk (``"stream": true``)
+        self.stream_pause = 0.0  # seconds between streamed chunks
+        self.streams = True  # False: answer ``"stream": true`` with one JSON body (a server that cannot stream)
+        self.chunks_sent = 0  # streamed chunks written, over all requests
         self.lock = threading.Lock()
         self.model_lock = threading.Lock()
         self.attempts = 0
@@ -149,6 +157,42 @@ class FakeServer(LocalServer):
                                "completion_tokens": len(ids), "prompt_tokens_details": None},
                      "prompt_logprobs": None, "prompt_token_ids": None, "kv_transfer_params": None}
 
+    def stream_events(self, path: str, body: dict[str, Any], payload: dict[str, Any]) -> list[dict[str, Any]]:
+        """The answer ``payload`` as vLLM streams it: chunks of ``stream_tokens`` tokens with their log-probabilities,
+        the last carrying finish_reason; through chat a first chunk with the role, and a usage chunk when
+        ``stream_options.include_usage``."""
+        choice = payload["choices"][0]
+        base = {"id": payload["id"], "created": 0, "model": self.served_name}
+        step = max(1, self.stream_tokens)
+        events: list[dict[str, Any]] = []
+        if path == "/v1/chat/completions":
+            base["object"] = "chat.completion.chunk"
+            events.append(dict(base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                               "logprobs": None, "finish_reason": None}]))
+            content = (choice["logprobs"] or {}).get("content") or []
+            for start in range(0, len(content), step):
+                part = content[start:start + step]
+                last = start + step >= len(content)
+                text = "".join(bytes(e["bytes"]).decode("utf-8", "replace") for e in part)
+                events.append(dict(base, choices=[{
+                    "index": 0, "delta": {"content": text}, "logprobs": {"content": part},
+                    "finish_reason": choice["finish_reason"] if last else None,
+                    **({"stop_reason": choice["stop_reason"]} if last else {})}]))
+            if (body.get("stream_options") or {}).get("include_usage"):
+                events.append(dict(base, choices=[], usage=payload["usage"]))
+            return events
+        base["object"] = "text_completion"
+        logprobs = choice["logprobs"]
+        n = len(logprobs["tokens"])
+        for start in range(0, n, step):
+            last = start + step >= n
+            part = {name: logprobs[name][start:start + step]
+                    for name in ("text_offset", "token_logprobs", "tokens", "top_logprobs")}
+            events.append(dict(base, choices=[{"index": 0, "text": "".join(part["tokens"]), "logprobs": part,
+                                               "finish_reason": choice["finish_reason"] if last else None,
+                                               "stop_reason": choice["stop_reason"] if last else None}]))
+        return events
+
     def _chat_logprobs(self, ids: list[int], steps: list[torch.Tensor], k: int, as_id: bool) -> list[dict]:
         content = []
         width = self.vocab if k == -1 else k
@@ -238,6 +282,25 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _stream(self, events: list[dict[str, Any]]) -> None:
+            """Server-sent events in a chunked body, as vLLM (uvicorn) sends them, then ``data: [DONE]``."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for event in [f"data: {json.dumps(e)}\n\n" for e in events] + ["data: [DONE]\n\n"]:
+                    data = event.encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+                    with server.lock:
+                        server.chunks_sent += 1
+                    if server.stream_pause:
+                        time.sleep(server.stream_pause)
+                self.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError, OSError):
+                self.close_connection = True  # the client left (it stopped reading)
+
         def _authorised(self) -> bool:
             header = self.headers.get("Authorization")
             with server.lock:
@@ -294,6 +357,9 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 with server.lock:
                     server.in_flight -= 1
                 counted = False
+                if status == 200 and body.get("stream") and server.streams:
+                    self._stream(server.stream_events(self.path, body, payload))
+                    return
                 self._send(status, payload)
             finally:
                 if counted:

@@ -17,7 +17,14 @@ misbehaves on requests as ``get_mode`` / ``post_mode`` say:
 * ``"deep"``: JSON nested ``deep_levels`` deep;
 * ``"bigint"``: a completion whose chosen log-prob is an integer of 5,000 digits;
 * ``"gzip"``: a gzip-compressed completion with ``Content-Encoding: gzip``;
-* ``"sink"``: answers everything like ``"ok"`` (so a client that followed a redirect would "connect") and logs it.
+* ``"sink"``: answers everything like ``"ok"`` (so a client that followed a redirect would "connect") and logs it;
+* streams (``text/event-stream``, chunked), for ``"stream": true``: ``"sse-ok"`` one sane chunk, then a closing
+  chunk and ``data: [DONE]``; ``"sse-long-line"`` a ``data:`` line of ``huge_bytes`` bytes that never ends;
+  ``"sse-bad-json"`` a sane chunk, then ``data: {"choices": [``; ``"sse-not-sse"`` a line that is no event field;
+  ``"sse-endless"`` keep-alive comments without end (until ``endless_bytes``); ``"sse-more"`` a thousand sane
+  one-token chunks (more than asked); ``"sse-drip"`` sane chunks every
+  ``drip_seconds``; ``"sse-error"`` vLLM's mid-stream error event; ``"sse-cut"`` a sane chunk, then the end of the
+  body with neither finish_reason nor ``[DONE]``; ``"sse-after-finish"`` tokens after the closing chunk.
 
 Every request is logged in ``requests`` as (method, path, headers dict); ``sent`` counts body bytes written. Loops
 are bounded in bytes and time, so a client that keeps reading ends too.
@@ -67,6 +74,15 @@ def completion(*, token: str = "token_id:5", lp: float = -0.5, alternatives: dic
                          "logprobs": {"tokens": [token], "token_logprobs": [lp], "top_logprobs": [alternatives],
                                       "text_offset": [0]}}],
             "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}
+
+
+def chunk(*, finish: str | None = None, tokens: int = 1) -> dict:
+    """A vLLM-shaped streamed completions chunk of ``tokens`` tokens (none with ``tokens=0``)."""
+    return {"id": "cmpl-1", "object": "text_completion", "model": "tiny",
+            "choices": [{"index": 0, "text": "x" * tokens, "finish_reason": finish, "stop_reason": None,
+                         "logprobs": {"tokens": ["token_id:5"] * tokens, "token_logprobs": [-0.5] * tokens,
+                                      "top_logprobs": [{"token_id:5": -0.5, "token_id:6": -1.5}] * tokens,
+                                      "text_offset": list(range(tokens))}}]}
 
 
 def _handler(server: HostileServer) -> type[BaseHTTPRequestHandler]:
@@ -200,6 +216,94 @@ def _handler(server: HostileServer) -> type[BaseHTTPRequestHandler]:
         def _bigint(self) -> None:
             text = json.dumps(completion()).replace("-0.5", "-" + "9" * 5000, 1)
             self._send(200, text.encode())
+
+        # Streams ------------------------------------------------------------------------------------------------
+
+        def _sse_start(self) -> None:
+            self.close_connection = True  # one stream per connection: the client leaves mid-stream
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+
+        def _sse_write(self, data: bytes) -> None:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+            with server.lock:
+                server.sent += len(data)
+
+        def _sse_event(self, payload: dict) -> None:
+            self._sse_write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+
+        def _sse_end(self) -> None:
+            self._sse_write(b"data: [DONE]\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+
+        def _sse_ok(self) -> None:
+            self._sse_start()
+            self._sse_event(chunk())
+            self._sse_event(chunk(finish="length", tokens=0))
+            self._sse_end()
+
+        def _sse_long_line(self) -> None:
+            self._sse_start()
+            self._sse_write(b'data: {"pad": "')
+            block = b"a" * (1 << 16)
+            written = 0
+            while written < server.huge_bytes:
+                self._sse_write(block)
+                written += len(block)
+            self.close_connection = True
+
+        def _sse_bad_json(self) -> None:
+            self._sse_start()
+            self._sse_event(chunk())
+            self._sse_write(b'data: {"choices": [\n\n')
+            self._sse_end()
+
+        def _sse_not_sse(self) -> None:
+            self._sse_start()
+            self._sse_write(b"<html>busy</html>\n\n")
+            self._sse_end()
+
+        def _sse_endless(self) -> None:
+            self._sse_start()
+            data = b": keep-alive\n" * 4096
+            written = 0
+            while written < server.endless_bytes:
+                self._sse_write(data)
+                written += len(data)
+            self.close_connection = True
+
+        def _sse_more(self) -> None:
+            self._sse_start()
+            for _ in range(1000):
+                self._sse_event(chunk())
+            self._sse_end()
+
+        def _sse_drip(self) -> None:
+            self._sse_start()
+            for _ in range(server.drip_bytes):
+                self._sse_event(chunk())
+                time.sleep(server.drip_seconds)
+            self.close_connection = True
+
+        def _sse_error(self) -> None:
+            self._sse_start()
+            self._sse_event(chunk())
+            self._sse_event({"error": {"message": "the engine died", "type": "InternalServerError", "code": 500}})
+            self._sse_end()
+
+        def _sse_cut(self) -> None:
+            self._sse_start()
+            self._sse_event(chunk())
+            self.wfile.write(b"0\r\n\r\n")
+
+        def _sse_after_finish(self) -> None:
+            self._sse_start()
+            self._sse_event(chunk(finish="length"))
+            self._sse_event(chunk())
+            self._sse_end()
 
         def _gzip(self) -> None:
             self._send(200, gzip.compress(self._good()), headers={"Content-Encoding": "gzip"})

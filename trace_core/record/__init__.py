@@ -7,6 +7,7 @@ Both are imported lazily, inside functions, so ``import trace_core`` and ``impor
 * :mod:`.tokens` -- :func:`encode_prompt`, :func:`token_pieces`, :func:`alternative_pieces`,
   :func:`context_length`.
 * :mod:`.generate` -- :func:`generate_traces`: generate and record in the same pass.
+* :mod:`.stream` -- :func:`stream_trace`: one answer's trace as it is written (a local model or a server's stream).
 * :mod:`.teacher` -- :func:`score_answers`: the trace of existing answers by teacher forcing.
 * :mod:`.beam` -- :func:`beam_logprobs`: the inputs of the beam baselines.
 * :mod:`.stats` -- the recorder statistics both generation and teacher forcing use; :mod:`.build` -- the one
@@ -33,6 +34,7 @@ from .load import (
     model_allowlist,
 )
 from .server import ServerError, ServerModel, connect_server
+from .stream import stream_trace
 from .teacher import score_answer, score_answers
 from .tokens import alternative_pieces, context_length, encode_prompt, token_pieces
 
@@ -56,5 +58,6 @@ __all__ = [
     "model_allowlist",
     "score_answer",
     "score_answers",
+    "stream_trace",
     "token_pieces",
 ]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from .._checks import check_int
 from ..trace import DecodingConfig, Trace
-from .backends import backend_of
+from .backends import Backend, RecordedAnswer, backend_of
 from .build import _build_trace
 from .load import LoadedModel
 from .server import ServerModel
@@ -76,9 +77,43 @@ def generate_traces(lm: LoadedModel | ServerModel, prompts: Sequence[str], *, co
     >>> traces[0].top_logprobs.shape  # doctest: +SKIP
     (16, 3)
     """
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
+    job = _prepare(lm, prompts, config, generate_kwargs)
+    traces: list[Trace] = []
+    for start in range(0, len(job.prompts), batch_size):
+        rows = range(start, min(start + batch_size, len(job.prompts)))
+        text = {"prompts": [job.prompts[i] for i in rows]} if job.server_template else {}
+        recorded = job.backend.generate([job.encoded[i] for i in rows], config, job.options, seed_offset=start,
+                                        **text)
+        traces.extend(job.trace(i, answer) for i, answer in zip(rows, recorded))
+        if progress is not None:
+            progress(len(traces), len(job.prompts))
+    return traces
+
+
+@dataclass(frozen=True)
+class _Job:
+    """Checked prompts, encoded, with what building their traces needs (shared by generation and streaming)."""
+
+    backend: Backend
+    prompts: list[str]
+    encoded: list[list[int]]
+    options: dict[str, Any]
+    server_template: bool
+    config: DecodingConfig
+
+    def trace(self, i: int, answer: RecordedAnswer) -> Trace:
+        """The trace of prompt ``i``'s recorded answer."""
+        return _build_trace(self.backend, self.prompts[i], answer, source="generate", decoding=self.config.to_dict(),
+                            chat_template=self.config.chat_template or self.server_template,
+                            prompt_tokens=len(self.encoded[i]))
+
+
+def _prepare(lm: LoadedModel | ServerModel, prompts: Sequence[str], config: DecodingConfig,
+             generate_kwargs: Mapping[str, Any] | None) -> _Job:
+    """Validate, tokenize and check every prompt against the model's context (the errors of generate_traces)."""
     backend = backend_of(lm)
     prompts = _check_prompts(prompts)
-    batch_size = check_int(batch_size, "batch_size", minimum=1)
     if not isinstance(config, DecodingConfig):
         raise TypeError(f"`config` must be a DecodingConfig, got {type(config).__name__}")
     options = dict(generate_kwargs or {})
@@ -96,16 +131,5 @@ def generate_traces(lm: LoadedModel | ServerModel, prompts: Sequence[str], *, co
             size = f"about {len(ids):,} tokens (estimated locally)" if server_template else f"{len(ids):,} tokens"
             raise ValueError(f"prompt {i} is {size} and max_new_tokens is {config.max_new_tokens:,}, "
                              f"but the model reads at most {limit:,} tokens, prompt and answer together")
-    decoding = config.to_dict()
-    traces: list[Trace] = []
-    for start in range(0, len(prompts), batch_size):
-        rows = range(start, min(start + batch_size, len(prompts)))
-        text = {"prompts": [prompts[i] for i in rows]} if server_template else {}
-        recorded = backend.generate([encoded[i] for i in rows], config, options, seed_offset=start, **text)
-        traces.extend(_build_trace(backend, prompts[i], answer, source="generate", decoding=decoding,
-                                   chat_template=config.chat_template or server_template,
-                                   prompt_tokens=len(encoded[i]))
-                      for i, answer in zip(rows, recorded))
-        if progress is not None:
-            progress(len(traces), len(prompts))
-    return traces
+    return _Job(backend=backend, prompts=prompts, encoded=encoded, options=options, server_template=server_template,
+                config=config)

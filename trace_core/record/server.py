@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from .. import settings
 from .._checks import check_bool, check_int, check_real, clip, shorten
@@ -210,6 +210,39 @@ class ServerModel:
                 return _once(method, url, data, self.timeout, self.api_key_env, max_bytes)
             except _Retryable as exc:
                 if attempt >= self.max_retries:
+                    raise ServerError(exc.final_message(self.base_url, attempt + 1)) from None
+                time.sleep(_backoff(attempt, exc.retry_after))
+                attempt += 1
+
+    def stream(self, path: str, body: dict[str, Any], *, max_bytes: int,
+               max_line_bytes: int) -> Iterator[tuple[str, Any]]:
+        """The answer to one streamed ``POST`` (server-sent events), as it arrives.
+
+        Yields ``("event", json)`` for each ``data: {...}`` event, in order, until ``data: [DONE]`` or the end of the
+        answer; a server that answers with one JSON body instead (it does not stream) yields ``("whole", json)``
+        once. The request policy of :meth:`request` holds: retries (only before anything is yielded), one deadline
+        of ``timeout`` seconds for the whole exchange, no redirect followed, no compressed answer. ``max_bytes``
+        caps the whole answer and ``max_line_bytes`` each line; more is refused before it is held. Closing the
+        iterator closes the connection.
+
+        Raises
+        ------
+        ServerError
+            As :meth:`request`; also a line that is not an event the stream may hold (``data:`` with JSON), an
+            error event (the server's own message), or a connection that breaks mid-stream.
+        """
+        url = f"{self.base_url}{path}"
+        data = json.dumps(body).encode("utf-8")
+        attempt = 0
+        while True:
+            started = False
+            try:
+                for item in _stream_once(url, data, self.timeout, self.api_key_env, max_bytes, max_line_bytes):
+                    started = True
+                    yield item
+                return
+            except _Retryable as exc:
+                if started or attempt >= self.max_retries:
                     raise ServerError(exc.final_message(self.base_url, attempt + 1)) from None
                 time.sleep(_backoff(attempt, exc.retry_after))
                 attempt += 1
@@ -529,13 +562,35 @@ def _once(method: str, url: str, data: bytes | None, timeout: float, api_key_env
           max_bytes: int) -> Any:
     """One attempt: the JSON answer, or _Retryable / ServerError. ``timeout`` bounds the whole attempt: a watchdog
     shuts the socket at the deadline, whatever stage the exchange is at."""
+    conn, expired, watchdog, late = _connection(url, timeout)
+    try:
+        response = _sent(conn, method, url, data, api_key_env, "application/json", expired, late)
+        raw = _read_limited(response, max_bytes, cut=False)
+        if expired.is_set():
+            raise late
+    except _TooLarge:
+        raise ServerError(f"the model server's answer is larger than {max_bytes:,} bytes, more than the log-"
+                          "probabilities asked for can take; is the server sending something else? (ask for fewer "
+                          "log-probabilities, shorter answers, or check the server)") from None
+    except (ServerError, _Retryable):
+        raise
+    except (socket.timeout, TimeoutError):
+        raise late from None
+    except (http.client.HTTPException, OSError, ValueError) as exc:  # ValueError: a malformed chunked body
+        if expired.is_set():
+            raise late from None
+        raise _Retryable(_reason_text(exc)) from None
+    finally:
+        watchdog.cancel()
+        conn.close()
+    return _json_answer(raw)
+
+
+def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, threading.Event, threading.Timer,
+                                                     _Retryable]:
+    """A connection to ``url``'s host, not yet opened, with its watchdog started: at ``timeout`` seconds it sets the
+    returned event and shuts the socket, whatever stage the exchange is at; and the error a missed deadline is."""
     parts = urllib.parse.urlsplit(url)
-    headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
-    if data is not None:
-        headers["Content-Type"] = "application/json"
-    key = _api_key(api_key_env)
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
     if parts.scheme == "https":
         conn: http.client.HTTPConnection = http.client.HTTPSConnection(
             parts.hostname or "", parts.port, timeout=timeout, context=ssl.create_default_context())
@@ -556,44 +611,148 @@ def _once(method: str, url: str, data: bytes | None, timeout: float, api_key_env
     watchdog = threading.Timer(timeout, expire)
     watchdog.daemon = True
     watchdog.start()
-    try:
-        conn.request(method, parts.path or "/", body=data, headers=headers)
-        response = conn.getresponse()
-        status = response.status
-        if 300 <= status < 400:
-            raise ServerError(_redirect_message(url, response.getheader("Location")))
-        encoding = (response.getheader("Content-Encoding") or "identity").strip().lower()
-        if status >= 400:
-            message = _error_message(_read_limited(response, _ERROR_BYTES, cut=True), response.reason)
-            if expired.is_set():
-                raise late
-            if status == 429 or status >= 500:
-                raise _Retryable(message, status=status, retry_after=_retry_after(response.headers))
-            raise _RefusedError(f"the model server refused the request (HTTP {status}): {message}", status=status,
-                                message=message)
-        if encoding not in ("identity", ""):
-            raise ServerError(f"the model server's answer is compressed (Content-Encoding: {clip(encoding, 40)}) "
-                              "although an uncompressed answer was asked for; turn compression off on the server or "
-                              "the proxy in front of it")
-        raw = _read_limited(response, max_bytes, cut=False)
+    return conn, expired, watchdog, late
+
+
+def _sent(conn: http.client.HTTPConnection, method: str, url: str, data: bytes | None, api_key_env: str | None,
+          accept: str, expired: threading.Event, late: _Retryable) -> http.client.HTTPResponse:
+    """Send the request and read the answer's status: the response of a 2xx answer that is not compressed; a
+    redirect, a compressed answer or a refusal raise ServerError, 429 and 5xx _Retryable."""
+    headers = {"Accept": accept, "Accept-Encoding": "identity"}
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    key = _api_key(api_key_env)
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    conn.request(method, urllib.parse.urlsplit(url).path or "/", body=data, headers=headers)
+    response = conn.getresponse()
+    status = response.status
+    if 300 <= status < 400:
+        raise ServerError(_redirect_message(url, response.getheader("Location")))
+    encoding = (response.getheader("Content-Encoding") or "identity").strip().lower()
+    if status >= 400:
+        message = _error_message(_read_limited(response, _ERROR_BYTES, cut=True), response.reason)
         if expired.is_set():
             raise late
-    except _TooLarge:
-        raise ServerError(f"the model server's answer is larger than {max_bytes:,} bytes, more than the log-"
-                          "probabilities asked for can take; is the server sending something else? (ask for fewer "
-                          "log-probabilities, shorter answers, or check the server)") from None
-    except (ServerError, _Retryable):
-        raise
-    except (socket.timeout, TimeoutError):
-        raise late from None
-    except (http.client.HTTPException, OSError, ValueError) as exc:  # ValueError: a malformed chunked body
-        if expired.is_set():
+        if status == 429 or status >= 500:
+            raise _Retryable(message, status=status, retry_after=_retry_after(response.headers))
+        raise _RefusedError(f"the model server refused the request (HTTP {status}): {message}", status=status,
+                            message=message)
+    if encoding not in ("identity", ""):
+        raise ServerError(f"the model server's answer is compressed (Content-Encoding: {clip(encoding, 40)}) "
+                          "although an uncompressed answer was asked for; turn compression off on the server or "
+                          "the proxy in front of it")
+    return response
+
+
+def _stream_once(url: str, data: bytes, timeout: float, api_key_env: str | None, max_bytes: int,
+                 max_line_bytes: int) -> Iterator[tuple[str, Any]]:
+    """One streamed attempt (see :meth:`ServerModel.stream`); failures before the first event read as _once's."""
+    conn, expired, watchdog, late = _connection(url, timeout)
+    events = 0
+    try:
+        try:
+            response = _sent(conn, "POST", url, data, api_key_env, "text/event-stream", expired, late)
+        except (ServerError, _Retryable):
+            raise
+        except (socket.timeout, TimeoutError):
             raise late from None
-        raise _Retryable(_reason_text(exc)) from None
+        except (http.client.HTTPException, OSError, ValueError) as exc:
+            if expired.is_set():
+                raise late from None
+            raise _Retryable(_reason_text(exc)) from None
+        kind = (response.getheader("Content-Type") or "").split(";")[0].strip().lower()
+        if kind != "text/event-stream":  # not a stream: the whole answer at once, read as _once reads it
+            try:
+                raw = _read_limited(response, max_bytes, cut=False)
+            except _TooLarge:
+                raise ServerError(f"the model server's answer is larger than {max_bytes:,} bytes, more than the "
+                                  "log-probabilities asked for can take; is the server sending something else?") \
+                    from None
+            except (http.client.HTTPException, OSError, ValueError) as exc:
+                if expired.is_set():
+                    raise late from None
+                raise _Retryable(_reason_text(exc)) from None
+            if expired.is_set():
+                raise late
+            yield "whole", _json_answer(raw)
+            return
+        total = 0
+        lines: list[str] = []
+        while True:
+            try:
+                line = response.readline(max_line_bytes + 1)
+            except (socket.timeout, TimeoutError, http.client.HTTPException, OSError, ValueError) as exc:
+                if expired.is_set():
+                    raise ServerError(f"the model server's stream did not end within {timeout:g} s (after "
+                                      f"{events:,} events); raise `timeout` if it is busy, or check the server") \
+                        from None
+                raise ServerError(f"the model server's stream broke after {events:,} events: "
+                                  f"{_reason_text(exc)}") from None
+            if expired.is_set():
+                raise ServerError(f"the model server's stream did not end within {timeout:g} s (after {events:,} "
+                                  "events); raise `timeout` if it is busy, or check the server")
+            total += len(line)
+            if len(line) > max_line_bytes:
+                raise ServerError(f"a line of the model server's stream is longer than {max_line_bytes:,} bytes, "
+                                  "more than the log-probabilities asked for can take; is the server sending "
+                                  "something else?")
+            if total > max_bytes:
+                raise ServerError(f"the model server's stream is larger than {max_bytes:,} bytes, more than the "
+                                  "log-probabilities asked for can take; is the server sending something else? (ask "
+                                  "for fewer log-probabilities, shorter answers, or check the server)")
+            if not line:  # the end of the answer (a missing [DONE] is judged by the reader of the events)
+                return
+            text = _sse_text(line, events)
+            if text:  # a field of the event being read
+                if text.startswith(":"):  # a comment (a keep-alive)
+                    continue
+                field, _, value = text.partition(":")
+                if field == "data":
+                    lines.append(value[1:] if value.startswith(" ") else value)
+                elif field not in ("event", "id", "retry"):
+                    raise ServerError(f"the model server's stream has a line that is not a server-sent event "
+                                      f"field (data: ...): {shorten(text)}")
+                continue
+            if not lines:  # a blank line: the event, if any, is complete
+                continue
+            payload, lines = "\n".join(lines), []
+            if payload.strip() == "[DONE]":
+                return
+            event = _stream_event(payload)
+            events += 1
+            yield "event", event
     finally:
         watchdog.cancel()
         conn.close()
-    return _json_answer(raw)
+
+
+def _sse_text(line: bytes, events: int) -> str:
+    """One line of a server-sent event stream as text, without its line break."""
+    try:
+        return line.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise ServerError(f"the model server's stream has a line that is not UTF-8 text (after {events:,} "
+                          "events)") from None
+
+
+def _stream_event(payload: str) -> Any:
+    """The JSON of one ``data:`` event; an error event (``{"error": ...}``, vLLM's mid-stream failure) raises the
+    server's own message."""
+    try:
+        event = json.loads(payload)
+    except RecursionError:
+        raise ServerError("an event of the model server's stream nests JSON objects or lists too deeply to "
+                          "read") from None
+    except ValueError:
+        raise ServerError(f"an event of the model server's stream is not JSON: {shorten(payload)}") from None
+    if isinstance(event, dict) and "error" in event and not event.get("choices"):
+        message = _error_message(json.dumps(event).encode("utf-8"), "")
+        raise ServerError(f"the model server failed mid-stream: {message}")
+    if not isinstance(event, dict):
+        raise ServerError(f"an event of the model server's stream is {shorten(payload)} where a JSON object was "
+                          "expected")
+    return event
 
 
 def _read_limited(response: http.client.HTTPResponse, limit: int, *, cut: bool) -> bytearray:

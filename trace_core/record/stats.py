@@ -162,6 +162,29 @@ class _TraceRecorder:
         self._flushed += n_steps
         self._n = 0
 
+    def step_stats(self, step: int, chosen: int) -> tuple[float, np.ndarray, np.ndarray, float, int]:
+        """(entropy, top-k log-probs (k,), top-k ids (k,), chosen log-prob, rank) of generated step ``step`` of the
+        first sequence, whose chosen token is ``chosen``: what a streamed answer shows before the trace is finished.
+
+        Computed on a copy of the step's row, so the buffer, its later flush and therefore the recorded trace are
+        exactly what they are without it. Call it from the thread that runs ``generate`` (a streamer's ``put``),
+        between steps.
+        """
+        torch = _torch()
+        at = step - self._flushed
+        if self._buffer is not None and 0 <= at < self._n:
+            row = self._buffer[at, :1].clone()
+            picked = None if self.greedy else torch.tensor([chosen], device=row.device)
+            entropy, top_lp, top_ids, chosen_lp, rank = _stats_in_place(row, self.k, picked)
+            values = [entropy[0], top_lp[0], top_ids[0], chosen_lp[0], rank[0]]
+        elif 0 <= step < self._flushed:  # already flushed (a stop check that streams a step late)
+            values = [torch.cat(self._parts[name], dim=1)[0, step]
+                      for name in ("entropy", "top_lp", "top_ids", "chosen_lp", "rank")]
+        else:  # pragma: no cover - a streamer called out of step with the processor
+            raise RuntimeError(f"the trace recorder holds no step {step}")
+        entropy, top_lp, top_ids, chosen_lp, rank = (v.cpu().numpy() for v in values)
+        return float(entropy), top_lp, top_ids, float(chosen_lp), int(rank)
+
     def finish(self, sequences: "torch.Tensor") -> dict[str, np.ndarray]:
         """Per-step arrays of shape (B, T[, k]) for the T generated steps in ``sequences`` (B, T)."""
         torch = _torch()

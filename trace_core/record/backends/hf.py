@@ -13,8 +13,13 @@ torch and transformers are imported inside the methods.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
-from typing import Any, Mapping, Sequence
+import math
+import queue
+import threading
+import time
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -96,6 +101,99 @@ class HuggingFaceBackend:
 
     def generate(self, prompt_ids: Sequence[list[int]], config: DecodingConfig, options: Mapping[str, Any], *,
                  seed_offset: int) -> list[RecordedAnswer]:
+        return self._generate(prompt_ids, config, options, seed_offset=seed_offset)
+
+    def stream(self, prompt_ids: list[int], config: DecodingConfig, options: Mapping[str, Any], *,
+               stop: threading.Event, min_interval: float = 0.0) -> Iterator[RecordedAnswer]:
+        """One answer as it is generated: the answer so far after each new token (or after the tokens that arrived
+        while the caller was busy; at most one per ``min_interval`` seconds), ``finish_reason="stopped"``, then the
+        answer :meth:`generate` records.
+
+        ``model.generate`` runs on a worker thread with a streamer that reads each new token's statistics from the
+        recorder (:meth:`~trace_core.record.stats._TraceRecorder.step_stats`, on a copy: the recorded answer is the
+        one :meth:`generate` gives) and a stopping criterion that ends generation after the current step once
+        ``stop`` is set. Closing the iterator sets ``stop`` and waits for the worker to end: no thread is left
+        generating. An answer ended by ``stop`` before the token limit has ``finish_reason="stopped"``.
+        """
+        from transformers import StoppingCriteria, StoppingCriteriaList
+        from transformers.generation.streamers import BaseStreamer
+
+        recorder = stats._TraceRecorder(config.n_alternatives, greedy=not config.do_sample)
+        events: queue.SimpleQueue = queue.SimpleQueue()  # unbounded: the worker never waits for the reader
+        eos = _eos_ids(self.lm.model, self.lm.tokenizer)
+
+        class _Streamer(BaseStreamer):
+            seen_prompt = False
+            step = 0
+
+            def put(self, value: Any) -> None:
+                if not self.seen_prompt:  # generate() hands over the prompt first
+                    self.seen_prompt = True
+                    return
+                for token in value.reshape(-1)[:1].tolist():  # one sequence: one token per step
+                    events.put(("step", int(token), recorder.step_stats(self.step, int(token))))
+                    self.step += 1
+
+            def end(self) -> None:
+                pass
+
+        class _Stop(StoppingCriteria):
+            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+                return _torch().full((input_ids.shape[0],), stop.is_set(), dtype=_torch().bool,
+                                     device=input_ids.device)
+
+        def work() -> None:
+            try:
+                answer = self._generate([prompt_ids], config, options, seed_offset=0, recorder=recorder,
+                                        streamer=_Streamer(), stopping=StoppingCriteriaList([_Stop()]), stop=stop)
+                events.put(("done", answer[0] if answer else None))
+            except BaseException as exc:  # noqa: BLE001 - handed to the reader, who raises it
+                events.put(("error", exc))
+
+        processed = _is_processed(generation_config(self.lm, config, options))
+        steps: list[tuple[int, tuple]] = []
+        ended = at_eos = False
+        worker = threading.Thread(target=work, name="trace-stream", daemon=True)
+        worker.start()
+        last, pending = -math.inf, False
+        try:
+            while True:
+                wait = None if not pending else max(0.0, last + min_interval - time.monotonic())
+                try:
+                    batch = [events.get(timeout=wait)]
+                except queue.Empty:
+                    batch = []
+                while True:  # whatever else arrived meanwhile: one answer for all of it
+                    try:
+                        batch.append(events.get_nowait())
+                    except queue.Empty:
+                        break
+                for kind, *payload in batch:
+                    if kind == "error":
+                        raise payload[0]
+                    if kind == "done":
+                        ended = True
+                        final = payload[0]
+                        if final is None:  # stopped before the model was free: nothing generated
+                            final = _partial([], config.n_alternatives, processed)
+                        yield _stopped(final, stop, config)
+                        return
+                    token, numbers = payload
+                    at_eos = at_eos or token in eos
+                    if not at_eos:  # the answer stops before the first end-of-answer token
+                        steps.append((token, numbers))
+                        pending = True
+                if pending and time.monotonic() - last >= min_interval:
+                    yield _partial(steps, config.n_alternatives, processed)
+                    last, pending = time.monotonic(), False
+        finally:
+            if not ended:
+                stop.set()
+            worker.join()
+
+    def _generate(self, prompt_ids: Sequence[list[int]], config: DecodingConfig, options: Mapping[str, Any], *,
+                  seed_offset: int, recorder: stats._TraceRecorder | None = None, streamer: Any = None,
+                  stopping: Any = None, stop: threading.Event | None = None) -> list[RecordedAnswer]:
         torch = _torch()
         from transformers import LogitsProcessorList
 
@@ -109,13 +207,25 @@ class HuggingFaceBackend:
             input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
             attention_mask[row, width - len(ids):] = 1
         gen_config = generation_config(lm, config, options)
-        recorder = stats._TraceRecorder(config.n_alternatives, greedy=not config.do_sample)
-        with lm.lock, torch.no_grad():
-            if config.seed is not None:
-                torch.manual_seed(config.seed + seed_offset)
-            out = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-                                 generation_config=gen_config,
-                                 logits_processor=LogitsProcessorList([_make_logits_processor(recorder)]))
+        if recorder is None:
+            recorder = stats._TraceRecorder(config.n_alternatives, greedy=not config.do_sample)
+        extra: dict[str, Any] = {}
+        if streamer is not None:
+            extra["streamer"] = streamer
+        if stopping is not None:
+            extra["stopping_criteria"] = stopping
+        if not _acquire(lm.lock, stop):
+            return []  # stopped while another caller had the model
+        try:
+            with torch.no_grad():
+                if config.seed is not None:
+                    torch.manual_seed(config.seed + seed_offset)
+                out = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                                     generation_config=gen_config,
+                                     logits_processor=LogitsProcessorList([_make_logits_processor(recorder)]),
+                                     **extra)
+        finally:
+            lm.lock.release()
         sequences = out.sequences[:, width:]
         n_steps = sequences.shape[1]
         arrays = recorder.finish(sequences)
@@ -267,6 +377,39 @@ def generation_config(lm: LoadedModel, config: DecodingConfig, options: Mapping[
     settings.update(options)
     gen.update(**settings)
     return gen
+
+
+def _acquire(lock: Any, stop: threading.Event | None) -> bool:
+    """Take ``lock``; with ``stop``, give up (False) once it is set while another caller holds the lock."""
+    if stop is None:
+        lock.acquire()
+        return True
+    while not lock.acquire(timeout=0.05):
+        if stop.is_set():
+            return False
+    return True
+
+
+def _partial(steps: Sequence[tuple[int, tuple]], k: int, processed: bool) -> RecordedAnswer:
+    """The answer so far from the streamed steps: (token, (entropy, top log-probs, top ids, log-prob, rank))."""
+    n = len(steps)
+    numbers = [s[1] for s in steps]
+    return RecordedAnswer(
+        token_ids=np.asarray([s[0] for s in steps], dtype=np.int64),
+        chosen_logprobs=np.asarray([v[3] for v in numbers], dtype=np.float32),
+        entropy=np.asarray([v[0] for v in numbers], dtype=np.float32),
+        top_logprobs=np.stack([v[1] for v in numbers]).astype(np.float32) if n
+        else np.zeros((0, k), dtype=np.float32),
+        top_ids=np.stack([v[2] for v in numbers]).astype(np.int64) if n else np.zeros((0, k), dtype=np.int64),
+        ranks=np.asarray([v[4] for v in numbers], dtype=np.int64), processed=processed, finish_reason="stopped",
+        entropy_source="exact")
+
+
+def _stopped(answer: RecordedAnswer, stop: threading.Event, config: DecodingConfig) -> RecordedAnswer:
+    """``answer`` with ``finish_reason="stopped"`` when ``stop`` ended it before the token limit."""
+    if stop.is_set() and answer.finish_reason != "eos" and len(answer.token_ids) < config.max_new_tokens:
+        return dataclasses.replace(answer, finish_reason="stopped")
+    return answer
 
 
 def _make_logits_processor(recorder: stats._TraceRecorder) -> Any:

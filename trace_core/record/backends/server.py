@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import math
 import re
+import threading
+import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -47,6 +49,8 @@ _CAPPED = re.compile(r"requested (sample|prompt) logprobs of (-?\d+), which is g
 _TOKEN_ID = re.compile(r"(?:token_id:)?(\d+)")
 # A full distribution's probabilities must add up to 1 within this (float32 rounding over the vocabulary).
 _FULL_MASS_TOLERANCE = 1e-3
+#: Bytes allowed per streamed event besides its tokens' (each chunk repeats the answer's id, model and fields).
+STREAM_BYTES_PER_EVENT = 2048
 _CANNOT_SCORE = ("this server cannot score existing answers (no prompt log-probabilities); generate with it, or score "
                  "with a local copy of the model (`load_model`) or a vLLM server")
 
@@ -87,18 +91,124 @@ class ServerBackend:
         if chat and (prompts is None or len(prompts) != len(prompt_ids)):
             raise ValueError("generating through the chat endpoint needs the prompts' text (`prompts`), one per "
                              "prompt")
+        keep, ask, spare = self._widths(config)
+
+        def one(item: tuple[int, list[int]]) -> RecordedAnswer:
+            index, ids = item
+            request = self._generation_request(config, ids, prompts[index] if chat else None, spare=spare,
+                                               seed=None if config.seed is None else config.seed + seed_offset + index)
+            response = self._post(request, scoring=False, spare=spare)
+            if chat:
+                return _readable(self._chatted, response, keep=keep, ask=ask)
+            return _readable(self._generated, response, keep=keep, ask=ask)
+
+        return sm.map(one, list(enumerate(prompt_ids)))
+
+    def stream(self, prompt_ids: list[int], config: DecodingConfig, options: Mapping[str, Any], *,
+               stop: threading.Event, min_interval: float = 0.0,
+               prompt: str | None = None) -> Iterator[RecordedAnswer]:
+        """One answer as the server streams it (``"stream": true``): the answer so far after each chunk that adds
+        tokens (``finish_reason="stopped"``; at most one per ``min_interval`` seconds, the tokens of the chunks
+        between coming with the next), then the answer :meth:`generate` records for the same request.
+
+        Each chunk's log-probabilities are read by the rules of the whole answer's (:meth:`_completion_rows`,
+        :meth:`_chat_rows`); the stream's size is capped by what was asked plus each chunk's envelope, and so is
+        each line. A server that answers with one JSON body gives that answer once. Once ``stop`` is set, the
+        answer so far is the last one (``finish_reason="stopped"``) and the connection is closed; closing the
+        iterator closes it too.
+        """
+        sm = self.sm
+        chat = sm.api == "chat"
+        if chat and prompt is None:
+            raise ValueError("generating through the chat endpoint needs the prompt's text (`prompt`)")
+        keep, ask, spare = self._widths(config)
+        request = self._generation_request(config, prompt_ids, prompt, spare=spare, seed=config.seed)
+        request["stream"] = True
+        if chat:  # the final chunk then carries usage.prompt_tokens, the server's count of the templated prompt
+            request["stream_options"] = {"include_usage": True}
+        whole = self._response_limit(request)
+        tokens = request["max_completion_tokens" if chat else "max_tokens"]
+        events = sm.stream("/v1/chat/completions" if chat else "/v1/completions", request,
+                           max_bytes=whole + STREAM_BYTES_PER_EVENT * (tokens + 8), max_line_bytes=whole)
+        ids: list[int] = []
+        rows: list[_Step] = []
+        finish: dict[str, Any] | None = None
+        usage: Any = None
+        parse = self._chat_rows if chat else self._completion_rows
+
+        def answer(finish_reason: str | None, held: list[int], steps: list[_Step]) -> RecordedAnswer:
+            more: dict[str, Any] = {"api": "chat"} if chat else {}
+            counted = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+            if chat and isinstance(counted, int) and not isinstance(counted, bool) and counted > 0:
+                more["prompt_tokens"] = counted
+            return self._answer(held, steps, keep=keep, ask=ask, finish_reason=finish_reason, generated=True,
+                                more=more)
+
+        def so_far() -> RecordedAnswer:
+            end = len(ids) - int(bool(ids) and ids[-1] in sm.eos_token_ids)  # an end token is not part of it
+            return answer("stopped", ids[:end], rows[:end])
+
+        last, pending = -math.inf, False
+        try:
+            for kind, payload in events:
+                if kind == "whole":  # the server did not stream: its one answer
+                    yield _readable(self._chatted if chat else self._generated, payload, keep=keep, ask=ask)
+                    return
+                if finish is not None and payload.get("choices"):
+                    raise ServerError("the server's stream went on after the answer's finish_reason")
+                if payload.get("usage") is not None:
+                    usage = payload["usage"]
+                choices = payload.get("choices")
+                if choices is None or choices == []:  # the usage chunk (stream_options.include_usage)
+                    continue
+                choice = _choice(payload)
+                more_ids, more_rows = _readable(parse, choice, len(ids))
+                ids.extend(more_ids)
+                rows.extend(more_rows)
+                if len(ids) > tokens:
+                    raise ServerError(f"the server's stream holds more than the {tokens:,} tokens asked for; is it "
+                                      "sending something else?")
+                if choice.get("finish_reason") is not None:
+                    finish = choice
+                    continue
+                pending = pending or bool(more_ids)
+                if pending and (stop.is_set() or time.monotonic() - last >= min_interval):
+                    yield so_far()
+                    last, pending = time.monotonic(), False
+                    if stop.is_set():  # the answer so far is the last one
+                        return
+            if finish is None:
+                raise ServerError(f"the server's stream ended after {len(ids):,} tokens without a finish_reason; "
+                                  "the answer is incomplete (did the server or a proxy cut it?)")
+            held, steps, finish_reason = self._finished(finish, ids, rows)
+            yield answer(finish_reason, held, steps)
+        except _RefusedError as exc:
+            raise self._explained(exc, scoring=False, spare=spare) from None
+        finally:
+            events.close()
+
+    def _widths(self, config: DecodingConfig) -> tuple[int, int, int]:
+        """(alternatives kept, log-probabilities asked, one spare asked through chat when sampling)."""
+        sm = self.sm
         keep, ask = _widths(sm, config.n_alternatives)
         # vLLM's chat endpoint keeps the first top_logprobs entries of a step and the sampled token comes first:
         # when it can be outside the top k, one more is asked so that the top k are all there.
-        spare = int(chat and not sm.full_distribution and ask < sm.vocab_size
+        spare = int(sm.api == "chat" and not sm.full_distribution and ask < sm.vocab_size
                     and (config.do_sample or config.repetition_penalty != 1.0))
+        return keep, ask, spare
+
+    def _generation_request(self, config: DecodingConfig, ids: Sequence[int], prompt: str | None, *, spare: int,
+                            seed: int | None) -> dict[str, Any]:
+        """The body asking for one answer: ``prompt`` as one user message through chat, else the ids."""
+        sm = self.sm
+        keep, ask = _widths(sm, config.n_alternatives)
         body: dict[str, Any] = {
             "model": sm.model, "max_tokens": config.max_new_tokens, "n": 1, "stream": False,
             "return_tokens_as_token_ids": True, "skip_special_tokens": False,
             # Sent even at 1.0: otherwise vLLM applies the model's generation_config defaults.
             "repetition_penalty": config.repetition_penalty,
         }
-        if chat:
+        if sm.api == "chat":
             # -1 is every log-probability there (the server needs --max-logprobs -1).
             body.update(max_completion_tokens=config.max_new_tokens, logprobs=True,
                         top_logprobs=-1 if sm.full_distribution else ask + spare)
@@ -111,25 +221,29 @@ class ServerBackend:
                         top_k=config.top_k if config.top_k > 0 else -1)
         else:
             body["temperature"] = 0.0
-
-        def one(item: tuple[int, list[int]]) -> RecordedAnswer:
-            index, ids = item
-            if chat:
-                request = dict(body, messages=[{"role": "user", "content": prompts[index]}])
-            else:
-                request = dict(body, prompt=list(ids))
-            if config.seed is not None:  # each prompt draws reproducibly, whatever the batching
-                request["seed"] = (config.seed + seed_offset + index) % 2**63
-            response = self._post(request, scoring=False, spare=spare)
-            if chat:
-                return _readable(self._chatted, response, keep=keep, ask=ask)
-            return _readable(self._generated, response, keep=keep, ask=ask)
-
-        return sm.map(one, list(enumerate(prompt_ids)))
+        if sm.api == "chat":
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = list(ids)
+        if seed is not None:  # each prompt draws reproducibly, whatever the batching
+            body["seed"] = seed % 2**63
+        return body
 
     def _generated(self, response: Any, *, keep: int, ask: int) -> RecordedAnswer:
         choice = _choice(response)
+        if not isinstance(choice.get("logprobs"), dict):
+            raise ServerError("the server's completion has no log-probabilities (`logprobs`); is it an "
+                              "OpenAI-compatible completions endpoint?")
+        ids, rows = self._completion_rows(choice, 0)
+        ids, rows, finish_reason = self._finished(choice, ids, rows)
+        return self._answer(ids, rows, keep=keep, ask=ask, finish_reason=finish_reason, generated=True)
+
+    def _completion_rows(self, choice: dict[str, Any], offset: int) -> tuple[list[int], list["_Step"]]:
+        """The tokens of a completion's ``logprobs`` (a whole answer's, or a streamed chunk's whose first token is
+        answer token ``offset``); a chunk without ``logprobs`` adds none."""
         logprobs = choice.get("logprobs")
+        if logprobs is None and not choice.get("text") and not choice.get("token_ids"):
+            return [], []  # a streamed chunk without tokens (one that only says why the answer ended)
         if not isinstance(logprobs, dict):
             raise ServerError("the server's completion has no log-probabilities (`logprobs`); is it an "
                               "OpenAI-compatible completions endpoint?")
@@ -138,16 +252,15 @@ class ServerBackend:
                 and len(tokens) == len(chosen_lp) == len(steps)):
             raise ServerError("the server's `logprobs` lack aligned `tokens`, `token_logprobs` and `top_logprobs`")
         vocab = self.sm.vocab_size
-        ids = [_token_id(t, f"logprobs.tokens[{i}]", vocab) for i, t in enumerate(tokens)]
+        ids = [_token_id(t, f"logprobs.tokens[{offset + i}]", vocab) for i, t in enumerate(tokens)]
         rows = []
-        for t, (token, lp, alternatives) in enumerate(zip(ids, chosen_lp, steps)):
+        for t, (token, lp, alternatives) in enumerate(zip(ids, chosen_lp, steps), start=offset):
             if not isinstance(alternatives, dict):
                 raise ServerError(f"the server gave no alternatives for answer token {t} (`top_logprobs`)")
             table = {_token_id(key, f"top_logprobs[{t}]", vocab): _logprob(value, f"top_logprobs[{t}]")
                      for key, value in alternatives.items()}
             rows.append(_Step.of(table, token, _logprob(lp, f"token_logprobs[{t}]", chosen=True), None))
-        ids, rows, finish_reason = self._finished(choice, ids, rows)
-        return self._answer(ids, rows, keep=keep, ask=ask, finish_reason=finish_reason, generated=True)
+        return ids, rows
 
     def _chatted(self, response: Any, *, keep: int, ask: int) -> RecordedAnswer:
         """The arrays of a chat completion: ``choices[0].logprobs.content``, one entry per answer token."""
@@ -157,8 +270,29 @@ class ServerBackend:
         if not isinstance(content, list):
             raise ServerError("the server's chat completion has no log-probabilities (`logprobs.content`); is it an "
                               "OpenAI-compatible chat endpoint that gives log-probabilities?")
+        ids, rows = self._chat_rows(choice, 0)
+        ids, rows, finish_reason = self._finished(choice, ids, rows)
+        more: dict[str, Any] = {"api": "chat"}
+        usage = response.get("usage")
+        counted = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        if isinstance(counted, int) and not isinstance(counted, bool) and counted > 0:
+            more["prompt_tokens"] = counted  # the server's count (its chat template), not the local estimate
+        return self._answer(ids, rows, keep=keep, ask=ask, finish_reason=finish_reason, generated=True, more=more)
+
+    def _chat_rows(self, choice: dict[str, Any], offset: int) -> tuple[list[int], list["_Step"]]:
+        """The tokens of a chat completion's ``logprobs.content`` (a whole answer's, or a streamed chunk's whose
+        first token is answer token ``offset``; a chunk without log-probabilities, the first one with the role,
+        adds none)."""
+        logprobs = choice.get("logprobs")
+        delta = choice.get("delta")
+        if logprobs is None and isinstance(delta, dict) and not delta.get("content") and not choice.get("token_ids"):
+            return [], []  # a streamed chunk without tokens (the first, with the role; one that only ends it)
+        content = logprobs.get("content") if isinstance(logprobs, dict) else None
+        if not isinstance(content, list):
+            raise ServerError("the server's chat completion has no log-probabilities (`logprobs.content`); is it an "
+                              "OpenAI-compatible chat endpoint that gives log-probabilities?")
         ids, rows = [], []
-        for t, entry in enumerate(content):
+        for t, entry in enumerate(content, start=offset):
             alternatives = entry.get("top_logprobs") if isinstance(entry, dict) else None
             if not isinstance(alternatives, list):
                 raise ServerError(f"the server gave no alternatives for answer token {t} (`top_logprobs`)")
@@ -175,13 +309,7 @@ class ServerBackend:
             table.setdefault(token, lp)
             ids.append(token)
             rows.append(_Step.of(table, token, lp, None))
-        ids, rows, finish_reason = self._finished(choice, ids, rows)
-        more: dict[str, Any] = {"api": "chat"}
-        usage = response.get("usage")
-        counted = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-        if isinstance(counted, int) and not isinstance(counted, bool) and counted > 0:
-            more["prompt_tokens"] = counted  # the server's count (its chat template), not the local estimate
-        return self._answer(ids, rows, keep=keep, ask=ask, finish_reason=finish_reason, generated=True, more=more)
+        return ids, rows
 
     def _finished(self, choice: dict[str, Any], ids: list[int],
                   rows: list["_Step"]) -> tuple[list[int], list["_Step"], str]:
@@ -267,22 +395,27 @@ class ServerBackend:
             return self.sm.request("POST", "/v1/chat/completions" if chat else "/v1/completions", body,
                                    max_bytes=self._response_limit(body))
         except _RefusedError as exc:
-            capped = _CAPPED.search(exc.message)
-            if capped:
-                asked, cap = capped.group(2), capped.group(3)
-                if self.sm.full_distribution:
-                    raise ServerError(f"the server gives at most {cap} log-probabilities per token, not the full "
-                                      "distribution; start vLLM with --max-logprobs -1, or connect with "
-                                      "full_distribution=False") from None
-                most = max(int(cap) - spare, 1)
-                why = (" (top_logprobs + 1: when sampling, the chat endpoint lists the sampled token among them)"
-                       if spare else "")
-                raise ServerError(f"the server gives at most {cap} log-probabilities per token and {asked} were "
-                                  f"asked{why}; connect with top_logprobs <= {most} (and store at most {most} "
-                                  "alternatives), or start vLLM with a higher --max-logprobs") from None
-            if scoring and exc.status == 400 and re.search(r"prompt.?logprob", exc.message, re.IGNORECASE):
-                raise ServerError(_CANNOT_SCORE) from None
-            raise
+            raise self._explained(exc, scoring=scoring, spare=spare) from None
+
+    def _explained(self, exc: _RefusedError, *, scoring: bool, spare: int) -> ServerError:
+        """What a refusal means for the user: a cap on log-probabilities, no prompt log-probabilities, or the
+        server's own words."""
+        capped = _CAPPED.search(exc.message)
+        if capped:
+            asked, cap = capped.group(2), capped.group(3)
+            if self.sm.full_distribution:
+                return ServerError(f"the server gives at most {cap} log-probabilities per token, not the full "
+                                   "distribution; start vLLM with --max-logprobs -1, or connect with "
+                                   "full_distribution=False")
+            most = max(int(cap) - spare, 1)
+            why = (" (top_logprobs + 1: when sampling, the chat endpoint lists the sampled token among them)"
+                   if spare else "")
+            return ServerError(f"the server gives at most {cap} log-probabilities per token and {asked} were "
+                               f"asked{why}; connect with top_logprobs <= {most} (and store at most {most} "
+                               "alternatives), or start vLLM with a higher --max-logprobs")
+        if scoring and exc.status == 400 and re.search(r"prompt.?logprob", exc.message, re.IGNORECASE):
+            return ServerError(_CANNOT_SCORE)
+        return exc
 
     def _response_limit(self, body: Mapping[str, Any]) -> int:
         """The most bytes the answer to ``body`` may take (:func:`~trace_core.record.server.response_limit`): its
