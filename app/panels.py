@@ -18,6 +18,7 @@ from . import state
 from .components import HEATMAP_CSS, control_safe, heatmap_html, legend_html, md_literal, signal_values
 from .services import (alternatives_for, alternatives_note, describe_calibrator, digest, fit_calibrator_cached,
                        fitted_calibrator)
+from .spans import boxed_spans, ranked_spans
 
 #: Where the calibrator is used, for the sentences that say so.
 USED_BY = "Inspect, Compare and Flag & export"
@@ -77,7 +78,8 @@ def offer_calibrator(candidate: state.ActiveCalibrator) -> None:
 
 
 def answer_details(trace: Trace, row: pd.Series, *, row_column: str, extra: dict[str, Any] | None = None) -> None:
-    """One answer in full: its row, prompt, the answer's heatmap, reference and label when the file has them."""
+    """One answer in full: its row, prompt, the answer's heatmap (riskiest spans boxed), reference and label when the
+    file has them. ``extra`` values go into Markdown as they are: escape untrusted text first."""
     exp = explain_trace(trace)
     facts = [f"**Row {int(row[row_column])}**", f"TRACE confidence {exp.confidence:.3f}"]
     facts += [f"{k} {v}" for k, v in (extra or {}).items()]
@@ -89,9 +91,10 @@ def answer_details(trace: Trace, row: pd.Series, *, row_column: str, extra: dict
     lm = state.model()
     note = alternatives_note(lm, trace)
     st.caption("Answer (hover or focus a token for its details)")
-    st.html(HEATMAP_CSS + legend_html(signal_values(trace, "surprisal", exp))
+    boxed = boxed_spans(*ranked_spans(trace, exp))
+    st.html(HEATMAP_CSS + legend_html(signal_values(trace, "surprisal", exp), spans=bool(boxed))
             + heatmap_html(trace, signal="surprisal", explanation=exp, alternatives=alternatives_for(lm),
-                           alternatives_note=note))
+                           alternatives_note=note, spans=boxed))
     if "reference" in row.index and not pd.isna(row["reference"]):
         st.caption("Reference")
         st.code(control_safe(str(row["reference"])), language=None, wrap_lines=True)

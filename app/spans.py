@@ -69,3 +69,11 @@ def _escaped(text: str) -> str:
     from .components import md_literal
 
     return md_literal(visible_token(text)[:200])
+
+
+def riskiest_span_words(row: pd.Series) -> str:
+    """A flagged row's riskiest span in words: ``'Khantak' (name, 38% likely right)``; "—" when it has none."""
+    if not row.get("riskiest_span_kind"):
+        return "—"
+    return _escaped(f"'{str(row['riskiest_span_text'])[:200]}' ({row['riskiest_span_kind']}, "
+                    f"{float(row['riskiest_span_probability']):.0%} likely right)")

@@ -57,7 +57,8 @@ KEPT_WIDGETS = (
     # Inspect
     PROMPT, "example", "signal", "colour_scale", "token_index",
     # Flag & export
-    "flag_source", "flag_data_source", "flag_data_path", "flag_matcher", "flag_mode", "flag_threshold", "flag_risk",
+    "flag_source", "flag_data_source", "flag_data_path", "flag_matcher", "flag_mode", "flag_by", "flag_threshold",
+    "flag_risk",
     "flag_coverage", "flag_max_risk", "flag_delta", "risk_data_source", "risk_demo_dataset", "risk_data_path",
     "risk_matcher",
     # Compare

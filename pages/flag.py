@@ -15,6 +15,8 @@ from app.guaranteed import guarantee_choice
 from app.inputs import pick_dataset_file, read_labeled
 from app.panels import active_calibrator_note, answer_details, load_calibrator_panel, production_calibrator
 from app.recording import dataset_traces, record_panel
+from app.spans import SPAN_NOTE as SPAN_HELP
+from app.spans import riskiest_span_words
 from app.services import provenance_notes, scored_out_of_fold, scored_rows
 from trace_core import ScoreCalibrator, TracePlus
 from trace_core.data import export_flagged, token_table, with_trace_columns
@@ -85,13 +87,18 @@ MODES = {"threshold": "Probability threshold", "coverage": "Coverage", "risk": "
 mode = st.radio("Flag by", list(MODES), horizontal=True, key="flag_mode", format_func=MODES.get,
                 help="Target risk measures the error rate on these answers' own labels; a guaranteed error rate "
                      "is chosen on other labeled answers and holds for new ones with a stated probability.")
+BY = {"answer": "The answer's probability of being correct", "span": "Its riskiest span's probability of being right"}
+by = st.radio("Judge each answer by", list(BY), horizontal=True, key="flag_by", format_func=BY.get,
+              disabled=mode == "guarantee", help=SPAN_HELP)
+by = "answer" if mode == "guarantee" else by  # the guarantee is on the calibrator's probability of the answer
 if mode == "threshold":
-    value = st.slider("Flag answers whose probability of being correct is below", 0.0, 1.0, 0.5, 0.01,
+    value = st.slider("Flag answers whose probability of being correct is below" if by == "answer" else
+                      "Flag answers whose riskiest span's probability of being right is below", 0.0, 1.0, 0.5, 0.01,
                       key="flag_threshold")
-    flagged = select_flagged(scored, threshold=value)
+    flagged = select_flagged(scored, threshold=value, by=by)
 elif mode == "coverage":
     value = st.slider("Share of answers to keep (the most confident)", 0.05, 1.0, 0.8, 0.05, key="flag_coverage")
-    flagged = select_flagged(scored, coverage=value)
+    flagged = select_flagged(scored, coverage=value, by=by)
 elif mode == "guarantee":
     guarantee = guarantee_choice(active, data)
     if guarantee is None:
@@ -103,7 +110,7 @@ elif labels is None:
     st.stop()
 else:
     value = st.slider("Largest acceptable error rate among the answers kept", 0.0, 0.5, 0.1, 0.01, key="flag_risk")
-    flagged = select_flagged(scored, target_risk=value, labels=labels)
+    flagged = select_flagged(scored, target_risk=value, labels=labels, by=by)
 
 kept = ~scored.index.isin(flagged.index)
 if in_sample:
@@ -125,12 +132,14 @@ else:
                    if kept.any() else "—")
 
 row_column = data.row_column
-columns = [row_column, "prompt", "answer", "probability_correct", "spike_context"]
+columns = [row_column, "prompt", "answer", "probability_correct", "riskiest_span_text", "riskiest_span_probability",
+           "spike_context"]
 columns += [c for c in ("reference", "label") if c in flagged.columns]
 view = flagged[columns]
 # Bidi overrides would reorder the table's text (and control characters hide it): show them as \uXXXX.
 view = view.assign(**{c: view[c].map(lambda v: control_safe(v) if isinstance(v, str) else v)
-                      for c in ("prompt", "answer", "spike_context", "reference") if c in view.columns})
+                      for c in ("prompt", "answer", "riskiest_span_text", "spike_context", "reference")
+                      if c in view.columns})
 event = st.dataframe(
     view, hide_index=True, on_select="rerun", selection_mode="single-row", key="flag_table",
     column_config={
@@ -139,6 +148,10 @@ event = st.dataframe(
         "answer": st.column_config.TextColumn("answer", width="medium"),
         "probability_correct": st.column_config.ProgressColumn(
             "P(correct)", min_value=0.0, max_value=1.0, format="percent", width="small"),
+        "riskiest_span_text": st.column_config.TextColumn(
+            "riskiest span", width="small", help="The answer's riskiest name, number or date (else sentence)."),
+        "riskiest_span_probability": st.column_config.ProgressColumn(
+            "P(span right)", min_value=0.0, max_value=1.0, format="percent", width="small", help=SPAN_HELP),
         "spike_context": st.column_config.TextColumn(
             "spikes in context", width="medium",
             help="The outlined tokens [[in brackets]] with their neighbours; empty when no token stands out."),
@@ -148,7 +161,8 @@ selected = event.selection.rows if event is not None else []
 if selected:
     position = flagged.index[selected[0]]
     answer_details(data.traces[position], flagged.loc[position], row_column=row_column,
-                   extra={"P(correct)": f"{flagged.loc[position, 'probability_correct']:.1%}"})
+                   extra={"P(correct)": f"{flagged.loc[position, 'probability_correct']:.1%}",
+                          "riskiest span": riskiest_span_words(flagged.loc[position])})
 else:
     st.caption("Long texts are cut in the table: select a row to read its prompt and reference in full, with the "
                "answer's heatmap and label.")

@@ -437,3 +437,23 @@ def test_calibrate_offers_any_score_for_flagging_defaulting_to_the_lowest_brier(
         at.get("form_submit_button")[0].click().run()
         assert not at.exception
         assert f"{best.method} probability correct" in [m.label for m in at.metric]
+
+
+def test_flag_judges_answers_by_their_riskiest_span_on_request(tiny_model_dirs, monkeypatch, labeled_files):
+    at, _ = calibrated(tiny_model_dirs, monkeypatch, labeled_files)
+    at.switch_page("../pages/flag.py").run()
+    at.radio(key="flag_mode").set_value("coverage").run()
+    by_answer = at.dataframe[0].value
+    assert {"riskiest_span_text", "riskiest_span_probability"} <= set(by_answer.columns)
+    assert by_answer["probability_correct"].is_monotonic_increasing
+    at.radio(key="flag_by").set_value("span").run()
+    assert not at.exception and not at.error
+    by_span = at.dataframe[0].value
+    assert by_span["riskiest_span_probability"].is_monotonic_increasing
+    (scored,) = at.session_state["scored"].values()
+    from trace_core.flag import select_flagged
+
+    expected = select_flagged(scored, coverage=0.8, by="span")
+    assert by_span["riskiest_span_text"].tolist() == expected["riskiest_span_text"].tolist()
+    at.radio(key="flag_mode").set_value("guarantee").run()
+    assert at.radio(key="flag_by").disabled  # the guarantee is on the answer's probability
