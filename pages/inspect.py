@@ -16,7 +16,8 @@ from app.explain import explain_probability, explain_risk, probability_title, un
 from app.panels import active_calibrator_note
 from app.services import (alternatives_for, alternatives_note, describe_calibrator, example_label, heatmap_cached,
                           prompt_as_read, prompt_problem, provenance_notes, same_model, try_prompts)
-from trace_core import ScoreCalibrator, TracePlus, explain_trace, generate_trace
+from app.streaming import stream_answer
+from trace_core import ScoreCalibrator, TracePlus, explain_trace
 from trace_core.policy import fit_new_tokens
 from trace_core.record.server import ServerError
 
@@ -51,8 +52,7 @@ if submitted:
             if fit.note:  # the answer stops at the model's last position instead of failing there
                 config = dataclasses.replace(config, max_new_tokens=fit.max_new_tokens)
                 st.caption(fit.note)
-            with st.spinner("Generating…"):
-                state.set_inspect_trace(generate_trace(lm, prompt, config=config))
+            stream_answer(lm, prompt, config)  # the heatmap fills in as the model writes; Stop keeps it
         except (ValueError, ServerError) as exc:  # a server's failure is one line, like a bad prompt
             state.set_inspect_trace(None)  # the answer below would read as this prompt's
             st.error(md_literal(sentence(str(exc))))
@@ -86,8 +86,10 @@ if trace is not None:
                            help="Fit a TRACE+ calibrator on the Calibrate page (or load one on Flag & export) to "
                                 "see a probability.")
         cols[2].metric("Tokens", f"{len(trace)}")
-        cols[3].metric("Stopped by", {"eos": "end of answer", "length": "token limit"}.get(
+        cols[3].metric("Stopped by", {"eos": "end of answer", "length": "token limit", "stopped": "Stop"}.get(
             trace.metadata.extra.get("finish_reason", ""), "—"))
+        if trace.metadata.extra.get("finish_reason") == "stopped":
+            st.info(f"Stopped after {len(trace):,} tokens: this is the answer as far as the model had written it.")
         if unfinished := unfinished_note(trace):
             st.warning(unfinished)
 

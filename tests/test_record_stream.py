@@ -363,3 +363,72 @@ def test_a_stream_refusal_echoing_the_key_never_shows_it(hostile, tiny_model_dir
     with pytest.raises(ServerError, match="refused the request") as info:
         _hostile_stream(hostile(post_mode="echo-key-json"), tiny_model_dirs["gpt2"])
     assert KEY not in str(info.value) and "Zq81hidden" not in str(info.value)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The Inspect page streams its answer (AppTest: the loop runs to its end; Stop is a rerun, so a stopped answer is
+# the partial trace the session holds)
+
+
+def _inspect_session(tiny_model_dirs, server=None):
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app" / "main.py"), default_timeout=120)
+    at.run()
+    if server is None:
+        at.sidebar.radio(key="model_source").set_value("Local folder or cached model id").run()
+        at.sidebar.text_input(key="model_name").set_value(str(tiny_model_dirs["gpt2"])).run()
+    else:
+        at.sidebar.radio(key="model_source").set_value("Model server (OpenAI-compatible)").run()
+        at.sidebar.text_input(key="server_url").set_value(server.url)
+        at.sidebar.text_input(key="server_model").set_value("tiny")
+        at.sidebar.text_input(key="server_tokenizer").set_value(str(tiny_model_dirs["gpt2"])).run()
+    assert not at.exception and not at.sidebar.error
+    return at
+
+
+def _heatmaps(at):
+    return [h.proto.body for h in at.get("html") if 'data-testid="trace-heatmap"' in h.proto.body]
+
+
+@pytest.mark.parametrize("source", ["local", "server"])
+def test_inspect_streams_to_the_trace_generate_trace_gives(source, tiny_model_dirs, tiny_models, serve):
+    pytest.importorskip("streamlit")
+    fake = serve(tiny_model_dirs["gpt2"]) if source == "server" else None
+    at = _inspect_session(tiny_model_dirs, fake)
+    prompt = "Q: What is 12 plus 7?\nA:"
+    at.text_area(key="prompt").set_value(prompt)
+    at.get("form_submit_button")[0].click().run()
+    assert not at.exception and not at.error
+    trace = at.session_state["inspect_trace"]
+    config = at.session_state["decoding"]
+    lm = tiny_models["gpt2"] if fake is None else _connect(fake, tiny_model_dirs["gpt2"])
+    expected = generate_trace(lm, prompt, config=config)
+    np.testing.assert_array_equal(trace.token_ids, expected.token_ids)
+    np.testing.assert_array_equal(trace.surprisal, expected.surprisal)
+    assert trace.metadata.extra["finish_reason"] in ("eos", "length")
+    if fake is not None:
+        assert fake.bodies[0]["stream"] is True
+    assert len(_heatmaps(at)) == 1  # the final heatmap only: the growing one and Stop are gone
+    assert not [b for b in at.button if b.key == "stop_inspect"]
+    assert not any("Stopped after" in i.value for i in at.info)
+
+
+def test_inspect_shows_a_stopped_answer_as_an_answer(tiny_model_dirs, tiny_models):
+    pytest.importorskip("streamlit")
+    at = _inspect_session(tiny_model_dirs)
+    prompt = "Q: What is 12 plus 7?\nA:"
+    stop = threading.Event()
+    for trace in stream_trace(tiny_models["gpt2"], prompt, config=DecodingConfig(max_new_tokens=40), stop=stop):
+        if len(trace) >= 6:
+            stop.set()
+    at.text_area(key="prompt").set_value(prompt)
+    at.session_state["inspect_trace"] = trace  # what a Stop during the stream leaves in the session
+    at.run()
+    assert not at.exception and not at.error
+    assert any(f"Stopped after {len(trace)} tokens" in i.value for i in at.info)
+    stopped_by = [m for m in at.metric if m.label == "Stopped by"]
+    assert stopped_by and stopped_by[0].value == "Stop"
+    assert len(_heatmaps(at)) == 1 and len(at.get("plotly_chart")) == 1
