@@ -325,6 +325,15 @@ def test_cli_flag_writes_the_riskiest_span_columns_spreadsheet_safe(tmp_path):
     assert any(r["riskiest_span_text"] == "'=cmd| x" and r["riskiest_span_kind"] == "sentence" for r in rows)
     khantak = [r for r in rows if r["riskiest_span_text"] == "Khantak"]
     assert khantak and all(0 <= float(r["riskiest_span_probability"]) <= 1 for r in khantak)
+    # --by span: the flagged rows are those whose riskiest span is least likely right, in that order
+    assert main(["flag", str(data), "--calibrator", str(calibrator), "--coverage", "0.5", "--by", "span",
+                 "--out", str(flagged)]) == 0
+    with flagged.open(newline="", encoding="utf-8") as f:
+        by_span = [float(r["riskiest_span_probability"]) for r in csv.DictReader(f)]
+    everything = sorted(float(r["riskiest_span_probability"]) for r in rows)
+    assert by_span == everything[:len(by_span)] and len(by_span) == len(rows) - int(np.ceil(0.5 * len(rows)))
+    assert main(["flag", str(data), "--calibrator", str(calibrator), "--max-risk", "0.2", "--risk-data", str(data),
+                 "--by", "span", "--out", str(flagged)]) == 1  # an error, said in one line
 
 
 def test_heatmap_boxes_the_riskiest_spans_and_the_list_ranks_them():

@@ -579,6 +579,9 @@ def cmd_flag(args: argparse.Namespace) -> None:
         _check_out(args.tokens, _TOKENS_OUT, option="--tokens")
         _check_not_input(args.tokens, [("the input file", args.data), ("--calibrator", args.calibrator),
                                        ("--out", args.out)], written="the flagged answers' tokens")
+    if args.by == "span" and args.max_risk is not None:
+        raise CLIError("--by span cannot be used with --max-risk: the guarantee is on the answers' probability of "
+                       "being correct")
     dataset = _read(args.data, require_label=False, args=args)
     if previous_export(dataset.frame.columns):  # a flagged export scored again: its earlier scores are replaced
         dataset = dataclasses.replace(dataset, frame=unscored(dataset.frame))
@@ -612,7 +615,7 @@ def cmd_flag(args: argparse.Namespace) -> None:
     if args.max_risk is not None:  # the threshold that Learn-then-Test certifies on --risk-data
         threshold = _guaranteed(args, calibrator, traces)
     flagged = select_flagged(scored, threshold=threshold, coverage=args.coverage, target_risk=args.target_risk,
-                             labels=labels)
+                             labels=labels, by=args.by)
     positions = scored.index.get_indexer(flagged.index)
     flagged_traces = [traces[i] for i in positions]
     # with the trace columns: the export reads back as a dataset and can be scored again
@@ -810,6 +813,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--delta", type=float, default=0.1,
                    help="with --max-risk: the chance the guarantee fails, over the draw of --risk-data (default "
                         "%(default)g)")
+    p.add_argument("--by", choices=["answer", "span"], default="answer",
+                   help="judge each answer by its probability of being correct (default) or by its riskiest span's "
+                        "probability of being right (the riskiest_span_* columns; not with --max-risk)")
     p.add_argument("--out", required=True, help="flagged rows"
                    " (.csv or .jsonl) with every input column and their traces, so the file can be scored again; "
                    "CSV safe to open in a spreadsheet; not the input file")
