@@ -13,6 +13,7 @@ from .calibrate import (
     ScoreCalibrator,
     TracePlus,
     calibrator_from_json,
+    check_drift,
     load_calibrator,
     transform_scores,
 )
@@ -29,6 +30,7 @@ from .data import (
     write_dataset,
 )
 from .compare import PairedComparison, Verdict, paired_comparison, reference_sentence, verdict
+from .drift import DriftResult, DriftSummary, drift_check, drift_two_sample
 from .evaluate import EvaluationConfig, EvaluationResult, average_results, evaluate, evaluate_arrays
 from .features import FEATURE_SETS, feature_matrix, feature_matrix_from_arrays, feature_names
 from .metrics import (
@@ -106,6 +108,11 @@ __all__ = [
     "compute_baselines",
     "connect_server",
     "DatasetError",
+    "check_drift",
+    "drift_check",
+    "drift_two_sample",
+    "DriftResult",
+    "DriftSummary",
     "decayed_mean",
     "divergence_summary",
     "DecodingConfig",
