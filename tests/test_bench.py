@@ -113,3 +113,11 @@ def test_server_throughput_bench_skips_cleanly_without_vllm(capsys, monkeypatch)
     main([])
     out = capsys.readouterr().out
     assert "server_throughput skipped:" in out and "TRACE_VLLM_PYTHON is not set" in out
+
+
+def test_span_cost_bench_runs(capsys):
+    from bench.span_cost import main
+
+    main(["--copies", "1", "--repeats", "1"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert rows[-1][0] == "all" and int(rows[-1][1].replace(",", "")) == 458 and float(rows[-1][5]) > 0
