@@ -111,7 +111,7 @@ def labelled(answers: list[Answer], level: str = "all") -> tuple[list, np.ndarra
 
 def localisation(answers: list[Answer], calibrator) -> str:
     from trace_core import rank_spans
-    from trace_core.spans import _with_probability
+    from dataclasses import replace
 
     located = [a for a in answers if a.first_wrong is not None]
     lines = [f"{len(located)} wrong answers with a located first wrong character (of {len(answers)} answers, "
@@ -136,7 +136,7 @@ def localisation(answers: list[Answer], calibrator) -> str:
             by_peak = rank_spans([r for r in pool])[0]
             hits["peak"] += by_peak.span.start <= c < by_peak.span.end
             p = calibrator.predict_proba(pool)
-            by_cal = rank_spans([_with_probability(r, q) for r, q in zip(pool, p)])[0]
+            by_cal = rank_spans([replace(r, probability=float(q)) for r, q in zip(pool, p)])[0]
             hits["cal"] += by_cal.span.start <= c < by_cal.span.end
         n = len(located)
         lines.append(f"| {title} | {hits['covered']}/{n} | {hits['peak'] / n:.0%} ({hits['peak']}) | "

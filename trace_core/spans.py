@@ -356,28 +356,28 @@ def span_risks(trace: Trace, *, spans: Sequence[Span] | None = None, explanation
     found = np.flatnonzero(hi > lo)
     lo, hi = lo[found], hi[found]
     n = hi - lo
-    peak_s = np.array([s[a:b].max() for a, b in zip(lo, hi)]) if len(lo) else np.zeros(0)
-    mean_s = (cumulative["s"][hi] - cumulative["s"][lo]) / n
+    s_list = s.tolist()
+    lo_list, hi_list = lo.tolist(), hi.tolist()
+    peak_s = [max(s_list[a:b]) for a, b in zip(lo_list, hi_list)]
+    mean_s = ((cumulative["s"][hi] - cumulative["s"][lo]) / n).tolist()
     if h is not None:
-        peak_h = np.array([h[a:b].max() for a, b in zip(lo, hi)]) if len(lo) else np.zeros(0)
-        mean_h = (cumulative["h"][hi] - cumulative["h"][lo]) / n
+        h_list = h.tolist()
+        peak_h = [max(h_list[a:b]) for a, b in zip(lo_list, hi_list)]
+        mean_h = ((cumulative["h"][hi] - cumulative["h"][lo]) / n).tolist()
     else:
-        peak_h = mean_h = np.full(len(lo), math.nan)
+        peak_h = mean_h = [math.nan] * len(lo_list)
     share = (np.clip((cumulative["c"][hi] - cumulative["c"][lo]) / risk, 0.0, 1.0) if risk > 0
-             else np.zeros(len(lo)))
-    out = [SpanRisk(span=spans[k], tokens=keep[a:b], peak_surprisal=ps, mean_surprisal=ms, peak_entropy=ph,
-                    mean_entropy=mh, risk_share=sh, answer_risk=risk, n_answer_tokens=len(trace))
-           for k, a, b, ps, ms, ph, mh, sh in zip(found.tolist(), lo.tolist(), hi.tolist(), peak_s.tolist(),
-                                                  mean_s.tolist(), peak_h.tolist(), mean_h.tolist(), share.tolist())]
-    if calibrator is not None and out:
-        probabilities = calibrator.predict_proba(out)
-        out = [_with_probability(r, p) for r, p in zip(out, probabilities)]
-    return out
-
-
-def _with_probability(risk: SpanRisk, probability: float) -> SpanRisk:
-    return SpanRisk(risk.span, risk.tokens, risk.peak_surprisal, risk.mean_surprisal, risk.peak_entropy,
-                    risk.mean_entropy, risk.risk_share, risk.answer_risk, risk.n_answer_tokens, float(probability))
+             else np.zeros(len(lo))).tolist()
+    kinds = [spans[k].kind for k in found.tolist()]
+    if calibrator is not None and len(lo_list):
+        F = _feature_matrix(np.array(peak_s), np.array(mean_s), n, np.array(share), keep[lo], len(trace), risk, kinds)
+        probability: list[float | None] = calibrator._predict_features(F).tolist()
+    else:
+        probability = [None] * len(lo_list)
+    return [SpanRisk(span=spans[k], tokens=keep[a:b], peak_surprisal=ps, mean_surprisal=ms, peak_entropy=ph,
+                     mean_entropy=mh, risk_share=sh, answer_risk=risk, n_answer_tokens=len(trace), probability=p)
+            for k, a, b, ps, ms, ph, mh, sh, p in zip(found.tolist(), lo_list, hi_list, peak_s, mean_s, peak_h,
+                                                     mean_h, share, probability)]
 
 
 def rank_spans(risks: Iterable[SpanRisk], *, level: str = "all") -> list[SpanRisk]:
@@ -414,10 +414,23 @@ def span_features(risks: Sequence[SpanRisk]) -> np.ndarray:
     log of the span's token count, its share of the TRACE risk, its first token's position as a share of the answer
     (0 = first token), the answer's TRACE risk, and the span's kind (a sentence is all zeros). Entropy is left out
     so that the same calibrator serves traces with and without it."""
-    rows = [[r.peak_surprisal, r.mean_surprisal, math.log(len(r.tokens)), r.risk_share,
-             float(r.tokens[0]) / max(r.n_answer_tokens, 1), r.answer_risk,
-             float(r.kind == "date"), float(r.kind == "number"), float(r.kind == "name")] for r in risks]
-    return np.asarray(rows, dtype=np.float64).reshape(len(rows), len(SPAN_FEATURES))
+    risks = list(risks)
+    return _feature_matrix(
+        np.array([r.peak_surprisal for r in risks], dtype=np.float64),
+        np.array([r.mean_surprisal for r in risks], dtype=np.float64),
+        np.array([len(r.tokens) for r in risks], dtype=np.float64),
+        np.array([r.risk_share for r in risks], dtype=np.float64),
+        np.array([r.tokens[0] for r in risks], dtype=np.float64),
+        np.array([r.n_answer_tokens for r in risks], dtype=np.float64), np.array([r.answer_risk for r in risks]),
+        [r.kind for r in risks])
+
+
+def _feature_matrix(peak: np.ndarray, mean: np.ndarray, n_tokens: np.ndarray, share: np.ndarray, first: np.ndarray,
+                    n_answer: Any, answer_risk: Any, kinds: Sequence[str]) -> np.ndarray:
+    kind = np.array(kinds, dtype=object)
+    columns = [peak, mean, np.log(n_tokens), share, first / np.maximum(n_answer, 1), np.broadcast_to(
+        np.asarray(answer_risk, dtype=np.float64), peak.shape), kind == "date", kind == "number", kind == "name"]
+    return np.column_stack([np.asarray(c, dtype=np.float64) for c in columns]).reshape(len(peak), len(SPAN_FEATURES))
 
 
 class SpanCalibrator:
@@ -471,7 +484,13 @@ class SpanCalibrator:
         """Probability that each span is right, shape (n,)."""
         if self.coef_ is None:
             raise ValueError("this SpanCalibrator is not fitted yet: call fit() or load one with from_json()")
-        F = span_features(list(risks))[:, self._columns]
+        return self._predict_features(span_features(list(risks)))
+
+    def _predict_features(self, F: np.ndarray) -> np.ndarray:
+        """Probabilities from a full feature matrix (all :data:`SPAN_FEATURES` columns)."""
+        if self.coef_ is None:
+            raise ValueError("this SpanCalibrator is not fitted yet: call fit() or load one with from_json()")
+        F = F[:, self._columns]
         if len(F) == 0:
             return np.zeros(0)
         F = np.where(np.isfinite(F), F, self.mean_)  # a non-finite statistic reads as the calibration average
