@@ -229,3 +229,26 @@ def test_concurrency_1_and_4_give_identical_traces(server_url, model_dir, full_d
                          concurrency=c) for c in (1, 4))
     assert generate_traces(one, PROMPTS, config=CONFIG) == generate_traces(four, PROMPTS, config=CONFIG)
     assert score_answers(one, PROMPTS, ANSWERS) == score_answers(four, PROMPTS, ANSWERS)
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+@pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "seeded-sampling"])
+@pytest.mark.parametrize("full_distribution", [False, True], ids=["top-5", "full"])
+def test_streamed_traces_equal_non_streamed(server_url, model_dir, api, sampled, full_distribution):
+    """vLLM's stream (server-sent events, per-chunk log-probabilities) ends with the trace of the same request
+    answered at once, and it did stream: the answer grew over several chunks first."""
+    from trace_core import generate_trace
+    from trace_core.record import stream_trace
+
+    sm = _server(server_url, model_dir, top_logprobs=5, full_distribution=full_distribution, api=api)
+    config = DecodingConfig(max_new_tokens=24, n_alternatives=5, do_sample=sampled, temperature=1.5, seed=3,
+                            chat_template=api == "chat")
+    for prompt in PROMPTS[:3]:
+        expected = generate_trace(sm, prompt, config=config)
+        streamed = list(stream_trace(sm, prompt, config=config))
+        assert streamed[-1] == expected, prompt
+        if len(expected) >= 3:
+            assert len(streamed) >= 3, prompt
+        for partial in streamed[:-1]:
+            assert partial.metadata.extra["finish_reason"] == "stopped"
+            assert partial.token_ids.tolist() == expected.token_ids[:len(partial)].tolist(), prompt
