@@ -403,6 +403,12 @@ def risk_scored(key: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
     return _last(RISK_SCORED, key, compute)
 
 
+def heatmap_choice() -> tuple[str, str]:
+    """Inspect's "Colour by" and "Colour scale" choices as last set (the defaults before the page draws them): the
+    streamed heatmap is drawn above those widgets, with their values."""
+    return _get("signal", "surprisal"), _get("colour_scale", "fixed")
+
+
 def inspect_trace() -> Trace | None:
     return _get(INSPECT_TRACE)
 

@@ -44,8 +44,7 @@ def stream_answer(lm: Any, prompt: str, config: DecodingConfig) -> None:
     stop.button("Stop", key=STOP_KEY, help="Stops the answer here; the tokens written so far are kept.")
     view = st.empty()
     view.caption("Generating…")
-    signal = st.session_state.get("signal", "surprisal")
-    scale = st.session_state.get("colour_scale", "fixed")
+    signal, scale = state.heatmap_choice()
     alternatives = alternatives_for(lm)
     next_draw = 0.0
     try:

@@ -16,6 +16,7 @@ from app.explain import explain_probability, explain_risk, probability_title, un
 from app.panels import active_calibrator_note
 from app.services import (alternatives_for, alternatives_note, describe_calibrator, example_label, heatmap_cached,
                           prompt_as_read, prompt_problem, provenance_notes, same_model, try_prompts)
+from app.spans import boxed_spans, ranked_spans, spans_panel
 from app.streaming import stream_answer
 from trace_core import ScoreCalibrator, TracePlus, explain_trace
 from trace_core.policy import fit_new_tokens
@@ -106,10 +107,12 @@ if trace is not None:
                               disabled=signal == "risk")
         alternatives = alternatives_for(lm)
         note = alternatives_note(lm, trace)
+        fine, sentences = ranked_spans(trace, exp)
+        boxed = boxed_spans(fine, sentences)
         heatmap = heatmap_cached(trace, lm, (signal, scale, note), lambda: (
-            HEATMAP_CSS + legend_html(signal_values(trace, signal, exp, scale=scale))
+            HEATMAP_CSS + legend_html(signal_values(trace, signal, exp, scale=scale), spans=bool(boxed))
             + heatmap_html(trace, signal=signal, explanation=exp, alternatives=alternatives, scale=scale,
-                           alternatives_note=note)))
+                           alternatives_note=note, spans=boxed)))
         st.html(heatmap)
         if note:
             st.caption(md_literal(note[0].upper() + note[1:] + "."))
@@ -120,6 +123,8 @@ if trace is not None:
                        + ("; the hover card gives each token's lower and upper bound." if bounds else "."))
         st.html(explain_risk(trace, exp)
                 + (explain_probability(calibrator, trace, probability) if probability is not None else ""))
+
+        spans_panel(fine, sentences)
 
         st.plotly_chart(trace_figure(trace, exp), width="stretch", key="trace_chart")
 

@@ -457,3 +457,24 @@ def test_flag_judges_answers_by_their_riskiest_span_on_request(tiny_model_dirs, 
     assert by_span["riskiest_span_text"].tolist() == expected["riskiest_span_text"].tolist()
     at.radio(key="flag_mode").set_value("guarantee").run()
     assert at.radio(key="flag_by").disabled  # the guarantee is on the answer's probability
+
+
+def test_inspect_boxes_and_lists_the_answers_spans(tiny_model_dirs, monkeypatch):
+    at = start(tiny_model_dirs, monkeypatch, "../pages/inspect.py")
+    at.text_area(key="prompt").set_value("Q: What is 12 plus 7?\nA:")
+    at.get("form_submit_button")[0].click().run()
+    assert not at.exception
+    trace = at.session_state["inspect_trace"]
+    from app.components import visible_token
+    from trace_core import rank_spans, span_risks
+    from trace_core.spans import default_span_calibrator
+
+    risks = span_risks(trace, calibrator=default_span_calibrator())
+    expected = [r.span.text for r in rank_spans(risks, level="fine") + rank_spans(risks, level="sentence")]
+    assert any(h.value == "Spans by risk" for h in at.subheader)
+    table = at.dataframe[0].value
+    assert table["span"].tolist() == [visible_token(t)[:200] for t in expected]
+    assert table["probability right"].between(0, 1).all()
+    heatmap = next(h.proto.body for h in at.get("html") if "trace-heatmap" in h.proto.body)
+    fine = sum(r.kind != "sentence" for r in risks)
+    assert heatmap.count('class="tr-span-rank"') == (min(3, fine) if fine else 1)

@@ -77,6 +77,7 @@ from .record import (
     load_model,
     score_answer,
     score_answers,
+    stream_trace,
 )
 from .registry import METHODS, METRICS, REFERENCE, Method, MetricSpec, get_method, method_names
 from .results import report_markdown
@@ -153,6 +154,7 @@ __all__ = [
     "SpanCalibrator",
     "SpanRisk",
     "span_risks",
+    "stream_trace",
     "NotFittedError",
     "paired_comparison",
     "PairedComparison",
