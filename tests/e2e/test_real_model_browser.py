@@ -85,3 +85,19 @@ def test_compare_on_a_real_fact(real_server, page, tmp_path):
     wait_idle(page)
     assert temperature.input_value() == "0.70"  # the sampled answer was made at 0.7 (the table is a canvas)
     screenshot(page, tmp_path, "compare")
+
+
+def test_inspect_boxes_the_riskiest_spans_of_a_real_paragraph(real_server, page, tmp_path):
+    page.goto(real_server)
+    wait_idle(page, timeout=300_000)
+    example = _example("confidently wrong", "country_facts")
+    page.get_by_label("Prompt", exact=True).fill(example["prompt"])
+    page.get_by_role("button", name="Generate").click()
+    page.wait_for_selector('[data-testid="trace-heatmap"] .tr-span-first', timeout=180_000)
+    wait_idle(page, timeout=180_000)
+    boxes = page.locator('[data-testid="trace-heatmap"] .tr-span-first')
+    assert 1 <= boxes.count() <= 3
+    assert page.get_by_role("heading", name="Spans by risk").is_visible()
+    body = page.inner_text("body")
+    assert "Riskiest name, number or date" in body and "likely right" in body
+    screenshot(page, tmp_path, "inspect_spans")
