@@ -69,7 +69,7 @@ def pick_dataset_file(role: str = "calibrate", *, prompts: bool = False) -> Data
             return None
     uploaded = st.file_uploader("CSV, JSON Lines or Parquet", type=FILE_TYPES, key=f"{prefix}upload",
                                 help="Columns: prompt, answer, and label (0/1) or reference; optionally recorded "
-                                     "traces. See the README for the format."
+                                     "traces. See docs/datasets.md for the format."
                                      + (" A file of prompts without answers (columns prompt and reference) is "
                                         "answered by the sidebar's model first." if prompts else ""))
     if uploaded is not None:

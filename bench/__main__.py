@@ -1,7 +1,7 @@
 """Run every benchmark in turn: ``python -m bench [names ...]`` (default: all); ``python -m bench --list``.
 
-Each prints its own table of timings as ratios against a baseline run in the same process. The README's
-"Performance" section gives the exact command behind each published figure.
+Each prints its own table of timings as ratios against a baseline run in the same process. docs/performance.md
+gives the exact command behind each published figure.
 """
 
 from __future__ import annotations

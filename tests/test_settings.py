@@ -127,8 +127,8 @@ def test_settings_table_lists_every_setting_once_with_kind_and_default():
     assert all(rows[name][2] == s.help for name, s in SETTINGS.items())
 
 
-def test_the_readme_shows_the_settings_table():
-    assert settings_table() in (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_docs_show_the_settings_table():
+    assert settings_table() in (ROOT / "docs" / "settings.md").read_text(encoding="utf-8")
 
 
 def test_no_other_library_module_reads_a_trace_variable():

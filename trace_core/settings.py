@@ -4,7 +4,7 @@ Flags accept ``1/true/yes/on`` and ``0/false/no/off`` in any case (an empty valu
 is an error naming the variable and the value. Values are read when asked for, not at import, so a test or a process
 that changes its environment sees the change.
 
-The table in the README is :func:`settings_table`'s output.
+The table in docs/settings.md is :func:`settings_table`'s output.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def get(name: str) -> Any:
 
 
 def settings_table() -> str:
-    """The settings as a Markdown table (the README shows it)."""
+    """The settings as a Markdown table (docs/settings.md shows it)."""
 
     def shown(s: Setting) -> str:
         if s.kind == "flag":
