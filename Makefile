@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test run bench clean screenshots results
+.PHONY: install test test-fast run bench clean screenshots results
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The quick loop: no browser, no model training, no long simulations, no vLLM server (`make test` runs them all).
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not e2e" --ignore=tests/engine
 
 run: $(STAMP)
 	$(PY) -m app.prepare
