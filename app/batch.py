@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import io
+from collections.abc import Iterator, Sequence
 from pathlib import PurePath
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import streamlit as st
 

@@ -8,8 +8,9 @@ the decoding (the store :mod:`app.batch` uses), so Stop, another page or a chang
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,8 +24,8 @@ from trace_core.results import SMALL_CLASS, SMALL_SAMPLE
 
 from . import state
 from .batch import generate_with_progress, prompts_cached
-from .components import HEATMAP_CSS, control_safe, legend_html, md_literal, signal_values
 from .compare_view import aligned_heatmap_html
+from .components import HEATMAP_CSS, control_safe, legend_html, md_literal, signal_values
 from .inputs import DatasetFile
 from .services import alternatives_for, digest, evaluate_cached, model_key
 

@@ -13,17 +13,24 @@ from __future__ import annotations
 import hashlib
 import html
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
 from trace_core import EvaluationResult, SpanRisk, Trace, TraceExplanation, explain_trace
-from trace_core._checks import check_choice, check_int
-from trace_core.figures import (histogram_bars, legend_stats, method_colour, reliability_figure,  # noqa: F401
-                                 risk_coverage_figure, roc_figure)
+from trace_core._checks import check_choice, check_int  # noqa: PLC2701 (no public home for these checks yet)
+from trace_core.figures import (  # noqa: F401
+    histogram_bars,
+    legend_stats,
+    method_colour,
+    reliability_figure,
+    risk_coverage_figure,
+    roc_figure,
+)
 from trace_core.registry import METRICS
 
 #: The longest message (characters, before escaping) an alert or caption shows; user input inside it is shortened

@@ -18,7 +18,8 @@ keep the files the page drew until it draws new ones), as :func:`app.recording.t
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import streamlit as st
 

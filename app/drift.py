@@ -4,7 +4,8 @@ calibration answers (or from the labeled answers a guarantee rests on), a small 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import streamlit as st
 

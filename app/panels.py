@@ -16,8 +16,14 @@ from trace_core.registry import METHODS
 
 from . import state
 from .components import HEATMAP_CSS, control_safe, heatmap_html, legend_html, md_literal, signal_values
-from .services import (alternatives_for, alternatives_note, describe_calibrator, digest, fit_calibrator_cached,
-                       fitted_calibrator)
+from .services import (
+    alternatives_for,
+    alternatives_note,
+    describe_calibrator,
+    digest,
+    fit_calibrator_cached,
+    fitted_calibrator,
+)
 from .spans import boxed_spans, ranked_spans
 
 #: Where the calibrator is used, for the sentences that say so.

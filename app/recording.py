@@ -6,10 +6,10 @@ the ones recorded in this session; rows that do not fit the model's context are 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import io
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Iterator, Sequence
 
 import numpy as np
 import streamlit as st

@@ -7,7 +7,8 @@ evaluation runs without the semantic baselines and says so.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import streamlit as st

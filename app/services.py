@@ -17,8 +17,9 @@ import uuid
 import warnings
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -37,7 +38,7 @@ from trace_core import (
     read_dataset,
     settings,
 )
-from trace_core._checks import clip
+from trace_core._checks import clip  # noqa: PLC2701 (the library's argument checks have no public home yet)
 from trace_core.flag import FlagScore
 from trace_core.record import alternative_pieces, check_model_allowed
 
@@ -210,7 +211,7 @@ def example_label(example: dict) -> str:
     return f"{example['family'].replace('_', ' ')}{f' ({verdict})' if verdict else ''}: {question}"
 
 
-_DATASETS: "OrderedDict[str, tuple[LabeledDataset, int]]" = OrderedDict()  # least recently used first
+_DATASETS: OrderedDict[str, tuple[LabeledDataset, int]] = OrderedDict()  # least recently used first
 _DATASETS_LOCK = threading.Lock()
 _DATASETS_KEPT = 8
 
@@ -327,7 +328,7 @@ def digest(*parts: Any) -> str:
     return h.hexdigest()[:16]
 
 
-_MODEL_KEYS: "weakref.WeakKeyDictionary[LoadedModel, str]" = weakref.WeakKeyDictionary()  # kept while the model is
+_MODEL_KEYS: weakref.WeakKeyDictionary[LoadedModel, str] = weakref.WeakKeyDictionary()  # kept while the model is
 _MODEL_KEYS_LOCK = threading.Lock()
 
 
@@ -584,7 +585,7 @@ def embedder() -> tuple[Any, str | None]:
 
 
 
-_HEATMAPS: "OrderedDict[tuple[Any, ...], tuple[Trace, Any, str]]" = OrderedDict()  # least recently used first
+_HEATMAPS: OrderedDict[tuple[Any, ...], tuple[Trace, Any, str]] = OrderedDict()  # least recently used first
 _HEATMAPS_LOCK = threading.Lock()
 _HEATMAPS_KEPT = 16  # about 0.5 MB each for a 500-token answer
 

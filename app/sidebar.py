@@ -5,11 +5,10 @@ from __future__ import annotations
 import streamlit as st
 
 from trace_core import DecodingConfig, ModelLoadError, settings
+from trace_core.record.gguf import packaged_gguf
 
 from . import state
 from .components import md_literal, sentence
-from trace_core.record.gguf import packaged_gguf
-
 from .services import DEMO_MODEL, get_model, get_server
 
 REAL_LABEL = "SmolLM2-135M-Instruct"
@@ -119,8 +118,8 @@ def _server_model():
     from trace_core.record.server import ServerError
 
     try:
-        lm = get_server(url, name, tokenizer or None, full_distribution=bool(full), api="chat" if chat else "completions",
-                        recheck=recheck)
+        lm = get_server(url, name, tokenizer or None, full_distribution=bool(full),
+                        api="chat" if chat else "completions", recheck=recheck)
     except (ServerError, ModelLoadError, OSError, ValueError) as exc:
         error = md_literal(sentence(str(exc)))
         st.error(error)

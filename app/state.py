@@ -12,16 +12,24 @@ that does not draw it runs: :func:`keep_widgets` (called by the router before ev
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 if TYPE_CHECKING:
-    from trace_core import (DecodingConfig, IsotonicCalibrator, LoadedModel, PlattCalibrator, ScoreCalibrator, Trace,
-                            TracePlus)
+    from trace_core import (
+        DecodingConfig,
+        IsotonicCalibrator,
+        LoadedModel,
+        PlattCalibrator,
+        ScoreCalibrator,
+        Trace,
+        TracePlus,
+    )
 
     Calibrator = TracePlus | ScoreCalibrator | PlattCalibrator | IsotonicCalibrator
 
@@ -31,7 +39,8 @@ MODEL_ERROR = "lm_error"  # str | None: why it could not be loaded
 DECODING = "decoding"  # DecodingConfig from the sidebar
 CALIBRATOR = "calibrator"  # ActiveCalibrator: fitted on Calibrate or loaded from a file, used by every page
 CALIBRATED_DATA = "flag_data"  # Answers: the Calibrate page's rows for Flag & export
-SCORE_CHOICES = "score_choices"  # ScoreChoices: the scores those rows can be flagged with (Calibrate and Flag offer them)
+# ScoreChoices: the scores those rows can be flagged with (Calibrate and Flag offer them)
+SCORE_CHOICES = "score_choices"
 UPLOADS = "uploads"  # {role: (bytes, name)}: each page's last uploaded file, kept across pages
 LOADED_CALIBRATOR_FILE = "loaded_calibrator_file"  # (name, size, digest) of the calibrator file last loaded
 RECORDED = "recorded"  # {(file key, model key): {row number in the file: Trace}}: traces recorded in this session
@@ -63,8 +72,8 @@ KEPT_WIDGETS = (
     "risk_matcher",
     # Compare
     "compare_scope", "compare_data_source", "compare_demo_dataset", "compare_data_path", "compare_n_prompts",
-    "compare_matcher", "compare_prompt", "compare_mode", "compare_model", "compare_sample", "compare_temperature", "compare_top_p",
-    "compare_top_k", "compare_seed", "compare_max_new_tokens", "compare_signal",
+    "compare_matcher", "compare_prompt", "compare_mode", "compare_model", "compare_sample", "compare_temperature",
+    "compare_top_p", "compare_top_k", "compare_seed", "compare_max_new_tokens", "compare_signal",
 )
 
 
@@ -170,7 +179,8 @@ def model() -> LoadedModel | None:
 
 
 #: What a page says when the sidebar's model could not be loaded: the sidebar shows why, once.
-NO_MODEL_ERROR = "The model in the sidebar could not be loaded (the sidebar says why): choose another to generate answers."
+NO_MODEL_ERROR = ("The model in the sidebar could not be loaded (the sidebar says why): choose another to generate "
+                  "answers.")
 NO_MODEL = "Choose a model in the sidebar to generate answers."
 
 

@@ -100,7 +100,7 @@ class _GenerationClock:
 
         self.module, self.original, self.seconds = trace_core, trace_core.generate_trace, 0.0
 
-    def __enter__(self) -> "_GenerationClock":
+    def __enter__(self) -> _GenerationClock:
         def timed(*args, **kwargs):
             start = time.perf_counter()
             try:
@@ -211,11 +211,11 @@ def bench_calibrate(rows: int, repeats: int, profile: bool) -> None:
             at.radio(key="data_source").set_value("File path").run()
             # Each repeat is a fresh session of the same server process: caches start empty only the first time.
             at.text_input(key="data_path").set_value(str(path))
-            first.append(_timed(lambda: at.run(), profile and r == 0))
+            first.append(_timed(at.run, profile and r == 0))
             _check(at)
             assert len(at.get("plotly_chart")) == 3 and at.session_state["calibrator"] is not None
             at.slider(key="n_bins").set_value(12 + r)
-            rerun.append(_timed(lambda: at.run(), profile and r == 0))
+            rerun.append(_timed(at.run, profile and r == 0))
             _check(at)
         baseline = min(_timed(lambda: _parse_only(path), False) for _ in range(2))
         print(f"Calibrate: {rows:,} rows with traces ({size:.0f} MB CSV)")

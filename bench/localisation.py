@@ -50,9 +50,9 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd

@@ -7,8 +7,8 @@ Prints the wall time per size and its ratio to the smallest size (linear growth 
 ratios), on synthetic traces (spike by default; ``surprisal_spike`` has no entropy, as saved runs with chosen-token
 log-probabilities only). Every scalar method gets both calibrators (Platt and isotonic) on every split.
 ``--cost-of M ...`` also times each size without those methods, in the same process, and prints the ratio (what
-those methods add). ``--profile`` then profiles the largest size on one thread: the top functions, and the time by part of the protocol
-(fits, predictions, metrics, scores, sorts, the rest).
+those methods add). ``--profile`` then profiles the largest size on one thread: the top functions, and the time by
+part of the protocol (fits, predictions, metrics, scores, sorts, the rest).
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ def main(argv: list[str] | None = None) -> None:
     n_trace_only = sum(m.is_baseline and m.needs == "trace" for m in METHODS.values())
     n_fitted = sum(m.kind == "fitted_baseline" and m.needs == "trace" for m in METHODS.values())
     print(f"synthetic {args.kind} traces, mean length {args.mean_length:g}; TRACE+, TRACE, the {n_trace_only} "
-          f"trace-only baselines ({n_fitted} fitted per split; those the data allow) and the likelihood reference; {config.n_splits} splits at "
-          f"{config.calibration_fraction:.0%} calibration, Platt and isotonic for every scalar score")
+          f"trace-only baselines ({n_fitted} fitted per split; those the data allow) and the likelihood reference; "
+          f"{config.n_splits} splits at {config.calibration_fraction:.0%} calibration, Platt and isotonic for every "
+          "scalar score")
     extra = f" {'without':>8} {'ratio':>6}" if args.cost_of else ""
     if args.cost_of:
         print(f"'without': the same run without {', '.join(args.cost_of)}; 'ratio': with / without")

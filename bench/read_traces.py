@@ -16,6 +16,7 @@ Printed: the best of ``--repeat`` runs of each, in seconds, and read_dataset's t
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import tempfile
 import time
@@ -33,8 +34,8 @@ def _traces(n: int, seed: int = 0) -> list:
 
     rng = np.random.default_rng(seed)
     words = [f"tok{i}" if i % 3 else f" w{i}" for i in range(_VOCABULARY)]
-    meta = TraceMetadata(model_id="bench-model", source="generate", decoding={"do_sample": False}, tokenizer="bench-model",
-                         extra={"vocab_size": 32_000})
+    meta = TraceMetadata(model_id="bench-model", source="generate", decoding={"do_sample": False},
+                         tokenizer="bench-model", extra={"vocab_size": 32_000})
     out = []
     for _ in range(n):
         t = int(rng.integers(2, 61))
@@ -108,8 +109,8 @@ def main(argv: list[str] | None = None) -> None:
               f"{args.repeat}")
         print(f"{'format':<7} {'MB':>6} {'baseline s':>11} {'read_dataset s':>15} {'ratio':>7}")
         for fmt, path in paths.items():
-            base = _best(lambda: _baseline(path, fmt), args.repeat)
-            ours = _best(lambda: read_dataset(path), args.repeat)
+            base = _best(functools.partial(_baseline, path, fmt), args.repeat)
+            ours = _best(functools.partial(read_dataset, path), args.repeat)
             size = path.stat().st_size / 1e6
             print(f"{fmt:<7} {size:>6.1f} {base:>11.3f} {ours:>15.3f} {ours / base:>6.2f}x", flush=True)
 

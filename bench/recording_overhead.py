@@ -82,14 +82,15 @@ def main(argv: list[str] | None = None) -> None:
         gen_config = generation_config(lm, config, {})
         naive_config = generation_config(lm, config, {"output_logits": True})
 
-        def plain():
+        # each timed function binds this batch's inputs (defaults), not the loop's variables
+        def plain(ids=ids, mask=mask, gen_config=gen_config):
             with torch.no_grad():
                 return lm.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_config)
 
-        def traced():
+        def traced(prompts=prompts, batch=batch):
             return generate_traces(lm, prompts, config=config, batch_size=batch)
 
-        def naive():
+        def naive(ids=ids, mask=mask, naive_config=naive_config, width=width):
             with torch.no_grad():
                 out = lm.model.generate(input_ids=ids, attention_mask=mask, generation_config=naive_config)
             logits = torch.stack(out.logits, dim=1)  # (B, T, V): what such tools keep

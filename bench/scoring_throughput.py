@@ -127,13 +127,14 @@ def main(argv: list[str] | None = None) -> None:
             label = f"SmolLM2-135M (vocab {config.vocab_size:,}, {config.hidden_size} x {config.num_hidden_layers})"
         else:
             lm = random_lm(arch="gpt2", vocab_size=args.vocab, hidden=args.hidden, layers=args.layers)
-            pairs, label = _random_pairs(args.answers), f"random GPT-2 (vocab {args.vocab}, {args.hidden} x {args.layers})"
+            pairs = _random_pairs(args.answers)
+            label = f"random GPT-2 (vocab {args.vocab}, {args.hidden} x {args.layers})"
         prompts, answers = [p for p, _ in pairs], [a for _, a in pairs]
 
-        def loop():
+        def loop(lm=lm, prompts=prompts, answers=answers):
             return [t for p, a in zip(prompts, answers) for t in score_answers(lm, [p], [a], batch_size=1)]
 
-        def batched():
+        def batched(lm=lm, prompts=prompts, answers=answers):
             return score_answers(lm, prompts, answers, batch_size=args.batch)
 
         forward = _plain_forward(lm, prompts, answers, args.batch)

@@ -20,6 +20,8 @@ and stop the server are shared with ``tests/engine``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import signal
@@ -165,10 +167,8 @@ def stop_process_group(proc: subprocess.Popen, *, grace: float) -> None:
             break
         except subprocess.TimeoutExpired:
             continue
-    try:  # children that outlived the leader
+    with contextlib.suppress(ProcessLookupError):  # children that outlived the leader
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def post_json(url: str, body: dict[str, Any], timeout: float = 120.0) -> bytes:
@@ -226,7 +226,7 @@ def _score_rows(url: str, folder: Path, pairs: list[tuple[str, str]], args: argp
                             top_logprobs=20, full_distribution=full, timeout=300)
         n = min(len(pairs), args.full_answers) if full else len(pairs)  # the full distribution is slow: fewer
         score_answers(sm, prompts[:concurrency], answers[:concurrency])  # warm-up
-        seconds, traces = _timed(lambda: score_answers(sm, prompts[:n], answers[:n], batch_size=batch))
+        seconds, traces = _timed(functools.partial(score_answers, sm, prompts[:n], answers[:n], batch_size=batch))
         diff = max(float(np.max(np.abs(a.surprisal - b.surprisal), initial=0.0)) for a, b in zip(traces, reference))
         label = f"server c={concurrency} " + (f"full distribution ({n})" if full else "top-20")
         label += f", batch {batch}" if batch != args.server_batch else ""

@@ -52,10 +52,11 @@ def main(argv: list[str] | None = None) -> None:
         traces = [data.traces[i] for i in rows] * args.copies
         frame = pd.concat([data.frame.iloc[rows]] * args.copies, ignore_index=True)
         explanations = [explain_trace(t) for t in traces]
-        span_time = _best(lambda: [riskiest_span(t, calibrator=spans, explanation=e)
-                                   for t, e in zip(traces, explanations)], args.repeats)
-        explain_time = _best(lambda: [explain_trace(t) for t in traces], args.repeats)
-        whole = _best(lambda: score_rows(frame, traces, calibrator), args.repeats)
+        # the timed lambdas bind this family's data (defaults), not the loop's variables
+        span_time = _best(lambda traces=traces, explanations=explanations: [
+            riskiest_span(t, calibrator=spans, explanation=e) for t, e in zip(traces, explanations)], args.repeats)
+        explain_time = _best(lambda traces=traces: [explain_trace(t) for t in traces], args.repeats)
+        whole = _best(lambda frame=frame, traces=traces: score_rows(frame, traces, calibrator), args.repeats)
         tokens = np.mean([len(t) for t in traces])
         print(f"{family:<16}{len(traces):>9,}{tokens:>8.0f}{1e3 * span_time:>10.0f}{1e3 * explain_time:>12.0f}"
               f"{span_time / explain_time:>15.2f}{1e3 * whole:>15.0f}")

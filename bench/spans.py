@@ -110,13 +110,15 @@ def labelled(answers: list[Answer], level: str = "all") -> tuple[list, np.ndarra
 
 
 def localisation(answers: list[Answer], calibrator) -> str:
-    from trace_core import rank_spans
     from dataclasses import replace
+
+    from trace_core import rank_spans
 
     located = [a for a in answers if a.first_wrong is not None]
     lines = [f"{len(located)} wrong answers with a located first wrong character (of {len(answers)} answers, "
              f"{sum(a.wrong for a in answers)} wrong; a wrong answer that only leaves a fact out is not located).", "",
-             "| spans | in a span | riskiest by peak surprisal | riskiest by span calibrator | random span | last span |",
+             "| spans | in a span | riskiest by peak surprisal | riskiest by span calibrator | random span "
+             "| last span |",
              "|---|---:|---:|---:|---:|---:|"]
     for level, title in (("fine", "dates, numbers, names"), ("sentence", "sentences"), ("auto", "riskiest_span's")):
         hits = {"peak": 0, "cal": 0, "random": 0.0, "last": 0, "covered": 0}
@@ -159,9 +161,9 @@ def _interval(values_of, groups: np.ndarray, n_boot: int) -> tuple[float, float]
 
 
 def calibration(fit: list[Answer], test: list[Answer], calibrator, n_boot: int) -> str:
-    from trace_core import PlattCalibrator, auroc, brier_score
-
     import warnings
+
+    from trace_core import PlattCalibrator, auroc, brier_score
 
     lines = ["| spans | method | labelled spans (wrong) | AUROC [95%] | Brier [95%] |", "|---|---|---:|---:|---:|"]
     fit_risks, fit_y, _ = labelled(fit)
@@ -178,7 +180,7 @@ def calibration(fit: list[Answer], test: list[Answer], calibrator, n_boot: int) 
                   "answer's TRACE confidence": (np.array([test[g].confidence for g in groups]), False),
                   "base rate of --fit": (np.full(len(y), base), True)}
         for name, (score, probability) in scores.items():
-            def a_of(idx, s=score):
+            def a_of(idx, s=score, y=y):
                 if len(np.unique(y[idx])) < 2:
                     return np.nan
                 with warnings.catch_warnings():
@@ -187,7 +189,7 @@ def calibration(fit: list[Answer], test: list[Answer], calibrator, n_boot: int) 
             lo, hi = _interval(a_of, groups, n_boot)
             auc = f"{a_of(np.arange(len(y))):.3f} [{lo:.2f}, {hi:.2f}]" if name != "base rate of --fit" else "—"
             if probability:
-                b_lo, b_hi = _interval(lambda idx, s=score: brier_score(y[idx], s[idx]), groups, n_boot)
+                b_lo, b_hi = _interval(lambda idx, s=score, y=y: brier_score(y[idx], s[idx]), groups, n_boot)
                 brier = f"{brier_score(y, score):.3f} [{b_lo:.3f}, {b_hi:.3f}]"
             else:
                 brier = "— (not a probability)"

@@ -26,8 +26,7 @@ MAX_NEW_TOKENS = {"short": 12, "long": 64}
 
 def problems_of(split: str, *, tasks: str, n_arithmetic: int, n_worked: int, n_facts: int | None, seed: int,
                 n_descriptions: int | None = None):
-    from .tasks import (arithmetic_problems, description_problems, description_world, fact_problems,
-                        worked_problems)
+    from .tasks import arithmetic_problems, description_problems, description_world, fact_problems, worked_problems
 
     if tasks == "short":
         return arithmetic_problems(n_arithmetic, split=split, seed=seed) + fact_problems(split, seed=seed)

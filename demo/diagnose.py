@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import collections
 
+
 def bucket(exposure: int) -> str:
     return "0" if exposure == 0 else "1-2" if exposure < 4 else "4-7" if exposure < 8 else "8+"
 
@@ -32,8 +33,16 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .tasks import (_ORDER, _PARTIAL_PROMPTS, _RELATIONS, _templates, description_problems, description_world,
-                        format_prompt, wrong_facts)
+    from .tasks import (
+        _ORDER,
+        _PARTIAL_PROMPTS,
+        _RELATIONS,
+        _templates,
+        description_problems,
+        description_world,
+        format_prompt,
+        wrong_facts,
+    )
 
     tok = AutoTokenizer.from_pretrained(args.model)
     tok.padding_side = "left"

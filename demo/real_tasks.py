@@ -53,8 +53,8 @@ import hashlib
 import random
 import re
 import unicodedata
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -270,7 +270,7 @@ Vietnam | Hanoi | Vietnamese đồng/Vietnamese dong/đồng/dong | Vietnamese |
 Yemen | Sanaa/Sana'a | Yemeni rial | Arabic | AS | 2
 Zambia | Lusaka | Zambian kwacha | English | AF | 3
 Zimbabwe | Harare | - | English/Shona/Ndebele | AF | 2
-"""
+"""  # noqa: E501 (a data table: one country a line)
 
 # Each continent also as "the <adjective> continent" ("located in the South American continent").
 _CONTINENTS = {"AF": ["Africa", "African continent"], "AS": ["Asia", "Asian continent"],
@@ -726,8 +726,8 @@ def label_of(problem: Problem, answer: str) -> tuple[int, str, int | None]:
       first wrong character is the value's start found as in :func:`judge_facts` (None for continents).
     - arithmetic and word problems: ``numeric`` on the last number; the first wrong character is where the last
       number departs from the reference (``bench.localisation.first_wrong_char``).
-    - country facts: 1 only when :func:`judge_facts` finds both facts (:data:`LONG_RELATIONS`) right; the detail names the wrong (and
-      missing) facts; the first wrong character is the start of the first wrong fact's value.
+    - country facts: 1 only when :func:`judge_facts` finds both facts (:data:`LONG_RELATIONS`) right; the detail names
+      the wrong (and missing) facts; the first wrong character is the start of the first wrong fact's value.
     """
     from trace_core.data.labels import label_from_reference
 

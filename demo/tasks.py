@@ -19,8 +19,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["FAMILIES", "LONG_FAMILIES", "KnowledgeBase", "Problem", "arithmetic_problems", "description_problems",
            "description_world", "describe", "draw_distinct", "fact_problems", "format_prompt", "long_training_pairs",

@@ -6,21 +6,30 @@ import streamlit as st
 
 from app import state
 from app.batch import answered
-from app.components import (legend_stats, md_literal, metric_columns, metrics_frame, paired_frame,
-                            reliability_figure, risk_coverage_figure, roc_figure, sentence)
+from app.components import (
+    legend_stats,
+    md_literal,
+    metric_columns,
+    metrics_frame,
+    paired_frame,
+    reliability_figure,
+    risk_coverage_figure,
+    roc_figure,
+    sentence,
+)
 from app.downloads import download_button
 from app.groups import group_panel
 from app.inputs import pick_dataset_file, read_labeled
 from app.panels import calibrator_file_name, production_calibrator, score_choices
-from app.semantic import relevance_panel
 from app.recording import dataset_traces, record_panel, traces_download
+from app.semantic import relevance_panel
 from app.services import embedder, evaluate_cached, parse_beams
 from trace_core import EvaluationConfig
 from trace_core.evaluate import SCALAR_CALIBRATORS, AnswerValueError
-from trace_core.results import CALIBRATOR_NAMES
 from trace_core.policy import METRICS_UNDEFINED, one_class_message
-from trace_core.report import report_html
 from trace_core.registry import get_method, method_names
+from trace_core.report import report_html
+from trace_core.results import CALIBRATOR_NAMES
 
 st.title("Calibrate and compare")
 st.caption("Upload answers labeled correct or wrong (or with a reference answer). TRACE+ is fitted on a calibration "
@@ -139,8 +148,8 @@ with tabs[0]:
                     width="stretch", key="reliability")
     st.caption(f"Curves and bars: the first held-out split; TRACE and the baselines after "
                f"{CALIBRATOR_NAMES[calibrator]}. Points: observed accuracy per bin with 95% Wilson intervals; bars: "
-               "how many answers fall in each bin (equal-mass bins hold about as many each; their widths show where the "
-               "answers crowd). Legend: ECE as in the table, mean ± std over the splits.")
+               "how many answers fall in each bin (equal-mass bins hold about as many each; their widths show where "
+               "the answers crowd). Legend: ECE as in the table, mean ± std over the splits.")
 with tabs[1]:
     st.plotly_chart(risk_coverage_figure(y, {m: held[f"{m} score"].to_numpy() for m in shown},
                                          legend_stats=legend_stats(result, "aurc", calibrator), subtitle=split),

@@ -15,9 +15,9 @@ from app.guaranteed import guarantee_choice
 from app.inputs import pick_dataset_file, read_labeled
 from app.panels import active_calibrator_note, answer_details, load_calibrator_panel, production_calibrator
 from app.recording import dataset_traces, record_panel
+from app.services import provenance_notes, scored_out_of_fold, scored_rows
 from app.spans import SPAN_NOTE as SPAN_HELP
 from app.spans import riskiest_span_words
-from app.services import provenance_notes, scored_out_of_fold, scored_rows
 from trace_core import ScoreCalibrator, TracePlus
 from trace_core.data import export_flagged, token_table, with_trace_columns
 from trace_core.flag import OUT_OF_FOLD, select_flagged

@@ -10,12 +10,31 @@ import pandas as pd
 import streamlit as st
 
 from app import state
-from app.components import (HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, md_literal, sentence, signal_values,
-                            trace_figure, visible_token)
+from app.components import (
+    HEATMAP_CSS,
+    SIGNALS,
+    heatmap_html,
+    legend_html,
+    md_literal,
+    sentence,
+    signal_values,
+    trace_figure,
+    visible_token,
+)
 from app.explain import explain_probability, explain_risk, probability_title, unfinished_note
 from app.panels import active_calibrator_note
-from app.services import (alternatives_for, alternatives_note, describe_calibrator, example_label, heatmap_cached,
-                          prompt_as_read, prompt_problem, provenance_notes, same_model, try_prompts)
+from app.services import (
+    alternatives_for,
+    alternatives_note,
+    describe_calibrator,
+    example_label,
+    heatmap_cached,
+    prompt_as_read,
+    prompt_problem,
+    provenance_notes,
+    same_model,
+    try_prompts,
+)
 from app.spans import boxed_spans, ranked_spans, spans_panel
 from app.streaming import stream_answer
 from trace_core import ScoreCalibrator, TracePlus, explain_trace

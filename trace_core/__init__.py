@@ -18,6 +18,7 @@ from .calibrate import (
     transform_scores,
 )
 from .calibrator_io import CalibratorFormatError
+from .compare import PairedComparison, Verdict, paired_comparison, reference_sentence, verdict
 from .data import (
     DatasetError,
     LabeledDataset,
@@ -29,7 +30,6 @@ from .data import (
     trace_from_openai,
     write_dataset,
 )
-from .compare import PairedComparison, Verdict, paired_comparison, reference_sentence, verdict
 from .drift import DriftResult, DriftSummary, drift_check, drift_two_sample
 from .evaluate import EvaluationConfig, EvaluationResult, average_results, evaluate, evaluate_arrays
 from .features import FEATURE_SETS, feature_matrix, feature_matrix_from_arrays, feature_names
@@ -38,11 +38,11 @@ from .metrics import (
     auprc,
     aurc,
     auroc,
-    prr,
     bin_probabilities,
     bootstrap_ci,
     brier_score,
     expected_calibration_error,
+    prr,
     reliability_table,
     risk_at_coverage,
     risk_coverage_curve,
@@ -81,8 +81,8 @@ from .record import (
 )
 from .registry import METHODS, METRICS, REFERENCE, Method, MetricSpec, get_method, method_names
 from .results import report_markdown
-from .spans import Span, SpanCalibrator, SpanRisk, rank_spans, riskiest_span, segment, span_risks
 from .score import TraceConfig, TraceExplanation, explain_trace, spike_indices, trace_confidence, trace_risk
+from .spans import Span, SpanCalibrator, SpanRisk, rank_spans, riskiest_span, segment, span_risks
 from .synthetic import synthetic_traces
 from .trace import DecodingConfig, Trace, TraceMetadata
 

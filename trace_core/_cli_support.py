@@ -7,8 +7,9 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ._checks import clip, shorten
 from .settings import redact_secrets

@@ -50,21 +50,23 @@ PRR) use the raw score. The rule, with each entry's one-line reason in its ``tra
 
 EPR (entropy production rate, arXiv 2509.04492) reads the K most likely alternatives stored at each step, with
 probabilities ``q_{t,k}`` (not renormalised; K the fewest any answer stores, at least 2; see
-:mod:`trace_core.fitted_baselines`). Beam baselines use ``q_i``, the beam sequence probabilities of one extra beam-search call on the same prompt,
-normalised over the returned beams (sorted, most likely first). They describe the prompt's answer distribution, not
-the decoded answer itself. Semantic baselines weight tokens by their relevance to the answer's meaning, measured with a
-sentence-embedding model (see :mod:`trace_core.semantic`). A baseline whose input is missing is skipped with a stated
-reason, never silently.
+:mod:`trace_core.fitted_baselines`). Beam baselines use ``q_i``, the beam sequence probabilities of one extra
+beam-search call on the same prompt, normalised over the returned beams (sorted, most likely first). They describe
+the prompt's answer distribution, not the decoded answer itself. Semantic baselines weight tokens by their relevance
+to the answer's meaning, measured with a sentence-embedding model (see :mod:`trace_core.semantic`). A baseline
+whose input is missing is skipped with a stated reason, never silently.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from .fitted_baselines import TOP_K_NEEDS, TopK, epr_confidence, stack_top_logprobs
 from .operators import (
     Ragged,
     check_paired,
@@ -76,7 +78,6 @@ from .operators import (
     slope,
     window_max_mean,
 )
-from .fitted_baselines import TOP_K_NEEDS, TopK, epr_confidence, stack_top_logprobs
 from .score import stack_traces
 from .semantic import mars_confidence, token_relevance_batch, tokensar_confidence
 from .trace import LOGPROB_TOLERANCE, Trace
@@ -122,7 +123,7 @@ class TraceBatch:
     probs: Ragged
 
     @classmethod
-    def from_arrays(cls, surprisal: Ragged, entropy: Ragged | None) -> "TraceBatch":
+    def from_arrays(cls, surprisal: Ragged, entropy: Ragged | None) -> TraceBatch:
         if entropy is None:
             empty = np.flatnonzero(surprisal.lengths == 0)
             if empty.size:
@@ -359,8 +360,9 @@ def baseline_scores(surprisal: Ragged, entropy: Ragged | None, *, names: Sequenc
                     embedder: Any = None, contexts: Sequence[str] | None = None,
                     top_k: TopK | None = None, relevance: Sequence[np.ndarray] | None = None) -> BaselineScores:
     """:func:`compute_baselines` from surprisal and entropy batches; the semantic baselines also need ``traces``
-    (their token texts), EPR their top-k log-probabilities (``top_k``, else stacked from ``traces``). ``entropy=None`` (only the chosen tokens' log-probabilities): the baselines with
-    ``needs_entropy`` are skipped with :data:`NO_ENTROPY_REASON`."""
+    (their token texts), EPR their top-k log-probabilities (``top_k``, else stacked from ``traces``).
+    ``entropy=None`` (only the chosen tokens' log-probabilities): the baselines with ``needs_entropy`` are skipped
+    with :data:`NO_ENTROPY_REASON`."""
     wanted = _names(names)
     wanted, no_entropy = _entropy_free(wanted, entropy)
     skipped: dict[str, str] = {n: NO_ENTROPY_REASON for n in no_entropy}

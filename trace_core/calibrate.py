@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -21,8 +22,8 @@ from ._checks import AnswerValueError, check_int, check_labels, check_real, chec
 from .calibrator_io import CalibratorFormatError, decode_calibrator, parse_calibrator
 from .calibrator_io import dumps_calibrator as _dumps
 from .drift import ALPHA, EXTRA_FEATURES, DriftResult, DriftSummary, drift_check, drift_two_sample, summarize
-from .logistic import SCORE_TRANSFORMS, _fit_logistic, _fit_logistic_1d, _sigmoid, transform_scores
 from .features import feature_matrix, feature_names
+from .logistic import SCORE_TRANSFORMS, _fit_logistic, _fit_logistic_1d, _sigmoid, transform_scores
 from .trace import Trace
 
 __all__ = ["CALIBRATOR_WORDS", "SCORE_TRANSFORMS", "CalibratorFormatError", "IsotonicCalibrator", "NotFittedError",
@@ -254,7 +255,7 @@ class TracePlus(_FittedOnTraces):
             raise AnswerValueError(row, "has a non-finite feature: its trace holds values too large to compute with")
         return F
 
-    def fit(self, X: Sequence[Trace] | np.ndarray, y: Any) -> "TracePlus":
+    def fit(self, X: Sequence[Trace] | np.ndarray, y: Any) -> TracePlus:
         """Fit on traces (or their feature matrix, shape (n, n_features)) and 0/1 correctness labels (n,)."""
         C = check_real(self.C, "C", minimum=0, low_open=True)
         max_iter = check_int(self.max_iter, "max_iter", minimum=1)
@@ -323,12 +324,12 @@ class TracePlus(_FittedOnTraces):
         })
 
     @classmethod
-    def from_json(cls, data: str | Mapping[str, Any]) -> "TracePlus":
+    def from_json(cls, data: str | Mapping[str, Any]) -> TracePlus:
         """Load a TracePlus saved with ``to_json``; every field is checked (see :mod:`trace_core.calibrator_io`)."""
         return cls._from_fields(parse_calibrator(data, "TracePlus"))
 
     @classmethod
-    def _from_fields(cls, fields: Mapping[str, Any]) -> "TracePlus":
+    def _from_fields(cls, fields: Mapping[str, Any]) -> TracePlus:
         model = cls(**fields["params"])
         model.feature_names_ = fields["feature_names"]
         model.mean_, model.scale_, model.coef_ = fields["mean"], fields["scale"], fields["coef"]
@@ -355,7 +356,7 @@ class PlattCalibrator:
     def __init__(self, *, C: float = 1e4) -> None:
         self.C = C
 
-    def fit(self, scores: Any, y: Any) -> "PlattCalibrator":
+    def fit(self, scores: Any, y: Any) -> PlattCalibrator:
         C = check_real(self.C, "C", minimum=0, low_open=True)
         x = _check_scores(scores)
         labels = _check_labels(y, x.shape[0])
@@ -377,12 +378,12 @@ class PlattCalibrator:
                        "scale": self.scale_, "coef": self.coef_, "intercept": self.intercept_})
 
     @classmethod
-    def from_json(cls, data: str | Mapping[str, Any]) -> "PlattCalibrator":
+    def from_json(cls, data: str | Mapping[str, Any]) -> PlattCalibrator:
         """Load a PlattCalibrator saved with ``to_json``; every field is checked."""
         return cls._from_fields(parse_calibrator(data, "PlattCalibrator"))
 
     @classmethod
-    def _from_fields(cls, fields: Mapping[str, Any]) -> "PlattCalibrator":
+    def _from_fields(cls, fields: Mapping[str, Any]) -> PlattCalibrator:
         model = cls(**fields["params"])
         model.mean_, model.scale_ = fields["mean"], fields["scale"]
         model.coef_, model.intercept_ = fields["coef"], fields["intercept"]
@@ -442,13 +443,13 @@ class IsotonicCalibrator:
     """Isotonic regression of correctness on one score (non-decreasing, clipped outside the fitted range): the fit of
     scikit-learn's ``IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip")``, number for number."""
 
-    def fit(self, scores: Any, y: Any) -> "IsotonicCalibrator":
+    def fit(self, scores: Any, y: Any) -> IsotonicCalibrator:
         x = _check_scores(scores)
         labels = _check_labels(y, x.shape[0])
         order = np.argsort(x, kind="stable")
         return self._fit_sorted(x[order], labels[order])
 
-    def _fit_sorted(self, x: np.ndarray, y: np.ndarray) -> "IsotonicCalibrator":
+    def _fit_sorted(self, x: np.ndarray, y: np.ndarray) -> IsotonicCalibrator:
         """Fit on checked scores already in ascending order and their labels."""
         self.x_thresholds_, self.y_thresholds_ = _isotonic_from_sorted(x, y)
         return self
@@ -466,12 +467,12 @@ class IsotonicCalibrator:
                        "y_thresholds": self.y_thresholds_.tolist()})
 
     @classmethod
-    def from_json(cls, data: str | Mapping[str, Any]) -> "IsotonicCalibrator":
+    def from_json(cls, data: str | Mapping[str, Any]) -> IsotonicCalibrator:
         """Load an IsotonicCalibrator saved with ``to_json``; every field is checked."""
         return cls._from_fields(parse_calibrator(data, "IsotonicCalibrator"))
 
     @classmethod
-    def _from_fields(cls, fields: Mapping[str, Any]) -> "IsotonicCalibrator":
+    def _from_fields(cls, fields: Mapping[str, Any]) -> IsotonicCalibrator:
         model = cls()
         model.x_thresholds_, model.y_thresholds_ = fields["x_thresholds"], fields["y_thresholds"]
         return model
@@ -582,7 +583,7 @@ class ScoreCalibrator(_FittedOnTraces):
         """The method's raw score of each answer (:func:`method_scores`)."""
         return method_scores(traces, self.method)
 
-    def fit(self, traces: Sequence[Trace], y: Any) -> "ScoreCalibrator":
+    def fit(self, traces: Sequence[Trace], y: Any) -> ScoreCalibrator:
         """Fit on traces and their 0/1 correctness labels."""
         transform = self._check_params()
         traces = list(traces)
@@ -634,12 +635,12 @@ class ScoreCalibrator(_FittedOnTraces):
                           else {}), **_summary_field(self)})
 
     @classmethod
-    def from_json(cls, data: str | Mapping[str, Any]) -> "ScoreCalibrator":
+    def from_json(cls, data: str | Mapping[str, Any]) -> ScoreCalibrator:
         """Load a ScoreCalibrator saved with ``to_json``; every field is checked."""
         return cls._from_fields(parse_calibrator(data, "ScoreCalibrator"))
 
     @classmethod
-    def _from_fields(cls, fields: Mapping[str, Any]) -> "ScoreCalibrator":
+    def _from_fields(cls, fields: Mapping[str, Any]) -> ScoreCalibrator:
         model = cls(**fields["params"])
         inner_type = PlattCalibrator if model.calibrator == "platt" else IsotonicCalibrator
         model.calibrator_ = inner_type._from_fields({**fields, "params": (
@@ -705,8 +706,9 @@ def unfitted_copy(calibrator: TracePlus | ScoreCalibrator) -> TracePlus | ScoreC
     return type(calibrator)(**calibrator.get_params())
 
 
-_TYPES = {"TracePlus": TracePlus, "PlattCalibrator": PlattCalibrator, "IsotonicCalibrator": IsotonicCalibrator,
-          "ScoreCalibrator": ScoreCalibrator}
+_TYPES: dict[str, type[TracePlus] | type[PlattCalibrator] | type[IsotonicCalibrator] | type[ScoreCalibrator]] = {
+    "TracePlus": TracePlus, "PlattCalibrator": PlattCalibrator, "IsotonicCalibrator": IsotonicCalibrator,
+    "ScoreCalibrator": ScoreCalibrator}
 #: What a calibrator file holds.
 Calibrator = TracePlus | ScoreCalibrator | PlattCalibrator | IsotonicCalibrator
 

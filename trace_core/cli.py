@@ -22,14 +22,14 @@ import json
 import os
 import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ._checks import AnswerValueError, clip, shorten
-from .settings import redact_secrets
 from ._cli_support import (
     _CALIBRATOR_OUT,
     _DATASET_OUT,
@@ -48,6 +48,7 @@ from ._cli_support import (
     _shown,
     close_progress_bars,
 )
+from .settings import redact_secrets
 
 __all__ = ["CLIError", "build_parser", "main"]
 
@@ -406,11 +407,11 @@ def _report_dependency() -> None:
         raise CLIError("--report needs plotly: pip install 'trace-core[report]'") from None
 
 
-def cmd_evaluate(args: argparse.Namespace) -> None:
+def cmd_evaluate(args: argparse.Namespace) -> None:  # noqa: C901 (one branch per command-line option)
     from .evaluate import NoUsableSplitError, average_results
     from .policy import METRICS_UNDEFINED, one_class_message
-    from .results import report_markdown
     from .registry import METHODS, method_names
+    from .results import report_markdown
 
     out_format = None
     if args.out:
@@ -529,9 +530,8 @@ def _fit_choice(args: argparse.Namespace) -> tuple[str | None, str | None]:
 
 def cmd_fit(args: argparse.Namespace) -> None:
     from .calibrate import CALIBRATOR_WORDS, ScoreCalibrator, TracePlus
-    from .policy import NO_CALIBRATOR
-
     from .features import default_feature_set, needs_entropy
+    from .policy import NO_CALIBRATOR
 
     _check_out(args.out, _CALIBRATOR_OUT)
     _check_not_input(args.out, [("the input file", args.data)], written="the calibrator")
@@ -541,7 +541,8 @@ def cmd_fit(args: argparse.Namespace) -> None:
     labels = dataset.frame["label"].to_numpy()
     if method is not None:
         try:
-            model = ScoreCalibrator(method=method, calibrator=args.calibrator).fit(traces, labels)
+            model: ScoreCalibrator | TracePlus = ScoreCalibrator(method=method, calibrator=args.calibrator).fit(traces,
+                                                                                                             labels)
         except AnswerValueError as exc:
             raise CLIError(f"{_shown(args.data)}: row {_row_numbers(dataset)[exc.index]}: {exc.reason}") from exc
         except ValueError as exc:  # the traces lack what the method needs (entropy, top-k alternatives)
@@ -688,8 +689,8 @@ def _model_options(p: argparse.ArgumentParser) -> None:
                              "(default), or through /v1/chat/completions with the server's template; scoring always "
                              "uses completions")
     server.add_argument("--full-distribution", action="store_true",
-                        help="ask for every token's log-probability (exact entropy; the server needs --max-logprobs -1; "
-                             "sensible for small vocabularies only)")
+                        help="ask for every token's log-probability (exact entropy; the server needs "
+                             "--max-logprobs -1; sensible for small vocabularies only)")
     p.add_argument("--batch-size", type=int, default=8, help="prompts per model call (default %(default)s)")
     p.add_argument("--alternatives", type=int, default=5,
                    help="top alternatives stored per token (default %(default)s)")

@@ -6,7 +6,8 @@ On every split of the protocol, for every metric, each TRACE method is compared 
     the baseline that is best *on that split's calibration part* (by that metric computed on the calibration part;
     for Brier, on the calibrated probabilities of the calibration part), then measured on the evaluation part. ECE is
     chosen by the calibration part's Brier (:data:`CHOSEN_BY`): an isotonic calibrator's ECE on its own calibration
-    part is 0 for every score, so it cannot tell baselines apart. The best baseline is never chosen by looking at the evaluation part, so the comparison is not optimistic.
+    part is 0 for every score, so it cannot tell baselines apart. The best baseline is never chosen by looking at the
+    evaluation part, so the comparison is not optimistic.
     Uninformative (constant) scores and the supervised reference are never chosen.
 each baseline and the supervised likelihood reference
     by name.
@@ -30,8 +31,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -143,7 +145,7 @@ class PairedComparison:
 
         return "; ".join(f"{label(r.metric)}: {r.chosen}" for r in seen.itertuples() if r.chosen)
 
-    def verdict(self, **kwargs: Any) -> "Verdict | None":
+    def verdict(self, **kwargs: Any) -> Verdict | None:
         """:func:`verdict` of this comparison."""
         return verdict(self, **kwargs)
 
@@ -213,7 +215,7 @@ class _Values:
             split, first = np.unique(splits[at], return_index=True)  # a split's first value, splits ascending
             self.series[key] = (split, values[at[first]])
 
-    def wide(self, metric: str, calibrator: str, methods: Sequence[str]) -> "_Wide":
+    def wide(self, metric: str, calibrator: str, methods: Sequence[str]) -> _Wide:
         """split x method values of one metric: scalar methods under ``calibrator``, fitted ones under "logistic";
         the splits any of them has, in ascending order, NaN where a method lacks one (where a method has values
         under several of these calibrators, a split takes the first that is not NaN, as a groupby "first" did)."""

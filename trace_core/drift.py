@@ -32,8 +32,9 @@ found. Fewer than :data:`MIN_ANSWERS` answers on either side get no verdict ("no
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -317,7 +318,7 @@ class DriftResult:
     reason: str = ""
 
     @classmethod
-    def unavailable(cls, reason: str, *, n_new: int = 0) -> "DriftResult":
+    def unavailable(cls, reason: str, *, n_new: int = 0) -> DriftResult:
         """A result that says why no check could be made (``reason`` completes "not available: ...")."""
         return cls("unavailable", (), None, ALPHA, 0, int(n_new), reason=reason)
 

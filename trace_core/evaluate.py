@@ -30,12 +30,14 @@ log-probabilities are not the model's full distribution (top-p/top-k truncation,
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import warnings
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -52,8 +54,18 @@ from .metrics.calibration import _brier, _ece_sorted
 from .metrics.ranking import _ranking_from_groups
 from .operators import Ragged, check_paired, segment_max, segment_mean
 from .registry import METHODS, METRICS, method_names
-from .results import (CONSTANT_RTOL, SCALAR_CALIBRATORS, TRUNCATED_SHARE, UNINFORMATIVE, EvaluationResult,
-                      _extended_needing_entropy, average_results, extended_entropy_note, summarise, truncation_note)
+from .results import (
+    CONSTANT_RTOL,
+    SCALAR_CALIBRATORS,
+    TRUNCATED_SHARE,
+    UNINFORMATIVE,
+    EvaluationResult,
+    _extended_needing_entropy,
+    average_results,
+    extended_entropy_note,
+    summarise,
+    truncation_note,
+)
 from .trace import Trace
 
 __all__ = ["AnswerValueError", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "TRUNCATED_SHARE", "UNINFORMATIVE",
@@ -463,7 +475,7 @@ class _Ascending:
     contiguous: bool
 
     @classmethod
-    def of(cls, raw: np.ndarray, z: np.ndarray, y: np.ndarray) -> "_Ascending":
+    def of(cls, raw: np.ndarray, z: np.ndarray, y: np.ndarray) -> _Ascending:
         order = np.argsort(z, kind="stable")
         raw_sorted = raw[order]
         steps = raw_sorted[1:] != raw_sorted[:-1]
@@ -547,13 +559,13 @@ class _Part:
     in_cal: np.ndarray
 
     @classmethod
-    def of(cls, cal: np.ndarray, ev: np.ndarray, y: np.ndarray) -> "_Part":
+    def of(cls, cal: np.ndarray, ev: np.ndarray, y: np.ndarray) -> _Part:
         in_cal = np.zeros(y.shape[0], dtype=bool)
         in_cal[cal] = True
         return cls(cal=cal, ev=ev, y_cal=y[cal], y_ev=y[ev], in_cal=in_cal)
 
 
-def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, scalar: dict[str, np.ndarray],
+def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, scalar: dict[str, np.ndarray],  # noqa: C901 (the protocol's split loop and its per-method step, kept together)
          features: dict[str, np.ndarray], *, config: EvaluationConfig, wanted: list[str], skipped: dict[str, str],
          note: str, progress: Progress | None) -> EvaluationResult:
     from ._checks import check_labels
@@ -664,7 +676,8 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, scalar: dict[st
             part = _Part.of(cal, ev, y)
             if first:
                 held = {"row": ev, "label": part.y_ev}
-            runs = (pool.map if workers > 1 else map)(lambda m: one(m, split, part, first), ran)
+            # partial binds this split's values: the calls never see a later split's, however late they run
+            runs = (pool.map if workers > 1 else map)(functools.partial(one, split=split, part=part, first=first), ran)
             for method, (method_rows, method_cal, method_held, constant) in zip(ran, runs):
                 rows += method_rows
                 cal_rows += method_cal
@@ -687,7 +700,7 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, scalar: dict[st
     uninformative = {m: uninformative[m] for m in ran if m in uninformative}
     paired = paired_comparison(per_split, calibration_values, methods=ran, metrics=config.metrics,
                                uninformative=list(uninformative))
-    return EvaluationResult(summary=summarise(per_split, uninformative), per_split=per_split,
+    return EvaluationResult(summary=summarise(per_split, list(uninformative)), per_split=per_split,
                             held_out=pd.DataFrame(held), skipped=skipped, config=config, n_answers=n,
                             skipped_splits=skipped_splits, methods=ran, accuracy=float(y.mean()),
                             calibration_values=calibration_values, paired=paired, uninformative=uninformative,

@@ -35,7 +35,7 @@ Every feature has one name, used in every set that holds it; :func:`needs_entrop
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import colorsys
 import hashlib
 import html
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd

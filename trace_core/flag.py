@@ -7,15 +7,22 @@ error rate among the kept ones, measured on labeled data, stays at or below the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ._checks import check_choice, check_int, check_real, shorten
-from .calibrate import (CALIBRATOR_WORDS, ScoreCalibrator, TracePlus, flaggable_methods, probability_correct,
-                        unfitted_copy)
+from .calibrate import (
+    CALIBRATOR_WORDS,
+    ScoreCalibrator,
+    TracePlus,
+    flaggable_methods,
+    probability_correct,
+    unfitted_copy,
+)
 from .evaluate import OUT_OF_FOLD, stratified_folds
 from .score import config_for, explain_trace, trace_confidence, trace_risk
 from .spans import SpanCalibrator, default_span_calibrator, riskiest_span

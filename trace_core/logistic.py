@@ -6,7 +6,8 @@ scikit-learn's ``LogisticRegression`` optimum on skewed, rare-positive, separabl
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -8,8 +8,9 @@ An empty trace (T = 0) gives NaN.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence, overload
+from typing import overload
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -64,7 +65,7 @@ class Ragged:
         object.__setattr__(self, "offsets", offsets)
 
     @classmethod
-    def from_arrays(cls, arrays: Sequence[ArrayLike]) -> "Ragged":
+    def from_arrays(cls, arrays: Sequence[ArrayLike]) -> Ragged:
         """Build from a sequence of 1-D arrays (one per trace)."""
         parts = [np.asarray(a, dtype=np.float64).reshape(-1) for a in arrays]
         lengths = np.fromiter((p.shape[0] for p in parts), dtype=np.int64, count=len(parts))
@@ -95,10 +96,10 @@ class Ragged:
         return self._index.positions
 
     @functools.cached_property
-    def _index(self) -> "_Segmentation":
+    def _index(self) -> _Segmentation:
         return _Segmentation(self.offsets)
 
-    def with_values(self, values: np.ndarray) -> "Ragged":
+    def with_values(self, values: np.ndarray) -> Ragged:
         """Same segmentation, new values (e.g. ``exp(-s)`` from ``s``); shares the index arrays, whichever of the two
         computes them first."""
         other = Ragged(values, self.offsets)

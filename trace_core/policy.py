@@ -6,13 +6,14 @@ by the file's own row numbers (``LabeledDataset.row_column``), never by position
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-__all__ = ["METRICS_UNDEFINED", "NO_CALIBRATOR", "ContextFit", "Usable", "fit_new_tokens", "one_class_message", "rows_over_context", "rows_text",
-           "usable_rows"]
+__all__ = ["METRICS_UNDEFINED", "NO_CALIBRATOR", "ContextFit", "Usable", "fit_new_tokens", "one_class_message",
+           "rows_over_context", "rows_text", "usable_rows"]
 
 _SHOWN_ROWS = 10
 

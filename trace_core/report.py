@@ -12,8 +12,9 @@ import dataclasses
 import html
 import json
 import platform
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any
 
 from .registry import METHODS, METRICS
 from .results import CALIBRATOR_NAMES, EvaluationResult

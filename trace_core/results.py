@@ -2,9 +2,9 @@
 
 Tidy frames carry a ``calibrator`` column: ``"platt"`` or ``"isotonic"`` for the Brier and ECE of TRACE and the
 scalar baselines (both are always computed), ``"logistic"`` for those of TRACE+, the fitted baselines and the
-supervised reference (their own fitted model, the same whichever scalar calibrator is shown), and ``"none"`` for the ranking metrics (raw
-scores). Tables show one scalar calibrator (``EvaluationConfig.scalar_calibrator`` unless another is asked for) and say
-which.
+supervised reference (their own fitted model, the same whichever scalar calibrator is shown), and ``"none"`` for the
+ranking metrics (raw scores). Tables show one scalar calibrator (``EvaluationConfig.scalar_calibrator`` unless
+another is asked for) and say which.
 
 Every result also says how much skill there is to find: its share correct p, the base-rate Brier p(1-p) (the Brier of
 always predicting p, computed on all the answers; for an average over groups, the mean of the groups'), the Brier skill
@@ -15,14 +15,25 @@ score 1 - Brier / p(1-p) of TRACE+ and of the best baseline (:meth:`EvaluationRe
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from .compare import (BEST_BASELINE, FITTED, RAW, PairedComparison, Verdict, auroc_skill, average_paired,
-                      best_baseline_values, no_skill_sentence, verdict)
+from .compare import (
+    BEST_BASELINE,
+    FITTED,
+    RAW,
+    PairedComparison,
+    Verdict,
+    auroc_skill,
+    average_paired,
+    best_baseline_values,
+    no_skill_sentence,
+    verdict,
+)
 from .registry import METHODS, METRICS, REFERENCE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -177,7 +188,7 @@ class EvaluationResult:
     per_split: pd.DataFrame
     held_out: pd.DataFrame
     skipped: dict[str, str]
-    config: "EvaluationConfig"
+    config: EvaluationConfig
     n_answers: int
     skipped_splits: int = 0
     methods: list[str] = field(default_factory=list)
@@ -380,7 +391,7 @@ class EvaluationResult:
         return out
 
 
-def _pooled_accuracy(results: Sequence["EvaluationResult"]) -> float:
+def _pooled_accuracy(results: Sequence[EvaluationResult]) -> float:
     """The share correct over every group's answers (not the mean of the groups' shares, which weighs a group of 58
     answers like one of 150)."""
     n = sum(r.n_answers for r in results)

@@ -13,8 +13,9 @@ entropy under the entropy configuration, and :func:`explain_trace` records the v
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

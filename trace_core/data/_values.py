@@ -9,8 +9,9 @@ import re
 import sys
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence, Union
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,12 +26,12 @@ class JsonValueError(ValueError):
     of a UTF-16 pair: no character, and no UTF-8 writer or table takes it). ``path`` says where (surrogates only;
     () for the document itself or when unknown)."""
 
-    def __init__(self, reason: str, path: "JsonPath" = ()) -> None:
+    def __init__(self, reason: str, path: JsonPath = ()) -> None:
         self.reason, self.path = reason, path
         self.message = self.message_in(path)
         super().__init__(self.message)
 
-    def message_in(self, where: "JsonPath") -> str:
+    def message_in(self, where: JsonPath) -> str:
         """The reason, said of ``where`` (the value's path as the message gives it; () for no path)."""
         return f"{shorten_path(where)} {self.reason}" if where else self.reason
 
@@ -89,7 +90,7 @@ def json_cell(value: object, name: str) -> Any:
 # JSON objects that hold a key twice
 # --------------------------------------------------------------------------------------------------
 
-JsonPath = tuple[Union[str, int], ...]  # where a value is in a decoded document: object keys and list indexes
+JsonPath = tuple[str | int, ...]  # where a value is in a decoded document: object keys and list indexes
 
 
 @dataclass(frozen=True)

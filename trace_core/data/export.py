@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -139,7 +140,7 @@ def export_flagged(frame: pd.DataFrame, dest: PathOrBuffer, *, format: str = "cs
     write_bytes(dest, data)
 
 
-def with_trace_columns(frame: pd.DataFrame, traces: Sequence["Trace | None"]) -> pd.DataFrame:
+def with_trace_columns(frame: pd.DataFrame, traces: Sequence[Trace | None]) -> pd.DataFrame:
     """``frame`` with each row's trace as the dataset's trace columns (``tokens``, ``surprisal``, ``entropy``,
     ``top_*``, ``ranks``, ``trace_metadata``; :func:`trace_core.data.traces_to_columns`), replacing any of those
     columns it had: an export that :func:`trace_core.data.read_dataset` reads back with the same traces, so it can
@@ -156,7 +157,7 @@ def with_trace_columns(frame: pd.DataFrame, traces: Sequence["Trace | None"]) ->
     return out
 
 
-def token_table(traces: Sequence["Trace"], rows: Sequence[Any] | None = None) -> pd.DataFrame:
+def token_table(traces: Sequence[Trace], rows: Sequence[Any] | None = None) -> pd.DataFrame:
     """One row per token of each answer: ``row`` (``rows[i]``, default 1, 2, ...), ``position`` (from 1),
     ``token`` (its text), ``token_id``, ``probability`` (``exp(-surprisal)``), ``surprisal``, ``entropy`` (empty
     when the trace holds none), ``rank`` (empty when unknown) and ``alternatives`` (the stored top alternatives as

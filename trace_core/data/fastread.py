@@ -18,16 +18,25 @@ import itertools
 import math
 import re
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..trace import LOGPROB_TOLERANCE, Trace, TraceMetadata
 from ._values import CellError, json_cell
-from .codec import (_BY_NAME, _DTYPES, _PY_TYPES, ENTROPY_TOLERANCE, MAX_ENTROPY_NATS, MAX_NATS,
-                    TOP_K_MASS_TOLERANCE, _vocab_size, entropy_from_top_k)
-
+from .codec import (
+    _BY_NAME,
+    _DTYPES,
+    _PY_TYPES,
+    ENTROPY_TOLERANCE,
+    MAX_ENTROPY_NATS,
+    MAX_NATS,
+    TOP_K_MASS_TOLERANCE,
+    _vocab_size,
+    entropy_from_top_k,
+)
 
 _FAST_COLUMNS = frozenset({"tokens", "token_ids", "surprisal", "logprobs", "entropy", "top_ids", "top_logprobs",
                            "top_tokens", "ranks", "trace_metadata"})
@@ -248,7 +257,7 @@ def decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
         return None if parsed is None else _checked(parsed, strings)
 
 
-def _from_text(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> _Parsed | None:
+def _from_text(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> _Parsed | None:  # noqa: C901 (fast path: one early exit per case it leaves to the full reader)
     """The chunk's cells parsed from their JSON text: numbers joined and parsed in one call, token texts split on
     their quotes; None unless every cell is in the plain form ``write_dataset`` writes."""
     present: dict[str, list[str]] = {}
@@ -311,10 +320,7 @@ def _from_text(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> _Pa
         if any(s is None for s in split):
             return None
         top_strings = split
-    if "trace_metadata" in present:
-        metadatas = [_fast_metadata(text) for text in present["trace_metadata"]]
-    else:
-        metadatas = None
+    metadatas = [_fast_metadata(text) for text in present["trace_metadata"]] if "trace_metadata" in present else None
     return _Parsed(token_lists, vectors, top_logprobs, top_ids, top_strings, k,  # type: ignore[arg-type]
                    metadatas)
 
@@ -332,7 +338,7 @@ def _numbers(items: Any, element: str, count: int) -> np.ndarray | None:
         return None
 
 
-def _from_lists(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> _Parsed | None:
+def _from_lists(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> _Parsed | None:  # noqa: C901 (fast path: one early exit per case it leaves to the full reader)
     """The chunk's cells when they are decoded already (a JSON Lines record's lists): each column's values joined
     into one array; None unless every row has the column as a list of the right shape (``trace_metadata``: an
     object or its JSON text), or none has it."""
@@ -401,14 +407,11 @@ def _from_lists(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> _P
         if not set(map(type, chain(rows))) <= {str}:
             return None
         top_strings = [list(chain(cell)) for cell in present["top_tokens"]]
-    if "trace_metadata" in present:
-        metadatas = [_fast_metadata(v) for v in present["trace_metadata"]]
-    else:
-        metadatas = None
+    metadatas = [_fast_metadata(v) for v in present["trace_metadata"]] if "trace_metadata" in present else None
     return _Parsed(token_lists, vectors, top_logprobs, top_ids, top_strings, k, metadatas)
 
 
-def _checked(parsed: _Parsed, strings: dict[str, str]) -> list[FastRow | None] | None:
+def _checked(parsed: _Parsed, strings: dict[str, str]) -> list[FastRow | None] | None:  # noqa: C901 (fast path: one early exit per case it leaves to the full reader)
     """The checks of :func:`trace_from_cells`, on every row's values at once: a row that any would refuse is left to
     the per-row path (None); the others become FastRows."""
     token_lists, vectors, k = parsed.token_lists, parsed.vectors, parsed.k

@@ -7,8 +7,8 @@ import re
 import string
 import unicodedata
 from collections import Counter
+from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
-from typing import Sequence
 
 import numpy as np
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import Any, BinaryIO, Sequence
+from typing import Any, BinaryIO
 
 import pandas as pd
 

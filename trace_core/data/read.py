@@ -21,9 +21,10 @@ import json
 import os
 import re
 from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, ContextManager, Iterator, Sequence, Union
+from typing import IO, Any
 
 import pandas as pd
 
@@ -35,11 +36,11 @@ __all__ = ["FORMATS", "PathOrBuffer", "Progress", "Row", "Table", "format_from_n
 
 FORMATS = ("csv", "jsonl", "parquet")
 
-PathOrBuffer = Union[str, Path, IO[bytes], IO[str]]
+PathOrBuffer = str | Path | IO[bytes] | IO[str]
 #: ``progress(done, total)``: the bytes of the file read so far, and its size in bytes.
-Progress = Callable[[int, Union[int, None]], None]
+Progress = Callable[[int, int | None], None]
 #: One data row as read: (its number, its cells by normalized column name, or None where it could not be parsed).
-Row = tuple[int, Union[dict[str, Any], None]]
+Row = tuple[int, dict[str, Any] | None]
 
 _EXTENSIONS = {".csv": "csv", ".tsv": "csv", ".txt": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl",
                ".parquet": "parquet", ".pq": "parquet"}
@@ -71,7 +72,7 @@ class Table:
     errors: list[RowError] = field(default_factory=list)  # rows that could not be parsed
     frame: Callable[[Sequence[str]], pd.DataFrame] | None = None  # Parquet: the typed frame of these columns
     hint: str = ""                          # added to the missing-column message
-    again: Callable[[], "Table"] | None = None  # the same file read again from its start (a second pass)
+    again: Callable[[], Table] | None = None  # the same file read again from its start (a second pass)
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class _Source:
 
     name: str
     size: int | None
-    open: Callable[[], ContextManager[IO[bytes]]]
+    open: Callable[[], contextlib.AbstractContextManager[IO[bytes]]]
     max_bytes: int | None = None  # uncompressed bytes the file may hold (see read_table)
     max_cell: int | None = None   # characters one text cell may hold
 
@@ -175,7 +176,7 @@ def _open_source(source: object, max_bytes: int | None = None) -> _Source:
         buffer.seek(0)
         if isinstance(buffer.read(0), (bytes, bytearray)):
 
-            def rewound() -> ContextManager[IO[bytes]]:
+            def rewound() -> contextlib.AbstractContextManager[IO[bytes]]:
                 buffer.seek(0)
                 return contextlib.nullcontext(buffer)  # the caller's buffer stays open
 
@@ -494,7 +495,7 @@ def _read_jsonl(src: _Source, *, max_rows: int | None, report: _Reporter) -> Tab
     return table
 
 
-def _jsonl_rows(lines: _Lines, table: Table, max_rows: int | None) -> Iterator[Row]:
+def _jsonl_rows(lines: _Lines, table: Table, max_rows: int | None) -> Iterator[Row]:  # noqa: C901 (one branch per malformed-line case)
     """One row per non-blank line, numbered by its line in the file (blank lines hold no row but are counted), or
     one per item of a JSON array; ``table.columns`` grows as new keys appear."""
     seen: set[str] = set()
@@ -611,7 +612,7 @@ def _add_columns(columns: list[str], seen: set[str], row: dict[str, Any]) -> Non
 # Parquet
 # --------------------------------------------------------------------------------------------------
 
-def _read_parquet(src: _Source, *, max_rows: int | None, report: _Reporter) -> Table:
+def _read_parquet(src: _Source, *, max_rows: int | None, report: _Reporter) -> Table:  # noqa: C901 (one branch per Parquet schema case)
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq

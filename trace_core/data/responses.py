@@ -15,14 +15,15 @@ import codecs
 import math
 import numbers
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..trace import LOGPROB_TOLERANCE, Trace, TraceMetadata
 from ._values import is_number, show
-from .codec import MAX_NATS, check_logprob, entropy_from_top_k, too_much_mass, unlikely_chosen
+from .codec import MAX_NATS, check_logprob, entropy_from_top_k, too_much_mass
 
 __all__ = ["RESPONSE_SHAPES", "ParsedResponse", "ResponseShape", "trace_from_openai"]
 

@@ -8,8 +8,9 @@ non-trace cells of valid rows and their traces, never every raw row at once.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -19,8 +20,8 @@ from .._checks import check_bool, check_int
 from ..trace import Trace
 from ._values import ABSENT, CellError, is_blank, is_int64, is_missing, json_cell, show
 from .codec import TRACE_COLUMNS, decode_cell, trace_from_cells
-from .fastread import FastRow, build_trace, decode_chunk
 from .errors import DatasetError, DatasetWarning, RowError
+from .fastread import FastRow, build_trace, decode_chunk
 from .labels import LABEL_EXPECTED, check_matcher_options, label_from_reference, parse_label
 from .read import PathOrBuffer, Progress, Table, columns_text, read_table
 from .responses import trace_from_openai
@@ -369,7 +370,7 @@ def _unused_note(rows: Sequence[int], shown: int = 5) -> list[str]:
     return [note]
 
 
-def _check_row(raw: Mapping[str, Any], rules: _Rules, problems: list[CellError], strings: dict[str, str],
+def _check_row(raw: Mapping[str, Any], rules: _Rules, problems: list[CellError], strings: dict[str, str],  # noqa: C901 (a flat check per column)
                fast: FastRow | None = None) -> tuple[Trace | None, str | None, int, bool]:
     """One row's trace, answer and label (-1 when unlabeled), and whether it had a ``response`` that was not used
     (its trace cells were); every problem found is appended to ``problems``, so a row with several bad cells

@@ -6,8 +6,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -82,7 +83,7 @@ def write_bytes(dest: object, data: bytes, *, text: bool = True) -> None:
             raise TypeError("Parquet is binary: `dest` must be a path or a binary buffer (e.g. io.BytesIO)")
         dest.write(data.decode("utf-8"))
     else:
-        dest.write(data)  # type: ignore[attr-defined]
+        dest.write(data)
 
 
 def _frame_for_writing(frame: pd.DataFrame, traces: Sequence[Trace | None] | None

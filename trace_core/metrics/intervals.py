@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import statistics
 import warnings
-from typing import Callable, overload
+from collections.abc import Callable
+from typing import overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray

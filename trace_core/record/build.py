@@ -6,7 +6,8 @@ same dtypes, the same clipping of rounding noise and the same metadata fields.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -110,7 +111,7 @@ class Embedder:
         return out
 
 
-def _mean_pool_normalize(hidden: "torch.Tensor", mask: "torch.Tensor") -> "torch.Tensor":
+def _mean_pool_normalize(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     import torch
 
     weights = mask.unsqueeze(-1).to(hidden.dtype)

@@ -27,8 +27,9 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from .. import settings
 from .._checks import clip, shorten
@@ -203,7 +204,7 @@ def _convert(path: Path, out: Path, digest: str) -> None:
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), **options)
         model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), dtype=torch.float32, **options)
-        model.hf_quantizer = None  # dequantised already: save_pretrained refuses a model that still names one
+        model.hf_quantizer = None  # type: ignore[assignment]  # torch types Module attributes as tensors or modules; dequantised already: save_pretrained refuses a model that still names one
         for config in (model.config, getattr(model, "generation_config", None)):
             if config is not None and hasattr(config, "quantization_config"):
                 delattr(config, "quantization_config")

@@ -9,17 +9,16 @@ which models load at all with ``TRACE_MODEL_ALLOWLIST``. torch and transformers 
 from __future__ import annotations
 
 import hashlib
-
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from .. import settings
 from .._checks import shorten
-from .folders import (FolderError, FolderEscapeError, cached_snapshot, check_folder_files, looks_like_path,
-                      model_folder)
+from .folders import FolderError, FolderEscapeError, cached_snapshot, check_folder_files, looks_like_path, model_folder
 from .gguf import converted_folder, gguf_file_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,7 +58,7 @@ class LoadedModel:
     model_digest: str = ""  # :func:`model_digest` of the folder it was loaded from; "" when unknown
 
     @property
-    def device(self) -> "torch.device":
+    def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
     @property
@@ -223,7 +222,7 @@ def check_model_allowed(name_or_path: str | Path) -> None:
                                f"allowed: {shorten(', '.join(allowed))}.")
 
 
-def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | Any = "auto",
+def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | Any = "auto",  # noqa: C901 (one branch per model source and option)
                local_files_only: bool = True, trust_remote_code: bool | None = None,
                allow_pickle_weights: bool | None = None,
                progress: Callable[[str], None] | None = None) -> LoadedModel:

@@ -27,6 +27,7 @@ HTTP uses the standard library only (``http.client``), under one policy for ever
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import math
@@ -38,11 +39,12 @@ import ssl
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from .. import settings
 from .._checks import check_bool, check_int, check_real, clip, shorten
@@ -215,7 +217,7 @@ class ServerModel:
                 attempt += 1
 
     def stream(self, path: str, body: dict[str, Any], *, max_bytes: int,
-               max_line_bytes: int) -> Iterator[tuple[str, Any]]:
+               max_line_bytes: int) -> Generator[tuple[str, Any], None, None]:
         """The answer to one streamed ``POST`` (server-sent events), as it arrives.
 
         Yields ``("event", json)`` for each ``data: {...}`` event, in order, until ``data: [DONE]`` or the end of the
@@ -451,6 +453,7 @@ def _load_tokenizer(name: str, *, given: bool, model: str) -> tuple[Any, Path | 
         folder = model_folder(converted_folder(gguf) if gguf is not None else name)
     except ModelLoadError as exc:
         raise ServerError(f"the tokenizer {shorten(name)} is refused: {exc}") from None
+    where: Path | None
     try:
         if folder is not None:
             _check_files(folder, name)
@@ -574,7 +577,7 @@ def _once(method: str, url: str, data: bytes | None, timeout: float, api_key_env
                           "log-probabilities, shorter answers, or check the server)") from None
     except (ServerError, _Retryable):
         raise
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         raise late from None
     except (http.client.HTTPException, OSError, ValueError) as exc:  # ValueError: a malformed chunked body
         if expired.is_set():
@@ -602,10 +605,8 @@ def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, t
         expired.set()
         sock = conn.sock
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     late = _Retryable(f"no complete answer within {timeout:g} s", late=timeout)
     watchdog = threading.Timer(timeout, expire)
@@ -645,7 +646,7 @@ def _sent(conn: http.client.HTTPConnection, method: str, url: str, data: bytes |
     return response
 
 
-def _stream_once(url: str, data: bytes, timeout: float, api_key_env: str | None, max_bytes: int,
+def _stream_once(url: str, data: bytes, timeout: float, api_key_env: str | None, max_bytes: int,  # noqa: C901 (one branch per HTTP response case)
                  max_line_bytes: int) -> Iterator[tuple[str, Any]]:
     """One streamed attempt (see :meth:`ServerModel.stream`); failures before the first event read as _once's."""
     conn, expired, watchdog, late = _connection(url, timeout)
@@ -655,7 +656,7 @@ def _stream_once(url: str, data: bytes, timeout: float, api_key_env: str | None,
             response = _sent(conn, "POST", url, data, api_key_env, "text/event-stream", expired, late)
         except (ServerError, _Retryable):
             raise
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             raise late from None
         except (http.client.HTTPException, OSError, ValueError) as exc:
             if expired.is_set():
@@ -682,7 +683,7 @@ def _stream_once(url: str, data: bytes, timeout: float, api_key_env: str | None,
         while True:
             try:
                 line = response.readline(max_line_bytes + 1)
-            except (socket.timeout, TimeoutError, http.client.HTTPException, OSError, ValueError) as exc:
+            except (TimeoutError, http.client.HTTPException, OSError, ValueError) as exc:
                 if expired.is_set():
                     raise ServerError(f"the model server's stream did not end within {timeout:g} s (after "
                                       f"{events:,} events); raise `timeout` if it is busy, or check the server") \

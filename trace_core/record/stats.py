@@ -7,7 +7,7 @@ same logits. Everything here works on torch tensors; torch is imported when a fu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,8 +16,8 @@ from .load import _torch
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-def _stats_in_place(x: "torch.Tensor", k: int, chosen: "torch.Tensor | None", *, work: "torch.Tensor | None" = None,
-                    above: "torch.Tensor | None" = None) -> tuple["torch.Tensor", ...]:
+def _stats_in_place(x: torch.Tensor, k: int, chosen: torch.Tensor | None, *, work: torch.Tensor | None = None,
+                    above: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """Entropy (n,), top-k log-probs and ids (n, k), and the chosen tokens' log-probs and 1-based ranks (n,) from
     float32 logits x (n, V), which are overwritten. ``chosen`` None means greedy: the chosen token is the argmax.
 
@@ -57,7 +57,7 @@ _CHUNKED_FROM = 32 * _CHUNK  # vocabulary size
 _CHUNKED_UP_TO_K = 32
 
 
-def _chunk_maxima(x: "torch.Tensor", k: int) -> "tuple[torch.Tensor, torch.Tensor] | None":
+def _chunk_maxima(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Per row of x (n, V), the maxima of the runs ``x[:, j*_CHUNK:(j+1)*_CHUNK]`` (n, V // _CHUNK) and the row
     maximum (n, 1); None where a plain ``torch.topk`` is used (short rows, large k, not a CPU)."""
     n, width = x.shape
@@ -71,7 +71,7 @@ def _chunk_maxima(x: "torch.Tensor", k: int) -> "tuple[torch.Tensor, torch.Tenso
     return maxima, row_max
 
 
-def _topk_in_chunks(x: "torch.Tensor", k: int, maxima: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
+def _topk_in_chunks(x: torch.Tensor, k: int, maxima: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``torch.topk(x, k, dim=-1)`` from the run maxima of x taken before a shift of each row by a constant (any
     non-decreasing map of each row keeps the argument): every one of a row's top k lies in one of the k runs with the
     largest maxima, or in the tail. The same values in the same order; among exactly tied values the ids chosen may
@@ -114,15 +114,15 @@ class _TraceRecorder:
         self.greedy = greedy
         self.buffer_bytes = buffer_bytes
         self.prompt_width: int | None = None
-        self._buffer = None  # (limit, B, V) float32: steps _flushed .. _flushed + _n - 1 are buffered
-        self._work = None  # workspaces of the buffer's shape (float32, bool), made on first use
-        self._above = None
+        self._buffer: Any = None  # (limit, B, V) float32: steps _flushed .. _flushed + _n - 1 are buffered
+        self._work: Any = None  # workspaces of the buffer's shape (float32, bool), made on first use
+        self._above: Any = None
         self._n = 0
         self._flushed = 0
         self._limit = 1
         self._parts: dict[str, list] = {"entropy": [], "top_lp": [], "top_ids": [], "chosen_lp": [], "rank": []}
 
-    def __call__(self, input_ids: "torch.Tensor", scores: "torch.Tensor") -> "torch.Tensor":
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.prompt_width is None:
             self.prompt_width = input_ids.shape[1]
             row_bytes = 4 * scores.shape[0] * scores.shape[1]
@@ -136,7 +136,7 @@ class _TraceRecorder:
         self._n += 1
         return scores
 
-    def _flush(self, generated: "torch.Tensor", n_rows: int | None = None) -> None:
+    def _flush(self, generated: torch.Tensor, n_rows: int | None = None) -> None:
         torch = _torch()
         n_steps = self._n if n_rows is None else min(n_rows, self._n)
         if n_steps == 0:
@@ -182,10 +182,10 @@ class _TraceRecorder:
                       for name in ("entropy", "top_lp", "top_ids", "chosen_lp", "rank")]
         else:  # pragma: no cover - a streamer called out of step with the processor
             raise RuntimeError(f"the trace recorder holds no step {step}")
-        entropy, top_lp, top_ids, chosen_lp, rank = (v.cpu().numpy() for v in values)
-        return float(entropy), top_lp, top_ids, float(chosen_lp), int(rank)
+        h, lp, ids, c, r = (v.cpu().numpy() for v in values)
+        return float(h), lp, ids, float(c), int(r)
 
-    def finish(self, sequences: "torch.Tensor") -> dict[str, np.ndarray]:
+    def finish(self, sequences: torch.Tensor) -> dict[str, np.ndarray]:
         """Per-step arrays of shape (B, T[, k]) for the T generated steps in ``sequences`` (B, T)."""
         torch = _torch()
         n_steps = sequences.shape[1]

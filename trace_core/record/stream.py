@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from .._checks import check_real
 from ..trace import DecodingConfig, Trace

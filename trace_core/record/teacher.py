@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .._checks import check_bool, check_int
 from ..trace import Trace
@@ -119,8 +119,8 @@ def score_answers(lm: LoadedModel | ServerModel, prompts: Sequence[str], answers
         rows = order[start:start + batch_size]
         recorded = backend.score([prompt_ids[i] for i in rows], [answer_ids[i] for i in rows],
                                  n_alternatives=n_alternatives, max_logits_bytes=max_logits_bytes)
-        for i, answer in zip(rows, recorded):
-            results[i] = _build_trace(backend, prompts[i], answer, source="teacher_forced", decoding={},
+        for i, recorded_answer in zip(rows, recorded):
+            results[i] = _build_trace(backend, prompts[i], recorded_answer, source="teacher_forced", decoding={},
                                       chat_template=chat_template, prompt_tokens=len(prompt_ids[i]))
         if progress is not None:
             progress(len(results), len(prompts))

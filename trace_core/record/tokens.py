@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -66,7 +67,7 @@ def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
     return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
-def token_pieces(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+def token_pieces(tokenizer: Any, ids: Sequence[int] | np.ndarray) -> list[str]:
     """Each token's text, such that ``"".join(pieces) == tokenizer.decode(ids)``.
 
     Each token is decoded after the token before it (so context-dependent decoders, such as SentencePiece's
@@ -194,7 +195,7 @@ class _TokenTexts:
 
 # Keyed by the tokenizer object (weakly: the texts go when the tokenizer goes); a tokenizer that cannot be weakly
 # referenced gets a fresh cache per call. The lock only guards creating an entry; filling one is idempotent.
-_CACHE: "weakref.WeakKeyDictionary[Any, _TokenTexts]" = weakref.WeakKeyDictionary()
+_CACHE: weakref.WeakKeyDictionary[Any, _TokenTexts] = weakref.WeakKeyDictionary()
 _CACHE_LOCK = threading.Lock()
 
 

@@ -19,7 +19,8 @@ import math
 import queue
 import threading
 import time
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -103,7 +104,7 @@ class HuggingFaceBackend:
                  seed_offset: int) -> list[RecordedAnswer]:
         return self._generate(prompt_ids, config, options, seed_offset=seed_offset)
 
-    def stream(self, prompt_ids: list[int], config: DecodingConfig, options: Mapping[str, Any], *,
+    def stream(self, prompt_ids: list[int], config: DecodingConfig, options: Mapping[str, Any], *,  # noqa: C901 (the streaming loop: stop, timeout and finish in one place)
                stop: threading.Event, min_interval: float = 0.0) -> Iterator[RecordedAnswer]:
         """One answer as it is generated: the answer so far after each new token (or after the tokens that arrived
         while the caller was busy; at most one per ``min_interval`` seconds), ``finish_reason="stopped"``, then the
@@ -296,22 +297,22 @@ class HuggingFaceBackend:
                                    use_cache=True, **{cache_arg: cache}, **extra).logits
                 if not need.any():
                     continue
-                rows, cols = need.nonzero(as_tuple=True)
+                hit_rows, cols = need.nonzero(as_tuple=True)
                 if "logits_to_keep" in extra:  # logits hold the kept positions only, in order
                     position = torch.full((stop - start,), -1, dtype=torch.long)
                     position[kept] = torch.arange(kept.shape[0])
                     at = position[cols]
                 else:
                     at = cols
-                chosen = targets[:, start:stop][rows, cols]
+                chosen = targets[:, start:stop][hit_rows, cols]
                 block = max(1, stats._STATS_BLOCK_BYTES // (4 * vocab))
-                for b in range(0, rows.shape[0], block):
-                    r, a = rows[b:b + block].to(logits.device), at[b:b + block].to(logits.device)
+                for b in range(0, hit_rows.shape[0], block):
+                    r, a = hit_rows[b:b + block].to(logits.device), at[b:b + block].to(logits.device)
                     # The gathered block is a copy, so it can be overwritten.
-                    entropy, top_lp, top_ids, chosen_lp, rank = stats._stats_in_place(
+                    h_t, lp_t, ids_t, c_t, rank_t = stats._stats_in_place(
                         logits[r, a].float(), k, chosen[b:b + block].to(logits.device))
-                    chunks.append(tuple(t.cpu().numpy() for t in (rows[b:b + block], chosen_lp, entropy, top_lp,
-                                                                   top_ids, rank)))
+                    chunks.append(tuple(t.cpu().numpy() for t in (hit_rows[b:b + block], c_t, h_t, lp_t, ids_t,
+                                                                   rank_t)))
                 del logits
         if not chunks:  # every answer is empty
             empty = np.zeros(0)
@@ -420,7 +421,7 @@ def _make_logits_processor(recorder: stats._TraceRecorder) -> Any:
             return recorder(input_ids, scores)
 
     # LogitsProcessorList inspects each processor's signature at every step; a precomputed one makes that cheap.
-    _Recorder.__call__.__signature__ = inspect.signature(_Recorder.__call__)
+    _Recorder.__call__.__signature__ = inspect.signature(_Recorder.__call__)  # type: ignore[attr-defined]  # any function takes it
     return _Recorder()
 
 

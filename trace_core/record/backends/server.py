@@ -31,8 +31,9 @@ import math
 import re
 import threading
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -92,10 +93,11 @@ class ServerBackend:
             raise ValueError("generating through the chat endpoint needs the prompts' text (`prompts`), one per "
                              "prompt")
         keep, ask, spare = self._widths(config)
+        texts: Sequence[str] = prompts if chat and prompts is not None else ()
 
         def one(item: tuple[int, list[int]]) -> RecordedAnswer:
             index, ids = item
-            request = self._generation_request(config, ids, prompts[index] if chat else None, spare=spare,
+            request = self._generation_request(config, ids, texts[index] if chat else None, spare=spare,
                                                seed=None if config.seed is None else config.seed + seed_offset + index)
             response = self._post(request, scoring=False, spare=spare)
             if chat:
@@ -104,7 +106,7 @@ class ServerBackend:
 
         return sm.map(one, list(enumerate(prompt_ids)))
 
-    def stream(self, prompt_ids: list[int], config: DecodingConfig, options: Mapping[str, Any], *,
+    def stream(self, prompt_ids: list[int], config: DecodingConfig, options: Mapping[str, Any], *,  # noqa: C901 (the streaming loop: stop, timeout and finish in one place)
                stop: threading.Event, min_interval: float = 0.0,
                prompt: str | None = None) -> Iterator[RecordedAnswer]:
         """One answer as the server streams it (``"stream": true``): the answer so far after each chunk that adds
@@ -238,7 +240,7 @@ class ServerBackend:
         ids, rows, finish_reason = self._finished(choice, ids, rows)
         return self._answer(ids, rows, keep=keep, ask=ask, finish_reason=finish_reason, generated=True)
 
-    def _completion_rows(self, choice: dict[str, Any], offset: int) -> tuple[list[int], list["_Step"]]:
+    def _completion_rows(self, choice: dict[str, Any], offset: int) -> tuple[list[int], list[_Step]]:
         """The tokens of a completion's ``logprobs`` (a whole answer's, or a streamed chunk's whose first token is
         answer token ``offset``); a chunk without ``logprobs`` adds none."""
         logprobs = choice.get("logprobs")
@@ -279,7 +281,7 @@ class ServerBackend:
             more["prompt_tokens"] = counted  # the server's count (its chat template), not the local estimate
         return self._answer(ids, rows, keep=keep, ask=ask, finish_reason=finish_reason, generated=True, more=more)
 
-    def _chat_rows(self, choice: dict[str, Any], offset: int) -> tuple[list[int], list["_Step"]]:
+    def _chat_rows(self, choice: dict[str, Any], offset: int) -> tuple[list[int], list[_Step]]:
         """The tokens of a chat completion's ``logprobs.content`` (a whole answer's, or a streamed chunk's whose
         first token is answer token ``offset``; a chunk without log-probabilities, the first one with the role,
         adds none)."""
@@ -312,7 +314,7 @@ class ServerBackend:
         return ids, rows
 
     def _finished(self, choice: dict[str, Any], ids: list[int],
-                  rows: list["_Step"]) -> tuple[list[int], list["_Step"], str]:
+                  rows: list[_Step]) -> tuple[list[int], list[_Step], str]:
         """The answer without vLLM's trailing end-of-answer token, and why it ended ("eos" or "length")."""
         finish = choice.get("finish_reason")
         stop_reason = choice.get("stop_reason")
@@ -429,7 +431,7 @@ class ServerBackend:
             tokens, k = body["max_tokens"], body["logprobs"]
         return response_limit(tokens, (vocab if k < 0 else k) + 1)
 
-    def _answer(self, ids: list[int], rows: list["_Step"], *, keep: int, ask: int, finish_reason: str | None,
+    def _answer(self, ids: list[int], rows: list[_Step], *, keep: int, ask: int, finish_reason: str | None,
                 generated: bool, more: Mapping[str, Any] | None = None) -> RecordedAnswer:
         sm = self.sm
         n = len(rows)
@@ -440,7 +442,7 @@ class ServerBackend:
         extra: dict[str, Any] = {"api": "completions", "base_url": sm.base_url,
                                  "logprobs_mode": "raw (server default)", **(more or {})}
         if sm.full_distribution:
-            entropy: np.ndarray | None = np.zeros(n)
+            entropy = np.zeros(n)
             for t, row in enumerate(rows):
                 row.check_full(sm.vocab_size, t)
                 top_ids[t], top_lp[t] = row.ids[:keep], row.lps[:keep]
@@ -485,7 +487,7 @@ class _Step:
     server_rank: int | None
 
     @classmethod
-    def of(cls, table: dict[int, float], chosen: int, chosen_lp: float, server_rank: int | None) -> "_Step":
+    def of(cls, table: dict[int, float], chosen: int, chosen_lp: float, server_rank: int | None) -> _Step:
         """The step, after the importer's rule on its mass: the alternatives (with the chosen token when it is not
         among them) hold at most ``1 + TOP_K_MASS_TOLERANCE`` of probability."""
         ids = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
@@ -514,7 +516,7 @@ class _Step:
         return float(-np.sum(np.where(p > 0, p * self.lps, 0.0)))
 
 
-def _readable(parse: Any, *args: Any, **kwargs: Any) -> RecordedAnswer:
+def _readable(parse: Any, *args: Any, **kwargs: Any) -> Any:
     """``parse(*args, **kwargs)``, with what a hostile answer can still provoke in Python (a value too large for a
     float or an int64, nesting too deep to print) turned into one ServerError line."""
     try:
