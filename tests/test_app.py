@@ -102,6 +102,7 @@ def start(tiny_model_dirs, monkeypatch, page=None, data_dir=None):
     return at
 
 
+@pytest.mark.slow
 def test_inspect_page_generates_and_renders_heatmap(tiny_model_dirs, monkeypatch):
     at = start(tiny_model_dirs, monkeypatch)
     at.text_area(key="prompt").set_value("Q: 2 + 2 = <img src=x onerror=alert(1)>\nA:")
@@ -131,6 +132,7 @@ def test_inspect_page_keeps_prompt_and_answer_within_the_model_context(tiny_mode
     assert len(at.session_state["inspect_trace"]) <= 64
 
 
+@pytest.mark.slow
 def test_calibrate_leaves_out_answers_longer_than_the_model_context(tiny_model_dirs, monkeypatch, tmp_path):
     frame = pd.DataFrame({"prompt": [f"Q: {i} + {i}?" for i in range(12)],
                           "answer": [str(2 * i) for i in range(11)] + ["9" * 2000], "label": [1, 0] * 6})
@@ -173,6 +175,7 @@ def calibrated(tiny_model_dirs, monkeypatch, labeled_files):
     return at, with_traces
 
 
+@pytest.mark.slow
 def test_calibrate_switches_calibrator_and_shows_the_paired_comparison(tiny_model_dirs, monkeypatch, labeled_files):
     at, with_traces = calibrated(tiny_model_dirs, monkeypatch, labeled_files)
     dataset = read_dataset(with_traces)
@@ -197,6 +200,7 @@ def test_calibrate_switches_calibrator_and_shows_the_paired_comparison(tiny_mode
     assert any("Brier skill score" in c.value for c in at.caption)
 
 
+@pytest.mark.slow
 def test_calibrate_then_flag_pages(tiny_model_dirs, monkeypatch, labeled_files):
     at, with_traces = calibrated(tiny_model_dirs, monkeypatch, labeled_files)
     assert len(at.get("plotly_chart")) == 3
@@ -224,6 +228,7 @@ def test_calibrate_then_flag_pages(tiny_model_dirs, monkeypatch, labeled_files):
         assert not at.exception and not at.error
 
 
+@pytest.mark.slow
 def test_a_calibrator_from_another_model_is_named_on_flag_and_inspect(tiny_model_dirs, monkeypatch, labeled_files):
     at, _ = calibrated(tiny_model_dirs, monkeypatch, labeled_files)
     model = at.session_state["calibrator"].model
@@ -239,6 +244,7 @@ def test_a_calibrator_from_another_model_is_named_on_flag_and_inspect(tiny_model
     assert any("'org/another-model'" in html.unescape(w.value) and "miscalibrated" in w.value for w in at.warning)
 
 
+@pytest.mark.slow
 def test_calibrate_records_missing_traces_and_reports_bad_rows(tiny_model_dirs, monkeypatch, labeled_files):
     _, plain = labeled_files
     at = start(tiny_model_dirs, monkeypatch, "../pages/calibrate.py", data_dir=plain.parent)
@@ -342,6 +348,7 @@ def test_unfinished_note_by_hand():
     assert "only whitespace, cut at the token limit" in unfinished_note(ended(make_trace([0.1]), "length", " "))
 
 
+@pytest.mark.slow
 def test_calibrate_shows_results_per_group_with_an_average(tiny_model_dirs, monkeypatch):
     datasets = Path(__file__).resolve().parents[1] / "assets" / "datasets"
     at = start(tiny_model_dirs, monkeypatch, "../pages/calibrate.py", data_dir=datasets)
@@ -389,6 +396,7 @@ def test_a_flagged_export_opens_on_flag_and_is_scored_again(tiny_model_dirs, mon
     np.testing.assert_allclose(scored.set_index("prompt").loc[before.index, "probability_correct"], before)
 
 
+@pytest.mark.slow
 def test_calibrate_offers_any_score_for_flagging_defaulting_to_the_lowest_brier(tiny_model_dirs, monkeypatch,
                                                                                  labeled_files):
     from trace_core import ScoreCalibrator, TracePlus

@@ -53,6 +53,7 @@ def test_a_table_without_answers_is_a_prompts_file(tmp_path):
     assert not is_prompts_file(DatasetFile(b"\x00\x01binary", "d.csv"))  # the dataset reader says what is wrong
 
 
+@pytest.mark.slow
 def test_calibrate_answers_a_prompts_file_then_evaluates_the_answers(prompts_file, monkeypatch):
     path, frame = prompts_file
     at = calibrate(path, monkeypatch)
@@ -82,6 +83,7 @@ def test_calibrate_answers_a_prompts_file_then_evaluates_the_answers(prompts_fil
     assert "Download the dataset with its 39 traces" in [b.label for b in at.get("download_button")]
 
 
+@pytest.mark.slow
 def test_stop_keeps_the_answers_and_the_rest_can_be_generated_later(prompts_file, monkeypatch):
     from app import batch, state
 

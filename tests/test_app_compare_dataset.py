@@ -31,6 +31,7 @@ def compare_page() -> AppTest:
     return at
 
 
+@pytest.mark.slow
 def test_a_dataset_answered_greedy_and_sampled_side_by_side():
     at = compare_page()
     at.selectbox(key="compare_demo_dataset").set_value("demo_validation").run()

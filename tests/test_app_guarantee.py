@@ -34,6 +34,7 @@ def flag_page_after_calibrate() -> AppTest:
     return at
 
 
+@pytest.mark.slow
 def test_the_guarantee_is_chosen_on_other_labeled_answers_and_stated():
     at = flag_page_after_calibrate()
     at.selectbox(key="risk_demo_dataset").set_value("demo_test").run()
@@ -57,6 +58,7 @@ def test_the_guarantee_is_chosen_on_other_labeled_answers_and_stated():
         assert strict.threshold >= g.threshold
 
 
+@pytest.mark.slow
 def test_the_answers_the_calibrator_was_fitted_on_cannot_choose_it():
     at = flag_page_after_calibrate()
     at.selectbox(key="risk_demo_dataset").set_value("demo_validation").run()

@@ -50,6 +50,7 @@ def _calibrate_page(monkeypatch, **env: str) -> AppTest:
     return at
 
 
+@pytest.mark.slow
 def test_calibrate_page_offers_no_file_path_when_local_files_are_false(monkeypatch):
     at = _calibrate_page(monkeypatch, TRACE_LOCAL_FILES="false")
     assert not at.exception
@@ -147,6 +148,7 @@ def test_session_state_is_used_only_through_the_state_module():
 
 
 
+@pytest.mark.slow
 def test_the_app_preloads_the_numeric_libraries_once_per_process():
     """A fresh process: `import trace_core` and the app's modules leave scipy unloaded; the first page run starts one
     background import of what the first evaluation needs, and later runs start no other."""

@@ -70,6 +70,7 @@ def calibrate_upload(at, path):
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
 
 
+@pytest.mark.slow
 def test_an_upload_settings_and_a_loaded_calibrator_survive_a_visit_to_other_pages(tiny_model_dirs, files):
     at = start(tiny_model_dirs, "../pages/calibrate.py")
     calibrate_upload(at, files["labeled"])
@@ -108,6 +109,7 @@ def test_an_upload_settings_and_a_loaded_calibrator_survive_a_visit_to_other_pag
     assert any("Upload a file to start" in i.value for i in at.info)
 
 
+@pytest.mark.slow
 def test_flag_new_unlabeled_answers_with_the_active_calibrator(tiny_model_dirs, files):
     at = start(tiny_model_dirs, "../pages/calibrate.py")
     calibrate_upload(at, files["labeled"])
@@ -175,6 +177,7 @@ def test_calibrate_downloads_the_dataset_with_its_recorded_traces(tiny_model_dir
         assert back.labels.tolist() == [1, 0]
 
 
+@pytest.mark.slow
 def test_calibrate_page_offers_the_traces_download(tiny_model_dirs, files):
     at = start(tiny_model_dirs, "../pages/calibrate.py")
     calibrate_upload(at, files["labeled"])
@@ -218,6 +221,7 @@ def test_alternatives_of_another_models_trace_show_ids_with_a_note(tiny_model_di
     assert alternatives_note(lm, renamed) is None
 
 
+@pytest.mark.slow
 def test_semantic_baselines_run_when_switched_on(tiny_model_dirs, files):
     from app.services import embedder
 
@@ -269,6 +273,7 @@ def test_semantic_baselines_stop_keeps_what_is_embedded_and_continue_goes_on(tin
     assert not at.get("button") or "semantic_stop" not in [b.key for b in at.button]  # no stale Stop
 
 
+@pytest.mark.slow
 def test_recorded_traces_survive_a_visit_to_another_page(tiny_model_dirs, files):
     at = start(tiny_model_dirs, "../pages/calibrate.py")
     at.radio(key="data_source").set_value("Upload a file").run()
@@ -300,6 +305,7 @@ def test_a_kept_token_number_beyond_a_shorter_answer_is_clamped(tiny_model_dirs)
     assert len(at.session_state["inspect_trace"]) == 1 and at.number_input(key="token_index").value == 1
 
 
+@pytest.mark.slow
 def test_recorded_traces_survive_labeling_the_answers_another_way(tiny_model_dirs, files):
     at = start(tiny_model_dirs, "../pages/calibrate.py")
     at.radio(key="data_source").set_value("Upload a file").run()
@@ -346,6 +352,7 @@ def test_an_answer_of_another_model_is_not_shown_as_the_sidebars(tiny_model_dirs
     assert any("came from another model" in m.value and "press Generate" in m.value for m in at.info)
 
 
+@pytest.mark.slow
 def test_every_page_says_what_a_reload_discards(tiny_model_dirs, files):
     from app.sidebar import RELOAD_NOTE
 

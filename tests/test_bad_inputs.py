@@ -366,6 +366,7 @@ def test_million_rows_cli(million_rows: Path, capsys: pytest.CaptureFixture[str]
     assert len(err) == 2
 
 
+@pytest.mark.slow
 def test_million_rows_page_hits_the_row_cap(million_rows: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("streamlit")
     monkeypatch.setenv("TRACE_MAX_ROWS", "100000")

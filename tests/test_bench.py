@@ -10,6 +10,7 @@ import pytest
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 
 
+@pytest.mark.slow
 @needs_torch
 def test_recording_overhead_bench_runs(capsys):
     from bench.recording_overhead import main
@@ -54,6 +55,7 @@ def _table_rows(out: str) -> list[str]:
     return [line for line in out.splitlines() if line.strip()[:1].isdigit()]
 
 
+@pytest.mark.slow
 @needs_torch
 def test_scoring_throughput_bench_runs(capsys):
     from bench.scoring_throughput import main
@@ -65,6 +67,7 @@ def test_scoring_throughput_bench_runs(capsys):
     assert all(float(row.split()[-1]) > 0 for row in rows)  # forward / batched
 
 
+@pytest.mark.slow
 @needs_torch
 def test_trace_memory_bench_runs(capsys):
     from bench.trace_memory import main
@@ -75,6 +78,7 @@ def test_trace_memory_bench_runs(capsys):
     assert len(rows) == 1 and "MiB" in rows[0], out
 
 
+@pytest.mark.slow
 @needs_torch
 def test_dashboard_bench_runs(capsys, monkeypatch):
     from bench.dashboard import main
@@ -94,6 +98,7 @@ def test_bench_runner_lists_every_benchmark(capsys):
     assert all(name in out for name in BENCHES)
 
 
+@pytest.mark.slow
 def test_large_jsonl_bench_runs(capsys, tmp_path):
     from bench.large_jsonl import main
 
@@ -115,6 +120,7 @@ def test_server_throughput_bench_skips_cleanly_without_vllm(capsys, monkeypatch)
     assert "server_throughput skipped:" in out and "TRACE_VLLM_PYTHON is not set" in out
 
 
+@pytest.mark.slow
 def test_span_cost_bench_runs(capsys):
     from bench.span_cost import main
 

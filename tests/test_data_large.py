@@ -21,6 +21,7 @@ def large_file(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_every_value_is_the_one_in_the_file(large_file):
     ds = read_dataset(large_file)
     assert ds.n_read == ds.n_valid == ROWS and ds.errors == []
@@ -37,6 +38,7 @@ def test_every_value_is_the_one_in_the_file(large_file):
             assert ds.frame["label"][i] == raw["label"]
 
 
+@pytest.mark.slow
 def test_reading_holds_less_than_the_parsed_lines(large_file):
     # Each in a fresh process; what the rows add over importing the library, against what a list of the parsed
     # lines adds over a bare interpreter. Before streaming, reading added about 1.7x the parsed lines.

@@ -88,6 +88,7 @@ def test_training_smoke_run_saves_a_loadable_model(tmp_path):
     assert trace.metadata.extra["finish_reason"] == ("eos" if stopped else "length")
 
 
+@pytest.mark.slow
 def test_long_tasks_train_and_build_end_to_end(tmp_path, capsys):
     pytest.importorskip("torch")
     import pandas as pd
@@ -126,6 +127,7 @@ def test_long_tasks_train_and_build_end_to_end(tmp_path, capsys):
     assert totals == [len(description_problems("test"))] * 12
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (MODEL / "model.safetensors").exists(), reason="demo model not built")
 def test_shipped_model_loads_offline_and_reproduces_stored_traces(monkeypatch):
     pytest.importorskip("torch")

@@ -37,6 +37,7 @@ def right(p: np.ndarray, kind: str, rng: np.random.Generator) -> np.ndarray:
     ("calibrated", 2_000, 0.05, 0.05),
     ("overconfident", 1_000, 0.1, 0.2),
 ])
+@pytest.mark.slow
 def test_the_guarantee_holds_over_redrawn_calibration_sets(kind, n, max_risk, delta):
     rng = np.random.default_rng(7)
     failed = certified = naive_failed = 0

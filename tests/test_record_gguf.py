@@ -141,6 +141,7 @@ print(converted_folder(sys.argv[1], progress=lambda line: None))
 """
 
 
+@pytest.mark.slow
 def test_two_processes_converting_at_once_share_one_folder(written, cache):
     _, path = written
     env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
@@ -153,6 +154,7 @@ def test_two_processes_converting_at_once_share_one_folder(written, cache):
     assert load_model(path, device="cpu", progress=lambda line: None).vocab_size > 0
 
 
+@pytest.mark.slow
 def test_the_command_line_takes_gguf_files_as_model_and_tokenizer(written, cache, tmp_path, capsys):
     from fake_server import FakeServer
 

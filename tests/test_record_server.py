@@ -254,6 +254,7 @@ def _with_chat_template(arch, tiny_model_dirs, tiny_models, tmp_path):
     return tmp_path, load_model(tmp_path, device="cpu")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_chat_greedy_generation_equals_local_with_the_chat_template(arch, tiny_model_dirs, tiny_models, serve,
                                                                     tmp_path):

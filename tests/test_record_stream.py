@@ -149,6 +149,7 @@ def test_leaving_a_loop_or_dropping_the_stream_stops_the_worker(tiny_models):
     assert len(_stream_threads()) == before
 
 
+@pytest.mark.slow
 def test_stop_ends_with_a_stopped_trace_equal_to_the_prefix(tiny_models):
     lm = tiny_models["gpt2"]
     config = DecodingConfig(max_new_tokens=200, n_alternatives=3)
@@ -239,6 +240,7 @@ def test_a_server_that_does_not_stream_gives_one_trace(tiny_model_dirs, serve):
     assert_same_trace(traces[0], expected)
 
 
+@pytest.mark.slow
 def test_closing_a_server_stream_closes_the_connection(tiny_model_dirs, serve):
     folder = tiny_model_dirs["gpt2"]
     fake = serve(folder)
@@ -321,6 +323,7 @@ def test_a_sane_hostile_stream_reads(hostile, tiny_model_dirs):
     ("sse-cut", r"stream ended after 1 tokens without a finish_reason"),
     ("sse-after-finish", r"went on after the answer's finish_reason"),
 ])
+@pytest.mark.slow
 def test_a_hostile_stream_is_one_server_error(mode, message, hostile, tiny_model_dirs):
     import tracemalloc
 
@@ -337,6 +340,7 @@ def test_a_hostile_stream_is_one_server_error(mode, message, hostile, tiny_model
     assert server.sent < 64 << 20 or mode not in ("sse-long-line", "sse-endless")
 
 
+@pytest.mark.slow
 def test_a_dripping_stream_is_cut_off_at_the_deadline(hostile, tiny_model_dirs):
     server = hostile(post_mode="sse-drip")
     server.drip_seconds = 0.3

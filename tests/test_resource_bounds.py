@@ -108,6 +108,7 @@ def test_parquet_within_the_limits_reads_as_before(tmp_path):
     ("one_line.csv", "prompt,answer,label\nq," + "a" * (6 * MIB)),  # no line break: never read whole
     ("one_line.jsonl", '{"prompt": "' + "q" * (6 * MIB)),
 ])
+@pytest.mark.slow
 def test_text_is_counted_as_it_is_read(name, text, tmp_path, monkeypatch):
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
@@ -135,6 +136,7 @@ def test_a_cell_over_the_limit_rejects_its_row_and_the_rest_is_read(fmt, tmp_pat
     assert _read(path, max_cell_chars=2 * MIB).n_valid == 3  # the option overrides the setting
 
 
+@pytest.mark.slow
 def test_the_command_line_says_the_setting_not_the_keyword(tmp_path, monkeypatch, capsys):
     path = tmp_path / "big.csv"
     path.write_text("prompt,answer,label\n" + "q,a,1\n" * 400_000, encoding="utf-8")

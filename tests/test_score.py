@@ -248,6 +248,7 @@ def test_legacy_rule_marks_every_answer():
     assert legacy_spikes(c).tolist() == [4, 9]
 
 
+@pytest.mark.slow
 def test_spike_constants_are_the_ones_chosen_on_the_validation_data():
     from bench.localisation import DEFAULT_VALIDATION, choose_rule, load_answers
     from trace_core.score import SPIKE_MARGIN, SPIKE_MIN_SURPRISAL

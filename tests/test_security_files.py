@@ -86,6 +86,7 @@ def folders(tmp_path):
 # Item 1: off by default, confined to the data folder, no existence oracle, no content echo
 # --------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_file_path_is_off_unless_the_deployment_turns_it_on(monkeypatch, tmp_path):
     assert "File path" not in _page(monkeypatch).radio(key="data_source").options
     assert "File path" not in _page(monkeypatch, TRACE_DATA_DIR=str(tmp_path)).radio(key="data_source").options

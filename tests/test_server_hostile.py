@@ -168,6 +168,7 @@ def test_server_keys_setting_is_checked(monkeypatch):
 # 4. Bounded in time and memory
 
 
+@pytest.mark.slow
 def test_a_dripping_server_is_cut_off_at_the_deadline(hostile, tiny_model_dirs, tmp_path, capsys):
     server = hostile(get_mode="drip")  # one byte every 0.5 s: the listing alone would take minutes
     started = time.monotonic()
@@ -186,6 +187,7 @@ def test_a_dripping_server_is_cut_off_at_the_deadline(hostile, tiny_model_dirs, 
     assert "did not answer in full within 2 s (1 attempt); raise --timeout" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_dashboards_connection_check_has_its_own_short_deadline(hostile, tiny_model_dirs, monkeypatch):
     pytest.importorskip("streamlit")
     from app import services
@@ -406,6 +408,7 @@ def _server_session(server, tiny_model_dirs, page=None):
     return at
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["echo-key", "bigint"])
 def test_record_buttons_and_compare_show_a_server_failure_as_one_line(mode, hostile, keyed, tiny_model_dirs,
                                                                       monkeypatch, tmp_path):

@@ -97,6 +97,7 @@ def _own_table(traces, labels):
     return metrics_frame(evaluate(traces, labels, config=config, methods=list(method_names())), "platt")
 
 
+@pytest.mark.slow
 def test_two_sessions_with_two_servers_of_one_name_each_see_their_own_results(tiny_model_dirs, servers, plain):
     folder = tiny_model_dirs["gpt2"]
     labels = read_dataset(plain).labels
@@ -120,6 +121,7 @@ def test_two_sessions_with_two_servers_of_one_name_each_see_their_own_results(ti
         np.testing.assert_allclose(model.predict_proba(traces), own.predict_proba(traces))
 
 
+@pytest.mark.slow
 def test_switching_servers_offers_to_record_again_and_switching_back_reuses_the_traces(tiny_model_dirs, servers,
                                                                                        plain):
     folder = tiny_model_dirs["gpt2"]
@@ -171,6 +173,7 @@ def test_model_key_names_the_model_not_its_served_name(tiny_model_dirs, tiny_mod
 # A large prompt is not tokenized again on every rerun
 # ------------------------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_calibrate_page_tokenizes_a_file_once_per_model(tiny_model_dirs, plain, monkeypatch):
     import app.recording
 

@@ -242,6 +242,7 @@ def test_span_calibrator_on_one_feature_is_platt_scaling_and_ranks_like_peak_sur
         SpanCalibrator(features=("loudness",))
 
 
+@pytest.mark.slow
 def test_the_shipped_span_calibrator_is_the_one_bench_spans_fits(tmp_path):
     from bench.spans import main
 

@@ -39,6 +39,7 @@ def test_fit_uses_the_surprisal_only_features_and_says_so(tmp_path, capsys) -> N
     assert "--feature-set paper needs token entropy" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_calibrate_page_runs_the_surprisal_only_variants(tmp_path, monkeypatch) -> None:
     pytest.importorskip("streamlit")
     from streamlit.testing.v1 import AppTest
