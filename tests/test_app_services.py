@@ -90,12 +90,6 @@ def test_row_limit_comes_from_the_environment_when_reading(monkeypatch):
     assert services.read_cached(data.encode(), "three.csv", "exact").n_valid == 3
 
 
-def test_services_read_no_environment_directly():
-    for module in ("services", "sidebar", "state", "recording", "inputs", "components", "main"):
-        source = (Path(services.__file__).parent / f"{module}.py").read_text(encoding="utf-8")
-        assert "os.environ" not in source and "getenv" not in source, module
-
-
 def test_calibrated_data_is_frozen_and_checked():
     traces = random_traces(3, seed=1)
     frame = pd.DataFrame({"row": [2, 5, 9], "prompt": list("abc"), "answer": [t.answer for t in traces]})
@@ -137,15 +131,6 @@ def test_record_batches_match_one_call_and_keep_finished_batches(tiny_model_dirs
         store.update(batch)
         break
     assert sorted(store) == [0, 6]
-
-
-def test_session_state_is_used_only_through_the_state_module():
-    # Every session key is spelled in app/state.py only.
-    root = Path(services.__file__).resolve().parents[1]
-    for path in [*root.joinpath("app").glob("*.py"), *root.joinpath("pages").glob("*.py")]:
-        if path.name != "state.py":
-            assert "session_state" not in path.read_text(encoding="utf-8"), path.name
-
 
 
 @pytest.mark.slow

@@ -339,12 +339,6 @@ def test_sentence():
     assert sentence("rows 1, 2 …") == "Rows 1, 2 …"
 
 
-def test_there_is_no_second_table_builder():
-    import app.components as components
-
-    assert not hasattr(components, "metrics_table")
-
-
 # --- The heatmap's HTML equals a straightforward, token-by-token reference ----------------------------------------
 # The reference below is the heatmap as first written (one ramp() call, one np.exp per number, one character loop per
 # token): heatmap_html computes the same things for all tokens at once, and must give the very same bytes.
