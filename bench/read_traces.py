@@ -19,11 +19,12 @@ import argparse
 import functools
 import json
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from bench._timing import best_of
 
 _VOCABULARY = 5_000  # distinct token strings: real files repeat a tokenizer's vocabulary
 _K = 5
@@ -82,15 +83,6 @@ def _baseline(path: Path, fmt: str) -> None:
             [json.loads(cell) for cell in frame[column] if cell]
 
 
-def _best(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.read_traces", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000)
@@ -109,8 +101,8 @@ def main(argv: list[str] | None = None) -> None:
               f"{args.repeat}")
         print(f"{'format':<7} {'MB':>6} {'baseline s':>11} {'read_dataset s':>15} {'ratio':>7}")
         for fmt, path in paths.items():
-            base = _best(functools.partial(_baseline, path, fmt), args.repeat)
-            ours = _best(functools.partial(read_dataset, path), args.repeat)
+            base = best_of(functools.partial(_baseline, path, fmt), args.repeat)
+            ours = best_of(functools.partial(read_dataset, path), args.repeat)
             size = path.stat().st_size / 1e6
             print(f"{fmt:<7} {size:>6.1f} {base:>11.3f} {ours:>15.3f} {ours / base:>6.2f}x", flush=True)
 

@@ -13,19 +13,11 @@ answer-level work the span part sits beside), and of the whole ``score_rows``; t
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
+from bench._timing import best_of
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _best(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -53,10 +45,10 @@ def main(argv: list[str] | None = None) -> None:
         frame = pd.concat([data.frame.iloc[rows]] * args.copies, ignore_index=True)
         explanations = [explain_trace(t) for t in traces]
         # the timed lambdas bind this family's data (defaults), not the loop's variables
-        span_time = _best(lambda traces=traces, explanations=explanations: [
+        span_time = best_of(lambda traces=traces, explanations=explanations: [
             riskiest_span(t, calibrator=spans, explanation=e) for t, e in zip(traces, explanations)], args.repeats)
-        explain_time = _best(lambda traces=traces: [explain_trace(t) for t in traces], args.repeats)
-        whole = _best(lambda frame=frame, traces=traces: score_rows(frame, traces, calibrator), args.repeats)
+        explain_time = best_of(lambda traces=traces: [explain_trace(t) for t in traces], args.repeats)
+        whole = best_of(lambda frame=frame, traces=traces: score_rows(frame, traces, calibrator), args.repeats)
         tokens = np.mean([len(t) for t in traces])
         print(f"{family:<16}{len(traces):>9,}{tokens:>8.0f}{1e3 * span_time:>10.0f}{1e3 * explain_time:>12.0f}"
               f"{span_time / explain_time:>15.2f}{1e3 * whole:>15.0f}")

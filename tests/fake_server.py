@@ -36,8 +36,33 @@ import time
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+import pytest
 import torch
 from local_server import LocalServer
+
+from trace_core.record import server as server_module
+
+
+@pytest.fixture
+def fast_backoff(monkeypatch):
+    """Retries of the server client without their real waits (import this fixture into a test module to use it)."""
+    monkeypatch.setattr(server_module, "_BACKOFF_BASE", 0.001)
+
+
+@pytest.fixture
+def serve():
+    """serve(folder, **options) -> a running FakeServer, stopped at the end of the test."""
+    servers = []
+
+    def start(folder, **options):
+        servers.append(FakeServer(folder, **options))
+        return servers[-1]
+
+    try:
+        yield start
+    finally:
+        for s in servers:
+            s.stop()
 
 
 class FakeServer(LocalServer):

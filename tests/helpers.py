@@ -40,3 +40,21 @@ def synthetic_trace_objects(n: int = 40, *, seed: int = 0, mean_length: float = 
                             surprisal=si, entropy=hi, top_ids=np.zeros((len(si), 0)),
                             top_logprobs=np.zeros((len(si), 0))))
     return traces, y
+
+
+def flag_page_after_calibrate():
+    """An AppTest of the dashboard on the Flag & export page, after Calibrate evaluated the demo validation split
+    (3 splits) and made its calibrator active."""
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app" / "main.py"), default_timeout=300)
+    at.run()
+    at.switch_page("../pages/calibrate.py").run()
+    at.selectbox(key="demo_dataset").set_value("demo_validation").run()
+    at.slider(key="n_splits").set_value(3)
+    at.get("form_submit_button")[0].click().run()
+    assert not at.exception and not at.error
+    at.switch_page("../pages/flag.py").run()
+    return at

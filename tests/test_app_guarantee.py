@@ -12,6 +12,8 @@ pytest.importorskip("torch")
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from helpers import flag_page_after_calibrate  # noqa: E402
+
 from trace_core import read_dataset  # noqa: E402
 from trace_core.calibrate import probability_correct  # noqa: E402
 from trace_core.guarantee import guaranteed_threshold  # noqa: E402
@@ -20,15 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ROOT / "assets" / "datasets"
 
 
-def flag_page_after_calibrate() -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=300)
-    at.run()
-    at.switch_page("../pages/calibrate.py").run()
-    at.selectbox(key="demo_dataset").set_value("demo_validation").run()
-    at.slider(key="n_splits").set_value(3)
-    at.get("form_submit_button")[0].click().run()
-    assert not at.exception and not at.error
-    at.switch_page("../pages/flag.py").run()
+def guarantee_page() -> AppTest:
+    at = flag_page_after_calibrate()
     at.radio(key="flag_mode").set_value("guarantee").run()
     assert not at.exception
     return at
@@ -36,7 +31,7 @@ def flag_page_after_calibrate() -> AppTest:
 
 @pytest.mark.slow
 def test_the_guarantee_is_chosen_on_other_labeled_answers_and_stated():
-    at = flag_page_after_calibrate()
+    at = guarantee_page()
     at.selectbox(key="risk_demo_dataset").set_value("demo_test").run()
     assert not at.exception and not at.error
     model = at.session_state["calibrator"].model
@@ -60,7 +55,7 @@ def test_the_guarantee_is_chosen_on_other_labeled_answers_and_stated():
 
 @pytest.mark.slow
 def test_the_answers_the_calibrator_was_fitted_on_cannot_choose_it():
-    at = flag_page_after_calibrate()
+    at = guarantee_page()
     at.selectbox(key="risk_demo_dataset").set_value("demo_validation").run()
     assert not at.exception
     assert any("fitted on these answers" in e.value for e in at.error)

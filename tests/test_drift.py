@@ -7,11 +7,10 @@ from __future__ import annotations
 import html
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import synthetic_trace_objects
+from helpers import flag_page_after_calibrate, synthetic_trace_objects
 
 from trace_core import TracePlus, calibrator_from_json
 from trace_core.calibrate import ScoreCalibrator, check_drift
@@ -330,24 +329,12 @@ def test_cli_says_the_check_is_unavailable_for_an_older_file(files, capsys):
 
 # --- the Flag page -----------------------------------------------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:this calibrator was fitted on traces of model")  # real_test: another model
 def test_the_flag_page_warns_when_the_answers_drift_and_says_so_briefly_when_not():
     pytest.importorskip("streamlit")
     pytest.importorskip("torch")
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=300)
-    at.run()
-    at.switch_page("../pages/calibrate.py").run()
-    at.selectbox(key="demo_dataset").set_value("demo_validation").run()
-    at.slider(key="n_splits").set_value(3)
-    at.get("form_submit_button")[0].click().run()
-    assert not at.exception and not at.error
-    at.switch_page("../pages/flag.py").run()
+    at = flag_page_after_calibrate()
     at.radio(key="flag_source").set_value("Answers from a file").run()
     at.selectbox(key="flag_demo_dataset").set_value("demo_test").run()  # the other split: drawn alike
     assert not at.exception

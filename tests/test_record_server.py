@@ -27,34 +27,15 @@ from trace_core.record import (  # noqa: E402
     context_length,
     encode_prompt,
 )
-from trace_core.record import server as server_module  # noqa: E402
 
-from fake_server import FakeServer  # noqa: E402
+from fake_server import FakeServer, fast_backoff, serve  # noqa: E402, F401 (fixtures)
 
 PROMPTS = ["Q: What is 12 plus 7? A:", "The quick brown", "Unicode: caf", "Numbers: 0 1 2"]
 ANSWERS = [" 19", " fox jumps over", "é naïve 日本", " 3 4 5 6 7"]
 KEY = "sk-test-0123456789abcdef"
 
 
-@pytest.fixture(autouse=True)
-def fast_backoff(monkeypatch):
-    monkeypatch.setattr(server_module, "_BACKOFF_BASE", 0.001)
-
-
-@pytest.fixture
-def serve():
-    """serve(folder, **options) -> a running FakeServer, stopped at the end of the test."""
-    servers = []
-
-    def start(folder, **options):
-        servers.append(FakeServer(folder, **options))
-        return servers[-1]
-
-    try:
-        yield start
-    finally:
-        for s in servers:
-            s.stop()
+pytestmark = pytest.mark.usefixtures("fast_backoff")
 
 
 def _connect(fake, folder, **options):

@@ -16,9 +16,8 @@ pytest.importorskip("torch")
 
 from trace_core import DecodingConfig, generate_trace  # noqa: E402
 from trace_core.record import ServerError, connect_server, stream_trace  # noqa: E402
-from trace_core.record import server as server_module  # noqa: E402
 
-from fake_server import FakeServer  # noqa: E402
+from fake_server import FakeServer, fast_backoff, serve  # noqa: E402, F401 (fixtures)
 from hostile_server import HostileServer  # noqa: E402
 
 PROMPTS = ["Q: What is 12 plus 7? A:", "Unicode: caf"]
@@ -27,25 +26,7 @@ SAMPLED = DecodingConfig(max_new_tokens=12, n_alternatives=4, do_sample=True, te
                          seed=7)
 
 
-@pytest.fixture(autouse=True)
-def fast_backoff(monkeypatch):
-    monkeypatch.setattr(server_module, "_BACKOFF_BASE", 0.001)
-
-
-@pytest.fixture
-def serve():
-    """serve(folder, **options) -> a running FakeServer, stopped at the end of the test."""
-    servers = []
-
-    def start(folder, **options):
-        servers.append(FakeServer(folder, **options))
-        return servers[-1]
-
-    try:
-        yield start
-    finally:
-        for s in servers:
-            s.stop()
+pytestmark = pytest.mark.usefixtures("fast_backoff")
 
 
 def assert_same_trace(b, a):
