@@ -33,7 +33,7 @@ class AnswerValueError(ValueError):
 def shorten(value: object, limit: int = MAX_ECHO) -> str:
     """``repr(value)`` cut to about ``limit`` characters (the cut says how much was left out)."""
     size = len(value) if isinstance(value, str) else None
-    if size is not None and size > 4 * limit:
+    if isinstance(value, str) and len(value) > 4 * limit:
         value = value[: 4 * limit]  # never build the repr of a huge string
     text = repr(value)
     if len(text) <= limit:

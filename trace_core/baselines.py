@@ -132,6 +132,13 @@ class TraceBatch:
             check_paired(surprisal, entropy, who="baselines need")
         return cls(surprisal, entropy, surprisal.with_values(np.exp(-surprisal.values)))
 
+    @property
+    def given_entropy(self) -> Ragged:
+        """``entropy``, for a baseline with ``needs_entropy`` (skipped on data without it, so never None there)."""
+        if self.entropy is None:
+            raise ValueError(NO_ENTROPY_REASON)
+        return self.entropy
+
 
 @dataclass(frozen=True)
 class Baseline:
@@ -215,16 +222,17 @@ _LIST = [
                 "near 1 in sure short ones"),
     _likelihood("High-Prob Token Rate", f"mean_t [p_t > {HIGH_PROB_THRESHOLD}]", _high_prob_rate, "identity",
                 "a share of tokens with many exact 0s and 1s: the logit would put them far apart"),
-    _entropy("Mean Entropy", "entropy", "-mean_t H_t", lambda b: -np.asarray(segment_mean(b.entropy))),
-    _entropy("Max Entropy", "entropy", "-max_t H_t", lambda b: -np.asarray(segment_max(b.entropy))),
+    _entropy("Mean Entropy", "entropy", "-mean_t H_t", lambda b: -np.asarray(segment_mean(b.given_entropy))),
+    _entropy("Max Entropy", "entropy", "-max_t H_t", lambda b: -np.asarray(segment_max(b.given_entropy))),
     _entropy("First-k Entropy", "entropy", f"-mean H[:{FIRST_K}]",
-             lambda b: -np.asarray(first_k_mean(b.entropy, k=FIRST_K))),
+             lambda b: -np.asarray(first_k_mean(b.given_entropy, k=FIRST_K))),
     _entropy("Last-k Entropy", "entropy", f"-mean H[-{LAST_K}:]",
-             lambda b: -np.asarray(last_k_mean(b.entropy, k=LAST_K))),
+             lambda b: -np.asarray(last_k_mean(b.given_entropy, k=LAST_K))),
     _entropy("Windowed Entropy", "trajectory", f"-M_{WINDOW}(H)",
-             lambda b: -np.asarray(window_max_mean(b.entropy, w=WINDOW))),
-    _entropy("Entropy Variance", "trajectory", "-var_t H_t", lambda b: -np.asarray(segment_var(b.entropy)), _SHAPE),
-    _entropy("Entropy Slope", "trajectory", "-slope(H)", lambda b: -np.asarray(slope(b.entropy)), _SHAPE),
+             lambda b: -np.asarray(window_max_mean(b.given_entropy, w=WINDOW))),
+    _entropy("Entropy Variance", "trajectory", "-var_t H_t", lambda b: -np.asarray(segment_var(b.given_entropy)),
+             _SHAPE),
+    _entropy("Entropy Slope", "trajectory", "-slope(H)", lambda b: -np.asarray(slope(b.given_entropy)), _SHAPE),
     Baseline("Prob Slope", "trajectory", "trace", "slope(p)", lambda b: np.asarray(slope(b.probs)), "identity", _SHAPE),
     Baseline("Beam-Ratio", "beam", "beam", "q_1 / (q_1 + q_2)", lambda q: q[0] / (q[0] + q[1]), "logit",
              "in [1/2, 1], crowding against 1 when the top beam dominates; its logit is log q_1 - log q_2"),

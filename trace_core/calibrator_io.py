@@ -158,7 +158,7 @@ class _Checker:
         try:
             x = float(value)
         except OverflowError:  # an int beyond the float range
-            x = math.inf if value > 0 else -math.inf
+            x = -math.inf if value < 0 else math.inf
         if not math.isfinite(x):
             self.fail(field, f"must be a finite number, got {x!r}")
             return None
@@ -197,10 +197,11 @@ class _Checker:
         if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
             self.fail(field, f"must be a whole number, got {shorten(value)} ({_kind(value)})")
             return None
-        if not minimum <= value <= maximum:
+        whole = int(value)
+        if not minimum <= whole <= maximum:
             self.fail(field, f"must be in [{minimum:,}, {maximum:,}], got {shorten(value)}")
             return None
-        return int(value)
+        return whole
 
 
 def _params(c: _Checker, kind: str, params: Any) -> dict[str, Any]:
@@ -329,8 +330,9 @@ def _drift_summary(c: _Checker, value: Any, allowed: tuple[str, ...]) -> DriftSu
             c.fail(f"{where}.edges", f"must be a list of at most {(bins or _MAX_BINS) - 1} numbers, got "
                                      f"{shorten(edges)}")
             continue
-        cut = [c.number(e, f"{where}.edges[{j}]", bound=math.inf) for j, e in enumerate(edges)]
-        if any(e is None for e in cut):
+        checked = [c.number(e, f"{where}.edges[{j}]", bound=math.inf) for j, e in enumerate(edges)]
+        cut = [e for e in checked if e is not None]
+        if len(cut) != len(checked):
             continue
         if any(b <= a for a, b in zip(cut, cut[1:])):
             c.fail(f"{where}.edges", "must be strictly increasing")
@@ -338,8 +340,9 @@ def _drift_summary(c: _Checker, value: Any, allowed: tuple[str, ...]) -> DriftSu
             c.fail(f"{where}.counts", f"must be a list of {len(edges) + 1} counts (one more than the edges), got "
                                       f"{shorten(counts)}")
             continue
-        whole = [c.integer(k, f"{where}.counts[{j}]", minimum=1, maximum=10**15) for j, k in enumerate(counts)]
-        if any(k is None for k in whole):
+        checked_counts = [c.integer(k, f"{where}.counts[{j}]", minimum=1, maximum=10**15) for j, k in enumerate(counts)]
+        whole = [k for k in checked_counts if k is not None]
+        if len(whole) != len(checked_counts):
             continue
         if n is not None and sum(whole) != n:
             c.fail(f"{where}.counts", f"must sum to n ({n:,}), got {sum(whole):,}")

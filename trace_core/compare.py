@@ -342,7 +342,8 @@ def paired_comparison(per_split: pd.DataFrame, calibration_values: pd.DataFrame,
             has_pick = np.array([p is not None and p in values for p in picks], dtype=bool)
             for subject in (s for s in subjects if s in values):
                 if has_pick.any():
-                    best = np.array([values[p][i] if ok else np.nan for i, (p, ok) in enumerate(zip(picks, has_pick))])
+                    best = np.array([values[p][i] if ok and p is not None else np.nan
+                                     for i, (p, ok) in enumerate(zip(picks, has_pick))])
                     blocks.add(splits[has_pick], subject, BEST_BASELINE, metric, calibrator,
                                np.asarray(picks, dtype=object)[has_pick], (values[subject] - best)[has_pick])
                 for other in (o for o in others if o in values):

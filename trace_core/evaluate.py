@@ -53,7 +53,7 @@ from .metrics import RankGroups
 from .metrics.calibration import _brier, _ece_sorted
 from .metrics.ranking import _ranking_from_groups
 from .operators import Ragged, check_paired, segment_max, segment_mean
-from .registry import METHODS, METRICS, method_names
+from .registry import METHODS, METRICS, Method, method_names
 from .results import (
     CONSTANT_RTOL,
     SCALAR_CALIBRATORS,
@@ -377,6 +377,13 @@ def _fit_reference(F: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.nd
     return standardised_logistic(F, y)
 
 
+def _feature_set(spec: Method) -> str:
+    """A TRACE+ method's feature set (the registry gives every one a set)."""
+    if spec.feature_set is None:
+        raise ValueError(f"{spec.name!r} is not a TRACE+ method: it has no feature set")
+    return spec.feature_set
+
+
 def _scores(surprisal: Ragged, entropy: Ragged | None, wanted: list[str],
             top: TopK | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """The methods' own scores: TRACE's (scalar) and the feature matrices of the TRACE+ variants, the fitted
@@ -393,7 +400,7 @@ def _scores(surprisal: Ragged, entropy: Ragged | None, wanted: list[str],
             risk = score_module._risk_from_arrays(surprisal, entropy if spec.needs_entropy else None, trace_config)
             scalar[method] = np.exp(-np.asarray(risk, dtype=np.float64))
         elif spec.kind == "trace_plus":
-            features[method] = feature_matrix_from_arrays(surprisal, entropy, feature_set=spec.feature_set)
+            features[method] = feature_matrix_from_arrays(surprisal, entropy, feature_set=_feature_set(spec))
         elif spec.kind == "reference":
             features[method] = reference_features(surprisal)
         elif spec.kind == "fitted_baseline" and spec.fitted is not None:
@@ -612,8 +619,9 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, scalar: dict[st
                 out_cal += [(split, method, m, FITTED, _probability_metric(m, part.y_cal, p_cal, config))
                             for m in probability]
             else:
+                decision: Callable[[np.ndarray], np.ndarray]
                 if spec.kind == "trace_plus":
-                    decision = TracePlus(feature_set=spec.feature_set).fit(F[cal], part.y_cal).decision_function
+                    decision = TracePlus(feature_set=_feature_set(spec)).fit(F[cal], part.y_cal).decision_function
                 else:
                     decision = _fit_reference(F[cal], part.y_cal)
                 raw = decision(F[ev])
@@ -683,7 +691,7 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, scalar: dict[st
                 cal_rows += method_cal
                 if constant:
                     uninformative[method] = UNINFORMATIVE
-                if first:
+                if first and held is not None:  # held is set above on the first split
                     held.update(method_held)
             if progress is not None:
                 progress(split + 1, len(splits))

@@ -193,6 +193,8 @@ def feature_matrix_from_arrays(surprisal: Ragged, entropy: Ragged | None = None,
         for lam in (2, 4):
             stats[f"decayed_entropy_conf_l{lam}"] = np.asarray(decayed_mean(entropy, lam=lam))
     if set(_EXTENDED) & wanted:
+        if entropy is None:  # every set with the extended features reads entropy: refused above
+            raise _missing_entropy(feature_set)
         mean_s = np.asarray(segment_mean(surprisal))
         columns["window_entropy_max"] = np.asarray(window_max_mean(entropy, w=4))
         columns["window_surprisal_max"] = np.asarray(window_max_mean(surprisal, w=4))

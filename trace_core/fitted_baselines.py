@@ -111,6 +111,13 @@ def wepr_features(surprisal: Ragged, top: TopK) -> np.ndarray:
     return np.column_stack(means + maxes)
 
 
+def _wepr_from(surprisal: Ragged, entropy: Ragged | None, top: TopK | None) -> np.ndarray:
+    """:func:`wepr_features` as a baseline's ``features``: the protocol skips WEPR when no top-k is stacked."""
+    if top is None:
+        raise ValueError(f"WEPR {TOP_K_NEEDS}")
+    return wepr_features(surprisal, top)
+
+
 def _profile(series: Ragged) -> list[np.ndarray]:
     """Early, middle and late means, slope over relative position and R² of each answer's series."""
     lengths = series.lengths
@@ -242,7 +249,7 @@ _LIST = [
                    "1 - (F_mean(mean H) + F_max(max H)) / 2, CDFs of the calibration part's correct answers",
                    "arXiv 2605.28264", lambda s, h, top: ces_features(s, h), _fit_ces),
     FittedBaseline("WEPR", "top-k", "top_k", False, "logistic on mean_t c_{t,k} and max_t c_{t,k}, k = 1..K",
-                   "arXiv 2509.04492", lambda s, h, top: wepr_features(s, top), _fit_logistic_baseline),
+                   "arXiv 2509.04492", _wepr_from, _fit_logistic_baseline),
     FittedBaseline("Trace Profile", "trajectory", "trace", False,
                    "logistic on early/middle/late mean, slope and R² of p(1 - p) and of H",
                    "arXiv 2605.07776", lambda s, h, top: trace_profile_features(s, h), _fit_logistic_baseline),

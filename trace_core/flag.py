@@ -68,7 +68,7 @@ def unscored(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.drop(columns=[c for c in OUTPUT_COLUMNS if c in frame.columns])
 
 
-def spike_context(trace: Trace, spikes: Sequence[int], *, width: int = 3) -> str:
+def spike_context(trace: Trace, spikes: Sequence[int] | np.ndarray, *, width: int = 3) -> str:
     """The spike tokens in context: ``…the capital is [[Parus]] .…`` (plain text, for tables and exports).
 
     Each spike is shown with up to ``width`` tokens either side; ``…`` marks the tokens left out. An answer without

@@ -124,7 +124,7 @@ def _section(title: str, result: EvaluationResult, calibrator: str, first: bool)
     out.append(_metrics_table(result, calibrator))
     out.append(f'<p class="small">{_e(result.caption(calibrator=calibrator))} Bold: the best mean per column.</p>')
     paired = _paired_table(result, calibrator)
-    if paired:
+    if paired and result.paired is not None:  # a table only when there is a comparison
         out.append("<h3>Paired differences (method minus the other, per split: mean ± std, wins/splits)</h3>")
         out.append(paired)
         out.append(f'<p class="small">Best baseline chosen on calibration: '

@@ -90,10 +90,15 @@ def small_sample_note(n: int, positives: int | None) -> str:
     >>> small_sample_note(400, 120)
     ''
     """
-    negatives = None if positives is None else n - positives
-    if n >= SMALL_SAMPLE and (positives is None or min(positives, negatives) >= SMALL_CLASS):
-        return ""
-    counts = "" if positives is None else f" ({positives:,} correct, {negatives:,} wrong)"
+    if positives is None:
+        if n >= SMALL_SAMPLE:
+            return ""
+        counts = ""
+    else:
+        negatives = n - positives
+        if n >= SMALL_SAMPLE and min(positives, negatives) >= SMALL_CLASS:
+            return ""
+        counts = f" ({positives:,} correct, {negatives:,} wrong)"
     return (f"Only {n:,} answers{counts}: with fewer than {SMALL_SAMPLE} answers "
             f"or fewer than {SMALL_CLASS} of either class the figures are unreliable (one answer moves a split's "
             "AUROC by several points), so nothing is bolded as best; read the intervals and the verdict, and label "

@@ -244,7 +244,7 @@ def trace_risk(traces: Trace | Sequence[Trace], *, config: TraceConfig = PAPER_C
     """
     config = _check_config(config)
     single = isinstance(traces, Trace)
-    batch = [traces] if single else _as_trace_list(traces)
+    batch = [traces] if isinstance(traces, Trace) else _as_trace_list(traces)
     surprisal, entropy = stack_traces(batch)
     if config.needs_entropy and entropy is None:
         raise _missing_entropy(sum(not t.has_entropy for t in batch), len(batch))
@@ -362,6 +362,8 @@ def explain_trace(trace: Trace, *, config: TraceConfig = PAPER_CONFIG) -> TraceE
                                 np.zeros(0), (0, 0), np.zeros(0, dtype=np.int64), config.variant)
     s = trace.surprisal
     x = trace.entropy if config.needs_entropy else s
+    if x is None:  # config_for switches to the surprisal signal for a trace without entropy
+        raise _missing_entropy(1, 1)
     w = decay_weights(np.arange(n), lam=config.decay_lam, kernel=config.decay_kernel)
     decay_part = config.weight_decay * w / w.sum() * x
     window_part = np.zeros(n)

@@ -487,23 +487,28 @@ class SpanCalibrator:
             raise ValueError("this SpanCalibrator is not fitted yet: call fit() or load one with from_json()")
         return self._predict_features(span_features(list(risks)))
 
+    def _fitted(self, unfitted: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        """``mean_``, ``scale_``, ``coef_`` and ``intercept_`` (set together); ValueError ending ``unfitted`` if not."""
+        mean, scale, coef, intercept = self.mean_, self.scale_, self.coef_, self.intercept_
+        if mean is None or scale is None or coef is None or intercept is None:
+            raise ValueError(f"this SpanCalibrator is not fitted yet: {unfitted}")
+        return mean, scale, coef, intercept
+
     def _predict_features(self, F: np.ndarray) -> np.ndarray:
         """Probabilities from a full feature matrix (all :data:`SPAN_FEATURES` columns)."""
-        if self.coef_ is None:
-            raise ValueError("this SpanCalibrator is not fitted yet: call fit() or load one with from_json()")
+        mean, scale, coef, intercept = self._fitted("call fit() or load one with from_json()")
         F = F[:, self._columns]
         if len(F) == 0:
             return np.zeros(0)
-        F = np.where(np.isfinite(F), F, self.mean_)  # a non-finite statistic reads as the calibration average
-        return _sigmoid(((F - self.mean_) / self.scale_) @ self.coef_ + self.intercept_)
+        F = np.where(np.isfinite(F), F, mean)  # a non-finite statistic reads as the calibration average
+        return _sigmoid(((F - mean) / scale) @ coef + intercept)
 
     def to_json(self) -> str:
         """The fitted model as JSON (no pickle): features, standardisation, coefficients, provenance."""
-        if self.coef_ is None:
-            raise ValueError("this SpanCalibrator is not fitted yet: nothing to save")
+        mean, scale, coef, intercept = self._fitted("nothing to save")
         return json.dumps({"type": "SpanCalibrator", "version": 1, "features": list(self.features), "C": self.C,
-                           "mean": self.mean_.tolist(), "scale": self.scale_.tolist(), "coef": self.coef_.tolist(),
-                           "intercept": self.intercept_, "provenance": self.provenance}, indent=1)
+                           "mean": mean.tolist(), "scale": scale.tolist(), "coef": coef.tolist(),
+                           "intercept": intercept, "provenance": self.provenance}, indent=1)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> SpanCalibrator:

@@ -337,7 +337,9 @@ class Trace:
             return False
         pairs = [(self.token_ids, other.token_ids), (self.surprisal, other.surprisal),
                  (self.top_ids, other.top_ids), (self.top_logprobs, other.top_logprobs)]
-        pairs += [(a, b) for a, b in ((self.ranks, other.ranks), (self.entropy, other.entropy)) if a is not None]
+        for a, b in ((self.ranks, other.ranks), (self.entropy, other.entropy)):
+            if a is not None and b is not None:  # both or neither, checked above
+                pairs.append((a, b))
         return all(a.shape == b.shape and np.array_equal(a, b) for a, b in pairs)
 
     __hash__ = None  # type: ignore[assignment]  # mutable-looking arrays: not hashable, like numpy arrays
@@ -405,7 +407,7 @@ def _from_known_fields(cls: type, data: Mapping[str, Any], what: str) -> Any:
 def _list2d(value: Any, n_rows: int, dtype: type) -> np.ndarray:
     if value is None:
         return np.zeros((n_rows, 0), dtype=dtype)
-    arr = np.asarray(value, dtype=dtype)
+    arr: np.ndarray = np.asarray(value, dtype=dtype)
     if arr.size == 0:
         return arr.reshape(n_rows, 0)
     return arr
@@ -418,7 +420,7 @@ def _is(arr: Any, dtype: type, shape: tuple[int, ...]) -> bool:
 def _as_array(value: Any, name: str, dtype: type, *, ndim: int, length: int | None = None,
               empty_shape: tuple[int, ...] | None = None) -> np.ndarray:
     try:
-        arr = np.array(value, dtype=dtype, copy=True)
+        arr: np.ndarray = np.array(value, dtype=dtype, copy=True)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"`{name}` must be an array of {np.dtype(dtype).name}, got {type(value).__name__}: "
                         f"{exc}") from exc

@@ -172,7 +172,8 @@ COLUMNS: tuple[TraceColumn, ...] = (
 TRACE_COLUMNS: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 _BY_NAME = {c.name: c for c in COLUMNS}
 _WRITTEN = tuple(c for c in COLUMNS if c.field is not None)
-_PY_TYPES = {"float": {float, int}, "int": {int}, "str": {str}}  # element types that need no per-value check
+# element types that need no per-value check
+_PY_TYPES: dict[str, set[type]] = {"float": {float, int}, "int": {int}, "str": {str}}
 _DTYPES = {"float": np.float64, "int": np.int64}
 _NEG_INF_OK = {"top_logprobs"}  # -inf is "no probability" there (dropped, like values below -MAX_NATS)
 

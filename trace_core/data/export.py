@@ -178,7 +178,7 @@ def token_table(traces: Sequence[Trace], rows: Sequence[Any] | None = None) -> p
         raise ValueError(f"got {len(rows)} row numbers for {len(traces)} traces")
     records = []
     for row, trace in zip(rows, traces):
-        texts = trace.top_tokens
+        texts, entropy = trace.top_tokens, trace.entropy
         for i in range(len(trace)):
             alternatives = [f"{texts[i][k]!r} ({math.exp(lp):.1%})" if texts is not None else
                             f"id {int(trace.top_ids[i][k])} ({math.exp(lp):.1%})"
@@ -186,7 +186,7 @@ def token_table(traces: Sequence[Trace], rows: Sequence[Any] | None = None) -> p
             records.append({"row": row, "position": i + 1, "token": trace.tokens[i],
                             "token_id": int(trace.token_ids[i]), "probability": math.exp(-float(trace.surprisal[i])),
                             "surprisal": float(trace.surprisal[i]),
-                            "entropy": float(trace.entropy[i]) if trace.has_entropy else None,
+                            "entropy": float(entropy[i]) if entropy is not None else None,
                             "rank": int(trace.ranks[i]) if trace.ranks is not None else None,
                             "alternatives": " | ".join(alternatives)})
     columns = ["row", "position", "token", "token_id", "probability", "surprisal", "entropy", "rank", "alternatives"]

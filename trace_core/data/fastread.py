@@ -20,7 +20,7 @@ import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -266,7 +266,7 @@ def _from_text(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> _Pa
         if set(map(type, cells)) != {str}:
             return None
         if all(cells):
-            present[name] = cells
+            present[name] = cast("list[str]", cells)  # each cell's type is str, checked above
         elif any(cells):  # some rows have the column, some not: the per-row path
             return None
     if "tokens" not in present or ("logprobs" in present and "surprisal" in present):
@@ -276,10 +276,13 @@ def _from_text(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> _Pa
     token_cells = present["tokens"]
     if _NOT_PLAIN_STRING.search("".join(token_cells)):
         return None
-    token_lists = [_split_strings(t, t.count('"') // 2, None) for t in token_cells]
-    if any(t is None for t in token_lists):
-        return None
-    lengths = [len(t) for t in token_lists]  # type: ignore[arg-type]
+    token_lists: list[list[str]] = []
+    for cell in token_cells:
+        split_tokens = _split_strings(cell, cell.count('"') // 2, None)
+        if split_tokens is None:
+            return None
+        token_lists.append(split_tokens)
+    lengths = [len(t) for t in token_lists]
     total = sum(lengths)
 
     vectors: dict[str, np.ndarray] = {}
@@ -311,18 +314,19 @@ def _from_text(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> _Pa
         if flat is None or flat.size != total * k:
             return None
         top_ids = flat.reshape(total, k)
-    top_strings = None
+    top_strings: list[list[str]] | None = None
     if "top_tokens" in present:
-        cells = present["top_tokens"]
-        if top_logprobs is None or _NOT_PLAIN_STRING.search("".join(cells)):
+        top_cells = present["top_tokens"]
+        if top_logprobs is None or _NOT_PLAIN_STRING.search("".join(top_cells)):
             return None
-        split = [_split_strings(t, n, k) for t, n in zip(cells, lengths)]
-        if any(s is None for s in split):
-            return None
-        top_strings = split
+        top_strings = []
+        for cell, n in zip(top_cells, lengths):
+            split_top = _split_strings(cell, n, k)
+            if split_top is None:
+                return None
+            top_strings.append(split_top)
     metadatas = [_fast_metadata(text) for text in present["trace_metadata"]] if "trace_metadata" in present else None
-    return _Parsed(token_lists, vectors, top_logprobs, top_ids, top_strings, k,  # type: ignore[arg-type]
-                   metadatas)
+    return _Parsed(token_lists, vectors, top_logprobs, top_ids, top_strings, k, metadatas)
 
 
 def _numbers(items: Any, element: str, count: int) -> np.ndarray | None:
@@ -417,7 +421,7 @@ def _checked(parsed: _Parsed, strings: dict[str, str]) -> list[FastRow | None] |
     token_lists, vectors, k = parsed.token_lists, parsed.vectors, parsed.k
     top_logprobs, top_ids, top_strings = parsed.top_logprobs, parsed.top_ids, parsed.top_strings
     given = parsed.metadatas is not None  # else each row gets TraceMetadata(source="imported"), made once below
-    metadatas: list[TraceMetadata | None] = list(parsed.metadatas) if given else []  # type: ignore[arg-type]
+    metadatas: list[TraceMetadata | None] = list(parsed.metadatas) if parsed.metadatas is not None else []
     n_rows = len(token_lists)
     lengths = [len(t) for t in token_lists]
     total = sum(lengths)
@@ -464,7 +468,7 @@ def _checked(parsed: _Parsed, strings: dict[str, str]) -> list[FastRow | None] |
         if "entropy" not in vectors and k > 0:
             estimated = entropy_from_top_k(np.where(step_bad[:, None], -1.0, top_logprobs))
 
-    limits = np.full(n_rows, np.inf)  # a given entropy's bound where the vocabulary size is known
+    limits: np.ndarray = np.full(n_rows, np.inf)  # a given entropy's bound where the vocabulary size is known
     vocab = np.full(n_rows, np.iinfo(np.int64).max)  # ids must be below it, ranks at most it
     for i, meta in enumerate(metadatas):
         try:
@@ -481,7 +485,7 @@ def _checked(parsed: _Parsed, strings: dict[str, str]) -> list[FastRow | None] |
     if "token_ids" in vectors:
         bad |= _row_flags(vectors["token_ids"] >= per_token, owner, n_rows)
     if top_ids is not None and k > 0:
-        bad |= _row_flags((top_ids >= per_token[:, None]).any(axis=1), owner, n_rows)
+        bad |= _row_flags(np.asarray((top_ids >= per_token[:, None]).any(axis=1)), owner, n_rows)
     if "ranks" in vectors:
         bad |= _row_flags(vectors["ranks"] > per_token, owner, n_rows)
 
@@ -494,13 +498,14 @@ def _checked(parsed: _Parsed, strings: dict[str, str]) -> list[FastRow | None] |
         source = {"entropy_source": "top_k", "entropy_k": k}
     out: list[FastRow | None] = []
     for i in range(n_rows):
-        if bad[i] or (given and metadatas[i] is None):
+        row_meta = metadatas[i] if given else None
+        if bad[i] or (given and row_meta is None):
             out.append(None)
             continue
         a, b = bounds[i], bounds[i + 1]
         n = b - a
-        if given:
-            meta = replace(metadatas[i], **source) if source else metadatas[i]  # type: ignore[arg-type]
+        if row_meta is not None:  # given
+            meta = replace(row_meta, **source) if source else row_meta
         else:  # the default with its entropy source, made once (not made, then replaced)
             meta = TraceMetadata(source="imported", **source)
         tokens = token_lists[i]

@@ -192,7 +192,8 @@ def _open_source(source: object, max_bytes: int | None = None) -> _Source:
 
 def _read_all(source: Any, name: str, max_bytes: int | None) -> Any:
     """Everything ``source.read`` gives, a MiB at a time and never more than ``max_bytes`` (+ one MiB)."""
-    parts, size = [], 0
+    parts: list[Any] = []  # all str or all bytes, as read() gives them (a mix fails in join, a TypeError)
+    size = 0
     while True:
         part = source.read(_PROGRESS_STEP)
         if not isinstance(part, (str, bytes, bytearray)):

@@ -202,13 +202,14 @@ class _Steps:
     token_ids: list[int] | None = field(default_factory=list)
     alternative_ids: list[list[int]] | None = field(default_factory=list)
 
-    def add(self, step: Step, chosen_id: int | None, alternative_ids: list[int | None]) -> None:
+    def add(self, step: Step, chosen_id: int | None, alternative_ids: Sequence[int | None]) -> None:
         self.steps.append(step)
-        if chosen_id is None or None in alternative_ids:
+        known = [i for i in alternative_ids if i is not None]
+        if chosen_id is None or len(known) != len(alternative_ids):
             self.token_ids = self.alternative_ids = None
         elif self.token_ids is not None and self.alternative_ids is not None:
             self.token_ids.append(chosen_id)
-            self.alternative_ids.append(alternative_ids)  # type: ignore[arg-type]
+            self.alternative_ids.append(known)
 
     def ids(self) -> dict[str, Any]:
         """The id fields of :class:`ParsedResponse`: given only when every token and alternative had an id."""
@@ -672,7 +673,7 @@ def _parse_vllm_prompt(response: Mapping[str, Any], *, answer_tokens: int | None
     for pos in range(start, len(entries)):
         token_id = _token_id(ids[pos], f"{base}prompt_token_ids[{pos}]")
         raw, lp, alts, alt_ids, rank = _vllm_position(entries[pos], token_id, f"{base}prompt_logprobs[{pos}]")
-        read.add((raw, lp, alts), token_id, alt_ids)  # type: ignore[arg-type]
+        read.add((raw, lp, alts), token_id, alt_ids)
         ranks.append(rank)
     return ParsedResponse(steps=read.steps, text=None, extra={"answer_start": start},
                           tokens_at=f"{base}prompt_logprobs[{start}:]", alternatives_at=f"{base}prompt_logprobs[{{}}]",

@@ -455,7 +455,7 @@ def _share(value: list[Any], strings: dict[str, str]) -> list[Any]:
     millions of copies of a few thousand tokens: sharing them keeps the traces' memory near that of their arrays.
     Anything that is not a str is left as is (the codec reports it).
     """
-    out = []
+    out: list[Any] = []
     for item in value:
         if isinstance(item, list):
             out.append([strings.setdefault(x, x) if type(x) is str else x for x in item])
