@@ -21,7 +21,7 @@ from app.downloads import download_button
 from app.groups import group_panel
 from app.inputs import pick_dataset_file, read_labeled
 from app.panels import calibrator_file_name, production_calibrator, score_choices
-from app.recording import dataset_traces, record_panel, traces_download
+from app.recording import traced_rows, traces_download
 from app.semantic import relevance_panel
 from app.services import embedder, evaluate_cached, parse_beams
 from trace_core import EvaluationConfig
@@ -41,18 +41,8 @@ read = read_labeled(picked) if picked is not None else None
 if read is None:
     st.stop()
 dataset, data_key = read
-lm = state.model()
-rows = dataset_traces(dataset, data_key, lm)
-for note in rows.usable.notes():  # empty answers, answers too long for the model: left out
-    st.warning(sentence(note))
-if rows.usable.missing:
-    st.warning(sentence(rows.usable.missing_message()))
-    if lm is None:
-        st.info("Choose a model in the sidebar to record them.")
-    else:
-        record_panel(lm, rows)  # reruns the page when every missing trace is recorded
-    if rows.store:  # a partial recording is kept, and can be saved
-        traces_download(rows, picked.name)
+rows = traced_rows(dataset, data_key, download_name=picked.name)
+if rows is None:  # traces missing: recording them reruns the page
     st.stop()
 labels, kept = rows.labels(), rows.kept()
 problem = rows.usable.nothing_left_message() or one_class_message(labels, METRICS_UNDEFINED)

@@ -14,7 +14,7 @@ from app.drift import drift_note, drift_result
 from app.guaranteed import guarantee_choice
 from app.inputs import pick_dataset_file, read_labeled
 from app.panels import active_calibrator_note, answer_details, load_calibrator_panel, production_calibrator
-from app.recording import dataset_traces, record_panel
+from app.recording import traced_rows
 from app.services import provenance_notes, scored_out_of_fold, scored_rows
 from app.spans import SPAN_NOTE as SPAN_HELP
 from app.spans import riskiest_span_words
@@ -43,16 +43,8 @@ else:
     if read is None:
         st.stop()
     dataset, data_key = read
-    lm = state.model()
-    rows = dataset_traces(dataset, data_key, lm)
-    for note in rows.usable.notes():
-        st.warning(sentence(note))
-    if rows.usable.missing:
-        st.warning(sentence(rows.usable.missing_message()))
-        if lm is None:
-            st.info("Choose a model in the sidebar to record them.")
-        else:
-            record_panel(lm, rows, key="flag_record")
+    rows = traced_rows(dataset, data_key, key="flag_record")
+    if rows is None:  # traces missing: recording them reruns the page
         st.stop()
     problem = rows.usable.nothing_left_message()
     if problem:

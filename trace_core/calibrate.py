@@ -14,7 +14,7 @@ import json
 import warnings
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -105,6 +105,26 @@ def _extra_columns(traces: Sequence[Trace], names: Sequence[str]) -> np.ndarray:
         len(traces), len(names))
 
 
+_S = TypeVar("_S", bound="_Saved")
+
+
+class _Saved:
+    """What every calibrator shares to load itself: ``from_json`` checks the saved fields for its kind (``_type``, the
+    ``type`` its ``to_json`` writes) and ``_from_fields`` builds the fitted model from them."""
+
+    _type: ClassVar[str]
+
+    @classmethod
+    def from_json(cls: type[_S], data: str | Mapping[str, Any]) -> _S:
+        """Load a calibrator of this kind saved with ``to_json``; every field is checked (see
+        :mod:`trace_core.calibrator_io`)."""
+        return cls._from_fields(parse_calibrator(data, cls._type))
+
+    @classmethod
+    def _from_fields(cls: type[_S], fields: Mapping[str, Any]) -> _S:
+        raise NotImplementedError
+
+
 class _FittedOnTraces:
     """What the calibrators fitted on traces (TracePlus, ScoreCalibrator) share: the provenance check and the drift
     check against the summary of the calibration features (``drift_summary_``, :mod:`trace_core.drift`)."""
@@ -193,7 +213,7 @@ class _FittedOnTraces:
             warnings.warn(message, UserWarning, stacklevel=4)
 
 
-class TracePlus(_FittedOnTraces):
+class TracePlus(_FittedOnTraces, _Saved):
     """TRACE+: standardised trace features and logistic regression, fitted on a calibration split.
 
     Parameters
@@ -223,6 +243,8 @@ class TracePlus(_FittedOnTraces):
         feature of the set already is one). :meth:`check_drift` tests new answers against it. Saved in the JSON;
         None for a calibrator loaded from an earlier version's file.
     """
+
+    _type = "TracePlus"
 
     def __init__(self, *, feature_set: str = "paper", C: float = 1.0, max_iter: int = 1000) -> None:
         self.feature_set = feature_set
@@ -324,11 +346,6 @@ class TracePlus(_FittedOnTraces):
         })
 
     @classmethod
-    def from_json(cls, data: str | Mapping[str, Any]) -> TracePlus:
-        """Load a TracePlus saved with ``to_json``; every field is checked (see :mod:`trace_core.calibrator_io`)."""
-        return cls._from_fields(parse_calibrator(data, "TracePlus"))
-
-    @classmethod
     def _from_fields(cls, fields: Mapping[str, Any]) -> TracePlus:
         model = cls(**fields["params"])
         model.feature_names_ = fields["feature_names"]
@@ -340,7 +357,7 @@ class TracePlus(_FittedOnTraces):
         return model
 
 
-class PlattCalibrator:
+class PlattCalibrator(_Saved):
     """Platt scaling of one score: ``p = sigmoid(a * (score - mean) / std + b)``.
 
     Fitted by a damped Newton solver with a line search (the optimum of scikit-learn's ``LogisticRegression(C=C)`` on
@@ -352,6 +369,8 @@ class PlattCalibrator:
     C : float, default 1e4
         Inverse regularisation strength; large by default (plain Platt scaling).
     """
+
+    _type = "PlattCalibrator"
 
     def __init__(self, *, C: float = 1e4) -> None:
         self.C = C
@@ -376,11 +395,6 @@ class PlattCalibrator:
         _check_fitted(self, "coef_")
         return _dumps({"type": "PlattCalibrator", "params": {"C": self.C}, "mean": self.mean_,
                        "scale": self.scale_, "coef": self.coef_, "intercept": self.intercept_})
-
-    @classmethod
-    def from_json(cls, data: str | Mapping[str, Any]) -> PlattCalibrator:
-        """Load a PlattCalibrator saved with ``to_json``; every field is checked."""
-        return cls._from_fields(parse_calibrator(data, "PlattCalibrator"))
 
     @classmethod
     def _from_fields(cls, fields: Mapping[str, Any]) -> PlattCalibrator:
@@ -439,9 +453,11 @@ def _isotonic_from_sorted(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.
     return thresholds[keep], fitted[keep]
 
 
-class IsotonicCalibrator:
+class IsotonicCalibrator(_Saved):
     """Isotonic regression of correctness on one score (non-decreasing, clipped outside the fitted range): the fit of
     scikit-learn's ``IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip")``, number for number."""
+
+    _type = "IsotonicCalibrator"
 
     def fit(self, scores: Any, y: Any) -> IsotonicCalibrator:
         x = _check_scores(scores)
@@ -465,11 +481,6 @@ class IsotonicCalibrator:
         _check_fitted(self, "x_thresholds_")
         return _dumps({"type": "IsotonicCalibrator", "params": {}, "x_thresholds": self.x_thresholds_.tolist(),
                        "y_thresholds": self.y_thresholds_.tolist()})
-
-    @classmethod
-    def from_json(cls, data: str | Mapping[str, Any]) -> IsotonicCalibrator:
-        """Load an IsotonicCalibrator saved with ``to_json``; every field is checked."""
-        return cls._from_fields(parse_calibrator(data, "IsotonicCalibrator"))
 
     @classmethod
     def _from_fields(cls, fields: Mapping[str, Any]) -> IsotonicCalibrator:
@@ -516,7 +527,7 @@ def method_scores(traces: Sequence[Trace], method: str) -> np.ndarray:
     return result.scores[method].to_numpy(dtype=np.float64)
 
 
-class ScoreCalibrator(_FittedOnTraces):
+class ScoreCalibrator(_FittedOnTraces, _Saved):
     """One method's score (TRACE or a baseline, see :func:`flaggable_methods`) turned into a probability of being
     correct by Platt scaling or isotonic regression, as the evaluation calibrates it: the calibrator is fitted on the
     score's documented transform (``registry.Method.transform``). Use it to flag answers with the score that won the
@@ -555,6 +566,8 @@ class ScoreCalibrator(_FittedOnTraces):
     >>> model.predict_proba([answer(0.2), answer(1.6), answer(9.0)]).round(2).tolist()
     [1.0, 0.5, 0.0]
     """
+
+    _type = "ScoreCalibrator"
 
     def __init__(self, *, method: str = "TRACE", calibrator: str = "platt", C: float = 1e4) -> None:
         self.method = method
@@ -633,11 +646,6 @@ class ScoreCalibrator(_FittedOnTraces):
                        **inner, "n_samples": self.n_samples_,
                        **({"provenance": self.provenance_} if getattr(self, "provenance_", None) is not None
                           else {}), **_summary_field(self)})
-
-    @classmethod
-    def from_json(cls, data: str | Mapping[str, Any]) -> ScoreCalibrator:
-        """Load a ScoreCalibrator saved with ``to_json``; every field is checked."""
-        return cls._from_fields(parse_calibrator(data, "ScoreCalibrator"))
 
     @classmethod
     def _from_fields(cls, fields: Mapping[str, Any]) -> ScoreCalibrator:

@@ -115,6 +115,30 @@ def _sigmoid_of_constant(u: np.ndarray) -> np.ndarray:
     return np.full(u.shape[0], _sigmoid(u[:1])[0])
 
 
+def _damped_step(objective_at: Callable[[float], float], value: float,
+                 decrease: float) -> tuple[float, float, bool]:
+    """The step both Newton solvers take along the descent direction ``d`` from a point where the objective is
+    ``value`` and the predicted decrease ``g @ d`` is ``decrease``; ``objective_at(t)`` is the objective at
+    ``w - t d`` (the solver keeps that point: its last call is the step taken).
+
+    Returns ``(t, objective at t, last)``, ``t`` 0 for no step and ``last`` when the fit stops: once ``decrease`` is
+    below the rounding ``_ROUNDING * max(1, |value|)``, one full step if it raises the objective by no more than that
+    rounding, then stop; otherwise the largest ``t`` in 1, 1/2, ... down to ``_MIN_STEP`` with
+    ``objective_at(t) <= value - 1e-4 t decrease`` (Armijo), or, when there is none, stop where it is.
+    """
+    slack = _ROUNDING * max(1.0, abs(value))
+    if decrease <= slack:  # f cannot tell steps apart: finish with one full Newton step
+        trial = objective_at(1.0)
+        return (1.0 if trial <= value + slack else 0.0), trial, True
+    t = 1.0
+    while t >= _MIN_STEP:
+        trial = objective_at(t)
+        if trial <= value - 1e-4 * t * decrease:
+            return t, trial, False
+        t *= 0.5
+    return 0.0, value, True  # no step decreases f: the optimum to rounding
+
+
 def _newton_logistic(X: np.ndarray, y: np.ndarray, reg: np.ndarray, *, max_iter: int,
                      tol: float = _GRADIENT_TOL) -> np.ndarray:
     """Minimise the L2-penalised logistic loss by damped Newton steps with a backtracking line search.
@@ -151,6 +175,16 @@ def _newton_logistic(X: np.ndarray, y: np.ndarray, reg: np.ndarray, *, max_iter:
     value = _logistic_objective(u, sign, reg, w, constant=True)
     gtol = tol * max(n, 1)
     eye = np.eye(k)
+    step = np.zeros(k)
+    candidate, u_new = w, u
+
+    def objective_at(t: float) -> float:
+        """``f(w - t d)``, keeping the point and its log-odds (the last call's are the step taken)."""
+        nonlocal candidate, u_new
+        candidate = w - t * step
+        u_new = X @ candidate
+        return _logistic_objective(u_new, sign, reg, candidate)
+
     for _ in range(max_iter):
         sigmoid = _sigmoid_of_constant if constant else _sigmoid
         p = sigmoid(u)
@@ -166,25 +200,12 @@ def _newton_logistic(X: np.ndarray, y: np.ndarray, reg: np.ndarray, *, max_iter:
             except np.linalg.LinAlgError:
                 ridge = max(100.0 * ridge, 1e-12 * float(np.trace(hess)), 1e-300)
         step = np.linalg.solve(hess + ridge * eye, grad)
-        decrease = float(grad @ step)  # the Newton decrement squared, > 0
-        slack = _ROUNDING * max(1.0, abs(value))
-        if decrease <= slack:  # f cannot tell steps apart: finish with one full Newton step
-            candidate = w - step
-            u_new = X @ candidate
-            if _logistic_objective(u_new, sign, reg, candidate) <= value + slack:
-                w = candidate
+        t, trial, last = _damped_step(objective_at, value, float(grad @ step))  # g @ d: the Newton decrement squared
+        if t:
+            w = candidate
+        if last:
             break
-        t = 1.0
-        while t >= _MIN_STEP:
-            candidate = w - t * step
-            u_new = X @ candidate
-            trial = _logistic_objective(u_new, sign, reg, candidate)
-            if trial <= value - 1e-4 * t * decrease:
-                break
-            t *= 0.5
-        else:  # no step decreases f: the optimum to rounding
-            break
-        w, u, value = candidate, u_new, trial
+        u, value = u_new, trial
         constant = False
     return w
 
@@ -234,6 +255,14 @@ def _fit_logistic_1d(z: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 
     u_new, e_new = np.empty(n), np.empty(n)
     value = loss(u, e, constant=True)
     gtol = tol * max(n, 1)
+    step_a = step_b = 0.0
+
+    def objective_at(t: float) -> float:
+        """``f(a - t step_a, b - t step_b)``, leaving its log-odds in ``u_new`` and ``exp(-|u|)`` in ``e_new``."""
+        a_new = a - t * step_a
+        np.add(np.multiply(z, a_new, out=u_new), b - t * step_b, out=u_new)
+        return loss(u_new, e_new) + 0.5 * penalty * a_new * a_new
+
     for _ in range(max_iter):
         q = np.reciprocal(np.add(e, 1.0, out=work_a), out=work_a)  # 1 / (1 + e) = sigmoid(|u|)
         low = np.multiply(e, q, out=work_b)  # e / (1 + e) = sigmoid(-|u|)
@@ -252,25 +281,12 @@ def _fit_logistic_1d(z: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 
             step_a, step_b = g_a / h_aa, g_b / max(h_bb, 1e-300)
         else:
             step_a, step_b = (h_bb * g_a - h_ab * g_b) / det, (h_aa * g_b - h_ab * g_a) / det
-        decrease = g_a * step_a + g_b * step_b
-        slack = _ROUNDING * max(1.0, abs(value))
-        if decrease <= slack:  # f cannot tell steps apart: finish with one full Newton step
-            a_new, b_new = a - step_a, b - step_b
-            np.add(np.multiply(z, a_new, out=u_new), b_new, out=u_new)
-            if loss(u_new, e_new) + 0.5 * penalty * a_new * a_new <= value + slack:
-                a, b = a_new, b_new
+        t, trial, last = _damped_step(objective_at, value, g_a * step_a + g_b * step_b)
+        if t:
+            a, b = a - t * step_a, b - t * step_b
+        if last:
             break
-        t = 1.0
-        while t >= _MIN_STEP:
-            a_new, b_new = a - t * step_a, b - t * step_b
-            np.add(np.multiply(z, a_new, out=u_new), b_new, out=u_new)
-            trial = loss(u_new, e_new) + 0.5 * penalty * a_new * a_new
-            if trial <= value - 1e-4 * t * decrease:
-                break
-            t *= 0.5
-        else:  # no step decreases f: the optimum to rounding
-            break
-        a, b, value = a_new, b_new, trial
+        value = trial
         u, u_new, e, e_new = u_new, u, e_new, e
     return float(a), float(b)
 

@@ -15,11 +15,13 @@ from numpy.typing import ArrayLike, NDArray
 
 from .._checks import check_choice, check_int, check_scores
 from ._common import STRATEGIES, check_level, check_pair
+from ._docs import fill_doc
 from .intervals import wilson_interval
 
 __all__ = ["bin_probabilities", "brier_score", "expected_calibration_error", "reliability_table"]
 
 
+@fill_doc
 def brier_score(y_true: ArrayLike, y_prob: ArrayLike) -> float:
     """Brier score: mean squared error between predicted probabilities and 0/1 correctness.
 
@@ -27,10 +29,8 @@ def brier_score(y_true: ArrayLike, y_prob: ArrayLike) -> float:
 
     Parameters
     ----------
-    y_true : array-like of shape (n_answers,)
-        1 if the answer is correct, 0 otherwise (bool or 0/1 numbers).
-    y_prob : array-like of shape (n_answers,)
-        Predicted probability that the answer is correct, finite and in [0, 1].
+    {y_true}
+    {y_prob}
 
     Returns
     -------
@@ -51,6 +51,7 @@ def _brier(y: NDArray[np.int64], p: NDArray[np.float64]) -> float:
     return float(((p - y) ** 2).mean())
 
 
+@fill_doc
 def bin_probabilities(
     y_prob: ArrayLike, *, n_bins: int = 10, strategy: str = "uniform"
 ) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
@@ -69,10 +70,8 @@ def bin_probabilities(
 
     Parameters
     ----------
-    y_prob : array-like of shape (n_answers,)
-        Probabilities, finite and in [0, 1].
-    n_bins : int, default=10
-        Number of bins, >= 1.
+    {y_prob}
+    {n_bins}
     strategy : {"uniform", "quantile"}, default="uniform"
         How the edges are chosen (see above).
 
@@ -91,10 +90,14 @@ def bin_probabilities(
     TypeError
         If ``n_bins`` is not an int.
     """
-    n_bins = check_int(n_bins, "n_bins", minimum=1)
-    strategy = check_choice(strategy, "strategy", STRATEGIES)
+    n_bins, strategy = _check_binning(n_bins, strategy)
     p = check_scores(y_prob, "y_prob", probability=True)
     return _bins(p, n_bins, strategy)
+
+
+def _check_binning(n_bins: int, strategy: str) -> tuple[int, str]:
+    """The checked ``n_bins`` (an int >= 1) and ``strategy`` (one of ``STRATEGIES``) of every binned metric."""
+    return check_int(n_bins, "n_bins", minimum=1), check_choice(strategy, "strategy", STRATEGIES)
 
 
 def _bins(p: NDArray[np.float64], n_bins: int, strategy: str) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
@@ -137,6 +140,7 @@ def _bin_sums(
     return edges, count, sum_prob, n_correct
 
 
+@fill_doc
 def expected_calibration_error(
     y_true: ArrayLike, y_prob: ArrayLike, *, n_bins: int = 10, strategy: str = "uniform"
 ) -> float:
@@ -145,16 +149,7 @@ def expected_calibration_error(
     ``ECE = sum_b (n_b / N) * |acc_b - conf_b|`` over non-empty bins ``b``, where ``acc_b`` is the
     fraction of correct answers in the bin and ``conf_b`` the mean predicted probability in it.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n_answers,)
-        1 if the answer is correct, 0 otherwise.
-    y_prob : array-like of shape (n_answers,)
-        Predicted probability of correctness, finite and in [0, 1].
-    n_bins : int, default=10
-        Number of bins; the same default as :func:`reliability_table`, so the number and the plot agree.
-    strategy : {"uniform", "quantile"}, default="uniform"
-        Bin edges, see :func:`bin_probabilities`.
+    {binned_parameters}
 
     Returns
     -------
@@ -166,8 +161,7 @@ def expected_calibration_error(
     ValueError
         On invalid inputs, ``n_bins < 1`` or an unknown ``strategy``.
     """
-    n_bins = check_int(n_bins, "n_bins", minimum=1)
-    strategy = check_choice(strategy, "strategy", STRATEGIES)
+    n_bins, strategy = _check_binning(n_bins, strategy)
     y, p = check_pair(y_true, y_prob, "y_prob", probability=True)
     return _ece(y, p, n_bins, strategy)
 
@@ -207,6 +201,7 @@ def _ece_sorted(y: NDArray[np.int64], p: NDArray[np.float64], n_bins: int) -> fl
 
 
 
+@fill_doc
 def reliability_table(
     y_true: ArrayLike,
     y_prob: ArrayLike,
@@ -221,16 +216,7 @@ def reliability_table(
     :func:`expected_calibration_error` with the same ``n_bins`` and ``strategy``, and the non-empty
     rows agree with ``sklearn.calibration.calibration_curve``.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n_answers,)
-        1 if the answer is correct, 0 otherwise.
-    y_prob : array-like of shape (n_answers,)
-        Predicted probability of correctness, finite and in [0, 1].
-    n_bins : int, default=10
-        Number of bins.
-    strategy : {"uniform", "quantile"}, default="uniform"
-        Bin edges, see :func:`bin_probabilities`.
+    {binned_parameters}
     confidence : float, default=0.95
         Level of the Wilson interval on each bin's accuracy.
 
@@ -253,8 +239,7 @@ def reliability_table(
     ValueError
         On invalid inputs, ``n_bins < 1``, an unknown ``strategy`` or ``confidence`` outside (0, 1).
     """
-    n_bins = check_int(n_bins, "n_bins", minimum=1)
-    strategy = check_choice(strategy, "strategy", STRATEGIES)
+    n_bins, strategy = _check_binning(n_bins, strategy)
     check_level(confidence)
     y, p = check_pair(y_true, y_prob, "y_prob", probability=True)
     edges, count, sum_prob, n_correct = _bin_sums(y, p, n_bins, strategy)

@@ -12,6 +12,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .._checks import check_int, shorten
 from ._common import UndefinedMetricWarning, check_level, check_pair, number_text
+from ._docs import fill_doc
 
 __all__ = ["bootstrap_ci", "wilson_interval"]
 
@@ -101,6 +102,7 @@ def wilson_interval(
 
 
 
+@fill_doc
 def bootstrap_ci(
     metric: Callable[[np.ndarray, np.ndarray], float],
     y_true: ArrayLike,
@@ -123,8 +125,7 @@ def bootstrap_ci(
     ----------
     metric : callable ``(y_true, scores) -> float``
         E.g. :func:`auroc` or ``functools.partial(expected_calibration_error, n_bins=10)``.
-    y_true : array-like of shape (n_answers,)
-        1 if the answer is correct, 0 otherwise.
+    {y_true}
     scores : array-like of shape (n_answers,)
         Scores or probabilities passed to ``metric`` (finite; range checks are the metric's).
     n_boot : int, default=1000

@@ -12,6 +12,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .._checks import check_labels, check_real, check_scores
 from ._common import check_pair, has_both_classes
+from ._docs import fill_doc
 from .selective import _aurc_from_groups, _harmonic_steps, _prr_from_aurc
 
 __all__ = ["RankGroups", "auprc", "auroc", "roc_curve", "tpr_at_fpr"]
@@ -33,6 +34,7 @@ def _descending_counts(
     return values[::-1], tps, fps
 
 
+@fill_doc
 def auroc(y_true: ArrayLike, score: ArrayLike) -> float:
     """Area under the ROC curve, from ranks (Mann-Whitney U).
 
@@ -41,22 +43,14 @@ def auroc(y_true: ArrayLike, score: ArrayLike) -> float:
     Equivalently, the probability that a random correct answer outscores a random wrong one, ties
     counting 1/2. Equals ``sklearn.metrics.roc_auc_score``, ties included.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n_answers,)
-        1 if the answer is correct, 0 otherwise.
-    score : array-like of shape (n_answers,)
-        Confidence score, any finite real, higher = more likely correct.
+    {ranking_parameters}
 
     Returns
     -------
     float
         AUROC in [0, 1]; ``nan`` with an :class:`UndefinedMetricWarning` if ``y_true`` has one class.
 
-    Raises
-    ------
-    ValueError
-        On empty input, length mismatch, bad labels or non-finite scores.
+    {pair_raises}
     """
     y, s = check_pair(y_true, score, "score", probability=False)
     if not has_both_classes(y, "AUROC"):
@@ -71,6 +65,7 @@ def auroc(y_true: ArrayLike, score: ArrayLike) -> float:
     return float(u / (n_pos * n_neg))
 
 
+@fill_doc
 def roc_curve(
     y_true: ArrayLike, score: ArrayLike
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
@@ -81,12 +76,7 @@ def roc_curve(
     ``(0, 0)`` with threshold ``+inf`` is prepended. This matches
     ``sklearn.metrics.roc_curve(..., drop_intermediate=False)``: collinear points are kept.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n_answers,)
-        1 if the answer is correct, 0 otherwise.
-    score : array-like of shape (n_answers,)
-        Confidence score, any finite real, higher = more likely correct.
+    {ranking_parameters}
 
     Returns
     -------
@@ -114,6 +104,7 @@ def roc_curve(
     return fpr, tpr, np.r_[np.inf, thresholds]
 
 
+@fill_doc
 def tpr_at_fpr(y_true: ArrayLike, score: ArrayLike, *, fpr: float = 0.05) -> float:
     """True positive rate at a given false positive rate, read off the ROC curve.
 
@@ -123,12 +114,7 @@ def tpr_at_fpr(y_true: ArrayLike, score: ArrayLike, *, fpr: float = 0.05) -> flo
     without exceeding ``fpr``. E.g. ``fpr=0`` gives the share of correct answers that score above
     every wrong one.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n_answers,)
-        1 if the answer is correct, 0 otherwise.
-    score : array-like of shape (n_answers,)
-        Confidence score, any finite real, higher = more likely correct.
+    {ranking_parameters}
     fpr : float, default=0.05
         Target false positive rate, ``0 <= fpr <= 1``.
 
@@ -159,6 +145,7 @@ def tpr_at_fpr(y_true: ArrayLike, score: ArrayLike, *, fpr: float = 0.05) -> flo
     return float(np.interp(target, curve_fpr[j : j + 2], curve_tpr[j : j + 2]))
 
 
+@fill_doc
 def auprc(y_true: ArrayLike, score: ArrayLike) -> float:
     """Area under the precision-recall curve as average precision (step-wise, no interpolation).
 
@@ -167,12 +154,7 @@ def auprc(y_true: ArrayLike, score: ArrayLike) -> float:
     answer with ``score >= threshold_n``; the positive class is *correct*. Equals
     ``sklearn.metrics.average_precision_score``, ties included.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n_answers,)
-        1 if the answer is correct, 0 otherwise.
-    score : array-like of shape (n_answers,)
-        Confidence score, any finite real, higher = more likely correct.
+    {ranking_parameters}
 
     Returns
     -------
@@ -181,10 +163,7 @@ def auprc(y_true: ArrayLike, score: ArrayLike) -> float:
         class. (scikit-learn instead returns 1.0 when all labels are 1 and 0.0 when none is; both
         say nothing about the score, so they are treated as undefined here, as for AUROC.)
 
-    Raises
-    ------
-    ValueError
-        On empty input, length mismatch, bad labels or non-finite scores.
+    {pair_raises}
     """
     y, s = check_pair(y_true, score, "score", probability=False)
     if not has_both_classes(y, "AUPRC"):
@@ -195,6 +174,7 @@ def auprc(y_true: ArrayLike, score: ArrayLike) -> float:
     return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
 
 
+@fill_doc
 class RankGroups:
     """A score's distinct values, found once, so AUROC, AUPRC, AURC and PRR of any subset of the answers need no sort.
 
@@ -204,8 +184,7 @@ class RankGroups:
 
     Parameters
     ----------
-    score : array-like of shape (n_answers,)
-        Confidence score, any finite real, higher = more likely correct.
+    {score}
     """
 
     def __init__(self, score: ArrayLike) -> None:

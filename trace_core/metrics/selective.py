@@ -11,10 +11,12 @@ from numpy.typing import ArrayLike, NDArray
 
 from .._checks import check_real
 from ._common import check_pair, has_both_classes
+from ._docs import fill_doc
 
 __all__ = ["aurc", "prr", "risk_at_coverage", "risk_coverage_curve"]
 
 
+@fill_doc
 def risk_coverage_curve(
     y_true: ArrayLike, confidence: ArrayLike
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -26,12 +28,7 @@ def risk_coverage_curve(
     errors (the average over all orders of the group). The curve therefore does not depend on the
     order of the input.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n_answers,)
-        1 if the answer is correct, 0 otherwise.
-    confidence : array-like of shape (n_answers,)
-        Confidence score, any finite real, higher = more likely correct.
+    {selective_parameters}
 
     Returns
     -------
@@ -41,10 +38,7 @@ def risk_coverage_curve(
         Expected error rate among the ``k`` kept answers, in [0, 1]; ``risk[-1]`` is the overall
         error rate. Defined with a single class (no warning).
 
-    Raises
-    ------
-    ValueError
-        On empty input, length mismatch, bad labels or non-finite scores.
+    {pair_raises}
     """
     y, c = check_pair(y_true, confidence, "confidence", probability=False)
     n = y.shape[0]
@@ -59,6 +53,7 @@ def risk_coverage_curve(
     return k / n, np.cumsum(per_answer) / k
 
 
+@fill_doc
 def aurc(y_true: ArrayLike, confidence: ArrayLike) -> float:
     """Area under the risk-coverage curve.
 
@@ -66,27 +61,20 @@ def aurc(y_true: ArrayLike, confidence: ArrayLike) -> float:
     (ties resolved by expectation). Lower is better; for a fixed set of labels it is minimal when
     every correct answer is ranked above every wrong one and maximal for the reverse order.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n_answers,)
-        1 if the answer is correct, 0 otherwise.
-    confidence : array-like of shape (n_answers,)
-        Confidence score, any finite real, higher = more likely correct.
+    {selective_parameters}
 
     Returns
     -------
     float
         AURC in [0, 1]. Defined with a single class (0 if all correct, 1 if all wrong).
 
-    Raises
-    ------
-    ValueError
-        On empty input, length mismatch, bad labels or non-finite scores.
+    {pair_raises}
     """
     _, risk = risk_coverage_curve(y_true, confidence)
     return float(np.mean(risk))
 
 
+@fill_doc
 def risk_at_coverage(y_true: ArrayLike, confidence: ArrayLike, *, coverage: float = 0.5) -> float:
     """Selective risk when keeping the most confident ``coverage`` share of the answers.
 
@@ -94,12 +82,7 @@ def risk_at_coverage(y_true: ArrayLike, confidence: ArrayLike, *, coverage: floa
     ``coverage * n`` within 1e-9 (relative) of an integer is taken as that integer, so float
     round-off (``0.07 * 100 = 7.000000000000001``) does not add an answer.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n_answers,)
-        1 if the answer is correct, 0 otherwise.
-    confidence : array-like of shape (n_answers,)
-        Confidence score, any finite real, higher = more likely correct.
+    {selective_parameters}
     coverage : float, default=0.5
         Share of answers kept, ``0 < coverage <= 1``.
 
@@ -176,6 +159,7 @@ def _prr_from_aurc(aurc_value: float, n_correct: int, n_wrong: int) -> float:
     return (random - aurc_value) / (random - _oracle_aurc(n_correct, n_wrong))
 
 
+@fill_doc
 def prr(y_true: ArrayLike, confidence: ArrayLike) -> float:
     """Prediction rejection ratio: how much of the gap between a random and the oracle rejection order a score closes.
 
@@ -192,12 +176,7 @@ def prr(y_true: ArrayLike, confidence: ArrayLike) -> float:
     ``(Q - Q_random) / (Q_oracle - Q_random)`` equals the formula above. Since PRR is affine in AURC, the tie handling
     gives the expected PRR over the orders of tied answers; PRR is invariant to any increasing transform of the score.
 
-    Parameters
-    ----------
-    y_true : array-like of shape (n_answers,)
-        1 if the answer is correct, 0 otherwise.
-    confidence : array-like of shape (n_answers,)
-        Confidence score, any finite real, higher = more likely correct.
+    {selective_parameters}
 
     Returns
     -------
@@ -206,10 +185,7 @@ def prr(y_true: ArrayLike, confidence: ArrayLike) -> float:
         than random (-1 for the reversed oracle order when the classes are balanced). ``nan`` with an
         :class:`UndefinedMetricWarning` when ``y_true`` holds one class (there is no gap to close).
 
-    Raises
-    ------
-    ValueError
-        On empty input, length mismatch, bad labels or non-finite scores.
+    {pair_raises}
 
     Examples
     --------

@@ -47,8 +47,8 @@ def score_answers(lm: LoadedModel | ServerModel, prompts: Sequence[str], answers
     Parameters
     ----------
     lm : LoadedModel or ServerModel
-        From :func:`~trace_core.record.load_model`, or a model server from :func:`~trace_core.record.connect_server`
-        (one request per answer, ``concurrency`` at once, so ``batch_size`` bounds the requests in flight too).
+        A model from :func:`~trace_core.record.load_model` or :func:`~trace_core.record.connect_server`, as for
+        :func:`~trace_core.record.generate_traces`.
     prompts : sequence of str
     answers : sequence of str or of token-id sequences
         A string is tokenized on its own (no special tokens added). Pass the token ids to score exactly the tokens
@@ -58,7 +58,8 @@ def score_answers(lm: LoadedModel | ServerModel, prompts: Sequence[str], answers
     n_alternatives : int, default 5
         k, the top alternatives stored per token.
     batch_size : int, default 8
-        Answers per forward pass.
+        Answers per forward pass; a model server takes one request per answer, ``concurrency`` at once, so it bounds
+        the requests in flight too.
     max_logits_bytes : int, default 256 MiB
         Bound on the float32 logits held at once.
     progress : callable(done, total), optional
