@@ -8,7 +8,7 @@ the decoding (the store :mod:`app.batch` uses), so Stop, another page or a chang
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,25 +109,26 @@ def side_table(results: dict[str, EvaluationResult | None]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def disagreements(traces: dict[str, Sequence[Trace]], labels: dict[str, np.ndarray], prompts: Sequence[str],
+def disagreements(traces: Mapping[str, Sequence[Trace]], labels: Mapping[str, np.ndarray], prompts: Sequence[str],
                   rows: Sequence[int]) -> pd.DataFrame:
     """The prompts where one side is right and the other wrong (index: position among the compared prompts): the
     row, each side's answer and label, each side's TRACE confidence, then the prompt; ordered as in the file."""
     a, b = labels["A"], labels["B"]
     at = np.flatnonzero((a != b) & (a >= 0) & (b >= 0))
-    out = pd.DataFrame({"row": [rows[i] for i in at]}, index=at)
+    where = at.tolist()
+    out = pd.DataFrame({"row": [rows[i] for i in where]}, index=at)
     for side in ("A", "B"):
-        out[f"answer {side}"] = [traces[side][i].answer for i in at]
-        out[f"{side} correct"] = [bool(labels[side][i]) for i in at]
+        out[f"answer {side}"] = [traces[side][i].answer for i in where]
+        out[f"{side} correct"] = [bool(labels[side][i]) for i in where]
     for side in ("A", "B"):
-        out[f"TRACE {side}"] = [explain_trace(traces[side][i]).confidence for i in at]
-    out["prompt"] = [prompts[i] for i in at]
+        out[f"TRACE {side}"] = [explain_trace(traces[side][i]).confidence for i in where]
+    out["prompt"] = [prompts[i] for i in where]
     return out
 
 
 def _evaluate(side: str, traces: Sequence[Trace], labels: np.ndarray, key: str) -> tuple[EvaluationResult | None,
                                                                                           str | None]:
-    keep = np.flatnonzero(labels >= 0)
+    keep = np.flatnonzero(labels >= 0).tolist()
     usable = [traces[i] for i in keep if len(traces[i])]
     y = np.asarray([labels[i] for i in keep if len(traces[i])])
     if len(usable) < 2 or np.unique(y).shape[0] < 2:
@@ -152,7 +153,9 @@ def dataset_comparison(file: DatasetFile, sides: Sequence[Side]) -> None:
     n = int(cols[0].number_input("Prompts to compare (the file's first)", 1, min(total, MAX_PROMPTS),
                                  min(total, 100), key="compare_n_prompts",
                                  help=f"Each is answered by A and by B; at most {MAX_PROMPTS:,}."))
-    matcher = cols[1].selectbox("Label answers against their `reference` with", MATCHERS, key="compare_matcher")
+    # streamlit's selectbox stub uses typing.Never, which Python 3.10 lacks: mypy then takes the empty-options overload
+    matcher: str = cols[1].selectbox(  # type: ignore[assignment]
+        "Label answers against their `reference` with", MATCHERS, key="compare_matcher")
     prompts = read.frame["prompt"].astype(str).tolist()
     file_key = digest(file.data, file.name)
     if not generate_panel(sides, prompts, n, file_key):
@@ -170,13 +173,13 @@ def dataset_comparison(file: DatasetFile, sides: Sequence[Side]) -> None:
     results, notes = {}, []
     for side in sides:
         # the key names the answers evaluated: which prompts both sides answered depends on the other side too
-        results[side.label], why = _evaluate(side.label, traces[side.label], labels[side.label],
-                                             f"{side.key(file_key)}|{digest(repr(positions))}|{matcher}")
+        result, why = _evaluate(side.label, traces[side.label], labels[side.label],
+                                f"{side.key(file_key)}|{digest(repr(positions))}|{matcher}")
+        results[side.label] = result
         if why:
             notes.append(why + (" (labeled with the `exact` matcher: answers written as sentences may need "
                                 "`contains`, numbers `numeric`)" if matcher == "exact" else ""))
-        elif results[side.label].small_sample:  # too few answers, or of one class, to read its figures
-            result = results[side.label]
+        elif result is not None and result.small_sample:  # too few answers, or of one class, to read its figures
             right = int(round(result.accuracy * result.n_answers))
             notes.append(f"{side.label}'s figures are unreliable: {result.n_answers:,} answers ({right:,} right, "
                          f"{result.n_answers - right:,} wrong), fewer than {SMALL_SAMPLE:,} answers or than "

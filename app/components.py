@@ -128,15 +128,16 @@ def signal_values(trace: Trace, signal: str, explanation: TraceExplanation | Non
     if signal == "surprisal":
         values = trace.surprisal
     elif signal == "entropy":
-        if not trace.has_entropy:
+        if trace.entropy is None:
             raise ValueError("this trace has no entropy (its data held only the chosen tokens' log-probabilities); "
                              "colour by surprisal instead")
         values = trace.entropy
     else:
         values = (explanation or explain_trace(trace)).contributions
         scale = "answer"
-    if scale == "fixed":
-        return HeatmapScale(signal, values, SIGNALS[signal][1], scale)
+    fixed_top = SIGNALS[signal][1]
+    if scale == "fixed" and fixed_top is not None:  # the risk share has no fixed top: always scaled per answer
+        return HeatmapScale(signal, values, fixed_top, scale)
     top = float(values.max()) if values.size else 0.0
     return HeatmapScale(signal, values, max(top, _ANSWER_FLOOR[signal]), scale)
 
@@ -246,9 +247,10 @@ def _alternative_labels(trace: Trace, i: int, alternatives: Sequence[str] | None
 def token_tooltip(trace: Trace, i: int, alternatives: Sequence[str] | None) -> str:
     """Plain-text details of token i: probability, surprisal, entropy, rank and the top-k alternatives."""
     p = float(np.exp(-trace.surprisal[i]))
+    entropy = trace.entropy
     lines = [f"token {i + 1}: '{visible_token(trace.tokens[i])}'",
              f"probability {_percent(p)} · surprisal {trace.surprisal[i]:.2f}"
-             + (f" · entropy {trace.entropy[i]:.2f}" if trace.has_entropy else " · entropy not recorded")]
+             + (f" · entropy {entropy[i]:.2f}" if entropy is not None else " · entropy not recorded")]
     if trace.ranks is not None:
         lines.append(f"rank {int(trace.ranks[i])} of the vocabulary")
     if trace.n_alternatives:
@@ -315,8 +317,9 @@ def _card_html(trace: Trace, i: int, card_id: str, p: float, alt_p: Sequence[flo
     head = f'<span class="tr-card-head">Token {i + 1} {_card_code(trace.tokens[i], limit)}</span>'
     if marks:
         head += f'<span class="tr-card-marks">{e(" · ".join(marks))}</span>'
+    entropy = trace.entropy
     rows = [("probability", _percent(p)), ("surprisal", f"{trace.surprisal[i]:.2f} nats"),
-            ("entropy", f"{trace.entropy[i]:.2f} nats" if trace.has_entropy else "not recorded")]
+            ("entropy", f"{entropy[i]:.2f} nats" if entropy is not None else "not recorded")]
     bounds = _entropy_bounds(trace, i)
     if bounds is not None:  # a top-k estimate: the full-vocabulary entropy lies between these
         rows.append(("entropy bounds", f"{bounds[0]:.2f} – {bounds[1]:.2f} nats (top-{trace.metadata.entropy_k})"))
@@ -330,6 +333,8 @@ def _card_html(trace: Trace, i: int, card_id: str, p: float, alt_p: Sequence[flo
         if chosen_row is None:
             chosen = int(trace.token_ids[i])
             chosen_row = [chosen >= 0 and int(t) == chosen for t in trace.top_ids[i]]
+        if alt_p is None:  # the callers pass them for a token with alternatives; these are the same values
+            alt_p = np.exp(trace.top_logprobs[i]).tolist()
         cells = []
         for j, label in enumerate(_alternative_labels(trace, i, alternatives)):
             mark = ' <span class="tr-k">(chosen)</span>' if chosen_row[j] else ""

@@ -144,7 +144,7 @@ def explain_risk(trace: Trace, exp: TraceExplanation) -> str:
     if len(trace) == 0:
         return "<p><b>Why this confidence:</b> the answer has no tokens.</p>"
     surprisal_only = exp.variant != "TRACE"
-    main = max(exp.components, key=exp.components.get)
+    main = max(exp.components, key=lambda name: exp.components[name])
     share = exp.components[main] / exp.risk if exp.risk > 0 else 0.0
     phrase = component_phrase(main, len(trace), surprisal_only=surprisal_only)
     note = (f" ({html.escape(exp.variant)}: these traces hold no entropy, so surprisal stands in for it.)"

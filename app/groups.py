@@ -54,9 +54,10 @@ def evaluate_groups(values: pd.Series, kept: Sequence[Trace], labels: np.ndarray
             left_out.append(f"{title}: its {at.shape[0]:,} answers are all {'right' if y[0] else 'wrong'}")
             continue
         try:
-            semantic = [embedder[i] for i in at] if isinstance(embedder, list) else embedder  # relevances: sliced
-            result, _ = evaluate_cached([kept[i] for i in at], y, config, methods, f"{key}|{column}={value}",
-                                        [beams[i] for i in at] if beams is not None else None, semantic,
+            rows = at.tolist()
+            semantic = [embedder[i] for i in rows] if isinstance(embedder, list) else embedder  # relevances: sliced
+            result, _ = evaluate_cached([kept[i] for i in rows], y, config, methods, f"{key}|{column}={value}",
+                                        [beams[i] for i in rows] if beams is not None else None, semantic,
                                         embedder is not None)
         except (NoUsableSplitError, ValueError) as exc:
             left_out.append(f"{title}: {exc}")
@@ -76,7 +77,8 @@ def group_panel(frame: pd.DataFrame, kept: Sequence[Trace], labels: np.ndarray, 
     if not columns:
         return
     st.subheader("Results per group")
-    column = st.selectbox("Group by", ["(none)", *columns], key="group_by",
+    # streamlit's selectbox stub uses typing.Never, which Python 3.10 lacks: mypy then takes the empty-options overload
+    column: str = st.selectbox("Group by", ["(none)", *columns], key="group_by",  # type: ignore[assignment]
                           help="Run the protocol on each value of this column separately (e.g. a task family or a "
                                "model), as `trace-core evaluate --group-by` does, and average over the groups.")
     if column == "(none)":

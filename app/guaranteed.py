@@ -34,14 +34,17 @@ def labeled_for_guarantee(active: state.ActiveCalibrator) -> tuple[np.ndarray, n
     if other is not None:  # a bundled split was calibrated on: offer its other split first
         state.preset("risk_demo_dataset", other)
     picked = pick_dataset_file("risk")
-    read = read_labeled(picked, matcher_key="risk_matcher") if picked is not None else None
+    if picked is None:
+        return None
+    read = read_labeled(picked, matcher_key="risk_matcher")
     if read is None:
         return None
     dataset, key = read
     lm = state.model()
     rows = dataset_traces(dataset, key, lm)
-    if rows.usable.missing:
-        st.warning(sentence(rows.usable.missing_message()))
+    missing = rows.usable.missing_message()  # None exactly when no row misses its trace
+    if missing is not None:
+        st.warning(sentence(missing))
         if lm is not None:
             record_panel(lm, rows, key="risk_record")
         return None

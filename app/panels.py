@@ -155,6 +155,8 @@ def production_calibrator(data: state.Answers, choices: state.ScoreChoices) -> t
     """The score choice and the calibrator of that score fitted on all of ``data`` (the Calibrate page's labeled
     answers), offered as the active calibrator (:func:`offer_calibrator`). Returns the score and the calibrator."""
     score = flag_score_choice(choices)
+    if data.labels is None:  # both pages hand over labeled answers only (Flag & export checks, Calibrate needs them)
+        raise ValueError("a production calibrator is fitted on labeled answers; these have no labels")
     model = fit_calibrator_cached(data.traces, data.labels, data.key, (score.method, score.calibrator))
     st.caption(f"{md_literal(score.name)} fitted on all {len(data.traces):,} labeled answers of "
                f"{md_literal(data.name)}.")

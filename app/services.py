@@ -19,7 +19,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 import pandas as pd
@@ -43,6 +43,9 @@ from trace_core.flag import FlagScore
 from trace_core.record import alternative_pieces, check_model_allowed
 
 from . import state
+
+if TYPE_CHECKING:
+    from trace_core.record.server import ServerModel
 
 _preload_lock = threading.Lock()
 _preloading: threading.Thread | None = None
@@ -200,11 +203,11 @@ def try_prompts(model_id: str | None = None) -> list[dict[str, Any]]:
     return [{k: v for k, v in e.items() if k not in ("label", "kind")} for e in real["examples"]]
 
 
-def example_label(example: dict) -> str:
+def example_label(example: dict[str, Any]) -> str:
     """One "Try these" entry: the family, how the model answered it (when known) and the question's start."""
     question = example["prompt"].splitlines()[0].removeprefix("Q: ")
     question = question if len(question) <= 90 else question[:89] + "…"
-    verdict = {0: "answered wrong", 1: "answered right"}.get(example.get("label"), "")
+    verdict = {0: "answered wrong", 1: "answered right"}.get(example.get("label", -1), "")
     kind = example.get("kind")
     if verdict and kind in ("one token away", "confidently wrong"):
         verdict += f", {kind}"
@@ -330,6 +333,14 @@ def digest(*parts: Any) -> str:
 
 _MODEL_KEYS: weakref.WeakKeyDictionary[LoadedModel, str] = weakref.WeakKeyDictionary()  # kept while the model is
 _MODEL_KEYS_LOCK = threading.Lock()
+
+
+@overload
+def model_key(lm: None) -> None: ...
+
+
+@overload
+def model_key(lm: LoadedModel | ServerModel) -> str: ...
 
 
 def model_key(lm: Any) -> str | None:
@@ -511,7 +522,7 @@ def alternatives_for(lm: LoadedModel | None) -> Callable[[Trace, int], list[str]
     def alternatives(trace: Trace, i: int) -> list[str]:
         if trace.top_tokens is not None:
             return list(trace.top_tokens[i])
-        if not same_model(lm, trace) or (trace.top_ids[i] < 0).any():
+        if lm is None or not same_model(lm, trace) or (trace.top_ids[i] < 0).any():
             return [f"id {int(t)}" for t in trace.top_ids[i]]
         rows = trace.top_ids[[i]] if i == 0 else trace.top_ids[[0, i]]  # the first row is read alone, later ones not
         return list(alternative_pieces(lm.tokenizer, rows)[-1])  # as the recorder reads them

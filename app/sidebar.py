@@ -29,7 +29,9 @@ def sidebar() -> None:
     with st.sidebar:
         st.header("Model")
         first = 0 if settings.get("TRACE_DEFAULT_MODEL") == "smollm2" else 1
-        source = st.radio("Model", SOURCES, index=first, key="model_source", label_visibility="collapsed")
+        # streamlit's radio stub uses typing.Never, which Python 3.10 lacks: mypy then takes the empty-options overload
+        source: str = st.radio("Model", SOURCES, index=first, key="model_source",  # type: ignore[assignment]
+                               label_visibility="collapsed")
         if source == SERVER_LABEL:
             lm, error = _server_model()
         else:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
+from collections.abc import Generator
+from typing import Any, cast
 
 import streamlit as st
 
-from trace_core import DecodingConfig
+from trace_core import DecodingConfig, Trace
 from trace_core.record import stream_trace
 
 from . import state
@@ -48,8 +49,10 @@ def stream_answer(lm: Any, prompt: str, config: DecodingConfig) -> None:
     alternatives = alternatives_for(lm)
     next_draw = 0.0
     try:
-        with contextlib.closing(stream_trace(lm, prompt, config=config,
-                                             min_interval=1 / REDRAWS_PER_SECOND)) as stream:
+        # stream_trace returns a generator (its Iterator annotation hides close(), which stops the generation)
+        traces = cast("Generator[Trace, None, None]",
+                      stream_trace(lm, prompt, config=config, min_interval=1 / REDRAWS_PER_SECOND))
+        with contextlib.closing(traces) as stream:
             for trace in stream:
                 state.set_inspect_trace(trace)  # kept before it is drawn: a Stop during the redraw keeps it
                 if not len(trace) or time.monotonic() < next_draw:
