@@ -359,12 +359,3 @@ def test_heatmap_boxes_the_riskiest_spans_and_the_list_ranks_them():
     assert list(frame["kind"]) == ["name"] * len(fine) + ["sentence"] * len(sentences)
     assert frame["rank"].tolist()[:len(fine)] == list(range(1, len(fine) + 1))
     assert heatmap_html(trace, explanation=exp).count("tr-span") == 0  # no spans given, no box
-
-
-def test_the_module_examples_run():
-    import doctest
-
-    from trace_core import spans
-
-    result = doctest.testmod(spans)
-    assert result.failed == 0 and result.attempted >= 6

@@ -323,7 +323,7 @@ def spike_indices(values: Any, *, floor: float = SPIKE_MIN_SURPRISAL, margin: fl
 
     Examples
     --------
-    >>> spike_indices([0.0, 0.05, 1.2]).tolist()  # the last digit had probability exp(-1.2), about 30%
+    >>> spike_indices([0.0, 0.05, 2.0]).tolist()  # the last digit had probability exp(-2.0), about 14%
     [2]
     >>> spike_indices([0.0, 0.01, 0.09]).tolist()  # every token likely: nothing stands out
     []
