@@ -48,7 +48,9 @@ def pick_dataset_file(role: str = "calibrate", *, prompts: bool = False) -> Data
         state.preset(f"{prefix}data_source", "Upload a file")  # back on the page: show what was uploaded
     source = st.radio("Data", options, horizontal=True, key=f"{prefix}data_source")
     if source == "Demo dataset":
-        name = st.selectbox("Demo dataset", list(demos), key=f"{prefix}demo_dataset")
+        # streamlit's selectbox stub uses typing.Never, which Python 3.10 lacks: mypy then takes the empty-options
+        # overload
+        name: str = st.selectbox("Demo dataset", list(demos), key=f"{prefix}demo_dataset")  # type: ignore[assignment]
         return DatasetFile(file_bytes(demos[name]), demos[name].name)
     if source == "File path":
         try:
@@ -97,7 +99,9 @@ def read_labeled(file: DatasetFile, *, require_label: bool = True,
     try:
         dataset, matcher = read_cached(file.data, file.name, "exact", require_label=require_label), "exact"
         if dataset.label_source.startswith("reference"):
-            matcher = st.selectbox("Label answers against their `reference` with", MATCHERS, key=matcher_key,
+            # streamlit's selectbox stub uses typing.Never (absent in Python 3.10): mypy takes the empty overload
+            matcher = st.selectbox("Label answers against their `reference` with", MATCHERS,  # type: ignore[assignment]
+                                   key=matcher_key,
                                    help="exact: normalised exact match; contains: the reference appears in the "
                                         "answer; numeric: the answer's last number equals it; f1: token F1 >= 0.5.")
             dataset = read_cached(file.data, file.name, matcher, require_label=require_label)

@@ -115,7 +115,7 @@ def traced_rows(dataset: LabeledDataset, data_key: str, *, key: str = "record",
         st.warning(sentence(note))
     if not rows.usable.missing:
         return rows
-    st.warning(sentence(rows.usable.missing_message()))
+    st.warning(sentence(rows.usable.missing_message() or ""))  # a message whenever rows are missing
     if lm is None:
         st.info("Choose a model in the sidebar to record them.")
     else:
@@ -191,8 +191,9 @@ def traces_download(rows: DatasetTraces, name: str) -> None:
     rerun keeps the button's file until it draws the new one, even when the next choice cuts it short."""
     n = sum(t is not None for t in rows.traces)
     cols = st.columns([2, 3], vertical_alignment="bottom")
-    fmt = cols[0].radio("Traces file", list(TRACE_FORMATS), horizontal=True, key="trace_format",
-                        format_func=lambda f: TRACE_FORMATS[f][0])
+    # streamlit's radio stub uses typing.Never, which Python 3.10 lacks: mypy then takes the empty-options overload
+    fmt: str = cols[0].radio("Traces file", list(TRACE_FORMATS), horizontal=True,  # type: ignore[assignment]
+                             key="trace_format", format_func=lambda f: TRACE_FORMATS[f][0])
     # The traces are the file's and the ones recorded for it with the model (rows.key): which rows have one says
     # which recorded traces are in.
     content = (rows.key, fmt, np.flatnonzero([t is not None for t in rows.traces]).tobytes())

@@ -129,6 +129,10 @@ class _FittedOnTraces:
     """What the calibrators fitted on traces (TracePlus, ScoreCalibrator) share: the provenance check and the drift
     check against the summary of the calibration features (``drift_summary_``, :mod:`trace_core.drift`)."""
 
+    # Set by fit; None in files written before they were recorded.
+    provenance_: dict[str, Any] | None
+    drift_summary_: DriftSummary | None
+
     def _drift_features(self, X: Sequence[Trace] | np.ndarray,
                         names: Sequence[str] | None = None) -> tuple[tuple[str, ...], np.ndarray]:
         """The drift features of ``X`` (``names``, default all this calibrator's that ``X`` allows) and their
@@ -304,7 +308,8 @@ class TracePlus(_FittedOnTraces, _Saved):
                         F: np.ndarray | None = None) -> tuple[tuple[str, ...], np.ndarray]:
         own = feature_names(self.feature_set)
         names = self._drift_names(X) if names is None else tuple(names)
-        F = self._features(X) if F is None and set(names) & set(own) else F
+        if F is None:  # only computed when an own feature is asked for
+            F = self._features(X) if set(names) & set(own) else np.zeros((len(X), len(own)))
         extras = [n for n in names if n not in own]
         extra = _extra_columns(list(X), extras) if extras else np.zeros((len(X), 0))
         columns = [F[:, own.index(n)] if n in own else extra[:, extras.index(n)] for n in names]
@@ -619,7 +624,7 @@ class ScoreCalibrator(_FittedOnTraces, _Saved):
         extra = _extra_columns(traces, extras)
         if "score" in names and z is None:  # the score on its transform's scale: finite, and the same bins
             z = transform_scores(self.score(traces), getattr(self, "transform_", None) or self._check_params())
-        columns = [z if n == "score" else extra[:, extras.index(n)] for n in names]
+        columns = [np.asarray(z) if n == "score" else extra[:, extras.index(n)] for n in names]  # z set just above
         return names, (np.column_stack(columns) if columns else np.zeros((len(traces), 0)))
 
     def _drift_names(self, X: Sequence[Trace] | np.ndarray) -> tuple[str, ...]:

@@ -135,8 +135,9 @@ def _bin_sums(
     :func:`bin_probabilities`."""
     edges, ids = _bins(p, n_bins, strategy)
     count = np.bincount(ids, minlength=n_bins).astype(np.int64)
-    sum_prob = np.bincount(ids, weights=p, minlength=n_bins)
-    n_correct = np.bincount(ids, weights=y.astype(np.float64), minlength=n_bins)
+    # weighted counts are floats (the stubs type every bincount as integers)
+    sum_prob = np.asarray(np.bincount(ids, weights=p, minlength=n_bins), dtype=np.float64)
+    n_correct = np.asarray(np.bincount(ids, weights=y.astype(np.float64), minlength=n_bins), dtype=np.float64)
     return edges, count, sum_prob, n_correct
 
 

@@ -27,7 +27,7 @@ def _descending_counts(
     count the positives/negatives with ``score >= thresholds[j]``.
     """
     values, inverse = np.unique(score, return_inverse=True)
-    pos = np.bincount(inverse, weights=y.astype(np.float64), minlength=values.size)
+    pos = np.asarray(np.bincount(inverse, weights=y.astype(np.float64), minlength=values.size), dtype=np.float64)
     total = np.bincount(inverse, minlength=values.size).astype(np.float64)
     tps = np.cumsum(pos[::-1])
     fps = np.cumsum((total - pos)[::-1])
@@ -199,7 +199,8 @@ class RankGroups:
         groups = self._inverse if subset is None else self._inverse[np.asarray(subset, dtype=np.int64)]
         y = check_labels(y_true, "y_true", n=groups.shape[0])
         total = np.bincount(groups, minlength=self.n_values_)
-        pos = np.bincount(groups, weights=y.astype(np.float64), minlength=self.n_values_)
+        # weighted counts are floats (the stubs type every bincount as integers)
+        pos = np.asarray(np.bincount(groups, weights=y.astype(np.float64), minlength=self.n_values_), dtype=np.float64)
         present = total > 0
         return _ranking_from_groups(total[present].astype(np.float64), pos[present],
                                     both_classes=has_both_classes(y, "AUROC, AUPRC and PRR"))
