@@ -25,12 +25,17 @@ lint: $(STAMP)
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 
+# Everything offline but the browser suite (its own target, below; `.ci/run` runs both).
 test: $(STAMP) lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --ignore=tests/e2e
 
-# The quick loop: no browser, no model training, no long simulations, no vLLM server (`make test` runs them all).
+# The quick loop: no browser, no model training, no long simulations, no vLLM server.
 test-fast: $(STAMP) lint
-	$(PY) -m pytest -q -m "not slow and not e2e" --ignore=tests/engine
+	$(PY) -m pytest -q -m "not slow and not e2e" --ignore=tests/engine --ignore=tests/e2e
+
+# The dashboard in a real browser (Debian's chromium; skipped with the reason where it is missing).
+test-browser: $(STAMP)
+	$(PY) -m pytest -q tests/e2e
 
 run: $(STAMP)
 	$(PY) -m app.prepare
