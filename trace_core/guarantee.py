@@ -14,7 +14,7 @@ depends on the probabilities alone, never on the labels). Testing stops at the f
 calibration answers (new answers less confident than all of them are not kept on the strength of a gap in the
 data). Fixed-sequence testing keeps the
 chance that a certified threshold has ``R(t) > max_risk`` at most ``delta`` without a union bound; a simulation test
-(``tests/test_guarantee.py``) measures it over thousands of redrawn calibration sets.
+(``tests/trace_core/test_guarantee.py``) measures it over thousands of redrawn calibration sets.
 
 Assumptions, said wherever the guarantee is shown: the calibration answers and the new answers are exchangeable
 (drawn alike: same model, prompts of the same kind), and the calibrator was fitted on *other* answers (its

@@ -1,4 +1,4 @@
-"""Write the bad-input corpus used by tests/test_bad_inputs.py (what each file is: README.md here).
+"""Write the bad-input corpus used by tests/hostile/test_bad_inputs.py (what each file is: README.md here).
 
     python tests/data/bad/make_bad.py                  # rewrite the small files next to this script
     python tests/data/bad/make_bad.py --large DIR      # write the large files into DIR (never commit them)

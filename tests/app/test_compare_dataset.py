@@ -1,0 +1,77 @@
+"""Compare over a dataset (app.compare_dataset): the same prompts answered by A and B, evaluated side by side, and
+the prompts where they disagree."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("streamlit")
+pytest.importorskip("torch")
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from app.compare_dataset import disagreements, labels_of, side_table  # noqa: E402
+from trace_core import DecodingConfig, EvaluationConfig, evaluate, generate_traces, label_from_reference  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = str(ROOT / "app" / "main.py")
+
+
+def compare_page() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.run()
+    at.switch_page("../pages/compare.py").run()
+    at.radio(key="compare_scope").set_value("A dataset of prompts").run()
+    assert not at.exception
+    return at
+
+
+@pytest.mark.slow
+def test_a_dataset_answered_greedy_and_sampled_side_by_side():
+    at = compare_page()
+    at.selectbox(key="compare_demo_dataset").set_value("demo_validation").run()
+    at.number_input(key="compare_n_prompts").set_value(30).run()
+    at.number_input(key="compare_temperature").set_value(1.5).run()
+    assert at.button(key="compare_dataset_run").label == "Answer 30 prompts with A and with B"
+    at.button(key="compare_dataset_run").click().run()
+    assert not at.exception and not at.error
+
+    demo = pd.read_csv(ROOT / "assets" / "datasets" / "demo_validation.csv").head(30)
+    lm = at.session_state["lm"]
+    a = generate_traces(lm, demo["prompt"].tolist(), config=at.session_state["decoding"])
+    b = generate_traces(lm, demo["prompt"].tolist(), config=DecodingConfig(do_sample=True, temperature=1.5, seed=0))
+    la = [label_from_reference(t.answer, r) for t, r in zip(a, demo["reference"])]
+    lb = [label_from_reference(t.answer, r) for t, r in zip(b, demo["reference"])]
+    texts = " ".join(html.unescape(m.value) for m in at.markdown)
+    assert f"**A** is right on {sum(la)} ({np.mean(la):.1%}) and **B** on {sum(lb)} ({np.mean(lb):.1%})" in texts
+    table = at.dataframe[0].value.set_index("method")
+    warnings = [html.unescape(w.value) for w in at.warning]
+    assert f"A's figures are unreliable: 30 answers ({sum(la)} right, {30 - sum(la)} wrong)" in " ".join(warnings)
+    if 0 < sum(la) < 30:  # A's methods measured as Calibrate would
+        expected = evaluate(a, np.array(la), config=EvaluationConfig(n_splits=10)).table(calibrator="platt")
+        assert table.loc["TRACE", "auroc A"] == pytest.approx(expected.loc["TRACE", "auroc"])
+        assert table.loc["TRACE+", "brier A"] == pytest.approx(expected.loc["TRACE+", "brier"])
+    differ = [i for i in range(30) if la[i] != lb[i]]
+    if differ:
+        rows = at.dataframe[1].value
+        assert rows["row"].tolist() == [i + 1 for i in differ]
+        assert rows["answer A"].tolist() == [a[i].answer for i in differ]
+
+
+def test_side_table_and_disagreements_by_hand():
+    from helpers import make_trace
+
+    traces = {"A": [make_trace([0.1, 0.2]), make_trace([2.0]), make_trace([0.3])],
+              "B": [make_trace([0.1, 0.2]), make_trace([0.2]), make_trace([3.0])]}
+    labels = {"A": np.array([1, 0, 1]), "B": np.array([1, 1, -1])}
+    diff = disagreements(traces, labels, ["p1", "p2", "p3"], [4, 5, 6])
+    assert diff["row"].tolist() == [5] and diff["A correct"].tolist() == [False] and diff["B correct"].tolist() == [True]
+    assert list(diff.columns) == ["row", "answer A", "A correct", "answer B", "B correct", "TRACE A", "TRACE B",
+                                  "prompt"]
+    assert side_table({"A": None, "B": None}).empty
+    assert labels_of([make_trace([0.1])], [object()], "exact").tolist() in ([0], [-1])
