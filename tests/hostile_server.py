@@ -32,6 +32,7 @@ are bounded in bytes and time, so a client that keeps reading ends too.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import threading
@@ -105,10 +106,10 @@ def _handler(server: HostileServer) -> type[BaseHTTPRequestHandler]:
         def _serve(self, mode: str) -> None:
             with server.lock:
                 server.requests.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
-            try:
+            # the client may leave: what it should do with a hostile answer
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError,
+                                     OSError):
                 getattr(self, "_" + mode.replace("-", "_"))()
-            except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError, OSError):
-                pass  # the client left: what it should do with a hostile answer
 
         def _send(self, status: int, body: bytes, content_type: str = "application/json",
                   headers: dict[str, str] | None = None) -> None:

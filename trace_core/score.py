@@ -90,7 +90,8 @@ class TraceConfig:
 # and it is among the answer's most surprising SPIKE_MAX_SHARE of tokens (at least one). SPIKE_MIN_SURPRISAL and
 # SPIKE_MARGIN were chosen on the real model's validation answers (assets/datasets/real_validation.csv) by
 # `python -m bench.localisation` (grid search maximising "first wrong token marked" minus "share of the tokens of
-# correct answers marked"; tests/trace_core/test_score.py re-runs it); SPIKE_MAX_SHARE is fixed by design, as in the earlier rule.
+# correct answers marked"; tests/trace_core/test_score.py re-runs it); SPIKE_MAX_SHARE is fixed by design, as in the
+# earlier rule.
 #: Surprisal floor of a spike, in nats: the chosen token had probability below ``exp(-SPIKE_MIN_SURPRISAL)``.
 SPIKE_MIN_SURPRISAL = 1.4
 #: How far (nats) a spike's surprisal must exceed the answer's median surprisal.

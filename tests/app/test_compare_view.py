@@ -51,7 +51,7 @@ def test_every_token_of_both_answers_is_in_the_grid_once(pair):
     # A's cells come before B's in each column, and the columns in order
     blocks = re.findall(r'<div class="tc-col[^"]*" data-column="(\d+)">(.*?)</div>', out, flags=re.S)
     assert [int(k) for k, _ in blocks] == list(range(len(al)))
-    for (k, body), (i, j) in zip(blocks, al.columns):
+    for (_, body), (i, j) in zip(blocks, al.columns):
         assert cells(body) == [(s, x) for s, x in (("a", i), ("b", j)) if x is not None]
 
 

@@ -29,7 +29,7 @@ from app.components import (  # noqa: E402
     signal_values,
     trace_figure,
 )
-from trace_core import EvaluationConfig, Trace, TraceMetadata, explain_trace, evaluate, reliability_table  # noqa: E402
+from trace_core import EvaluationConfig, Trace, TraceMetadata, evaluate, explain_trace, reliability_table  # noqa: E402
 from trace_core.registry import METHODS, METRICS, method_names  # noqa: E402
 
 
@@ -151,7 +151,7 @@ def test_an_unknown_method_gets_a_deterministic_colour():
 
 
 def test_legends_say_the_values_are_from_the_plotted_split_by_default():
-    from trace_core import auroc, aurc, expected_calibration_error
+    from trace_core import aurc, auroc, expected_calibration_error
 
     rng = np.random.default_rng(1)
     y = rng.integers(0, 2, 120)
@@ -623,8 +623,9 @@ def test_a_kept_single_choice_outside_the_options_falls_back_to_the_default():
 
 
 def test_trace_figure_writes_tiny_nats_as_numbers_not_si_prefixes():
-    from app.components import trace_figure
     from helpers import make_trace
+
+    from app.components import trace_figure
 
     fig = trace_figure(make_trace([5e-5, 2e-5, 1e-5], [4e-5, 3e-5, 1e-5]))
     assert fig.layout.yaxis.title.text == "nats" and fig.layout.yaxis.exponentformat == "e"  # not "50μ"

@@ -10,9 +10,8 @@ import pytest
 pytest.importorskip("streamlit")
 pytest.importorskip("torch")
 
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
 from helpers import flag_page_after_calibrate  # noqa: E402
+from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from trace_core import read_dataset  # noqa: E402
 from trace_core.calibrate import probability_correct  # noqa: E402

@@ -33,14 +33,14 @@ class Node:
     def text(self) -> str:
         return "".join(c if isinstance(c, str) else c.text() for c in self.children)
 
-    def find_all(self, predicate) -> list["Node"]:
+    def find_all(self, predicate) -> list[Node]:
         out = [self] if predicate(self) else []
         for c in self.children:
             if isinstance(c, Node):
                 out += c.find_all(predicate)
         return out
 
-    def by_class(self, name: str) -> list["Node"]:
+    def by_class(self, name: str) -> list[Node]:
         return self.find_all(lambda n: name in n.attrs.get("class", "").split())
 
 

@@ -334,8 +334,9 @@ def test_inspect_says_when_the_answer_was_cut_at_the_token_limit(tiny_model_dirs
 def test_unfinished_note_by_hand():
     import dataclasses
 
-    from app.explain import unfinished_note
     from helpers import make_trace
+
+    from app.explain import unfinished_note
     from trace_core import TraceMetadata
 
     def ended(trace, reason, answer=None):

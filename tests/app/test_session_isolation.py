@@ -19,7 +19,7 @@ from fake_server import FakeServer  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from app.state import CALIBRATOR, RECORDED  # noqa: E402
-from trace_core import EvaluationConfig, TracePlus, evaluate, read_dataset  # noqa: E402
+from trace_core import EvaluationConfig, evaluate, read_dataset  # noqa: E402
 
 APP = str(__import__("pathlib").Path(__file__).resolve().parents[2] / "app" / "main.py")
 SPLITS = 3

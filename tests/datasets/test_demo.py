@@ -168,7 +168,7 @@ def test_shipped_datasets_are_valid_with_varied_correctness(name):
     assert dataset.n_rejected == 0 and dataset.has_traces
     accuracy = dataset.frame.groupby("family")["label"].mean()
     assert set(accuracy.index) == {"arithmetic", "facts", "worked_arithmetic", "descriptions"}
-    assert ((0.15 <= accuracy) & (accuracy <= 0.95)).all(), accuracy.to_dict()  # every family has right and wrong
+    assert ((accuracy >= 0.15) & (accuracy <= 0.95)).all(), accuracy.to_dict()  # every family has right and wrong
     # The long families, meant to show local errors, are in their target range.
     assert 0.4 <= accuracy["worked_arithmetic"] <= 0.8 and 0.4 <= accuracy["descriptions"] <= 0.8, accuracy.to_dict()
 
@@ -202,8 +202,7 @@ def test_worked_problems_are_deterministic_disjoint_and_right():
 
 @pytest.mark.parametrize("fact_form", ["varied", "partial"])
 def test_descriptions_ask_only_about_countries_never_described_in_training(fact_form):
-    from demo.tasks import (_PARTIAL_PROMPTS, description_problems, description_world, long_training_pairs,
-                            wrong_facts)
+    from demo.tasks import _PARTIAL_PROMPTS, description_problems, description_world, long_training_pairs, wrong_facts
 
     kb = description_world()
     pairs = long_training_pairs(n_arithmetic=50, n_worked=50, fact_repeats=2, fact_form=fact_form)

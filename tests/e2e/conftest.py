@@ -7,6 +7,7 @@ start things.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -63,10 +64,9 @@ def wait_idle(page, timeout: float = 60_000) -> None:
     # The status widget is hidden in the minimal toolbar: read the script state the app root carries instead.
     state = "document.querySelector('[data-testid=\"stApp\"]')?.getAttribute('data-test-script-state')"
     page.wait_for_selector('[data-testid="stApp"]', timeout=timeout)
-    try:  # first the run the last action asked for (it may be over already, or the action asked for none)
+    # first the run the last action asked for (it may be over already, or the action asked for none)
+    with contextlib.suppress(PlaywrightTimeout):
         page.wait_for_function(f"() => {state} !== 'notRunning'", polling=50, timeout=2_000)
-    except PlaywrightTimeout:
-        pass
     page.wait_for_function(f"() => {state} === 'notRunning'", polling=100, timeout=timeout)
     page.wait_for_timeout(300)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import ROOT, screenshot, skip_unless_ready, wait_idle
 
 playwright = pytest.importorskip("playwright.sync_api")

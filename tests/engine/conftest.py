@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from serving import served
 
 from bench.server_throughput import SERVED_NAME, save_tiny_gpt2, vllm_python_from_env, vllm_unavailable
-from serving import served
 
 _REASON: list[str | None] = []  # probed once per session: the probe starts a Python
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from serving import served
 
 from bench.server_throughput import SERVED_NAME
-from serving import served
 from trace_core import DecodingConfig, generate_traces, load_model, score_answers
 from trace_core.record.gguf import converted_folder, packaged_gguf
 

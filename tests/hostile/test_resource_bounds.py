@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import synthetic_trace_objects
 
 from trace_core import DatasetError, read_dataset, write_dataset
 from trace_core.cli import main
-
-from helpers import synthetic_trace_objects
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -45,7 +44,7 @@ class _Measured:
     """Peak Python allocations (tracemalloc) and peak Arrow allocations (a proxy of Arrow's default pool) in a
     block."""
 
-    def __enter__(self) -> "_Measured":
+    def __enter__(self) -> _Measured:
         self.old_pool = pa.default_memory_pool()
         self.pool = pa.proxy_memory_pool(self.old_pool)
         pa.set_memory_pool(self.pool)

@@ -114,9 +114,10 @@ def test_isotonic_thresholds_equal_sklearn_number_for_number(kind):
     rng = np.random.default_rng(3)
     for _ in range(20):
         n = int(rng.integers(2, 2000))
-        x = {"normal": lambda: rng.normal(size=n), "integers": lambda: rng.integers(0, 20, n).astype(float),
-             "near_ties": lambda: 0.5 + rng.integers(0, 12, n) * 2.2e-16,
-             "rounded": lambda: np.round(rng.random(n), 3), "wide": lambda: -np.exp(rng.normal(size=n) * 30)}[kind]()
+        x = {"normal": lambda n=n: rng.normal(size=n), "integers": lambda n=n: rng.integers(0, 20, n).astype(float),
+             "near_ties": lambda n=n: 0.5 + rng.integers(0, 12, n) * 2.2e-16,
+             "rounded": lambda n=n: np.round(rng.random(n), 3),
+             "wide": lambda n=n: -np.exp(rng.normal(size=n) * 30)}[kind]()
         y = (rng.random(n) < 0.4).astype(int)
         y[:2] = [0, 1]
         ours = IsotonicCalibrator().fit(x, y)

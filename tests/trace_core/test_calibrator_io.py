@@ -215,11 +215,10 @@ def test_feature_names_must_match_the_feature_set(fitted):
 
 def _flag_page(fitted, tmp_path):
     pytest.importorskip("streamlit")
+    import pandas as pd
     from streamlit.testing.v1 import AppTest
 
     from app.state import CALIBRATED_DATA, CALIBRATOR, ActiveCalibrator, Answers
-    import pandas as pd
-
     from trace_core import read_dataset, write_dataset
 
     traces = fitted["traces"][:30]

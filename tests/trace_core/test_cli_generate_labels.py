@@ -12,13 +12,12 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import make_trace
 
 from trace_core import cli
 from trace_core.cli import main
 from trace_core.data import TRACE_COLUMNS, label_from_reference, read_dataset, write_dataset
 from trace_core.trace import Trace
-
-from helpers import make_trace
 
 # What the stand-in model answers to each prompt.
 ANSWERS = {"Q: 2 + 2 =": " 5", "Q: 3 + 4 =": " 7", "Q: capital of France?": " It is Paris.", "Q: 10 / 4 =": " 2.5"}

@@ -8,14 +8,13 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import make_trace, synthetic_trace_objects
 
 from trace_core import EvaluationConfig, evaluate, write_dataset
 from trace_core._cli_support import _cli_words, _plain_warnings
 from trace_core.cli import main
 from trace_core.evaluate import AnswerValueError
 from trace_core.policy import usable_rows
-
-from helpers import make_trace, synthetic_trace_objects
 
 
 @pytest.fixture()
@@ -89,7 +88,7 @@ def test_numpy_runtime_warnings_become_one_plain_line(capsys):
         warnings.simplefilter("always")
         np.log(np.zeros(2))
         np.array([1.0]) / np.array([0.0])
-        warnings.warn("a plain library warning", UserWarning)
+        warnings.warn("a plain library warning", UserWarning, stacklevel=1)
     _plain_warnings(caught)
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0] == "warning: a plain library warning"

@@ -14,8 +14,16 @@ from helpers import flag_page_after_calibrate, synthetic_trace_objects
 
 from trace_core import TracePlus, calibrator_from_json
 from trace_core.calibrate import ScoreCalibrator, check_drift
-from trace_core.drift import (ALPHA, BINS, MIN_ANSWERS, DriftSummary, chi2_sf, drift_check, drift_two_sample,
-                              homogeneity_test, summarize)
+from trace_core.drift import (
+    ALPHA,
+    BINS,
+    MIN_ANSWERS,
+    chi2_sf,
+    drift_check,
+    drift_two_sample,
+    homogeneity_test,
+    summarize,
+)
 
 REDRAWS = 600
 NAMES = ["normal", "geometric", "atom_and_exponential", "poisson", "log_length"]

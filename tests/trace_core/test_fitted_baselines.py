@@ -13,8 +13,16 @@ from helpers import make_trace
 from trace_core import Trace
 from trace_core.baselines import BASELINES, compute_baselines
 from trace_core.evaluate import EvaluationConfig, evaluate, evaluate_arrays
-from trace_core.fitted_baselines import (FITTED_BASELINES, TopK, ces_confidence, entropy_contributions,
-                                         epr_confidence, stack_top_logprobs, trace_profile_features, wepr_features)
+from trace_core.fitted_baselines import (
+    FITTED_BASELINES,
+    TopK,
+    ces_confidence,
+    entropy_contributions,
+    epr_confidence,
+    stack_top_logprobs,
+    trace_profile_features,
+    wepr_features,
+)
 from trace_core.operators import Ragged
 from trace_core.registry import METHODS, method_names
 

@@ -23,7 +23,6 @@ from trace_core.operators import (
     window_max_mean,
 )
 
-
 # Hand-computed values -------------------------------------------------------------------------------------------
 
 def test_decayed_mean_by_hand():
@@ -120,7 +119,7 @@ def naive(name, x, **kw):
         return sum(a * b for a, b in zip(w, x)) / sum(w)
     if name == "window_max_mean":
         w = kw["w"]
-        if T < w:
+        if w > T:
             return sum(x) / T
         return max(sum(x[i:i + w]) / w for i in range(T - w + 1))
     if name == "slope":

@@ -10,8 +10,8 @@ import pytest
 
 import trace_core
 from trace_core.baselines import BASELINES
-from trace_core.fitted_baselines import FITTED_BASELINES
 from trace_core.features import FEATURE_SETS
+from trace_core.fitted_baselines import FITTED_BASELINES
 from trace_core.registry import METHODS, METRICS, REFERENCE, Method, MetricSpec, get_method, method_names
 
 

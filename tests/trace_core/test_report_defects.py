@@ -8,12 +8,18 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-
 from helpers import make_trace
+
 from trace_core.cli import main
 from trace_core.data import write_dataset
-from trace_core.evaluate import (TRUNCATED_SHARE, EvaluationConfig, TruncatedDistributionWarning, average_results,
-                                 evaluate, evaluate_arrays)
+from trace_core.evaluate import (
+    TRUNCATED_SHARE,
+    EvaluationConfig,
+    TruncatedDistributionWarning,
+    average_results,
+    evaluate,
+    evaluate_arrays,
+)
 from trace_core.results import UNINFORMATIVE, report_markdown
 from trace_core.score import stack_traces
 from trace_core.trace import Trace, TraceMetadata

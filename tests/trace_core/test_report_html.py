@@ -8,13 +8,12 @@ import re
 
 import numpy as np
 import pytest
+from helpers import random_traces
 
 from trace_core import EvaluationConfig, evaluate
 from trace_core.cli import main
 from trace_core.report import report_html
 from trace_core.results import average_results
-
-from helpers import random_traces
 
 HOSTILE = "<script>window.__pwned=1</script>"
 

@@ -15,8 +15,15 @@ from sklearn.linear_model import LogisticRegression
 
 from trace_core import EvaluationConfig, ScoreCalibrator, Trace, TracePlus, evaluate, write_dataset
 from trace_core.baselines import compute_baselines
-from trace_core.calibrate import (CalibratorFormatError, calibrator_from_json, flaggable_methods, method_scores,
-                                  probability_correct, transform_scores, unfitted_copy)
+from trace_core.calibrate import (
+    CalibratorFormatError,
+    calibrator_from_json,
+    flaggable_methods,
+    method_scores,
+    probability_correct,
+    transform_scores,
+    unfitted_copy,
+)
 from trace_core.cli import main
 from trace_core.flag import FlagScore, best_flag_score, flag_scores, out_of_fold_probabilities, score_rows
 from trace_core.registry import METHODS

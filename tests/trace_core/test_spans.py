@@ -12,8 +12,16 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 
 from trace_core import Trace, TraceMetadata, explain_trace
-from trace_core.spans import (SPAN_FEATURES, Span, SpanCalibrator, rank_spans, riskiest_span, segment, span_features,
-                              span_risks)
+from trace_core.spans import (
+    SPAN_FEATURES,
+    Span,
+    SpanCalibrator,
+    rank_spans,
+    riskiest_span,
+    segment,
+    span_features,
+    span_risks,
+)
 
 
 def kinds(text):

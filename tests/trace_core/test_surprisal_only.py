@@ -217,7 +217,7 @@ def test_trace_refuses_traces_without_entropy_instead_of_substituting():
 
 def test_config_names_its_variant_and_config_for_switches_visibly():
     assert PAPER_CONFIG.variant == "TRACE" and SURPRISAL_ONLY_CONFIG.variant == "TRACE (surprisal-only)"
-    assert SURPRISAL_ONLY_CONFIG == TraceConfig(signal="surprisal") and not SURPRISAL_ONLY_CONFIG.needs_entropy
+    assert TraceConfig(signal="surprisal") == SURPRISAL_ONLY_CONFIG and not SURPRISAL_ONLY_CONFIG.needs_entropy
     with pytest.raises(ValueError, match="`signal` must be one of 'entropy', 'surprisal'"):
         TraceConfig(signal="logits")
     rng = np.random.default_rng(8)

@@ -12,8 +12,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trace_core.compare import (BEST_BASELINE, MIN_EFFECT, auroc_skill, average_paired, paired_comparison, t_interval,
-                                verdict, verdict_word)
+from trace_core.compare import (
+    BEST_BASELINE,
+    MIN_EFFECT,
+    auroc_skill,
+    average_paired,
+    paired_comparison,
+    t_interval,
+    verdict,
+    verdict_word,
+)
 from trace_core.evaluate import EvaluationConfig, evaluate_arrays
 from trace_core.registry import METRICS, REFERENCE
 from trace_core.results import average_results, report_markdown
@@ -200,7 +208,7 @@ def test_each_group_section_of_the_report_has_its_own_paired_table_and_verdict(s
     text = report_markdown(spike_results)
     sections = text.split("### ")[1:]
     assert [s.split(" (")[0] for s in sections] == ["family = a", "family = b", "average"]
-    for section, (title, result) in zip(sections, spike_results.items()):
+    for section, result in zip(sections, spike_results.values()):
         assert "| TRACE+ | best baseline |" in section and "| TRACE+ | Likelihood LR (reference) |" in section
         assert "Best baseline chosen on calibration: Brier: " in section
         found = result.verdict()

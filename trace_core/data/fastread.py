@@ -8,8 +8,8 @@ plain form that ``write_dataset`` produces are taken (compact JSON: no spaces, n
 and only lists of plain Python numbers and strings; anything else, and every row that any check would refuse or that
 needs a rarer rule (alternatives dropped below -MAX_NATS, a step whose mass needs its ids looked at, ...), is left to
 the per-row path (None), which decodes it as before and names its bad cells exactly.
-``tests/trace_core/data/test_fastread.py`` checks that both paths give the same traces and the same errors; a change to the
-codec's rules must be made here too.
+``tests/trace_core/data/test_fastread.py`` checks that both paths give the same traces and the same errors; a change
+to the codec's rules must be made here too.
 """
 
 from __future__ import annotations

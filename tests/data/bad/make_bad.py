@@ -15,8 +15,8 @@ import csv
 import io
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 HEADER = ["prompt", "answer", "label", "tokens", "surprisal", "entropy"]

@@ -12,8 +12,14 @@ import json
 import pytest
 
 from trace_core import Trace
-from trace_core.data import TRACE_COLUMNS, DatasetWarning, read_dataset, trace_from_openai, traces_to_columns, \
-    write_dataset
+from trace_core.data import (
+    TRACE_COLUMNS,
+    DatasetWarning,
+    read_dataset,
+    trace_from_openai,
+    traces_to_columns,
+    write_dataset,
+)
 from trace_core.trace import LOGPROB_TOLERANCE
 
 

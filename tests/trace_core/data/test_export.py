@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from helpers import synthetic_trace_objects
 
-from trace_core.cli import main
 from trace_core.calibrate import TracePlus
+from trace_core.cli import main
 from trace_core.data import export_flagged, read_dataset, sanitize_cell, write_dataset
 from trace_core.trace import Trace
 

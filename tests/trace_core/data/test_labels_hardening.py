@@ -14,13 +14,12 @@ import string
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import synthetic_trace_objects
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trace_core.cli import main
 from trace_core.data import label_from_reference, normalize_answer, parse_label, read_dataset, write_dataset
-
-from helpers import synthetic_trace_objects
 
 LABEL_WORDS = "is not one of 0/1, true/false, yes/no, correct/incorrect"
 

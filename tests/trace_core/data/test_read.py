@@ -228,7 +228,7 @@ def test_without_label_or_reference():
     ds = read_text("prompt,answer\np,a\n", require_label=False)
     assert ds.label_source == "none" and "label" not in ds.frame.columns
     with pytest.raises(ValueError, match="no labels"):
-        ds.labels
+        _ = ds.labels
 
 
 # --------------------------------------------------------------------------------------------------

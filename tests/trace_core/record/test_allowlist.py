@@ -12,7 +12,6 @@ import pytest
 pytest.importorskip("torch")
 
 from trace_core import settings  # noqa: E402
-from trace_core.record import load as load_module  # noqa: E402
 from trace_core.record import (  # noqa: E402
     ModelNotAllowedError,
     ModelNotFoundError,
@@ -20,6 +19,7 @@ from trace_core.record import (  # noqa: E402
     check_model_allowed,
     load_model,
 )
+from trace_core.record import load as load_module  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------------------------
 # (a) set but empty

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import json
 import threading
 import time
 
@@ -14,11 +13,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-from trace_core import DecodingConfig, generate_trace  # noqa: E402
-from trace_core.record import ServerError, connect_server, stream_trace  # noqa: E402
-
 from fake_server import FakeServer, fast_backoff, serve  # noqa: E402, F401 (fixtures)
 from hostile_server import HostileServer  # noqa: E402
+
+from trace_core import DecodingConfig, generate_trace  # noqa: E402
+from trace_core.record import ServerError, connect_server, stream_trace  # noqa: E402
 
 PROMPTS = ["Q: What is 12 plus 7? A:", "Unicode: caf"]
 GREEDY = DecodingConfig(max_new_tokens=12, n_alternatives=4)
