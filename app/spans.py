@@ -8,10 +8,9 @@ import streamlit as st
 from trace_core import Trace, TraceExplanation, rank_spans, span_risks
 from trace_core.spans import SpanRisk, default_span_calibrator
 
-from .components import visible_token
+from .components import md_literal, visible_token
 
 BOXED = 3  # riskiest spans boxed on the heatmap
-KIND_WORDS = {"sentence": "sentence", "date": "date", "number": "number", "name": "name"}
 SPAN_NOTE = ("Spans are cut by fixed rules (sentences; dates, numbers and names inside them). A span's probability of "
              "being right comes from the span calibrator shipped with the package, fitted on SmolLM2-135M's "
              "paragraphs about countries: it ranks spans better than chance there but is no sharper than the base "
@@ -39,7 +38,7 @@ def spans_frame(fine: list[SpanRisk], sentences: list[SpanRisk]) -> pd.DataFrame
     rows = []
     for group in (fine, sentences):
         for rank, r in enumerate(group, start=1):
-            rows.append({"rank": rank, "kind": KIND_WORDS[r.kind], "span": visible_token(r.span.text)[:200],
+            rows.append({"rank": rank, "kind": r.kind, "span": visible_token(r.span.text)[:200],
                          "probability right": r.probability, "peak surprisal": r.peak_surprisal,
                          "share of TRACE risk": r.risk_share, "tokens": len(r.tokens),
                          "characters": f"{r.span.start}–{r.span.end}"})
@@ -66,8 +65,6 @@ def spans_panel(fine: list[SpanRisk], sentences: list[SpanRisk]) -> None:
 
 
 def _escaped(text: str) -> str:
-    from .components import md_literal
-
     return md_literal(visible_token(text)[:200])
 
 

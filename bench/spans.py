@@ -124,18 +124,16 @@ def localisation(answers: list[Answer], calibrator) -> str:
         hits = {"peak": 0, "cal": 0, "random": 0.0, "last": 0, "covered": 0}
         for a in located:
             c = a.first_wrong
-            if level == "auto":
-                pool = rank_spans(a.risks, level="fine") and [r for r in a.risks if r.kind != "sentence"] or \
-                    [r for r in a.risks if r.kind == "sentence"]
-            else:
-                pool = [r for r in a.risks if (r.kind == "sentence") == (level == "sentence")]
+            fine = [r for r in a.risks if r.kind != "sentence"]
+            sentences = [r for r in a.risks if r.kind == "sentence"]
+            pool = {"fine": fine, "sentence": sentences, "auto": fine or sentences}[level]
             if not pool:
                 continue
             contains = [r.span.start <= c < r.span.end for r in pool]
             hits["covered"] += any(contains)
             hits["random"] += sum(contains) / len(pool)
             hits["last"] += contains[max(range(len(pool)), key=lambda j: pool[j].span.start)]
-            by_peak = rank_spans([r for r in pool])[0]
+            by_peak = rank_spans(pool)[0]
             hits["peak"] += by_peak.span.start <= c < by_peak.span.end
             p = calibrator.predict_proba(pool)
             by_cal = rank_spans([replace(r, probability=float(q)) for r, q in zip(pool, p)])[0]

@@ -16,8 +16,7 @@ from app.inputs import pick_dataset_file, read_labeled
 from app.panels import active_calibrator_note, answer_details, load_calibrator_panel, production_calibrator
 from app.recording import traced_rows
 from app.services import provenance_notes, scored_out_of_fold, scored_rows
-from app.spans import SPAN_NOTE as SPAN_HELP
-from app.spans import riskiest_span_words
+from app.spans import SPAN_NOTE, riskiest_span_words
 from trace_core import ScoreCalibrator, TracePlus
 from trace_core.data import export_flagged, token_table, with_trace_columns
 from trace_core.flag import OUT_OF_FOLD, select_flagged
@@ -81,7 +80,7 @@ mode = st.radio("Flag by", list(MODES), horizontal=True, key="flag_mode", format
                      "is chosen on other labeled answers and holds for new ones with a stated probability.")
 BY = {"answer": "The answer's probability of being correct", "span": "Its riskiest span's probability of being right"}
 by = st.radio("Judge each answer by", list(BY), horizontal=True, key="flag_by", format_func=BY.get,
-              disabled=mode == "guarantee", help=SPAN_HELP)
+              disabled=mode == "guarantee", help=SPAN_NOTE)
 by = "answer" if mode == "guarantee" else by  # the guarantee is on the calibrator's probability of the answer
 if mode == "threshold":
     value = st.slider("Flag answers whose probability of being correct is below" if by == "answer" else
@@ -143,7 +142,7 @@ event = st.dataframe(
         "riskiest_span_text": st.column_config.TextColumn(
             "riskiest span", width="small", help="The answer's riskiest name, number or date (else sentence)."),
         "riskiest_span_probability": st.column_config.ProgressColumn(
-            "P(span right)", min_value=0.0, max_value=1.0, format="percent", width="small", help=SPAN_HELP),
+            "P(span right)", min_value=0.0, max_value=1.0, format="percent", width="small", help=SPAN_NOTE),
         "spike_context": st.column_config.TextColumn(
             "spikes in context", width="medium",
             help="The outlined tokens [[in brackets]] with their neighbours; empty when no token stands out."),

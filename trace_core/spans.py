@@ -69,7 +69,6 @@ __all__ = ["KINDS", "OPENERS", "default_span_calibrator", "SPAN_FEATURES", "Span
            "rank_spans", "riskiest_span", "segment", "span_features", "span_risks"]
 
 KINDS = ("sentence", "date", "number", "name")  # the span kinds; "fine" spans are every kind but "sentence"
-FINE_KINDS = ("date", "number", "name")
 
 _ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof st jr sr vs etc eg e.g ie i.e approx no nos inc ltd co corp mt ft fig al cf est dept gen gov "
