@@ -556,7 +556,7 @@ def paired_frame(result: EvaluationResult, calibrator: str | None = None) -> pd.
     reference, ``"+0.012 ± 0.004 (18/20)"`` cells: one row per metric (its title from the registry), one column per
     difference (``"TRACE+ − best baseline"``, ``"TRACE+ − reference"``, ...), so that the table fits the page's width
     (six metric columns of such cells did not, at 1,400 px)."""
-    from trace_core.compare import BEST_BASELINE
+    from trace_core.paired import BEST_BASELINE
     from trace_core.registry import REFERENCE
 
     if result.paired is None:

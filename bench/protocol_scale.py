@@ -104,7 +104,7 @@ _PARTS = {
     "baselines": [("baselines.py", "baseline_scores")],
     "TRACE's score, TRACE+ and reference features": [("evaluate.py", "_scores")],
     "one sort per score": [("evaluate.py", "of")],
-    "paired comparison and summary": [("compare.py", "paired_comparison"), ("results.py", "summarise")],
+    "paired comparison and summary": [("paired.py", "paired_comparison"), ("results.py", "summarise")],
 }
 
 

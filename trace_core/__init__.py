@@ -18,7 +18,6 @@ from .calibrate import (
     transform_scores,
 )
 from .calibrator_io import CalibratorFormatError
-from .compare import PairedComparison, Verdict, paired_comparison, reference_sentence, verdict
 from .data import (
     DatasetError,
     LabeledDataset,
@@ -62,6 +61,7 @@ from .operators import (
     slope,
     window_max_mean,
 )
+from .paired import PairedComparison, Verdict, paired_comparison, reference_sentence, verdict
 from .record import (
     LoadedModel,
     ModelLoadError,

@@ -16,7 +16,7 @@ probabilities from calibrators fitted on the calibration part:
 A score that is constant (or nearly so: fewer than 2 distinct values, or a relative standard deviation below
 :data:`CONSTANT_RTOL`) on the data or on a calibration part is *uninformative*: it is marked, never bolded and never
 chosen as the best baseline (a constant predictor's ECE can be tiny). Results are the mean and standard deviation
-over the splits (20 by default), plus the paired comparison of :mod:`trace_core.compare`.
+over the splits (20 by default), plus the paired comparison of :mod:`trace_core.paired`.
 
 On data without entropy (only the chosen tokens' log-probabilities) the methods that read entropy are skipped with
 that reason, and TRACE and TRACE+ run as their surprisal-only variants under their own names; extended TRACE+ variants
@@ -45,7 +45,6 @@ import pandas as pd
 from ._checks import AnswerValueError, check_bool, check_choice, check_int, check_real, set_checked
 from .baselines import NO_ENTROPY_REASON, baseline_scores
 from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus, _sigmoid, transform_scores
-from .compare import FITTED, RAW, paired_comparison
 from .features import feature_matrix_from_arrays, logit_of_surprisal
 from .fitted_baselines import TOP_K_NEEDS, TopK, stack_top_logprobs
 from .logistic import standardised_logistic
@@ -53,6 +52,7 @@ from .metrics import RankGroups
 from .metrics.calibration import _brier, _ece_sorted
 from .metrics.ranking import _ranking_from_groups
 from .operators import Ragged, check_paired, segment_max, segment_mean
+from .paired import FITTED, RAW, paired_comparison
 from .registry import METHODS, METRICS, Method, method_names
 from .results import (
     CONSTANT_RTOL,

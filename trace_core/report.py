@@ -63,7 +63,7 @@ def _metrics_table(result: EvaluationResult, calibrator: str) -> str:
 
 
 def _paired_table(result: EvaluationResult, calibrator: str) -> str:
-    from .compare import BEST_BASELINE
+    from .paired import BEST_BASELINE
     from .registry import REFERENCE
 
     if result.paired is None:

@@ -1,4 +1,4 @@
-"""The verdict on TRACE+ (trace_core.compare.verdict): one word per opponent and metric from a t-interval over the
+"""The verdict on TRACE+ (trace_core.paired.verdict): one word per opponent and metric from a t-interval over the
 splits and a minimum effect, the chosen baselines named with counts, no "+0.000 ± 0.000", the skill line, the
 no-detectable-skill sentence, and a verdict in every --group-by section of the Markdown report."""
 
@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trace_core.compare import (
+from trace_core.evaluate import EvaluationConfig, evaluate_arrays
+from trace_core.paired import (
     BEST_BASELINE,
     MIN_EFFECT,
     auroc_skill,
@@ -22,7 +23,6 @@ from trace_core.compare import (
     verdict,
     verdict_word,
 )
-from trace_core.evaluate import EvaluationConfig, evaluate_arrays
 from trace_core.registry import METRICS, REFERENCE
 from trace_core.results import average_results, report_markdown
 from trace_core.synthetic import synthetic_traces
@@ -281,7 +281,7 @@ def test_one_split_gives_no_interval_and_no_skill_claim():
 
 
 def test_ece_best_baseline_is_chosen_by_calibration_brier_not_by_a_zero_isotonic_ece():
-    from trace_core.compare import CHOSEN_BY, chosen_by
+    from trace_core.paired import CHOSEN_BY, chosen_by
 
     assert CHOSEN_BY == {"ece": "brier"} and chosen_by("ece", ["ece"]) == "ece" and chosen_by("auroc") == "auroc"
     s, h, y = synthetic_traces(600, seed=3)

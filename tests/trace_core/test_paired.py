@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trace_core.compare import BEST_BASELINE, average_paired, paired_comparison, reference_sentence
 from trace_core.evaluate import EvaluationConfig, evaluate_arrays
+from trace_core.paired import BEST_BASELINE, average_paired, paired_comparison, reference_sentence
 from trace_core.registry import REFERENCE
 from trace_core.results import EvaluationResult, summarise
 
@@ -172,7 +172,7 @@ def test_the_indexed_tables_equal_a_pandas_pivot_with_holes_nans_and_repeated_sp
     """`_Values.wide` (plain dictionaries and numpy) against the pivot it replaced: the first value of a repeated
     split, NaN where a method lacks a split, splits ascending, the first non-NaN value where a method has values
     under two calibrators."""
-    from trace_core.compare import _Values
+    from trace_core.paired import _Values
 
     rng = np.random.default_rng(3)
     rows = [(int(split), method, metric, calibrator, float(rng.normal()))
