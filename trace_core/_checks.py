@@ -16,9 +16,10 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 __all__ = ["MAX_ECHO", "AnswerValueError", "as_1d", "clip", "check_bool", "check_choice", "check_int", "check_strings",
-           "check_labels", "check_real", "check_scores", "set_checked", "shorten"]
+           "check_labels", "check_real", "check_scores", "is_number", "set_checked", "shorten", "show"]
 
 MAX_ECHO = 200  # characters of user input an error message may quote
+MAX_SHOWN = 60  # characters of a cell quoted in a row error: enough to recognise it, short enough for one line
 
 
 class AnswerValueError(ValueError):
@@ -39,6 +40,19 @@ def shorten(value: object, limit: int = MAX_ECHO) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({size if size is not None else len(text):,} characters in all)"
+
+
+def show(value: object) -> str:
+    """repr of a value for a message, truncated to about :data:`MAX_SHOWN` characters."""
+    if isinstance(value, str) and len(value) > MAX_SHOWN - 10:
+        return repr(value[:MAX_SHOWN - 10]) + "..."
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "..."
+
+
+def is_number(value: object) -> bool:
+    """A Python or numpy int or float (bools are not numbers here)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
 def clip(text: str, limit: int = MAX_ECHO) -> str:

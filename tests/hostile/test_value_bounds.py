@@ -18,14 +18,14 @@ import pytest
 
 from trace_core import read_dataset
 from trace_core.data import DatasetWarning, trace_from_openai, write_dataset
-from trace_core.data.codec import (
+from trace_core.logprobs import (
     ENTROPY_TOLERANCE,
     MAX_ENTROPY_NATS,
     MAX_NATS,
     TOP_K_MASS_TOLERANCE,
 )
-from trace_core.data.codec import (
-    __all__ as CODEC_ALL,
+from trace_core.logprobs import (
+    __all__ as LOGPROBS_ALL,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -119,7 +119,7 @@ def check_reader_rejects(tmp_path, rows: list[dict], field: str, *pieces: str) -
 
 
 def test_constants_are_public_and_documented_values():
-    assert {"MAX_NATS", "TOP_K_MASS_TOLERANCE", "MAX_ENTROPY_NATS", "ENTROPY_TOLERANCE"} <= set(CODEC_ALL)
+    assert {"MAX_NATS", "TOP_K_MASS_TOLERANCE", "MAX_ENTROPY_NATS", "ENTROPY_TOLERANCE"} <= set(LOGPROBS_ALL)
     assert MAX_NATS == 1000.0 and TOP_K_MASS_TOLERANCE == 0.01
     assert pytest.approx(31 * math.log(2)) == MAX_ENTROPY_NATS and 21.4 < MAX_ENTROPY_NATS < 21.5
     assert 0 < ENTROPY_TOLERANCE <= 1e-4

@@ -34,7 +34,8 @@ Modules: ``read`` (bytes -> raw rows), ``codec`` (trace columns <-> Trace), ``la
 ``responses`` (API responses -> Trace), ``validate`` (rows -> :class:`LabeledDataset`), ``write``, ``export``.
 """
 
-from .codec import TRACE_COLUMNS, entropy_from_top_k, parse_beam_logprobs, traces_to_columns
+from ..logprobs import entropy_from_top_k
+from .codec import TRACE_COLUMNS, parse_beam_logprobs, traces_to_columns
 from .errors import DatasetError, DatasetWarning, RowError
 from .export import export_flagged, sanitize_cell, token_table, with_trace_columns
 from .labels import MATCHERS, label_from_reference, normalize_answer, parse_label

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-MAX_SHOWN = 60  # characters of a cell quoted in a row error: enough to recognise it, short enough for one line
+from .._checks import MAX_SHOWN, is_number, show
+
 ABSENT = object()  # an empty cell: the row has no value in this column
 
 
@@ -42,14 +43,6 @@ class CellError(Exception):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
         self.field, self.message = field, message
-
-
-def show(value: object) -> str:
-    """repr of a value for a message, truncated to about :data:`MAX_SHOWN` characters."""
-    if isinstance(value, str) and len(value) > MAX_SHOWN - 10:
-        return repr(value[:MAX_SHOWN - 10]) + "..."
-    text = repr(value)
-    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "..."
 
 
 def is_missing(value: object) -> bool:
@@ -227,11 +220,6 @@ def shorten_path(path: JsonPath) -> str:
             parts.append(f"[{show(p)}]")
     text = "".join(parts)
     return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "..."
-
-
-def is_number(value: object) -> bool:
-    """A Python or numpy int or float (bools are not numbers here)."""
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
 def as_finite_float(value: object) -> float | None:

@@ -24,18 +24,14 @@ from typing import Any, cast
 
 import numpy as np
 
+from ..logprobs import ENTROPY_TOLERANCE, MAX_ENTROPY_NATS, MAX_NATS, TOP_K_MASS_TOLERANCE, entropy_from_top_k
 from ..trace import LOGPROB_TOLERANCE, Trace, TraceMetadata
 from ._values import CellError, json_cell
 from .codec import (
     _BY_NAME,
     _DTYPES,
     _PY_TYPES,
-    ENTROPY_TOLERANCE,
-    MAX_ENTROPY_NATS,
-    MAX_NATS,
-    TOP_K_MASS_TOLERANCE,
     _vocab_size,
-    entropy_from_top_k,
 )
 
 _FAST_COLUMNS = frozenset({"tokens", "token_ids", "surprisal", "logprobs", "entropy", "top_ids", "top_logprobs",

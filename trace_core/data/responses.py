@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from ..logprobs import MAX_NATS, check_logprob, entropy_from_top_k, too_much_mass
 from ..trace import LOGPROB_TOLERANCE, Trace, TraceMetadata
 from ._values import is_number, show
-from .codec import MAX_NATS, check_logprob, entropy_from_top_k, too_much_mass
 
 __all__ = ["RESPONSE_SHAPES", "ParsedResponse", "ResponseShape", "trace_from_openai"]
 

@@ -19,7 +19,7 @@ pytest.importorskip("torch")
 from fake_server import FakeServer, fast_backoff, serve  # noqa: E402, F401 (fixtures)
 
 from trace_core import DecodingConfig, generate_traces, load_model, score_answers  # noqa: E402
-from trace_core.data.codec import entropy_from_top_k, top_k_entropy_bounds  # noqa: E402
+from trace_core.logprobs import entropy_from_top_k, top_k_entropy_bounds  # noqa: E402
 from trace_core.policy import fit_new_tokens, rows_over_context  # noqa: E402
 from trace_core.record import (  # noqa: E402
     ServerError,

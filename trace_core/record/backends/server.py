@@ -17,8 +17,8 @@
 
 What is exact: token ids (the local tokenizer), the chosen tokens' log-probabilities, the alternatives. The entropy is
 exact with ``full_distribution=True``; otherwise it is estimated from the top k
-(:func:`~trace_core.data.codec.entropy_from_top_k`, ``entropy_source="top_k"``) and each token's lower and upper
-bounds (:func:`~trace_core.data.codec.top_k_entropy_bounds`) go to ``metadata.extra["entropy_lower"]`` and
+(:func:`~trace_core.logprobs.entropy_from_top_k`, ``entropy_source="top_k"``) and each token's lower and upper
+bounds (:func:`~trace_core.logprobs.top_k_entropy_bounds`) go to ``metadata.extra["entropy_lower"]`` and
 ``["entropy_upper"]``. Ranks are exact with the full distribution and when teacher forcing (vLLM gives the answer
 token's rank); in top-k generation a token outside the top k gets rank k + 1, and ``extra["ranks_capped_at"]``
 says so. The log-probabilities are the server's: vLLM's default ``--logprobs-mode`` is the raw distribution (before
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..._checks import clip, shorten
-from ...data.codec import check_logprob, entropy_from_top_k, too_much_mass, top_k_entropy_bounds
+from ...logprobs import check_logprob, entropy_from_top_k, too_much_mass, top_k_entropy_bounds
 from ...trace import DecodingConfig
 from ..server import ServerError, ServerModel, _RefusedError, response_limit
 from .base import RecordedAnswer
@@ -557,7 +557,7 @@ def _token_id(value: Any, where: str, vocab_size: int) -> int:
 
 def _logprob(value: Any, where: str, *, chosen: bool = False) -> float:
     """A log-probability given as a number or as vLLM's ``{"logprob": ...}``; null is probability 0 (an
-    alternative's only). The importer's rule (:func:`~trace_core.data.codec.check_logprob`)."""
+    alternative's only). The importer's rule (:func:`~trace_core.logprobs.check_logprob`)."""
     if isinstance(value, dict):
         value = value.get("logprob")
     if value is None and not chosen:
