@@ -383,7 +383,7 @@ def _report_warnings(results: dict[str, Any]) -> None:
     """The report's notes that need a ``warning:`` line, one line each: a truncated distribution (over every answer
     evaluated; else each group where it is), extended TRACE+ variants that need entropy (asked for by --extended on
     data without it)."""
-    from .results import _extended_needing_entropy, extended_entropy_note, truncation_note
+    from .results import extended_needing_entropy, extended_entropy_note, truncation_note
 
     last = list(results.values())[-1]  # the only result, or the average over the groups
     truncated = truncation_note(*last.certain_tokens)
@@ -394,7 +394,7 @@ def _report_warnings(results: dict[str, Any]) -> None:
             note = truncation_note(*result.certain_tokens) if result is not last else ""
             if note:
                 print(f"warning: {clip(title)}: {note}", file=sys.stderr)
-    extended = _extended_needing_entropy(last.skipped)
+    extended = extended_needing_entropy(last.skipped)
     if extended and extended_entropy_note(extended) in last.notes:
         print(f"warning: {extended_entropy_note(extended)}", file=sys.stderr)
 

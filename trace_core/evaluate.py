@@ -60,7 +60,7 @@ from .results import (
     TRUNCATED_SHARE,
     UNINFORMATIVE,
     EvaluationResult,
-    _extended_needing_entropy,
+    extended_needing_entropy,
     average_results,
     extended_entropy_note,
     summarise,
@@ -273,7 +273,7 @@ def _evaluate(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config:
     if truncated:
         warnings.warn(truncated, TruncatedDistributionWarning, stacklevel=3)
         notes.append(truncated)
-    extended = _extended_needing_entropy(skipped)
+    extended = extended_needing_entropy(skipped)
     if extended:
         notes.append(extended_entropy_note(extended))
     result = _run(surprisal, entropy, labels, scalar, features, config=config, wanted=wanted, skipped=skipped,

@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .evaluate import EvaluationConfig
 
 __all__ = ["CALIBRATOR_NAMES", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "TRUNCATED_SHARE", "UNINFORMATIVE",
-           "EvaluationResult", "average_results", "extended_entropy_note", "report_markdown", "summarise",
+           "EvaluationResult", "average_results", "extended_entropy_note", "extended_needing_entropy", "report_markdown", "summarise",
            "truncation_note"]
 
 SCALAR_CALIBRATORS = ("platt", "isotonic")  # how TRACE and the baselines get probabilities (both are computed)
@@ -105,7 +105,7 @@ def small_sample_note(n: int, positives: int | None) -> str:
             "more answers")
 
 
-def _extended_needing_entropy(skipped: Mapping[str, str]) -> list[str]:
+def extended_needing_entropy(skipped: Mapping[str, str]) -> list[str]:
     """The extended TRACE+ variants in ``skipped`` because the data hold no entropy."""
     from .baselines import NO_ENTROPY_REASON
 
@@ -544,7 +544,7 @@ def report_markdown(results: Mapping[str, EvaluationResult], *, calibrator: str 
     found = last.verdict(calibrator=calibrator)
     if found is not None:
         text += f"\n{found.rule()}\n"
-    extended = _extended_needing_entropy(last.skipped)
+    extended = extended_needing_entropy(last.skipped)
     folded = set(extended) if extended and extended_entropy_note(extended) in last.notes else set()
     notes = [f"- {name}: skipped ({reason})" for name, reason in last.skipped.items() if name not in folded]
     if notes:
