@@ -383,7 +383,7 @@ def _report_warnings(results: dict[str, Any]) -> None:
     """The report's notes that need a ``warning:`` line, one line each: a truncated distribution (over every answer
     evaluated; else each group where it is), extended TRACE+ variants that need entropy (asked for by --extended on
     data without it)."""
-    from .results import extended_needing_entropy, extended_entropy_note, truncation_note
+    from .results import extended_entropy_note, extended_needing_entropy, truncation_note
 
     last = list(results.values())[-1]  # the only result, or the average over the groups
     truncated = truncation_note(*last.certain_tokens)

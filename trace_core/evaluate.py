@@ -60,9 +60,9 @@ from .results import (
     TRUNCATED_SHARE,
     UNINFORMATIVE,
     EvaluationResult,
-    extended_needing_entropy,
     average_results,
     extended_entropy_note,
+    extended_needing_entropy,
     summarise,
     truncation_note,
 )

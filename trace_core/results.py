@@ -40,8 +40,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .evaluate import EvaluationConfig
 
 __all__ = ["CALIBRATOR_NAMES", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "TRUNCATED_SHARE", "UNINFORMATIVE",
-           "EvaluationResult", "average_results", "extended_entropy_note", "extended_needing_entropy", "report_markdown", "summarise",
-           "truncation_note"]
+           "EvaluationResult", "average_results", "extended_entropy_note", "extended_needing_entropy",
+           "report_markdown", "summarise", "truncation_note"]
 
 SCALAR_CALIBRATORS = ("platt", "isotonic")  # how TRACE and the baselines get probabilities (both are computed)
 #: How captions name the calibrators.
