@@ -23,9 +23,9 @@ from trace_core.policy import fit_new_tokens
 from trace_core.record.server import ServerError
 
 from . import state
-from .components import md_literal
 from .inputs import DatasetFile
 from .services import digest, model_key
+from .text import md_literal
 
 #: Prompts per generate call.
 BATCH_SIZE = 8

@@ -25,9 +25,10 @@ from trace_core.results import SMALL_CLASS, SMALL_SAMPLE
 from . import state
 from .batch import generate_with_progress, prompts_cached
 from .compare_view import aligned_heatmap_html
-from .components import HEATMAP_CSS, control_safe, legend_html, md_literal, signal_values
+from .heatmap import HEATMAP_CSS, legend_html, signal_values
 from .inputs import DatasetFile
 from .services import alternatives_for, digest, evaluate_cached, model_key
+from .text import control_safe, md_literal
 
 #: The most prompts one comparison answers (each is answered twice).
 MAX_PROMPTS = 2_000

@@ -21,8 +21,9 @@ import pandas as pd
 from trace_core import DecodingConfig, ScoreCalibrator, Trace, TracePlus, explain_trace
 from trace_core.align import Alignment, align_tokens
 
-from .components import card_html, card_id_prefix, ramp, signal_values, visible_token
 from .explain import probability_title
+from .heatmap import card_html, card_id_prefix, ramp, signal_values
+from .text import visible_token
 
 #: The signals the grid can colour by: both have a fixed scale, so the two rows' colours compare.
 GRID_SIGNALS = ("surprisal", "entropy")
@@ -117,7 +118,7 @@ def compare_metrics(a: Trace, b: Trace, calibrator: Any = None, *,
 
 
 def _cell_text(token: str, limit: int) -> str:
-    """A token for one grid cell, escaped, on one line (:func:`app.components.visible_token`: newline and tab as
+    """A token for one grid cell, escaped, on one line (:func:`app.text.visible_token`: newline and tab as
     symbols, control and bidi characters as escapes, an empty piece as ∅); long tokens shortened."""
     shown = visible_token(token)
     if len(shown) > limit:
@@ -154,7 +155,7 @@ def aligned_heatmap_html(a: Trace, b: Trace, alignment: Alignment, *, signal: st
         The two answers; ``alignment`` must be ``align_tokens(a.tokens, b.tokens)``.
     alignment : Alignment
     signal : {"surprisal", "entropy"}
-        What colours each token (one fixed scale for both rows, :func:`app.components.signal_values`).
+        What colours each token (one fixed scale for both rows, :func:`app.heatmap.signal_values`).
     labels : tuple of str
         The rows' names, shown at the start of the grid and in each token's hover text.
     alternatives : pair of callables or None
@@ -167,7 +168,7 @@ def aligned_heatmap_html(a: Trace, b: Trace, alignment: Alignment, *, signal: st
     str
         HTML (``data-testid="compare-heatmap"``): one ``tc-col`` block per column, the first divergence's block
         marked ``tc-diverge`` with a rule and the word "diverge", blocks whose tokens differ marked ``tc-differs``.
-        Spikes and the peak window are marked as on the Inspect page (:data:`app.components.HEATMAP_CSS`).
+        Spikes and the peak window are marked as on the Inspect page (:data:`app.heatmap.HEATMAP_CSS`).
 
     Raises
     ------

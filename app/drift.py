@@ -14,7 +14,7 @@ from trace_core.calibrate import check_drift
 from trace_core.drift import DriftResult
 
 from . import state
-from .components import md_literal
+from .text import md_literal
 
 
 def drift_result(calibrator: Any, traces: Sequence[Trace], *, key: tuple[str, ...],

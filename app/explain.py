@@ -12,7 +12,7 @@ from trace_core import ScoreCalibrator, Trace, TraceExplanation, TracePlus
 from trace_core.calibrate import CALIBRATOR_WORDS
 from trace_core.score import PAPER_CONFIG, SPIKE_MIN_SURPRISAL
 
-from .components import visible_token
+from .text import visible_token
 
 #: Answers shorter than this have no "stretch of four tokens": the window term is their whole-answer mean.
 WINDOW = PAPER_CONFIG.window

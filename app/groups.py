@@ -14,10 +14,12 @@ import streamlit as st
 from trace_core import EvaluationConfig, EvaluationResult, Trace
 from trace_core.data import TRACE_COLUMNS
 from trace_core.evaluate import NoUsableSplitError
+from trace_core.figures import reliability_figure
 from trace_core.results import average_results
 
-from .components import md_literal, metric_columns, metrics_frame, reliability_figure
 from .services import evaluate_cached
+from .tables import metric_columns, metrics_frame
+from .text import md_literal
 
 #: A column is offered for grouping when it has between 2 and this many distinct values among the kept rows.
 MAX_GROUPS = 20

@@ -13,11 +13,11 @@ from trace_core.calibrate import probability_correct
 from trace_core.guarantee import RiskGuarantee, guaranteed_threshold
 
 from . import state
-from .components import md_literal, sentence
 from .drift import drift_note, drift_result
 from .inputs import pick_dataset_file, read_labeled
 from .recording import dataset_traces, record_panel
 from .services import digest
+from .text import md_literal, sentence
 
 #: The bundled datasets' other split, offered first for the guarantee when the calibrator was fitted on one.
 OTHER_SPLIT = {"demo_test": "demo_validation", "demo_validation": "demo_test", "real_test": "real_validation",

@@ -11,8 +11,8 @@ from trace_core import DatasetError, LabeledDataset
 from trace_core.data import MATCHERS
 
 from . import state
-from .components import md_literal
 from .services import data_folder, demo_datasets, digest, file_bytes, local_files_allowed, read_cached, read_local_file
+from .text import md_literal
 
 FILE_TYPES = ["csv", "tsv", "jsonl", "json", "ndjson", "parquet"]
 

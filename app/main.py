@@ -12,8 +12,8 @@ if str(ROOT) not in sys.path:  # streamlit puts app/ on the path, the pages impo
 import streamlit as st  # noqa: E402
 
 from app import services, state  # noqa: E402
-from app.components import md_literal  # noqa: E402
 from app.sidebar import sidebar  # noqa: E402
+from app.text import md_literal  # noqa: E402
 from trace_core import settings  # noqa: E402
 
 st.set_page_config(page_title="TRACE — where is the model unsure?", page_icon=":material/search:", layout="wide")

@@ -15,7 +15,7 @@ from trace_core.flag import FlagScore, best_flag_score, flag_scores
 from trace_core.registry import METHODS
 
 from . import state
-from .components import HEATMAP_CSS, control_safe, heatmap_html, legend_html, md_literal, signal_values
+from .heatmap import HEATMAP_CSS, heatmap_html, legend_html, signal_values
 from .services import (
     alternatives_for,
     alternatives_note,
@@ -25,6 +25,7 @@ from .services import (
     fitted_calibrator,
 )
 from .spans import boxed_spans, ranked_spans
+from .text import control_safe, md_literal
 
 #: Where the calibrator is used, for the sentences that say so.
 USED_BY = "Inspect, Compare and Flag & export"

@@ -20,9 +20,9 @@ from trace_core.record import context_length
 from trace_core.record.server import ServerError
 
 from . import state
-from .components import md_literal, sentence
 from .downloads import download_button
 from .services import model_key
+from .text import md_literal, sentence
 
 BATCH_SIZE = 16  # answers per teacher-forcing batch; also how often Stop can take effect
 

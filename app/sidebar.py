@@ -8,8 +8,8 @@ from trace_core import DecodingConfig, ModelLoadError, settings
 from trace_core.record.gguf import packaged_gguf
 
 from . import state
-from .components import md_literal, sentence
 from .services import DEMO_MODEL, get_model, get_server
+from .text import md_literal, sentence
 
 REAL_LABEL = "SmolLM2-135M-Instruct"
 DEMO_LABEL = "Bundled demo model"

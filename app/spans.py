@@ -8,7 +8,7 @@ import streamlit as st
 from trace_core import Trace, TraceExplanation, rank_spans, span_risks
 from trace_core.spans import SpanRisk, default_span_calibrator
 
-from .components import md_literal, visible_token
+from .text import md_literal, visible_token
 
 BOXED = 3  # riskiest spans boxed on the heatmap
 SPAN_NOTE = ("Spans are cut by fixed rules (sentences; dates, numbers and names inside them). A span's probability of "

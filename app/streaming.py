@@ -18,7 +18,7 @@ from trace_core import DecodingConfig, Trace
 from trace_core.record import stream_trace
 
 from . import state
-from .components import HEATMAP_CSS, heatmap_html
+from .heatmap import HEATMAP_CSS, heatmap_html
 from .services import alternatives_for
 
 #: Redraws of the growing heatmap per second, at most.

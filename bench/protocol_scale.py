@@ -77,9 +77,9 @@ def _profile(surprisal, entropy, labels, config) -> None:
 
     from trace_core import evaluate_arrays
 
-    evaluate_module = sys.modules["trace_core.evaluate"]
-    threads_from = evaluate_module._THREADS_FROM
-    evaluate_module._THREADS_FROM = sys.maxsize  # methods serially: the profiler sees every call
+    protocol_module = sys.modules["trace_core.protocol"]
+    threads_from = protocol_module.THREADS_FROM
+    protocol_module.THREADS_FROM = sys.maxsize  # methods serially: the profiler sees every call
     profiler = cProfile.Profile()
     try:
         with threadpool_limits(1):
@@ -87,7 +87,7 @@ def _profile(surprisal, entropy, labels, config) -> None:
             evaluate_arrays(surprisal, entropy, labels, config=config)
             profiler.disable()
     finally:
-        evaluate_module._THREADS_FROM = threads_from
+        protocol_module.THREADS_FROM = threads_from
     stats = pstats.Stats(profiler)
     stats.sort_stats("cumulative").print_stats("trace_core", 30)
     _print_shares(stats.stats)
@@ -95,15 +95,15 @@ def _profile(surprisal, entropy, labels, config) -> None:
 
 # Where the protocol's time goes, by part: (file, function) pairs whose cumulative times add up to each part.
 _PARTS = {
-    "Platt fits": [("logistic.py", "_fit_logistic_1d")],
-    "TRACE+ and reference fits": [("logistic.py", "_fit_logistic")],
-    "isotonic fits": [("calibrate.py", "_fit_sorted")],
+    "Platt fits": [("logistic.py", "fit_logistic_1d")],
+    "TRACE+ and reference fits": [("logistic.py", "fit_logistic")],
+    "isotonic fits": [("calibrate.py", "fit_presorted")],
     "predictions": [("calibrate.py", "predict_proba"), ("calibrate.py", "decision_function")],
-    "ranking metrics": [("evaluate.py", "_ranking_part"), ("ranking.py", "ranking_metrics")],
-    "Brier and ECE": [("evaluate.py", "_probability_metric")],
+    "ranking metrics": [("protocol.py", "ranking_part"), ("ranking.py", "ranking_metrics")],
+    "Brier and ECE": [("protocol.py", "probability_metric")],
     "baselines": [("baselines.py", "baseline_scores")],
     "TRACE's score, TRACE+ and reference features": [("evaluate.py", "_scores")],
-    "one sort per score": [("evaluate.py", "of")],
+    "one sort per score": [("protocol.py", "of")],
     "paired comparison and summary": [("paired.py", "paired_comparison"), ("results.py", "summarise")],
 }
 

@@ -6,17 +6,6 @@ import streamlit as st
 
 from app import state
 from app.batch import answered
-from app.components import (
-    legend_stats,
-    md_literal,
-    metric_columns,
-    metrics_frame,
-    paired_frame,
-    reliability_figure,
-    risk_coverage_figure,
-    roc_figure,
-    sentence,
-)
 from app.downloads import download_button
 from app.groups import group_panel
 from app.inputs import pick_dataset_file, read_labeled
@@ -24,8 +13,11 @@ from app.panels import calibrator_file_name, production_calibrator, score_choice
 from app.recording import traced_rows, traces_download
 from app.semantic import relevance_panel
 from app.services import embedder, evaluate_cached, parse_beams
+from app.tables import metric_columns, metrics_frame, paired_frame
+from app.text import md_literal, sentence
 from trace_core import EvaluationConfig
 from trace_core.evaluate import SCALAR_CALIBRATORS, AnswerValueError
+from trace_core.figures import legend_stats, reliability_figure, risk_coverage_figure, roc_figure
 from trace_core.policy import METRICS_UNDEFINED, one_class_message
 from trace_core.registry import get_method, method_names
 from trace_core.report import report_html

@@ -11,10 +11,11 @@ import streamlit as st
 from app import state
 from app.compare_dataset import Side, dataset_comparison
 from app.compare_view import Comparison, aligned_heatmap_html, compare_metrics, describe_decoding
-from app.components import HEATMAP_CSS, legend_html, md_literal, sentence, signal_values
 from app.explain import probability_title
+from app.heatmap import HEATMAP_CSS, legend_html, signal_values
 from app.inputs import pick_dataset_file
 from app.services import alternatives_for, describe_calibrator, get_model, prompt_problem, provenance_notes
+from app.text import md_literal, sentence
 from trace_core import DecodingConfig, ModelLoadError, ScoreCalibrator, TracePlus, generate_trace, settings
 from trace_core.align import divergence_summary
 from trace_core.policy import fit_new_tokens

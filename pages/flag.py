@@ -8,7 +8,6 @@ import io
 import streamlit as st
 
 from app import state
-from app.components import control_safe, md_literal, sentence
 from app.downloads import download_button
 from app.drift import drift_note, drift_result
 from app.guaranteed import guarantee_choice
@@ -17,6 +16,7 @@ from app.panels import active_calibrator_note, answer_details, load_calibrator_p
 from app.recording import traced_rows
 from app.services import provenance_notes, scored_out_of_fold, scored_rows
 from app.spans import SPAN_NOTE, riskiest_span_words
+from app.text import control_safe, md_literal, sentence
 from trace_core import ScoreCalibrator, TracePlus
 from trace_core.data import export_flagged, token_table, with_trace_columns
 from trace_core.flag import OUT_OF_FOLD, select_flagged

@@ -10,18 +10,9 @@ import pandas as pd
 import streamlit as st
 
 from app import state
-from app.components import (
-    HEATMAP_CSS,
-    SIGNALS,
-    heatmap_html,
-    legend_html,
-    md_literal,
-    sentence,
-    signal_values,
-    trace_figure,
-    visible_token,
-)
 from app.explain import explain_probability, explain_risk, probability_title, unfinished_note
+from app.figures import trace_figure
+from app.heatmap import HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, signal_values
 from app.panels import active_calibrator_note
 from app.services import (
     alternatives_for,
@@ -37,6 +28,7 @@ from app.services import (
 )
 from app.spans import boxed_spans, ranked_spans, spans_panel
 from app.streaming import stream_answer
+from app.text import md_literal, sentence, visible_token
 from trace_core import ScoreCalibrator, TracePlus, explain_trace
 from trace_core.policy import fit_new_tokens
 from trace_core.record.server import ServerError

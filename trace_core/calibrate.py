@@ -23,7 +23,7 @@ from .calibrator_io import CalibratorFormatError, decode_calibrator, parse_calib
 from .calibrator_io import dumps_calibrator as _dumps
 from .drift import ALPHA, EXTRA_FEATURES, DriftResult, DriftSummary, drift_check, drift_two_sample, summarize
 from .features import feature_matrix, feature_names
-from .logistic import SCORE_TRANSFORMS, _fit_logistic, _fit_logistic_1d, _sigmoid, transform_scores
+from .logistic import SCORE_TRANSFORMS, fit_logistic, fit_logistic_1d, sigmoid, transform_scores
 from .trace import Trace
 
 __all__ = ["CALIBRATOR_WORDS", "SCORE_TRANSFORMS", "CalibratorFormatError", "IsotonicCalibrator", "NotFittedError",
@@ -290,7 +290,7 @@ class TracePlus(_FittedOnTraces, _Saved):
         mean = F.mean(axis=0)
         scale = F.std(axis=0)
         scale = np.where(scale > 1e-12, scale, 1.0)
-        coef, intercept = _fit_logistic((F - mean) / scale, labels.astype(np.float64), C=C, max_iter=max_iter)
+        coef, intercept = fit_logistic((F - mean) / scale, labels.astype(np.float64), C=C, max_iter=max_iter)
         self.feature_names_ = feature_names(self.feature_set)
         self.mean_, self.scale_ = mean, scale
         self.coef_, self.intercept_ = coef, intercept
@@ -325,7 +325,7 @@ class TracePlus(_FittedOnTraces, _Saved):
 
     def predict_proba(self, X: Sequence[Trace] | np.ndarray) -> np.ndarray:
         """Probability that each answer is correct, shape (n_answers,)."""
-        return _sigmoid(self.decision_function(X))
+        return sigmoid(self.decision_function(X))
 
     def feature_contributions(self, X: Sequence[Trace] | np.ndarray) -> np.ndarray:
         """Each feature's additive share of the log-odds, shape (n_answers, n_features); rows sum to log-odds minus
@@ -386,7 +386,7 @@ class PlattCalibrator(_Saved):
         labels = _check_labels(y, x.shape[0])
         mean, std = float(x.mean()), float(x.std())
         std = std if std > 1e-12 else 1.0
-        self.coef_, self.intercept_ = _fit_logistic_1d((x - mean) / std, labels, C=C)
+        self.coef_, self.intercept_ = fit_logistic_1d((x - mean) / std, labels, C=C)
         self.mean_, self.scale_ = mean, std
         return self
 
@@ -394,7 +394,7 @@ class PlattCalibrator(_Saved):
         """Probability of correctness, shape (n_answers,)."""
         _check_fitted(self, "coef_")
         x = _check_scores(scores)
-        return _sigmoid(self.coef_ * (x - self.mean_) / self.scale_ + self.intercept_)
+        return sigmoid(self.coef_ * (x - self.mean_) / self.scale_ + self.intercept_)
 
     def to_json(self) -> str:
         _check_fitted(self, "coef_")
@@ -468,10 +468,11 @@ class IsotonicCalibrator(_Saved):
         x = _check_scores(scores)
         labels = _check_labels(y, x.shape[0])
         order = np.argsort(x, kind="stable")
-        return self._fit_sorted(x[order], labels[order])
+        return self.fit_presorted(x[order], labels[order])
 
-    def _fit_sorted(self, x: np.ndarray, y: np.ndarray) -> IsotonicCalibrator:
-        """Fit on checked scores already in ascending order and their labels."""
+    def fit_presorted(self, x: np.ndarray, y: np.ndarray) -> IsotonicCalibrator:
+        """Fit on scores already checked and in ascending order (float64) and their 0/1 int64 labels: the fit of
+        :meth:`fit` without its checks and sort, for callers that sort once for many fits (the protocol)."""
         self.x_thresholds_, self.y_thresholds_ = _isotonic_from_sorted(x, y)
         return self
 

@@ -50,7 +50,7 @@ from .operators import (
     slope,
     window_max_mean,
 )
-from .score import PAPER_CONFIG, TraceConfig, _as_trace_list, _risk_from_arrays, stack_traces
+from .score import PAPER_CONFIG, TraceConfig, as_trace_list, risk_from_arrays, stack_traces
 from .trace import Trace
 
 __all__ = ["FEATURE_SETS", "LOW_PROB_THRESHOLD", "default_feature_set", "feature_matrix", "feature_matrix_from_arrays",
@@ -155,7 +155,7 @@ def feature_matrix(traces: Sequence[Trace], *, feature_set: str = "paper") -> np
         An empty trace, or ``feature_set`` reads entropy and a trace has none (the message names the set and
         suggests ``"surprisal"``).
     """
-    traces = _as_trace_list(traces)
+    traces = as_trace_list(traces)
     surprisal, entropy = stack_traces(traces)
     if entropy is None and needs_entropy(feature_set):
         without = sum(not t.has_entropy for t in traces)
@@ -200,7 +200,7 @@ def feature_matrix_from_arrays(surprisal: Ragged, entropy: Ragged | None = None,
         columns["window_surprisal_max"] = np.asarray(window_max_mean(surprisal, w=4))
         columns["entropy_spike_gap"] = columns["window_entropy_max"] - mean_h
         columns["surprisal_spike_gap"] = columns["window_surprisal_max"] - mean_s
-        columns["trace_risk"] = _risk_from_arrays(surprisal, entropy, config)
+        columns["trace_risk"] = risk_from_arrays(surprisal, entropy, config)
     if set(_LIKELIHOOD) & wanted:
         columns["logit_min_token_prob"] = logit_of_surprisal(np.asarray(segment_max(surprisal)))
         columns["log_geomean_token_prob"] = -np.asarray(segment_mean(surprisal))

@@ -23,7 +23,7 @@ from .calibrate import (
     probability_correct,
     unfitted_copy,
 )
-from .evaluate import OUT_OF_FOLD, stratified_folds
+from .protocol import OUT_OF_FOLD, stratified_folds
 from .score import config_for, explain_trace, trace_confidence, trace_risk
 from .spans import SpanCalibrator, default_span_calibrator, riskiest_span
 from .trace import Trace

@@ -13,10 +13,11 @@ import numpy as np
 
 from ._checks import check_choice, check_scores
 
-__all__ = ["SCORE_TRANSFORMS", "transform_scores"]
+__all__ = ["SCORE_TRANSFORMS", "fit_logistic", "fit_logistic_1d", "sigmoid", "standardised_logistic",
+           "transform_scores"]
 
 
-def _sigmoid(z: np.ndarray) -> np.ndarray:
+def sigmoid(z: np.ndarray) -> np.ndarray:
     """``1 / (1 + exp(-z))``: the one logistic function of the package (the evaluation protocol uses it too).
 
     scipy's expit: no overflow warnings for large |z|, exact in the tails where ``0.5 * (1 + tanh(z / 2))`` rounds to
@@ -111,8 +112,8 @@ def _logistic_objective(u: np.ndarray, sign: np.ndarray, reg: np.ndarray, w: np.
 
 
 def _sigmoid_of_constant(u: np.ndarray) -> np.ndarray:
-    """``_sigmoid(u)`` for ``u`` holding one value: one evaluation, filled."""
-    return np.full(u.shape[0], _sigmoid(u[:1])[0])
+    """``sigmoid(u)`` for ``u`` holding one value: one evaluation, filled."""
+    return np.full(u.shape[0], sigmoid(u[:1])[0])
 
 
 def _damped_step(objective_at: Callable[[float], float], value: float,
@@ -186,12 +187,12 @@ def _newton_logistic(X: np.ndarray, y: np.ndarray, reg: np.ndarray, *, max_iter:
         return _logistic_objective(u_new, sign, reg, candidate)
 
     for _ in range(max_iter):
-        sigmoid = _sigmoid_of_constant if constant else _sigmoid
-        p = sigmoid(u)
+        link = _sigmoid_of_constant if constant else sigmoid
+        p = link(u)
         grad = X.T @ (p - y) + reg * w
         if float(np.max(np.abs(grad))) <= gtol:
             break
-        hess = (X * (p * sigmoid(-u))[:, None]).T @ X + np.diag(reg)  # p (1 - p), exact in the tails
+        hess = (X * (p * link(-u))[:, None]).T @ X + np.diag(reg)  # p (1 - p), exact in the tails
         ridge = 0.0
         while True:
             try:
@@ -210,7 +211,7 @@ def _newton_logistic(X: np.ndarray, y: np.ndarray, reg: np.ndarray, *, max_iter:
     return w
 
 
-def _fit_logistic_1d(z: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 200,
+def fit_logistic_1d(z: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 200,
                      tol: float = _GRADIENT_TOL) -> tuple[float, float]:
     """L2-regularised logistic regression on one (standardised) feature: ``p = sigmoid(a * z + b)``.
 
@@ -291,7 +292,7 @@ def _fit_logistic_1d(z: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 
     return float(a), float(b)
 
 
-def _fit_logistic(F: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 100) -> tuple[np.ndarray, float]:
+def fit_logistic(F: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 100) -> tuple[np.ndarray, float]:
     """L2-regularised logistic regression: ``p = sigmoid(F @ coef + intercept)``.
 
     Minimises ``sum_i logloss_i + |coef|**2 / (2 C)`` (intercept unpenalised), scikit-learn's
@@ -309,9 +310,9 @@ def _fit_logistic(F: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 100
 
 def standardised_logistic(F: np.ndarray, y: np.ndarray, *, C: float = 1.0) -> Callable[[np.ndarray], np.ndarray]:
     """Fit TRACE+'s model on features ``F`` (n, d) and 0/1 labels: standardise with ``F``'s mean and standard deviation
-    (a constant column is left unscaled), then the L2 logistic regression of :func:`_fit_logistic`. Returns the
+    (a constant column is left unscaled), then the L2 logistic regression of :func:`fit_logistic`. Returns the
     decision function (log-odds of label 1) for new feature rows."""
     mean, scale = F.mean(axis=0), F.std(axis=0)
     scale = np.where(scale > 1e-12, scale, 1.0)
-    coef, intercept = _fit_logistic((F - mean) / scale, np.asarray(y, dtype=np.float64), C=C)
+    coef, intercept = fit_logistic((F - mean) / scale, np.asarray(y, dtype=np.float64), C=C)
     return lambda X: ((X - mean) / scale) @ coef + intercept

@@ -96,10 +96,10 @@ def _figures(result: EvaluationResult, calibrator: str, title: str, first: bool)
     held = result.held_out
     if held is None or not len(held):
         return "", first
-    y = held["label"].to_numpy()
+    y = held.labels
     shown = _figure_methods(result)
-    probabilities = {m: held[f"{m} {calibrator}" if f"{m} {calibrator}" in held else m].to_numpy() for m in shown}
-    scores = {m: held[f"{m} score"].to_numpy() for m in shown}
+    probabilities = held.probabilities(calibrator, shown)
+    scores = held.scores(shown)
     subtitle = f"{title}: first held-out split" if title else "First held-out split"
     figures = [reliability_figure(y, probabilities, legend_stats=legend_stats(result, "ece", calibrator),
                                   subtitle=subtitle),

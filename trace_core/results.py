@@ -15,9 +15,9 @@ score 1 - Brier / p(1-p) of TRACE+ and of the best baseline (:meth:`EvaluationRe
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -40,8 +40,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .evaluate import EvaluationConfig
 
 __all__ = ["CALIBRATOR_NAMES", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "TRUNCATED_SHARE", "UNINFORMATIVE",
-           "EvaluationResult", "average_results", "extended_entropy_note", "extended_needing_entropy",
-           "report_markdown", "summarise", "truncation_note"]
+           "EvaluationResult", "HeldOut", "HeldOutMethod", "SplitValue", "average_results", "extended_entropy_note",
+           "extended_needing_entropy", "report_markdown", "split_frame", "summarise", "truncation_note"]
 
 SCALAR_CALIBRATORS = ("platt", "isotonic")  # how TRACE and the baselines get probabilities (both are computed)
 #: How captions name the calibrators.
@@ -120,6 +120,90 @@ def extended_entropy_note(names: Sequence[str]) -> str:
             "are the variants for such data)")
 
 
+class SplitValue(NamedTuple):
+    """One metric of one method on one split: a row of :attr:`EvaluationResult.per_split` (which adds the method's
+    ``family``) and of :attr:`EvaluationResult.calibration_values`. ``calibrator`` is ``"platt"``, ``"isotonic"``,
+    ``"logistic"`` (a method's own fitted model) or ``"none"`` (a ranking metric on the raw score)."""
+
+    split: int
+    method: str
+    metric: str
+    calibrator: str
+    value: float
+
+
+def split_frame(rows: Iterable[SplitValue]) -> pd.DataFrame:
+    """The tidy frame of :class:`SplitValue` rows, its columns their fields (an empty frame keeps them)."""
+    return pd.DataFrame(list(rows), columns=list(SplitValue._fields))
+
+
+@dataclass(frozen=True)
+class HeldOutMethod:
+    """One method's values on the held-out answers of :class:`HeldOut`, in its row order.
+
+    Attributes
+    ----------
+    score : ndarray of float64
+        The raw score (what the ranking metrics rank).
+    probabilities : mapping of str to ndarray of float64
+        Calibrated probability of a correct answer per calibrator: ``"platt"`` and ``"isotonic"`` for TRACE and the
+        scalar baselines, ``"logistic"`` for the methods with their own fitted model (TRACE+, the fitted baselines,
+        the reference).
+    """
+
+    score: np.ndarray
+    probabilities: Mapping[str, np.ndarray]
+
+    def probability(self, calibrator: str) -> np.ndarray:
+        """The probability under ``calibrator``; a method with its own fitted model gives that one whichever scalar
+        calibrator is asked for (as the tables do)."""
+        if calibrator in self.probabilities:
+            return self.probabilities[calibrator]
+        if FITTED in self.probabilities:
+            return self.probabilities[FITTED]
+        raise KeyError(f"no probabilities under {calibrator!r}; known: {sorted(self.probabilities)}")
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The first evaluated split's held-out answers: what the reliability, risk-coverage and ROC figures draw.
+
+    Attributes
+    ----------
+    rows : ndarray of int64
+        Each held-out answer's position in the inputs, ascending.
+    labels : ndarray of int64
+        Their 0/1 labels (1 = correct).
+    methods : mapping of str to HeldOutMethod
+        Every method that ran, in display order.
+    """
+
+    rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    labels: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    methods: Mapping[str, HeldOutMethod] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0])
+
+    def scores(self, methods: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Raw scores per method (all of them, or ``methods`` in that order)."""
+        return {m: self.methods[m].score for m in (self.methods if methods is None else methods)}
+
+    def probabilities(self, calibrator: str, methods: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Probabilities per method under ``calibrator`` (:meth:`HeldOutMethod.probability`)."""
+        return {m: self.methods[m].probability(calibrator) for m in (self.methods if methods is None else methods)}
+
+    def to_frame(self) -> pd.DataFrame:
+        """Tidy: one row per answer, method and calibrator, with columns row, label, method, calibrator, score,
+        probability (for export or plotting elsewhere)."""
+        parts = [pd.DataFrame({"row": self.rows, "label": self.labels, "method": method, "calibrator": calibrator,
+                               "score": values.score, "probability": p})
+                 for method, values in self.methods.items() for calibrator, p in values.probabilities.items()]
+        if not parts:
+            return pd.DataFrame(columns=["row", "label", "method", "calibrator", "score", "probability"])
+        return pd.concat(parts, ignore_index=True)
+
+
 def _shown(frame: pd.DataFrame, calibrator: str) -> pd.DataFrame:
     """The rows a table with ``calibrator`` shows (frames without a calibrator column are shown whole)."""
     if "calibrator" not in frame.columns:
@@ -150,10 +234,9 @@ class EvaluationResult:
         n_splits, uninformative (see the module docstring for ``calibrator``).
     per_split : DataFrame
         Tidy raw values on each split's evaluation part: split, method, family, metric, calibrator, value.
-    held_out : DataFrame
-        The first evaluated split's held-out answers: ``label``, ``row`` (index into the inputs), and for every method
-        ``<method>`` (its calibrated probability, under ``config.scalar_calibrator`` for scalar methods),
-        ``<method> score`` (its raw score) and, for scalar methods, ``<method> platt`` and ``<method> isotonic``.
+    held_out : HeldOut
+        The first evaluated split's held-out answers: their rows and labels, and every method's raw score and
+        calibrated probabilities (empty for averages).
     skipped : dict
         Method -> why it did not run.
     config : EvaluationConfig
@@ -191,7 +274,7 @@ class EvaluationResult:
 
     summary: pd.DataFrame
     per_split: pd.DataFrame
-    held_out: pd.DataFrame
+    held_out: HeldOut
     skipped: dict[str, str]
     config: EvaluationConfig
     n_answers: int
@@ -456,7 +539,7 @@ def average_results(results: Sequence[EvaluationResult] | Mapping[str, Evaluatio
     group_note = (f"average over {len(results)} group{'s' if len(results) != 1 else ''}, {len(splits)} of "
                   f"{n_splits} splits present in every group")
     return EvaluationResult(summary=summarise(per_split, list(uninformative)), per_split=per_split,
-                            held_out=pd.DataFrame(), skipped=skipped, config=results[0].config,
+                            held_out=HeldOut(), skipped=skipped, config=results[0].config,
                             n_answers=sum(r.n_answers for r in results), skipped_splits=n_splits - len(splits),
                             methods=common, accuracy=_pooled_accuracy(results), paired=paired,
                             uninformative=uninformative, data_note="; ".join(notes), group_note=group_note,

@@ -105,7 +105,7 @@ PAPER_CONFIG = TraceConfig()
 SURPRISAL_ONLY_CONFIG = TraceConfig(signal="surprisal")
 
 
-def _as_trace_list(traces: Any) -> list[Trace]:
+def as_trace_list(traces: Any) -> list[Trace]:
     if isinstance(traces, Trace):
         raise TypeError("`traces` must be a sequence of Trace objects; wrap a single trace in a list")
     traces = list(traces)
@@ -133,7 +133,7 @@ def stack_traces(traces: Sequence[Trace]) -> tuple[Ragged, Ragged | None]:
     >>> stack_traces([t])[1] is None
     True
     """
-    traces = _as_trace_list(traces)
+    traces = as_trace_list(traces)
     surprisal = Ragged.from_arrays([t.surprisal for t in traces])
     if not all(t.has_entropy for t in traces):
         return surprisal, None
@@ -156,7 +156,7 @@ def entropy_summary(traces: Sequence[Trace]) -> dict[str, Any]:
     >>> entropy_summary([])
     {'exact': 0, 'top_k': 0, 'absent': 0, 'k': []}
     """
-    traces = _as_trace_list(traces)
+    traces = as_trace_list(traces)
     counts: dict[str, Any] = {source: 0 for source in ENTROPY_SOURCES}
     ks: set[int] = set()
     for trace in traces:
@@ -191,7 +191,7 @@ def config_for(traces: Sequence[Trace], config: TraceConfig | None = None) -> Tr
     Callers that switch report ``config_for(...).variant`` as the method's name, so the switch is never silent.
     """
     config = PAPER_CONFIG if config is None else _check_config(config)
-    if config.needs_entropy and not all(t.has_entropy for t in _as_trace_list(traces)):
+    if config.needs_entropy and not all(t.has_entropy for t in as_trace_list(traces)):
         return dataclasses.replace(config, signal="surprisal")
     return config
 
@@ -210,7 +210,7 @@ def _missing_entropy(n_without: int | None, n_traces: int | None) -> ValueError:
                       f"'{SIGNALS['surprisal']}'")
 
 
-def _risk_from_arrays(surprisal: Ragged, entropy: Ragged | None, config: TraceConfig) -> np.ndarray:
+def risk_from_arrays(surprisal: Ragged, entropy: Ragged | None, config: TraceConfig) -> np.ndarray:
     """R per trace from stacked arrays; ``entropy`` may be None under a surprisal-only ``config``."""
     if config.needs_entropy:
         if entropy is None:
@@ -245,11 +245,11 @@ def trace_risk(traces: Trace | Sequence[Trace], *, config: TraceConfig = PAPER_C
     """
     config = _check_config(config)
     single = isinstance(traces, Trace)
-    batch = [traces] if isinstance(traces, Trace) else _as_trace_list(traces)
+    batch = [traces] if isinstance(traces, Trace) else as_trace_list(traces)
     surprisal, entropy = stack_traces(batch)
     if config.needs_entropy and entropy is None:
         raise _missing_entropy(sum(not t.has_entropy for t in batch), len(batch))
-    risk = _risk_from_arrays(surprisal, entropy, config)
+    risk = risk_from_arrays(surprisal, entropy, config)
     return float(risk[0]) if single else risk
 
 

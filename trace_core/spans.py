@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from ._checks import check_choice, check_labels, check_real, shorten
-from .logistic import _fit_logistic, _sigmoid
+from .logistic import fit_logistic, sigmoid
 from .score import TraceExplanation, explain_trace
 from .trace import Trace
 
@@ -475,7 +475,7 @@ class SpanCalibrator:
         F = span_features(risks)[:, self._columns]
         mean, scale = F.mean(axis=0), F.std(axis=0)
         scale = np.where(scale > 1e-12, scale, 1.0)
-        coef, intercept = _fit_logistic((F - mean) / scale, y, C=self.C)
+        coef, intercept = fit_logistic((F - mean) / scale, y, C=self.C)
         self.mean_, self.scale_, self.coef_, self.intercept_ = mean, scale, coef, intercept
         self.provenance = {"n_spans": int(len(y)), "n_right": int(y.sum()), **dict(provenance or {})}
         return self
@@ -500,7 +500,7 @@ class SpanCalibrator:
         if len(F) == 0:
             return np.zeros(0)
         F = np.where(np.isfinite(F), F, mean)  # a non-finite statistic reads as the calibration average
-        return _sigmoid(((F - mean) / scale) @ coef + intercept)
+        return sigmoid(((F - mean) / scale) @ coef + intercept)
 
     def to_json(self) -> str:
         """The fitted model as JSON (no pickle): features, standardisation, coefficients, provenance."""

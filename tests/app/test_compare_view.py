@@ -13,7 +13,7 @@ from helpers import random_traces
 pytest.importorskip("streamlit")
 
 from app.compare_view import Comparison, aligned_heatmap_html, compare_metrics, describe_decoding  # noqa: E402
-from app.components import ramp  # noqa: E402
+from app.heatmap import ramp  # noqa: E402
 from trace_core import DecodingConfig, Trace, TraceMetadata, TracePlus, trace_confidence  # noqa: E402
 from trace_core.align import align_tokens  # noqa: E402
 

@@ -14,22 +14,12 @@ from helpers import make_trace, random_traces
 pytest.importorskip("streamlit")
 pytest.importorskip("plotly")
 
-from app.components import (  # noqa: E402
-    heatmap_html,
-    legend_html,
-    legend_stats,
-    method_colour,
-    metric_columns,
-    metrics_frame,
-    ramp,
-    reliability_figure,
-    risk_coverage_figure,
-    roc_figure,
-    sentence,
-    signal_values,
-    trace_figure,
-)
+from app.figures import trace_figure  # noqa: E402
+from app.heatmap import heatmap_html, legend_html, ramp, signal_values  # noqa: E402
+from app.tables import metric_columns, metrics_frame  # noqa: E402
+from app.text import sentence  # noqa: E402
 from trace_core import EvaluationConfig, Trace, TraceMetadata, evaluate, explain_trace, reliability_table  # noqa: E402
+from trace_core.figures import legend_stats, method_colour, reliability_figure, risk_coverage_figure, roc_figure  # noqa: E402
 from trace_core.registry import METHODS, METRICS, method_names  # noqa: E402
 
 
@@ -292,14 +282,14 @@ def test_legend_stats_validate_the_metric(result):
 
 def test_figures_quote_legend_stats_when_given(result):
     held = result.held_out
-    y = held["label"].to_numpy()
+    y = held.labels
     methods = ["TRACE+", "SeqLogP"]
     for metric, fig in (
-            ("ece", reliability_figure(y, {m: held[m].to_numpy() for m in methods},
+            ("ece", reliability_figure(y, held.probabilities("platt", methods),
                                        legend_stats=legend_stats(result, "ece"))),
-            ("aurc", risk_coverage_figure(y, {m: held[f"{m} score"].to_numpy() for m in methods},
+            ("aurc", risk_coverage_figure(y, held.scores(methods),
                                           legend_stats=legend_stats(result, "aurc"))),
-            ("auroc", roc_figure(y, {m: held[f"{m} score"].to_numpy() for m in methods},
+            ("auroc", roc_figure(y, held.scores(methods),
                                  legend_stats=legend_stats(result, "auroc")))):
         stats = legend_stats(result, metric)
         names = [t.name for t in fig.data if t.legendgroup and t.type == "scatter"]
@@ -344,7 +334,7 @@ def test_sentence():
 # token): heatmap_html computes the same things for all tokens at once, and must give the very same bytes.
 
 def _ref_units(token):
-    from app.components import _NEWLINE, _escaped, _hidden
+    from app.text import _NEWLINE, _escaped, _hidden
 
     units = []
     for number, line in enumerate(_NEWLINE.split(token)):
@@ -369,7 +359,7 @@ def _ref_visible(token):
 
 
 def _ref_ramp(value):
-    from app.components import _STOPS
+    from app.heatmap import _STOPS
 
     x = float(np.clip(value, 0.0, 1.0)) * (len(_STOPS) - 1)
     i = min(int(x), len(_STOPS) - 2)
@@ -402,9 +392,9 @@ def _ref_token_html(token, limit):
 
 
 def _ref_card_code(token, limit):
-    from app.components import _shortened
+    from app.text import shortened
 
-    shown = _shortened(_ref_visible(token), limit)
+    shown = shortened(_ref_visible(token), limit)
     if shown.strip(" "):
         return f"<code>{html.escape(shown, quote=False)}</code>"
     name = "space" if len(shown) == 1 else f"{len(shown)} spaces"
@@ -412,7 +402,7 @@ def _ref_card_code(token, limit):
 
 
 def _ref_card(trace, i, card_id, *, alternatives, marks=(), note=None, risk_share=None, limit=200):
-    from app.components import _alternative_labels, _entropy_bounds, _percent
+    from app.heatmap import _alternative_labels, _entropy_bounds, _percent
 
     e = html.escape
     p = float(np.exp(-trace.surprisal[i]))
@@ -446,7 +436,7 @@ def _ref_card(trace, i, card_id, *, alternatives, marks=(), note=None, risk_shar
 
 def _ref_heatmap(trace, *, signal="surprisal", alternatives=None, max_token_chars=200, scale="fixed",
                  alternatives_note=None):
-    from app.components import card_id_prefix
+    from app.heatmap import card_id_prefix
 
     exp = explain_trace(trace)
     norm = signal_values(trace, signal, exp, scale=scale).normalized()
@@ -529,7 +519,8 @@ def test_heatmap_html_equals_the_token_by_token_reference(signal, scale):
 
 
 def test_card_html_and_visible_token_equal_the_reference():
-    from app.components import card_html, visible_token
+    from app.heatmap import card_html
+    from app.text import visible_token
 
     for trace in _equivalence_traces():
         for i in range(len(trace)):
@@ -540,7 +531,7 @@ def test_card_html_and_visible_token_equal_the_reference():
 
 
 def test_token_colours_equal_ramp_value_by_value():
-    from app.components import _text_colour, _token_styles
+    from app.heatmap import _text_colour, _token_styles
 
     values = np.concatenate([np.linspace(-0.5, 1.5, 2001), [0.62, np.nextafter(0.62, 1), 0.25, 0.5, 0.75, 1.0],
                              np.random.default_rng(2).random(5000)])
@@ -625,7 +616,7 @@ def test_a_kept_single_choice_outside_the_options_falls_back_to_the_default():
 def test_trace_figure_writes_tiny_nats_as_numbers_not_si_prefixes():
     from helpers import make_trace
 
-    from app.components import trace_figure
+    from app.figures import trace_figure
 
     fig = trace_figure(make_trace([5e-5, 2e-5, 1e-5], [4e-5, 3e-5, 1e-5]))
     assert fig.layout.yaxis.title.text == "nats" and fig.layout.yaxis.exponentformat == "e"  # not "50μ"

@@ -17,7 +17,8 @@ from helpers import make_trace
 
 pytest.importorskip("plotly")
 
-from app.components import HEATMAP_CSS, control_safe, heatmap_html, visible_token  # noqa: E402
+from app.heatmap import HEATMAP_CSS, heatmap_html  # noqa: E402
+from app.text import control_safe, visible_token  # noqa: E402
 from trace_core import Trace, TraceMetadata, explain_trace  # noqa: E402
 
 HOSTILE = "<img src=x onerror=alert(1)>"
@@ -298,7 +299,7 @@ def test_card_shows_the_entropy_bounds_of_a_top_k_estimate():
 
     from helpers import make_trace
 
-    from app.components import heatmap_html
+    from app.heatmap import heatmap_html
     from trace_core.trace import TraceMetadata
 
     trace = make_trace([0.1, 2.0, 0.3], [0.5, 1.5, 0.4])

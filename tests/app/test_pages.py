@@ -16,9 +16,11 @@ pytest.importorskip("torch")
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from app.components import heatmap_html, reliability_figure, risk_coverage_figure, roc_figure, trace_figure  # noqa
+from app.figures import trace_figure  # noqa: E402
+from app.heatmap import heatmap_html  # noqa: E402
 from app.state import CALIBRATED_DATA, Answers  # noqa: E402
 from trace_core import EvaluationConfig, Trace, evaluate, read_dataset, write_dataset  # noqa: E402
+from trace_core.figures import reliability_figure, risk_coverage_figure, roc_figure  # noqa: E402
 from trace_core.registry import METRICS  # noqa: E402
 
 APP = str(__import__("pathlib").Path(__file__).resolve().parents[2] / "app" / "main.py")
@@ -474,7 +476,7 @@ def test_inspect_boxes_and_lists_the_answers_spans(tiny_model_dirs, monkeypatch)
     at.get("form_submit_button")[0].click().run()
     assert not at.exception
     trace = at.session_state["inspect_trace"]
-    from app.components import visible_token
+    from app.text import visible_token
     from trace_core import rank_spans, span_risks
     from trace_core.spans import default_span_calibrator
 

@@ -90,7 +90,7 @@ def _recorded(at):
 
 
 def _own_table(traces, labels):
-    from app.components import metrics_frame
+    from app.tables import metrics_frame
     from trace_core.registry import method_names
 
     config = EvaluationConfig(n_splits=SPLITS, calibration_fraction=0.35, seed=0, stratified=False)

@@ -7,8 +7,9 @@ import pytest
 
 pytest.importorskip("plotly")
 
-from app.components import heatmap_html, signal_values, token_tooltip, trace_figure  # noqa: E402
 from app.explain import explain_risk  # noqa: E402
+from app.figures import trace_figure  # noqa: E402
+from app.heatmap import heatmap_html, signal_values, token_tooltip  # noqa: E402
 from trace_core import Trace, TraceMetadata, explain_trace  # noqa: E402
 
 

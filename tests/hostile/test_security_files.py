@@ -23,7 +23,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from app import services  # noqa: E402
-from app.components import MAX_MESSAGE  # noqa: E402
+from app.text import MAX_MESSAGE  # noqa: E402
 from trace_core import DatasetError, read_dataset  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ from sklearn.linear_model import LogisticRegression
 
 from trace_core import PlattCalibrator, TracePlus, feature_matrix
 from trace_core.baselines import BASELINES, trace_baseline_scores
-from trace_core.calibrate import _fit_logistic, _fit_logistic_1d, transform_scores
+from trace_core.calibrate import fit_logistic, fit_logistic_1d, transform_scores
 from trace_core.operators import Ragged
 
 
@@ -162,7 +162,7 @@ def test_every_newton_step_decreases_the_objective_on_the_skewed_case():
     z, _, _ = standardise(seq_logp(surprisal))
     values = []
     for k in range(1, 16):
-        a, b = _fit_logistic_1d(z, y.astype(float), C=1e4, max_iter=k)
+        a, b = fit_logistic_1d(z, y.astype(float), C=1e4, max_iter=k)
         values.append(objective(z[:, None], y, np.array([a]), b, 1e4))
     assert all(later <= earlier * (1 + 1e-12) for earlier, later in zip(values, values[1:]))
     assert values[-1] < values[0]
@@ -198,7 +198,7 @@ def test_every_multi_feature_newton_step_decreases_the_objective():
     Z = (F - F.mean(axis=0)) / np.where(F.std(axis=0) > 1e-12, F.std(axis=0), 1.0)
     values = []
     for k in range(1, 20):
-        coef, intercept = _fit_logistic(Z, y.astype(float), C=1e4, max_iter=k)
+        coef, intercept = fit_logistic(Z, y.astype(float), C=1e4, max_iter=k)
         values.append(objective(Z, y, coef, intercept, 1e4))
     assert all(later <= earlier * (1 + 1e-12) for earlier, later in zip(values, values[1:]))
 
@@ -264,7 +264,7 @@ def test_one_feature_solver_equals_the_matrix_solver(kind, C):
     y = {"rare": rng.random(n) < 0.03, "separable": x > 0.3,
          "two_point": rng.random(n) < 0.2 + 0.5 * x}.get(kind, rng.random(n) < 1 / (1 + np.exp(-(x - x.mean()))))
     z, _, _ = standardise(x)
-    a, b = _fit_logistic_1d(z, y.astype(float), C=C)
-    coef, intercept = _fit_logistic(z[:, None], y.astype(float), C=C)
+    a, b = fit_logistic_1d(z, y.astype(float), C=C)
+    coef, intercept = fit_logistic(z[:, None], y.astype(float), C=C)
     assert a == pytest.approx(coef[0], rel=1e-9, abs=1e-9)
     assert b == pytest.approx(intercept, rel=1e-9, abs=1e-9)

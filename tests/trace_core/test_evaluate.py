@@ -11,7 +11,7 @@ from trace_core.calibrate import TracePlus
 from trace_core.evaluate import (
     EvaluationConfig,
     EvaluationResult,
-    _splits,
+    HeldOut,
     average_results,
     evaluate,
     evaluate_arrays,
@@ -20,6 +20,7 @@ from trace_core.evaluate import (
 from trace_core.features import feature_matrix_from_arrays
 from trace_core.metrics import auroc
 from trace_core.operators import Ragged
+from trace_core.protocol import draw_splits
 from trace_core.synthetic import synthetic_traces
 
 FAST = EvaluationConfig(n_splits=5)
@@ -69,12 +70,19 @@ def test_result_tables_and_split_mechanics():
     assert set(result.skipped) == {"Beam-Ratio", "Beam-TailThinness", "Beam Entropy", "TokenSAR", "MARS-style"}
     # held-out split: 65% of the answers, each method's probability in [0, 1] and AUROC consistent with per_split
     held = result.held_out
-    assert len(held) == 200 - 70
-    assert ((held["TRACE"] >= 0) & (held["TRACE"] <= 1)).all()
-    np.testing.assert_array_equal(held["TRACE"], held["TRACE platt"])  # the shown calibrator's probabilities
+    assert len(held) == 200 - 70 and list(held.methods) == result.methods
+    trace = held.methods["TRACE"]
+    assert set(trace.probabilities) == {"platt", "isotonic"}
+    assert ((trace.probability("platt") >= 0) & (trace.probability("platt") <= 1)).all()
+    assert set(held.methods["TRACE+"].probabilities) == {"logistic"}  # its own model, whichever calibrator is asked
+    np.testing.assert_array_equal(held.methods["TRACE+"].probability("isotonic"),
+                                  held.methods["TRACE+"].probabilities["logistic"])
     first = result.per_split[(result.per_split.split == 0) & (result.per_split.method == "TRACE")
                              & (result.per_split.metric == "auroc")]["value"].iloc[0]
-    assert auroc(held["label"], held["TRACE score"]) == pytest.approx(first)
+    assert auroc(held.labels, trace.score) == pytest.approx(first)
+    frame = held.to_frame()
+    assert list(frame.columns) == ["row", "label", "method", "calibrator", "score", "probability"]
+    assert len(frame) == len(held) * sum(len(m.probabilities) for m in held.methods.values())
     table = result.table()
     assert list(table.index[:2]) == ["TRACE+", "TRACE"] and "auroc_std" in table.columns
     assert result.note("Likelihood LR (reference)") == "supervised reference" and result.note("TRACE") == ""
@@ -88,7 +96,7 @@ def test_stratified_splits_keep_each_class_share_in_the_calibration_part(fractio
     rng = np.random.default_rng(0)
     y = y[rng.permutation(y.shape[0])]
     config = EvaluationConfig(n_splits=6, seed=2, stratified=True, calibration_fraction=fraction)
-    splits = _splits(y, config)
+    splits = draw_splits(y, config)
     assert len(splits) == 6
     for cal, ev in splits:
         assert np.array_equal(np.sort(np.concatenate([cal, ev])), np.arange(y.shape[0]))  # a partition
@@ -100,7 +108,7 @@ def test_stratified_splits_keep_each_class_share_in_the_calibration_part(fractio
 
 def test_unstratified_splits_draw_the_calibration_size_from_all_answers():
     y = np.array([1] * 37 + [0] * 13)
-    for cal, ev in _splits(y, EvaluationConfig(n_splits=4, seed=1)):
+    for cal, ev in draw_splits(y, EvaluationConfig(n_splits=4, seed=1)):
         assert cal.shape[0] == round(0.35 * 50) and ev.shape[0] == 50 - cal.shape[0]
 
 
@@ -117,20 +125,21 @@ def test_traceplus_held_out_probabilities_equal_predict_proba_at_extreme_decisio
         s, h = Ragged.from_arrays([e * 0.5 for e in entropy]), Ragged.from_arrays(entropy)
         return s, h, evaluate_arrays(s, h, y, config=config, methods=["TRACE+"])
 
-    held_rows = run()[2].held_out["row"].to_numpy()
+    held_rows = run()[2].held_out.rows
     for i in held_rows[:4]:  # the split depends on n and the seed only: make four held-out answers extreme
         entropy[i] = np.array([0.0, 40.0, 80.0, 120.0]) if y[i] == 0 else np.array([120.0, 80.0, 40.0, 0.0])
     s, h, result = run()
     held = result.held_out
-    assert np.array_equal(held["row"].to_numpy(), held_rows)
+    assert np.array_equal(held.rows, held_rows)
     calibration = np.setdiff1d(np.arange(n), held_rows)
     features = feature_matrix_from_arrays(s, h)
     model = TracePlus().fit(features[calibration], y[calibration])
     decision = model.decision_function(features[held_rows])
     assert decision.min() < -30  # far in the tail: the tanh form gives exactly 0 there
-    np.testing.assert_array_equal(held["TRACE+ score"].to_numpy(), decision)
-    np.testing.assert_array_equal(held["TRACE+"].to_numpy(), model.predict_proba(features[held_rows]))
-    assert held["TRACE+"].min() > 0.0
+    np.testing.assert_array_equal(held.methods["TRACE+"].score, decision)
+    np.testing.assert_array_equal(held.methods["TRACE+"].probability("platt"),
+                                  model.predict_proba(features[held_rows]))
+    assert held.methods["TRACE+"].probability("platt").min() > 0.0
 
 
 def test_same_seed_same_result_and_different_seed_differs():
@@ -155,7 +164,8 @@ def test_both_scalar_calibrators_are_computed_and_the_option_picks_the_shown_one
     assert iso.table().loc["TRACE", "brier"] == pytest.approx(brier["isotonic"])
     assert platt.table(calibrator="isotonic").loc["TRACE", "brier"] == pytest.approx(brier["isotonic"])
     assert "Platt scaling" in platt.caption() and "isotonic regression" in iso.caption()
-    np.testing.assert_array_equal(iso.held_out["TRACE"], iso.held_out["TRACE isotonic"])
+    np.testing.assert_array_equal(iso.held_out.methods["TRACE"].probability("isotonic"),
+                                  platt.held_out.methods["TRACE"].probability("isotonic"))
 
 
 def test_scalar_calibrators_are_fitted_on_the_documented_transform():
@@ -163,9 +173,9 @@ def test_scalar_calibrators_are_fitted_on_the_documented_transform():
     a logistic regression on the summed log-probability."""
     from sklearn.linear_model import LogisticRegression
 
-    from trace_core.evaluate import _splits as splits_of
     from trace_core.metrics import brier_score
     from trace_core.operators import segment_mean
+    from trace_core.protocol import draw_splits as splits_of
     from trace_core.registry import METHODS
 
     s, h, y = synthetic_traces(1500, kind="length", mean_length=60, seed=4)
@@ -183,15 +193,16 @@ def test_scalar_calibrators_are_fitted_on_the_documented_transform():
 def test_methods_on_threads_give_the_very_numbers_of_one_thread(monkeypatch):
     import importlib
 
-    module = importlib.import_module("trace_core.evaluate")  # the package's `evaluate` is the function
+    module = importlib.import_module("trace_core.protocol")
     s, h, y = synthetic_traces(3000, kind="spike", mean_length=12, seed=2)
     config = EvaluationConfig(n_splits=3)
-    monkeypatch.setattr(module, "_THREADS_FROM", 0)
+    monkeypatch.setattr(module, "THREADS_FROM", 0)
     threaded = evaluate_arrays(s, h, y, config=config)
-    monkeypatch.setattr(module, "_THREADS_FROM", 10**9)
+    monkeypatch.setattr(module, "THREADS_FROM", 10**9)
     serial = evaluate_arrays(s, h, y, config=config)
-    for attribute in ("per_split", "held_out", "summary", "calibration_values"):
+    for attribute in ("per_split", "summary", "calibration_values"):
         pd.testing.assert_frame_equal(getattr(threaded, attribute), getattr(serial, attribute), check_exact=True)
+    pd.testing.assert_frame_equal(threaded.held_out.to_frame(), serial.held_out.to_frame(), check_exact=True)
 
 
 def test_overlapping_threaded_evaluations_restore_the_blas_threads():
@@ -199,13 +210,13 @@ def test_overlapping_threaded_evaluations_restore_the_blas_threads():
     import importlib
 
     threadpoolctl = pytest.importorskip("threadpoolctl")
-    module = importlib.import_module("trace_core.evaluate")
+    module = importlib.import_module("trace_core.protocol")
 
     def blas_threads():
         return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
 
     before = blas_threads()
-    first, second = module._one_blas_thread(True), module._one_blas_thread(True)
+    first, second = module.one_blas_thread(True), module.one_blas_thread(True)
     first.__enter__()
     second.__enter__()
     assert all(n == 1 for n in blas_threads())
@@ -222,8 +233,8 @@ def test_isotonic_values_of_every_split_equal_scikit_learn_fitted_on_that_split(
     from sklearn.isotonic import IsotonicRegression
 
     from trace_core.baselines import baseline_scores
-    from trace_core.evaluate import _splits as splits_of
     from trace_core.metrics import brier_score, expected_calibration_error
+    from trace_core.protocol import draw_splits as splits_of
 
     name = "High-Prob Token Rate"  # calibrated on the identity: the score itself
     s, h, y = synthetic_traces(900, kind="spike", mean_length=20, seed=7)
@@ -242,8 +253,9 @@ def test_isotonic_values_of_every_split_equal_scikit_learn_fitted_on_that_split(
 def test_rankings_from_a_part_in_score_order_equal_rank_groups_number_for_number(ties):
     """Each split's rankings come from its part in the presorted order (tie groups as runs): the very numbers of
     RankGroups counting every distinct score of the subset."""
-    from trace_core.evaluate import _Ascending, _ranking_part
     from trace_core.metrics import RankGroups
+    from trace_core.protocol import Ascending as _Ascending
+    from trace_core.protocol import ranking_part as _ranking_part
 
     rng = np.random.default_rng(3)
     raw = rng.normal(size=2000)
@@ -267,7 +279,7 @@ def test_a_transform_that_ties_distinct_scores_ranks_by_the_raw_score(monkeypatc
     score: the rankings then count the raw score's own groups, with the same numbers as otherwise."""
     import dataclasses
 
-    from trace_core.evaluate import _Ascending
+    from trace_core.protocol import Ascending as _Ascending
 
     raw = np.array([3e-320, 1e-320, 2e-320, 0.5, 0.25])  # below the log floor: one transformed value
     assert not _Ascending.of(raw, np.log(np.maximum(raw, np.finfo(float).tiny)), np.zeros(5, np.int64)).contiguous
@@ -368,7 +380,7 @@ def _result(per_split: pd.DataFrame, *, methods: list[str], n_answers: int = 10,
                      values.std(ddof=1) if len(values) > 1 else 0.0, len(values), False))
     summary = pd.DataFrame(rows, columns=["method", "family", "metric", "calibrator", "mean", "std", "n_splits",
                                           "uninformative"])
-    return EvaluationResult(summary=summary, per_split=per_split, held_out=pd.DataFrame(), skipped={},
+    return EvaluationResult(summary=summary, per_split=per_split, held_out=HeldOut(), skipped={},
                             config=EvaluationConfig(n_splits=3, metrics=metrics), n_answers=n_answers,
                             methods=methods, accuracy=accuracy)
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from trace_core.evaluate import EvaluationConfig, _fit_reference, evaluate_arrays, reference_features
+from trace_core.evaluate import EvaluationConfig, evaluate_arrays, reference_features
 from trace_core.features import FEATURE_SETS, feature_matrix_from_arrays, feature_names, logit_of_surprisal
-from trace_core.logistic import _sigmoid, transform_scores
+from trace_core.logistic import sigmoid, transform_scores
 from trace_core.operators import Ragged
+from trace_core.protocol import fit_reference as _fit_reference
 from trace_core.registry import REFERENCE
 
 
@@ -19,8 +20,8 @@ def _letters(n: int = 3000, seed: int = 0):
     an overconfident model, so answers at p = 0.999 and p = 0.9999999 differ in how often they are right."""
     rng = np.random.default_rng(seed)
     z = rng.normal(7.0, 3.0, n)
-    p = _sigmoid(z)
-    truth = _sigmoid(0.5 * z - 0.5)
+    p = sigmoid(z)
+    truth = sigmoid(0.5 * z - 0.5)
     y = (rng.random(n) < truth).astype(np.int64)
     s = np.logaddexp(0.0, -z)  # -log p, exact for large z
     h = -(p * np.log(p) + (1 - p) * np.log1p(-p))  # two-way entropy of the letter's step
@@ -29,7 +30,7 @@ def _letters(n: int = 3000, seed: int = 0):
 
 def _brier_held_out(F, y, cal):
     decision = _fit_reference(F[cal], y[cal])
-    return float(np.mean((_sigmoid(decision(F[~cal])) - y[~cal]) ** 2))
+    return float(np.mean((sigmoid(decision(F[~cal])) - y[~cal]) ** 2))
 
 
 def test_logit_of_surprisal_is_the_logit_of_the_probability_and_stays_finite():

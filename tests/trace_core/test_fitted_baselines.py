@@ -130,7 +130,8 @@ def test_protocol_runs_the_new_baselines_and_can_choose_them():
     auroc = s[s.metric == "auroc"].set_index("method")["mean"]
     assert auroc["EPR"] > 0.9 and auroc["WEPR"] > 0.9  # the data follow the entropy contributions
     held = result.held_out
-    assert {"WEPR", "WEPR score", "CES", "CES score"} <= set(held.columns)
+    assert {"WEPR", "CES"} <= set(held.methods)
+    assert all(set(held.methods[m].probabilities) == {"logistic"} for m in ("WEPR", "CES"))
     cal = result.calibration_values
     assert {"EPR", "WEPR", "CES", "Trace Profile"} <= set(cal["method"])  # all four in the best-baseline choice
     chosen = result.paired.per_split

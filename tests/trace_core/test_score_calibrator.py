@@ -106,13 +106,13 @@ def test_fitted_on_a_calibration_part_it_gives_the_protocols_held_out_probabilit
     traces, y = labelled(150, seed=5)
     result = evaluate(traces, y, config=EvaluationConfig(n_splits=1, seed=2))
     held = result.held_out
-    evaluated = held["row"].to_numpy()
+    evaluated = held.rows
     calibration = np.setdiff1d(np.arange(len(traces)), evaluated)
     for method in ("TRACE", "SeqLogP", "Mean Entropy", "Entropy Variance"):
         model = ScoreCalibrator(method=method, calibrator=calibrator).fit([traces[i] for i in calibration],
                                                                          y[calibration])
         np.testing.assert_allclose(model.predict_proba([traces[i] for i in evaluated]),
-                                   held[f"{method} {calibrator}"].to_numpy(), atol=1e-9, err_msg=method)
+                                   held.methods[method].probability(calibrator), atol=1e-9, err_msg=method)
 
 
 @pytest.mark.parametrize("method", flaggable_methods())

@@ -346,7 +346,7 @@ def test_cli_flag_writes_the_riskiest_span_columns_spreadsheet_safe(tmp_path):
 
 
 def test_heatmap_boxes_the_riskiest_spans_and_the_list_ranks_them():
-    from app.components import heatmap_html, legend_html, signal_values
+    from app.heatmap import heatmap_html, legend_html, signal_values
     from app.spans import boxed_spans, ranked_spans, spans_frame
 
     tokens = ["The", " capital", " of", " <b>Mong", "olia", " is", " Kh", "ant", "ak", ".", " Yes", "."]

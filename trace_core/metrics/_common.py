@@ -9,7 +9,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from .._checks import as_1d, check_labels, check_real, check_scores
 
-__all__ = ["STRATEGIES", "UndefinedMetricWarning", "check_level", "check_pair", "has_both_classes", "number_text"]
+__all__ = ["STRATEGIES", "UndefinedMetricWarning", "check_level", "check_pair", "checked_pair", "has_both_classes",
+           "number_text"]
 
 STRATEGIES = ("uniform", "quantile")  # how probability bins are placed (see bin_probabilities)
 
@@ -36,6 +37,16 @@ def check_pair(
             f"got {y_arr.shape[0]} and {s_arr.shape[0]}"
         )
     return check_labels(y_arr), check_scores(s_arr, name, probability=probability)
+
+
+def checked_pair(
+    y_true: ArrayLike, scores: ArrayLike, name: str, *, probability: bool, validate: bool
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """:func:`check_pair` when ``validate``; else the arrays as they are (``y_true`` int64 0/1 and ``scores`` finite
+    float64 of the same length, as the caller promises)."""
+    if validate:
+        return check_pair(y_true, scores, name, probability=probability)
+    return np.asarray(y_true), np.asarray(scores, dtype=np.float64)
 
 
 def check_level(confidence: float) -> float:

@@ -30,6 +30,10 @@ DOCS: dict[str, str] = {
               "    the picture agree.",
     "strategy": 'strategy : {"uniform", "quantile"}, default="uniform"\n'
                 "    Bin edges, see :func:`bin_probabilities`.",
+    "validate": "validate : bool, default=True\n"
+                "    Check the inputs first. False skips the checks, for arrays checked once already: ``y_true``\n"
+                "    an int64 array of 0/1 and the scores a finite float64 array of the same length; anything else\n"
+                "    gives an undefined result.",
     "pair_raises": "Raises\n------\nValueError\n"
                    "    On empty input, length mismatch, bad labels or non-finite scores.",
 }

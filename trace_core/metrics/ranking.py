@@ -5,15 +5,13 @@
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .._checks import check_labels, check_real, check_scores
-from ._common import check_pair, has_both_classes
+from ._common import check_pair, checked_pair, has_both_classes
 from ._docs import fill_doc
-from .selective import _aurc_from_groups, _harmonic_steps, _prr_from_aurc
+from .kernels import ranking_of_groups, tie_groups
 
 __all__ = ["RankGroups", "auprc", "auroc", "roc_curve", "tpr_at_fpr"]
 
@@ -35,7 +33,7 @@ def _descending_counts(
 
 
 @fill_doc
-def auroc(y_true: ArrayLike, score: ArrayLike) -> float:
+def auroc(y_true: ArrayLike, score: ArrayLike, *, validate: bool = True) -> float:
     """Area under the ROC curve, from ranks (Mann-Whitney U).
 
     ``AUROC = (R_pos - n_pos (n_pos + 1) / 2) / (n_pos * n_neg)``, where ``R_pos`` is the sum of the
@@ -44,6 +42,7 @@ def auroc(y_true: ArrayLike, score: ArrayLike) -> float:
     counting 1/2. Equals ``sklearn.metrics.roc_auc_score``, ties included.
 
     {ranking_parameters}
+    {validate}
 
     Returns
     -------
@@ -52,17 +51,10 @@ def auroc(y_true: ArrayLike, score: ArrayLike) -> float:
 
     {pair_raises}
     """
-    y, s = check_pair(y_true, score, "score", probability=False)
+    y, s = checked_pair(y_true, score, "score", probability=False, validate=validate)
     if not has_both_classes(y, "AUROC"):
         return float("nan")
-    _, inverse, counts = np.unique(s, return_inverse=True, return_counts=True)
-    # Average rank of each tie group: ranks (before + 1) .. (before + count), mean = before + (count + 1) / 2.
-    before = np.cumsum(counts) - counts
-    ranks = (before + (counts + 1) / 2.0)[inverse]
-    n_pos = float(y.sum())
-    n_neg = float(y.shape[0]) - n_pos
-    u = ranks[y == 1].sum() - n_pos * (n_pos + 1) / 2.0
-    return float(u / (n_pos * n_neg))
+    return ranking_of_groups(*tie_groups(y, s), both_classes=True)["auroc"]
 
 
 @fill_doc
@@ -146,7 +138,7 @@ def tpr_at_fpr(y_true: ArrayLike, score: ArrayLike, *, fpr: float = 0.05) -> flo
 
 
 @fill_doc
-def auprc(y_true: ArrayLike, score: ArrayLike) -> float:
+def auprc(y_true: ArrayLike, score: ArrayLike, *, validate: bool = True) -> float:
     """Area under the precision-recall curve as average precision (step-wise, no interpolation).
 
     ``AP = sum_n (R_n - R_{n-1}) * P_n`` over the distinct score thresholds in decreasing order,
@@ -155,6 +147,7 @@ def auprc(y_true: ArrayLike, score: ArrayLike) -> float:
     ``sklearn.metrics.average_precision_score``, ties included.
 
     {ranking_parameters}
+    {validate}
 
     Returns
     -------
@@ -165,13 +158,10 @@ def auprc(y_true: ArrayLike, score: ArrayLike) -> float:
 
     {pair_raises}
     """
-    y, s = check_pair(y_true, score, "score", probability=False)
+    y, s = checked_pair(y_true, score, "score", probability=False, validate=validate)
     if not has_both_classes(y, "AUPRC"):
         return float("nan")
-    _, tps, fps = _descending_counts(y, s)
-    precision = tps / (tps + fps)
-    recall = tps / tps[-1]
-    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+    return ranking_of_groups(*tie_groups(y, s), both_classes=True)["auprc"]
 
 
 @fill_doc
@@ -202,77 +192,5 @@ class RankGroups:
         # weighted counts are floats (the stubs type every bincount as integers)
         pos = np.asarray(np.bincount(groups, weights=y.astype(np.float64), minlength=self.n_values_), dtype=np.float64)
         present = total > 0
-        return _ranking_from_groups(total[present].astype(np.float64), pos[present],
-                                    both_classes=has_both_classes(y, "AUROC, AUPRC and PRR"))
-
-
-def _ranking_from_groups(total: NDArray[np.float64], pos: NDArray[np.float64], *, both_classes: bool,
-                         singletons: bool = False) -> dict[str, float]:
-    """AUROC, AUPRC, AURC and PRR from the answers' tie groups in ascending score order: ``total`` answers and
-    ``pos`` correct ones per group (every ``total`` > 0; ``singletons``: every ``total`` is 1). AUROC, AUPRC and PRR
-    are nan unless ``both_classes``.
-
-    Every running count comes from two cumulative sums (of ``total`` and ``pos``); the counts from the top are their
-    complements. Sums of whole numbers are exact in float64 (below 2**53), so these are the same numbers as summing
-    each series on its own, with fewer passes over the groups."""
-    if singletons:
-        return _ranking_from_singletons(pos, both_classes=both_classes)
-    neg = total - pos
-    n = float(total.sum())
-    cum_total = np.cumsum(total)
-    cum_pos = np.cumsum(pos)
-    top_total = n - cum_total + total  # answers scoring at or above each group
-    top_pos = cum_pos[-1] - cum_pos + pos
-    top_neg = top_total - top_pos
-    out = {"aurc": _aurc_from_groups(total[::-1], neg[::-1], kept_before=(top_total - total)[::-1],
-                                     errors_before=(top_neg - neg)[::-1])}
-    if not both_classes:
-        return {"auroc": float("nan"), "auprc": float("nan"), **out, "prr": float("nan")}
-    n_pos = float(cum_pos[-1])
-    before = cum_total - total
-    u = float(pos @ (before + (total + 1) / 2.0)) - n_pos * (n_pos + 1) / 2.0
-    out["auroc"] = u / (n_pos * (n - n_pos))
-    tps, fps = top_pos[::-1], top_neg[::-1]
-    out["auprc"] = float(np.sum(_increments(tps / n_pos) * (tps / (tps + fps))))
-    out["prr"] = _prr_from_aurc(out["aurc"], int(n_pos), int(n - n_pos))
-    return out
-
-
-def _increments(x: NDArray[np.float64]) -> NDArray[np.float64]:
-    """``np.diff(np.r_[0.0, x])`` without building the padded copy (the protocol calls it twice per method and
-    split)."""
-    out = np.empty_like(x)
-    out[:1] = x[:1]
-    np.subtract(x[1:], x[:-1], out=out[1:])
-    return out
-
-
-@functools.lru_cache(maxsize=4)
-def _counts(n: int) -> NDArray[np.float64]:
-    """``1.0, 2.0, ..., n`` (read-only): the answers kept at each step of a ranking of distinct scores."""
-    counts = np.arange(1.0, n + 1.0)
-    counts.flags.writeable = False
-    return counts
-
-
-def _ranking_from_singletons(pos: NDArray[np.float64], *, both_classes: bool) -> dict[str, float]:
-    """:func:`_ranking_from_groups` when every group is one answer (distinct scores, the protocol's common case):
-    the same element-wise values summed in the same order, so the same numbers, from one cumulative sum and cached
-    counts instead of a dozen passes over reversed views."""
-    n = pos.shape[0]
-    counts = _counts(n)
-    tps = np.cumsum(pos[::-1])  # correct answers among the j most confident, j = 1 .. n
-    err = 1.0 - pos[::-1]  # the j-th most confident answer is wrong
-    # AURC's group term e_j + (E_{j-1} - (j-1) e_j) (H_j - H_{j-1}): the bracket is -tps_{j-1} for a wrong answer and
-    # the errors before it, (j-1) - tps_{j-1}, for a correct one; whole numbers, exact in float64.
-    before = counts - 1.0
-    bracket = (before - (tps - pos[::-1])) - err * before
-    out = {"aurc": float(np.sum(err + bracket * _harmonic_steps(n)) / n)}
-    if not both_classes:
-        return {"auroc": float("nan"), "auprc": float("nan"), **out, "prr": float("nan")}
-    n_pos = float(tps[-1])
-    u = float(pos @ counts) - n_pos * (n_pos + 1) / 2.0
-    out["auroc"] = u / (n_pos * (n - n_pos))
-    out["auprc"] = float(np.sum(_increments(tps / n_pos) * (tps / counts)))
-    out["prr"] = _prr_from_aurc(out["aurc"], int(n_pos), int(n - n_pos))
-    return out
+        return ranking_of_groups(total[present].astype(np.float64), pos[present],
+                                 both_classes=has_both_classes(y, "AUROC, AUPRC and PRR"))

@@ -3,15 +3,15 @@ the prediction rejection ratio (PRR) summarise the whole curve."""
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .._checks import check_real
-from ._common import check_pair, has_both_classes
+from ._common import check_pair, checked_pair, has_both_classes
 from ._docs import fill_doc
+from .kernels import aurc_of_groups, prr_of_aurc, tie_groups
 
 __all__ = ["aurc", "prr", "risk_at_coverage", "risk_coverage_curve"]
 
@@ -54,7 +54,7 @@ def risk_coverage_curve(
 
 
 @fill_doc
-def aurc(y_true: ArrayLike, confidence: ArrayLike) -> float:
+def aurc(y_true: ArrayLike, confidence: ArrayLike, *, validate: bool = True) -> float:
     """Area under the risk-coverage curve.
 
     ``AURC = (1/n) * sum_{k=1..n} risk_k`` with ``risk_k`` from :func:`risk_coverage_curve`
@@ -62,6 +62,7 @@ def aurc(y_true: ArrayLike, confidence: ArrayLike) -> float:
     every correct answer is ranked above every wrong one and maximal for the reverse order.
 
     {selective_parameters}
+    {validate}
 
     Returns
     -------
@@ -70,8 +71,14 @@ def aurc(y_true: ArrayLike, confidence: ArrayLike) -> float:
 
     {pair_raises}
     """
-    _, risk = risk_coverage_curve(y_true, confidence)
-    return float(np.mean(risk))
+    y, c = checked_pair(y_true, confidence, "confidence", probability=False, validate=validate)
+    return _aurc(y, c)
+
+
+def _aurc(y: NDArray[np.int64], c: NDArray[np.float64]) -> float:
+    """AURC of checked arrays: the tie groups in decreasing confidence, through the one AURC kernel."""
+    total, pos = tie_groups(y, c)
+    return aurc_of_groups(total[::-1], (total - pos)[::-1])
 
 
 @fill_doc
@@ -106,61 +113,8 @@ def risk_at_coverage(y_true: ArrayLike, confidence: ArrayLike, *, coverage: floa
     return float(risk[k - 1])
 
 
-@functools.lru_cache(maxsize=4)
-def _harmonic(n: int) -> NDArray[np.float64]:
-    """``[H_0, H_1, ..., H_n]`` (read-only): the evaluation protocol asks for the same two sizes on every split."""
-    table = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, n + 1, dtype=np.float64))])
-    table.flags.writeable = False
-    return table
-
-
-@functools.lru_cache(maxsize=4)
-def _harmonic_steps(n: int) -> NDArray[np.float64]:
-    """``H_j - H_{j-1}`` for j = 1 .. n, as :func:`_aurc_from_groups` computes them for groups of one (read-only)."""
-    table = _harmonic(n)
-    steps = table[1:] - table[:-1]
-    steps.flags.writeable = False
-    return steps
-
-
-def _aurc_from_groups(sizes: NDArray[np.float64], errors: NDArray[np.float64], *,
-                      kept_before: NDArray[np.float64] | None = None,
-                      errors_before: NDArray[np.float64] | None = None) -> float:
-    """AURC from tied groups in decreasing confidence, in O(groups) after an O(n) harmonic table.
-
-    Inside a group of m answers with error rate r, kept after K answers with E expected errors, the risks at
-    k = K+1 .. K+m sum to ``m r + (E - K r)(H_{K+m} - H_K)`` with H the harmonic numbers; this equals the mean of
-    :func:`risk_coverage_curve`'s risks without expanding the groups to answers. ``kept_before`` (K) and
-    ``errors_before`` (E) per group, when the caller has them, save their cumulative sums.
-    """
-    n = int(sizes.sum())
-    harmonic = _harmonic(n)
-    rate = errors / sizes
-    if kept_before is None:
-        kept_before = np.cumsum(sizes) - sizes
-    if errors_before is None:
-        errors_before = np.cumsum(errors) - errors
-    ends = kept_before.astype(np.int64)
-    h = harmonic[ends + sizes.astype(np.int64)] - harmonic[ends]
-    return float(np.sum(sizes * rate + (errors_before - kept_before * rate) * h) / n)
-
-
-def _oracle_aurc(n_correct: int, n_wrong: int) -> float:
-    """AURC of the oracle order (every correct answer first): ``risk_k = max(0, k - n_c) / k``, so
-    ``AURC_oracle = (n_w - n_c (H_n - H_{n_c})) / n`` with ``H`` the harmonic numbers and ``n = n_c + n_w``."""
-    n = n_correct + n_wrong
-    tail = float(np.sum(1.0 / np.arange(n_correct + 1, n + 1, dtype=np.float64)))  # H_n - H_{n_c}
-    return (n_wrong - n_correct * tail) / n
-
-
-def _prr_from_aurc(aurc_value: float, n_correct: int, n_wrong: int) -> float:
-    """PRR from the method's AURC and the class counts (both classes present)."""
-    random = n_wrong / (n_correct + n_wrong)
-    return (random - aurc_value) / (random - _oracle_aurc(n_correct, n_wrong))
-
-
 @fill_doc
-def prr(y_true: ArrayLike, confidence: ArrayLike) -> float:
+def prr(y_true: ArrayLike, confidence: ArrayLike, *, validate: bool = True) -> float:
     """Prediction rejection ratio: how much of the gap between a random and the oracle rejection order a score closes.
 
     With binary correctness as the quality, ``PRR = (AURC_random - AURC) / (AURC_random - AURC_oracle)``, where
@@ -177,6 +131,7 @@ def prr(y_true: ArrayLike, confidence: ArrayLike) -> float:
     gives the expected PRR over the orders of tied answers; PRR is invariant to any increasing transform of the score.
 
     {selective_parameters}
+    {validate}
 
     Returns
     -------
@@ -192,8 +147,8 @@ def prr(y_true: ArrayLike, confidence: ArrayLike) -> float:
     >>> round(prr([1, 1, 0, 0], [0.9, 0.8, 0.3, 0.1]), 12), prr([1, 1, 0, 0], [0.5, 0.5, 0.5, 0.5])
     (1.0, 0.0)
     """
-    y, _ = check_pair(y_true, confidence, "confidence", probability=False)
+    y, c = checked_pair(y_true, confidence, "confidence", probability=False, validate=validate)
     if not has_both_classes(y, "PRR"):
         return float("nan")
     n_correct = int(y.sum())
-    return _prr_from_aurc(aurc(y, confidence), n_correct, int(y.shape[0]) - n_correct)
+    return prr_of_aurc(_aurc(y, c), n_correct, int(y.shape[0]) - n_correct)

@@ -633,7 +633,7 @@ def test_rank_groups_equal_the_single_metrics_on_every_subset(ties):
 @pytest.mark.parametrize("rate", [0.0, 0.03, 0.5, 0.97, 1.0])
 def test_rankings_of_distinct_scores_equal_the_grouped_count_number_for_number(n, rate):
     """The protocol's path for distinct scores (groups of one) gives the very numbers of the general group count."""
-    from trace_core.metrics.ranking import _ranking_from_groups
+    from trace_core.metrics.kernels import ranking_of_groups as _ranking_from_groups
 
     rng = np.random.default_rng(n)
     pos = (rng.random(n) < rate).astype(np.float64)
@@ -680,7 +680,9 @@ def test_bin_ids_equal_a_left_searchsorted_on_edges_and_ties(n_bins, strategy):
 def test_ece_of_probabilities_in_monotone_order_equals_ece(n_bins):
     """The protocol's ECE of a part in score order (bins as runs, found by binary search) equals the ECE of the
     same probabilities: on the edges themselves, ascending, descending, and any other order (the fallback)."""
-    from trace_core.metrics.calibration import _ece, _ece_sorted, _uniform_edges
+    from trace_core.metrics.kernels import ece_kernel as _ece
+    from trace_core.metrics.kernels import ece_of_ascending as _ece_sorted
+    from trace_core.metrics.kernels import uniform_edges as _uniform_edges
 
     rng = np.random.default_rng(n_bins)
     edges = _uniform_edges(n_bins)

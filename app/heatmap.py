@@ -1,41 +1,26 @@
-"""Rendering: the token heatmap (escaped HTML), the trace figure and the metrics table; the evaluation's figures come
-from :mod:`trace_core.figures` (shared with the HTML report) and are re-exported here. Pure functions: nothing here
-draws on the page (the table's column settings are plain Streamlit config objects).
+"""The token heatmap: each token of an answer coloured by a signal (surprisal, entropy or its share of the TRACE risk)
+on a fixed or per-answer scale, spikes outlined, the peak window underlined, the riskiest spans boxed, and a hover card
+per token; its colour legend and CSS. Pure functions returning escaped HTML: nothing here draws on the page.
 
 Every piece of text that comes from a model or a file goes through :func:`html.escape` before it reaches HTML, so a
-token such as ``<img src=x onerror=alert(1)>`` shows literally; control, bidi and zero-width characters are shown one
-way everywhere (:func:`visible_token`). The heatmap's hover cards are pure HTML and CSS (``st.html`` drops scripts):
-each token is focusable, so a card also opens from the keyboard and, on touch screens, by tapping.
+token such as ``<img src=x onerror=alert(1)>`` shows literally; control, bidi and zero-width characters show as
+:func:`app.text.visible_token` shows them. The hover cards are pure HTML and CSS (``st.html`` drops scripts): each
+token is focusable, so a card also opens from the keyboard and, on touch screens, by tapping.
 """
 
 from __future__ import annotations
 
 import hashlib
 import html
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-import pandas as pd
-import plotly.graph_objects as go
 
-from trace_core import EvaluationResult, SpanRisk, Trace, TraceExplanation, explain_trace
+from trace_core import SpanRisk, Trace, TraceExplanation, explain_trace
 from trace_core._checks import check_choice, check_int  # noqa: PLC2701 (no public home for these checks yet)
-from trace_core.figures import (  # noqa: F401
-    histogram_bars,
-    legend_stats,
-    method_colour,
-    reliability_figure,
-    risk_coverage_figure,
-    roc_figure,
-)
-from trace_core.registry import METRICS
 
-#: The longest message (characters, before escaping) an alert or caption shows; user input inside it is shortened
-#: to about 200 characters where it is quoted, so only a message quoting many inputs reaches this.
-MAX_MESSAGE = 2_000
+from .text import EMPTY_MARK, NEWLINE_MARK, TAB_MARK, shortened, token_units, visible_token
 
 SIGNALS = {
     "surprisal": ("Surprisal (nats): how unexpected the chosen token was", 6.0),
@@ -142,98 +127,6 @@ def signal_values(trace: Trace, signal: str, explanation: TraceExplanation | Non
     return HeatmapScale(signal, values, max(top, _ANSWER_FLOOR[signal]), scale)
 
 
-# Characters that can hide, reorder or fake text: C0 and C1 controls and DEL, bidi embeddings, overrides, isolates
-# and marks, zero-width characters, and the Unicode line and paragraph separators (they break lines in some viewers
-# and vanish in others). Tab and the newlines are C0 controls too; callers decide how to show those first.
-_BIDI_AND_INVISIBLE = frozenset([0x061C, 0x200B, 0x200C, 0x200D, 0x200E, 0x200F, 0x2028, 0x2029, 0x2060, 0xFEFF]
-                                + list(range(0x202A, 0x202F)) + list(range(0x2066, 0x206A)))
-_NEWLINE = re.compile(r"\r\n|\r|\n")
-NEWLINE_MARK, TAB_MARK, EMPTY_MARK = "↵", "⇥", "∅"
-# Any character that _token_units treats specially (newlines, tab, and every _hidden character): a token without one
-# is a single text run.
-_SPECIAL = re.compile("[\x00-\x1f\x7f-\x9f" + "".join(chr(c) for c in sorted(_BIDI_AND_INVISIBLE)) + "]")
-
-
-def _hidden(ch: str) -> bool:
-    """Whether ``ch`` is shown as a ``\\uXXXX`` escape (see ``_BIDI_AND_INVISIBLE``)."""
-    code = ord(ch)
-    return code < 0x20 or 0x7F <= code <= 0x9F or code in _BIDI_AND_INVISIBLE
-
-
-def _escaped(ch: str) -> str:
-    return f"\\u{ord(ch):04x}"
-
-
-def _token_units(token: str) -> list[tuple[str, str]]:
-    """``token`` as ``(kind, text)`` units: ``"text"`` runs, and one unit per ``"newline"`` (``\\r\\n`` is one),
-    ``"tab"`` and ``"escape"``; the texts joined are :func:`visible_token`'s answer (less the empty mark)."""
-    if not _SPECIAL.search(token):
-        return [("text", token)] if token else []
-    units: list[tuple[str, str]] = []
-    for number, line in enumerate(_NEWLINE.split(token)):
-        if number:
-            units.append(("newline", NEWLINE_MARK))
-        run: list[str] = []
-        for ch in line:
-            if ch == "\t" or _hidden(ch):
-                if run:
-                    units.append(("text", "".join(run)))
-                    run = []
-                units.append(("tab", TAB_MARK) if ch == "\t" else ("escape", _escaped(ch)))
-            else:
-                run.append(ch)
-        if run:
-            units.append(("text", "".join(run)))
-    return units
-
-
-def visible_token(token: str) -> str:
-    """A token as plain text with every invisible or layout-changing character made visible (not HTML-escaped).
-
-    Newlines (``\\n``, ``\\r\\n``, ``\\r``) become ``↵``, a tab ``⇥``; every other C0/C1 control and DEL, the bidi
-    embeddings, overrides, isolates and marks (U+202A–202E, U+2066–2069, U+200E, U+200F, U+061C), the zero-width
-    characters (U+200B–200D, U+2060, U+FEFF) and the line/paragraph separators (U+2028, U+2029) become ``\\uXXXX``;
-    the empty token (a byte-level piece completed by the next token) becomes ``∅``. Ordinary spaces are kept.
-
-    Examples
-    --------
-    >>> visible_token("a\\n\\tb\\u202ec")
-    'a↵⇥b\\\\u202ec'
-    >>> visible_token("")
-    '∅'
-    """
-    if not isinstance(token, str):
-        raise TypeError(f"`token` must be a str, got {type(token).__name__}")
-    if token == "":
-        return EMPTY_MARK
-    if not _SPECIAL.search(token):
-        return token
-    return "".join(text for _, text in _token_units(token))
-
-
-def control_safe(text: str) -> str:
-    """Whole texts (prompts, answers in tables): the characters :func:`visible_token` escapes are escaped the same
-    way (``\\uXXXX``); newlines and tabs are kept as they are, so multi-line text stays multi-line (``\\r\\n`` and a
-    lone ``\\r`` become ``\\n``)."""
-    text = _NEWLINE.sub("\n", text)
-    return "".join(_escaped(ch) if ch not in "\n\t" and _hidden(ch) else ch for ch in text)
-
-
-def md_literal(text: str, limit: int = MAX_MESSAGE) -> str:
-    """Untrusted text for a Streamlit Markdown string (``st.error``, ``st.warning``, ``st.caption``), shown literally.
-
-    Backslash escapes are not enough (``:material/...:`` and ``:red[...]`` still render), so every ASCII punctuation
-    character becomes a numeric character reference, which Markdown shows as that character and never parses.
-    Text longer than ``limit`` characters is cut (the cut says how long it was): a message quoting a huge input never
-    becomes a huge alert.
-    """
-    text = str(text)
-    if len(text) > limit:
-        text = f"{text[:limit]}… ({len(text):,} characters in all)"
-    return "".join(f"&#{ord(ch)};" if ch.isascii() and not ch.isalnum() and not ch.isspace() else ch
-                   for ch in control_safe(text))
-
-
 def _percent(p: float) -> str:
     """A probability for people: ``45.0%``, and tiny ones in scientific notation rather than ``0.0%``."""
     return f"{p:.1%}" if p >= 0.001 else f"{p:.1e}"
@@ -260,17 +153,13 @@ def token_tooltip(trace: Trace, i: int, alternatives: Sequence[str] | None) -> s
     return "\n".join(lines)
 
 
-def _shortened(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"… (+{len(text) - limit} chars)"
-
-
 def _token_html(token: str, limit: int) -> str:
     """A token's text for the heatmap, escaped, at most ``limit`` visible characters: newlines show ``↵`` and still
     break the line, tabs show ``⇥`` and keep some width, escapes are set apart from ordinary text."""
     if token == "":
         return f'<span class="tr-mark">{EMPTY_MARK}</span>'
     parts, used = [], 0
-    units = _token_units(token)
+    units = token_units(token)
     total = sum(len(text) for _, text in units)
     for kind, text in units:
         if used >= limit:
@@ -292,7 +181,7 @@ def _token_html(token: str, limit: int) -> str:
 
 def _card_code(token: str, limit: int) -> str:
     """A token in a card: escaped, shortened, and named when it is only spaces (an empty-looking box says little)."""
-    shown = _shortened(visible_token(token), limit)
+    shown = shortened(visible_token(token), limit)
     if shown.strip(" "):
         return f"<code>{html.escape(shown, quote=False)}</code>"
     name = "space" if len(shown) == 1 else f"{len(shown)} spaces"
@@ -501,93 +390,3 @@ HEATMAP_CSS = """
 </style>
 """
 
-
-def _token_axis(n: int, max_ticks: int = 20) -> dict[str, Any]:
-    """An x axis with ticks at whole token numbers only: every token for short answers, else the smallest round step
-    (1, 2, 5, 10, 20, 50, ...) that keeps at most ``max_ticks`` ticks."""
-    magnitude = 1
-    while True:
-        for multiple in (1, 2, 5):
-            step = multiple * magnitude
-            if n <= max_ticks * step:
-                return dict(tickmode="linear", tick0=1 if step == 1 else 0, dtick=step, tickformat="d")
-        magnitude *= 10
-
-
-def trace_figure(trace: Trace, explanation: TraceExplanation | None = None) -> go.Figure:
-    """Surprisal and entropy (when recorded) over token positions (whole numbers), the peak window shaded and spikes
-    marked."""
-    exp = explanation or explain_trace(trace)
-    x = np.arange(1, len(trace) + 1)
-    # Plotly reads tags in hover text (<b>, <span style>, <a>): escaped, a token shows as typed.
-    labels = [html.escape(_shortened(visible_token(t), 40), quote=False) for t in trace.tokens]
-    fig = go.Figure()
-    start, stop = exp.peak_window
-    if stop > start:
-        fig.add_vrect(x0=start + 0.5, x1=stop + 0.5, fillcolor="#fdae6b", opacity=0.3, line_width=0,
-                      annotation_text="peak window", annotation_position="top left")
-    fig.add_trace(go.Scatter(x=x, y=trace.surprisal, mode="lines+markers", name="surprisal", customdata=labels,
-                             hovertemplate="token %{x}: %{customdata}<br>surprisal %{y:.2f}<extra></extra>"))
-    if trace.has_entropy:
-        fig.add_trace(go.Scatter(x=x, y=trace.entropy, mode="lines+markers", name="entropy", customdata=labels,
-                                 line=dict(dash="dot"),
-                                 hovertemplate="token %{x}: %{customdata}<br>entropy %{y:.2f}<extra></extra>"))
-    spikes = np.asarray(exp.spikes, dtype=np.int64).ravel()
-    if spikes.size:
-        fig.add_trace(go.Scatter(x=spikes + 1, y=trace.surprisal[spikes], mode="markers", name="spike",
-                                 marker=dict(symbol="diamond-open", size=14, line=dict(width=2)), hoverinfo="skip"))
-    fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="token position",
-                      legend=dict(orientation="h", y=1.15), xaxis=_token_axis(len(trace)),
-                      yaxis=dict(title="nats", exponentformat="e"))  # plotly's default writes 5e-5 nats as "50μ"
-    return fig
-
-
-def metrics_frame(result: EvaluationResult, calibrator: str | None = None) -> pd.DataFrame:
-    """The page's metrics table: :meth:`EvaluationResult.table` under ``calibrator`` (one row per method, in method
-    order; ``family``, ``<metric>`` and ``<metric>_std`` columns) with the method as its first column and each
-    method's note (uninformative, supervised reference) as its last."""
-    table = result.table(calibrator=calibrator).rename_axis("method").reset_index()
-    table["note"] = table["method"].map(result.note)
-    return table
-
-
-def paired_frame(result: EvaluationResult, calibrator: str | None = None) -> pd.DataFrame:
-    """TRACE+ and TRACE minus the best baseline (chosen on each split's calibration part) and minus the supervised
-    reference, ``"+0.012 ± 0.004 (18/20)"`` cells: one row per metric (its title from the registry), one column per
-    difference (``"TRACE+ − best baseline"``, ``"TRACE+ − reference"``, ...), so that the table fits the page's width
-    (six metric columns of such cells did not, at 1,400 px)."""
-    from trace_core.paired import BEST_BASELINE
-    from trace_core.registry import REFERENCE
-
-    if result.paired is None:
-        return pd.DataFrame()
-    table = result.paired.table(calibrator=calibrator or result.config.scalar_calibrator,
-                                versus=(BEST_BASELINE, REFERENCE))
-    metrics = [m for m in METRICS if m in table.columns]
-    short = {REFERENCE: "reference"}
-    out = pd.DataFrame({"metric": [METRICS[m].title for m in metrics]})
-    for _, row in table.iterrows():
-        out[f"{row['method']} − {short.get(row['versus'], row['versus'])}"] = [row[m] for m in metrics]
-    return out
-
-
-def metric_columns(metrics: Sequence[str]) -> dict[str, Any]:
-    """Streamlit column settings for :func:`metrics_frame`: headers and help from the metric registry
-    (``"AUROC ↑"`` over ``auroc``, ``"±"`` over ``auroc_std``)."""
-    import streamlit as st
-
-    columns: dict[str, Any] = {}
-    for name in metrics:
-        spec = METRICS[name]
-        basis = "each method's raw score" if spec.on == "score" else "calibrated probabilities"
-        direction = "higher" if spec.higher_is_better else "lower"
-        columns[name] = st.column_config.NumberColumn(spec.title, format="%.3f",
-                                                      help=f"{spec.label} on {basis}; {direction} is better.")
-        columns[f"{name}_std"] = st.column_config.NumberColumn("±", format="%.3f",
-                                                               help=f"{spec.label}: standard deviation over splits.")
-    return columns
-
-
-def sentence(message: str) -> str:
-    """A library message (lower case, no full stop) as a sentence for the page."""
-    return message[:1].upper() + message[1:] + ("" if message.endswith((".", "…")) else ".")

@@ -1,0 +1,407 @@
+"""The protocol's split loop: every method fitted on each split's calibration part and measured on its evaluation
+part, on the same answers (:func:`trace_core.evaluate.evaluate` prepares the scores and calls :func:`run_splits`).
+
+Each scalar score is sorted once (:class:`Ascending`) and every split's parts are taken in that order: the isotonic
+fit and prediction, the ECE bins (runs of the order) and the rankings (tie groups that are runs) need no sort per
+split. Methods with their own fitted model (TRACE+, the fitted baselines, the reference) are fitted per split.
+From :data:`THREADS_FROM` answers a split's methods run on threads (numpy releases the GIL in the bulk of the work),
+with BLAS on one thread meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus
+from .logistic import sigmoid, standardised_logistic
+from .metrics import RankGroups
+from .metrics.kernels import brier_kernel, ece_of_ascending, ranking_of_groups
+from .paired import FITTED, RAW
+from .registry import METHODS, METRICS, Method
+from .results import CONSTANT_RTOL, SCALAR_CALIBRATORS, UNINFORMATIVE, HeldOut, HeldOutMethod, SplitValue
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .evaluate import EvaluationConfig
+
+__all__ = ["MAX_WORKERS", "OUT_OF_FOLD", "THREADS_FROM", "Ascending", "SplitRun", "draw_splits", "fit_reference",
+           "is_constant", "map_on_threads", "ranking_part", "run_splits", "stratified_folds", "workers_for"]
+
+Progress = Callable[[int, int], None]
+
+#: The most threads a split's methods run on, and the number of answers from which they do (below it one thread is
+#: faster: starting threads costs more than the work they share).
+MAX_WORKERS = 8
+THREADS_FROM = 20_000
+
+#: Folds of out-of-fold values: a fitted baseline's on the calibration part (:func:`out_of_fold`), a calibrator's
+#: on the answers it was fitted on (:func:`trace_core.flag.out_of_fold_probabilities`).
+OUT_OF_FOLD = 5
+
+
+def workers_for(n: int, tasks: int) -> int:
+    """Threads for ``tasks`` independent passes over ``n`` answers: one below :data:`THREADS_FROM` answers."""
+    return min(tasks, os.cpu_count() or 1, MAX_WORKERS) if n >= THREADS_FROM else 1
+
+
+def map_on_threads(fn: Callable[[Any], Any], items: list[Any], *, workers: int) -> list[Any]:
+    """``[fn(x) for x in items]``, on ``workers`` threads when more than one."""
+    if workers <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(fn, items))
+
+
+def is_constant(scores: Any) -> bool:
+    """True when ``scores`` cannot rank anything: fewer than 2 distinct values, or a standard deviation below
+    :data:`~trace_core.results.CONSTANT_RTOL` times the mean magnitude."""
+    x = np.asarray(scores, dtype=np.float64)
+    if x.size < 2 or x.min() == x.max():
+        return True
+    return bool(x.std() <= CONSTANT_RTOL * max(abs(float(x.mean())), np.finfo(np.float64).tiny))
+
+
+def draw_splits(y: np.ndarray, config: EvaluationConfig) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The protocol's ``config.n_splits`` (calibration rows, evaluation rows) pairs, each ascending, from
+    ``config.seed``; stratified splits keep ``round(fraction * n_class)`` of each class in the calibration part."""
+    rng = np.random.default_rng(config.seed)
+    n = y.shape[0]
+    out = []
+    for _ in range(config.n_splits):
+        if config.stratified:
+            cal_parts = []
+            for cls in (0, 1):
+                idx = np.flatnonzero(y == cls)
+                k = int(round(config.calibration_fraction * idx.shape[0]))
+                cal_parts.append(rng.permutation(idx)[:k])
+            cal = np.sort(np.concatenate(cal_parts))
+        else:
+            k = int(round(config.calibration_fraction * n))
+            cal = np.sort(rng.permutation(n)[:k])
+        mask = np.zeros(n, dtype=bool)
+        mask[cal] = True
+        out.append((cal, np.flatnonzero(~mask)))
+    return out
+
+
+def fit_reference(F: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """TRACE+'s fit (standardise on the calibration part, the same L2 logistic regression with C = 1) on the
+    supervised reference's features; returns the decision function."""
+    return standardised_logistic(F, y)
+
+
+def feature_set(spec: Method) -> str:
+    """A TRACE+ method's feature set (the registry gives every one a set)."""
+    if spec.feature_set is None:
+        raise ValueError(f"{spec.name!r} is not a TRACE+ method: it has no feature set")
+    return spec.feature_set
+
+
+def probability_metric(name: str, y: np.ndarray, prob: np.ndarray, n_bins: int) -> float:
+    """Brier or ECE as :func:`~trace_core.metrics.brier_score` and
+    :func:`~trace_core.metrics.expected_calibration_error` compute them, on inputs the protocol checked once (0/1
+    int64 labels; probabilities from a fitted calibrator). Probabilities in ascending score order (a calibrator is
+    monotone) make the ECE bins runs; any order gives the same value."""
+    if name == "brier":
+        return brier_kernel(y, prob)
+    if name == "ece":
+        return ece_of_ascending(y, prob, n_bins)
+    raise ValueError(f"no probability metric {name!r}")  # pragma: no cover - the registry lists brier and ece
+
+
+_blas_lock = threading.Lock()
+_blas_users = 0
+_blas_limiter: Any = None
+
+
+@contextlib.contextmanager
+def one_blas_thread(active: bool) -> Iterator[None]:
+    """BLAS on one thread while the methods run on threads (TRACE+'s Newton steps call it): each method's BLAS
+    starting its own threads on the same cores made the threaded protocol slower than the serial one. The limit is
+    process-wide, so overlapping evaluations (dashboard sessions) share it: the first one in sets it, the last one
+    out restores the original."""
+    global _blas_users, _blas_limiter
+    if not active:
+        yield
+        return
+    try:
+        from threadpoolctl import threadpool_limits  # installed with scikit-learn
+    except ImportError:  # pragma: no cover - scikit-learn requires it
+        yield
+        return
+    with _blas_lock:
+        if _blas_users == 0:
+            _blas_limiter = threadpool_limits(limits=1, user_api="blas")
+        _blas_users += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas_users -= 1
+            if _blas_users == 0:
+                _blas_limiter.restore_original_limits()
+                _blas_limiter = None
+
+
+@dataclass(frozen=True)
+class Ascending:
+    """A scalar score prepared once for every split: its rows in ascending order of the transformed score ``z``
+    (stable), ``z`` and the labels in that order, and the raw score's tie groups along it. ``groups`` is None when
+    every raw score is distinct; ``contiguous`` is False when the raw score is not ascending along the order (``z``
+    ties distinct raw scores, e.g. the log floor): then the rankings take :class:`~trace_core.metrics.RankGroups`."""
+
+    order: np.ndarray
+    z: np.ndarray
+    y: np.ndarray
+    groups: np.ndarray | None
+    contiguous: bool
+
+    @classmethod
+    def of(cls, raw: np.ndarray, z: np.ndarray, y: np.ndarray) -> Ascending:
+        order = np.argsort(z, kind="stable")
+        raw_sorted = raw[order]
+        steps = raw_sorted[1:] != raw_sorted[:-1]
+        contiguous = bool(np.all(raw_sorted[1:] >= raw_sorted[:-1]))
+        groups = None if bool(steps.all()) else np.concatenate([[0], np.cumsum(steps)])
+        return cls(order=order, z=z[order], y=y[order], groups=groups, contiguous=contiguous)
+
+
+def ranking_part(prep: Ascending, keep: np.ndarray, y_part: np.ndarray) -> dict[str, float]:
+    """:meth:`~trace_core.metrics.RankGroups.ranking_metrics` of the rows ``prep.order[keep]`` (``keep``: ascending
+    positions; labels ``y_part`` in that order): their tie groups are runs of the ascending order, so counting needs
+    no scatter over every distinct score."""
+    k = y_part.shape[0]
+    pos = y_part.astype(np.float64)
+    if prep.groups is None:
+        total = np.ones(k)
+    else:
+        g = prep.groups[keep]
+        starts = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1])))
+        total = np.diff(np.append(starts, k)).astype(np.float64)
+        pos = np.add.reduceat(pos, starts)
+    n_pos = int(y_part.sum())
+    return ranking_of_groups(total, pos, both_classes=0 < n_pos < k, singletons=prep.groups is None)
+
+
+def stratified_folds(y: np.ndarray, folds: int = OUT_OF_FOLD) -> np.ndarray:
+    """Each answer's fold, 0 to ``folds - 1``: each class dealt round the folds in row order, so every fold holds
+    its share of both.
+
+    >>> stratified_folds(np.array([1, 0, 1, 1, 0]), 2).tolist()
+    [0, 0, 1, 0, 1]
+    """
+    fold = np.empty(y.shape[0], dtype=np.int64)
+    for cls in (0, 1):
+        at = np.flatnonzero(y == cls)
+        fold[at] = np.arange(at.shape[0]) % folds
+    return fold
+
+
+def out_of_fold(fit: Callable[[np.ndarray, np.ndarray], Any], F: np.ndarray, y: np.ndarray,
+                full: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Scores and log-odds of a fitted baseline on its calibration part, each answer's from a fit on the other
+    folds (:data:`OUT_OF_FOLD`, stratified by label, in row order); a fold whose complement lacks a class takes the
+    fit on the whole part (``full``)."""
+    fold = stratified_folds(y)
+    score, log_odds = np.empty(y.shape[0]), np.empty(y.shape[0])
+    for k in range(OUT_OF_FOLD):
+        held = fold == k
+        if not held.any():
+            continue
+        rest = ~held
+        model = fit(F[rest], y[rest]) if np.unique(y[rest]).shape[0] == 2 else full
+        score[held] = model.score(F[held])
+        log_odds[held] = model.log_odds(score[held])
+    return score, log_odds
+
+
+@dataclass(frozen=True)
+class Part:
+    """One split, shared by its methods: the calibration and evaluation rows (ascending), their labels and which
+    rows calibrate."""
+
+    split: int
+    cal: np.ndarray
+    ev: np.ndarray
+    y_cal: np.ndarray
+    y_ev: np.ndarray
+    in_cal: np.ndarray
+    first: bool
+
+    @classmethod
+    def of(cls, split: int, cal: np.ndarray, ev: np.ndarray, y: np.ndarray, *, first: bool) -> Part:
+        in_cal = np.zeros(y.shape[0], dtype=bool)
+        in_cal[cal] = True
+        return cls(split=split, cal=cal, ev=ev, y_cal=y[cal], y_ev=y[ev], in_cal=in_cal, first=first)
+
+
+@dataclass
+class MethodOnSplit:
+    """What one method gives on one split: its evaluation-part values, its calibration-part values (which choose the
+    best baseline), its held-out values (first split only) and whether its score is constant on the calibration
+    part."""
+
+    rows: list[SplitValue] = field(default_factory=list)
+    calibration: list[SplitValue] = field(default_factory=list)
+    held: HeldOutMethod | None = None
+    constant: bool = False
+
+
+@dataclass
+class SplitRun:
+    """The split loop's output, which :func:`trace_core.evaluate.evaluate` turns into an
+    :class:`~trace_core.results.EvaluationResult`."""
+
+    rows: list[SplitValue]
+    calibration: list[SplitValue]
+    held_out: HeldOut
+    uninformative: dict[str, str]
+    skipped_splits: int
+
+
+class _Protocol:
+    """Everything the splits share: the labels, each method's score or features, the scalar scores' transforms
+    sorted once, and the metrics asked for. Methods of one split may run on threads: nothing here is written after
+    construction."""
+
+    def __init__(self, y: np.ndarray, scalar: dict[str, np.ndarray], features: dict[str, np.ndarray],
+                 config: EvaluationConfig) -> None:
+        from .calibrate import transform_scores
+
+        self.y, self.scalar, self.features, self.config = y, scalar, features, config
+        # Calibrators are fitted on each score's documented transform; rankings use the raw score, sorted once.
+        self.transformed = {m: transform_scores(scalar[m], METHODS[m].transform) for m in scalar}
+        names = list(self.transformed)
+        prepared = map_on_threads(lambda m: Ascending.of(scalar[m], self.transformed[m], y), names,
+                                  workers=workers_for(y.shape[0], len(names)))
+        self.prepared = dict(zip(names, prepared))
+        self.rank_groups = {m: RankGroups(scalar[m]) for m in scalar if not self.prepared[m].contiguous}
+        self.ranking = [m for m in config.metrics if METRICS[m].on == "score"]
+        self.probability = [m for m in config.metrics if METRICS[m].on == "probability"]
+
+    def values(self, part: Part, method: str, ranked: dict[str, float], y: np.ndarray,
+               probs: dict[str, np.ndarray]) -> list[SplitValue]:
+        """One method's metric values on some rows: rankings of the raw score, Brier and ECE per calibrator."""
+        out = [SplitValue(part.split, method, m, RAW, ranked[m]) for m in self.ranking]
+        out += [SplitValue(part.split, method, m, c, probability_metric(m, y, p, self.config.n_bins))
+                for c, p in probs.items() for m in self.probability]
+        return out
+
+    def on_split(self, method: str, part: Part) -> MethodOnSplit:
+        """One method on one split."""
+        if method in self.features:
+            return self._own_model(method, part)
+        return self._scalar(method, part)
+
+    def _own_model(self, method: str, part: Part) -> MethodOnSplit:
+        """A method with its own fitted model: TRACE+, the reference, or a fitted baseline (whose calibration-part
+        values, out of fold, choose the best baseline: in-sample they would flatter it against the scalar ones)."""
+        spec, F, out = METHODS[method], self.features[method], MethodOnSplit()
+        cal, ev = part.cal, part.ev
+        if spec.kind == "fitted_baseline" and spec.fitted is not None:
+            model = spec.fitted.fit(F[cal], part.y_cal)
+            raw = model.score(F[ev])
+            probs = {FITTED: sigmoid(model.log_odds(raw))}
+            score_cal, log_odds_cal = out_of_fold(spec.fitted.fit, F[cal], part.y_cal, model)
+            on_cal = RankGroups(score_cal).ranking_metrics(part.y_cal) if self.ranking else {}
+            out.calibration = self.values(part, method, on_cal, part.y_cal, {FITTED: sigmoid(log_odds_cal)})
+        else:
+            decision: Callable[[np.ndarray], np.ndarray]
+            if spec.kind == "trace_plus":
+                decision = TracePlus(feature_set=feature_set(spec)).fit(F[cal], part.y_cal).decision_function
+            else:
+                decision = fit_reference(F[cal], part.y_cal)
+            raw = decision(F[ev])
+            probs = {FITTED: sigmoid(raw)}  # TracePlus.predict_proba's function: held-out values equal it
+        ranked = RankGroups(raw).ranking_metrics(part.y_ev) if self.ranking else {}
+        out.rows = self.values(part, method, ranked, part.y_ev, probs)
+        if part.first:
+            out.held = HeldOutMethod(score=raw, probabilities=probs)
+        return out
+
+    def _rankings(self, method: str, keep: np.ndarray, y_ascending: np.ndarray, rows: np.ndarray,
+                  y_rows: np.ndarray) -> dict[str, float]:
+        if not self.ranking:
+            return {}
+        if self.prepared[method].contiguous:
+            return ranking_part(self.prepared[method], keep, y_ascending)
+        return self.rank_groups[method].ranking_metrics(y_rows, rows)
+
+    def _scalar(self, method: str, part: Part) -> MethodOnSplit:
+        """TRACE or a scalar baseline: both scalar calibrators fitted on the calibration part's transformed score.
+        Each part is taken in ascending score order (the isotonic fit and prediction, the ECE bins and the
+        rankings' tie groups all want it); Platt is fitted on the part in row order, as ``PlattCalibrator.fit`` on
+        ``z[cal]`` would be."""
+        prep, z, cal, ev = self.prepared[method], self.transformed[method], part.cal, part.ev
+        out = MethodOnSplit(constant=is_constant(self.scalar[method][cal]))
+        # Positions rather than boolean masks: numpy's masked selection is slow on a random mask, finding the
+        # positions once and gathering is not.
+        in_cal = part.in_cal[prep.order]
+        keep_cal, keep_ev = np.flatnonzero(in_cal), np.flatnonzero(~in_cal)
+        z_cal, y_cal = prep.z[keep_cal], prep.y[keep_cal]
+        z_ev, y_ev = prep.z[keep_ev], prep.y[keep_ev]
+        fitted: dict[str, PlattCalibrator | IsotonicCalibrator] = {
+            "platt": PlattCalibrator().fit(z[cal], part.y_cal),
+            "isotonic": IsotonicCalibrator().fit_presorted(z_cal, y_cal)}
+        probs = {c: fitted[c].predict_proba(z_ev) for c in SCALAR_CALIBRATORS}
+        ranked = self._rankings(method, keep_ev, y_ev, ev, part.y_ev)
+        if METHODS[method].kind == "baseline":  # the calibration part's values choose the best baseline
+            on_cal = self._rankings(method, keep_cal, y_cal, cal, part.y_cal)
+            out.calibration = self.values(part, method, on_cal, y_cal,
+                                          {c: fitted[c].predict_proba(z_cal) for c in SCALAR_CALIBRATORS})
+        out.rows = self.values(part, method, ranked, y_ev, probs)
+        if part.first:  # back to row order
+            places = np.searchsorted(ev, prep.order[keep_ev])  # ev ascends
+            in_rows = {}
+            for c, p in probs.items():
+                in_rows[c] = np.empty_like(p)
+                in_rows[c][places] = p
+            out.held = HeldOutMethod(score=self.scalar[method][ev], probabilities=in_rows)
+        return out
+
+
+def run_splits(y: np.ndarray, scalar: dict[str, np.ndarray], features: dict[str, np.ndarray], *,
+               config: EvaluationConfig, methods: Sequence[str],
+               progress: Progress | None = None) -> SplitRun:
+    """Every method in ``methods`` (each in ``scalar`` or ``features``) on every split of ``config``; a split with
+    one class only in a part is skipped and counted. ``y``: 0/1 int64 labels, checked by the caller."""
+    protocol = _Protocol(y, scalar, features, config)
+    uninformative = {m: UNINFORMATIVE for m in methods if m in scalar and is_constant(scalar[m])}
+    rows: list[SplitValue] = []
+    calibration: list[SplitValue] = []
+    held: HeldOut | None = None
+    skipped = 0
+    splits = draw_splits(y, config)
+    if progress is not None:
+        progress(0, len(splits))
+    workers = workers_for(y.shape[0], len(methods))
+    with ThreadPoolExecutor(max_workers=workers) as pool, one_blas_thread(workers > 1):
+        for split, (cal, ev) in enumerate(splits):
+            if np.unique(y[cal]).shape[0] < 2 or np.unique(y[ev]).shape[0] < 2:
+                skipped += 1
+            else:
+                part = Part.of(split, cal, ev, y, first=held is None)
+                # partial binds this split's part: the calls never see a later split's, however late they run
+                runs = list((pool.map if workers > 1 else map)(functools.partial(protocol.on_split, part=part),
+                                                               methods))
+                for method, run in zip(methods, runs):
+                    rows += run.rows
+                    calibration += run.calibration
+                    if run.constant:
+                        uninformative[method] = UNINFORMATIVE
+                if part.first:
+                    held = HeldOut(rows=ev, labels=part.y_ev,
+                                   methods={m: r.held for m, r in zip(methods, runs) if r.held is not None})
+            if progress is not None:
+                progress(split + 1, len(splits))
+    return SplitRun(rows=rows, calibration=calibration, held_out=held if held is not None else HeldOut(),
+                    uninformative={m: uninformative[m] for m in methods if m in uninformative},
+                    skipped_splits=skipped)
