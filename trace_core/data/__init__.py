@@ -31,18 +31,19 @@ columns, ...) raise :class:`DatasetError`.
 
 Modules: ``read`` (bytes -> raw rows), ``codec`` (trace columns <-> Trace), ``labels`` (labels and matchers),
 ``prompts`` (prompt files to generate from, and the generated answers' labels),
-``responses`` (API responses -> Trace), ``validate`` (rows -> :class:`LabeledDataset`), ``write``, ``export``.
+``responses`` (API responses -> Trace), ``validate`` (rows checked one by one), ``dataset`` (:func:`read_dataset`:
+file -> :class:`LabeledDataset`), ``write``, ``export``.
 """
 
 from ..logprobs import entropy_from_top_k
 from .codec import TRACE_COLUMNS, parse_beam_logprobs, traces_to_columns
+from .dataset import LabeledDataset, read_dataset
 from .errors import DatasetError, DatasetWarning, RowError
 from .export import export_flagged, sanitize_cell, token_table, with_trace_columns
 from .labels import MATCHERS, label_from_reference, normalize_answer, parse_label
 from .prompts import PromptsFile, label_answers, read_prompts
 from .read import FORMATS
 from .responses import trace_from_openai
-from .validate import LabeledDataset, read_dataset
 from .write import write_dataset
 
 __all__ = [

@@ -1,5 +1,6 @@
-"""Validating a table row by row into a :class:`LabeledDataset`: every valid row kept with its label and trace, every
-rejected row reported with its number, column and reason (nothing is dropped silently).
+"""Validating a table row by row: every valid row kept with its label and trace, every rejected row reported with its
+number, column and reason (nothing is dropped silently). :func:`trace_core.data.read_dataset` makes the
+:class:`~trace_core.data.LabeledDataset` of what is kept.
 
 Rows are validated as they are read (see :mod:`trace_core.data.read`) and only what the dataset keeps is held: the
 non-trace cells of valid rows and their traces, never every raw row at once.
@@ -7,196 +8,39 @@ non-trace cells of valid rows and their traces, never every raw row at once.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
-import pandas as pd
-
-from .. import settings
-from .._checks import check_bool, check_int
 from ..trace import Trace
 from ._values import ABSENT, CellError, is_blank, is_int64, is_missing, json_cell, show
 from .codec import TRACE_COLUMNS, decode_cell, trace_from_cells
-from .errors import DatasetError, DatasetWarning, RowError
+from .errors import DatasetError, RowError
 from .fastread import FastRow, build_trace, decode_chunk
-from .labels import LABEL_EXPECTED, check_matcher_options, label_from_reference, parse_label
-from .read import PathOrBuffer, Progress, Table, columns_text, read_table
+from .labels import LABEL_EXPECTED, label_from_reference, parse_label
+from .read import Table, columns_text
 from .responses import trace_from_openai
 
-__all__ = ["LabeledDataset", "read_dataset"]
+__all__ = ["Options", "Rules", "ValidRows", "validate_rows"]
 
 _TRACE_SET = frozenset(TRACE_COLUMNS)
 _TEXT_COLUMNS = ("tokens", "top_tokens")  # trace columns of token text, whose strings are shared (see _share)
 _CHUNK = 256  # rows whose trace cells are decoded together (fastread.decode_chunk)
 
 
-@dataclass
-class LabeledDataset:
-    """The valid rows of a dataset, their traces, and every rejected row with its reason.
+@dataclass(frozen=True)
+class Options:
+    """How a dataset is read (see :func:`trace_core.data.read_dataset`): the matcher that labels answers from a
+    ``reference`` column, and whether a label is required."""
 
-    Attributes
-    ----------
-    frame : pandas.DataFrame, shape (n_valid, ...)
-        The valid rows, every input column but the trace columns (:data:`~trace_core.data.TRACE_COLUMNS`, held
-        decoded in ``traces`` instead) kept as read (names lower-cased), an int column ``label`` (0/1; the input's
-        ``label`` column is replaced by its parsed value; absent when ``label_source == "none"``), an ``answer``
-        column (added when taken from ``response``), and an int column ``row_column`` holding each row's number
-        (see :class:`RowError`). The index is 0..n_valid-1. ``write_dataset(frame, ..., traces=traces)`` writes
-        the trace columns back.
-    traces : list of Trace or None, length n_valid
-        One per valid row, None where the row carries no trace.
-    errors : list of RowError
-        Every problem found; a rejected row has one or more entries.
-    n_read : int
-        Data rows read from the file.
-    label_source : str
-        ``"label"``, ``"reference:<matcher>"`` or ``"none"``.
-    row_column : str
-        Name of the row-number column: ``"row"``, or ``"_row"`` when the input already has a ``row`` column.
-    notes : list of str
-        Remarks on the kept rows that are not errors, in words (they end the :meth:`summary`): e.g. how many rows
-        had both trace cells and a ``response`` (the trace cells were used; see :func:`read_dataset`).
-    """
-
-    frame: pd.DataFrame
-    traces: list[Trace | None]
-    errors: list[RowError]
-    n_read: int
-    label_source: str
-    row_column: str = "row"
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def n_valid(self) -> int:
-        return int(len(self.frame))
-
-    @property
-    def n_rejected(self) -> int:
-        return self.n_read - self.n_valid
-
-    @property
-    def has_traces(self) -> bool:
-        """True when there is at least one valid row and every valid row has a trace."""
-        return bool(self.traces) and all(t is not None for t in self.traces)
-
-    @property
-    def labels(self) -> np.ndarray:
-        """The 0/1 labels of the valid rows, shape (n_valid,), int64."""
-        if "label" not in self.frame.columns:
-            raise ValueError("this dataset has no labels (label_source is 'none')")
-        return self.frame["label"].to_numpy(dtype=np.int64)
-
-    def summary(self, *, max_errors: int = 3) -> str:
-        """One line, e.g. ``"1,000 rows read: 997 kept, 3 rejected (row 4: label: 'maybe' is not one of ...)"``.
-
-        The first ``max_errors`` errors are quoted (0: none, only the counts), then the :attr:`notes`.
-        """
-        check_int(max_errors, "max_errors", minimum=0)
-        text = f"{self.n_read:,} rows read: {self.n_valid:,} kept, {self.n_rejected:,} rejected"
-        if self.errors and max_errors:
-            shown = "; ".join(str(e) for e in self.errors[:max_errors])
-            more = len(self.errors) - max_errors
-            text += f" ({shown}{f'; and {more:,} more' if more > 0 else ''})"
-        return "; ".join([text, *self.notes])
-
-
-def read_dataset(source: PathOrBuffer | bytes, *, format: str | None = None, matcher: str = "exact",
-                 tolerance: float = 1e-6, f1_threshold: float = 0.5, require_label: bool = True,
-                 max_rows: int | None = None, progress: Progress | None = None, max_bytes: int | None = None,
-                 max_cell_chars: int | None = None) -> LabeledDataset:
-    """Read and validate a labeled dataset (CSV, JSON Lines or Parquet); see :mod:`trace_core.data` for the columns.
-
-    Parameters
-    ----------
-    source : str, Path, bytes or binary file-like
-        A path, the file's bytes, or an open binary file (a Streamlit ``UploadedFile`` works: it is rewound first
-        and its ``.name`` gives the format). A path or a seekable file is read as a stream, never whole. Rows are
-        numbered as :class:`RowError` says: in JSON Lines by their line in the file.
-    format : {"csv", "jsonl", "parquet"} or None
-        None: from the extension (.csv/.tsv/.txt, .jsonl/.json/.ndjson, .parquet/.pq). CSV delimiters ``,`` ``;``
-        tab and ``|`` are recognised from the header; a ``.json`` file may also hold one JSON array of objects.
-    matcher, tolerance, f1_threshold
-        How answers are labeled from a ``reference`` column when there is no ``label`` column; see
-        :func:`label_from_reference`.
-    require_label : bool
-        When False, a file without ``label`` and ``reference`` columns is read unlabeled (``label_source="none"``).
-    max_rows : int or None
-        Refuse files with more data rows than this (>= 1).
-    progress : callable(done, total) or None
-        Called while the file is read and its rows validated (about once per MiB, and once at the end) with the
-        bytes read so far and the file's size in bytes (Parquet: the size times the share of rows read). ``done``
-        only grows and ends equal to ``total``, so ``done / total`` suits a progress bar (e.g. a command line's
-        reading bar on stderr).
-    max_bytes : int or None
-        Refuse a file holding more bytes than this once read (>= 1): its text (CSV, JSON Lines), or its columns
-        decompressed (Parquet: the metadata is checked before any page is decompressed, then each batch before it
-        is decoded), so a small compressed file never unpacks to gigabytes. None: ``TRACE_MAX_DATA_MB`` MiB
-        (default 1,024; :mod:`trace_core.settings`).
-    max_cell_chars : int or None
-        A text cell longer than this many characters (>= 1) rejects its row with a row error naming the column; the
-        other rows are read. Text cells: CSV fields (trace columns' JSON text too), a JSON Lines record's string
-        values, Parquet strings (binary: bytes). None: ``TRACE_MAX_CELL_MB`` MiB (default 16).
-
-    Returns
-    -------
-    LabeledDataset
-        The valid rows and their traces, and one :class:`RowError` per problem. When rows were rejected a
-        :class:`DatasetWarning` with the summary is also emitted.
-
-    Notes
-    -----
-    Where a row's trace comes from, row by row: from its trace columns when any of its trace cells is non-empty
-    (the trace columns win); else from its ``response`` when that cell is non-empty, which then also gives the
-    answer if the ``answer`` cell is missing or empty; else the row has no trace. A file may mix the two kinds of
-    rows. A row with both trace cells and a ``response`` is read from its trace cells and its response is not
-    looked at; this is no error, but the number of such rows is said in ``LabeledDataset.notes`` (and so in the
-    summary). The ``answer`` column may be left out when there is a ``response`` column; a row that then has
-    trace cells but no answer is rejected.
-
-    A JSON Lines record (or JSON array item) that gives a key twice (``{"label": 1, "label": 0}``), or two keys
-    that name one column (``"label"`` and ``"Label "``: names are matched ignoring case and surrounding spaces),
-    is rejected with a row error naming the column: ``json`` would keep the last value, silently. The same holds
-    for any object nested in a cell (a ``response``'s, or a CSV cell's JSON text): the error names the column and
-    where in it the key is repeated. (A CSV or Parquet header with two such names is a :class:`DatasetError`.)
-    So is JSON that holds a value Python cannot keep, in any column, used or not: an escaped lone surrogate
-    (``"\\ud800"``: half of a UTF-16 pair, no character) or an integer of more than 4,300 digits.
-
-    Raises
-    ------
-    DatasetError
-        The file is empty, has no data rows, is not UTF-8 text (CSV/JSONL), not a table, lacks required columns,
-        has duplicate column names, has more than ``max_rows`` rows or ``max_bytes`` bytes, or its format cannot
-        be told.
-    TypeError, ValueError
-        An option of the wrong type or out of range.
-
-    Examples
-    --------
-    >>> ds = read_dataset(b"prompt,answer,label\\nQ,A,yes\\nQ2,B,no\\n", format="csv")
-    >>> ds.n_valid, ds.labels.tolist(), ds.summary()
-    (2, [1, 0], '2 rows read: 2 kept, 0 rejected')
-    """
-    check_matcher_options(matcher, tolerance, f1_threshold)
-    check_bool(require_label, "require_label")
-    if max_rows is not None:
-        check_int(max_rows, "max_rows", minimum=1)
-    if progress is not None and not callable(progress):
-        raise TypeError(f"`progress` must be a callable or None, got {type(progress).__name__}")
-    max_bytes = settings.get("TRACE_MAX_DATA_MB") * 2**20 if max_bytes is None else max_bytes
-    max_cell_chars = settings.get("TRACE_MAX_CELL_MB") * 2**20 if max_cell_chars is None else max_cell_chars
-    check_int(max_bytes, "max_bytes", minimum=1)
-    check_int(max_cell_chars, "max_cell_chars", minimum=1)
-    table, fmt = read_table(source, format=format, max_rows=max_rows, progress=progress, max_bytes=max_bytes,
-                            max_cell_chars=max_cell_chars)
-    return _validate_table(table, fmt=fmt, matcher=matcher, tolerance=tolerance, f1_threshold=f1_threshold,
-                           require_label=require_label)
+    matcher: str
+    tolerance: float
+    f1_threshold: float
+    require_label: bool
 
 
 @dataclass(frozen=True)
-class _Rules:
+class Rules:
     """What every row of one table is checked against (decided once, from its columns and the options)."""
 
     trace_columns: tuple[str, ...]  # the trace columns the table has
@@ -208,7 +52,7 @@ class _Rules:
     f1_threshold: float
 
 
-def _rules_for(columns: Sequence[str], hint: str, options: dict[str, Any]) -> _Rules | DatasetError:
+def _rules_for(columns: Sequence[str], hint: str, options: Options) -> Rules | DatasetError:
     """The rules for a table with these columns, or the error that a table without the required ones raises."""
     has = set(columns)
     trace_columns = tuple(c for c in TRACE_COLUMNS if c in has)
@@ -221,20 +65,21 @@ def _rules_for(columns: Sequence[str], hint: str, options: dict[str, Any]) -> _R
     if "label" in has:
         label_source = "label"
     elif "reference" in has:
-        label_source = f"reference:{options['matcher']}"
-    elif options["require_label"]:
+        label_source = f"reference:{options.matcher}"
+    elif options.require_label:
         return DatasetError(f"the dataset needs a `label` column ({LABEL_EXPECTED}) or a `reference` column (the "
                             f"gold answer, to label answers with a matcher); found columns {columns_text(columns)}"
                             f"{hint}")
     else:
         label_source = "none"
-    return _Rules(trace_columns, use_response, label_source, options["matcher"], options["tolerance"],
-                  options["f1_threshold"])
+    return Rules(trace_columns, use_response, label_source, options.matcher, options.tolerance,
+                 options.f1_threshold)
 
 
 @dataclass
-class _Kept:
-    """What one pass over a table keeps of its valid rows: no raw trace cells, so memory stays near the traces'."""
+class ValidRows:
+    """What one pass over a table keeps of its valid rows (in file order): no raw trace cells, so memory stays near
+    the traces'. ``errors`` holds every problem of the table, by row."""
 
     n_read: int = 0
     numbers: list[int] = field(default_factory=list)       # the valid rows' numbers
@@ -244,10 +89,32 @@ class _Kept:
     answers: list[str] = field(default_factory=list)
     unused_responses: list[int] = field(default_factory=list)  # kept rows with trace cells and a response too
     errors: list[RowError] = field(default_factory=list)
-    rules: _Rules | None = None
 
 
-def _validate_pass(table: Table, fmt: str, options: dict[str, Any], fixed: _Rules | None) -> _Kept | None:
+def validate_rows(table: Table, fmt: str, options: Options) -> tuple[Table, ValidRows, Rules]:
+    """Validate every row of ``table`` (read as ``fmt``) and keep the valid ones.
+
+    Returns the table the rows were kept from (``table``, or the file read again when a row met late changed the
+    rules: a JSON Lines file's columns are known only at its end), the rows, and the rules they were checked against.
+
+    Raises
+    ------
+    DatasetError
+        A problem with the whole file, or columns that a dataset cannot have (a required one missing).
+    """
+    done = _validate_pass(table, fmt, options, None)
+    if done is None and table.again is not None:
+        final = _rules_for(table.columns, table.hint, options)
+        assert isinstance(final, Rules)  # checked by the first pass
+        table = table.again()
+        done = _validate_pass(table, fmt, options, final)
+    assert done is not None  # a pass with fixed rules always completes
+    kept, rules = done
+    return table, kept, rules
+
+
+def _validate_pass(table: Table, fmt: str, options: Options,
+                   fixed: Rules | None) -> tuple[ValidRows, Rules] | None:
     """Validate each row as it is read and keep only what the dataset needs; None when a second pass is needed.
 
     The rules come from the columns. A JSON Lines file's columns are known only at its end, so rows are checked
@@ -255,12 +122,12 @@ def _validate_pass(table: Table, fmt: str, options: dict[str, Any], fixed: _Rule
     records differ in shape), the rows already checked are stale and the caller reads the file again with the rules
     of all its columns (``fixed``).
     """
-    kept = _Kept()
-    rules: _Rules | DatasetError | None = fixed
+    kept = ValidRows()
+    rules: Rules | DatasetError | None = fixed
     width, used, stale = -1, False, False
     strings: dict[str, str] = {}  # one str object per distinct token text: traces repeat a vocabulary's tokens
     csv_columns = [c for c in table.columns if c not in _TRACE_SET]  # a CSV's columns are known from its header
-    pending: list[tuple[int, Any, _Rules]] = []  # rows read, checked a chunk at a time (in order)
+    pending: list[tuple[int, Any, Rules]] = []  # rows read, checked a chunk at a time (in order)
     for number, raw in table.rows:
         kept.n_read += 1
         if fixed is None and len(table.columns) != width:
@@ -270,7 +137,7 @@ def _validate_pass(table: Table, fmt: str, options: dict[str, Any], fixed: _Rule
                 stale, rules = stale or used, now
         if raw is None:
             continue
-        if stale or not isinstance(rules, _Rules):  # this row waits for the second pass
+        if stale or not isinstance(rules, Rules):  # this row waits for the second pass
             stale = True
             continue
         used = True
@@ -285,12 +152,11 @@ def _validate_pass(table: Table, fmt: str, options: dict[str, Any], fixed: _Rule
         raise final
     if stale or (used and rules != final):
         return None
-    kept.rules = final
     kept.errors = sorted(table.errors + kept.errors, key=lambda e: e.row)  # stable: a row keeps its errors' order
-    return kept
+    return kept, final
 
 
-def _keep_chunk(kept: _Kept, pending: list[tuple[int, Any, _Rules]], strings: dict[str, str], fmt: str,
+def _keep_chunk(kept: ValidRows, pending: list[tuple[int, Any, Rules]], strings: dict[str, str], fmt: str,
                 csv_columns: list[str]) -> None:
     """Check the rows in ``pending`` (all under one set of rules) and keep the valid ones, in order; empties it.
 
@@ -305,7 +171,7 @@ def _keep_chunk(kept: _Kept, pending: list[tuple[int, Any, _Rules]], strings: di
     pending.clear()
 
 
-def _keep_row(kept: _Kept, number: int, raw: Any, rules: _Rules, strings: dict[str, str], fmt: str,
+def _keep_row(kept: ValidRows, number: int, raw: Any, rules: Rules, strings: dict[str, str], fmt: str,
               csv_columns: list[str], fast: FastRow | None) -> None:
     problems: list[CellError] = []
     trace, answer, label, unused_response = _check_row(raw, rules, problems, strings, fast)
@@ -324,53 +190,7 @@ def _keep_row(kept: _Kept, number: int, raw: Any, rules: _Rules, strings: dict[s
         kept.cells.append({k: v for k, v in raw.items() if k not in _TRACE_SET})
 
 
-def _validate_table(table: Table, *, fmt: str, matcher: str, tolerance: float, f1_threshold: float,
-                    require_label: bool) -> LabeledDataset:
-    options = {"matcher": matcher, "tolerance": tolerance, "f1_threshold": f1_threshold,
-               "require_label": require_label}
-    kept = _validate_pass(table, fmt, options, None)
-    if kept is None and table.again is not None:
-        final = _rules_for(table.columns, table.hint, options)
-        assert isinstance(final, _Rules)  # checked by the first pass
-        table = table.again()
-        kept = _validate_pass(table, fmt, options, final)
-    assert kept is not None and kept.rules is not None  # a pass with fixed rules always completes
-    rules = kept.rules
-
-    frame = _valid_frame(table, kept, fmt)
-    if "answer" not in frame.columns:
-        frame.insert(frame.columns.get_loc("prompt") + 1, "answer",
-                     pd.Series(kept.answers, index=frame.index, dtype=str))
-    elif rules.use_response:  # answers filled in from responses where missing
-        frame["answer"] = pd.Series(kept.answers, index=frame.index, dtype=str)
-    if rules.label_source != "none":  # replaces the input's label column in place, or is added at the end
-        frame["label"] = pd.Series(kept.labels, index=frame.index, dtype=np.int64)
-    row_column = "row"
-    while row_column in frame.columns:
-        row_column = "_" + row_column
-    frame[row_column] = pd.Series(kept.numbers, index=frame.index, dtype=np.int64)
-    frame.attrs["trace_core_row_column"] = row_column
-    dataset = LabeledDataset(frame=frame, traces=kept.traces, errors=kept.errors, n_read=kept.n_read,
-                             label_source=rules.label_source, row_column=row_column,
-                             notes=_unused_note(kept.unused_responses))
-    if dataset.n_rejected:
-        warnings.warn(f"{dataset.summary()}; every problem is listed in LabeledDataset.errors", DatasetWarning,
-                      stacklevel=3)
-    return dataset
-
-
-def _unused_note(rows: Sequence[int], shown: int = 5) -> list[str]:
-    """The note on kept rows whose ``response`` was not used (they had trace cells), or none."""
-    if not rows:
-        return []
-    listed = ", ".join(f"{r:,}" for r in rows[:shown]) + (", ..." if len(rows) > shown else "")
-    which = "row" if len(rows) == 1 else "rows"
-    note = (f"{len(rows):,} {which} had both trace cells and a `response`: the trace cells were used and the "
-            f"response ignored ({which} {listed})")
-    return [note]
-
-
-def _check_row(raw: Mapping[str, Any], rules: _Rules, problems: list[CellError], strings: dict[str, str],  # noqa: C901 (a flat check per column)
+def _check_row(raw: Mapping[str, Any], rules: Rules, problems: list[CellError], strings: dict[str, str],  # noqa: C901 (a flat check per column)
                fast: FastRow | None = None) -> tuple[Trace | None, str | None, int, bool]:
     """One row's trace, answer and label (-1 when unlabeled), and whether it had a ``response`` that was not used
     (its trace cells were); every problem found is appended to ``problems``, so a row with several bad cells
@@ -464,7 +284,7 @@ def _share(value: list[Any], strings: dict[str, str]) -> list[Any]:
     return out
 
 
-def _label(raw: Mapping[str, Any], answer: str | None, rules: _Rules) -> int:
+def _label(raw: Mapping[str, Any], answer: str | None, rules: Rules) -> int:
     """The row's 0/1 label from its ``label`` cell or by matching its answer with its ``reference``; -1 when the
     table is unlabeled (or the answer is missing, which is reported already)."""
     if rules.label_source == "label":
@@ -482,17 +302,6 @@ def _label(raw: Mapping[str, Any], answer: str | None, rules: _Rules) -> int:
                                     f1_threshold=rules.f1_threshold)
     except (TypeError, ValueError) as exc:
         raise CellError("reference", str(exc)) from None
-
-
-def _valid_frame(table: Table, kept: _Kept, fmt: str) -> pd.DataFrame:
-    """The valid rows' non-trace columns (their traces are in ``LabeledDataset.traces``), typed as before."""
-    columns = [c for c in table.columns if c not in _TRACE_SET]
-    if table.frame is not None:  # Parquet: pyarrow's typed columns
-        return table.frame(columns).iloc[[n - 1 for n in kept.numbers]].reset_index(drop=True)
-    if fmt == "csv":
-        return pd.DataFrame(kept.cells, columns=columns, dtype=str) if kept.cells else pd.DataFrame(
-            {c: pd.Series([], dtype=str) for c in columns})
-    return pd.DataFrame.from_records(kept.cells, columns=columns).reset_index(drop=True)
 
 
 def _text_cell(value: object, name: str, *, allow_empty: bool) -> str | None:
