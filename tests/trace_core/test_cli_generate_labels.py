@@ -14,8 +14,7 @@ import pandas as pd
 import pytest
 from helpers import make_trace
 
-from trace_core import cli
-from trace_core.cli import main
+from trace_core.cli import common, main
 from trace_core.data import TRACE_COLUMNS, label_from_reference, read_dataset, write_dataset
 from trace_core.trace import Trace
 
@@ -39,7 +38,7 @@ def model(monkeypatch):
         seen.extend(prompts)
         return [_trace(p, ANSWERS.get(p, " no idea")) for p in prompts]
 
-    monkeypatch.setattr(cli, "_load_model", lambda args: object())
+    monkeypatch.setattr(common, "load_model", lambda args: object())
     monkeypatch.setattr(record, "generate_traces", generate_traces)
     return seen
 

@@ -11,8 +11,8 @@ import pytest
 from helpers import make_trace, synthetic_trace_objects
 
 from trace_core import EvaluationConfig, evaluate, write_dataset
-from trace_core._cli_support import _cli_words, _plain_warnings
 from trace_core.cli import main
+from trace_core.cli._support import cli_words, plain_warnings
 from trace_core.evaluate import AnswerValueError
 from trace_core.policy import usable_rows
 
@@ -50,15 +50,15 @@ def test_bad_options_are_named_as_options_before_any_work(argv, option, labeled,
 
 
 def test_library_words_become_command_line_words():
-    assert _cli_words("`n_splits` must be an int >= 1, got 0") == "--splits must be an int >= 1, got 0"
-    assert _cli_words("or opt in with allow_pickle_weights=True (or TRACE_ALLOW_PICKLE_WEIGHTS=1) if") == (
+    assert cli_words("`n_splits` must be an int >= 1, got 0") == "--splits must be an int >= 1, got 0"
+    assert cli_words("or opt in with allow_pickle_weights=True (or TRACE_ALLOW_PICKLE_WEIGHTS=1) if") == (
         "or opt in with --allow-pickle-weights (or TRACE_ALLOW_PICKLE_WEIGHTS=1) if")
-    assert _cli_words("Opt in with trust_remote_code=True only") == "Opt in with --trust-remote-code only"
-    assert "format=" not in _cli_words("cannot tell the format of 'x' from its extension; expected one of .csv, "
+    assert cli_words("Opt in with trust_remote_code=True only") == "Opt in with --trust-remote-code only"
+    assert "format=" not in cli_words("cannot tell the format of 'x' from its extension; expected one of .csv, "
                                        "or pass format= one of ('csv', 'jsonl', 'parquet')")
-    assert _cli_words("a Parquet file: use format='parquet' or a .parquet extension") == (
+    assert cli_words("a Parquet file: use format='parquet' or a .parquet extension") == (
         "a Parquet file: give it a .parquet extension")
-    assert _cli_words("the `prompt` column") == "the `prompt` column"  # column names are not options
+    assert cli_words("the `prompt` column") == "the `prompt` column"  # column names are not options
 
 
 def test_pickle_only_model_names_the_option_and_the_variable(tmp_path, capsys):
@@ -89,7 +89,7 @@ def test_numpy_runtime_warnings_become_one_plain_line(capsys):
         np.log(np.zeros(2))
         np.array([1.0]) / np.array([0.0])
         warnings.warn("a plain library warning", UserWarning, stacklevel=1)
-    _plain_warnings(caught)
+    plain_warnings(caught)
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0] == "warning: a plain library warning"
     assert len(err) == 2 and err[1].startswith("warning: a computation met values it could not handle (")
@@ -137,14 +137,15 @@ def test_an_empty_token_list_with_answer_text_is_not_called_an_empty_answer():
 
 
 def test_an_error_closes_open_progress_bars_so_it_starts_its_own_line(monkeypatch, capsys):
-    from trace_core import _cli_support, cli
+    from trace_core import cli
+    from trace_core.cli import _support
 
     def failing(args):
-        update, _ = _cli_support._progress(10, "splits", True)
+        update, _ = _support.progress(10, "splits", True)
         update(3, 10)
         raise ValueError("something broke")
 
-    monkeypatch.setattr(cli, "_check_options", lambda args: None)
+    monkeypatch.setattr(cli, "check_options", lambda args: None)
     parser = cli.build_parser()
     real = parser.parse_args
 
@@ -156,7 +157,7 @@ def test_an_error_closes_open_progress_bars_so_it_starts_its_own_line(monkeypatc
     monkeypatch.setattr(cli, "build_parser", lambda: type("P", (), {"parse_args": staticmethod(parse)})())
     assert main(["evaluate", "x.csv"]) == 1
     err = capsys.readouterr().err
-    assert _cli_support._OPEN_BARS == []
+    assert _support._OPEN_BARS == []
     last = err.rsplit("\r", 1)[-1]  # what a terminal shows on the error's line, after the bar cleared itself
     assert last.lstrip().startswith("error: something broke") and "splits" not in last
 
@@ -177,7 +178,7 @@ def test_every_option_says_what_it_does_and_its_default(capsys):
 
 
 def test_txt_prompts_take_line_breaks_as_escapes_and_keep_their_line_numbers(tmp_path):
-    from trace_core.cli import _read_prompts
+    from trace_core.cli.generate import _read_prompts
 
     path = tmp_path / "prompts.txt"
     path.write_text("Q: 2 + 2?\\nA:\n\n   \nsay \\\\n literally\n", encoding="utf-8")

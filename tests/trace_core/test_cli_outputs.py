@@ -10,9 +10,8 @@ import pandas as pd
 import pytest
 from helpers import synthetic_trace_objects
 
-import trace_core.cli as cli
 from trace_core.calibrate import TracePlus
-from trace_core.cli import main
+from trace_core.cli import common, generate, main
 from trace_core.data import write_dataset
 from trace_core.trace import Trace
 
@@ -67,8 +66,9 @@ def test_a_bad_out_is_refused_before_any_work(command, out, message, files, caps
     def no_work(*args, **kwargs):
         raise AssertionError("work started before --out was checked")
 
-    for name in ("_read", "_read_prompts", "_load_model"):  # reading the input is the first step of the work
-        monkeypatch.setattr(cli, name, no_work)
+    # reading the input is the first step of the work
+    for module, name in ((common, "read_data"), (generate, "_read_prompts"), (common, "load_model")):
+        monkeypatch.setattr(module, name, no_work)
     before = sorted(p.name for p in files["tmp"].rglob("*"))
     assert main(_argv(command, out, files)) == 1
     err = capsys.readouterr().err.strip().splitlines()

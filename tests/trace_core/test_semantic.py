@@ -293,8 +293,8 @@ def test_semantic_baselines_run_on_traces_without_entropy():
 def test_skipped_semantic_baselines_name_the_option_and_the_real_install_command():
     from helpers import random_traces
 
-    from trace_core._cli_support import _cli_words
     from trace_core.baselines import compute_baselines
+    from trace_core.cli._support import cli_words as _cli_words
 
     scores = compute_baselines(random_traces(6, seed=1), names=["TokenSAR"])
     reason = scores.skipped["TokenSAR"]

@@ -1,0 +1,113 @@
+"""What several subcommands do with their inputs and outputs: load the model that records traces, read a dataset
+(with its summary on stderr), keep its usable rows under the shared policy, and write a dataset.
+
+Subcommands call these through the module (``common.read_data(...)``), so a test can stand in for one of them in a
+single place."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ._support import CLIError, plain_warnings, progress, shown
+
+__all__ = ["load_model", "read_data", "row_numbers", "usable", "write_data"]
+
+
+def load_model(args: argparse.Namespace):
+    """The local model (``--model``) or the model server (``--server``) that records the traces."""
+    if args.server:
+        from ..record.server import ServerError, connect_server
+
+        try:
+            return connect_server(args.server, args.server_model, tokenizer=args.server_tokenizer,
+                                  api_key_env=args.api_key_env, timeout=args.timeout, max_retries=args.retries,
+                                  concurrency=args.concurrency, top_logprobs=max(args.alternatives, 1),
+                                  full_distribution=args.full_distribution, api=args.server_api)
+        except ServerError as exc:
+            raise CLIError(f"--server {shown(args.server)}: {exc}") from exc
+    from ..record import load_model as load_local_model
+
+    # A flag opts in; without it the environment's policy (off by default) applies.
+    return load_local_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code or None,
+                            allow_pickle_weights=args.allow_pickle_weights or None)
+
+
+def read_data(path: str, *, require_label: bool, args: argparse.Namespace):
+    """The dataset at ``path`` (:func:`trace_core.data.read_dataset`), with byte progress while reading and its
+    summary on stderr (only its problems with ``--quiet``); CLIError when no row is valid."""
+    import inspect
+    import warnings
+
+    from ..data import DatasetWarning, read_dataset
+
+    options: dict[str, Any] = {}
+    show = not getattr(args, "quiet", True)
+    update, close = None, lambda: None
+    if show and "progress" in inspect.signature(read_dataset).parameters:  # byte progress while reading
+        update, close = progress(0, f"reading {Path(path).name}", True, unit="B")
+        options["progress"] = update
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            dataset = read_dataset(path, matcher=getattr(args, "matcher", "exact"),
+                                   tolerance=getattr(args, "tolerance", 1e-6), require_label=require_label,
+                                   **options)
+        finally:
+            close()
+    plain_warnings(caught, skip=(DatasetWarning,))  # the summary below says what DatasetWarning says, once
+    if show or dataset.n_rejected:  # --quiet: only the problems (the summary names the rejected rows)
+        print(dataset.summary(), file=sys.stderr)
+    if dataset.n_valid == 0:
+        raise CLIError(f"{shown(path)}: no valid rows to use")
+    return dataset
+
+
+def row_numbers(dataset) -> list[int]:
+    """Each row's number in the file it was read from (what messages name)."""
+    return dataset.frame[dataset.row_column].tolist()
+
+
+def usable(dataset, path: str, *, consequence: str | None = None):
+    """The dataset's usable rows under the shared policy (:func:`trace_core.policy.usable_rows`), as the dashboard
+    uses them: missing traces are an error; empty answers are left out with a warning, or are an error when
+    ``consequence`` is None (flagging must score every row); one class only is an error saying ``consequence``."""
+    from dataclasses import replace
+
+    from ..policy import one_class_message, usable_rows
+
+    rows = usable_rows(dataset.traces, row_numbers=row_numbers(dataset))
+    if rows.missing:
+        raise CLIError(f"{shown(path)}: {rows.missing_message()}; record traces first with "
+                       "`trace-core score DATA --model MODEL --out FILE`")
+    if consequence is None:
+        if rows.empty:
+            raise CLIError(f"{shown(path)}: {rows.empty_message(left_out=False)}; remove them or record them "
+                           "again")
+        return dataset
+    if rows.nothing_left_message():
+        raise CLIError(f"{shown(path)}: {rows.nothing_left_message()}")
+    for note in rows.notes():
+        print(f"warning: {note}", file=sys.stderr)
+    if len(rows.keep) < len(dataset.traces):
+        keep = rows.keep.tolist()
+        dataset = replace(dataset, frame=dataset.frame.iloc[keep].reset_index(drop=True),
+                          traces=[dataset.traces[i] for i in keep])
+    message = one_class_message(dataset.frame["label"].to_numpy(), consequence)
+    if message:
+        raise CLIError(f"{shown(path)}: {message}")
+    return dataset
+
+
+def write_data(frame: pd.DataFrame, traces: Sequence[Any] | None, out: str, *, quiet: bool = False) -> None:
+    """``frame`` with its traces written to ``out`` (:func:`trace_core.data.write_dataset`), said on stderr."""
+    from ..data import write_dataset
+
+    write_dataset(frame, out, traces=traces)
+    if not quiet:
+        print(f"wrote {len(frame):,} rows to {out}", file=sys.stderr)

@@ -1,0 +1,127 @@
+"""``trace-core flag``: a dataset with traces and a calibrator -> the low-confidence answers (CSV or JSON Lines, with
+their traces; optionally their tokens): below a threshold, outside a coverage, over a target risk, or over an error
+rate guaranteed on labeled answers; with the drift check of the answers against the calibration ones."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from typing import Any
+
+from .._checks import shorten
+from . import common
+from ._support import (
+    FLAGGED_OUT,
+    TOKENS_OUT,
+    CLIError,
+    check_not_input,
+    check_out,
+    cli_words,
+    regular_file,
+    say_drift,
+    shown,
+)
+
+__all__ = ["cmd_flag"]
+
+
+def cmd_flag(args: argparse.Namespace) -> None:
+    from ..calibrate import load_calibrator
+    from ..calibrator_io import MAX_CALIBRATOR_BYTES
+    from ..data import export_flagged, token_table, with_trace_columns
+    from ..flag import OUTPUT_COLUMNS, output_collisions, previous_export, unscored
+
+    fmt = check_out(args.out, FLAGGED_OUT)
+    check_not_input(args.out, [("the input file", args.data), ("--calibrator", args.calibrator)]
+                    + ([("--risk-data", args.risk_data)] if args.risk_data else []), written="the flagged rows")
+    if args.tokens:
+        check_out(args.tokens, TOKENS_OUT, option="--tokens")
+        check_not_input(args.tokens, [("the input file", args.data), ("--calibrator", args.calibrator),
+                                      ("--out", args.out)], written="the flagged answers' tokens")
+    if args.by == "span" and args.max_risk is not None:
+        raise CLIError("--by span cannot be used with --max-risk: the guarantee is on the answers' probability of "
+                       "being correct")
+    dataset = common.read_data(args.data, require_label=False, args=args)
+    if previous_export(dataset.frame.columns):  # a flagged export scored again: its earlier scores are replaced
+        dataset = dataclasses.replace(dataset, frame=unscored(dataset.frame))
+        if not args.quiet:
+            print(f"{shown(args.data)}: a flagged export; its earlier scores ({', '.join(OUTPUT_COLUMNS)}) are "
+                  "replaced", file=sys.stderr)
+    taken = output_collisions(list(dataset.frame.columns))
+    if taken:
+        raise CLIError(f"{shown(args.data)}: has column(s) {', '.join(shorten(c) for c in taken)} named like the "
+                       "output of flag, which would overwrite them; rename them (e.g. to "
+                       f"input_{shorten(taken[0].strip())[1:-1]}) and run again")
+    dataset = common.usable(dataset, args.data)
+    traces = list(dataset.traces)
+    path = regular_file(args.calibrator)  # before it is opened: a FIFO would block
+    if path.stat().st_size > MAX_CALIBRATOR_BYTES:  # before reading: a calibrator is a few kilobytes
+        raise CLIError(f"{shown(args.calibrator)}: {path.stat().st_size:,} bytes is not a calibrator (at most "
+                       f"{MAX_CALIBRATOR_BYTES:,})")
+    try:
+        calibrator = load_calibrator(path.read_bytes())
+    except ValueError as exc:  # CalibratorFormatError: one line per problem
+        problems = getattr(exc, "problems", None) or [str(exc)]
+        raise CLIError(f"{shown(args.calibrator)}: " + "; ".join(problems)) from exc
+    from ..flag import score_rows, select_flagged
+
+    scored = score_rows(dataset.frame, traces, calibrator)
+    _drift(args, calibrator, traces)
+    labels = dataset.labels if "label" in dataset.frame.columns else None
+    if args.target_risk is not None and labels is None:
+        raise CLIError("--target-risk needs labeled answers (a `label` or `reference` column) to measure the risk")
+    threshold = args.threshold
+    if args.max_risk is not None:  # the threshold that Learn-then-Test certifies on --risk-data
+        threshold = _guaranteed(args, calibrator, traces)
+    flagged = select_flagged(scored, threshold=threshold, coverage=args.coverage, target_risk=args.target_risk,
+                             labels=labels, by=args.by)
+    positions = scored.index.get_indexer(flagged.index)
+    flagged_traces = [traces[i] for i in positions]
+    # with the trace columns: the export reads back as a dataset and can be scored again
+    export_flagged(with_trace_columns(flagged, flagged_traces), args.out, format=fmt)
+    print(f"flagged {len(flagged):,} of {len(dataset.frame):,} answers; wrote {args.out}", file=sys.stderr)
+    if args.tokens:
+        rows = flagged[dataset.row_column].tolist() if dataset.row_column in flagged.columns else None
+        export_flagged(token_table(flagged_traces, rows), args.tokens, format="csv")
+        print(f"wrote the flagged answers' tokens to {args.tokens}", file=sys.stderr)
+
+
+def _drift(args: argparse.Namespace, calibrator: Any, traces: list, reference: list | None = None) -> None:
+    """The drift check of the answers being flagged (:func:`trace_core.calibrate.check_drift`): against the summary
+    the calibrator keeps of its calibration answers, or against ``reference`` (the labeled answers of --risk-data);
+    one line on stderr, a warning when they look drawn differently."""
+    from ..calibrate import check_drift
+    from ..drift import DriftResult
+
+    try:
+        result = check_drift(calibrator, traces, reference=reference)
+    except ValueError as exc:  # a feature the reference answers cannot give (e.g. entropy)
+        result = DriftResult.unavailable(cli_words(str(exc)), n_new=len(traces))
+    say_drift(result, quiet=args.quiet)
+
+
+def _guaranteed(args: argparse.Namespace, calibrator: Any, traces: list) -> float:
+    """The threshold certified on ``--risk-data`` (:func:`trace_core.guarantee.guaranteed_threshold`), with the
+    guarantee said on stderr and the drift check of the new answers (``traces``) against the labeled ones (what
+    the guarantee assumes); CLIError, saying what it would need, when none can be."""
+    from ..calibrate import probability_correct
+    from ..guarantee import guaranteed_threshold
+
+    if os.path.realpath(args.risk_data) == os.path.realpath(args.data):
+        print(f"warning: --risk-data {shown(args.risk_data)} is the file being flagged: the guarantee is for new "
+              "answers drawn like the labeled ones, not for the answers it was chosen on", file=sys.stderr)
+    risk = common.usable(common.read_data(args.risk_data, require_label=True, args=args), args.risk_data)
+    try:
+        probability = probability_correct(calibrator, list(risk.traces))
+    except ValueError as exc:  # e.g. a score that needs entropy, on traces without
+        raise CLIError(f"{shown(args.risk_data)}: {exc}") from exc
+    guarantee = guaranteed_threshold(probability, risk.frame["label"].to_numpy(), max_risk=args.max_risk,
+                                     delta=args.delta)
+    if guarantee.threshold is None:
+        raise CLIError(f"{shown(args.risk_data)}: {guarantee.sentence()}")
+    if not args.quiet:
+        print(guarantee.sentence(), file=sys.stderr)
+    _drift(args, calibrator, traces, list(risk.traces))
+    return guarantee.threshold

@@ -1,0 +1,86 @@
+"""The options' checks made before any work, and the library configurations built from them (decoding for
+``generate``, the evaluation protocol for ``evaluate``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._support import CLIError
+
+__all__ = ["check_options", "decoding", "evaluation_config"]
+
+
+def _check_model_choice(args: argparse.Namespace) -> None:
+    """Exactly one of --model and --server; --server needs --server-model and cannot run beam search."""
+    if not hasattr(args, "server"):
+        return
+    if bool(args.model) == bool(args.server):
+        raise CLIError("give --model (a local model) or --server URL with --server-model NAME (a model server), "
+                       "not both or neither")
+    if args.server and not args.server_model:
+        raise CLIError("--server needs --server-model: the name the server serves the model under")
+    if args.server and args.beams:
+        raise CLIError("--beams needs a local model (--model): model servers do not return beam scores")
+    if not args.server:
+        given = [o for o, v in (("--server-model", args.server_model), ("--server-tokenizer", args.server_tokenizer),
+                                ("--full-distribution", args.full_distribution),
+                                ("--server-api", args.server_api != "completions")) if v]
+        if given:
+            raise CLIError(f"{', '.join(given)}: only with --server")
+
+
+def decoding(args: argparse.Namespace):
+    """The :class:`trace_core.trace.DecodingConfig` that ``generate``'s options ask for."""
+    from ..trace import DecodingConfig
+
+    return DecodingConfig(max_new_tokens=args.max_new_tokens, do_sample=args.sample, temperature=args.temperature,
+                          top_k=args.top_k, top_p=args.top_p, seed=args.seed, n_alternatives=args.alternatives,
+                          chat_template=args.chat_template)
+
+
+def evaluation_config(args: argparse.Namespace):
+    """The :class:`trace_core.evaluate.EvaluationConfig` that ``evaluate``'s options ask for."""
+    from ..evaluate import EvaluationConfig
+
+    return EvaluationConfig(n_splits=args.splits, calibration_fraction=args.calibration_fraction,
+                            stratified=args.stratified, seed=args.seed, n_bins=args.bins,
+                            scalar_calibrator=args.calibrator)
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """Every numeric option, checked by the library's own rules before a file is read or a model loaded, so that a
+    bad value never costs a run (the messages name keyword arguments; :func:`cli_words` turns them into options)."""
+    from .._checks import check_int, check_real
+
+    _check_model_choice(args)
+    if getattr(args, "server", None):
+        check_int(args.concurrency, "concurrency", minimum=1)
+        check_int(args.retries, "max_retries", minimum=0)
+        check_real(args.timeout, "timeout", minimum=0, low_open=True)
+    if hasattr(args, "max_new_tokens"):
+        decoding(args)
+    if hasattr(args, "splits"):
+        evaluation_config(args)
+    for option, keyword, minimum in (("batch_size", "batch_size", 1), ("alternatives", "n_alternatives", 0)):
+        if hasattr(args, option):
+            check_int(getattr(args, option), keyword, minimum=minimum)
+    if getattr(args, "beams", 0):  # 0 is off; beams need at least 2
+        check_int(args.beams, "num_beams", minimum=2)
+    if hasattr(args, "C"):
+        check_real(args.C, "C", minimum=0, low_open=True)
+    if hasattr(args, "tolerance"):
+        check_real(args.tolerance, "tolerance", minimum=0.0, finite=False)
+    if getattr(args, "threshold", None) is not None:
+        check_real(args.threshold, "threshold", minimum=0, maximum=1)
+    if getattr(args, "coverage", None) is not None:
+        check_real(args.coverage, "coverage", minimum=0, maximum=1, low_open=True)
+    if getattr(args, "target_risk", None) is not None:
+        check_real(args.target_risk, "target_risk", minimum=0, maximum=1)
+    if getattr(args, "max_risk", None) is not None:
+        check_real(args.max_risk, "max_risk", minimum=0, maximum=1, low_open=True, high_open=True)
+        check_real(args.delta, "delta", minimum=0, maximum=1, low_open=True, high_open=True)
+        if not args.risk_data:
+            raise CLIError("--max-risk needs --risk-data: labeled answers, not those the calibrator was fitted on, "
+                           "to choose the guaranteed threshold")
+    elif getattr(args, "risk_data", None):
+        raise CLIError("--risk-data is for --max-risk (a guaranteed error rate); give --max-risk ALPHA too")
