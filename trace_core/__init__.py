@@ -61,7 +61,7 @@ from .operators import (
     slope,
     window_max_mean,
 )
-from .paired import PairedComparison, Verdict, paired_comparison, reference_sentence, verdict
+from .paired import PairedComparison, paired_comparison
 from .record import (
     LoadedModel,
     ModelLoadError,
@@ -85,6 +85,7 @@ from .score import TraceConfig, TraceExplanation, explain_trace, spike_indices, 
 from .spans import Span, SpanCalibrator, SpanRisk, rank_spans, riskiest_span, segment, span_risks
 from .synthetic import synthetic_traces
 from .trace import DecodingConfig, Trace, TraceMetadata
+from .verdict import Verdict, reference_sentence, verdict
 
 __version__ = "0.1.0"
 

@@ -9,7 +9,7 @@ another is asked for) and say which.
 Every result also says how much skill there is to find: its share correct p, the base-rate Brier p(1-p) (the Brier of
 always predicting p, computed on all the answers; for an average over groups, the mean of the groups'), the Brier skill
 score 1 - Brier / p(1-p) of TRACE+ and of the best baseline (:meth:`EvaluationResult.skill_note`), and the
-:class:`trace_core.paired.Verdict` on TRACE+ with AUROC intervals and, where no method's AUROC interval lies above
+:class:`trace_core.verdict.Verdict` on TRACE+ with AUROC intervals and, where no method's AUROC interval lies above
 0.5, a sentence saying the data show no detectable skill.
 """
 
@@ -22,19 +22,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from .paired import (
-    BEST_BASELINE,
-    FITTED,
-    RAW,
-    PairedComparison,
-    Verdict,
-    auroc_skill,
-    average_paired,
-    best_baseline_values,
-    no_skill_sentence,
-    verdict,
-)
+from .paired import BEST_BASELINE, FITTED, RAW, PairedComparison, average_paired
 from .registry import METHODS, METRICS, REFERENCE
+from .verdict import Verdict, auroc_skill, best_baseline_values, no_skill_sentence, verdict
 
 if TYPE_CHECKING:  # pragma: no cover
     from .evaluate import EvaluationConfig
@@ -390,7 +380,7 @@ class EvaluationResult:
                 f"each calibration part: {', '.join(fitted)}).")
 
     def verdict(self, *, calibrator: str | None = None, extra_metric: str | None = None) -> Verdict | None:
-        """:func:`trace_core.paired.verdict` on TRACE+ (or its surprisal-only variant) against the best baseline and
+        """:func:`trace_core.verdict.verdict` on TRACE+ (or its surprisal-only variant) against the best baseline and
         the supervised reference, on Brier and AUROC (and ``extra_metric``), with intervals corrected for the splits'
         overlap (this protocol's calibration fraction); None when TRACE+ or both opponents did not run."""
         if self.paired is None:
@@ -461,7 +451,7 @@ class EvaluationResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: config, counts, notes, skill, the summary under both calibrators, the paired comparison and
-        the verdict on TRACE+ (``verdict``: see :meth:`trace_core.paired.Verdict.to_dict`)."""
+        the verdict on TRACE+ (``verdict``: see :meth:`trace_core.verdict.Verdict.to_dict`)."""
         out = {"config": asdict(self.config), "n_answers": self.n_answers, "accuracy": self.accuracy,
                "data_note": self.data_note, "skipped": self.skipped, "skipped_splits": self.skipped_splits,
                "uninformative": self.uninformative, "skill": self.skill(),

@@ -8,9 +8,10 @@ import pandas as pd
 import pytest
 
 from trace_core.evaluate import EvaluationConfig, evaluate_arrays
-from trace_core.paired import BEST_BASELINE, average_paired, paired_comparison, reference_sentence
+from trace_core.paired import BEST_BASELINE, average_paired, paired_comparison
 from trace_core.registry import REFERENCE
 from trace_core.results import EvaluationResult, summarise
+from trace_core.verdict import reference_sentence
 
 METHODS = ["TRACE+", "TRACE", "SeqLogP", "MinProb", "Mean Entropy", REFERENCE]
 

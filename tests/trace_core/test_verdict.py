@@ -1,4 +1,4 @@
-"""The verdict on TRACE+ (trace_core.paired.verdict): one word per opponent and metric from a t-interval over the
+"""The verdict on TRACE+ (trace_core.verdict.verdict): one word per opponent and metric from a t-interval over the
 splits and a minimum effect, the chosen baselines named with counts, no "+0.000 ± 0.000", the skill line, the
 no-detectable-skill sentence, and a verdict in every --group-by section of the Markdown report."""
 
@@ -13,19 +13,11 @@ import pandas as pd
 import pytest
 
 from trace_core.evaluate import EvaluationConfig, evaluate_arrays
-from trace_core.paired import (
-    BEST_BASELINE,
-    MIN_EFFECT,
-    auroc_skill,
-    average_paired,
-    paired_comparison,
-    t_interval,
-    verdict,
-    verdict_word,
-)
+from trace_core.paired import BEST_BASELINE, average_paired, paired_comparison
 from trace_core.registry import METRICS, REFERENCE
 from trace_core.results import average_results, report_markdown
 from trace_core.synthetic import synthetic_traces
+from trace_core.verdict import MIN_EFFECT, auroc_skill, t_interval, verdict, verdict_word
 
 METHODS = ["TRACE+", "TRACE", "SeqLogP", "MinProb", REFERENCE]
 T_975_19 = 2.093024054408263  # t_{0.975, 19}, from a t table

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import statistics
 import warnings
 from collections.abc import Callable
@@ -115,9 +117,9 @@ def bootstrap_ci(
     """Percentile bootstrap confidence interval of a metric.
 
     Draws ``n_boot`` resamples of the answer indices with replacement (``numpy.random.Generator``),
-    evaluates ``metric(y_true[idx], scores[idx])`` on each and returns the
-    ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` percentiles of the defined (non-nan)
-    values. Resamples where the metric is undefined (``nan``, e.g. a single class for AUROC) are
+    evaluates ``metric(y_true[idx], scores[idx])`` on each (with ``validate=False`` for a metric that takes it, such
+    as this package's: the point estimate has checked the data, and a resample holds only checked values) and returns
+    the ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` percentiles of the defined (non-nan) values. Resamples where the metric is undefined (``nan``, e.g. a single class for AUROC) are
     skipped, and warnings raised while evaluating resamples are suppressed; the point estimate on
     the full data still warns normally.
 
@@ -156,8 +158,11 @@ def bootstrap_ci(
     level = check_level(confidence)
     y, s = check_pair(y_true, scores, "scores", probability=False)
 
-    def evaluate(yy: np.ndarray, ss: np.ndarray) -> float:
-        value = metric(yy, ss)
+    # The point estimate checks the data in full; resamples of checked data skip the checks where the metric can.
+    resample_metric = _unchecked(metric)
+
+    def evaluate(yy: np.ndarray, ss: np.ndarray, fn: Callable[[np.ndarray, np.ndarray], float] = metric) -> float:
+        value = fn(yy, ss)
         # Not check_real: an undefined metric returns nan, which is allowed here (those resamples are skipped).
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise TypeError(f"`metric` must return a real number, got {shorten(value)}")
@@ -170,7 +175,7 @@ def bootstrap_ci(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for b, idx in enumerate(indices):
-            values[b] = evaluate(y[idx], s[idx])
+            values[b] = evaluate(y[idx], s[idx], resample_metric)
     defined = values[~np.isnan(values)]
     if defined.size * 2 < n_boot:
         warnings.warn(
@@ -183,3 +188,12 @@ def bootstrap_ci(
     alpha = (1.0 - level) / 2.0
     low, high = np.percentile(defined, [100.0 * alpha, 100.0 * (1.0 - alpha)])
     return estimate, float(low), float(high)
+
+
+def _unchecked(metric: Callable[..., float]) -> Callable[[np.ndarray, np.ndarray], float]:
+    """``metric`` with ``validate=False`` bound when it takes that keyword, else ``metric`` itself."""
+    try:
+        takes = "validate" in inspect.signature(metric).parameters
+    except (TypeError, ValueError):  # a callable without a signature (some builtins)
+        takes = False
+    return functools.partial(metric, validate=False) if takes else metric

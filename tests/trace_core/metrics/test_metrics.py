@@ -696,3 +696,40 @@ def test_ece_of_probabilities_in_monotone_order_equals_ece(n_bins):
     one_bin = np.full(9, 0.35)
     assert _ece_sorted(y[:9], one_bin, n_bins) == pytest.approx(_ece(y[:9], one_bin, n_bins), rel=0, abs=1e-15)
     assert _ece_sorted(y[:1], p[:1], n_bins) == _ece(y[:1], p[:1], n_bins)
+
+
+@pytest.mark.parametrize("name", ["auroc", "auprc", "aurc", "prr", "brier_score", "expected_calibration_error"])
+def test_validate_false_gives_the_checked_value_and_skips_the_checks(name):
+    """Each public metric has one kernel: with validate=False on checked arrays it returns the very same number; the
+    checks are what it skips (a label 2 is refused only when validating)."""
+    import trace_core.metrics as metrics
+
+    metric = getattr(metrics, name)
+    rng = np.random.default_rng(7)
+    y = (rng.random(500) < 0.3).astype(np.int64)
+    p = np.round(rng.random(500), 2)  # ties
+    assert metric(y, p, validate=False) == metric(list(y), list(p))
+    bad = y.copy()
+    bad[0] = 2
+    with pytest.raises(ValueError, match="y_true"):
+        metric(bad, p)
+    metric(bad, p, validate=False)  # no check: the caller promised 0/1 labels
+
+
+def test_the_bootstrap_skips_the_checks_on_resamples_only(monkeypatch):
+    """bootstrap_ci checks the data once (the point estimate) and calls this package's metrics with validate=False on
+    the resamples; a metric without that keyword is called as it is."""
+    from trace_core.metrics import auroc, bootstrap_ci
+
+    calls = []
+
+    def counting(y_true, score, *, validate=True):
+        calls.append(validate)
+        return auroc(y_true, score, validate=validate)
+
+    rng = np.random.default_rng(1)
+    y, s = (rng.random(200) < 0.5).astype(int), rng.random(200)
+    est, low, high = bootstrap_ci(counting, y, s, n_boot=50)
+    assert calls[0] is True and set(calls[1:]) == {False} and len(calls) == 51
+    assert (est, low, high) == bootstrap_ci(auroc, y, s, n_boot=50)
+    assert bootstrap_ci(lambda a, b: auroc(a, b), y, s, n_boot=50) == (est, low, high)
