@@ -119,7 +119,8 @@ def bootstrap_ci(
     Draws ``n_boot`` resamples of the answer indices with replacement (``numpy.random.Generator``),
     evaluates ``metric(y_true[idx], scores[idx])`` on each (with ``validate=False`` for a metric that takes it, such
     as this package's: the point estimate has checked the data, and a resample holds only checked values) and returns
-    the ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` percentiles of the defined (non-nan) values. Resamples where the metric is undefined (``nan``, e.g. a single class for AUROC) are
+    the ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` percentiles of the defined (non-nan) values.
+    Resamples where the metric is undefined (``nan``, e.g. a single class for AUROC) are
     skipped, and warnings raised while evaluating resamples are suppressed; the point estimate on
     the full data still warns normally.
 
