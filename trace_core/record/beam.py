@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from .._checks import check_bool, check_int
 from .backends import backend_of
 from .load import LoadedModel
-from .tokens import _check_prompts, encode_prompt
+from .tokens import check_prompts, encode_prompt
 
 __all__ = ["beam_logprobs"]
 
@@ -46,7 +46,7 @@ def beam_logprobs(lm: LoadedModel, prompts: Sequence[str], *, num_beams: int = 5
     [[-4.1, -4.9, -5.3]]
     """
     backend = backend_of(lm)
-    prompts = _check_prompts(prompts)
+    prompts = check_prompts(prompts)
     num_beams = check_int(num_beams, "num_beams", minimum=2)
     max_new_tokens = check_int(max_new_tokens, "max_new_tokens", minimum=1)
     chat_template = check_bool(chat_template, "chat_template")

@@ -19,8 +19,8 @@ from .server import ServerError
 from .tokens import alternative_pieces, token_pieces
 
 
-def _build_trace(backend: Backend, prompt: str, recorded: RecordedAnswer, *, source: str,
-                 decoding: Mapping[str, Any], chat_template: bool, prompt_tokens: int) -> Trace:
+def build_trace(backend: Backend, prompt: str, recorded: RecordedAnswer, *, source: str,
+                decoding: Mapping[str, Any], chat_template: bool, prompt_tokens: int) -> Trace:
     """The Trace of one recorded answer.
 
     Parameters

@@ -9,12 +9,12 @@ from typing import Any
 from .._checks import check_int
 from ..trace import DecodingConfig, Trace
 from .backends import Backend, RecordedAnswer, backend_of
-from .build import _build_trace
+from .build import build_trace
 from .load import LoadedModel
 from .server import ServerModel
-from .tokens import _check_prompts, encode_prompt
+from .tokens import check_prompts, encode_prompt
 
-__all__ = ["generate_trace", "generate_traces"]
+__all__ = ["GenerationJob", "generate_trace", "generate_traces", "prepare_generation"]
 
 
 def generate_trace(lm: LoadedModel | ServerModel, prompt: str, *, config: DecodingConfig = DecodingConfig(),
@@ -79,7 +79,7 @@ def generate_traces(lm: LoadedModel | ServerModel, prompts: Sequence[str], *, co
     (16, 3)
     """
     batch_size = check_int(batch_size, "batch_size", minimum=1)
-    job = _prepare(lm, prompts, config, generate_kwargs)
+    job = prepare_generation(lm, prompts, config, generate_kwargs)
     traces: list[Trace] = []
     for start in range(0, len(job.prompts), batch_size):
         rows = range(start, min(start + batch_size, len(job.prompts)))
@@ -93,7 +93,7 @@ def generate_traces(lm: LoadedModel | ServerModel, prompts: Sequence[str], *, co
 
 
 @dataclass(frozen=True)
-class _Job:
+class GenerationJob:
     """Checked prompts, encoded, with what building their traces needs (shared by generation and streaming)."""
 
     backend: Backend
@@ -105,16 +105,16 @@ class _Job:
 
     def trace(self, i: int, answer: RecordedAnswer) -> Trace:
         """The trace of prompt ``i``'s recorded answer."""
-        return _build_trace(self.backend, self.prompts[i], answer, source="generate", decoding=self.config.to_dict(),
-                            chat_template=self.config.chat_template or self.server_template,
-                            prompt_tokens=len(self.encoded[i]))
+        return build_trace(self.backend, self.prompts[i], answer, source="generate", decoding=self.config.to_dict(),
+                           chat_template=self.config.chat_template or self.server_template,
+                           prompt_tokens=len(self.encoded[i]))
 
 
-def _prepare(lm: LoadedModel | ServerModel, prompts: Sequence[str], config: DecodingConfig,
-             generate_kwargs: Mapping[str, Any] | None) -> _Job:
+def prepare_generation(lm: LoadedModel | ServerModel, prompts: Sequence[str], config: DecodingConfig,
+                       generate_kwargs: Mapping[str, Any] | None) -> GenerationJob:
     """Validate, tokenize and check every prompt against the model's context (the errors of generate_traces)."""
     backend = backend_of(lm)
-    prompts = _check_prompts(prompts)
+    prompts = check_prompts(prompts)
     if not isinstance(config, DecodingConfig):
         raise TypeError(f"`config` must be a DecodingConfig, got {type(config).__name__}")
     options = dict(generate_kwargs or {})
@@ -132,5 +132,5 @@ def _prepare(lm: LoadedModel | ServerModel, prompts: Sequence[str], config: Deco
             size = f"about {len(ids):,} tokens (estimated locally)" if server_template else f"{len(ids):,} tokens"
             raise ValueError(f"prompt {i} is {size} and max_new_tokens is {config.max_new_tokens:,}, "
                              f"but the model reads at most {limit:,} tokens, prompt and answer together")
-    return _Job(backend=backend, prompts=prompts, encoded=encoded, options=options, server_template=server_template,
-                config=config)
+    return GenerationJob(backend=backend, prompts=prompts, encoded=encoded, options=options,
+                         server_template=server_template, config=config)

@@ -187,9 +187,9 @@ def converted_folder(path: str | Path, *, progress: Callable[[str], None] | None
 
 def _convert(path: Path, out: Path, digest: str) -> None:
     """Dequantise ``path`` with transformers and save it in ``out`` (float32 safetensors, tokenizer, provenance)."""
-    from .load import ModelLoadError, _torch
+    from .load import ModelLoadError, torch_module
 
-    torch = _torch()
+    torch = torch_module()
     try:
         import gguf  # noqa: F401 - transformers needs it; say so in our words
     except ImportError:

@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 __all__ = ["LoadedModel", "ModelLoadError", "ModelNotAllowedError", "ModelNotFoundError", "UnsafeModelError",
-           "check_model_allowed", "load_model", "model_allowlist"]
+           "cached_model_folder", "check_model_allowed", "check_model_files", "load_model", "model_allowlist",
+           "torch_module"]
 
 
 class ModelLoadError(RuntimeError):
@@ -99,7 +100,7 @@ def model_digest(folder: str | Path) -> str:
     return "sha256:" + h.hexdigest()[:16]
 
 
-def _torch() -> Any:
+def torch_module() -> Any:
     """The torch module, or an ImportError that says which extra to install."""
     try:
         import torch
@@ -109,7 +110,7 @@ def _torch() -> Any:
 
 
 def _resolve_device(device: str | Any) -> Any:
-    torch = _torch()
+    torch = torch_module()
     if device == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
@@ -120,7 +121,7 @@ def _resolve_device(device: str | Any) -> Any:
 
 
 def _resolve_dtype(dtype: str | Any, device: Any) -> Any:
-    torch = _torch()
+    torch = torch_module()
     if dtype == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -281,7 +282,7 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
     >>> lm = load_model("assets/demo-model", device="cpu")  # doctest: +SKIP
     >>> lm.vocab_size  # doctest: +SKIP
     """
-    _torch()
+    torch_module()
     import transformers
 
     name = str(name_or_path)
@@ -303,7 +304,7 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
         if not folder.has_safetensors and not folder.has_pickle:
             raise ModelNotFoundError(f"Model folder '{name}' has no weights (*.safetensors); save the model there "
                                      "with save_pretrained(..., safe_serialization=True).")
-        _check_files(folder, name)
+        check_model_files(folder, name)
         source = str(folder.path)
         digest_folder: Path | None = folder.path
     elif looks_like_path(name):
@@ -311,9 +312,9 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
                                  "save_pretrained, with config.json and *.safetensors).")
     else:
         source = name
-        cached = _cached_snapshot(name)
+        cached = cached_model_folder(name)
         if cached is not None:
-            _check_files(cached, name)
+            check_model_files(cached, name)
         digest_folder = cached.path if cached is not None else None
 
     resolved_device = _resolve_device(device)
@@ -378,7 +379,7 @@ def _first_line(exc: BaseException) -> str:
     return text if len(text) <= 200 else shorten(text)
 
 
-def _check_files(folder: Any, name: str) -> None:
+def check_model_files(folder: Any, name: str) -> None:
     """:func:`~trace_core.record.folders.check_folder_files` with its errors as load errors naming the file."""
     try:
         check_folder_files(folder)
@@ -388,7 +389,7 @@ def _check_files(folder: Any, name: str) -> None:
         raise ModelLoadError(f"Model '{name}' could not be loaded: {exc}.") from None
 
 
-def _cached_snapshot(name: str) -> Any:
+def cached_model_folder(name: str) -> Any:
     """The local Hugging Face cache snapshot of model id ``name`` as a ModelFolder, or None when not cached."""
     snapshot = cached_snapshot(name)
     return model_folder(snapshot) if snapshot is not None else None

@@ -440,7 +440,7 @@ def _model_card(probe: ServerModel, model: str) -> dict[str, Any]:
 def _load_tokenizer(name: str, *, given: bool, model: str) -> tuple[Any, Path | None]:
     """The tokenizer ``name`` (a local folder or a cached id, offline, no remote code) and its folder."""
     from .gguf import converted_folder, gguf_file_of
-    from .load import ModelLoadError, _cached_snapshot, _check_files
+    from .load import ModelLoadError, cached_model_folder, check_model_files
 
     try:
         import transformers
@@ -456,15 +456,15 @@ def _load_tokenizer(name: str, *, given: bool, model: str) -> tuple[Any, Path | 
     where: Path | None
     try:
         if folder is not None:
-            _check_files(folder, name)
+            check_model_files(folder, name)
             source, where = str(folder.path), folder.path
         elif looks_like_path(name):
             raise ServerError(f"no tokenizer folder at {shorten(name)}; {hint}" if given else
                               f"the served model {shorten(model)} is not a local folder; {hint}")
         else:
-            snapshot = _cached_snapshot(name)
+            snapshot = cached_model_folder(name)
             if snapshot is not None:
-                _check_files(snapshot, name)
+                check_model_files(snapshot, name)
             source, where = name, (snapshot.path if snapshot is not None else None)
     except ModelLoadError as exc:
         raise ServerError(f"the tokenizer {shorten(name)} is refused: {exc}") from None

@@ -1,7 +1,7 @@
 """The recorder statistics: entropy, top-k, and the chosen token's log-probability and rank from logits.
 
-One routine, :func:`_stats_in_place`, serves generation (through :class:`_TraceRecorder`, a logits-processor body
-that buffers steps) and teacher forcing (in blocks of ``_STATS_BLOCK_BYTES``), so both give the same numbers for the
+One routine, :func:`stats_in_place`, serves generation (through :class:`TraceRecorder`, a logits-processor body
+that buffers steps) and teacher forcing (in blocks of ``STATS_BLOCK_BYTES``), so both give the same numbers for the
 same logits. Everything here works on torch tensors; torch is imported when a function runs, never at import.
 """
 
@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .load import _torch
+from .load import torch_module
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-def _stats_in_place(x: torch.Tensor, k: int, chosen: torch.Tensor | None, *, work: torch.Tensor | None = None,
-                    above: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+def stats_in_place(x: torch.Tensor, k: int, chosen: torch.Tensor | None, *, work: torch.Tensor | None = None,
+                   above: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """Entropy (n,), top-k log-probs and ids (n, k), and the chosen tokens' log-probs and 1-based ranks (n,) from
     float32 logits x (n, V), which are overwritten. ``chosen`` None means greedy: the chosen token is the argmax.
 
@@ -26,7 +26,7 @@ def _stats_in_place(x: torch.Tensor, k: int, chosen: torch.Tensor | None, *, wor
     generate() keeps growing (at some vocabulary sizes that stranding cost hundreds of MiB over a long answer). No
     host synchronisation, so a GPU is never stalled.
     """
-    torch = _torch()
+    torch = torch_module()
     work = torch.empty_like(x) if work is None else work
     width = min(max(k, 1), x.shape[-1])
     chunks = _chunk_maxima(x, width)
@@ -51,7 +51,7 @@ def _stats_in_place(x: torch.Tensor, k: int, chosen: torch.Tensor | None, *, wor
 
 # Top-k of long rows on a CPU in two stages: the maximum of each run of _CHUNK tokens, then the top k of the tokens
 # of the k runs with the largest maxima (and of the tail that fills no run). torch.topk over a 50k vocabulary took
-# twice as long as the other passes of _stats_in_place together; the run maxima also give the row maximum.
+# twice as long as the other passes of stats_in_place together; the run maxima also give the row maximum.
 _CHUNK = 128
 _CHUNKED_FROM = 32 * _CHUNK  # vocabulary size
 _CHUNKED_UP_TO_K = 32
@@ -67,7 +67,7 @@ def _chunk_maxima(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] 
     maxima = x[:, :runs * _CHUNK].reshape(n, runs, _CHUNK).amax(dim=-1)
     row_max = maxima.amax(dim=-1, keepdim=True)
     if runs * _CHUNK < width:
-        row_max = _torch().maximum(row_max, x[:, runs * _CHUNK:].amax(dim=-1, keepdim=True))
+        row_max = torch_module().maximum(row_max, x[:, runs * _CHUNK:].amax(dim=-1, keepdim=True))
     return maxima, row_max
 
 
@@ -76,7 +76,7 @@ def _topk_in_chunks(x: torch.Tensor, k: int, maxima: torch.Tensor) -> tuple[torc
     non-decreasing map of each row keeps the argument): every one of a row's top k lies in one of the k runs with the
     largest maxima, or in the tail. The same values in the same order; among exactly tied values the ids chosen may
     differ from torch.topk's, whose choice among ties is unspecified too."""
-    torch = _torch()
+    torch = torch_module()
     n, width = x.shape
     runs = maxima.shape[1]
     best = torch.topk(maxima, k=min(k, runs), dim=-1).indices  # (n, k)
@@ -90,15 +90,15 @@ def _topk_in_chunks(x: torch.Tensor, k: int, maxima: torch.Tensor) -> tuple[torc
 
 # Teacher forcing computes statistics in blocks of about this many bytes of float32 logits rows: the half-dozen
 # passes over the vocabulary then stay in cache instead of streaming a (tokens x V) tensor from memory each time.
-_STATS_BLOCK_BYTES = 4 * 2**20
+STATS_BLOCK_BYTES = 4 * 2**20
 
 
-class _TraceRecorder:
+class TraceRecorder:
     """LogitsProcessor body that records per-step entropy, top-k, and the chosen token's log-prob and rank.
 
     Each step's scores are copied into a preallocated buffer of at most ``buffer_bytes`` (and 64 steps); when it is
     full, the statistics of all buffered steps are computed in one vectorised call (inside the buffer, see
-    :func:`_stats_in_place`) and the rows are dropped. Memory is
+    :func:`stats_in_place`) and the rows are dropped. Memory is
     therefore bounded by the buffer, never T x V, and the per-step cost is one copy: on small models the fixed cost
     of a dozen tensor operations per step would otherwise rival the model itself.
 
@@ -127,8 +127,9 @@ class _TraceRecorder:
             self.prompt_width = input_ids.shape[1]
             row_bytes = 4 * scores.shape[0] * scores.shape[1]
             self._limit = max(1, min(self.max_steps, self.buffer_bytes // row_bytes))
-            self._buffer = _torch().empty((self._limit,) + tuple(scores.shape), dtype=_torch().float32,
-                                          device=scores.device)
+            torch = torch_module()
+            self._buffer = torch.empty((self._limit,) + tuple(scores.shape), dtype=torch.float32,
+                                       device=scores.device)
         if self._n >= self._limit:
             # Every buffered step is before this one, so its chosen token is already in input_ids.
             self._flush(input_ids[:, self.prompt_width:])
@@ -137,7 +138,7 @@ class _TraceRecorder:
         return scores
 
     def _flush(self, generated: torch.Tensor, n_rows: int | None = None) -> None:
-        torch = _torch()
+        torch = torch_module()
         n_steps = self._n if n_rows is None else min(n_rows, self._n)
         if n_steps == 0:
             return
@@ -152,7 +153,7 @@ class _TraceRecorder:
             self._above = None if self.greedy else torch.empty(self._buffer.shape, dtype=torch.bool,
                                                                 device=self._buffer.device)
         n = n_steps * batch
-        entropy, top_lp, top_ids, chosen_lp, rank = _stats_in_place(
+        entropy, top_lp, top_ids, chosen_lp, rank = stats_in_place(
             self._buffer.view(-1, width)[:n], self.k, chosen, work=self._work.view(-1, width)[:n],
             above=None if self._above is None else self._above.view(-1, width)[:n])
         for name, value in (("entropy", entropy), ("top_lp", top_lp), ("top_ids", top_ids),
@@ -170,12 +171,12 @@ class _TraceRecorder:
         exactly what they are without it. Call it from the thread that runs ``generate`` (a streamer's ``put``),
         between steps.
         """
-        torch = _torch()
+        torch = torch_module()
         at = step - self._flushed
         if self._buffer is not None and 0 <= at < self._n:
             row = self._buffer[at, :1].clone()
             picked = None if self.greedy else torch.tensor([chosen], device=row.device)
-            entropy, top_lp, top_ids, chosen_lp, rank = _stats_in_place(row, self.k, picked)
+            entropy, top_lp, top_ids, chosen_lp, rank = stats_in_place(row, self.k, picked)
             values = [entropy[0], top_lp[0], top_ids[0], chosen_lp[0], rank[0]]
         elif 0 <= step < self._flushed:  # already flushed (a stop check that streams a step late)
             values = [torch.cat(self._parts[name], dim=1)[0, step]
@@ -187,7 +188,7 @@ class _TraceRecorder:
 
     def finish(self, sequences: torch.Tensor) -> dict[str, np.ndarray]:
         """Per-step arrays of shape (B, T[, k]) for the T generated steps in ``sequences`` (B, T)."""
-        torch = _torch()
+        torch = torch_module()
         n_steps = sequences.shape[1]
         if n_steps > self._flushed + self._n:  # pragma: no cover - generate() skipped the processor
             raise RuntimeError("the trace recorder saw fewer steps than were generated; is this a custom generate()?")

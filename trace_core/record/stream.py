@@ -8,7 +8,7 @@ from typing import Any
 
 from .._checks import check_real
 from ..trace import DecodingConfig, Trace
-from .generate import _prepare
+from .generate import prepare_generation
 from .load import LoadedModel
 from .server import ServerModel
 
@@ -84,7 +84,7 @@ def stream_trace(lm: LoadedModel | ServerModel, prompt: str, *, config: Decoding
     if stop is not None and not isinstance(stop, threading.Event):
         raise TypeError(f"`stop` must be a threading.Event, got {type(stop).__name__}")
     min_interval = check_real(min_interval, "min_interval", minimum=0.0, maximum=3600.0)
-    job = _prepare(lm, [prompt], config, generate_kwargs)  # errors are raised here, before the first next()
+    job = prepare_generation(lm, [prompt], config, generate_kwargs)  # errors are raised here, before the first next()
     return _streamed(job, stop if stop is not None else threading.Event(), min_interval)
 
 

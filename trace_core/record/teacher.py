@@ -7,10 +7,10 @@ from collections.abc import Callable, Sequence
 from .._checks import check_bool, check_int
 from ..trace import Trace
 from .backends import backend_of
-from .build import _build_trace
+from .build import build_trace
 from .load import LoadedModel
 from .server import ServerModel
-from .tokens import _check_prompts, encode_prompt
+from .tokens import check_prompts, encode_prompt
 
 __all__ = ["score_answer", "score_answers"]
 
@@ -82,7 +82,7 @@ def score_answers(lm: LoadedModel | ServerModel, prompts: Sequence[str], answers
     ['teacher_forced', 'teacher_forced']
     """
     backend = backend_of(lm)
-    prompts = _check_prompts(prompts)
+    prompts = check_prompts(prompts)
     if isinstance(answers, str):
         raise TypeError("`answers` must be a list; use score_answer for one answer")
     answers = list(answers)
@@ -121,8 +121,8 @@ def score_answers(lm: LoadedModel | ServerModel, prompts: Sequence[str], answers
         recorded = backend.score([prompt_ids[i] for i in rows], [answer_ids[i] for i in rows],
                                  n_alternatives=n_alternatives, max_logits_bytes=max_logits_bytes)
         for i, recorded_answer in zip(rows, recorded):
-            results[i] = _build_trace(backend, prompts[i], recorded_answer, source="teacher_forced", decoding={},
-                                      chat_template=chat_template, prompt_tokens=len(prompt_ids[i]))
+            results[i] = build_trace(backend, prompts[i], recorded_answer, source="teacher_forced", decoding={},
+                                     chat_template=chat_template, prompt_tokens=len(prompt_ids[i]))
         if progress is not None:
             progress(len(results), len(prompts))
     return [results[i] for i in range(len(prompts))]

@@ -16,7 +16,7 @@ import numpy as np
 from .._checks import check_bool, check_strings
 from .backends import backend_of
 
-__all__ = ["alternative_pieces", "context_length", "encode_prompt", "token_pieces"]
+__all__ = ["alternative_pieces", "check_prompts", "context_length", "encode_prompt", "token_pieces"]
 
 
 def encode_prompt(tokenizer: Any, prompt: str, *, chat_template: bool = False) -> list[int]:
@@ -308,7 +308,7 @@ def context_length(lm: Any) -> int | None:
     return backend_of(lm).context_length()
 
 
-def _check_prompts(prompts: Any, name: str = "prompts") -> list[str]:
+def check_prompts(prompts: Any, name: str = "prompts") -> list[str]:
     """``prompts`` as a list of str; a bare str is refused (it would be read as one prompt per character)."""
     if isinstance(prompts, str):
         raise TypeError(f"`{name}` must be a list of strings; use the singular function for one prompt")

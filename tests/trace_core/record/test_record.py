@@ -53,10 +53,10 @@ def naive_generate(lm, prompt, config):
 @pytest.mark.parametrize("prompt", PROMPTS[:2])
 @pytest.mark.parametrize("buffer_steps", [64, 3], ids=["one-flush", "flush-every-3"])
 def test_recorder_matches_naive_full_logits(lm, config, prompt, buffer_steps, monkeypatch):
-    from trace_core.record.stats import _TraceRecorder
+    from trace_core.record.stats import TraceRecorder
 
     # A 3-step buffer makes the recorder flush mid-generation, reading sampled tokens back from input_ids.
-    monkeypatch.setattr(_TraceRecorder, "max_steps", buffer_steps)
+    monkeypatch.setattr(TraceRecorder, "max_steps", buffer_steps)
     tokens, surprisal, entropy, top_lp, top_ids = naive_generate(lm, prompt, config)
     trace = generate_trace(lm, prompt, config=config)
     eos = lm.tokenizer.eos_token_id
@@ -338,7 +338,7 @@ def test_teacher_forcing_statistics_in_small_blocks_match_one_block(lm, monkeypa
 
     prompts, answers = ["Q: 12 + 7 =", "Q: 3 + 4 =", "Q: a b"], [" 19", " 7 and then 8", " c d e f g"]
     whole = score_answers(lm, prompts, answers, batch_size=3)
-    monkeypatch.setattr(stats, "_STATS_BLOCK_BYTES", 1)  # one token per block
+    monkeypatch.setattr(stats, "STATS_BLOCK_BYTES", 1)  # one token per block
     blocks = score_answers(lm, prompts, answers, batch_size=3)
     for a, b in zip(whole, blocks):
         assert a == b
@@ -384,7 +384,7 @@ def test_top_k_in_runs_gives_torch_topk_values_and_ids_of_those_values(width, k)
     shift = torch.randn(6, 1, generator=gen)
     maxima, row_max = _chunk_maxima(x, k)
     assert torch.equal(row_max, x.amax(dim=-1, keepdim=True))
-    shifted = x - shift  # taken after the maxima, as in _stats_in_place
+    shifted = x - shift  # taken after the maxima, as in stats_in_place
     values, ids = _topk_in_chunks(shifted, k, maxima)
     expected_values, expected_ids = torch.topk(shifted, k=k, dim=-1)
     assert torch.equal(values, expected_values)
@@ -401,9 +401,9 @@ def test_recorder_statistics_equal_with_and_without_the_runs(monkeypatch):
     logits = torch.randn(12, 50257, generator=gen) * 4
     chosen = torch.randint(0, 50257, (12,), generator=gen)
     for pick in (None, chosen):
-        fast = stats._stats_in_place(logits.clone(), 5, pick)
+        fast = stats.stats_in_place(logits.clone(), 5, pick)
         monkeypatch.setattr(stats, "_CHUNKED_FROM", 10**9)
-        plain = stats._stats_in_place(logits.clone(), 5, pick)
+        plain = stats.stats_in_place(logits.clone(), 5, pick)
         monkeypatch.undo()
         for a, b in zip(fast, plain):
             assert torch.equal(a, b)

@@ -5,7 +5,7 @@
   distribution, and it returns the scores unchanged, so the decoded tokens are exactly those of plain ``generate``.
 * Teacher forcing feeds prompt and answer through the model once, right padded, in chunks with the key/value cache
   so that memory stays bounded for long answers; for the same model and prompt it gives the same numbers as
-  generation (both use :func:`~trace_core.record.stats._stats_in_place`).
+  generation (both use :func:`~trace_core.record.stats.stats_in_place`).
 
 torch and transformers are imported inside the methods.
 """
@@ -26,7 +26,7 @@ import numpy as np
 
 from ...trace import DecodingConfig
 from .. import stats
-from ..load import LoadedModel, _torch
+from ..load import LoadedModel, torch_module
 from .base import RecordedAnswer
 
 __all__ = ["HuggingFaceBackend", "generation_config"]
@@ -111,7 +111,7 @@ class HuggingFaceBackend:
         answer :meth:`generate` records.
 
         ``model.generate`` runs on a worker thread with a streamer that reads each new token's statistics from the
-        recorder (:meth:`~trace_core.record.stats._TraceRecorder.step_stats`, on a copy: the recorded answer is the
+        recorder (:meth:`~trace_core.record.stats.TraceRecorder.step_stats`, on a copy: the recorded answer is the
         one :meth:`generate` gives) and a stopping criterion that ends generation after the current step once
         ``stop`` is set. Closing the iterator sets ``stop`` and waits for the worker to end: no thread is left
         generating. An answer ended by ``stop`` before the token limit has ``finish_reason="stopped"``.
@@ -119,7 +119,7 @@ class HuggingFaceBackend:
         from transformers import StoppingCriteria, StoppingCriteriaList
         from transformers.generation.streamers import BaseStreamer
 
-        recorder = stats._TraceRecorder(config.n_alternatives, greedy=not config.do_sample)
+        recorder = stats.TraceRecorder(config.n_alternatives, greedy=not config.do_sample)
         events: queue.SimpleQueue = queue.SimpleQueue()  # unbounded: the worker never waits for the reader
         eos = _eos_ids(self.lm.model, self.lm.tokenizer)
 
@@ -140,8 +140,8 @@ class HuggingFaceBackend:
 
         class _Stop(StoppingCriteria):
             def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-                return _torch().full((input_ids.shape[0],), stop.is_set(), dtype=_torch().bool,
-                                     device=input_ids.device)
+                torch = torch_module()
+                return torch.full((input_ids.shape[0],), stop.is_set(), dtype=torch.bool, device=input_ids.device)
 
         def work() -> None:
             try:
@@ -193,9 +193,9 @@ class HuggingFaceBackend:
             worker.join()
 
     def _generate(self, prompt_ids: Sequence[list[int]], config: DecodingConfig, options: Mapping[str, Any], *,
-                  seed_offset: int, recorder: stats._TraceRecorder | None = None, streamer: Any = None,
+                  seed_offset: int, recorder: stats.TraceRecorder | None = None, streamer: Any = None,
                   stopping: Any = None, stop: threading.Event | None = None) -> list[RecordedAnswer]:
-        torch = _torch()
+        torch = torch_module()
         from transformers import LogitsProcessorList
 
         lm = self.lm
@@ -209,7 +209,7 @@ class HuggingFaceBackend:
             attention_mask[row, width - len(ids):] = 1
         gen_config = generation_config(lm, config, options)
         if recorder is None:
-            recorder = stats._TraceRecorder(config.n_alternatives, greedy=not config.do_sample)
+            recorder = stats.TraceRecorder(config.n_alternatives, greedy=not config.do_sample)
         extra: dict[str, Any] = {}
         if streamer is not None:
             extra["streamer"] = streamer
@@ -250,7 +250,7 @@ class HuggingFaceBackend:
 
     def score(self, prompt_ids: Sequence[list[int]], answer_ids: Sequence[list[int]], *, n_alternatives: int,
               max_logits_bytes: int) -> list[RecordedAnswer]:
-        torch = _torch()
+        torch = torch_module()
         lm, k = self.lm, n_alternatives
         model = lm.model
         device = lm.device
@@ -305,11 +305,11 @@ class HuggingFaceBackend:
                 else:
                     at = cols
                 chosen = targets[:, start:stop][hit_rows, cols]
-                block = max(1, stats._STATS_BLOCK_BYTES // (4 * vocab))
+                block = max(1, stats.STATS_BLOCK_BYTES // (4 * vocab))
                 for b in range(0, hit_rows.shape[0], block):
                     r, a = hit_rows[b:b + block].to(logits.device), at[b:b + block].to(logits.device)
                     # The gathered block is a copy, so it can be overwritten.
-                    h_t, lp_t, ids_t, c_t, rank_t = stats._stats_in_place(
+                    h_t, lp_t, ids_t, c_t, rank_t = stats.stats_in_place(
                         logits[r, a].float(), k, chosen[b:b + block].to(logits.device))
                     chunks.append(tuple(t.cpu().numpy() for t in (hit_rows[b:b + block], c_t, h_t, lp_t, ids_t,
                                                                    rank_t)))
@@ -334,7 +334,7 @@ class HuggingFaceBackend:
     # Beam search
 
     def beam_logprobs(self, prompt_ids: list[int], *, num_beams: int, max_new_tokens: int) -> list[float]:
-        torch = _torch()
+        torch = torch_module()
         lm = self.lm
         ids = torch.tensor([prompt_ids], device=lm.device)
         gen = copy.deepcopy(lm.model.generation_config)
@@ -413,7 +413,7 @@ def _stopped(answer: RecordedAnswer, stop: threading.Event, config: DecodingConf
     return answer
 
 
-def _make_logits_processor(recorder: stats._TraceRecorder) -> Any:
+def _make_logits_processor(recorder: stats.TraceRecorder) -> Any:
     from transformers import LogitsProcessor
 
     class _Recorder(LogitsProcessor):
