@@ -1,5 +1,6 @@
-"""Calibrators: TRACE+ (features -> probability), scalar calibrators for single scores, and ScoreCalibrator (any
-trace-only score -- TRACE, a baseline -- with its scalar calibrator, for flagging with the score that won).
+"""Calibrators: TRACE+ (features -> probability), the scalar calibrators for single scores
+(:mod:`trace_core.scalar_calibration`), and ScoreCalibrator (any trace-only score -- TRACE, a baseline -- with its
+scalar calibrator, for flagging with the score that won).
 
 All follow scikit-learn's conventions (``__init__`` stores parameters, ``fit`` returns self and sets trailing-underscore
 attributes) and serialise to JSON, never pickle. Prediction needs numpy and scipy's ``expit`` only, so a calibrator
@@ -14,39 +15,31 @@ import json
 import warnings
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, ClassVar, TypeVar
+from typing import Any
 
 import numpy as np
 
-from ._checks import AnswerValueError, check_int, check_labels, check_real, check_scores
+from ._checks import AnswerValueError, check_int, check_real
 from .calibrator_io import CalibratorFormatError, decode_calibrator, parse_calibrator
 from .calibrator_io import dumps_calibrator as _dumps
 from .drift import ALPHA, EXTRA_FEATURES, DriftResult, DriftSummary, drift_check, drift_two_sample, summarize
 from .features import feature_matrix, feature_names
-from .logistic import SCORE_TRANSFORMS, fit_logistic, fit_logistic_1d, sigmoid, transform_scores
+from .logistic import SCORE_TRANSFORMS, fit_logistic, sigmoid, transform_scores
+from .scalar_calibration import (
+    IsotonicCalibrator,
+    NotFittedError,
+    PlattCalibrator,
+    SavedCalibrator,
+    check_fit_labels,
+    check_fitted,
+    preload,
+)
 from .trace import Trace
 
 __all__ = ["CALIBRATOR_WORDS", "SCORE_TRANSFORMS", "CalibratorFormatError", "IsotonicCalibrator", "NotFittedError",
            "PlattCalibrator", "ScoreCalibrator", "TracePlus", "calibrator_from_json", "check_drift",
-           "flaggable_methods", "load_calibrator", "method_scores", "probability_correct", "transform_scores",
-           "unfitted_copy"]
-
-
-class NotFittedError(ValueError, AttributeError):
-    """Raised when predicting with a calibrator that has not been fitted."""
-
-
-def _check_labels(y: Any, n: int) -> np.ndarray:
-    return check_labels(y, "y", n=n, purpose="fitting")
-
-
-def _check_scores(scores: Any) -> np.ndarray:
-    return check_scores(scores, "scores", probability=False)
-
-
-def _check_fitted(obj: Any, attribute: str) -> None:
-    if not hasattr(obj, attribute):
-        raise NotFittedError(f"This {type(obj).__name__} is not fitted yet; call fit(...) before predicting.")
+           "flaggable_methods", "load_calibrator", "method_scores", "preload", "probability_correct",
+           "transform_scores", "unfitted_copy"]
 
 
 def _trace_origins(traces: Sequence[Trace]) -> dict[str, list[str]]:
@@ -103,26 +96,6 @@ def _extra_columns(traces: Sequence[Trace], names: Sequence[str]) -> np.ndarray:
                "mean_surprisal": lambda t: float(np.mean(t.surprisal)) if len(t) else 0.0}
     return np.asarray([[columns[name](t) for name in names] for t in traces], dtype=np.float64).reshape(
         len(traces), len(names))
-
-
-_S = TypeVar("_S", bound="_Saved")
-
-
-class _Saved:
-    """What every calibrator shares to load itself: ``from_json`` checks the saved fields for its kind (``_type``, the
-    ``type`` its ``to_json`` writes) and ``_from_fields`` builds the fitted model from them."""
-
-    _type: ClassVar[str]
-
-    @classmethod
-    def from_json(cls: type[_S], data: str | Mapping[str, Any]) -> _S:
-        """Load a calibrator of this kind saved with ``to_json``; every field is checked (see
-        :mod:`trace_core.calibrator_io`)."""
-        return cls._from_fields(parse_calibrator(data, cls._type))
-
-    @classmethod
-    def _from_fields(cls: type[_S], fields: Mapping[str, Any]) -> _S:
-        raise NotImplementedError
 
 
 class _FittedOnTraces:
@@ -217,7 +190,7 @@ class _FittedOnTraces:
             warnings.warn(message, UserWarning, stacklevel=4)
 
 
-class TracePlus(_FittedOnTraces, _Saved):
+class TracePlus(_FittedOnTraces, SavedCalibrator):
     """TRACE+: standardised trace features and logistic regression, fitted on a calibration split.
 
     Parameters
@@ -286,7 +259,7 @@ class TracePlus(_FittedOnTraces, _Saved):
         C = check_real(self.C, "C", minimum=0, low_open=True)
         max_iter = check_int(self.max_iter, "max_iter", minimum=1)
         F = self._features(X)
-        labels = _check_labels(y, F.shape[0])
+        labels = check_fit_labels(y, F.shape[0])
         mean = F.mean(axis=0)
         scale = F.std(axis=0)
         scale = np.where(scale > 1e-12, scale, 1.0)
@@ -318,7 +291,7 @@ class TracePlus(_FittedOnTraces, _Saved):
     def decision_function(self, X: Sequence[Trace] | np.ndarray) -> np.ndarray:
         """Log-odds of correctness, shape (n_answers,). Warns (UserWarning) when the traces come from another model
         id or entropy source than those it was fitted on (its ``provenance_``)."""
-        _check_fitted(self, "coef_")
+        check_fitted(self, "coef_")
         F = self._features(X)
         self._check_provenance(X)
         return ((F - self.mean_) / self.scale_) @ self.coef_ + self.intercept_
@@ -330,13 +303,13 @@ class TracePlus(_FittedOnTraces, _Saved):
     def feature_contributions(self, X: Sequence[Trace] | np.ndarray) -> np.ndarray:
         """Each feature's additive share of the log-odds, shape (n_answers, n_features); rows sum to log-odds minus
         the intercept. Used to explain a TRACE+ probability in plain language."""
-        _check_fitted(self, "coef_")
+        check_fitted(self, "coef_")
         F = self._features(X)
         self._check_provenance(X)
         return ((F - self.mean_) / self.scale_) * self.coef_
 
     def to_json(self) -> str:
-        _check_fitted(self, "coef_")
+        check_fitted(self, "coef_")
         return _dumps({
             "type": "TracePlus",
             "params": {"feature_set": self.feature_set, "C": self.C, "max_iter": self.max_iter},
@@ -359,139 +332,6 @@ class TracePlus(_FittedOnTraces, _Saved):
         model.n_samples_ = fields["n_samples"]
         model.provenance_ = fields.get("provenance")  # None for files of earlier versions
         model.drift_summary_ = fields.get("drift_summary")  # None for files of earlier versions
-        return model
-
-
-class PlattCalibrator(_Saved):
-    """Platt scaling of one score: ``p = sigmoid(a * (score - mean) / std + b)``.
-
-    Fitted by a damped Newton solver with a line search (the optimum of scikit-learn's ``LogisticRegression(C=C)`` on
-    the standardised score, also on skewed, rare-positive and nearly separable scores). Give it a well-conditioned
-    score: each method's documented transform, ``transform_scores(score, Method.transform)``.
-
-    Parameters
-    ----------
-    C : float, default 1e4
-        Inverse regularisation strength; large by default (plain Platt scaling).
-    """
-
-    _type = "PlattCalibrator"
-
-    def __init__(self, *, C: float = 1e4) -> None:
-        self.C = C
-
-    def fit(self, scores: Any, y: Any) -> PlattCalibrator:
-        C = check_real(self.C, "C", minimum=0, low_open=True)
-        x = _check_scores(scores)
-        labels = _check_labels(y, x.shape[0])
-        mean, std = float(x.mean()), float(x.std())
-        std = std if std > 1e-12 else 1.0
-        self.coef_, self.intercept_ = fit_logistic_1d((x - mean) / std, labels, C=C)
-        self.mean_, self.scale_ = mean, std
-        return self
-
-    def predict_proba(self, scores: Any) -> np.ndarray:
-        """Probability of correctness, shape (n_answers,)."""
-        _check_fitted(self, "coef_")
-        x = _check_scores(scores)
-        return sigmoid(self.coef_ * (x - self.mean_) / self.scale_ + self.intercept_)
-
-    def to_json(self) -> str:
-        _check_fitted(self, "coef_")
-        return _dumps({"type": "PlattCalibrator", "params": {"C": self.C}, "mean": self.mean_,
-                       "scale": self.scale_, "coef": self.coef_, "intercept": self.intercept_})
-
-    @classmethod
-    def _from_fields(cls, fields: Mapping[str, Any]) -> PlattCalibrator:
-        model = cls(**fields["params"])
-        model.mean_, model.scale_ = fields["mean"], fields["scale"]
-        model.coef_, model.intercept_ = fields["coef"], fields["intercept"]
-        return model
-
-
-# scikit-learn's IsotonicRegression merges a score into the run of equal scores it extends while it is closer than
-# this to the run's first score.
-_ISOTONIC_EPS = float(np.finfo(np.float64).resolution)
-
-
-def _tie_runs(x: np.ndarray) -> np.ndarray:
-    """Start indices of the runs of (nearly) equal values of ascending ``x``, as scikit-learn's ``_make_unique`` finds
-    them: a value starts a run when it is at least 1e-15 above the current run's first value."""
-    starts = np.flatnonzero(np.concatenate(([True], np.diff(x) >= _ISOTONIC_EPS)))
-    ends = np.append(starts[1:], x.shape[0])
-    long = np.flatnonzero(x[ends - 1] - x[starts] >= _ISOTONIC_EPS)
-    if long.size == 0:
-        return starts
-    extra = []  # runs chained by steps under 1e-15 but spanning more (rare): walk them as scikit-learn does
-    for run in long.tolist():
-        first = x[starts[run]]
-        for j in range(int(starts[run]) + 1, int(ends[run])):
-            if x[j] - first >= _ISOTONIC_EPS:
-                extra.append(j)
-                first = x[j]
-    return np.union1d(starts, np.asarray(extra, dtype=np.int64))
-
-
-def preload() -> None:
-    """Import what the calibrators load on first use: scipy's sigmoid and its isotonic regression (about half a
-    second together on a small machine). ``import trace_core`` stays light; a server calls this at start-up, on a
-    thread, so that no user's first evaluation waits for the import."""
-    import scipy.optimize  # noqa: F401
-    import scipy.special  # noqa: F401
-
-
-def _isotonic_from_sorted(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Thresholds of ``IsotonicRegression(y_min=0, y_max=1, increasing=True)`` fitted on scores ``x`` in ascending
-    order with 0/1 labels ``y``: the same runs, means, pool-adjacent-violators fit (scipy's, which scikit-learn calls)
-    and trimming, so the same numbers. The evaluation protocol sorts each score once and takes every split's
-    calibration part in that order, instead of sorting it again."""
-    from scipy.optimize import isotonic_regression
-
-    starts = _tie_runs(x)
-    weight = np.diff(np.append(starts, x.shape[0])).astype(np.float64)
-    mean = np.add.reduceat(y.astype(np.float64), starts) / weight  # sums of 0/1 labels: exact
-    fitted = np.clip(np.asarray(isotonic_regression(mean, weights=weight, increasing=True).x, dtype=np.float64),
-                     0.0, 1.0)
-    thresholds = x[starts]
-    keep = np.ones(fitted.shape[0], dtype=bool)
-    keep[1:-1] = (fitted[1:-1] != fitted[:-2]) | (fitted[1:-1] != fitted[2:])
-    return thresholds[keep], fitted[keep]
-
-
-class IsotonicCalibrator(_Saved):
-    """Isotonic regression of correctness on one score (non-decreasing, clipped outside the fitted range): the fit of
-    scikit-learn's ``IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip")``, number for number."""
-
-    _type = "IsotonicCalibrator"
-
-    def fit(self, scores: Any, y: Any) -> IsotonicCalibrator:
-        x = _check_scores(scores)
-        labels = _check_labels(y, x.shape[0])
-        order = np.argsort(x, kind="stable")
-        return self.fit_presorted(x[order], labels[order])
-
-    def fit_presorted(self, x: np.ndarray, y: np.ndarray) -> IsotonicCalibrator:
-        """Fit on scores already checked and in ascending order (float64) and their 0/1 int64 labels: the fit of
-        :meth:`fit` without its checks and sort, for callers that sort once for many fits (the protocol)."""
-        self.x_thresholds_, self.y_thresholds_ = _isotonic_from_sorted(x, y)
-        return self
-
-    def predict_proba(self, scores: Any) -> np.ndarray:
-        """Probability of correctness, shape (n_answers,)."""
-        _check_fitted(self, "x_thresholds_")
-        x = _check_scores(scores)
-        # np.interp clips to the end values outside the range, like out_of_bounds="clip".
-        return np.interp(x, self.x_thresholds_, self.y_thresholds_)
-
-    def to_json(self) -> str:
-        _check_fitted(self, "x_thresholds_")
-        return _dumps({"type": "IsotonicCalibrator", "params": {}, "x_thresholds": self.x_thresholds_.tolist(),
-                       "y_thresholds": self.y_thresholds_.tolist()})
-
-    @classmethod
-    def _from_fields(cls, fields: Mapping[str, Any]) -> IsotonicCalibrator:
-        model = cls()
-        model.x_thresholds_, model.y_thresholds_ = fields["x_thresholds"], fields["y_thresholds"]
         return model
 
 
@@ -533,7 +373,7 @@ def method_scores(traces: Sequence[Trace], method: str) -> np.ndarray:
     return result.scores[method].to_numpy(dtype=np.float64)
 
 
-class ScoreCalibrator(_FittedOnTraces, _Saved):
+class ScoreCalibrator(_FittedOnTraces, SavedCalibrator):
     """One method's score (TRACE or a baseline, see :func:`flaggable_methods`) turned into a probability of being
     correct by Platt scaling or isotonic regression, as the evaluation calibrates it: the calibrator is fitted on the
     score's documented transform (``registry.Method.transform``). Use it to flag answers with the score that won the
@@ -607,7 +447,7 @@ class ScoreCalibrator(_FittedOnTraces, _Saved):
         transform = self._check_params()
         traces = list(traces)
         z = transform_scores(self.score(traces), transform)
-        labels = _check_labels(y, z.shape[0])
+        labels = check_fit_labels(y, z.shape[0])
         model = PlattCalibrator(C=self.C) if self.calibrator == "platt" else IsotonicCalibrator()
         self.calibrator_ = model.fit(z, labels)
         self.transform_ = transform
@@ -637,14 +477,14 @@ class ScoreCalibrator(_FittedOnTraces, _Saved):
     def predict_proba(self, traces: Sequence[Trace]) -> np.ndarray:
         """Probability that each answer is correct, shape (n_answers,). Warns (UserWarning) when the traces come
         from another model or entropy source than those it was fitted on."""
-        _check_fitted(self, "calibrator_")
+        check_fitted(self, "calibrator_")
         traces = list(traces)
         z = transform_scores(self.score(traces), self.transform_)
         self._check_provenance(traces)
         return self.calibrator_.predict_proba(z)
 
     def to_json(self) -> str:
-        _check_fitted(self, "calibrator_")
+        check_fitted(self, "calibrator_")
         inner = json.loads(self.calibrator_.to_json())
         for key in ("type", "format_version", "params"):
             inner.pop(key, None)

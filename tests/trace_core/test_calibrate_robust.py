@@ -20,7 +20,7 @@ from sklearn.linear_model import LogisticRegression
 
 from trace_core import PlattCalibrator, TracePlus, feature_matrix
 from trace_core.baselines import BASELINES, trace_baseline_scores
-from trace_core.calibrate import fit_logistic, fit_logistic_1d, transform_scores
+from trace_core.logistic import fit_logistic, fit_logistic_1d, transform_scores
 from trace_core.operators import Ragged
 
 

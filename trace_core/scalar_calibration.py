@@ -1,0 +1,192 @@
+"""Scalar calibrators of one score (Platt scaling, isotonic regression) and what every calibrator shares: the
+not-fitted error, the fit-time checks and loading from JSON.
+
+Both follow scikit-learn's conventions (``fit`` returns self and sets trailing-underscore attributes) and give the
+numbers of scikit-learn's ``LogisticRegression`` on the standardised score and ``IsotonicRegression(y_min=0,
+y_max=1, out_of_bounds="clip")``; both save to JSON (:mod:`trace_core.calibrator_io`), never pickle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+from ._checks import check_labels, check_real, check_scores
+from .calibrator_io import dumps_calibrator, parse_calibrator
+from .logistic import fit_logistic_1d, sigmoid
+
+__all__ = ["IsotonicCalibrator", "NotFittedError", "PlattCalibrator", "SavedCalibrator", "check_fit_labels",
+           "check_fit_scores", "check_fitted", "preload"]
+
+
+class NotFittedError(ValueError, AttributeError):
+    """Raised when predicting with a calibrator that has not been fitted."""
+
+
+def check_fit_labels(y: Any, n: int) -> np.ndarray:
+    return check_labels(y, "y", n=n, purpose="fitting")
+
+
+def check_fit_scores(scores: Any) -> np.ndarray:
+    return check_scores(scores, "scores", probability=False)
+
+
+def check_fitted(obj: Any, attribute: str) -> None:
+    if not hasattr(obj, attribute):
+        raise NotFittedError(f"This {type(obj).__name__} is not fitted yet; call fit(...) before predicting.")
+
+
+_S = TypeVar("_S", bound="SavedCalibrator")
+
+
+class SavedCalibrator:
+    """What every calibrator shares to load itself: ``from_json`` checks the saved fields for its kind (``_type``, the
+    ``type`` its ``to_json`` writes) and ``_from_fields`` builds the fitted model from them."""
+
+    _type: ClassVar[str]
+
+    @classmethod
+    def from_json(cls: type[_S], data: str | Mapping[str, Any]) -> _S:
+        """Load a calibrator of this kind saved with ``to_json``; every field is checked (see
+        :mod:`trace_core.calibrator_io`)."""
+        return cls._from_fields(parse_calibrator(data, cls._type))
+
+    @classmethod
+    def _from_fields(cls: type[_S], fields: Mapping[str, Any]) -> _S:
+        raise NotImplementedError
+
+
+class PlattCalibrator(SavedCalibrator):
+    """Platt scaling of one score: ``p = sigmoid(a * (score - mean) / std + b)``.
+
+    Fitted by a damped Newton solver with a line search (the optimum of scikit-learn's ``LogisticRegression(C=C)`` on
+    the standardised score, also on skewed, rare-positive and nearly separable scores). Give it a well-conditioned
+    score: each method's documented transform, ``transform_scores(score, Method.transform)``.
+
+    Parameters
+    ----------
+    C : float, default 1e4
+        Inverse regularisation strength; large by default (plain Platt scaling).
+    """
+
+    _type = "PlattCalibrator"
+
+    def __init__(self, *, C: float = 1e4) -> None:
+        self.C = C
+
+    def fit(self, scores: Any, y: Any) -> PlattCalibrator:
+        C = check_real(self.C, "C", minimum=0, low_open=True)
+        x = check_fit_scores(scores)
+        labels = check_fit_labels(y, x.shape[0])
+        mean, std = float(x.mean()), float(x.std())
+        std = std if std > 1e-12 else 1.0
+        self.coef_, self.intercept_ = fit_logistic_1d((x - mean) / std, labels, C=C)
+        self.mean_, self.scale_ = mean, std
+        return self
+
+    def predict_proba(self, scores: Any) -> np.ndarray:
+        """Probability of correctness, shape (n_answers,)."""
+        check_fitted(self, "coef_")
+        x = check_fit_scores(scores)
+        return sigmoid(self.coef_ * (x - self.mean_) / self.scale_ + self.intercept_)
+
+    def to_json(self) -> str:
+        check_fitted(self, "coef_")
+        return dumps_calibrator({"type": "PlattCalibrator", "params": {"C": self.C}, "mean": self.mean_,
+                                 "scale": self.scale_, "coef": self.coef_, "intercept": self.intercept_})
+
+    @classmethod
+    def _from_fields(cls, fields: Mapping[str, Any]) -> PlattCalibrator:
+        model = cls(**fields["params"])
+        model.mean_, model.scale_ = fields["mean"], fields["scale"]
+        model.coef_, model.intercept_ = fields["coef"], fields["intercept"]
+        return model
+
+
+# scikit-learn's IsotonicRegression merges a score into the run of equal scores it extends while it is closer than
+# this to the run's first score.
+_ISOTONIC_EPS = float(np.finfo(np.float64).resolution)
+
+
+def _tie_runs(x: np.ndarray) -> np.ndarray:
+    """Start indices of the runs of (nearly) equal values of ascending ``x``, as scikit-learn's ``_make_unique`` finds
+    them: a value starts a run when it is at least 1e-15 above the current run's first value."""
+    starts = np.flatnonzero(np.concatenate(([True], np.diff(x) >= _ISOTONIC_EPS)))
+    ends = np.append(starts[1:], x.shape[0])
+    long = np.flatnonzero(x[ends - 1] - x[starts] >= _ISOTONIC_EPS)
+    if long.size == 0:
+        return starts
+    extra = []  # runs chained by steps under 1e-15 but spanning more (rare): walk them as scikit-learn does
+    for run in long.tolist():
+        first = x[starts[run]]
+        for j in range(int(starts[run]) + 1, int(ends[run])):
+            if x[j] - first >= _ISOTONIC_EPS:
+                extra.append(j)
+                first = x[j]
+    return np.union1d(starts, np.asarray(extra, dtype=np.int64))
+
+
+def preload() -> None:
+    """Import what the calibrators load on first use: scipy's sigmoid and its isotonic regression (about half a
+    second together on a small machine). ``import trace_core`` stays light; a server calls this at start-up, on a
+    thread, so that no user's first evaluation waits for the import."""
+    import scipy.optimize  # noqa: F401
+    import scipy.special  # noqa: F401
+
+
+def _isotonic_from_sorted(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Thresholds of ``IsotonicRegression(y_min=0, y_max=1, increasing=True)`` fitted on scores ``x`` in ascending
+    order with 0/1 labels ``y``: the same runs, means, pool-adjacent-violators fit (scipy's, which scikit-learn calls)
+    and trimming, so the same numbers. The evaluation protocol sorts each score once and takes every split's
+    calibration part in that order, instead of sorting it again."""
+    from scipy.optimize import isotonic_regression
+
+    starts = _tie_runs(x)
+    weight = np.diff(np.append(starts, x.shape[0])).astype(np.float64)
+    mean = np.add.reduceat(y.astype(np.float64), starts) / weight  # sums of 0/1 labels: exact
+    fitted = np.clip(np.asarray(isotonic_regression(mean, weights=weight, increasing=True).x, dtype=np.float64),
+                     0.0, 1.0)
+    thresholds = x[starts]
+    keep = np.ones(fitted.shape[0], dtype=bool)
+    keep[1:-1] = (fitted[1:-1] != fitted[:-2]) | (fitted[1:-1] != fitted[2:])
+    return thresholds[keep], fitted[keep]
+
+
+class IsotonicCalibrator(SavedCalibrator):
+    """Isotonic regression of correctness on one score (non-decreasing, clipped outside the fitted range): the fit of
+    scikit-learn's ``IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip")``, number for number."""
+
+    _type = "IsotonicCalibrator"
+
+    def fit(self, scores: Any, y: Any) -> IsotonicCalibrator:
+        x = check_fit_scores(scores)
+        labels = check_fit_labels(y, x.shape[0])
+        order = np.argsort(x, kind="stable")
+        return self.fit_presorted(x[order], labels[order])
+
+    def fit_presorted(self, x: np.ndarray, y: np.ndarray) -> IsotonicCalibrator:
+        """Fit on scores already checked and in ascending order (float64) and their 0/1 int64 labels: the fit of
+        :meth:`fit` without its checks and sort, for callers that sort once for many fits (the protocol)."""
+        self.x_thresholds_, self.y_thresholds_ = _isotonic_from_sorted(x, y)
+        return self
+
+    def predict_proba(self, scores: Any) -> np.ndarray:
+        """Probability of correctness, shape (n_answers,)."""
+        check_fitted(self, "x_thresholds_")
+        x = check_fit_scores(scores)
+        # np.interp clips to the end values outside the range, like out_of_bounds="clip".
+        return np.interp(x, self.x_thresholds_, self.y_thresholds_)
+
+    def to_json(self) -> str:
+        check_fitted(self, "x_thresholds_")
+        return dumps_calibrator({"type": "IsotonicCalibrator", "params": {},
+                                 "x_thresholds": self.x_thresholds_.tolist(),
+                                 "y_thresholds": self.y_thresholds_.tolist()})
+
+    @classmethod
+    def _from_fields(cls, fields: Mapping[str, Any]) -> IsotonicCalibrator:
+        model = cls()
+        model.x_thresholds_, model.y_thresholds_ = fields["x_thresholds"], fields["y_thresholds"]
+        return model
