@@ -20,7 +20,7 @@ from trace_core import DatasetError, DecodingConfig, Trace, generate_traces, set
 from trace_core.data import read_prompts
 from trace_core.data.read import read_table
 from trace_core.policy import fit_new_tokens
-from trace_core.record.server import ServerError
+from trace_core.record import ServerError
 
 from . import state
 from .inputs import DatasetFile

@@ -16,8 +16,7 @@ import streamlit as st
 
 from trace_core import LabeledDataset, LoadedModel, Trace, score_answers, write_dataset
 from trace_core.policy import Usable, rows_over_context, usable_rows
-from trace_core.record import context_length
-from trace_core.record.server import ServerError
+from trace_core.record import ServerError, context_length
 
 from . import state
 from .downloads import download_button

@@ -45,7 +45,7 @@ from trace_core.record import alternative_pieces, check_model_allowed
 from . import state
 
 if TYPE_CHECKING:
-    from trace_core.record.server import ServerModel
+    from trace_core.record import ServerModel
 
 _preload_lock = threading.Lock()
 _preloading: threading.Thread | None = None
@@ -99,7 +99,7 @@ def get_model(name_or_path: str) -> LoadedModel:
 @st.cache_resource(show_spinner="Connecting to the model server…", max_entries=4)
 def _cached_server(base_url: str, model: str, tokenizer: str | None, full_distribution: bool, api: str,
                    api_key_env: str | None) -> Any:
-    from trace_core.record.server import connect_server
+    from trace_core.record import connect_server
 
     return connect_server(base_url, model, tokenizer=tokenizer, full_distribution=full_distribution, api=api,
                           api_key_env=api_key_env)
@@ -111,7 +111,7 @@ def get_server(base_url: str, model: str, tokenizer: str | None = None, *, full_
     connects again. The server must be allowed (:func:`check_server_allowed`), and the tokenizer's source (the
     tokenizer typed, else the served name, which may be a local folder) on the model allow-list. An API key is sent
     only where the deployment ties one to this server (``TRACE_SERVER_KEYS``); none is sent otherwise."""
-    from trace_core.record.server import base_url_of, key_variable_for
+    from trace_core.record.addresses import base_url_of, key_variable_for
 
     check_server_allowed(base_url)
     check_model_allowed(tokenizer or model)  # a served name that is a folder loads its tokenizer from there
@@ -130,7 +130,7 @@ def check_server_allowed(base_url: str) -> None:
     import ipaddress
     from urllib.parse import urlsplit
 
-    from trace_core.record.server import base_url_of, served_under
+    from trace_core.record.addresses import base_url_of, served_under
 
     try:
         credentials = urlsplit(str(base_url).strip()).username is not None
@@ -359,7 +359,7 @@ def model_key(lm: Any) -> str | None:
     """
     if lm is None:
         return None
-    from trace_core.record.server import ServerModel
+    from trace_core.record import ServerModel
 
     if isinstance(lm, ServerModel):
         tokenizer = lm.tokenizer

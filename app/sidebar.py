@@ -117,7 +117,7 @@ def _server_model():
         st.caption("Give the server's address and the model's name on it. An API key is sent only to the servers "
                    "the deployment gives one (TRACE_SERVER_KEYS); none to other addresses.")
         return None, None
-    from trace_core.record.server import ServerError
+    from trace_core.record import ServerError
 
     try:
         lm = get_server(url, name, tokenizer or None, full_distribution=bool(full),

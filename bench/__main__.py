@@ -15,6 +15,7 @@ BENCHES = {
     "trace_memory": "peak extra memory of a trace vs full logits as T and V grow",
     "scoring_throughput": "teacher-forced scoring, batched vs a per-example loop",
     "protocol_scale": "features + baselines + TRACE+ + 20-split protocol at 10k / 100k / 1M answers",
+    "protocol_floor": "the 20-split protocol vs its floor (one sort per score, one pass per split) and vs scikit-learn",
     "dashboard": "Inspect and Calibrate page update times",
     "load_test": "8 concurrent browser sessions against one server",
     "large_jsonl": "reading and evaluating a 200 MB JSON Lines file: peak memory and time vs json.loads",

@@ -204,7 +204,7 @@ def _score_rows(url: str, folder: Path, pairs: list[tuple[str, str]], args: argp
     import numpy as np
 
     from trace_core import load_model, score_answers
-    from trace_core.record.server import connect_server
+    from trace_core.record import connect_server
 
     prompts, answers = [p for p, _ in pairs], [a for _, a in pairs]
     lm = load_model(folder, device="cpu")

@@ -19,7 +19,7 @@ from app.text import md_literal, sentence
 from trace_core import DecodingConfig, ModelLoadError, ScoreCalibrator, TracePlus, generate_trace, settings
 from trace_core.align import divergence_summary
 from trace_core.policy import fit_new_tokens
-from trace_core.record.server import ServerError
+from trace_core.record import ServerError
 
 SAME_MODEL = "Same model, other decoding"
 OTHER_MODEL = "Another model"

@@ -31,7 +31,7 @@ from app.streaming import stream_answer
 from app.text import md_literal, sentence, visible_token
 from trace_core import ScoreCalibrator, TracePlus, explain_trace
 from trace_core.policy import fit_new_tokens
-from trace_core.record.server import ServerError
+from trace_core.record import ServerError
 
 st.title("Inspect an answer")
 st.caption("Type a prompt; the model answers, and every generated token is coloured by its surprisal, entropy or share "

@@ -65,7 +65,8 @@ from .trace import Trace
 
 __all__ = ["AnswerValueError", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "TRUNCATED_SHARE", "UNINFORMATIVE",
            "EvaluationConfig", "NoUsableSplitError", "TruncatedDistributionWarning",
-           "EvaluationResult", "HeldOut", "HeldOutMethod", "OUT_OF_FOLD", "SkippedSplitsWarning", "average_results",
+           "EvaluationResult", "HeldOut", "HeldOutMethod", "OUT_OF_FOLD", "ProtocolInputs", "SkippedSplitsWarning",
+           "average_results", "protocol_inputs",
            "data_note", "evaluate", "evaluate_arrays", "is_constant", "method_names", "stratified_folds"]
 
 
@@ -221,13 +222,24 @@ def evaluate_arrays(surprisal: Ragged, entropy: Ragged | None, labels: Any, *,
                      note=note, progress=progress)
 
 
-def _evaluate(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: EvaluationConfig,
-              methods: Sequence[str] | None, traces: Sequence[Trace] | None = None,
-              beam_logprobs: Sequence[Sequence[float]] | None = None, embedder: Any = None,
-              contexts: Sequence[str] | None = None, note: str = "",
-              progress: Progress | None = None, relevance: Sequence[np.ndarray] | None = None) -> EvaluationResult:
-    if not isinstance(config, EvaluationConfig):
-        raise TypeError(f"`config` must be an EvaluationConfig, got {type(config).__name__}")
+@dataclass
+class ProtocolInputs:
+    """What the split loop takes (:func:`trace_core.protocol.run_splits`): each method's scalar score (TRACE, the
+    scalar baselines) or feature matrix (TRACE+, the fitted baselines, the reference), the methods that run, in
+    order, and those skipped with the reason."""
+
+    scalar: dict[str, np.ndarray]
+    features: dict[str, np.ndarray]
+    wanted: list[str]
+    skipped: dict[str, str]
+
+
+def protocol_inputs(surprisal: Ragged, entropy: Ragged | None, *, methods: Sequence[str] | None = None,
+                    traces: Sequence[Trace] | None = None, beam_logprobs: Sequence[Sequence[float]] | None = None,
+                    embedder: Any = None, contexts: Sequence[str] | None = None,
+                    relevance: Sequence[np.ndarray] | None = None) -> ProtocolInputs:
+    """Every method's score or features on these answers, as :func:`evaluate` computes them before its splits
+    (arguments as there; ``entropy`` None: the surprisal-only variants)."""
     wanted, skipped = _wanted(methods, has_entropy=entropy is not None)
     if entropy is not None:
         check_paired(surprisal, entropy, who="every method needs")
@@ -255,6 +267,19 @@ def _evaluate(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config:
         skipped.update(baselines.skipped)
         scalar = {m: scalar[m] if m in scalar else baselines.scores[m].to_numpy(dtype=np.float64)
                   for m in wanted if m in scalar or m in baselines.scores.columns}
+    return ProtocolInputs(scalar=scalar, features=features, wanted=wanted, skipped=skipped)
+
+
+def _evaluate(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config: EvaluationConfig,
+              methods: Sequence[str] | None, traces: Sequence[Trace] | None = None,
+              beam_logprobs: Sequence[Sequence[float]] | None = None, embedder: Any = None,
+              contexts: Sequence[str] | None = None, note: str = "",
+              progress: Progress | None = None, relevance: Sequence[np.ndarray] | None = None) -> EvaluationResult:
+    if not isinstance(config, EvaluationConfig):
+        raise TypeError(f"`config` must be an EvaluationConfig, got {type(config).__name__}")
+    inputs = protocol_inputs(surprisal, entropy, methods=methods, traces=traces, beam_logprobs=beam_logprobs,
+                             embedder=embedder, contexts=contexts, relevance=relevance)
+    scalar, features, wanted, skipped = inputs.scalar, inputs.features, inputs.wanted, inputs.skipped
     certain_tokens = (int(np.count_nonzero(surprisal.values == 0)), int(surprisal.values.shape[0]))
     notes = []
     truncated = truncation_note(*certain_tokens)

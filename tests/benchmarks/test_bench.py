@@ -127,3 +127,12 @@ def test_span_cost_bench_runs(capsys):
     main(["--copies", "1", "--repeats", "1"])
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
     assert rows[-1][0] == "all" and int(rows[-1][1].replace(",", "")) == 458 and float(rows[-1][5]) > 0
+
+
+def test_protocol_floor_bench_runs(capsys):
+    from bench.protocol_floor import main
+
+    main(["--sizes", "400", "--splits", "2", "--sklearn-splits", "1", "--mean-length", "8"])
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 1 and len(rows[0]) == 7  # answers, methods, three timings, two ratios

@@ -50,7 +50,7 @@ def local_scored(local):
 
 
 def _server(url, model_dir, **options):
-    from trace_core.record.server import connect_server
+    from trace_core.record import connect_server
 
     return connect_server(url, SERVED_NAME, tokenizer=str(model_dir), api_key_env=None, **options)
 

@@ -22,7 +22,7 @@ __all__ = ["load_model", "read_data", "row_numbers", "usable", "write_data"]
 def load_model(args: argparse.Namespace):
     """The local model (``--model``) or the model server (``--server``) that records the traces."""
     if args.server:
-        from ..record.server import ServerError, connect_server
+        from ..record import ServerError, connect_server
 
         try:
             return connect_server(args.server, args.server_model, tokenizer=args.server_tokenizer,

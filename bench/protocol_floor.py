@@ -1,0 +1,114 @@
+"""The protocol against its floor and against a plain scikit-learn loop, on the same scores, in one process.
+
+    python -m bench.protocol_floor [--sizes 100000 1000000] [--splits 20] [--sklearn-splits 2]
+
+For each size, on synthetic traces (spike, mean length 64), every method's score or features are computed once
+(``protocol_inputs``, not timed), then three things are timed on them:
+
+- ``protocol``: the split loop (both scalar calibrators for TRACE and every scalar baseline, TRACE+, the fitted
+  baselines and the reference fitted per split, every metric), the paired comparison and the summary: what
+  :func:`~trace_core.evaluate_arrays` does after the scores;
+- ``floor``: the unavoidable work on the same input: one argsort of each method's score (a feature method's first
+  column stands in for its score) and, per split and method, one cumulative pass over the evaluation part's labels
+  in score order;
+- ``sklearn``: the same protocol written as a plain loop over splits and methods with scikit-learn
+  (``LogisticRegression`` for Platt on each score's transform and for TRACE+ and the reference on standardised
+  features, ``IsotonicRegression``, ``roc_auc_score``, ``brier_score_loss``); it runs ``--sklearn-splits`` splits
+  and is scaled to the protocol's number (each split is the same work).
+
+Printed: seconds of each and the ratios protocol / floor and sklearn / protocol.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def _floor(scores: list[np.ndarray], y: np.ndarray, splits: list[tuple[np.ndarray, np.ndarray]]) -> float:
+    """Seconds of one argsort per score and one cumulative pass over each split's evaluation labels in its order."""
+    start = time.perf_counter()
+    in_ev = []
+    for _, ev in splits:
+        mask = np.zeros(y.shape[0], dtype=bool)
+        mask[ev] = True
+        in_ev.append(mask)
+    for score in scores:
+        order = np.argsort(score, kind="stable")
+        y_sorted = y[order]
+        for mask in in_ev:
+            np.cumsum(y_sorted[mask[order]])
+    return time.perf_counter() - start
+
+
+def _sklearn_split(inputs, y: np.ndarray, cal: np.ndarray, ev: np.ndarray) -> None:
+    """One split of the protocol, method by method, with scikit-learn's estimators and metrics."""
+    from sklearn.isotonic import IsotonicRegression
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import brier_score_loss, roc_auc_score
+    from sklearn.preprocessing import StandardScaler
+
+    from trace_core import METHODS
+    from trace_core.logistic import transform_scores
+
+    for method, score in inputs.scalar.items():
+        z = transform_scores(score, METHODS[method].transform)
+        platt = LogisticRegression(C=1e4).fit(z[cal, None], y[cal])
+        iso = IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip").fit(z[cal], y[cal])
+        roc_auc_score(y[ev], score[ev])
+        brier_score_loss(y[ev], platt.predict_proba(z[ev, None])[:, 1])
+        brier_score_loss(y[ev], iso.predict(z[ev]))
+    for features in inputs.features.values():
+        scaler = StandardScaler().fit(features[cal])
+        model = LogisticRegression(C=1.0).fit(scaler.transform(features[cal]), y[cal])
+        p = model.predict_proba(scaler.transform(features[ev]))[:, 1]
+        roc_auc_score(y[ev], p)
+        brier_score_loss(y[ev], p)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--splits", type=int, default=20)
+    parser.add_argument("--sklearn-splits", type=int, default=2)
+    parser.add_argument("--mean-length", type=float, default=64.0)
+    args = parser.parse_args(argv)
+
+    from trace_core import EvaluationConfig, synthetic_traces
+    from trace_core.evaluate import protocol_inputs
+    from trace_core.paired import paired_comparison
+    from trace_core.protocol import draw_splits, run_splits
+    from trace_core.results import split_frame, summarise
+
+    config = EvaluationConfig(n_splits=args.splits)
+    print(f"synthetic spike traces, mean length {args.mean_length:g}; every method the data allow, {config.n_splits} "
+          f"splits; sklearn: {args.sklearn_splits} splits timed, scaled to {config.n_splits}")
+    print(f"{'answers':>10} {'methods':>7} {'protocol':>9} {'floor':>7} {'sklearn':>8} {'protocol/floor':>14} "
+          f"{'sklearn/protocol':>16}")
+    for n in args.sizes:
+        surprisal, entropy, labels = synthetic_traces(n, kind="spike", mean_length=args.mean_length, seed=0)
+        y = np.asarray(labels, dtype=np.int64)
+        inputs = protocol_inputs(surprisal, entropy)
+        methods = [m for m in inputs.wanted if m in inputs.scalar or m in inputs.features]
+        start = time.perf_counter()
+        run = run_splits(y, inputs.scalar, inputs.features, config=config, methods=methods)
+        per_split = split_frame(run.rows)
+        paired_comparison(per_split, split_frame(run.calibration), methods=methods, metrics=config.metrics,
+                          uninformative=list(run.uninformative))
+        summarise(per_split, list(run.uninformative))
+        protocol = time.perf_counter() - start
+        splits = draw_splits(y, config)
+        scores = [*inputs.scalar.values(), *(F[:, 0] for F in inputs.features.values())]
+        floor = _floor(scores, y, splits)
+        start = time.perf_counter()
+        for cal, ev in splits[:args.sklearn_splits]:
+            _sklearn_split(inputs, y, cal, ev)
+        sklearn = (time.perf_counter() - start) * config.n_splits / max(1, min(args.sklearn_splits, len(splits)))
+        print(f"{n:>10,} {len(methods):>7} {protocol:>9.2f} {floor:>7.2f} {sklearn:>8.1f} {protocol / floor:>14.1f} "
+              f"{sklearn / protocol:>16.1f}")
+
+
+if __name__ == "__main__":
+    main()
