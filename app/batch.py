@@ -24,7 +24,7 @@ from trace_core.record import ServerError
 
 from . import state
 from .inputs import DatasetFile
-from .services import digest, model_key
+from .keys import digest, model_key
 from .text import md_literal
 
 #: Prompts per generate call.

@@ -25,10 +25,12 @@ from trace_core.results import SMALL_CLASS, SMALL_SAMPLE
 from . import state
 from .batch import generate_with_progress, prompts_cached
 from .compare_view import aligned_heatmap_html
+from .evaluation import evaluate_cached
 from .heatmap import HEATMAP_CSS, legend_html, signal_values
 from .inputs import DatasetFile
-from .services import alternatives_for, digest, evaluate_cached, model_key
+from .keys import digest, model_key
 from .text import control_safe, md_literal
+from .tokenizer_text import alternatives_for
 
 #: The most prompts one comparison answers (each is answered twice).
 MAX_PROMPTS = 2_000

@@ -95,7 +95,7 @@ def compare_metrics(a: Trace, b: Trace, calibrator: Any = None, *,
     ``mean surprisal``, ``max surprisal`` (nats) and ``entropy source``. An empty answer has NaN numbers.
 
     A calibrator fitted on another model or entropy source warns in the library; the page shows those notes itself
-    (:func:`app.services.provenance_notes`), so the warning is silenced here.
+    (:func:`app.calibrators.provenance_notes`), so the warning is silenced here.
     """
     rows = []
     for trace in (a, b):
@@ -159,7 +159,8 @@ def aligned_heatmap_html(a: Trace, b: Trace, alignment: Alignment, *, signal: st
     labels : tuple of str
         The rows' names, shown at the start of the grid and in each token's hover text.
     alternatives : pair of callables or None
-        Each side's function giving the text of a token's top-k alternatives (:func:`app.services.alternatives_for`).
+        Each side's function giving the text of a token's top-k alternatives
+        (:func:`app.tokenizer_text.alternatives_for`).
     max_token_chars : int
         Longer tokens are shortened in their cell (the hover text has them whole).
 

@@ -17,7 +17,7 @@ from trace_core.evaluate import NoUsableSplitError
 from trace_core.figures import reliability_figure
 from trace_core.results import average_results
 
-from .services import evaluate_cached
+from .evaluation import evaluate_cached
 from .tables import metric_columns, metrics_frame
 from .text import md_literal
 

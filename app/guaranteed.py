@@ -15,8 +15,8 @@ from trace_core.guarantee import RiskGuarantee, guaranteed_threshold
 from . import state
 from .drift import drift_note, drift_result
 from .inputs import pick_dataset_file, read_labeled
+from .keys import digest
 from .recording import dataset_traces, record_panel
-from .services import digest
 from .text import md_literal, sentence
 
 #: The bundled datasets' other split, offered first for the guarantee when the calibrator was fitted on one.

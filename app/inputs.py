@@ -11,7 +11,16 @@ from trace_core import DatasetError, LabeledDataset
 from trace_core.data import MATCHERS
 
 from . import state
-from .services import data_folder, demo_datasets, digest, file_bytes, local_files_allowed, read_cached, read_local_file
+from .keys import digest
+from .services import (
+    data_folder,
+    dataset_limits,
+    demo_datasets,
+    file_bytes,
+    local_files_allowed,
+    read_cached,
+    read_local_file,
+)
 from .text import md_literal
 
 FILE_TYPES = ["csv", "tsv", "jsonl", "json", "ndjson", "parquet"]
@@ -97,14 +106,14 @@ def read_labeled(file: DatasetFile, *, require_label: bool = True,
     is read unlabeled. Says how many rows were kept and why the others were rejected; None (with the error on the
     page) when there is nothing to use."""
     try:
-        dataset, matcher = read_cached(file.data, file.name, "exact", require_label=require_label), "exact"
+        dataset, matcher = _read(file, "exact", require_label, f"{matcher_key}.exact"), "exact"
         if dataset.label_source.startswith("reference"):
             # streamlit's selectbox stub uses typing.Never (absent in Python 3.10): mypy takes the empty overload
             matcher = st.selectbox("Label answers against their `reference` with", MATCHERS,  # type: ignore[assignment]
                                    key=matcher_key,
                                    help="exact: normalised exact match; contains: the reference appears in the "
                                         "answer; numeric: the answer's last number equals it; f1: token F1 >= 0.5.")
-            dataset = read_cached(file.data, file.name, matcher, require_label=require_label)
+            dataset = _read(file, matcher, require_label, f"{matcher_key}.matched")
     except DatasetError as exc:
         st.error(md_literal(f"{file.name}: {NOT_A_DATASET if file.by_path else exc}"))
         return None
@@ -125,3 +134,12 @@ def read_labeled(file: DatasetFile, *, require_label: bool = True,
     # "<file>.<labels>": the traces recorded for the file's rows are kept under the file part alone (a trace does not
     # depend on how its answer is labeled), results under both (app.recording.dataset_traces)
     return dataset, f"{digest(file.data, file.name)}.{digest(matcher)}"
+
+
+def _read(file: DatasetFile, matcher: str, require_label: bool, slot: str) -> LabeledDataset:
+    """``file`` read with ``matcher`` (:func:`app.services.read_cached`: cached for every session, a copy for each
+    reader); this session's copy is kept under ``slot`` while the file, the matcher and the limits stay the same, so
+    a rerun does not copy the dataset again."""
+    key = (digest(file.data), file.name, matcher, require_label, dataset_limits())
+    return state.session_copy(slot, key, lambda: read_cached(file.data, file.name, matcher,
+                                                             require_label=require_label))

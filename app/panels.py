@@ -15,17 +15,12 @@ from trace_core.flag import FlagScore, best_flag_score, flag_scores
 from trace_core.registry import METHODS
 
 from . import state
+from .calibrators import describe_calibrator, fit_calibrator_cached, fitted_calibrator
 from .heatmap import HEATMAP_CSS, heatmap_html, legend_html, signal_values
-from .services import (
-    alternatives_for,
-    alternatives_note,
-    describe_calibrator,
-    digest,
-    fit_calibrator_cached,
-    fitted_calibrator,
-)
+from .keys import digest
 from .spans import boxed_spans, ranked_spans
 from .text import control_safe, md_literal
+from .tokenizer_text import alternatives_for, alternatives_note
 
 #: Where the calibrator is used, for the sentences that say so.
 USED_BY = "Inspect, Compare and Flag & export"

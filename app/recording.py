@@ -20,7 +20,7 @@ from trace_core.record import ServerError, context_length
 
 from . import state
 from .downloads import download_button
-from .services import model_key
+from .keys import model_key
 from .text import md_literal, sentence
 
 BATCH_SIZE = 16  # answers per teacher-forcing batch; also how often Stop can take effect
@@ -39,7 +39,7 @@ class DatasetTraces:
         The policy's sorting of the rows (kept, missing, empty, too long) with its messages.
     key : str
         Identifies these traces, for caches shared by every session: the file's digest and the recording model's
-        :func:`app.services.model_key` (never its name alone).
+        :func:`app.keys.model_key` (never its name alone).
     store : dict
         This session's recorded traces for the file and model (row number in the file -> Trace), filled by
         :func:`record_panel`.

@@ -12,7 +12,7 @@ that does not draw it runs: :func:`keep_widgets` (called by the router before ev
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +50,7 @@ GENERATED_FILE = "generated_file"  # (key, answered count, the answered prompts 
 OVER_CONTEXT = "over_context"  # {(data key, model key): frozenset of row positions}: rows too long for the model
 SCORED = "scored"  # {key: DataFrame}: the Flag page's scored rows (one entry)
 RISK_SCORED = "risk_scored"  # (key, probabilities): the guarantee's labeled answers scored by the calibrator
+SESSION_COPY = "session_copy__"  # + a slot: (key, value): this session's copy of a dataset shared by the sessions
 INSPECT_TRACE = "inspect_trace"  # Trace | None: the Inspect page's last answer
 COMPARISON = "compare_result"  # Comparison | None: the Compare page's last two answers
 EXAMPLE_USED = "example_used"  # int: the example prompt last copied into the prompt box
@@ -367,7 +368,7 @@ def recorded_traces(data_key: str, model_key: str | None) -> dict[int, Trace]:
     """The traces this session recorded for a file with a model, by the row's number in the file; the live dict, to
     fill.
 
-    ``model_key`` is :func:`app.services.model_key` (not the model's name: two servers may serve different models
+    ``model_key`` is :func:`app.keys.model_key` (not the model's name: two servers may serve different models
     under one name), so another model starts empty and switching back finds its traces again."""
     recorded: dict[tuple[str, str | None], dict[int, Trace]] = st.session_state.setdefault(RECORDED, {})
     return recorded.setdefault((data_key, model_key), {})
@@ -405,6 +406,13 @@ def remembered(slot: str, of: tuple[Any, ...], compute: Callable[[], Any]) -> An
     text by value: a kept upload's bytes are one object across reruns, so nothing large is hashed again)."""
     return _last(f"remembered__{slot}", of, compute, lambda kept, new: len(kept) == len(new) and all(
         a is b or (isinstance(a, str) and a == b) for a, b in zip(kept, new)))
+
+
+def session_copy(slot: str, key: Hashable, read: Callable[[], Any]) -> Any:
+    """``read()``, this session's own copy of data the sessions share (a dataset out of ``st.cache_data``, which copies
+    it on every read), kept under ``slot`` while ``key`` (its content and everything it was read with) stays equal: a
+    rerun reuses the session's copy instead of copying the data again. One value per slot."""
+    return _last(SESSION_COPY + slot, key, read)
 
 
 def risk_scored(key: str, compute: Callable[[], np.ndarray]) -> np.ndarray:

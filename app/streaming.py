@@ -19,7 +19,7 @@ from trace_core.record import stream_trace
 
 from . import state
 from .heatmap import HEATMAP_CSS, heatmap_html
-from .services import alternatives_for
+from .tokenizer_text import alternatives_for
 
 #: Redraws of the growing heatmap per second, at most.
 REDRAWS_PER_SECOND = 10

@@ -7,12 +7,13 @@ import streamlit as st
 from app import state
 from app.batch import answered
 from app.downloads import download_button
+from app.evaluation import evaluate_cached, parse_beams
 from app.groups import group_panel
 from app.inputs import pick_dataset_file, read_labeled
 from app.panels import calibrator_file_name, production_calibrator, score_choices
 from app.recording import traced_rows, traces_download
 from app.semantic import relevance_panel
-from app.services import embedder, evaluate_cached, parse_beams
+from app.services import embedder
 from app.tables import metric_columns, metrics_frame, paired_frame
 from app.text import md_literal, sentence
 from trace_core import EvaluationConfig

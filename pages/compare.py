@@ -9,13 +9,16 @@ import html
 import streamlit as st
 
 from app import state
+from app.calibrators import describe_calibrator, provenance_notes
 from app.compare_dataset import Side, dataset_comparison
 from app.compare_view import Comparison, aligned_heatmap_html, compare_metrics, describe_decoding
 from app.explain import probability_title
 from app.heatmap import HEATMAP_CSS, legend_html, signal_values
 from app.inputs import pick_dataset_file
-from app.services import alternatives_for, describe_calibrator, get_model, prompt_problem, provenance_notes
+from app.prompts import prompt_problem
+from app.services import get_model
 from app.text import md_literal, sentence
+from app.tokenizer_text import alternatives_for
 from trace_core import DecodingConfig, ModelLoadError, ScoreCalibrator, TracePlus, generate_trace, settings
 from trace_core.align import divergence_summary
 from trace_core.policy import fit_new_tokens

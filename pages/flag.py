@@ -8,13 +8,13 @@ import io
 import streamlit as st
 
 from app import state
+from app.calibrators import provenance_notes, scored_out_of_fold, scored_rows
 from app.downloads import download_button
 from app.drift import drift_note, drift_result
 from app.guaranteed import guarantee_choice
 from app.inputs import pick_dataset_file, read_labeled
 from app.panels import active_calibrator_note, answer_details, load_calibrator_panel, production_calibrator
 from app.recording import traced_rows
-from app.services import provenance_notes, scored_out_of_fold, scored_rows
 from app.spans import SPAN_NOTE, riskiest_span_words
 from app.text import control_safe, md_literal, sentence
 from trace_core import ScoreCalibrator, TracePlus

@@ -10,25 +10,18 @@ import pandas as pd
 import streamlit as st
 
 from app import state
+from app.calibrators import describe_calibrator, provenance_notes
 from app.explain import explain_probability, explain_risk, probability_title, unfinished_note
 from app.figures import trace_figure
 from app.heatmap import HEATMAP_CSS, SIGNALS, heatmap_html, legend_html, signal_values
+from app.heatmap_cache import heatmap_cached
+from app.keys import same_model
 from app.panels import active_calibrator_note
-from app.services import (
-    alternatives_for,
-    alternatives_note,
-    describe_calibrator,
-    example_label,
-    heatmap_cached,
-    prompt_as_read,
-    prompt_problem,
-    provenance_notes,
-    same_model,
-    try_prompts,
-)
+from app.prompts import example_label, prompt_problem, try_prompts
 from app.spans import boxed_spans, ranked_spans, spans_panel
 from app.streaming import stream_answer
 from app.text import md_literal, sentence, visible_token
+from app.tokenizer_text import alternatives_for, alternatives_note, prompt_as_read
 from trace_core import ScoreCalibrator, TracePlus, explain_trace
 from trace_core.policy import fit_new_tokens
 from trace_core.record import ServerError

@@ -92,7 +92,7 @@ def test_stop_keeps_the_answers_and_the_rest_can_be_generated_later(prompts_file
     lm = at.session_state["lm"]
     assert list(at.session_state[state.GENERATED].values()) == [({}, {})]  # nothing generated yet
     # as if Stop came after the first batch: the store holds 8 answers
-    from app.services import digest, model_key
+    from app.keys import digest, model_key
 
     data = path.read_bytes()
     config: DecodingConfig = at.session_state["decoding"]

@@ -16,8 +16,9 @@ pytest.importorskip("torch")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from app import state  # noqa: E402
+from app.calibrators import fitted_calibrator  # noqa: E402
 from app.compare_view import Comparison  # noqa: E402
-from app.services import DEMO_MODEL, fitted_calibrator, get_model  # noqa: E402
+from app.services import DEMO_MODEL, get_model  # noqa: E402
 from trace_core import DecodingConfig, Trace, TracePlus  # noqa: E402
 from trace_core.align import align_tokens, divergence_summary  # noqa: E402
 

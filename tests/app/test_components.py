@@ -539,11 +539,13 @@ def test_token_colours_equal_ramp_value_by_value():
     assert [ramp(v) for v in values[::7]] == [_ref_ramp(v) for v in values[::7]]
 
 
-def test_heatmap_cache_reuses_the_html_of_the_same_answer_only():
-    from app.services import heatmap_cached
+def test_heatmap_cache_reuses_the_html_of_the_same_answer_content():
+    from app.heatmap_cache import _rendered, heatmap_cached
 
+    _rendered.clear()
     trace = _equivalence_traces()[4]
-    again = dataclasses.replace(trace)  # equal content, another answer object
+    again = dataclasses.replace(trace)  # equal content, another answer object (another session's, say)
+    other = dataclasses.replace(trace, prompt=trace.prompt + "?")  # another answer
     calls = []
 
     def render(t, signal):
@@ -551,15 +553,45 @@ def test_heatmap_cache_reuses_the_html_of_the_same_answer_only():
         return heatmap_html(t, signal=signal)
 
     first = heatmap_cached(trace, None, ("surprisal", "fixed", None), lambda: render(trace, "surprisal"))
-    assert heatmap_cached(trace, None, ("surprisal", "fixed", None), lambda: render(trace, "surprisal")) is first
+    assert heatmap_cached(trace, None, ("surprisal", "fixed", None), lambda: render(trace, "surprisal")) == first
     assert heatmap_cached(trace, None, ("risk", "fixed", None), lambda: render(trace, "risk")) != first
     assert heatmap_cached(again, None, ("surprisal", "fixed", None), lambda: render(again, "surprisal")) == first
+    heatmap_cached(other, None, ("surprisal", "fixed", None), lambda: render(other, "surprisal"))
     assert calls == ["surprisal", "risk", "surprisal"]
     assert first == heatmap_html(trace, signal="surprisal")
 
 
+def test_heatmap_cache_tells_apart_the_models_that_write_the_alternatives(monkeypatch):
+    from app import heatmap_cache
+
+    heatmap_cache._rendered.clear()
+    trace = _equivalence_traces()[0]
+    monkeypatch.setattr(heatmap_cache, "reads_alternatives", lambda lm, t: lm is not None)
+    monkeypatch.setattr(heatmap_cache, "model_key", lambda lm: f"model {lm}")
+    calls = []
+
+    def render(lm):
+        calls.append(lm)
+        return f"<p>{lm}</p>"
+
+    for lm in ("a", "b", "a", None, None):
+        assert heatmap_cache.heatmap_cached(trace, lm, ("surprisal",), lambda lm=lm: render(lm)) == f"<p>{lm}</p>"
+    assert calls == ["a", "b", None]
+
+
+def test_trace_digest_follows_the_content():
+    from app.keys import trace_digest
+
+    traces = _equivalence_traces()
+    assert len({trace_digest(t) for t in traces}) == len(traces)
+    for trace in traces:
+        assert trace_digest(dataclasses.replace(trace)) == trace_digest(trace)
+        changed = dataclasses.replace(trace, surprisal=trace.surprisal + 1e-9)
+        assert trace_digest(changed) != trace_digest(trace)
+
+
 def test_try_these_labels_name_the_family_the_verdict_and_the_question():
-    from app.services import example_label
+    from app.prompts import example_label
 
     worked = {"family": "worked_arithmetic", "label": 0,
               "prompt": "Q: A shop had 64 coins. It sold 17, got 38 more and then sold 29. How many coins are left? "
@@ -579,7 +611,8 @@ def test_try_these_labels_name_the_family_the_verdict_and_the_question():
 def test_try_these_follow_the_loaded_model():
     import json
 
-    from app.services import DATASETS, DEMO_MODEL, try_prompts
+    from app.prompts import try_prompts
+    from app.services import DATASETS, DEMO_MODEL
 
     demo = json.loads((DATASETS / "try_prompts.json").read_text(encoding="utf-8"))
     real = json.loads((DATASETS / "real_try_prompts.json").read_text(encoding="utf-8"))

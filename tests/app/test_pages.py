@@ -387,7 +387,7 @@ def test_a_flagged_export_opens_on_flag_and_is_scored_again(tiny_model_dirs, mon
     assert main(["flag", str(with_traces), "--calibrator", str(calibrator), "--coverage", "0.5", "--out", str(export),
                  "--quiet"]) == 0
     at = start(tiny_model_dirs, monkeypatch, "../pages/flag.py", data_dir=tmp_path)
-    from app.services import fitted_calibrator
+    from app.calibrators import fitted_calibrator
     from trace_core import load_calibrator
 
     at.session_state["calibrator"] = fitted_calibrator(load_calibrator(calibrator.read_bytes()), origin="loaded")

@@ -90,6 +90,47 @@ def test_row_limit_comes_from_the_environment_when_reading(monkeypatch):
     assert services.read_cached(data.encode(), "three.csv", "exact").n_valid == 3
 
 
+def _csv(rows: int, seed: int, width: int = 3_000) -> bytes:
+    return pd.DataFrame({"prompt": [f"{seed} {j} " + "x" * width for j in range(rows)], "answer": "a",
+                         "label": 1}).to_csv(index=False).encode()
+
+
+def _dataset_entries() -> list[int]:
+    """The byte sizes of the datasets the process keeps read (Streamlit's per-entry cache statistics)."""
+    from streamlit.runtime.caching.cache_data_api import _data_caches
+
+    return [stat.byte_length for caches in _data_caches._function_caches.values() for cache in caches.values()
+            for stats in cache.get_stats().values() for stat in stats if stat.cache_name.endswith("services._read")]
+
+
+def test_the_dataset_cache_is_bounded_in_entries_and_bytes(monkeypatch):
+    monkeypatch.setenv("TRACE_MAX_DATA_MB", "1")
+    for i in range(6):  # each about 300 KB: together over the 1 MiB the cache may hold
+        assert services.read_cached(_csv(100, i), f"d{i}.csv", "exact").n_valid == 100
+    sizes = _dataset_entries()
+    assert sizes and all(size > 250_000 for size in sizes) and sum(sizes) <= 2**20
+    monkeypatch.setenv("TRACE_MAX_DATA_MB", "64")
+    for i in range(services.DATASETS_KEPT + 3):
+        services.read_cached(_csv(2, i, width=10), f"small{i}.csv", "exact")
+    assert len(_dataset_entries()) == services.DATASETS_KEPT
+
+
+def test_each_reader_of_a_cached_dataset_gets_its_own_copy(monkeypatch):
+    import streamlit as st
+
+    data = _csv(3, 0, width=5)
+    calls = []
+    real = services.read_dataset
+    monkeypatch.setattr(services, "read_dataset", lambda *a, **k: calls.append(1) or real(*a, **k))
+    st.cache_data.clear()
+    first = services.read_cached(data, "same.csv", "exact")
+    first.frame.loc[0, "prompt"] = "changed by one session"
+    first.traces.append(None)
+    second = services.read_cached(bytes(data), "same.csv", "exact")  # the same content, read once
+    assert calls == [1]
+    assert second.frame.loc[0, "prompt"] != "changed by one session" and len(second.traces) == 3
+
+
 def test_calibrated_data_is_frozen_and_checked():
     traces = random_traces(3, seed=1)
     frame = pd.DataFrame({"row": [2, 5, 9], "prompt": list("abc"), "answer": [t.answer for t in traces]})

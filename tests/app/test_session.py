@@ -201,7 +201,8 @@ def test_inspect_never_shows_a_stale_answer_as_current(tiny_model_dirs):
 def test_alternatives_of_another_models_trace_show_ids_with_a_note(tiny_model_dirs):
     import dataclasses
 
-    from app.services import IDS_ONLY_NOTE, alternatives_for, alternatives_note, get_model
+    from app.services import get_model
+    from app.tokenizer_text import IDS_ONLY_NOTE, alternatives_for, alternatives_note
     from trace_core import generate_trace
 
     lm = get_model(str(tiny_model_dirs["gpt2"]))

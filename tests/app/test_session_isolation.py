@@ -1,5 +1,5 @@
 """One dashboard session never sees another's results: traces, evaluations, calibrators and scores are keyed by the
-model's identity (:func:`app.services.model_key`), not by the name it is served under; a page does not tokenize the
+model's identity (:func:`app.keys.model_key`), not by the name it is served under; a page does not tokenize the
 dataset again on every rerun; and the sidebar's refusal of a model off the allow-list says nothing about the disk."""
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def test_switching_servers_offers_to_record_again_and_switching_back_reuses_the_
 
 
 def test_model_key_names_the_model_not_its_served_name(tiny_model_dirs, tiny_models, servers, tmp_path):
-    from app.services import model_key
+    from app.keys import model_key
     from trace_core import connect_server
 
     folder = str(tiny_model_dirs["gpt2"])

@@ -97,7 +97,7 @@ def test_loading_records_the_digest_in_every_trace(monkeypatch):
     assert by_relative.model_digest == by_absolute.model_digest == model_digest(DEMO)
     (trace,) = generate_traces(by_relative, ["Q: 2 + 2? A:"], config=DecodingConfig(max_new_tokens=3))
     assert trace.metadata.model_digest == model_digest(DEMO)
-    from app.services import same_model
+    from app.keys import same_model
 
     assert same_model(by_absolute, trace)  # another path, the same model
 
