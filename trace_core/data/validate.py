@@ -18,8 +18,8 @@ from .codec import TRACE_COLUMNS, decode_cell, trace_from_cells
 from .errors import DatasetError, RowError
 from .fastread import FastRow, build_trace, decode_chunk
 from .labels import LABEL_EXPECTED, label_from_reference, parse_label
-from .read import Table, columns_text
 from .responses import trace_from_openai
+from .table import Table, columns_text
 
 __all__ = ["Options", "Rules", "ValidRows", "validate_rows"]
 
