@@ -40,13 +40,13 @@ import pytest
 import torch
 from local_server import LocalServer
 
-from trace_core.record import server as server_module
+from trace_core.record import http_policy
 
 
 @pytest.fixture
 def fast_backoff(monkeypatch):
     """Retries of the server client without their real waits (import this fixture into a test module to use it)."""
-    monkeypatch.setattr(server_module, "_BACKOFF_BASE", 0.001)
+    monkeypatch.setattr(http_policy, "_BACKOFF_BASE", 0.001)
 
 
 @pytest.fixture

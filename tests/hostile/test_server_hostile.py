@@ -18,8 +18,8 @@ from hostile_server import HostileServer  # noqa: E402
 
 from trace_core import DecodingConfig, generate_traces, read_dataset, score_answers  # noqa: E402
 from trace_core.cli import main  # noqa: E402
-from trace_core.record import server as server_module  # noqa: E402
-from trace_core.record.server import ServerError, base_url_of, connect_server  # noqa: E402
+from trace_core.record import ServerError, connect_server, http_policy, remote  # noqa: E402
+from trace_core.record.addresses import base_url_of  # noqa: E402
 
 KEY = "sk-test-Zq81hidden0Secret4Key"
 ROOT = Path(__file__).resolve().parents[2]
@@ -192,8 +192,8 @@ def test_the_dashboards_connection_check_has_its_own_short_deadline(hostile, tin
     pytest.importorskip("streamlit")
     from app import services
 
-    monkeypatch.setattr(server_module, "_CHECK_TIMEOUT", 1.0)
-    monkeypatch.setattr(server_module, "_BACKOFF_BASE", 0.01)
+    monkeypatch.setattr(remote, "_CHECK_TIMEOUT", 1.0)
+    monkeypatch.setattr(http_policy, "_BACKOFF_BASE", 0.01)
     server = hostile(get_mode="drip")
     services._cached_server.clear()
     started = time.monotonic()
@@ -215,7 +215,7 @@ def test_an_answer_larger_than_what_was_asked_is_refused_unheld(mode, hostile, t
     finally:
         tracemalloc.stop()
     assert peak < 16 << 20, peak  # the cap is about 1 MB here; the server offered 64 MB or more
-    assert server_module.response_limit(4, 2) < 2 << 20
+    assert http_policy.response_limit(4, 2) < 2 << 20
 
 
 def test_the_cap_follows_what_was_asked(hostile, tiny_model_dirs):
@@ -227,7 +227,7 @@ def test_the_cap_follows_what_was_asked(hostile, tiny_model_dirs):
     full = backend._response_limit({"max_tokens": 10, "logprobs": sm.vocab_size})
     scoring = backend._response_limit({"prompt": list(range(100)), "max_tokens": 1, "prompt_logprobs": 5})
     assert small < large and small < full and small < scoring
-    assert small == server_module.response_limit(10, 6)
+    assert small == http_policy.response_limit(10, 6)
 
 
 def test_a_compressed_answer_is_one_line(hostile, tiny_model_dirs):

@@ -13,9 +13,11 @@ Both are imported lazily, inside functions, so ``import trace_core`` and ``impor
 * :mod:`.stats` -- the recorder statistics both generation and teacher forcing use; :mod:`.build` -- the one
   builder of a Trace from recorded arrays.
 * :mod:`.backends` -- what runs the model: the public functions validate, tokenize and build traces; a backend
-  (the local Hugging Face one, or a model server's) turns token ids into per-token arrays.
-* :mod:`.server` -- :func:`connect_server`: a model served over the OpenAI-compatible API (vLLM), usable wherever a
-  loaded model is.
+  (the local Hugging Face one, or a model server's through its completions endpoints) turns token ids into
+  per-token arrays.
+* :mod:`.remote` -- :func:`connect_server`: a model served over the OpenAI-compatible API (vLLM), usable wherever a
+  loaded model is; :mod:`.http_policy` -- the one HTTP policy of its requests (retries, deadline, no redirects, size
+  caps, :class:`ServerError`); :mod:`.addresses` -- server addresses in one normal form.
 * :mod:`.embedder` -- the sentence-embedding model of the semantic baselines (:mod:`trace_core.semantic`).
 """
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from .beam import beam_logprobs
 from .generate import generate_trace, generate_traces
+from .http_policy import ServerError
 from .load import (
     LoadedModel,
     ModelLoadError,
@@ -33,7 +36,7 @@ from .load import (
     load_model,
     model_allowlist,
 )
-from .server import ServerError, ServerModel, connect_server
+from .remote import ServerModel, connect_server
 from .stream import stream_trace
 from .teacher import score_answer, score_answers
 from .tokens import alternative_pieces, context_length, encode_prompt, token_pieces

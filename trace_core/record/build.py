@@ -14,8 +14,8 @@ import numpy as np
 from ..data.codec import check_trace
 from ..trace import Trace, TraceMetadata
 from .backends import Backend, RecordedAnswer
-from .backends.server import ServerBackend
-from .server import ServerError
+from .backends.completions import ServerBackend
+from .http_policy import ServerError
 from .tokens import alternative_pieces, token_pieces
 
 

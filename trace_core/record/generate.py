@@ -11,7 +11,7 @@ from ..trace import DecodingConfig, Trace
 from .backends import Backend, RecordedAnswer, backend_of
 from .build import build_trace
 from .load import LoadedModel
-from .server import ServerModel
+from .remote import ServerModel
 from .tokens import check_prompts, encode_prompt
 
 __all__ = ["GenerationJob", "generate_trace", "generate_traces", "prepare_generation"]

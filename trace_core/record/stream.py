@@ -10,7 +10,7 @@ from .._checks import check_real
 from ..trace import DecodingConfig, Trace
 from .generate import prepare_generation
 from .load import LoadedModel
-from .server import ServerModel
+from .remote import ServerModel
 
 __all__ = ["stream_trace"]
 

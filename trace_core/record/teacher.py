@@ -9,7 +9,7 @@ from ..trace import Trace
 from .backends import backend_of
 from .build import build_trace
 from .load import LoadedModel
-from .server import ServerModel
+from .remote import ServerModel
 from .tokens import check_prompts, encode_prompt
 
 __all__ = ["score_answer", "score_answers"]

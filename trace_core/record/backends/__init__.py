@@ -1,6 +1,6 @@
 """Model backends behind the public recording functions, and the dispatch from a loaded model to its backend.
 
-:class:`~.hf.HuggingFaceBackend` runs a :class:`~trace_core.record.LoadedModel`; :class:`~.server.ServerBackend`
+:class:`~.hf.HuggingFaceBackend` runs a :class:`~trace_core.record.LoadedModel`; :class:`~.completions.ServerBackend`
 talks to a :class:`~trace_core.record.ServerModel` (an OpenAI-compatible model server). Both implement
 :class:`~.base.Backend`, so callers of ``generate_traces``, ``score_answers``, ``beam_logprobs`` and
 ``context_length`` pass either.
@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..load import LoadedModel
-from ..server import ServerModel
+from ..remote import ServerModel
 from .base import Backend, RecordedAnswer
+from .completions import ServerBackend
 from .hf import HuggingFaceBackend
-from .server import ServerBackend
 
 __all__ = ["Backend", "HuggingFaceBackend", "RecordedAnswer", "ServerBackend", "backend_of"]
 

@@ -1,4 +1,4 @@
-"""The model-server backend: a :class:`~trace_core.record.server.ServerModel` behind the OpenAI-compatible API.
+"""The model-server backend: a :class:`~trace_core.record.remote.ServerModel` behind the OpenAI-compatible API.
 
 * Generation: one ``POST /v1/completions`` per prompt with the prompt's token ids, ``logprobs`` and
   ``return_tokens_as_token_ids`` (alternatives are keyed ``"token_id:N"``, so two tokens with the same text never
@@ -40,7 +40,8 @@ import numpy as np
 from ..._checks import clip, shorten
 from ...logprobs import check_logprob, entropy_from_top_k, too_much_mass, top_k_entropy_bounds
 from ...trace import DecodingConfig
-from ..server import ServerError, ServerModel, _RefusedError, response_limit
+from ..http_policy import RefusedError, ServerError, response_limit
+from ..remote import ServerModel
 from .base import RecordedAnswer
 
 __all__ = ["ServerBackend"]
@@ -184,7 +185,7 @@ class ServerBackend:
                                   "the answer is incomplete (did the server or a proxy cut it?)")
             held, steps, finish_reason = self._finished(finish, ids, rows)
             yield answer(finish_reason, held, steps)
-        except _RefusedError as exc:
+        except RefusedError as exc:
             raise self._explained(exc, scoring=False, spare=spare) from None
         finally:
             events.close()
@@ -396,10 +397,10 @@ class ServerBackend:
         try:
             return self.sm.request("POST", "/v1/chat/completions" if chat else "/v1/completions", body,
                                    max_bytes=self._response_limit(body))
-        except _RefusedError as exc:
+        except RefusedError as exc:
             raise self._explained(exc, scoring=scoring, spare=spare) from None
 
-    def _explained(self, exc: _RefusedError, *, scoring: bool, spare: int) -> ServerError:
+    def _explained(self, exc: RefusedError, *, scoring: bool, spare: int) -> ServerError:
         """What a refusal means for the user: a cap on log-probabilities, no prompt log-probabilities, or the
         server's own words."""
         capped = _CAPPED.search(exc.message)
@@ -420,7 +421,7 @@ class ServerBackend:
         return exc
 
     def _response_limit(self, body: Mapping[str, Any]) -> int:
-        """The most bytes the answer to ``body`` may take (:func:`~trace_core.record.server.response_limit`): its
+        """The most bytes the answer to ``body`` may take (:func:`~trace_core.record.http_policy.response_limit`): its
         tokens times the log-probabilities asked for each (the chosen token's among them)."""
         vocab = self.sm.vocab_size
         if "messages" in body:
