@@ -31,6 +31,7 @@ impossible number is a row error at reading rather than an overflow far away:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -56,8 +57,20 @@ from ._values import ABSENT, CellError, as_finite_float, is_blank, is_int64, is_
 if TYPE_CHECKING:
     import pyarrow
 
-__all__ = ["COLUMNS", "TRACE_COLUMNS", "TraceColumn", "check_trace", "parse_beam_logprobs", "trace_from_cells",
-           "traces_to_columns"]
+__all__ = ["COLUMNS", "COLUMN_BY_NAME", "ELEMENT_TYPES", "TRACE_COLUMNS", "TraceColumn", "check_trace",
+           "parse_beam_logprobs", "trace_from_cells", "traces_to_columns", "vocab_size_of"]
+
+#: Per element type: the numpy dtype its numbers are decoded to (None: not numbers), and the Python types whose
+#: values need no per-value check (numbers still have to be finite). A value of any other type is checked one by
+#: one, so that a bad one is named. The per-row decoder and the many-row reader (:mod:`trace_core.data.fastread`)
+#: both take their rules from here, through each column's ``dtype`` and ``py_types``.
+ELEMENT_TYPES: dict[str, tuple[Any, frozenset[type]]] = {
+    "str": (None, frozenset({str})),
+    "int": (np.int64, frozenset({int})),
+    "float": (np.float64, frozenset({float, int})),
+    "json": (None, frozenset()),
+}
+
 
 @dataclass(frozen=True)
 class TraceColumn:
@@ -75,6 +88,12 @@ class TraceColumn:
         The :meth:`Trace.to_dict` key written into this column; None for a column that is only read.
     meaning : str
         What the column holds, for people.
+    neg_inf_ok : bool
+        Whether ``-inf`` is a valid value: "no probability" (dropped, like values below ``-MAX_NATS``).
+    dtype : numpy dtype or None
+        What its numbers are decoded to (:data:`ELEMENT_TYPES`); None for text and JSON.
+    py_types : frozenset of type
+        The Python types of values that need no per-value check (:data:`ELEMENT_TYPES`).
     """
 
     name: str
@@ -82,6 +101,14 @@ class TraceColumn:
     ndim: int
     field: str | None
     meaning: str
+    neg_inf_ok: bool = False
+    dtype: Any = dataclasses.field(init=False, repr=False)
+    py_types: frozenset[type] = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        dtype, py_types = ELEMENT_TYPES[self.element]
+        object.__setattr__(self, "dtype", dtype)  # frozen: set once, from the element type
+        object.__setattr__(self, "py_types", py_types)
 
     def arrow_array(self, values: Sequence[Any]) -> pyarrow.Array:
         """``values`` (one per row, None where the row has no trace) as a typed Arrow array, for Parquet."""
@@ -106,19 +133,16 @@ COLUMNS: tuple[TraceColumn, ...] = (
                 ">= 0 nats; when missing, estimated from top_logprobs (entropy_from_top_k), else absent (no entropy)"),
     TraceColumn("top_ids", "int", 2, "top_ids", "the k most likely tokens' ids, T x k (-1 when unknown)"),
     TraceColumn("top_logprobs", "float", 2, "top_logprobs",
-                "their log-probabilities, T x k, each row sorted from most to least likely"),
+                "their log-probabilities, T x k, each row sorted from most to least likely", neg_inf_ok=True),
     TraceColumn("top_tokens", "str", 2, "top_tokens", "their text, T x k"),
     TraceColumn("ranks", "int", 1, "ranks", "1-based rank of each chosen token"),
     TraceColumn("trace_metadata", "json", 0, "metadata", "a JSON object: TraceMetadata.to_dict()"),
 )
 #: The trace column names (``response`` is separate: it is used only when none of these exist).
 TRACE_COLUMNS: tuple[str, ...] = tuple(c.name for c in COLUMNS)
-_BY_NAME = {c.name: c for c in COLUMNS}
+#: Each trace column by its name.
+COLUMN_BY_NAME: dict[str, TraceColumn] = {c.name: c for c in COLUMNS}
 _WRITTEN = tuple(c for c in COLUMNS if c.field is not None)
-# element types that need no per-value check
-_PY_TYPES: dict[str, set[type]] = {"float": {float, int}, "int": {int}, "str": {str}}
-_DTYPES = {"float": np.float64, "int": np.int64}
-_NEG_INF_OK = {"top_logprobs"}  # -inf is "no probability" there (dropped, like values below -MAX_NATS)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -144,9 +168,10 @@ def _list(value: object, name: str, where: str = "") -> list[Any]:
     return list(value)
 
 
-def _check_element(value: object, element: str, where: str, name: str) -> None:
-    """Raise a CellError naming ``where`` when ``value`` is not one valid element of this type (numbers are finite,
-    but for the -inf of a column in ``_NEG_INF_OK``)."""
+def _check_element(value: object, column: TraceColumn, where: str) -> None:
+    """Raise a CellError naming ``where`` when ``value`` is not one valid element of ``column`` (numbers are finite,
+    but for the -inf of a column whose ``neg_inf_ok`` is set)."""
+    name, element = column.name, column.element
     if element == "str":
         if not isinstance(value, str):
             raise CellError(name, f"{where} is {show(value)}; expected a string")
@@ -155,7 +180,7 @@ def _check_element(value: object, element: str, where: str, name: str) -> None:
             raise CellError(name, f"{where} is {show(value)}; expected an integer")
     elif not is_number(value):
         raise CellError(name, f"{where} is {show(value)}; expected a number")
-    elif as_finite_float(value) is None and not (name in _NEG_INF_OK and _is_neg_inf(value)):
+    elif as_finite_float(value) is None and not (column.neg_inf_ok and _is_neg_inf(value)):
         shown = show(value) if isinstance(value, (int, np.integer)) else str(float(value))  # type: ignore[arg-type]
         raise CellError(name, f"{where} is {shown}; expected a finite number")
 
@@ -164,16 +189,17 @@ def _is_neg_inf(value: object) -> bool:
     return isinstance(value, (float, np.floating)) and value == -math.inf
 
 
-def _fast_array(values: list[Any], element: str, neg_inf_ok: bool = False) -> Any:
+def _fast_array(values: list[Any], column: TraceColumn) -> Any:
     """``values`` (of plain types) as an array when every one is valid; None sends the caller to the slow path,
     which names the culprit."""
-    if element == "str":
+    if column.dtype is None:  # text
         return values
     try:
-        arr = np.array(values, dtype=_DTYPES[element])
+        arr = np.array(values, dtype=column.dtype)
     except OverflowError:  # an int beyond int64 (or, for floats, beyond float64)
         return None
-    if element == "int" or np.isfinite(arr).all() or (neg_inf_ok and (np.isfinite(arr) | (arr == -np.inf)).all()):
+    if (column.element == "int" or np.isfinite(arr).all()
+            or (column.neg_inf_ok and (np.isfinite(arr) | (arr == -np.inf)).all())):
         return arr
     return None
 
@@ -182,12 +208,12 @@ def _vector(value: object, column: TraceColumn, n_tokens: int | None) -> Any:
     """A per-token column: an ndarray of shape (T,) for numbers, a list of str for text."""
     name, element = column.name, column.element
     items = _list(value, name)
-    out = _fast_array(items, element) if set(map(type, items)) <= _PY_TYPES[element] else None
+    out = _fast_array(items, column) if set(map(type, items)) <= column.py_types else None
     if out is None:
         for i, x in enumerate(items):
-            _check_element(x, element, f"{name}[{i}]", name)
+            _check_element(x, column, f"{name}[{i}]")
         out = items if element == "str" else np.array(
-            [int(x) for x in items] if element == "int" else items, dtype=_DTYPES[element])
+            [int(x) for x in items] if element == "int" else items, dtype=column.dtype)
     if n_tokens is not None and len(out) != n_tokens:
         raise CellError(name, f"{name} has {len(out)} values but tokens has {n_tokens}")
     return out
@@ -202,9 +228,9 @@ def _matrix(value: object, column: TraceColumn, n_tokens: int) -> Any:
     if len(rows) != n_tokens:
         raise CellError(name, f"{name} has {len(rows)} rows but tokens has {n_tokens}")
     if (set(map(type, rows)) <= {list} and len(set(map(len, rows))) <= 1
-            and set(map(type, itertools.chain.from_iterable(rows))) <= _PY_TYPES[element]):
+            and set(map(type, itertools.chain.from_iterable(rows))) <= column.py_types):
         k = len(rows[0]) if rows else 0
-        out = _fast_array(rows, element, name in _NEG_INF_OK)
+        out = _fast_array(rows, column)
         if out is not None:
             return out if element == "str" else out.reshape(n_tokens, k)
     lists = [_list(r, name, f"{name}[{i}]") for i, r in enumerate(rows)]
@@ -214,10 +240,10 @@ def _matrix(value: object, column: TraceColumn, n_tokens: int) -> Any:
             raise CellError(name, f"{name}[{i}] has {len(r)} values but {name}[0] has {k} (every token needs "
                                   f"the same number k of alternatives)")
         for j, x in enumerate(r):
-            _check_element(x, element, f"{name}[{i}][{j}]", name)
+            _check_element(x, column, f"{name}[{i}][{j}]")
     if element == "str":
         return lists
-    return np.array(lists, dtype=_DTYPES[element]).reshape(n_tokens, k)
+    return np.array(lists, dtype=column.dtype).reshape(n_tokens, k)
 
 
 def _decode(name: str, cells: Mapping[str, Any], n_tokens: int | None) -> Any:
@@ -225,7 +251,7 @@ def _decode(name: str, cells: Mapping[str, Any], n_tokens: int | None) -> Any:
     value = cells.get(name, ABSENT)
     if value is ABSENT:
         return None
-    column = _BY_NAME[name]
+    column = COLUMN_BY_NAME[name]
     return _vector(value, column, n_tokens) if column.ndim == 1 else _matrix(value, column, n_tokens or 0)
 
 
@@ -350,7 +376,7 @@ def trace_from_cells(cells: Mapping[str, Any], *, prompt: str, answer: str) -> T
             metadata = TraceMetadata.from_dict(meta)
         except (TypeError, ValueError) as exc:
             raise CellError("trace_metadata", str(exc)) from None
-    vocab_size = _vocab_size(metadata)
+    vocab_size = vocab_size_of(metadata)
     if vocab_size is not None:  # ids index the model's vocabulary; a rank counts tokens in it
         beyond = f"at least V = {vocab_size} (trace_metadata's extra.vocab_size): token ids are below V"
         _check_bound(token_ids, "token_ids", token_ids >= vocab_size, beyond)
@@ -393,8 +419,14 @@ def check_trace(trace: Trace) -> Trace:
     return trace_from_cells(cells, prompt=trace.prompt, answer=trace.answer)
 
 
-def _vocab_size(metadata: TraceMetadata) -> int | None:
-    """V from ``metadata.extra["vocab_size"]`` (stored by the recorder); None when not given."""
+def vocab_size_of(metadata: TraceMetadata) -> int | None:
+    """V from ``metadata.extra["vocab_size"]`` (stored by the recorder); None when not given.
+
+    Raises
+    ------
+    CellError
+        A ``vocab_size`` that is not an integer from 1 to 2**31, naming the ``trace_metadata`` column.
+    """
     value = metadata.extra.get("vocab_size")
     if value is None:
         return None
@@ -465,7 +497,7 @@ def traces_to_columns(traces: Sequence[Trace | None]) -> dict[str, list[Any]]:
 
 def trace_column(name: str) -> TraceColumn | None:
     """The registry entry of a column name; None for a column that is not a trace column."""
-    return _BY_NAME.get(name)
+    return COLUMN_BY_NAME.get(name)
 
 
 # --------------------------------------------------------------------------------------------------

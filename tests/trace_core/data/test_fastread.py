@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from trace_core import Trace
-from trace_core.data import codec, fastread, read_dataset, validate, write_dataset
+from trace_core.data import codec, fastparse, fastread, read_dataset, validate, write_dataset
 from trace_core.trace import TraceMetadata
 
 _WORDS = ["a", " the", "Paris", "é", "日本", "x y", "1", "-", "\u2028", "tab\tin", 'q"uote', "back\\slash", "new\nline",
@@ -226,7 +226,7 @@ def test_valid_files_read_alike(seed, monkeypatch):
 @pytest.fixture(params=[True, False], ids=["pyarrow", "numpy"])
 def parser(request, monkeypatch):
     """Numbers parsed with pyarrow (when installed) and with numpy (without it)."""
-    monkeypatch.setattr(fastread, "_ARROW", request.param)
+    monkeypatch.setattr(fastparse, "_ARROW", request.param)
 
 
 @pytest.mark.parametrize("seed", range(120))
@@ -277,7 +277,7 @@ def test_fast_path_takes_plain_rows():
 ])
 def test_parse_numbers(text, integer, plain, parser):
     """Only numbers that strtod reads as json does are parsed; anything else sends the chunk to the per-row path."""
-    parsed = fastread._parse_numbers([text], np.int64 if integer else np.float64)
+    parsed = fastparse._parse_numbers([text], np.int64 if integer else np.float64)
     assert (parsed is not None) is plain
     if plain:
         assert parsed.tolist() == json.loads(f"[{text}]")
@@ -291,12 +291,12 @@ def test_parsed_floats_match_json(parser):
     texts += [f"{rng.randint(1, 9)}.{rng.randint(0, 10**20)}e{rng.randint(-330, 300)}" for _ in range(1000)]
     texts += ["5e-324", "2.2250738585072011e-308", "1.7976931348623157e308", "0.1", "1e-400", "-0.0", "0",
               "1E+05", "2.5e-0310"]
-    parsed = fastread._parse_numbers(texts, np.float64)
+    parsed = fastparse._parse_numbers(texts, np.float64)
     assert parsed is not None
     expected = np.array([float(json.loads(t)) for t in texts])
     assert parsed.tobytes() == expected.tobytes()
     ints = [str(rng.randint(-2**63 + 1, 2**63 - 2)) for _ in range(500)] + ["0", "-0", "7"]
-    assert fastread._parse_numbers(ints, np.int64).tolist() == [json.loads(t) for t in ints]
+    assert fastparse._parse_numbers(ints, np.int64).tolist() == [json.loads(t) for t in ints]
 
 
 def _counting(monkeypatch) -> list[int]:
