@@ -127,17 +127,17 @@ def legend_stats(result: EvaluationResult, metric: str, calibrator: str | None =
     >>> roc_figure(y, scores, legend_stats=legend_stats(result, "auroc"))  # doctest: +SKIP
     """
     check_choice(metric, "metric", METRICS)
-    table = result.table(calibrator=calibrator)
-    if metric not in table.columns:
+    table = result.metric_table(calibrator=calibrator)
+    if metric not in table.metrics:
         raise ValueError(f"`metric` {metric!r} was not computed in this evaluation; computed: "
-                         f"{', '.join(m for m in METRICS if m in table.columns)}")
+                         f"{', '.join(m for m in METRICS if m in table.metrics)}")
     n = result.n_splits_used
     where = f"mean of {n} split{'s' if n != 1 else ''}"
     title = METRICS[metric].title
     out = {}
-    for method, row in table.iterrows():
-        mean, std = float(row[metric]), float(row[f"{metric}_std"])
-        out[str(method)] = (f"{title} n/a" if not np.isfinite(mean) else f"{title} {mean:.3f} ± {std:.3f}, {where}")
+    for method in table.methods:
+        mean, std = float(table.mean.at[method, metric]), float(table.std.at[method, metric])
+        out[method] = (f"{title} n/a" if not np.isfinite(mean) else f"{title} {mean:.3f} ± {std:.3f}, {where}")
     return out
 
 

@@ -46,19 +46,19 @@ def _e(text: Any) -> str:
 
 
 def _metrics_table(result: EvaluationResult, calibrator: str) -> str:
-    table = result.table(calibrator=calibrator)
-    metrics = [m for m in result.config.metrics if m in table.columns]
+    table = result.metric_table(calibrator=calibrator)
+    metrics = table.metrics
     bold = result.best_cells(table)
     head = "".join(f"<th>{_e(METRICS[m].title)}</th>" for m in metrics)
     rows = []
-    for method, row in table.iterrows():
+    for method in table.methods:
         cells = []
         for m in metrics:
             best = " class=best" if bold.at[method, m] else ""
-            cells.append(f'<td{best}>{row[m]:.3f} ± {row[f"{m}_std"]:.3f}</td>')
+            cells.append(f"<td{best}>{table.mean.at[method, m]:.3f} ± {table.std.at[method, m]:.3f}</td>")
         note = result.note(method)
         name = _e(method) + (f' <span class="small">({_e(note)})</span>' if note else "")
-        rows.append(f"<tr><td>{name}</td><td>{_e(row['family'])}</td>{''.join(cells)}</tr>")
+        rows.append(f"<tr><td>{name}</td><td>{_e(table.family[method])}</td>{''.join(cells)}</tr>")
     return f"<table><tr><th>method</th><th>family</th>{head}</tr>{''.join(rows)}</table>"
 
 

@@ -30,8 +30,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .evaluate import EvaluationConfig
 
 __all__ = ["CALIBRATOR_NAMES", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "TRUNCATED_SHARE", "UNINFORMATIVE",
-           "EvaluationResult", "HeldOut", "HeldOutMethod", "SplitValue", "average_results", "extended_entropy_note",
-           "extended_needing_entropy", "report_markdown", "split_frame", "summarise", "truncation_note"]
+           "EvaluationResult", "HeldOut", "HeldOutMethod", "MetricTable", "SplitValue", "average_results",
+           "extended_entropy_note", "extended_needing_entropy", "report_markdown", "split_frame", "summarise",
+           "truncation_note"]
 
 SCALAR_CALIBRATORS = ("platt", "isotonic")  # how TRACE and the baselines get probabilities (both are computed)
 #: How captions name the calibrators.
@@ -194,6 +195,39 @@ class HeldOut:
         return pd.concat(parts, ignore_index=True)
 
 
+@dataclass(frozen=True)
+class MetricTable:
+    """The results table under one calibrator (:meth:`EvaluationResult.metric_table`).
+
+    Attributes
+    ----------
+    mean, std : DataFrame
+        Index: the methods, in display order; columns: the metrics, in the configuration's order. The mean and the
+        standard deviation (ddof 1) over the splits.
+    family : Series
+        Each method's family, on the same index.
+    """
+
+    mean: pd.DataFrame
+    std: pd.DataFrame
+    family: pd.Series
+
+    @property
+    def methods(self) -> list[str]:
+        return [str(m) for m in self.mean.index]
+
+    @property
+    def metrics(self) -> list[str]:
+        return [str(m) for m in self.mean.columns]
+
+    def to_frame(self) -> pd.DataFrame:
+        """One wide frame for display or export: ``family``, then each metric's mean, then each one's standard
+        deviation (columns ``<metric>_std``)."""
+        out = pd.concat([self.mean, self.std.add_suffix("_std")], axis=1)
+        out.insert(0, "family", self.family)
+        return out
+
+
 def _shown(frame: pd.DataFrame, calibrator: str) -> pd.DataFrame:
     """The rows a table with ``calibrator`` shows (frames without a calibrator column are shown whole)."""
     if "calibrator" not in frame.columns:
@@ -301,18 +335,24 @@ class EvaluationResult:
             return self.uninformative[method]
         return REFERENCE_NOTE if METHODS[method].kind == "reference" else ""
 
-    def table(self, *, calibrator: str | None = None) -> pd.DataFrame:
-        """Wide table: one row per method (in method order): ``family``, ``<metric>`` and ``<metric>_std`` columns
-        (Brier and ECE of scalar methods under ``calibrator``, default ``config.scalar_calibrator``). Each method's
-        note (uninformative, supervised reference) is :meth:`note`."""
+    def metric_table(self, *, calibrator: str | None = None) -> MetricTable:
+        """Per method (in method order) and metric, the mean and standard deviation over the splits; Brier and ECE
+        of scalar methods under ``calibrator`` (default ``config.scalar_calibrator``). Each method's note
+        (uninformative, supervised reference) is :meth:`note`."""
         shown = _shown(self.summary, self._calibrator(calibrator))
-        wide = shown.pivot(index="method", columns="metric", values="mean")
-        std = shown.pivot(index="method", columns="metric", values="std").add_suffix("_std")
-        metrics = [m for m in self.config.metrics if m in wide.columns]
-        out = pd.concat([wide[metrics], std[[f"{m}_std" for m in metrics]]], axis=1)
-        out = out.reindex([m for m in self.methods if m in out.index])
-        out.insert(0, "family", out.index.map(lambda m: METHODS[m].family))
-        return out
+        mean = shown.pivot(index="method", columns="metric", values="mean")
+        std = shown.pivot(index="method", columns="metric", values="std")
+        metrics = [m for m in self.config.metrics if m in mean.columns]
+        methods = [m for m in self.methods if m in mean.index]
+        mean, std = mean.reindex(index=methods, columns=metrics), std.reindex(index=methods, columns=metrics)
+        mean.columns.name = std.columns.name = None
+        family = pd.Series([METHODS[m].family for m in methods], index=mean.index, name="family")
+        return MetricTable(mean=mean, std=std, family=family)
+
+    def table(self, *, calibrator: str | None = None) -> pd.DataFrame:
+        """:meth:`metric_table` as one wide frame (:meth:`MetricTable.to_frame`): ``family``, ``<metric>`` and
+        ``<metric>_std`` columns, for display and export."""
+        return self.metric_table(calibrator=calibrator).to_frame()
 
     def sample_note(self) -> str:
         """:func:`small_sample_note` of these answers ("" when there are enough); with the share correct unknown
@@ -325,35 +365,37 @@ class EvaluationResult:
         """Too few answers, or of one class, to read the figures (:meth:`sample_note`)."""
         return bool(self.sample_note())
 
-    def best_cells(self, table: pd.DataFrame) -> pd.DataFrame:
-        """Which cells of :meth:`table`'s metric columns to show as the best: each metric's best mean over the
-        informative methods (uninformative scores never are; nothing on a small sample, :attr:`small_sample`)."""
-        metrics = [m for m in self.config.metrics if m in table.columns]
-        informative = ~table.index.isin(list(self.uninformative))
-        out = pd.DataFrame(False, index=table.index, columns=metrics)
+    def best_cells(self, table: MetricTable | pd.DataFrame) -> pd.DataFrame:
+        """Which cells of the table's metric columns to show as the best (a :class:`MetricTable`, or a frame with a
+        column of means per metric): each metric's best mean over the informative methods (uninformative scores never
+        are; nothing on a small sample, :attr:`small_sample`)."""
+        means = table.mean if isinstance(table, MetricTable) else table
+        metrics = [m for m in self.config.metrics if m in means.columns]
+        informative = ~means.index.isin(list(self.uninformative))
+        out = pd.DataFrame(False, index=means.index, columns=metrics)
         if self.small_sample or not informative.any():
             return out
         for m in metrics:
-            best = METRICS[m].best(table.loc[informative, m])
+            best = METRICS[m].best(means.loc[informative, m])
             if np.isfinite(best):
-                out[m] = informative & np.isclose(table[m].to_numpy(dtype=float), best)
+                out[m] = informative & np.isclose(means[m].to_numpy(dtype=float), best)
         return out
 
     def to_markdown(self, *, digits: int = 3, calibrator: str | None = None) -> str:
         """The wide table as Markdown, ``mean ± std``; the best mean per metric in bold (:meth:`best_cells`);
         uninformative methods and the reference say so after their name."""
-        table = self.table(calibrator=calibrator)
-        metrics = [m for m in self.config.metrics if m in table.columns]
+        table = self.metric_table(calibrator=calibrator)
+        metrics = table.metrics
         bold = self.best_cells(table)
         header = "| method | family | " + " | ".join(f"{m} {METRICS[m].arrow}" for m in metrics) + " |"
         lines = [header, "|" + "---|" * (len(metrics) + 2)]
-        for method, row in table.iterrows():
+        for method in table.methods:
             cells = []
             for m in metrics:
-                text = f"{row[m]:.{digits}f} ± {row[f'{m}_std']:.{digits}f}"
+                text = f"{table.mean.at[method, m]:.{digits}f} ± {table.std.at[method, m]:.{digits}f}"
                 cells.append(f"**{text}**" if bold.at[method, m] else text)
             name = f"{method} ({self.uninformative[method]})" if method in self.uninformative else method
-            lines.append(f"| {name} | {row['family']} | " + " | ".join(cells) + " |")
+            lines.append(f"| {name} | {table.family[method]} | " + " | ".join(cells) + " |")
         return "\n".join(lines)
 
     def caption(self, *, calibrator: str | None = None) -> str:

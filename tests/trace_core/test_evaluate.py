@@ -85,6 +85,11 @@ def test_result_tables_and_split_mechanics():
     assert len(frame) == len(held) * sum(len(m.probabilities) for m in held.methods.values())
     table = result.table()
     assert list(table.index[:2]) == ["TRACE+", "TRACE"] and "auroc_std" in table.columns
+    typed = result.metric_table()
+    assert typed.methods == list(table.index) and typed.metrics == list(result.config.metrics)
+    assert typed.mean.at["TRACE", "auroc"] == table.at["TRACE", "auroc"]
+    assert typed.std.at["TRACE+", "brier"] == table.at["TRACE+", "brier_std"]
+    assert typed.family["TRACE"] == table.at["TRACE", "family"]
     assert result.note("Likelihood LR (reference)") == "supervised reference" and result.note("TRACE") == ""
     markdown = result.to_markdown()
     assert markdown.count("\n") == len(table) + 1 and "± " in markdown
