@@ -147,10 +147,9 @@ def trace_profile_features(surprisal: Ragged, entropy: Ragged | None) -> np.ndar
     return np.column_stack(columns)
 
 
-def _ecdf(reference: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Share of ``reference`` values <= each ``x``."""
-    ref = np.sort(reference)
-    return np.searchsorted(ref, x, side="right") / ref.shape[0]
+def _ecdf(ascending: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Share of the reference values (``ascending``, sorted) <= each ``x``."""
+    return np.searchsorted(ascending, x, side="right") / ascending.shape[0]
 
 
 def ces_confidence(F: np.ndarray, reference: np.ndarray) -> np.ndarray:
@@ -163,7 +162,12 @@ def ces_confidence(F: np.ndarray, reference: np.ndarray) -> np.ndarray:
     >>> ces_confidence(np.array([[0.05, 0.4], [0.25, 2.5], [0.9, 9.0]]), reference).tolist()
     [1.0, 0.375, 0.0]
     """
-    return 1.0 - 0.5 * (_ecdf(reference[:, 0], F[:, 0]) + _ecdf(reference[:, 1], F[:, 1]))
+    return _ces_of_sorted(F, np.sort(reference, axis=0))
+
+
+def _ces_of_sorted(F: np.ndarray, ascending: np.ndarray) -> np.ndarray:
+    """:func:`ces_confidence` against reference features already sorted column by column."""
+    return 1.0 - 0.5 * (_ecdf(ascending[:, 0], F[:, 0]) + _ecdf(ascending[:, 1], F[:, 1]))
 
 
 def ces_features(surprisal: Ragged, entropy: Ragged | None) -> np.ndarray:
@@ -198,11 +202,11 @@ def _fit_logistic_baseline(F: np.ndarray, y: np.ndarray) -> Fitted:
 
 @dataclass(frozen=True)
 class _CES:
-    reference: np.ndarray
+    ascending: np.ndarray  # the reference answers' features, each column sorted once per fit
     platt: Callable[[np.ndarray], np.ndarray]
 
     def score(self, F: np.ndarray) -> np.ndarray:
-        return ces_confidence(F, self.reference)
+        return _ces_of_sorted(F, self.ascending)
 
     def log_odds(self, score: np.ndarray) -> np.ndarray:
         return self.platt(score[:, None])
@@ -212,8 +216,9 @@ def _fit_ces(F: np.ndarray, y: np.ndarray) -> Fitted:
     reference = F[y == 1]
     if reference.shape[0] == 0:  # the protocol skips splits with one class; a direct caller gets a clear error
         raise ValueError("CES needs correct answers in the calibration part for its reference CDF")
-    confidence = ces_confidence(F, reference)
-    return _CES(reference, standardised_logistic(confidence[:, None], y))
+    ascending = np.sort(reference, axis=0)
+    confidence = _ces_of_sorted(F, ascending)
+    return _CES(ascending, standardised_logistic(confidence[:, None], y))
 
 
 @dataclass(frozen=True)
