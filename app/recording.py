@@ -21,7 +21,7 @@ from trace_core.record import ServerError, context_length
 from . import state
 from .downloads import download_button
 from .keys import model_key
-from .text import md_literal, sentence
+from .text import md_literal
 
 BATCH_SIZE = 16  # answers per teacher-forcing batch; also how often Stop can take effect
 
@@ -100,28 +100,6 @@ def dataset_traces(dataset: LabeledDataset, data_key: str, lm: LoadedModel | Non
     usable = usable_rows(traces, row_numbers=numbers, too_long=too_long, context_limit=limit)
     return DatasetTraces(dataset, tuple(traces), usable, f"{data_key}/{key}", store)
 
-
-
-def traced_rows(dataset: LabeledDataset, data_key: str, *, key: str = "record",
-                download_name: str | None = None) -> DatasetTraces | None:
-    """The dataset's traces with the sidebar's model (:func:`dataset_traces`), with a warning for each kind of row
-    left out (empty answers, answers too long for the model); None while traces are missing, after a warning and the
-    Record panel (``key``; a note to choose a model when there is none) and, with ``download_name``, the download of
-    a partial recording: the page stops until they are recorded (recording reruns it)."""
-    lm = state.model()
-    rows = dataset_traces(dataset, data_key, lm)
-    for note in rows.usable.notes():
-        st.warning(sentence(note))
-    if not rows.usable.missing:
-        return rows
-    st.warning(sentence(rows.usable.missing_message() or ""))  # a message whenever rows are missing
-    if lm is None:
-        st.info("Choose a model in the sidebar to record them.")
-    else:
-        record_panel(lm, rows, key=key)  # reruns the page when every missing trace is recorded
-    if download_name is not None and rows.store:  # a partial recording is kept, and can be saved
-        traces_download(rows, download_name)
-    return None
 
 def _over_context(lm: LoadedModel, dataset: LabeledDataset) -> frozenset[int]:
     """Positions of the rows without a trace in the file that do not fit the model's context (recording fills only

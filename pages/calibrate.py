@@ -5,13 +5,12 @@ from __future__ import annotations
 import streamlit as st
 
 from app import state
-from app.batch import answered
+from app.dataset_panel import dataset_panel
 from app.downloads import download_button
 from app.evaluation import evaluate_cached, parse_beams
 from app.groups import group_panel
-from app.inputs import pick_dataset_file, read_labeled
 from app.panels import calibrator_file_name, production_calibrator, score_choices
-from app.recording import traced_rows, traces_download
+from app.recording import traces_download
 from app.semantic import relevance_panel
 from app.services import embedder
 from app.tables import metric_columns, metrics_frame, paired_frame
@@ -28,17 +27,13 @@ st.title("Calibrate and compare")
 st.caption("Upload answers labeled correct or wrong (or with a reference answer). TRACE+ is fitted on a calibration "
            "split and every method is scored on the held-out rest, over repeated random splits.")
 
-picked = pick_dataset_file(prompts=True)
-picked = answered(picked) if picked is not None else None  # a prompts file is answered by the sidebar's model first
-read = read_labeled(picked) if picked is not None else None
-if read is None:
+# a prompts file is answered by the sidebar's model first; a partial recording can be downloaded
+traced = dataset_panel(prompts=True, partial_download=True)
+if traced is None:
     st.stop()
-dataset, data_key = read
-rows = traced_rows(dataset, data_key, download_name=picked.name)
-if rows is None:  # traces missing: recording them reruns the page
-    st.stop()
-labels, kept = rows.labels(), rows.kept()
-problem = rows.usable.nothing_left_message() or one_class_message(labels, METRICS_UNDEFINED)
+picked, rows = traced.file, traced.rows
+dataset, labels, kept = rows.dataset, rows.labels(), rows.kept()
+problem = one_class_message(labels, METRICS_UNDEFINED)
 if problem:
     st.error(sentence(problem))
     st.stop()

@@ -9,14 +9,13 @@ import streamlit as st
 
 from app import state
 from app.calibrators import provenance_notes, scored_out_of_fold, scored_rows
+from app.dataset_panel import dataset_panel
 from app.downloads import download_button
 from app.drift import drift_note, drift_result
 from app.guaranteed import guarantee_choice
-from app.inputs import pick_dataset_file, read_labeled
 from app.panels import active_calibrator_note, answer_details, load_calibrator_panel, production_calibrator
-from app.recording import traced_rows
 from app.spans import SPAN_NOTE, riskiest_span_words
-from app.text import control_safe, md_literal, sentence
+from app.text import control_safe, md_literal
 from trace_core import ScoreCalibrator, TracePlus
 from trace_core.data import export_flagged, token_table, with_trace_columns
 from trace_core.flag import OUT_OF_FOLD, select_flagged
@@ -37,19 +36,10 @@ if source == FROM_CALIBRATE:
     data = handed
     st.caption(f"{len(data.traces):,} answers of {md_literal(data.name)}, as evaluated on the Calibrate page.")
 else:
-    picked = pick_dataset_file("flag")
-    read = read_labeled(picked, require_label=False, matcher_key="flag_matcher") if picked is not None else None
-    if read is None:
+    traced = dataset_panel("flag", require_label=False)  # labels optional; missing traces recorded
+    if traced is None:
         st.stop()
-    dataset, data_key = read
-    rows = traced_rows(dataset, data_key, key="flag_record")
-    if rows is None:  # traces missing: recording them reruns the page
-        st.stop()
-    problem = rows.usable.nothing_left_message()
-    if problem:
-        st.error(sentence(problem))
-        st.stop()
-    data = rows.hand_off(picked.name)
+    data = traced.rows.hand_off(traced.file.name)
 
 choices = state.score_choices()
 if (source == FROM_CALIBRATE and choices is not None and choices.owner[0] == data.key and data.labels is not None
