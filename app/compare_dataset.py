@@ -171,13 +171,28 @@ def dataset_comparison(file: DatasetFile, sides: Sequence[Side]) -> None:
     traces = {side.label: [_store(side, file_key)[0][i] for i in positions] for side in sides}
     references = [read.references[i] for i in positions]
     labels = {side: labels_of(traces[side], references, matcher) for side in traces}
-    accuracy = {side: float(np.mean(labels[side][labels[side] >= 0])) if (labels[side] >= 0).any() else np.nan
-                for side in labels}
-    results, notes = {}, []
+    # the key names the answers evaluated: which prompts both sides answered depends on the other side too
+    results, notes = _evaluate_sides(sides, traces, labels, f"|{digest(repr(positions))}|{matcher}", file_key,
+                                     matcher)
+    _side_by_side(len(positions), labels, results, notes)
+    st.subheader("Where they disagree")
+    diff = disagreements(traces, labels, [prompts[i] for i in positions], [read.rows[i] for i in positions])
+    if diff.empty:
+        st.caption("A and B are right and wrong on the same prompts.")
+        return
+    _disagreement_panel(diff, traces, [prompts[i] for i in positions], sides)
+
+
+def _evaluate_sides(sides: Sequence[Side], traces: Mapping[str, Sequence[Trace]], labels: Mapping[str, np.ndarray],
+                    answers_key: str, file_key: str, matcher: str) -> tuple[dict[str, EvaluationResult | None],
+                                                                           list[str]]:
+    """Each side's evaluation (:func:`_evaluate`, keyed by the side's store key and ``answers_key``), and a sentence
+    for each side that could not be evaluated or whose figures are unreliable."""
+    results: dict[str, EvaluationResult | None] = {}
+    notes = []
     for side in sides:
-        # the key names the answers evaluated: which prompts both sides answered depends on the other side too
         result, why = _evaluate(side.label, traces[side.label], labels[side.label],
-                                f"{side.key(file_key)}|{digest(repr(positions))}|{matcher}")
+                                f"{side.key(file_key)}{answers_key}")
         results[side.label] = result
         if why:
             notes.append(why + (" (labeled with the `exact` matcher: answers written as sentences may need "
@@ -187,10 +202,19 @@ def dataset_comparison(file: DatasetFile, sides: Sequence[Side]) -> None:
             notes.append(f"{side.label}'s figures are unreliable: {result.n_answers:,} answers ({right:,} right, "
                          f"{result.n_answers - right:,} wrong), fewer than {SMALL_SAMPLE:,} answers or than "
                          f"{SMALL_CLASS:,} of either class")
+    return results, notes
+
+
+def _side_by_side(n: int, labels: Mapping[str, np.ndarray], results: dict[str, EvaluationResult | None],
+                  notes: Sequence[str]) -> None:
+    """The "Side by side" section: each side's accuracy on the ``n`` compared prompts and where they disagree, the
+    notes, and the methods' table."""
+    accuracy = {side: float(np.mean(labels[side][labels[side] >= 0])) if (labels[side] >= 0).any() else np.nan
+                for side in labels}
     a_right = int(((labels["A"] == 1) & (labels["B"] == 0)).sum())
     b_right = int(((labels["A"] == 0) & (labels["B"] == 1)).sum())
     st.subheader("Side by side")
-    st.markdown(f"On {len(positions):,} prompts, **A** is right on {int((labels['A'] == 1).sum()):,} "
+    st.markdown(f"On {n:,} prompts, **A** is right on {int((labels['A'] == 1).sum()):,} "
                 f"({accuracy['A']:.1%}) and **B** on {int((labels['B'] == 1).sum()):,} ({accuracy['B']:.1%}); "
                 f"they disagree on {a_right + b_right:,}: A right and B wrong on {a_right:,}, B right and A wrong on "
                 f"{b_right:,}.")
@@ -205,11 +229,11 @@ def dataset_comparison(file: DatasetFile, sides: Sequence[Side]) -> None:
                "held-out parts; TRACE and the baselines after Platt scaling). A method's AUROC says how well it tells "
                "that side's right answers from its wrong ones; its Brier, how good its probabilities are.")
 
-    st.subheader("Where they disagree")
-    diff = disagreements(traces, labels, [prompts[i] for i in positions], [read.rows[i] for i in positions])
-    if diff.empty:
-        st.caption("A and B are right and wrong on the same prompts.")
-        return
+
+def _disagreement_panel(diff: pd.DataFrame, traces: Mapping[str, Sequence[Trace]], prompts: Sequence[str],
+                        sides: Sequence[Side]) -> None:
+    """The prompts where the sides disagree (:func:`disagreements`, ``prompts``: the compared ones), and the selected
+    one's prompt with both answers aligned token by token."""
     view = diff.assign(prompt=diff["prompt"].map(control_safe), **{
         f"answer {s}": diff[f"answer {s}"].map(control_safe) for s in ("A", "B")})
     event = st.dataframe(view, hide_index=True, on_select="rerun", selection_mode="single-row",
@@ -225,7 +249,7 @@ def dataset_comparison(file: DatasetFile, sides: Sequence[Side]) -> None:
     a, b = traces["A"][i], traces["B"][i]
     from trace_core.align import align_tokens
 
-    st.code(control_safe(prompts[positions[i]]), language=None, wrap_lines=True)
+    st.code(control_safe(prompts[i]), language=None, wrap_lines=True)
     st.html(HEATMAP_CSS + legend_html(signal_values(a if len(a) else b, "surprisal"))
             + aligned_heatmap_html(a, b, align_tokens(a.tokens, b.tokens), signal="surprisal",
                                    alternatives=(alternatives_for(sides[0].model), alternatives_for(sides[1].model))))
