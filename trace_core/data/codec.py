@@ -277,7 +277,7 @@ def _column_named_in(message: str) -> str:
     return _FIELD_COLUMNS.get(match.group(1), "") if match else ""
 
 
-def trace_from_cells(cells: Mapping[str, Any], *, prompt: str, answer: str) -> Trace:  # noqa: C901 (a flat check per trace column)
+def trace_from_cells(cells: Mapping[str, Any], *, prompt: str, answer: str) -> Trace:
     """Validate one row's trace cells and build its Trace.
 
     Parameters
@@ -301,7 +301,50 @@ def trace_from_cells(cells: Mapping[str, Any], *, prompt: str, answer: str) -> T
                                   "empty for a row without a trace)")
     tokens = _decode("tokens", cells, None)
     n = len(tokens)
+    surprisal = _surprisal(cells, n)
+    top_logprobs, top_ids, top_tokens = _alternatives(cells, n)
+    token_ids = _decode("token_ids", cells, n)
+    if token_ids is None:
+        token_ids = np.full(n, -1, dtype=np.int64)
+    k = top_logprobs.shape[1]
+    if k > 0:
+        _check_top_k_mass(top_logprobs, top_ids, surprisal, token_ids)
+        # Alternatives below -MAX_NATS (-inf, -9999) have no probability: dropped. A row is sorted, so they are its
+        # tail; every step keeps the smallest number of real alternatives at any step (as the importer does).
+        kept = int((top_logprobs >= -MAX_NATS).sum(axis=1).min()) if n else k
+        if kept < k:
+            k = kept
+            top_logprobs, top_ids = top_logprobs[:, :k], top_ids[:, :k]
+            top_tokens = None if top_tokens is None else tuple(r[:k] for r in top_tokens)
 
+    entropy = _decode("entropy", cells, n)
+    if entropy is not None:
+        _check_sign(entropy, "entropy", nonnegative=True, rule="entropy must be >= 0 (nats)")
+    elif k > 0:
+        entropy = entropy_from_top_k(top_logprobs)
+    ranks = _decode("ranks", cells, n)
+    if ranks is not None and (ranks < 1).any():
+        raise CellError("ranks", f"ranks[{int(np.argmin(ranks))}] is {int(ranks.min())}; ranks are 1-based (>= 1)")
+
+    metadata = _metadata(cells)
+    vocab_size = vocab_size_of(metadata)
+    _check_vocabulary(vocab_size, token_ids, top_ids, ranks)
+    if cells.get("entropy", ABSENT) is not ABSENT:  # given, not estimated here (a top-k estimate is below log(k+1))
+        _check_entropy_bound(entropy, vocab_size)
+    if entropy is None:  # the chosen tokens' log-probabilities only: surprisal-only methods still run
+        metadata = replace(metadata, entropy_source="absent", entropy_k=None)
+    elif cells.get("entropy", ABSENT) is ABSENT:  # estimated here: say so, whatever the metadata cell claimed
+        metadata = replace(metadata, entropy_source="top_k", entropy_k=k)
+    try:
+        return Trace(prompt=prompt, answer=answer, token_ids=token_ids, tokens=tuple(tokens), surprisal=surprisal,
+                     entropy=entropy, top_ids=top_ids, top_logprobs=top_logprobs, ranks=ranks, metadata=metadata,
+                     top_tokens=top_tokens)
+    except (TypeError, ValueError) as exc:  # the checks above mirror Trace's; should one miss, name the column
+        raise CellError(_column_named_in(str(exc)), f"inconsistent trace: {exc}") from None
+
+
+def _surprisal(cells: Mapping[str, Any], n: int) -> np.ndarray:
+    """The chosen tokens' surprisal, from the ``surprisal`` cell or the ``logprobs`` cell (both: they must agree)."""
     surprisal = _decode("surprisal", cells, n)
     if surprisal is not None:
         _check_sign(surprisal, "surprisal", nonnegative=True,
@@ -321,7 +364,12 @@ def trace_from_cells(cells: Mapping[str, Any], *, prompt: str, answer: str) -> T
                                         f"of them)")
     if surprisal is None:
         raise CellError("surprisal", "is missing; a trace needs `surprisal` (or `logprobs`)")
+    return surprisal
 
+
+def _alternatives(cells: Mapping[str, Any], n: int) -> tuple[np.ndarray, np.ndarray, Any]:
+    """The top-k alternatives: ``top_logprobs`` (T, k; sorted, <= 0), ``top_ids`` of the same shape (-1 when not
+    given) and ``top_tokens`` (T tuples of k texts, or None)."""
     top_logprobs = _decode("top_logprobs", cells, n)
     if top_logprobs is None:
         top_logprobs = np.zeros((n, 0))
@@ -345,64 +393,45 @@ def trace_from_cells(cells: Mapping[str, Any], *, prompt: str, answer: str) -> T
             raise CellError("top_tokens", f"top_tokens has {len(top_tokens[0]) if top_tokens else 0} alternatives "
                                           f"per token but top_logprobs has {k}")
         top_tokens = tuple(tuple(r) for r in top_tokens)
-    token_ids = _decode("token_ids", cells, n)
-    if token_ids is None:
-        token_ids = np.full(n, -1, dtype=np.int64)
-    if k > 0:
-        _check_top_k_mass(top_logprobs, top_ids, surprisal, token_ids)
-        # Alternatives below -MAX_NATS (-inf, -9999) have no probability: dropped. A row is sorted, so they are its
-        # tail; every step keeps the smallest number of real alternatives at any step (as the importer does).
-        kept = int((top_logprobs >= -MAX_NATS).sum(axis=1).min()) if n else k
-        if kept < k:
-            k = kept
-            top_logprobs, top_ids = top_logprobs[:, :k], top_ids[:, :k]
-            top_tokens = None if top_tokens is None else tuple(r[:k] for r in top_tokens)
+    return top_logprobs, top_ids, top_tokens
 
-    entropy = _decode("entropy", cells, n)
-    if entropy is not None:
-        _check_sign(entropy, "entropy", nonnegative=True, rule="entropy must be >= 0 (nats)")
-    elif k > 0:
-        entropy = entropy_from_top_k(top_logprobs)
-    ranks = _decode("ranks", cells, n)
-    if ranks is not None and (ranks < 1).any():
-        raise CellError("ranks", f"ranks[{int(np.argmin(ranks))}] is {int(ranks.min())}; ranks are 1-based (>= 1)")
 
-    metadata = TraceMetadata(source="imported")
-    if cells.get("trace_metadata", ABSENT) is not ABSENT:
-        meta = cells["trace_metadata"]
-        if not isinstance(meta, Mapping):
-            raise CellError("trace_metadata", f"is {show(meta)}; expected a JSON object")
-        try:
-            metadata = TraceMetadata.from_dict(meta)
-        except (TypeError, ValueError) as exc:
-            raise CellError("trace_metadata", str(exc)) from None
-    vocab_size = vocab_size_of(metadata)
-    if vocab_size is not None:  # ids index the model's vocabulary; a rank counts tokens in it
-        beyond = f"at least V = {vocab_size} (trace_metadata's extra.vocab_size): token ids are below V"
-        _check_bound(token_ids, "token_ids", token_ids >= vocab_size, beyond)
-        _check_bound(top_ids, "top_ids", top_ids >= vocab_size, beyond)
-        if ranks is not None:
-            _check_bound(ranks, "ranks", ranks > vocab_size,
-                         f"above V = {vocab_size} (trace_metadata's extra.vocab_size): a rank counts tokens in V")
-    if cells.get("entropy", ABSENT) is not ABSENT:  # given, not estimated here (a top-k estimate is below log(k+1))
-        if vocab_size is None:
-            _check_bound(entropy, "entropy", entropy > MAX_ENTROPY_NATS,
-                         f"above {MAX_ENTROPY_NATS:.4g} nats = log(2**31) (MAX_ENTROPY_NATS): no vocabulary is that "
-                         f"large (entropy over V tokens is at most log V)")
-        else:
-            _check_bound(entropy, "entropy", entropy > math.log(vocab_size) + ENTROPY_TOLERANCE,
-                         f"above log V = {math.log(vocab_size):.4g} nats (V = {vocab_size}, trace_metadata's "
-                         f"extra.vocab_size): no distribution over V tokens has more entropy")
-    if entropy is None:  # the chosen tokens' log-probabilities only: surprisal-only methods still run
-        metadata = replace(metadata, entropy_source="absent", entropy_k=None)
-    elif cells.get("entropy", ABSENT) is ABSENT:  # estimated here: say so, whatever the metadata cell claimed
-        metadata = replace(metadata, entropy_source="top_k", entropy_k=k)
+def _metadata(cells: Mapping[str, Any]) -> TraceMetadata:
+    """The row's TraceMetadata from its ``trace_metadata`` cell; ``source="imported"`` when the cell is empty."""
+    if cells.get("trace_metadata", ABSENT) is ABSENT:
+        return TraceMetadata(source="imported")
+    meta = cells["trace_metadata"]
+    if not isinstance(meta, Mapping):
+        raise CellError("trace_metadata", f"is {show(meta)}; expected a JSON object")
     try:
-        return Trace(prompt=prompt, answer=answer, token_ids=token_ids, tokens=tuple(tokens), surprisal=surprisal,
-                     entropy=entropy, top_ids=top_ids, top_logprobs=top_logprobs, ranks=ranks, metadata=metadata,
-                     top_tokens=top_tokens)
-    except (TypeError, ValueError) as exc:  # the checks above mirror Trace's; should one miss, name the column
-        raise CellError(_column_named_in(str(exc)), f"inconsistent trace: {exc}") from None
+        return TraceMetadata.from_dict(meta)
+    except (TypeError, ValueError) as exc:
+        raise CellError("trace_metadata", str(exc)) from None
+
+
+def _check_vocabulary(vocab_size: int | None, token_ids: np.ndarray, top_ids: np.ndarray,
+                      ranks: np.ndarray | None) -> None:
+    """Ids index the model's vocabulary of ``vocab_size`` tokens (when known), and a rank counts tokens in it."""
+    if vocab_size is None:
+        return
+    beyond = f"at least V = {vocab_size} (trace_metadata's extra.vocab_size): token ids are below V"
+    _check_bound(token_ids, "token_ids", token_ids >= vocab_size, beyond)
+    _check_bound(top_ids, "top_ids", top_ids >= vocab_size, beyond)
+    if ranks is not None:
+        _check_bound(ranks, "ranks", ranks > vocab_size,
+                     f"above V = {vocab_size} (trace_metadata's extra.vocab_size): a rank counts tokens in V")
+
+
+def _check_entropy_bound(entropy: np.ndarray, vocab_size: int | None) -> None:
+    """A given entropy is at most log V (+ tolerance) when V is known, else at most MAX_ENTROPY_NATS."""
+    if vocab_size is None:
+        _check_bound(entropy, "entropy", entropy > MAX_ENTROPY_NATS,
+                     f"above {MAX_ENTROPY_NATS:.4g} nats = log(2**31) (MAX_ENTROPY_NATS): no vocabulary is that "
+                     f"large (entropy over V tokens is at most log V)")
+    else:
+        _check_bound(entropy, "entropy", entropy > math.log(vocab_size) + ENTROPY_TOLERANCE,
+                     f"above log V = {math.log(vocab_size):.4g} nats (V = {vocab_size}, trace_metadata's "
+                     f"extra.vocab_size): no distribution over V tokens has more entropy")
 
 
 def check_trace(trace: Trace) -> Trace:

@@ -190,7 +190,7 @@ def _keep_row(kept: ValidRows, number: int, raw: Any, rules: Rules, strings: dic
         kept.cells.append({k: v for k, v in raw.items() if k not in _TRACE_SET})
 
 
-def _check_row(raw: Mapping[str, Any], rules: Rules, problems: list[CellError], strings: dict[str, str],  # noqa: C901 (a flat check per column)
+def _check_row(raw: Mapping[str, Any], rules: Rules, problems: list[CellError], strings: dict[str, str],  # noqa: C901 (a flat check per source of the trace)
                fast: FastRow | None = None) -> tuple[Trace | None, str | None, int, bool]:
     """One row's trace, answer and label (-1 when unlabeled), and whether it had a ``response`` that was not used
     (its trace cells were); every problem found is appended to ``problems``, so a row with several bad cells
@@ -199,19 +199,7 @@ def _check_row(raw: Mapping[str, Any], rules: Rules, problems: list[CellError], 
 
     The trace comes from the row's trace cells when any is non-empty, else from its ``response`` (see
     :func:`read_dataset`)."""
-    prompt = answer = None
-    try:
-        prompt = _text_cell(raw.get("prompt"), "prompt", allow_empty=False)
-        if prompt is None:
-            raise CellError("prompt", "is missing; expected non-empty text")
-    except CellError as exc:
-        problems.append(exc)
-    try:
-        answer = _text_cell(raw.get("answer"), "answer", allow_empty=True)
-    except CellError as exc:
-        problems.append(exc)
-        answer = ""  # reported; keep going to report other problems too
-
+    prompt, answer = _prompt_and_answer(raw, problems)
     trace: Trace | None = None
     cells: dict[str, Any] = {}
     cell_problem: CellError | None = None
@@ -226,17 +214,7 @@ def _check_row(raw: Mapping[str, Any], rules: Rules, problems: list[CellError], 
     has_response = rules.use_response and not is_blank(raw.get("response"))
     response_failed = False
     if has_response and not from_cells:
-        try:
-            response = _response_cell(raw.get("response"))
-            if response is not None:
-                trace = trace_from_openai(response, prompt=prompt or "",
-                                          answer_tokens=_answer_tokens_cell(raw.get("answer_tokens")))
-        except CellError as exc:
-            problems.append(exc)
-            response_failed = True
-        except (TypeError, ValueError) as exc:
-            problems.append(CellError("response", str(exc)))
-            response_failed = True
+        trace, response_failed = _response_trace(raw, prompt, problems)
         if trace is not None and not answer:  # missing or empty answer: the response's text
             answer = trace.answer
     if answer is None:
@@ -266,6 +244,41 @@ def _check_row(raw: Mapping[str, Any], rules: Rules, problems: list[CellError], 
         problems.append(exc)
         label = -1
     return trace, answer, label, from_cells and has_response
+
+
+def _prompt_and_answer(raw: Mapping[str, Any], problems: list[CellError]) -> tuple[str | None, str | None]:
+    """The row's prompt (None when bad or missing) and answer (None when missing, "" when bad: reported, and the
+    other cells are still checked, so that every problem is reported)."""
+    prompt = answer = None
+    try:
+        prompt = _text_cell(raw.get("prompt"), "prompt", allow_empty=False)
+        if prompt is None:
+            raise CellError("prompt", "is missing; expected non-empty text")
+    except CellError as exc:
+        problems.append(exc)
+    try:
+        answer = _text_cell(raw.get("answer"), "answer", allow_empty=True)
+    except CellError as exc:
+        problems.append(exc)
+        answer = ""  # reported; keep going to report other problems too
+    return prompt, answer
+
+
+def _response_trace(raw: Mapping[str, Any], prompt: str | None,
+                    problems: list[CellError]) -> tuple[Trace | None, bool]:
+    """The trace of the row's ``response`` cell (None when it is empty), and whether the cell was refused (its
+    problem appended to ``problems``)."""
+    try:
+        response = _response_cell(raw.get("response"))
+        if response is None:
+            return None, False
+        return trace_from_openai(response, prompt=prompt or "",
+                                 answer_tokens=_answer_tokens_cell(raw.get("answer_tokens"))), False
+    except CellError as exc:
+        problems.append(exc)
+    except (TypeError, ValueError) as exc:
+        problems.append(CellError("response", str(exc)))
+    return None, True
 
 
 def _share(value: list[Any], strings: dict[str, str]) -> list[Any]:
