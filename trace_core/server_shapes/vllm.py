@@ -60,7 +60,8 @@ def _entry_value(value: object, where: str, *, chosen: bool) -> tuple[str | None
 
 def prompt_logprob_step(entry: object, token_id: int, at: str) -> TokenStep:
     """One answer token: ``entry`` (named ``at`` in messages) maps token ids (as strings) to ``{logprob, rank,
-    decoded_token}`` and holds the prompt's own token ``token_id``, the step's chosen token (with its rank).
+    decoded_token}`` and holds the prompt's own token ``token_id``, the step's chosen token (with its rank). A null
+    ``decoded_token`` reads as "" (a server without a tokenizer sends none).
 
     vLLM sends the top-k plus the prompt's token when that is not among them: the prompt's token counts as an
     alternative only when its rank is within the entry's size (it is then one of the most likely)."""
@@ -75,9 +76,6 @@ def prompt_logprob_step(entry: object, token_id: int, at: str) -> TokenStep:
         raise ValueError(f"{at} has no entry for the prompt's token {token_id}; expected it among the keys "
                          "(vLLM always includes it)")
     text, lp, rank = values[token_id]
-    if not isinstance(entry[str(token_id)].get("decoded_token"), str):
-        raise ValueError(f"{at}[{str(token_id)!r}].decoded_token must be a string (the token's text), got "
-                         f"{show(entry[str(token_id)].get('decoded_token'))}")
     offered = tuple(Offered(t, t.encode("utf-8"), a, i) for i, (t, a, _) in values.items()
                     if i != token_id or rank is None or rank <= len(values))
     return TokenStep(text, text.encode("utf-8"), lp, offered, token_id, rank)
@@ -107,6 +105,16 @@ def _aligned_lists(holder: Mapping[str, Any], base: str, answer_tokens: int) -> 
     return entries, ids
 
 
+def _answer_step(entry: object, token_id: int, at: str) -> TokenStep:
+    """:func:`prompt_logprob_step`, with the token's text required: the answer is read from the tokens' texts."""
+    step = prompt_logprob_step(entry, token_id, at)
+    text = entry[str(token_id)].get("decoded_token")  # type: ignore[index]
+    if not isinstance(text, str):
+        raise ValueError(f"{at}[{str(token_id)!r}].decoded_token must be a string (the token's text), got "
+                         f"{show(text)}")
+    return step
+
+
 def parse_vllm_prompt(response: Mapping[str, Any], *, answer_tokens: int | None) -> ParsedResponse:
     """vLLM ``prompt_logprobs``: a list aligned with ``prompt_token_ids`` (the first entry null), each entry
     ``{"<token id>": {logprob, rank, decoded_token}}`` holding the prompt's token; the answer is the last
@@ -117,8 +125,8 @@ def parse_vllm_prompt(response: Mapping[str, Any], *, answer_tokens: int | None)
         raise _answer_tokens_needed(base)
     entries, ids = _aligned_lists(holder, base, answer_tokens)
     start = len(entries) - answer_tokens
-    steps = tuple(prompt_logprob_step(entries[pos], token_id_at(ids[pos], f"{base}prompt_token_ids[{pos}]"),
-                                      f"{base}prompt_logprobs[{pos}]")
+    steps = tuple(_answer_step(entries[pos], token_id_at(ids[pos], f"{base}prompt_token_ids[{pos}]"),
+                               f"{base}prompt_logprobs[{pos}]")
                   for pos in range(start, len(entries)))
     return ParsedResponse(steps=steps, text=None, extra={"answer_start": start},
                           tokens_at=f"{base}prompt_logprobs[{start}:]", alternatives_at=f"{base}prompt_logprobs[{{}}]",
