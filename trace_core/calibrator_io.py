@@ -7,26 +7,20 @@ and range (numbers are JSON numbers, never strings or booleans; finite; a ``scal
 ``fit`` writes it). Every problem found becomes one line of the :class:`CalibratorFormatError` naming the field;
 values are echoed at most ~200 characters (:func:`trace_core._checks.shorten`).
 
-:func:`parse_calibrator` returns the checked fields (numbers as floats and float64 arrays); ``trace_core.calibrate``
-builds the calibrators from them.
+:func:`parse_calibrator` checks the file and its top-level keys here, and each field's value in
+:mod:`trace_core.calibrator_fields`; it returns the checked fields (numbers as floats and float64 arrays), from which
+``trace_core.calibrate`` builds the calibrators.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import numbers
 import sys
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
-import numpy as np
-
 from ._checks import shorten
-from .drift import EXTRA_FEATURES, DriftSummary, FeatureBins
-from .features import FEATURE_SETS
-from .trace import ENTROPY_SOURCES
+from .calibrator_fields import FieldChecker, converted_fields, kind_of
 
 __all__ = ["CALIBRATOR_TYPES", "FORMAT_VERSION", "MAX_CALIBRATOR_BYTES", "MAX_DEPTH", "CalibratorFormatError",
            "decode_calibrator", "dumps_calibrator", "parse_calibrator"]
@@ -34,19 +28,6 @@ __all__ = ["CALIBRATOR_TYPES", "FORMAT_VERSION", "MAX_CALIBRATOR_BYTES", "MAX_DE
 FORMAT_VERSION = 1
 MAX_CALIBRATOR_BYTES = 10_000_000  # 10 MB: a fitted calibrator is a few kilobytes
 MAX_DEPTH = 8  # a calibrator nests 3 levels (object -> params / list -> value); anything deeper is not one
-MIN_SCALE = 1e-12  # fit writes std if std > 1e-12 else 1.0: a smaller scale would blow up (x - mean) / scale
-MAX_ABS = 1e150  # a larger coefficient or intercept cannot come from a fit, and its products overflow
-
-_PROVENANCE_LISTS = ("model_id", "tokenizer", "entropy_source")
-_PROVENANCE_KEYS = (*_PROVENANCE_LISTS, "feature_set", "n_rows", "date", "version")
-_PROVENANCE_OPTIONAL = ("model_digest", "source")  # absent in files of earlier versions
-_TRACE_SOURCES = ("generate", "teacher_forced", "imported")
-_MAX_ITEMS, _MAX_TEXT = 1_000, 1_000  # names in a provenance list, characters of one name
-
-_KNOWN_NAMES = frozenset(name for names in FEATURE_SETS.values() for name in names)
-_SUMMARY_KEYS = ("n", "bins", "features")
-_BIN_KEYS = ("name", "edges", "counts")
-_MAX_BINS = 100  # a summary asks for 10 equal-frequency bins; more than 100 is not one
 
 # type -> (required keys, optional keys); "format_version" and "type" are required for every type.
 _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -58,7 +39,6 @@ _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "ScoreCalibrator": (("params", "transform"), ("mean", "scale", "coef", "intercept", "x_thresholds",
                                                   "y_thresholds", "n_samples", "provenance", "drift_summary")),
 }
-_INNER_FIELDS = {"platt": ("mean", "scale", "coef", "intercept"), "isotonic": ("x_thresholds", "y_thresholds")}
 CALIBRATOR_TYPES = tuple(_FIELDS)
 
 
@@ -68,15 +48,6 @@ class CalibratorFormatError(ValueError):
     def __init__(self, problems: list[str] | tuple[str, ...]) -> None:
         self.problems = tuple(problems)
         super().__init__("\n".join(self.problems))
-
-
-def _kind(value: object) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if value is None:
-        return "null"
-    return {str: "a string", list: "a list", dict: "an object", int: "an integer", float: "a number"}.get(
-        type(value), type(value).__name__)
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -141,270 +112,7 @@ def _depth(obj: Any) -> int:
     return deepest
 
 
-class _Checker:
-    """Collects one line per problem while the fields are converted."""
-
-    def __init__(self) -> None:
-        self.problems: list[str] = []
-
-    def fail(self, field: str, message: str) -> None:
-        self.problems.append(f"calibrator field {field!r} {message}")
-
-    def number(self, value: Any, field: str, *, minimum: float | None = None, maximum: float | None = None,
-               bound: float = MAX_ABS) -> float | None:
-        if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.integer, np.floating)):
-            self.fail(field, f"must be a number, got {shorten(value)} ({_kind(value)})")
-            return None
-        try:
-            x = float(value)
-        except OverflowError:  # an int beyond the float range
-            x = -math.inf if value < 0 else math.inf
-        if not math.isfinite(x):
-            self.fail(field, f"must be a finite number, got {x!r}")
-            return None
-        if abs(x) > bound:
-            self.fail(field, f"must be at most {bound:g} in size, got {x!r}")
-            return None
-        if minimum is not None and not x > minimum:
-            self.fail(field, f"must be > {minimum:g}, got {x!r}")
-            return None
-        if maximum is not None and x > maximum:
-            self.fail(field, f"must be <= {maximum:g}, got {x!r}")
-            return None
-        return x
-
-    def numbers(self, value: Any, field: str, *, length: int | None = None, **bounds: Any) -> np.ndarray | None:
-        if not isinstance(value, (list, tuple)):
-            self.fail(field, f"must be a list of numbers, got {shorten(value)} ({_kind(value)})")
-            return None
-        if length is not None and len(value) != length:
-            self.fail(field, f"must hold {length} numbers (one per feature), got {len(value):,}")
-            return None
-        if not value:
-            self.fail(field, "must not be empty")
-            return None
-        before = len(self.problems)
-        out = [self.number(v, f"{field}[{i}]", **bounds) for i, v in enumerate(value)]
-        if len(self.problems) > before:  # one line per field: the first bad value, and how many more
-            extra = len(self.problems) - before - 1
-            del self.problems[before + 1:]
-            if extra:
-                self.problems[-1] += f" ({extra:,} more bad values in {field!r})"
-            return None
-        return np.asarray(out, dtype=np.float64)
-
-    def integer(self, value: Any, field: str, *, minimum: int, maximum: int) -> int | None:
-        if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
-            self.fail(field, f"must be a whole number, got {shorten(value)} ({_kind(value)})")
-            return None
-        whole = int(value)
-        if not minimum <= whole <= maximum:
-            self.fail(field, f"must be in [{minimum:,}, {maximum:,}], got {shorten(value)}")
-            return None
-        return whole
-
-
-def _params(c: _Checker, kind: str, params: Any) -> dict[str, Any]:
-    allowed = {"TracePlus": ("feature_set", "C", "max_iter"), "PlattCalibrator": ("C",),
-               "IsotonicCalibrator": (), "ScoreCalibrator": ("method", "calibrator", "C")}[kind]
-    if not isinstance(params, Mapping):
-        c.fail("params", f"must be an object, got {shorten(params)} ({_kind(params)})")
-        return {}
-    out: dict[str, Any] = {}
-    for key in params:
-        if key not in allowed:
-            c.fail("params", f"has an unknown key {shorten(key)}; a {kind} has {list(allowed)}")
-    if "C" in allowed and "C" in params:
-        C = c.number(params["C"], "params.C", minimum=0.0, bound=math.inf)
-        if C is not None:
-            out["C"] = C
-    if "max_iter" in allowed and "max_iter" in params:
-        max_iter = c.integer(params["max_iter"], "params.max_iter", minimum=1, maximum=10**9)
-        if max_iter is not None:
-            out["max_iter"] = max_iter
-    if "method" in allowed:
-        from .calibrate import flaggable_methods
-
-        for key, choices in (("method", flaggable_methods()), ("calibrator", list(_INNER_FIELDS))):
-            value = params.get(key)
-            if not isinstance(value, str) or value not in choices:
-                c.fail(f"params.{key}", f"must be one of {choices}, got {shorten(value)}")
-            else:
-                out[key] = value
-    if "feature_set" in allowed and "feature_set" in params:
-        fs = params["feature_set"]
-        if not isinstance(fs, str) or fs not in FEATURE_SETS:
-            c.fail("params.feature_set", f"must be one of {list(FEATURE_SETS)}, got {shorten(fs)}")
-        else:
-            out["feature_set"] = fs
-    return out
-
-
-def _provenance(c: _Checker, value: Any, kind: str = "TracePlus") -> dict[str, Any] | None:
-    """Where a TracePlus or ScoreCalibrator came from (written by ``fit``): model ids, tokenizers and entropy sources
-    of its traces (lists of names, empty when unknown), its feature set (TracePlus only), number of rows, date (ISO
-    8601) and trace_core version."""
-    required = _PROVENANCE_KEYS if kind == "TracePlus" else tuple(k for k in _PROVENANCE_KEYS if k != "feature_set")
-    if not isinstance(value, Mapping):
-        c.fail("provenance", f"must be an object, got {shorten(value)} ({_kind(value)})")
-        return None
-    before = len(c.problems)
-    for key in value:
-        if key not in required and key not in _PROVENANCE_OPTIONAL:
-            c.fail("provenance", f"has an unknown key {shorten(key)}; it has {list(required + _PROVENANCE_OPTIONAL)}")
-    missing = [key for key in required if key not in value]
-    if missing:
-        c.fail("provenance", f"lacks {missing}")
-        return None
-    out: dict[str, Any] = {}
-    # in the order fit writes them, so that a file round-trips to the same text
-    for key in (k for k in ("model_id", "model_digest", "tokenizer", "entropy_source", "source")
-                if k in _PROVENANCE_LISTS or k in value):
-        names = value[key]
-        field = f"provenance.{key}"
-        if not isinstance(names, list) or len(names) > _MAX_ITEMS or not all(
-                isinstance(n, str) and len(n) <= _MAX_TEXT for n in names):
-            c.fail(field, f"must be a list of at most {_MAX_ITEMS:,} names of at most {_MAX_TEXT:,} characters, "
-                          f"got {shorten(names)}")
-        elif key == "entropy_source" and not set(names) <= set(ENTROPY_SOURCES):
-            c.fail(field, f"must hold names from {list(ENTROPY_SOURCES)}, got {shorten(names)}")
-        elif key == "source" and not set(names) <= set(_TRACE_SOURCES):
-            c.fail(field, f"must hold names from {list(_TRACE_SOURCES)}, got {shorten(names)}")
-        else:
-            out[key] = list(names)
-    if "feature_set" in required:
-        if not isinstance(value["feature_set"], str) or value["feature_set"] not in FEATURE_SETS:
-            c.fail("provenance.feature_set",
-                   f"must be one of {list(FEATURE_SETS)}, got {shorten(value['feature_set'])}")
-        out["feature_set"] = value["feature_set"]
-    out["n_rows"] = c.integer(value["n_rows"], "provenance.n_rows", minimum=0, maximum=10**15)
-    for key in ("date", "version"):
-        text = value[key]
-        if not isinstance(text, str) or len(text) > 64:
-            c.fail(f"provenance.{key}", f"must be text of at most 64 characters, got {shorten(text)}")
-        out[key] = text
-    if isinstance(value["date"], str) and len(value["date"]) <= 64:
-        try:
-            datetime.fromisoformat(value["date"])
-        except ValueError:
-            c.fail("provenance.date", f"must be an ISO 8601 date, got {shorten(value['date'])}")
-    return out if len(c.problems) == before else None
-
-
-def _drift_summary(c: _Checker, value: Any, allowed: tuple[str, ...]) -> DriftSummary | None:  # noqa: C901 (a flat check per field of the file)
-    """The summary of the calibration answers' features that the drift check reads (``fit`` writes it, see
-    :mod:`trace_core.drift`): ``n`` answers, the ``bins`` asked for, and per feature (each named once, from
-    ``allowed``) at most ``bins - 1`` increasing finite ``edges`` and ``len(edges) + 1`` positive whole ``counts``
-    summing to ``n``. Its size is bounded: ``len(allowed)`` features of at most ``2 * bins - 1`` numbers."""
-    field = "drift_summary"
-    if not isinstance(value, Mapping):
-        c.fail(field, f"must be an object, got {shorten(value)} ({_kind(value)})")
-        return None
-    before = len(c.problems)
-    for key in value:
-        if key not in _SUMMARY_KEYS:
-            c.fail(field, f"has an unknown key {shorten(key)}; it has {list(_SUMMARY_KEYS)}")
-    missing = [key for key in _SUMMARY_KEYS if key not in value]
-    if missing:
-        c.fail(field, f"lacks {missing}")
-        return None
-    n = c.integer(value["n"], f"{field}.n", minimum=1, maximum=10**15)
-    bins = c.integer(value["bins"], f"{field}.bins", minimum=2, maximum=_MAX_BINS)
-    features = value["features"]
-    if not isinstance(features, list) or not 1 <= len(features) <= len(allowed):
-        c.fail(f"{field}.features", f"must be a list of 1 to {len(allowed)} features, got {shorten(features)}")
-        return None
-    out, seen = [], set()
-    for i, feature in enumerate(features):
-        where = f"{field}.features[{i}]"
-        if not isinstance(feature, Mapping) or set(feature) != set(_BIN_KEYS):
-            c.fail(where, f"must be an object with keys {list(_BIN_KEYS)}, got {shorten(feature)}")
-            continue
-        name, edges, counts = feature["name"], feature["edges"], feature["counts"]
-        if not isinstance(name, str) or name not in allowed:
-            c.fail(f"{where}.name", f"must be one of {list(allowed)}, got {shorten(name)}")
-        elif name in seen:
-            c.fail(f"{where}.name", f"names {name!r} a second time")
-        seen.add(name)
-        if not isinstance(edges, list) or (bins is not None and len(edges) > bins - 1):
-            c.fail(f"{where}.edges", f"must be a list of at most {(bins or _MAX_BINS) - 1} numbers, got "
-                                     f"{shorten(edges)}")
-            continue
-        checked = [c.number(e, f"{where}.edges[{j}]", bound=math.inf) for j, e in enumerate(edges)]
-        cut = [e for e in checked if e is not None]
-        if len(cut) != len(checked):
-            continue
-        if any(b <= a for a, b in zip(cut, cut[1:])):
-            c.fail(f"{where}.edges", "must be strictly increasing")
-        if not isinstance(counts, list) or len(counts) != len(edges) + 1:
-            c.fail(f"{where}.counts", f"must be a list of {len(edges) + 1} counts (one more than the edges), got "
-                                      f"{shorten(counts)}")
-            continue
-        checked_counts = [c.integer(k, f"{where}.counts[{j}]", minimum=1, maximum=10**15) for j, k in enumerate(counts)]
-        whole = [k for k in checked_counts if k is not None]
-        if len(whole) != len(checked_counts):
-            continue
-        if n is not None and sum(whole) != n:
-            c.fail(f"{where}.counts", f"must sum to n ({n:,}), got {sum(whole):,}")
-        out.append(FeatureBins(name=name, edges=tuple(cut), counts=tuple(whole)))
-    if len(c.problems) > before or n is None or bins is None:
-        return None
-    return DriftSummary(n=n, features=tuple(out), bins=bins)
-
-
-def _platt_fields(c: _Checker, obj: Mapping[str, Any], out: dict[str, Any]) -> None:
-    for key in ("coef", "intercept"):
-        if key in obj:
-            out[key] = c.number(obj[key], key)
-    if "mean" in obj:
-        out["mean"] = c.number(obj["mean"], "mean", bound=math.inf)
-    if "scale" in obj:
-        out["scale"] = c.number(obj["scale"], "scale", minimum=MIN_SCALE, bound=math.inf)
-
-
-def _isotonic_fields(c: _Checker, obj: Mapping[str, Any], out: dict[str, Any]) -> None:
-    x = c.numbers(obj["x_thresholds"], "x_thresholds", bound=math.inf) if "x_thresholds" in obj else None
-    y = c.numbers(obj["y_thresholds"], "y_thresholds") if "y_thresholds" in obj else None
-    if x is not None and y is not None:
-        if x.shape != y.shape:
-            c.fail("y_thresholds", f"must hold as many numbers as 'x_thresholds' ({x.size:,}), got {y.size:,}")
-        if (np.diff(x) < 0).any():
-            c.fail("x_thresholds", "must be non-decreasing")
-        if (np.diff(y) < 0).any() or y.min() < 0 or y.max() > 1:
-            c.fail("y_thresholds", "must be non-decreasing and in [0, 1]")
-    out["x_thresholds"], out["y_thresholds"] = x, y
-
-
-def _score_fields(c: _Checker, obj: Mapping[str, Any], out: dict[str, Any]) -> None:
-    """A ScoreCalibrator's own fields and those of its Platt or isotonic calibrator (``params.calibrator``)."""
-    from .registry import METHODS
-
-    method, calibrator = out["params"].get("method"), out["params"].get("calibrator")
-    transform = obj.get("transform")
-    if method is not None and "transform" in obj and transform != METHODS[method].transform:
-        c.fail("transform", f"must be {METHODS[method].transform!r}, the transform {method} is calibrated on in this "
-                            f"version, got {shorten(transform)}")
-    out["transform"] = transform
-    if calibrator is not None:
-        other = next(k for k in _INNER_FIELDS if k != calibrator)
-        for key in _INNER_FIELDS[calibrator]:
-            if key not in obj:
-                c.problems.append(f"calibrator field {key!r} is missing (a {calibrator} ScoreCalibrator has "
-                                  f"{list(_INNER_FIELDS[calibrator])})")
-        for key in _INNER_FIELDS[other]:
-            if key in obj:
-                c.problems.append(f"calibrator field {key!r} is not a field of a {calibrator} ScoreCalibrator (it "
-                                  f"has {list(_INNER_FIELDS[calibrator])})")
-        (_platt_fields if calibrator == "platt" else _isotonic_fields)(c, obj, out)
-    if "provenance" in obj:
-        out["provenance"] = _provenance(c, obj["provenance"], "ScoreCalibrator")
-    if "drift_summary" in obj:
-        out["drift_summary"] = _drift_summary(c, obj["drift_summary"], ("score", *EXTRA_FEATURES))
-    out["n_samples"] = (c.integer(obj["n_samples"], "n_samples", minimum=0, maximum=10**15)
-                        if "n_samples" in obj else 0)
-
-
-def parse_calibrator(data: str | Mapping[str, Any], expected_type: str | None = None) -> dict[str, Any]:  # noqa: C901 (a flat check per field of the file)
+def parse_calibrator(data: str | Mapping[str, Any], expected_type: str | None = None) -> dict[str, Any]:
     """Check a calibrator's JSON text (or its parsed object) and return its fields, converted.
 
     Returns a dict with ``type`` and, per type: ``params`` (constructor keywords), and ``feature_names`` (tuple),
@@ -428,8 +136,27 @@ def parse_calibrator(data: str | Mapping[str, Any], expected_type: str | None = 
         obj = data
     else:
         raise TypeError(f"a calibrator is JSON text (str) or its parsed object, got {type(data).__name__}")
+    kind = _calibrator_type(obj, expected_type)
+    c = FieldChecker()
+    required, optional = _FIELDS[kind]
+    for key in obj:
+        if key not in ("type", "format_version", *required, *optional):
+            c.problems.append(f"calibrator field {shorten(key)} is not a field of a {kind} calibrator (fields: "
+                              f"{list(required + optional)})")
+    for key in required:
+        if key not in obj:
+            c.problems.append(f"calibrator field {key!r} is missing")
+    out = converted_fields(c, kind, obj)
+    if c.problems:
+        raise CalibratorFormatError(c.problems)
+    return out
+
+
+def _calibrator_type(obj: Any, expected_type: str | None) -> str:
+    """The calibrator type of a parsed file, once it is known to be a calibrator's object of this format version
+    (and of ``expected_type`` when given)."""
     if not isinstance(obj, Mapping):
-        raise CalibratorFormatError([f"not a calibrator JSON: expected an object, got {_kind(obj)}"])
+        raise CalibratorFormatError([f"not a calibrator JSON: expected an object, got {kind_of(obj)}"])
     depth = _depth(obj)
     if depth > MAX_DEPTH:
         raise CalibratorFormatError([f"calibrator: JSON nested too deeply (a calibrator nests at most {MAX_DEPTH} "
@@ -446,62 +173,7 @@ def parse_calibrator(data: str | Mapping[str, Any], expected_type: str | None = 
     if isinstance(version, bool) or version != FORMAT_VERSION:
         raise CalibratorFormatError([f"unsupported calibrator format_version {shorten(version)}; this version "
                                      f"reads {FORMAT_VERSION}"])
-
-    c = _Checker()
-    required, optional = _FIELDS[kind]
-    for key in obj:
-        if key not in ("type", "format_version", *required, *optional):
-            c.problems.append(f"calibrator field {shorten(key)} is not a field of a {kind} calibrator (fields: "
-                              f"{list(required + optional)})")
-    for key in required:
-        if key not in obj:
-            c.problems.append(f"calibrator field {key!r} is missing")
-    out: dict[str, Any] = {"type": kind, "params": _params(c, kind, obj.get("params", {}))}
-
-    if kind == "TracePlus":
-        params = obj.get("params")
-        known_set = not (isinstance(params, Mapping) and "feature_set" in params) or "feature_set" in out["params"]
-        expected = FEATURE_SETS[out["params"].get("feature_set", "paper")] if known_set else None
-        names = obj.get("feature_names")
-        if "feature_names" in obj:
-            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-                c.fail("feature_names", f"must be a list of feature names, got {shorten(names)}")
-            else:
-                unknown = [n for n in names if n not in _KNOWN_NAMES]
-                if unknown:
-                    c.fail("feature_names", f"holds unknown feature {shorten(unknown[0])} ({len(unknown):,} "
-                                            "unknown in all)")
-                elif expected is not None and tuple(names) != expected:
-                    c.fail("feature_names", f"{shorten(names)} do not match feature set "
-                                            f"{out['params'].get('feature_set', 'paper')!r} of this version "
-                                            f"({list(expected)})")
-                else:
-                    out["feature_names"] = tuple(names)
-        d = len(expected) if expected is not None else None
-        if "mean" in obj:
-            out["mean"] = c.numbers(obj["mean"], "mean", length=d, bound=math.inf)
-        if "coef" in obj:
-            out["coef"] = c.numbers(obj["coef"], "coef", length=d)
-        if "scale" in obj:
-            out["scale"] = c.numbers(obj["scale"], "scale", length=d, minimum=MIN_SCALE, bound=math.inf)
-        if "intercept" in obj:
-            out["intercept"] = c.number(obj["intercept"], "intercept")
-        if "provenance" in obj:
-            out["provenance"] = _provenance(c, obj["provenance"])
-        if "drift_summary" in obj and expected is not None:  # an unknown feature set is reported already
-            out["drift_summary"] = _drift_summary(c, obj["drift_summary"], tuple(expected) + tuple(
-                n for n in EXTRA_FEATURES if n not in expected))
-        out["n_samples"] = (c.integer(obj["n_samples"], "n_samples", minimum=0, maximum=10**15)
-                            if "n_samples" in obj else 0)
-    elif kind == "ScoreCalibrator":
-        _score_fields(c, obj, out)
-    elif kind == "PlattCalibrator":
-        _platt_fields(c, obj, out)
-    else:
-        _isotonic_fields(c, obj, out)
-    if c.problems:
-        raise CalibratorFormatError(c.problems)
-    return out
+    return kind
 
 
 def dumps_calibrator(obj: Mapping[str, Any]) -> str:
