@@ -53,7 +53,7 @@ def _header_delimiter(src: Source, preferred: str) -> str:
 
 
 def csv_table(src: Source, *, max_rows: int | None, report: Reporter) -> Table:
-    """The CSV file ``src`` as a :class:`Table`: its header read now, its rows as ``rows`` is consumed."""
+    """The CSV file ``src`` as a :class:`Table`: its header read here, its rows as ``rows`` is consumed."""
     if csv.field_size_limit() < _CSV_FIELD_LIMIT:
         csv.field_size_limit(_CSV_FIELD_LIMIT)  # only ever raised, never lowered: harmless for other readers
     delimiter = _header_delimiter(src, "\t" if src.name.lower().endswith(".tsv") else ",")

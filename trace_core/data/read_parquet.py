@@ -21,7 +21,7 @@ _PARQUET_BATCH = 4096
 
 
 def parquet_table(src: Source, *, max_rows: int | None, report: Reporter) -> Table:
-    """The Parquet file ``src`` as a :class:`Table`: its metadata and schema checked now, its rows decoded batch by
+    """The Parquet file ``src`` as a :class:`Table`: its metadata and schema checked here, its rows decoded batch by
     batch as ``rows`` is consumed, and its typed columns as pandas converts them (``Table.frame``)."""
     file = _ParquetFile.open(src, max_rows)
     table = Table(columns=file.columns, rows=iter(()), frame=file.frame,

@@ -155,8 +155,8 @@ class Lines:
     """The decoded lines of a UTF-8 file, split on ``\\n`` only (each keeps its line ending).
 
     Not ``str.splitlines``: that also splits on U+2028, U+2029, U+0085, U+000B, U+000C and U+001C-U+001E, which JSON
-    strings may hold raw, so records were cut in two and every later line number was off. ``blank`` records whether
-    the text seen so far is only whitespace.
+    strings may hold raw: splitting there would cut a record in two and shift every later line number. ``blank``
+    records whether the text seen so far is only whitespace.
     """
 
     def __init__(self, src: Source, report: Reporter) -> None:
