@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from .. import settings
 from .._checks import shorten
-from .folders import FolderError, FolderEscapeError, cached_snapshot, check_folder_files, looks_like_path, model_folder
+from .folders import (
+    FolderError,
+    FolderEscapeError,
+    ModelFolder,
+    cached_snapshot,
+    check_folder_files,
+    looks_like_path,
+    model_folder,
+)
 from .gguf import converted_folder, gguf_file_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -223,7 +231,7 @@ def check_model_allowed(name_or_path: str | Path) -> None:
                                f"allowed: {shorten(', '.join(allowed))}.")
 
 
-def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | Any = "auto",  # noqa: C901 (one branch per model source and option)
+def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | Any = "auto",
                local_files_only: bool = True, trust_remote_code: bool | None = None,
                allow_pickle_weights: bool | None = None,
                progress: Callable[[str], None] | None = None) -> LoadedModel:
@@ -295,28 +303,7 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
         raise ModelNotFoundError("No model given: pass a local model folder or a cached Hugging Face model id.")
     gguf = gguf_file_of(name)
     folder = model_folder(converted_folder(gguf, progress=progress) if gguf is not None else name)
-    if folder is not None:
-        if folder.only_pickle and not allow_pickle_weights:
-            raise UnsafeModelError(
-                f"Model folder '{name}' has only pickle weights (pytorch_model.bin), which can run code when loaded; "
-                "convert them to safetensors, or opt in with allow_pickle_weights=True (or "
-                "TRACE_ALLOW_PICKLE_WEIGHTS=1) if you trust the file.")
-        if not folder.has_safetensors and not folder.has_pickle:
-            raise ModelNotFoundError(f"Model folder '{name}' has no weights (*.safetensors); save the model there "
-                                     "with save_pretrained(..., safe_serialization=True).")
-        check_model_files(folder, name)
-        source = str(folder.path)
-        digest_folder: Path | None = folder.path
-    elif looks_like_path(name):
-        raise ModelNotFoundError(f"No model folder at '{name}'; check the path (it must be a folder made by "
-                                 "save_pretrained, with config.json and *.safetensors).")
-    else:
-        source = name
-        cached = cached_model_folder(name)
-        if cached is not None:
-            check_model_files(cached, name)
-        digest_folder = cached.path if cached is not None else None
-
+    source, digest_folder = _model_source(name, folder, allow_pickle_weights=allow_pickle_weights)
     resolved_device = _resolve_device(device)
     resolved_dtype = _resolve_dtype(dtype, resolved_device)
     options = dict(local_files_only=local_files_only, trust_remote_code=trust_remote_code)
@@ -328,27 +315,8 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
         model = transformers.AutoModelForCausalLM.from_pretrained(
             source, dtype=resolved_dtype, use_safetensors=None if allow_pickle_weights else True, **options)
     except (OSError, ValueError) as exc:
-        text = str(exc)
-        if "trust_remote_code" in text and not trust_remote_code:
-            raise UnsafeModelError(f"Model '{name}' needs its own Python code (trust_remote_code); it is off by "
-                                   "default. Opt in with trust_remote_code=True (or TRACE_TRUST_REMOTE_CODE=1) "
-                                   "only if you trust the model's source.") from exc
-        if "safetensors" in text.lower() and not allow_pickle_weights:
-            raise UnsafeModelError(f"Model '{name}' has no safetensors weights in the local cache; only pickle "
-                                   "weights, which can run code when loaded. Convert them to safetensors, or opt in "
-                                   "with allow_pickle_weights=True (or TRACE_ALLOW_PICKLE_WEIGHTS=1) if you trust "
-                                   "the file.") from exc
-        if folder is not None:
-            raise ModelLoadError(f"Model folder '{name}' could not be loaded: {_first_line(exc)}") from exc
-        if Path(name.split("/")[0]).expanduser().is_dir():  # "assets/nonexist": meant as a folder, surely
-            raise ModelNotFoundError(
-                f"No model folder at '{name}' (the folder '{name.split('/')[0]}' exists, '{name}' does not), and no "
-                "model of that id in the local Hugging Face cache; check the path (a folder made by save_pretrained, "
-                "with config.json and *.safetensors).") from exc
-        raise ModelNotFoundError(
-            f"Model '{name}' was not found locally: it is not a folder, and not in the Hugging Face cache "
-            f"({_cache_dir()}); download it once on a connected machine (huggingface-cli download {name}) or pass "
-            "the path of a folder made by save_pretrained.") from exc
+        raise _not_loaded(exc, name, in_folder=folder is not None, trust_remote_code=trust_remote_code,
+                          allow_pickle_weights=allow_pickle_weights) from exc
     except Exception as exc:  # anything else a malformed file raises (SafetensorError, RecursionError, KeyError...)
         where = f"Model folder '{name}'" if folder is not None else f"Model '{name}'"
         raise ModelLoadError(f"{where} could not be loaded: {_first_line(exc)}") from exc
@@ -362,6 +330,56 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
     # A GGUF file is named by its file name (the same wherever it is installed), a folder or id as given.
     return LoadedModel(model=model, tokenizer=tokenizer, model_id=gguf.name if gguf is not None else name,
                        model_digest=model_digest(digest_folder) if digest_folder is not None else "")
+
+
+def _model_source(name: str, folder: ModelFolder | None, *, allow_pickle_weights: bool) -> tuple[str, Path | None]:
+    """What ``from_pretrained`` loads (the model folder, or the id in the local cache) and the folder the model's
+    digest is read from (None for an id not in the cache); a folder's weights and files checked first."""
+    if folder is not None:
+        if folder.only_pickle and not allow_pickle_weights:
+            raise UnsafeModelError(
+                f"Model folder '{name}' has only pickle weights (pytorch_model.bin), which can run code when loaded; "
+                "convert them to safetensors, or opt in with allow_pickle_weights=True (or "
+                "TRACE_ALLOW_PICKLE_WEIGHTS=1) if you trust the file.")
+        if not folder.has_safetensors and not folder.has_pickle:
+            raise ModelNotFoundError(f"Model folder '{name}' has no weights (*.safetensors); save the model there "
+                                     "with save_pretrained(..., safe_serialization=True).")
+        check_model_files(folder, name)
+        return str(folder.path), folder.path
+    if looks_like_path(name):
+        raise ModelNotFoundError(f"No model folder at '{name}'; check the path (it must be a folder made by "
+                                 "save_pretrained, with config.json and *.safetensors).")
+    cached = cached_model_folder(name)
+    if cached is not None:
+        check_model_files(cached, name)
+    return name, cached.path if cached is not None else None
+
+
+def _not_loaded(exc: Exception, name: str, *, in_folder: bool, trust_remote_code: bool,
+                allow_pickle_weights: bool) -> ModelLoadError:
+    """What an OSError or ValueError from ``from_pretrained`` means: remote code or pickle weights refused, a
+    malformed folder, or no model of that name here."""
+    text = str(exc)
+    if "trust_remote_code" in text and not trust_remote_code:
+        return UnsafeModelError(f"Model '{name}' needs its own Python code (trust_remote_code); it is off by "
+                                "default. Opt in with trust_remote_code=True (or TRACE_TRUST_REMOTE_CODE=1) "
+                                "only if you trust the model's source.")
+    if "safetensors" in text.lower() and not allow_pickle_weights:
+        return UnsafeModelError(f"Model '{name}' has no safetensors weights in the local cache; only pickle "
+                                "weights, which can run code when loaded. Convert them to safetensors, or opt in "
+                                "with allow_pickle_weights=True (or TRACE_ALLOW_PICKLE_WEIGHTS=1) if you trust "
+                                "the file.")
+    if in_folder:
+        return ModelLoadError(f"Model folder '{name}' could not be loaded: {_first_line(exc)}")
+    if Path(name.split("/")[0]).expanduser().is_dir():  # "assets/nonexist": meant as a folder, surely
+        return ModelNotFoundError(
+            f"No model folder at '{name}' (the folder '{name.split('/')[0]}' exists, '{name}' does not), and no "
+            "model of that id in the local Hugging Face cache; check the path (a folder made by save_pretrained, "
+            "with config.json and *.safetensors).")
+    return ModelNotFoundError(
+        f"Model '{name}' was not found locally: it is not a folder, and not in the Hugging Face cache "
+        f"({_cache_dir()}); download it once on a connected machine (huggingface-cli download {name}) or pass "
+        "the path of a folder made by save_pretrained.")
 
 
 def _cache_dir() -> str:

@@ -104,7 +104,7 @@ class HuggingFaceBackend:
                  seed_offset: int) -> list[RecordedAnswer]:
         return self._generate(prompt_ids, config, options, seed_offset=seed_offset)
 
-    def stream(self, prompt_ids: list[int], config: DecodingConfig, options: Mapping[str, Any], *,  # noqa: C901 (the streaming loop: stop, timeout and finish in one place)
+    def stream(self, prompt_ids: list[int], config: DecodingConfig, options: Mapping[str, Any], *,
                stop: threading.Event, min_interval: float = 0.0) -> Iterator[RecordedAnswer]:
         """One answer as it is generated: the answer so far after each new token (or after the tokens that arrived
         while the caller was busy; at most one per ``min_interval`` seconds), ``finish_reason="stopped"``, then the
@@ -116,37 +116,15 @@ class HuggingFaceBackend:
         ``stop`` is set. Closing the iterator sets ``stop`` and waits for the worker to end: no thread is left
         generating. An answer ended by ``stop`` before the token limit has ``finish_reason="stopped"``.
         """
-        from transformers import StoppingCriteria, StoppingCriteriaList
-        from transformers.generation.streamers import BaseStreamer
-
         recorder = stats.TraceRecorder(config.n_alternatives, greedy=not config.do_sample)
         events: queue.SimpleQueue = queue.SimpleQueue()  # unbounded: the worker never waits for the reader
         eos = _eos_ids(self.lm.model, self.lm.tokenizer)
-
-        class _Streamer(BaseStreamer):
-            seen_prompt = False
-            step = 0
-
-            def put(self, value: Any) -> None:
-                if not self.seen_prompt:  # generate() hands over the prompt first
-                    self.seen_prompt = True
-                    return
-                for token in value.reshape(-1)[:1].tolist():  # one sequence: one token per step
-                    events.put(("step", int(token), recorder.step_stats(self.step, int(token))))
-                    self.step += 1
-
-            def end(self) -> None:
-                pass
-
-        class _Stop(StoppingCriteria):
-            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-                torch = torch_module()
-                return torch.full((input_ids.shape[0],), stop.is_set(), dtype=torch.bool, device=input_ids.device)
+        streamer, stopping = _stream_hooks(recorder, events, stop)
 
         def work() -> None:
             try:
                 answer = self._generate([prompt_ids], config, options, seed_offset=0, recorder=recorder,
-                                        streamer=_Streamer(), stopping=StoppingCriteriaList([_Stop()]), stop=stop)
+                                        streamer=streamer, stopping=stopping, stop=stop)
                 events.put(("done", answer[0] if answer else None))
             except BaseException as exc:  # noqa: BLE001 - handed to the reader, who raises it
                 events.put(("error", exc))
@@ -160,16 +138,7 @@ class HuggingFaceBackend:
         try:
             while True:
                 wait = None if not pending else max(0.0, last + min_interval - time.monotonic())
-                try:
-                    batch = [events.get(timeout=wait)]
-                except queue.Empty:
-                    batch = []
-                while True:  # whatever else arrived meanwhile: one answer for all of it
-                    try:
-                        batch.append(events.get_nowait())
-                    except queue.Empty:
-                        break
-                for kind, *payload in batch:
+                for kind, *payload in _arrived(events, wait):
                     if kind == "error":
                         raise payload[0]
                     if kind == "done":
@@ -254,18 +223,9 @@ class HuggingFaceBackend:
         lm, k = self.lm, n_alternatives
         model = lm.model
         device = lm.device
-        pad_id = _pad_id(model, lm.tokenizer)
-        seqs = [list(p) + list(a) for p, a in zip(prompt_ids, answer_ids)]
-        n, width = len(seqs), max(len(s) for s in seqs)
-        input_ids = torch.full((n, width), pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((n, width), dtype=torch.long)
-        # predicts[r, j] is True where position j's logits predict an answer token (the token at j + 1).
-        predicts = torch.zeros((n, width), dtype=torch.bool)
-        for row, (p, s) in enumerate(zip(prompt_ids, seqs)):  # right padding: causal attention never sees the pads
-            input_ids[row, :len(s)] = torch.tensor(s, dtype=torch.long)
-            attention_mask[row, :len(s)] = 1
-            predicts[row, len(p) - 1:len(s) - 1] = True
-        targets = torch.cat([input_ids[:, 1:], torch.full((n, 1), pad_id, dtype=torch.long)], dim=1)
+        input_ids, attention_mask, predicts, targets = _scoring_batch(prompt_ids, answer_ids,
+                                                                      _pad_id(model, lm.tokenizer))
+        n, width = input_ids.shape
         vocab = lm.vocab_size
         chunk = max(1, min(width, max_logits_bytes // (4 * n * vocab)))
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
@@ -314,21 +274,7 @@ class HuggingFaceBackend:
                     chunks.append(tuple(t.cpu().numpy() for t in (hit_rows[b:b + block], c_t, h_t, lp_t, ids_t,
                                                                    rank_t)))
                 del logits
-        if not chunks:  # every answer is empty
-            empty = np.zeros(0)
-            return [RecordedAnswer(token_ids=np.asarray(ids, dtype=np.int64), chosen_logprobs=empty, entropy=empty,
-                                   top_logprobs=np.zeros((0, k)), top_ids=np.zeros((0, k), dtype=np.int64),
-                                   ranks=np.zeros(0, dtype=np.int64), entropy_source="exact") for ids in answer_ids]
-        # Chunks are in position order and rows ascend within each chunk: a stable sort by row gives each row's
-        # tokens in position order.
-        rows, chosen_lp, entropy, top_lp, top_ids, rank = (np.concatenate(col) for col in zip(*chunks))
-        order = np.argsort(rows, kind="stable")
-        splits = np.cumsum([len(a) for a in answer_ids])[:-1]
-        columns = [np.split(a[order], splits) for a in (chosen_lp, entropy, top_lp, top_ids, rank)]
-        return [RecordedAnswer(token_ids=np.asarray(answer_ids[r], dtype=np.int64), chosen_logprobs=columns[0][r],
-                               entropy=columns[1][r], top_logprobs=columns[2][r], top_ids=columns[3][r],
-                               ranks=columns[4][r], entropy_source="exact")  # the full distribution's entropy
-                for r in range(n)]
+        return _scored_answers(chunks, answer_ids, k)
 
     # ------------------------------------------------------------------------------------------------------------
     # Beam search
@@ -378,6 +324,90 @@ def generation_config(lm: LoadedModel, config: DecodingConfig, options: Mapping[
     settings.update(options)
     gen.update(**settings)
     return gen
+
+
+def _stream_hooks(recorder: stats.TraceRecorder, events: queue.SimpleQueue,
+                  stop: threading.Event) -> tuple[Any, Any]:
+    """What streamed generation hands ``model.generate``: a streamer that puts each new token, with its statistics
+    from ``recorder``, on ``events``; and a stopping criterion that ends generation after the current step once
+    ``stop`` is set."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+    from transformers.generation.streamers import BaseStreamer
+
+    class _Streamer(BaseStreamer):
+        seen_prompt = False
+        step = 0
+
+        def put(self, value: Any) -> None:
+            if not self.seen_prompt:  # generate() hands over the prompt first
+                self.seen_prompt = True
+                return
+            for token in value.reshape(-1)[:1].tolist():  # one sequence: one token per step
+                events.put(("step", int(token), recorder.step_stats(self.step, int(token))))
+                self.step += 1
+
+        def end(self) -> None:
+            pass
+
+    class _Stop(StoppingCriteria):
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            torch = torch_module()
+            return torch.full((input_ids.shape[0],), stop.is_set(), dtype=torch.bool, device=input_ids.device)
+
+    return _Streamer(), StoppingCriteriaList([_Stop()])
+
+
+def _arrived(events: queue.SimpleQueue, wait: float | None) -> list[tuple]:
+    """The next event (waiting at most ``wait`` seconds; None: until one comes) and whatever else arrived
+    meanwhile: one answer for all of it."""
+    try:
+        batch = [events.get(timeout=wait)]
+    except queue.Empty:
+        batch = []
+    while True:
+        try:
+            batch.append(events.get_nowait())
+        except queue.Empty:
+            return batch
+
+
+def _scoring_batch(prompt_ids: Sequence[list[int]], answer_ids: Sequence[list[int]], pad_id: int) -> tuple[Any, ...]:
+    """Prompt + answer of each row, right-padded (causal attention never sees the pads): the input ids, the
+    attention mask, ``predicts`` (True where position j's logits predict an answer token, the token at j + 1) and
+    the targets (the token at j + 1)."""
+    torch = torch_module()
+    seqs = [list(p) + list(a) for p, a in zip(prompt_ids, answer_ids)]
+    n, width = len(seqs), max(len(s) for s in seqs)
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((n, width), dtype=torch.long)
+    predicts = torch.zeros((n, width), dtype=torch.bool)
+    for row, (p, s) in enumerate(zip(prompt_ids, seqs)):
+        input_ids[row, :len(s)] = torch.tensor(s, dtype=torch.long)
+        attention_mask[row, :len(s)] = 1
+        predicts[row, len(p) - 1:len(s) - 1] = True
+    targets = torch.cat([input_ids[:, 1:], torch.full((n, 1), pad_id, dtype=torch.long)], dim=1)
+    return input_ids, attention_mask, predicts, targets
+
+
+def _scored_answers(chunks: list[tuple[np.ndarray, ...]], answer_ids: Sequence[list[int]],
+                    k: int) -> list[RecordedAnswer]:
+    """Each answer's arrays from the scored blocks ``(rows, chosen log-prob, entropy, top log-probs, top ids,
+    rank)``, in position order; the entropy is the full distribution's."""
+    if not chunks:  # every answer is empty
+        empty = np.zeros(0)
+        return [RecordedAnswer(token_ids=np.asarray(ids, dtype=np.int64), chosen_logprobs=empty, entropy=empty,
+                               top_logprobs=np.zeros((0, k)), top_ids=np.zeros((0, k), dtype=np.int64),
+                               ranks=np.zeros(0, dtype=np.int64), entropy_source="exact") for ids in answer_ids]
+    # Chunks are in position order and rows ascend within each chunk: a stable sort by row gives each row's
+    # tokens in position order.
+    rows, chosen_lp, entropy, top_lp, top_ids, rank = (np.concatenate(col) for col in zip(*chunks))
+    order = np.argsort(rows, kind="stable")
+    splits = np.cumsum([len(a) for a in answer_ids])[:-1]
+    columns = [np.split(a[order], splits) for a in (chosen_lp, entropy, top_lp, top_ids, rank)]
+    return [RecordedAnswer(token_ids=np.asarray(answer_ids[r], dtype=np.int64), chosen_logprobs=columns[0][r],
+                           entropy=columns[1][r], top_logprobs=columns[2][r], top_ids=columns[3][r],
+                           ranks=columns[4][r], entropy_source="exact")
+            for r in range(len(answer_ids))]
 
 
 def _acquire(lock: Any, stop: threading.Event | None) -> bool:
