@@ -3,7 +3,7 @@
 Each parser reads a response (or one of its ``logprobs`` objects) into :class:`TokenStep` values, the chosen token's
 text, bytes and log-probability with the alternatives offered beside it, and refuses a malformed field with a
 ValueError naming it. The file importer (:mod:`trace_core.data.responses`) maps parsed responses to traces; live
-recording from a server (:mod:`trace_core.record.backends.completions`) maps the same steps to recorded arrays, so
+recording from a server (:mod:`trace_core.record.backends.server_steps`) maps the same steps to recorded arrays, so
 both read a layout, and check its numbers (:func:`~trace_core.logprobs.check_logprob`), alike.
 
 * :mod:`.steps` -- :class:`TokenStep`, :class:`Offered`, :class:`ParsedResponse`; :mod:`.fields` -- the field
