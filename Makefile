@@ -18,12 +18,15 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 install: $(STAMP)
 
-# ruff (style, bugs, complexity, banned APIs), mypy on trace_core and app, and the import-linter layer contracts;
-# configured in pyproject.toml. `make test` and `make test-fast` run it first.
+# ruff (style, bugs, complexity, banned APIs), mypy on trace_core and app, the import-linter layer contracts
+# (configured in pyproject.toml), and the project's two rules in tools/: no private name imported across modules, and
+# the module and function size limits. `make test` and `make test-fast` run it first.
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
+	$(PY) tools/lint_private_imports.py
+	$(PY) tools/lint_sizes.py
 
 # Everything offline but the browser suite (its own target, below; `.ci/run` runs both).
 test: $(STAMP) lint
