@@ -77,7 +77,7 @@ def _differences(reference: Any, current: Any, where: str, problems: list[str]) 
         if len(reference) != len(current):
             problems.append(f"{where}: {len(reference)} values recorded, {len(current)} now")
             return math.inf
-        return max((_differences(a, b, where, problems) for a, b in zip(reference, current)), default=0.0)
+        return max((_differences(a, b, where, problems) for a, b in zip(reference, current, strict=True)), default=0.0)
     a, b = float(reference), float(current)
     if math.isnan(a) and math.isnan(b):
         return 0.0

@@ -194,7 +194,7 @@ def align_tokens(a: Sequence[str], b: Sequence[str]) -> Alignment:
         matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
             if tag == "equal":
-                columns.extend(zip(range(i1, i2), range(j1, j2)))
+                columns.extend(zip(range(i1, i2), range(j1, j2), strict=True))
             else:
                 columns.extend(_split_region(a[i1:i2], b[j1:j2], i1, j1))
 

@@ -395,13 +395,13 @@ def baseline_scores(surprisal: Ragged, entropy: Ragged | None, *, names: Sequenc
     if semantic_wanted and relevance is not None:
         if traces is None or len(relevance) != len(traces):
             raise ValueError(f"got {len(relevance)} token relevance rows for {len(surprisal)} answers")
-        for i, (t, r) in enumerate(zip(traces, relevance)):
+        for i, (t, r) in enumerate(zip(traces, relevance, strict=True)):
             if np.shape(r) != (len(t),):
                 raise ValueError(f"answer {i}: {np.shape(r)[0] if np.ndim(r) else 0} token relevances for "
                                  f"{len(t)} tokens")
         for n in semantic_wanted:
             columns[n] = np.array([BASELINES[n].score(t.surprisal, np.asarray(r, dtype=np.float64))
-                                   for t, r in zip(traces, relevance)])
+                                   for t, r in zip(traces, relevance, strict=True)])
     elif semantic_wanted:
         if embedder is None or traces is None:
             reason = ('needs a sentence-embedding model (`embedder`; install it with pip install -e ".[semantic]")'
@@ -411,6 +411,7 @@ def baseline_scores(surprisal: Ragged, entropy: Ragged | None, *, names: Sequenc
         else:
             relevance = token_relevance_batch(embedder, [t.tokens for t in traces], contexts=contexts)
             for n in semantic_wanted:
-                columns[n] = np.array([BASELINES[n].score(t.surprisal, r) for t, r in zip(traces, relevance)])
+                columns[n] = np.array([BASELINES[n].score(t.surprisal, r)
+                                       for t, r in zip(traces, relevance, strict=True)])
     ordered = {n: columns[n] for n in BASELINES if n in columns}
     return BaselineScores(pd.DataFrame(ordered), {n: skipped[n] for n in BASELINES if n in skipped})

@@ -129,10 +129,12 @@ def score_rows(frame: pd.DataFrame, traces: Sequence[Trace], calibrator: Any, *,
     out["trace_risk"] = trace_risk(traces, config=config)
     out["trace_variant"] = config.variant
     out["probability_correct"] = probability
-    out["peak_risk_tokens"] = [" | ".join(t.tokens[i] for i in e.spikes) for t, e in zip(traces, explanations)]
-    out["spike_context"] = [spike_context(t, e.spikes) for t, e in zip(traces, explanations)]
+    out["peak_risk_tokens"] = [" | ".join(t.tokens[i] for i in e.spikes)
+                               for t, e in zip(traces, explanations, strict=True)]
+    out["spike_context"] = [spike_context(t, e.spikes) for t, e in zip(traces, explanations, strict=True)]
     span_calibrator = default_span_calibrator() if span_calibrator is None else span_calibrator
-    spans = [riskiest_span(t, calibrator=span_calibrator, explanation=e) for t, e in zip(traces, explanations)]
+    spans = [riskiest_span(t, calibrator=span_calibrator, explanation=e)
+             for t, e in zip(traces, explanations, strict=True)]
     out["riskiest_span_text"] = [r.span.text if r is not None else "" for r in spans]
     out["riskiest_span_kind"] = [r.kind if r is not None else "" for r in spans]
     out["riskiest_span_start"] = np.array([r.span.start if r is not None else -1 for r in spans], dtype=np.int64)
@@ -186,7 +188,7 @@ def flag_scores(result: Any) -> list[FlagScore]:
 
     summary = result.summary
     brier = summary[(summary["metric"] == "brier") & ~summary["uninformative"]]
-    means = {(m, c): float(v) for m, c, v in zip(brier["method"], brier["calibrator"], brier["mean"])}
+    means = {(m, c): float(v) for m, c, v in zip(brier["method"], brier["calibrator"], brier["mean"], strict=True)}
     scalar = set(flaggable_methods())
     out: list[FlagScore] = []
     for method in result.methods:

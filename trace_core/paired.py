@@ -191,7 +191,7 @@ class _Values:
             return
         rows: dict[tuple[str, str, str], list[int]] = {}
         for i, key in enumerate(zip(frame["metric"].tolist(), frame["calibrator"].tolist(),
-                                    frame["method"].tolist())):
+                                    frame["method"].tolist(), strict=True)):
             rows.setdefault(key, []).append(i)
         splits = frame["split"].to_numpy()
         values = frame["value"].to_numpy(dtype=np.float64)
@@ -247,7 +247,7 @@ def _summarise(per_split: pd.DataFrame, chosen_counts: dict[tuple, dict[str, int
     group's choices); ``unit`` names what was counted."""
     rows = []
     groups: dict[tuple[str, str, str, str], list[int]] = {}  # in order of first appearance, as groupby(sort=False)
-    keys = zip(*(per_split[k].tolist() for k in ("method", "versus", "metric", "calibrator")))
+    keys = zip(*(per_split[k].tolist() for k in ("method", "versus", "metric", "calibrator")), strict=True)
     for i, key in enumerate(keys):
         groups.setdefault(key, []).append(i)
     difference = per_split["difference"].to_numpy(dtype=np.float64)
@@ -328,7 +328,7 @@ def paired_comparison(per_split: pd.DataFrame, calibration_values: pd.DataFrame,
             for subject in (s for s in subjects if s in values):
                 if has_pick.any():
                     best = np.array([values[p][i] if ok and p is not None else np.nan
-                                     for i, (p, ok) in enumerate(zip(picks, has_pick))])
+                                     for i, (p, ok) in enumerate(zip(picks, has_pick, strict=True))])
                     blocks.add(splits[has_pick], subject, BEST_BASELINE, metric, calibrator,
                                np.asarray(picks, dtype=object)[has_pick], (values[subject] - best)[has_pick])
                 for other in (o for o in others if o in values):
@@ -371,7 +371,7 @@ def _best_on_calibration(cal: _Wide, higher_is_better: bool) -> dict[int, str]:
     top = signed.max(axis=1, keepdims=True)
     best = np.argmax(signed >= top - TIE_TOLERANCE, axis=1)  # first of the tied best
     ok = np.isfinite(signed[np.arange(len(best)), best])
-    return {split: names[b] for split, b, good in zip(cal.splits.tolist(), best, ok) if good}
+    return {split: names[b] for split, b, good in zip(cal.splits.tolist(), best, ok, strict=True) if good}
 
 
 def average_paired(paired: Sequence[PairedComparison], splits: Sequence[int]) -> PairedComparison:

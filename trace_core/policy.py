@@ -190,7 +190,7 @@ def rows_over_context(lm: Any, prompts: Sequence[str], answers: Sequence[str], *
     else:
         prompt_lengths = [len(ids) for ids in lm.tokenizer(list(prompts), add_special_tokens=True)["input_ids"]]
     answer_ids = lm.tokenizer(list(answers), add_special_tokens=False)["input_ids"]
-    return [i for i, (p, a) in enumerate(zip(prompt_lengths, answer_ids)) if p + len(a) > limit]
+    return [i for i, (p, a) in enumerate(zip(prompt_lengths, answer_ids, strict=True)) if p + len(a) > limit]
 
 
 @dataclass(frozen=True)

@@ -282,7 +282,7 @@ class _Protocol:
         names = list(self.transformed)
         prepared = map_on_threads(lambda m: Ascending.of(scalar[m], self.transformed[m], y), names,
                                   workers=workers_for(y.shape[0], len(names)))
-        self.prepared = dict(zip(names, prepared))
+        self.prepared = dict(zip(names, prepared, strict=True))
         self.rank_groups = {m: RankGroups(scalar[m]) for m in scalar if not self.prepared[m].contiguous}
         self.ranking = [m for m in config.metrics if METRICS[m].on == "score"]
         self.probability = [m for m in config.metrics if METRICS[m].on == "probability"]
@@ -392,14 +392,15 @@ def run_splits(y: np.ndarray, scalar: dict[str, np.ndarray], features: dict[str,
                 # partial binds this split's part: the calls never see a later split's, however late they run
                 runs = list((pool.map if workers > 1 else map)(functools.partial(protocol.on_split, part=part),
                                                                methods))
-                for method, run in zip(methods, runs):
+                for method, run in zip(methods, runs, strict=True):
                     rows += run.rows
                     calibration += run.calibration
                     if run.constant:
                         uninformative[method] = UNINFORMATIVE
                 if part.first:
                     held = HeldOut(rows=ev, labels=part.y_ev,
-                                   methods={m: r.held for m, r in zip(methods, runs) if r.held is not None})
+                                   methods={m: r.held for m, r in zip(methods, runs, strict=True)
+                                            if r.held is not None})
             if progress is not None:
                 progress(split + 1, len(splits))
     return SplitRun(rows=rows, calibration=calibration, held_out=held if held is not None else HeldOut(),

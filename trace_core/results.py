@@ -556,7 +556,7 @@ def average_results(results: Sequence[EvaluationResult] | Mapping[str, Evaluatio
     group_notes = [n for r in results for n in r.notes if n not in (truncation_note(*r.certain_tokens),
                                                                      r.sample_note())]
     for m in common:
-        constant_in = [name for name, r in zip(names, results) if m in r.uninformative]
+        constant_in = [name for name, r in zip(names, results, strict=True) if m in r.uninformative]
         if len(constant_in) == len(results):
             uninformative[m] = results[0].uninformative[m]
         elif constant_in:

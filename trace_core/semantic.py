@@ -122,7 +122,7 @@ def token_relevance_batch(embedder: Embedder, token_lists: Sequence[Sequence[str
     results: list[np.ndarray] = []
     pending: list[tuple[list[str], list[str]]] = []  # (texts, tokens) per answer, not yet encoded
     n_pending = 0
-    for tokens, context in zip(answers, contexts):
+    for tokens, context in zip(answers, contexts, strict=True):
         pending.append((_relevance_texts(tokens, context), tokens))
         n_pending += len(tokens) + 1
         if n_pending >= _TEXTS_PER_CHUNK:

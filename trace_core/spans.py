@@ -172,7 +172,8 @@ def _names(text: str, lo: int, hi: int, taken: list[tuple[int, int]]) -> list[tu
     words = [(m.start() + lo, m.end() + lo) for m in _WORD.finditer(text[lo:hi])]
     texts = [text[ws:we] for ws, we in words]
     capital = [(w[0].isupper() or (_ELIDED.match(w) is not None and w[2].isupper())) and w != "I"
-               and not any(ch.isdigit() for ch in w) and _free(taken, ws, we) for w, (ws, we) in zip(texts, words)]
+               and not any(ch.isdigit() for ch in w) and _free(taken, ws, we)
+               for w, (ws, we) in zip(texts, words, strict=True)]
     out: list[tuple[int, int]] = []
     run: list[int] = []  # indices into words of the current run; particles included
 
@@ -358,11 +359,11 @@ def span_risks(trace: Trace, *, spans: Sequence[Span] | None = None, explanation
     n = hi - lo
     s_list = s.tolist()
     lo_list, hi_list = lo.tolist(), hi.tolist()
-    peak_s = [max(s_list[a:b]) for a, b in zip(lo_list, hi_list)]
+    peak_s = [max(s_list[a:b]) for a, b in zip(lo_list, hi_list, strict=True)]
     mean_s = ((cumulative["s"][hi] - cumulative["s"][lo]) / n).tolist()
     if h is not None:
         h_list = h.tolist()
-        peak_h = [max(h_list[a:b]) for a, b in zip(lo_list, hi_list)]
+        peak_h = [max(h_list[a:b]) for a, b in zip(lo_list, hi_list, strict=True)]
         mean_h = ((cumulative["h"][hi] - cumulative["h"][lo]) / n).tolist()
     else:
         peak_h = mean_h = [math.nan] * len(lo_list)
@@ -377,7 +378,7 @@ def span_risks(trace: Trace, *, spans: Sequence[Span] | None = None, explanation
     return [SpanRisk(span=spans[k], tokens=keep[a:b], peak_surprisal=ps, mean_surprisal=ms, peak_entropy=ph,
                      mean_entropy=mh, risk_share=sh, answer_risk=risk, n_answer_tokens=len(trace), probability=p)
             for k, a, b, ps, ms, ph, mh, sh, p in zip(found.tolist(), lo_list, hi_list, peak_s, mean_s, peak_h,
-                                                     mean_h, share, probability)]
+                                                     mean_h, share, probability, strict=True)]
 
 
 def rank_spans(risks: Iterable[SpanRisk], *, level: str = "all") -> list[SpanRisk]:

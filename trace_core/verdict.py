@@ -236,7 +236,7 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the rule's settings, every comparison and the AUROC intervals."""
         def interval(values: tuple[float, ...]) -> dict[str, Any]:
-            return {k: (v if math.isfinite(v) else None) for k, v in zip(("mean", "low", "high"), values)}
+            return {k: (v if math.isfinite(v) else None) for k, v in zip(("mean", "low", "high"), values, strict=True)}
 
         out: dict[str, Any] = {
             "method": self.method, "confidence": CONFIDENCE, "test_train_ratio": self.test_train_ratio,
