@@ -112,8 +112,7 @@ def group_panel(frame: pd.DataFrame, kept: Sequence[Trace], labels: np.ndarray, 
             held = result.held_out
             if title != "average" and len(held):
                 shown = [m for m in result.methods if m.startswith(("TRACE+", "TRACE"))][:2]
-                probabilities = {m: held[f"{m} {calibrator}" if f"{m} {calibrator}" in held else m].to_numpy()
-                                 for m in shown}
-                st.plotly_chart(reliability_figure(held["label"].to_numpy(), probabilities,
+                probabilities = held.probabilities(calibrator, shown)
+                st.plotly_chart(reliability_figure(held.labels, probabilities,
                                                    subtitle=f"{title}: first held-out split"),
                                 width="stretch", key=f"group_reliability_{title}")

@@ -112,7 +112,7 @@ chosen = st.multiselect("Baselines in the plots", available, default=[m for m in
                                                                        if m in available], key="plot_baselines")
 shown = [*(m for m in result.methods if get_method(m).is_trace), *chosen]  # surprisal-only variants too
 held = result.held_out
-y = held["label"].to_numpy()
+y = held.labels
 tabs = st.tabs(["Reliability", "Risk–coverage", "ROC"])
 split = "First held-out split"  # the curves are one split's; the legends quote the table's mean ± std
 with tabs[0]:
@@ -120,8 +120,7 @@ with tabs[0]:
     strategy = cols[0].radio("Bins", ["uniform", "quantile"], horizontal=True, key="bin_strategy",
                              format_func=lambda s: {"uniform": "equal width", "quantile": "equal mass"}[s])
     n_bins = cols[1].slider("Number of bins", 3, 30, 10, key="n_bins")
-    probabilities = {m: held[f"{m} {calibrator}" if f"{m} {calibrator}" in held else m].to_numpy() for m in shown}
-    st.plotly_chart(reliability_figure(y, probabilities, n_bins=n_bins, strategy=strategy,
+    st.plotly_chart(reliability_figure(y, held.probabilities(calibrator, shown), n_bins=n_bins, strategy=strategy,
                                        legend_stats=legend_stats(result, "ece", calibrator), subtitle=split),
                     width="stretch", key="reliability")
     st.caption(f"Curves and bars: the first held-out split; TRACE and the baselines after "
@@ -129,12 +128,12 @@ with tabs[0]:
                "how many answers fall in each bin (equal-mass bins hold about as many each; their widths show where "
                "the answers crowd). Legend: ECE as in the table, mean ± std over the splits.")
 with tabs[1]:
-    st.plotly_chart(risk_coverage_figure(y, {m: held[f"{m} score"].to_numpy() for m in shown},
+    st.plotly_chart(risk_coverage_figure(y, held.scores(shown),
                                          legend_stats=legend_stats(result, "aurc", calibrator), subtitle=split),
                     width="stretch", key="risk_coverage")
     st.caption("Curves: the first held-out split. Legend: AURC as in the table, mean ± std over the splits.")
 with tabs[2]:
-    st.plotly_chart(roc_figure(y, {m: held[f"{m} score"].to_numpy() for m in shown},
+    st.plotly_chart(roc_figure(y, held.scores(shown),
                                legend_stats=legend_stats(result, "auroc", calibrator), subtitle=split),
                     width="stretch", key="roc")
     st.caption("Curves: the first held-out split. Legend: AUROC as in the table, mean ± std over the splits.")
