@@ -54,8 +54,9 @@ def check_level(confidence: float) -> float:
     return check_real(confidence, "confidence", minimum=0, maximum=1, low_open=True, high_open=True)
 
 
-def has_both_classes(y: NDArray[np.int64], metric: str) -> bool:
-    """True when ``y`` holds both classes; otherwise warn that ``metric`` is undefined (the caller returns nan)."""
+def has_both_classes(y: NDArray[np.int64], metric: str, *, depth: int = 0) -> bool:
+    """True when ``y`` holds both classes; otherwise warn that ``metric`` is undefined (the caller returns nan).
+    ``depth``: how many helper frames lie between the public metric and this call (the warning names its caller)."""
     n_pos = int(y.sum())
     if n_pos == 0 or n_pos == y.shape[0]:
         only = "positive (1)" if n_pos else "negative (0)"
@@ -63,7 +64,7 @@ def has_both_classes(y: NDArray[np.int64], metric: str) -> bool:
             f"{metric} is undefined when `y_true` holds a single class "
             f"(all {y.shape[0]} labels are {only}); returning nan",
             UndefinedMetricWarning,
-            stacklevel=3,  # the caller of the public metric
+            stacklevel=3 + depth,  # the caller of the public metric
         )
         return False
     return True

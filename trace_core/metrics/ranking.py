@@ -51,10 +51,7 @@ def auroc(y_true: ArrayLike, score: ArrayLike, *, validate: bool = True) -> floa
 
     {pair_raises}
     """
-    y, s = checked_pair(y_true, score, "score", probability=False, validate=validate)
-    if not has_both_classes(y, "AUROC"):
-        return float("nan")
-    return ranking_of_groups(*tie_groups(y, s), both_classes=True)["auroc"]
+    return _from_tie_groups("auroc", "AUROC", y_true, score, validate)
 
 
 @fill_doc
@@ -158,10 +155,15 @@ def auprc(y_true: ArrayLike, score: ArrayLike, *, validate: bool = True) -> floa
 
     {pair_raises}
     """
+    return _from_tie_groups("auprc", "AUPRC", y_true, score, validate)
+
+
+def _from_tie_groups(key: str, title: str, y_true: ArrayLike, score: ArrayLike, validate: bool) -> float:
+    """One ranking metric through the kernel: checked pair, one-class warning (nan), then the tie groups."""
     y, s = checked_pair(y_true, score, "score", probability=False, validate=validate)
-    if not has_both_classes(y, "AUPRC"):
+    if not has_both_classes(y, title, depth=1):
         return float("nan")
-    return ranking_of_groups(*tie_groups(y, s), both_classes=True)["auprc"]
+    return ranking_of_groups(*tie_groups(y, s), both_classes=True)[key]
 
 
 @fill_doc
