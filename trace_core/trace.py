@@ -209,54 +209,25 @@ class Trace:
     metadata: TraceMetadata = field(default_factory=TraceMetadata)
     top_tokens: tuple[tuple[str, ...], ...] | None = None
 
-    def __post_init__(self) -> None:  # noqa: C901 (a flat check per field)
+    def __post_init__(self) -> None:
         for name in ("prompt", "answer"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"`{name}` must be a str, got {type(getattr(self, name)).__name__}")
         if not isinstance(self.metadata, TraceMetadata):
             raise TypeError(f"`metadata` must be a TraceMetadata, got {type(self.metadata).__name__}")
-        token_ids = _as_array(self.token_ids, "token_ids", np.int64, ndim=1)
+        token_ids, tokens = _checked_tokens(self.token_ids, self.tokens)
         n_tokens = token_ids.shape[0]
-        tokens = tuple(self.tokens)
-        if len(tokens) != n_tokens:
-            raise ValueError(f"`tokens` has {len(tokens)} entries but `token_ids` has {n_tokens}")
-        if not set(map(type, tokens)) <= {str}:  # one C-level pass; the loop below only finds the culprit
-            for i, tok in enumerate(tokens):
-                if not isinstance(tok, str):
-                    raise TypeError(f"`tokens[{i}]` must be a str, got {type(tok).__name__}")
         surprisal = _as_array(self.surprisal, "surprisal", np.float64, ndim=1, length=n_tokens)
         _check_finite_nonneg(surprisal, "surprisal")
-        entropy = None
-        metadata = self.metadata
-        if self.entropy is None:
-            if metadata.entropy_source != "absent":
-                raise ValueError(f"`entropy` is None but `metadata.entropy_source` is {metadata.entropy_source!r}; "
-                                 f"a trace without entropy says entropy_source='absent'")
-        else:
-            if metadata.entropy_source == "absent":
-                raise ValueError("`metadata.entropy_source` is 'absent' but `entropy` was given; give entropy=None "
-                                 "or say where the entropy comes from ('exact' or 'top_k')")
-            entropy = _as_array(self.entropy, "entropy", np.float64, ndim=1, length=n_tokens)
-            _check_finite_nonneg(entropy, "entropy")
-        top_ids = _as_array(self.top_ids, "top_ids", np.int64, ndim=2, length=n_tokens, empty_shape=(n_tokens, 0))
-        top_logprobs = _as_array(self.top_logprobs, "top_logprobs", np.float64, ndim=2, length=n_tokens,
-                                 empty_shape=(n_tokens, 0))
-        if top_ids.shape != top_logprobs.shape:
-            raise ValueError(f"`top_ids` has shape {top_ids.shape} but `top_logprobs` has shape {top_logprobs.shape}")
-        if top_logprobs.size and (np.isnan(top_logprobs).any() or (top_logprobs > LOGPROB_TOLERANCE).any()):
-            raise ValueError("`top_logprobs` must be log-probabilities (<= 0, not NaN)")
+        entropy = _checked_entropy(self.entropy, self.metadata, n_tokens)
+        top_ids, top_logprobs = _checked_top_k(self.top_ids, self.top_logprobs, n_tokens)
         ranks = None
         if self.ranks is not None:
             ranks = _as_array(self.ranks, "ranks", np.int64, ndim=1, length=n_tokens)
             if (ranks < 1).any():
                 raise ValueError(f"`ranks` are 1-based, got a minimum of {int(ranks.min())}")
-        top_tokens = None
-        if self.top_tokens is not None:
-            top_tokens = tuple(tuple(row) for row in self.top_tokens)
-            if len(top_tokens) != n_tokens or any(len(row) != top_ids.shape[1] for row in top_tokens):
-                raise ValueError(f"`top_tokens` must have shape {top_ids.shape} like `top_ids`")
-            if not all(isinstance(tok, str) for row in top_tokens for tok in row):
-                raise TypeError("`top_tokens` must hold strings")
+        top_tokens = None if self.top_tokens is None else _checked_top_tokens(self.top_tokens, top_ids.shape)
+        metadata = self.metadata
         if metadata.entropy_source == "top_k" and metadata.entropy_k is None and top_ids.shape[1] > 0:
             metadata = dataclasses.replace(metadata, entropy_k=int(top_ids.shape[1]))  # k is the stored width
         for name, value in (("token_ids", token_ids), ("tokens", tokens), ("surprisal", surprisal),
@@ -445,3 +416,53 @@ def _check_finite_nonneg(arr: np.ndarray, name: str) -> None:
     if (arr < -LOGPROB_TOLERANCE).any():
         bad = int(np.flatnonzero(arr < -LOGPROB_TOLERANCE)[0])
         raise ValueError(f"`{name}` must be >= 0 (nats), got {arr[bad]} at token {bad}")
+
+
+def _checked_tokens(token_ids: Any, tokens: Any) -> tuple[np.ndarray, tuple[str, ...]]:
+    """The token ids as an int64 vector and the token texts as a tuple of as many strings."""
+    ids = _as_array(token_ids, "token_ids", np.int64, ndim=1)
+    texts = tuple(tokens)
+    if len(texts) != ids.shape[0]:
+        raise ValueError(f"`tokens` has {len(texts)} entries but `token_ids` has {ids.shape[0]}")
+    if not set(map(type, texts)) <= {str}:  # one C-level pass; the loop below only finds the culprit
+        for i, tok in enumerate(texts):
+            if not isinstance(tok, str):
+                raise TypeError(f"`tokens[{i}]` must be a str, got {type(tok).__name__}")
+    return ids, texts
+
+
+def _checked_entropy(entropy: Any, metadata: TraceMetadata, n_tokens: int) -> np.ndarray | None:
+    """The entropy vector, present exactly when the metadata says where it comes from."""
+    if entropy is None:
+        if metadata.entropy_source != "absent":
+            raise ValueError(f"`entropy` is None but `metadata.entropy_source` is {metadata.entropy_source!r}; "
+                             f"a trace without entropy says entropy_source='absent'")
+        return None
+    if metadata.entropy_source == "absent":
+        raise ValueError("`metadata.entropy_source` is 'absent' but `entropy` was given; give entropy=None "
+                         "or say where the entropy comes from ('exact' or 'top_k')")
+    out = _as_array(entropy, "entropy", np.float64, ndim=1, length=n_tokens)
+    _check_finite_nonneg(out, "entropy")
+    return out
+
+
+def _checked_top_k(top_ids: Any, top_logprobs: Any, n_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top-k ids and log-probabilities, both (T, k), the log-probabilities at most 0 (within the tolerance)."""
+    ids = _as_array(top_ids, "top_ids", np.int64, ndim=2, length=n_tokens, empty_shape=(n_tokens, 0))
+    logprobs = _as_array(top_logprobs, "top_logprobs", np.float64, ndim=2, length=n_tokens,
+                         empty_shape=(n_tokens, 0))
+    if ids.shape != logprobs.shape:
+        raise ValueError(f"`top_ids` has shape {ids.shape} but `top_logprobs` has shape {logprobs.shape}")
+    if logprobs.size and (np.isnan(logprobs).any() or (logprobs > LOGPROB_TOLERANCE).any()):
+        raise ValueError("`top_logprobs` must be log-probabilities (<= 0, not NaN)")
+    return ids, logprobs
+
+
+def _checked_top_tokens(top_tokens: Any, shape: tuple[int, ...]) -> tuple[tuple[str, ...], ...]:
+    """The alternatives' texts as a tuple of tuples of strings, shaped like ``top_ids``."""
+    out = tuple(tuple(row) for row in top_tokens)
+    if len(out) != shape[0] or any(len(row) != shape[1] for row in out):
+        raise ValueError(f"`top_tokens` must have shape {shape} like `top_ids`")
+    if not all(isinstance(tok, str) for row in out for tok in row):
+        raise TypeError("`top_tokens` must hold strings")
+    return out
