@@ -53,7 +53,7 @@ def model_key(lm: Any) -> str | None:
     """What identifies the traces a model records, for every cache of traces, evaluations and calibrators (None
     without a model); the model id alone does not (two servers may serve different models under one name).
 
-    * A model server (:class:`trace_core.record.server.ServerModel`): its address, served name and model id, and the
+    * A model server (:class:`trace_core.record.remote.ServerModel`): its address, served name and model id, and the
       options that change a trace: the full distribution or the top-k asked (the entropy mode), the endpoint, V, the
       context length and the local tokenizer.
     * A local model: a content digest of the files in its folder (weights, config, tokenizer), with its id, dtype and

@@ -86,7 +86,7 @@ def _cached_server(base_url: str, model: str, tokenizer: str | None, full_distri
 
 def get_server(base_url: str, model: str, tokenizer: str | None = None, *, full_distribution: bool = False,
                api: str = "completions", recheck: bool = False) -> Any:
-    """A model server as a model (:func:`trace_core.record.server.connect_server`), once per process; ``recheck``
+    """A model server as a model (:func:`trace_core.record.remote.connect_server`), once per process; ``recheck``
     connects again. The server must be allowed (:func:`check_server_allowed`), and the tokenizer's source (the
     tokenizer typed, else the served name, which may be a local folder) on the model allow-list. An API key is sent
     only where the deployment ties one to this server (``TRACE_SERVER_KEYS``); none is sent otherwise."""
