@@ -30,6 +30,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,39 @@ def _tail(path: Path, lines: int = 40) -> str:
         return "(no log)"
 
 
+def start_server(command: list[str], port: int, log_path: Path, healthy: Callable[[str], bool], *, name: str,
+                 timeout: float, poll: float, grace: float, env: dict[str, str] | None = None,
+                 ) -> tuple[subprocess.Popen, str]:
+    """Run the server `command` (listening on 127.0.0.1:`port`) in its own process group, its output in `log_path`;
+    return it and its base URL once ``healthy(url)`` is true (an OSError or ValueError from it counts as not yet),
+    asking every `poll` seconds. Raises RuntimeError with the server's last log lines if it exits or is not healthy
+    within `timeout` seconds, after stopping it (:func:`stop_process_group` with `grace`)."""
+    with log_path.open("w") as out:
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with code {proc.returncode}:\n{_tail(log_path)}")
+            with contextlib.suppress(OSError, ValueError):
+                if healthy(url):
+                    return proc, url
+            time.sleep(poll)
+        raise RuntimeError(f"{name} did not answer /health within {timeout:.0f} s:\n{_tail(log_path)}")
+    except BaseException:
+        stop_process_group(proc, grace=grace)
+        raise
+
+
+def _vllm_healthy(url: str) -> bool:
+    with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+        return response.status == 200
+
+
+_VLLM_GRACE = 30.0  # seconds the server and its engine processes get to end after SIGTERM
+
+
 def start_vllm(python: str, model_dir: str | Path, log_path: Path, *, timeout: float = 360.0,
                extra_args: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
     """Start a vLLM OpenAI-compatible server on `model_dir` (its own process group); return it and its base URL
@@ -129,30 +163,13 @@ def start_vllm(python: str, model_dir: str | Path, log_path: Path, *, timeout: f
                "--max-logprobs", "-1", "--max-model-len", str(MAX_MODEL_LEN), "--dtype", "float32", *extra_args]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
            "DO_NOT_TRACK": "1"}
-    with log_path.open("w") as out:
-        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the vLLM server exited with code {proc.returncode}:\n{_tail(log_path)}")
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
-                    if response.status == 200:
-                        return proc, url
-            except OSError:
-                pass
-            time.sleep(2)
-        raise RuntimeError(f"the vLLM server did not answer /health within {timeout:.0f} s:\n{_tail(log_path)}")
-    except BaseException:
-        stop_vllm(proc)
-        raise
+    return start_server(command, port, log_path, _vllm_healthy, name="the vLLM server", timeout=timeout, poll=2.0,
+                        grace=_VLLM_GRACE, env=env)
 
 
 def stop_vllm(proc: subprocess.Popen) -> None:
     """Stop the server and every process it started (its engine runs in child processes of the same group)."""
-    stop_process_group(proc, grace=30)
+    stop_process_group(proc, grace=_VLLM_GRACE)
 
 
 def stop_process_group(proc: subprocess.Popen, *, grace: float) -> None:

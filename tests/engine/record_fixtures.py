@@ -19,23 +19,12 @@ can be read with what asked for it. Greedy decoding: recording again gives the s
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from recording import ROOT, record
 
-from bench.server_throughput import (  # noqa: E402
-    SERVED_NAME,
-    post_json,
-    save_tiny_gpt2,
-    start_vllm,
-    stop_vllm,
-    vllm_python_from_env,
-    vllm_unavailable,
-)
+import bench.server_throughput as bench
 
 PROMPT = "Q: What is the capital of France? A:"
 ANSWER = " Paris is the capital."
@@ -48,7 +37,7 @@ def requests_for(model_dir: Path) -> dict[str, tuple[str, dict]]:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompt_ids = tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
     answer_ids = tokenizer(ANSWER, add_special_tokens=False)["input_ids"]
-    common = {"model": SERVED_NAME, "temperature": 0.0, "seed": 0}
+    common = {"model": bench.SERVED_NAME, "temperature": 0.0, "seed": 0}
     return {
         "vllm_completions.json": ("/v1/completions", {
             **common, "prompt": prompt_ids, "max_tokens": 8, "logprobs": 5, "return_tokens_as_token_ids": True}),
@@ -64,25 +53,18 @@ def requests_for(model_dir: Path) -> dict[str, tuple[str, dict]]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "tests" / "data" / "responses")
-    parser.add_argument("--vllm-python", default=vllm_python_from_env())
+    parser.add_argument("--vllm-python", default=bench.vllm_python_from_env())
     args = parser.parse_args(argv)
-    reason = vllm_unavailable(args.vllm_python)
+    reason = bench.vllm_unavailable(args.vllm_python)
     if reason:
         raise SystemExit(f"cannot record: {reason}")
     with tempfile.TemporaryDirectory(prefix="tiny-gpt2-") as tmp:
-        model_dir = save_tiny_gpt2(Path(tmp) / "model")
-        proc, url = start_vllm(args.vllm_python, model_dir, Path(tmp) / "server.log")
+        model_dir = bench.save_tiny_gpt2(Path(tmp) / "model")
+        proc, url = bench.start_vllm(args.vllm_python, model_dir, Path(tmp) / "server.log")
         try:
-            asked = requests_for(model_dir)
-            args.out.mkdir(parents=True, exist_ok=True)
-            for name, (endpoint, body) in asked.items():
-                response = json.loads(post_json(url + endpoint, body))
-                (args.out / name).write_text(json.dumps(response, indent=2, ensure_ascii=False) + "\n")
-                print(f"wrote {args.out / name}")
-            requests = {name: {"endpoint": endpoint, "body": body} for name, (endpoint, body) in asked.items()}
-            (args.out / "vllm_requests.json").write_text(json.dumps(requests, indent=2) + "\n")
+            record(url, requests_for(model_dir), args.out, "vllm_requests.json")
         finally:
-            stop_vllm(proc)
+            bench.stop_vllm(proc)
 
 
 if __name__ == "__main__":

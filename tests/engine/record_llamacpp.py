@@ -43,21 +43,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from recording import ROOT, record
 
-from bench.server_throughput import (  # noqa: E402
-    _free_port,
-    _tail,
-    post_json,
-    save_tiny_gpt2,
-    stop_process_group,
-)
+import bench.server_throughput as bench
 
 PROMPT = "Q: What is the capital of France? A:"
 QUESTION = "What is the capital of France?"
@@ -67,6 +58,7 @@ LIFETIME_S = 600  # the server is killed after this long whatever happens to thi
 # log-probs of this model differ from F32 teacher forcing by up to 4e-3, with these by 1e-3, all of it from ggml's
 # CPU GELU (an F16 lookup table), which the tests reproduce.
 F32_ATTENTION = ("--flash-attn", "off", "--cache-type-k", "f32", "--cache-type-v", "f32")
+_GRACE = 10.0  # seconds the server gets to end after SIGTERM
 
 # Run the vendored converter with the pre-tokenizer named: the tiny tokenizer's hash is not in its table.
 _CONVERT = """
@@ -99,37 +91,25 @@ def get_json(url: str, timeout: float = 10.0) -> dict:
         return json.loads(response.read())
 
 
+def _healthy(url: str) -> bool:
+    return get_json(url + "/health", timeout=2).get("status") == "ok"
+
+
 def start_llama_server(binary: Path, gguf: Path, log_path: Path, *, timeout: float = 120.0,
                        ) -> tuple[subprocess.Popen, str]:
     """Start ``llama-server`` on `gguf` on a free port of 127.0.0.1 (its own process group, killed after
     LIFETIME_S by ``timeout`` where there is one); return it and its base URL once ``/health`` answers."""
-    port = _free_port()
+    port = bench._free_port()
     command = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--alias", SERVED_NAME,
                "-c", "256", "-np", "1", "-t", "1", "--jinja", "--no-webui", *F32_ATTENTION]
     if shutil.which("timeout"):
         command = ["timeout", "-s", "KILL", str(LIFETIME_S), *command]
-    with log_path.open("w") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited with code {proc.returncode}:\n{_tail(log_path)}")
-            try:
-                if get_json(url + "/health", timeout=2).get("status") == "ok":
-                    return proc, url
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"llama-server did not answer /health in {timeout:.0f} s:\n{_tail(log_path)}")
-    except BaseException:
-        stop_llama_server(proc)
-        raise
+    return bench.start_server(command, port, log_path, _healthy, name="llama-server", timeout=timeout, poll=0.5,
+                              grace=_GRACE)
 
 
 def stop_llama_server(proc: subprocess.Popen) -> None:
-    stop_process_group(proc, grace=10)
+    bench.stop_process_group(proc, grace=_GRACE)
 
 
 def requests_for() -> dict[str, tuple[str, dict]]:
@@ -151,7 +131,7 @@ def check_tokenization(url: str, model_dir: Path) -> None:
     from transformers import AutoTokenizer
 
     want = AutoTokenizer.from_pretrained(model_dir)(PROMPT, add_special_tokens=False)["input_ids"]
-    got = json.loads(post_json(url + "/tokenize", {"content": PROMPT, "add_special": True}))["tokens"]
+    got = json.loads(bench.post_json(url + "/tokenize", {"content": PROMPT, "add_special": True}))["tokens"]
     if got != want:
         raise SystemExit(f"llama-server tokenizes the prompt as {got}, the Hugging Face tokenizer as {want}")
 
@@ -164,23 +144,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "tests" / "data" / "responses")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="tiny-gpt2-llamacpp-") as tmp:
-        model_dir = save_tiny_gpt2(Path(tmp) / "model")
+        model_dir = bench.save_tiny_gpt2(Path(tmp) / "model")
         gguf = convert_to_gguf(model_dir, args.llama_cpp, Path(tmp) / "tiny-f32.gguf")
         proc, url = start_llama_server(args.llama_server, gguf, Path(tmp) / "server.log")
         try:
             props = get_json(url + "/props")
             check_tokenization(url, model_dir)
-            asked = requests_for()
-            args.out.mkdir(parents=True, exist_ok=True)
-            for name, (endpoint, body) in asked.items():
-                try:
-                    response = json.loads(post_json(url + endpoint, body))
-                except urllib.error.HTTPError as exc:
-                    raise SystemExit(f"{endpoint} answered {exc.code}: {exc.read()[:2000]!r}") from exc
-                (args.out / name).write_text(json.dumps(response, indent=2, ensure_ascii=False) + "\n")
-                print(f"wrote {args.out / name}")
-            requests = {name: {"endpoint": endpoint, "body": body} for name, (endpoint, body) in asked.items()}
-            (args.out / "llamacpp_requests.json").write_text(json.dumps(requests, indent=2) + "\n")
+            record(url, requests_for(), args.out, "llamacpp_requests.json")
             print(f"llama-server build: {props.get('build_info')}")
         finally:
             stop_llama_server(proc)
