@@ -40,9 +40,18 @@ def model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server_url(model_dir, tmp_path_factory):
-    """The base URL of a vLLM server on `model_dir`, stopped after the module."""
-    yield from served(model_dir, tmp_path_factory)
+def server_url(model_dir, tmp_path_factory, request):
+    """The base URL of a vLLM server on `model_dir`, stopped after the module; a module whose model takes longer to
+    load sets ``SERVER_START_TIMEOUT`` (seconds)."""
+    yield from served(model_dir, tmp_path_factory, timeout=getattr(request.module, "SERVER_START_TIMEOUT", 360.0))
+
+
+@pytest.fixture(scope="module")
+def local(model_dir):
+    """The served folder loaded locally (the independent computation the server is compared with)."""
+    from trace_core import load_model
+
+    return load_model(model_dir, device="cpu")
 
 
 @pytest.fixture(scope="module")

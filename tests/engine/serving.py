@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.server_throughput import start_vllm, stop_vllm, vllm_python_from_env
+from bench.server_throughput import SERVED_NAME, start_vllm, stop_vllm, vllm_python_from_env
 
 
 def served(model_dir, tmp_path_factory, *, timeout: float = 360.0):
@@ -19,3 +19,10 @@ def served(model_dir, tmp_path_factory, *, timeout: float = 360.0):
         yield url
     finally:
         stop_vllm(proc)
+
+
+def connect(url, model_dir, **options):
+    """``connect_server`` to the vLLM server at `url` serving `model_dir` (the folder's tokenizer, no API key)."""
+    from trace_core import connect_server
+
+    return connect_server(url, SERVED_NAME, tokenizer=str(model_dir), api_key_env=None, **options)

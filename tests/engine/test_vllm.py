@@ -12,9 +12,10 @@ import math
 
 import numpy as np
 import pytest
+from serving import connect
 
 from bench.server_throughput import SERVED_NAME, post_json
-from trace_core import DecodingConfig, generate_traces, load_model, score_answers
+from trace_core import DecodingConfig, generate_traces, score_answers
 from trace_core.record import context_length, encode_prompt
 
 PROMPTS = [
@@ -35,11 +36,6 @@ ATOL = 1e-4
 
 
 @pytest.fixture(scope="module")
-def local(model_dir):
-    return load_model(model_dir, device="cpu")
-
-
-@pytest.fixture(scope="module")
 def local_generated(local):
     return generate_traces(local, PROMPTS, config=CONFIG)
 
@@ -49,16 +45,10 @@ def local_scored(local):
     return score_answers(local, PROMPTS, ANSWERS, n_alternatives=5)
 
 
-def _server(url, model_dir, **options):
-    from trace_core.record import connect_server
-
-    return connect_server(url, SERVED_NAME, tokenizer=str(model_dir), api_key_env=None, **options)
-
-
 @pytest.fixture(scope="module")
 def full(server_url, model_dir):
     """The server asked for every log-probability: exact entropy."""
-    return _server(server_url, model_dir, full_distribution=True, top_logprobs=5)
+    return connect(server_url, model_dir, full_distribution=True, top_logprobs=5)
 
 
 def _entropy(logprobs: dict) -> float:
@@ -158,7 +148,7 @@ def test_chat_generation_equals_local_generation_with_the_chat_template(server_u
     and numbers as the local model reading the prompt through the local chat template."""
     config = DecodingConfig(max_new_tokens=24, n_alternatives=5, chat_template=True)
     expected = generate_traces(local, PROMPTS, config=config)
-    chat = _server(server_url, model_dir, full_distribution=True, top_logprobs=5, api="chat")
+    chat = connect(server_url, model_dir, full_distribution=True, top_logprobs=5, api="chat")
     remote = generate_traces(chat, PROMPTS, config=config)
     for prompt, r, loc in zip(PROMPTS, remote, expected):
         assert r.token_ids.tolist() == loc.token_ids.tolist(), prompt
@@ -179,7 +169,7 @@ def test_chat_sampling_top_k_equals_local_teacher_forcing(server_url, model_dir,
     k = 2
     config = DecodingConfig(max_new_tokens=24, n_alternatives=k, do_sample=True, temperature=1.5, seed=3,
                             chat_template=True)
-    chat = _server(server_url, model_dir, top_logprobs=k, api="chat")
+    chat = connect(server_url, model_dir, top_logprobs=k, api="chat")
     remote = generate_traces(chat, PROMPTS, config=config)
     scored = score_answers(local, PROMPTS, [r.token_ids.tolist() for r in remote], n_alternatives=k,
                            chat_template=True)
@@ -212,20 +202,20 @@ def _assert_within_bounds(remote, local_traces, k, vocab):
 
 
 def test_top_k_bounds_hold_the_exact_entropy_in_generation(server_url, model_dir, local_generated):
-    top5 = _server(server_url, model_dir, top_logprobs=5)
+    top5 = connect(server_url, model_dir, top_logprobs=5)
     remote = generate_traces(top5, PROMPTS, config=CONFIG)
     assert [r.token_ids.tolist() for r in remote] == [t.token_ids.tolist() for t in local_generated]
     _assert_within_bounds(remote, local_generated, 5, top5.vocab_size)
 
 
 def test_top_k_bounds_hold_the_exact_entropy_in_scoring(server_url, model_dir, local_scored):
-    top5 = _server(server_url, model_dir, top_logprobs=5)
+    top5 = connect(server_url, model_dir, top_logprobs=5)
     _assert_within_bounds(score_answers(top5, PROMPTS, ANSWERS, n_alternatives=5), local_scored, 5, top5.vocab_size)
 
 
 @pytest.mark.parametrize("full_distribution", [False, True], ids=["top-5", "full"])
 def test_concurrency_1_and_4_give_identical_traces(server_url, model_dir, full_distribution):
-    one, four = (_server(server_url, model_dir, top_logprobs=5, full_distribution=full_distribution,
+    one, four = (connect(server_url, model_dir, top_logprobs=5, full_distribution=full_distribution,
                          concurrency=c) for c in (1, 4))
     assert generate_traces(one, PROMPTS, config=CONFIG) == generate_traces(four, PROMPTS, config=CONFIG)
     assert score_answers(one, PROMPTS, ANSWERS) == score_answers(four, PROMPTS, ANSWERS)
@@ -240,7 +230,7 @@ def test_streamed_traces_equal_non_streamed(server_url, model_dir, api, sampled,
     from trace_core import generate_trace
     from trace_core.record import stream_trace
 
-    sm = _server(server_url, model_dir, top_logprobs=5, full_distribution=full_distribution, api=api)
+    sm = connect(server_url, model_dir, top_logprobs=5, full_distribution=full_distribution, api=api)
     config = DecodingConfig(max_new_tokens=24, n_alternatives=5, do_sample=sampled, temperature=1.5, seed=3,
                             chat_template=api == "chat")
     for prompt in PROMPTS[:3]:

