@@ -20,22 +20,7 @@ from sklearn.metrics import (
 )
 from sklearn.metrics import roc_curve as sk_roc_curve
 
-from trace_core.metrics import (
-    UndefinedMetricWarning,
-    auprc,
-    aurc,
-    auroc,
-    bin_probabilities,
-    bootstrap_ci,
-    brier_score,
-    expected_calibration_error,
-    reliability_table,
-    risk_at_coverage,
-    risk_coverage_curve,
-    roc_curve,
-    tpr_at_fpr,
-    wilson_interval,
-)
+from trace_core import metrics
 
 SEEDS = [0, 1, 2]
 SIZES = [7, 60, 500]
@@ -70,7 +55,7 @@ def no_warnings() -> Iterator[None]:
 @pytest.mark.parametrize("ties", [False, True])
 def test_brier_matches_sklearn(seed: int, n: int, ties: bool) -> None:
     y, p = make_data(seed, n, ties=ties)
-    assert brier_score(y, p) == pytest.approx(brier_score_loss(y, p), abs=1e-12)
+    assert metrics.brier_score(y, p) == pytest.approx(brier_score_loss(y, p), abs=1e-12)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -79,7 +64,7 @@ def test_brier_matches_sklearn(seed: int, n: int, ties: bool) -> None:
 def test_auroc_matches_sklearn(seed: int, n: int, ties: bool) -> None:
     y, p = make_data(seed, n, ties=ties)
     score = 10 * p - 3  # raw scores need not be probabilities
-    assert auroc(y, score) == pytest.approx(roc_auc_score(y, score), abs=1e-12)
+    assert metrics.auroc(y, score) == pytest.approx(roc_auc_score(y, score), abs=1e-12)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -88,7 +73,7 @@ def test_auroc_matches_sklearn(seed: int, n: int, ties: bool) -> None:
 def test_auprc_matches_sklearn(seed: int, n: int, ties: bool) -> None:
     y, p = make_data(seed, n, ties=ties)
     score = np.log(p + 0.01)
-    assert auprc(y, score) == pytest.approx(average_precision_score(y, score), abs=1e-12)
+    assert metrics.auprc(y, score) == pytest.approx(average_precision_score(y, score), abs=1e-12)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -96,7 +81,7 @@ def test_auprc_matches_sklearn(seed: int, n: int, ties: bool) -> None:
 @pytest.mark.parametrize("ties", [False, True])
 def test_roc_curve_matches_sklearn(seed: int, n: int, ties: bool) -> None:
     y, p = make_data(seed, n, ties=ties)
-    fpr, tpr, thr = roc_curve(y, p)
+    fpr, tpr, thr = metrics.roc_curve(y, p)
     sk_fpr, sk_tpr, sk_thr = sk_roc_curve(y, p, drop_intermediate=False)
     np.testing.assert_allclose(fpr, sk_fpr, atol=1e-12)
     np.testing.assert_allclose(tpr, sk_tpr, atol=1e-12)
@@ -113,7 +98,7 @@ def test_reliability_table_matches_calibration_curve(
     seed: int, n: int, ties: bool, strategy: str, n_bins: int
 ) -> None:
     y, p = make_data(seed, n, ties=ties)
-    table = reliability_table(y, p, n_bins=n_bins, strategy=strategy)
+    table = metrics.reliability_table(y, p, n_bins=n_bins, strategy=strategy)
     prob_true, prob_pred = calibration_curve(y, p, n_bins=n_bins, strategy=strategy)
     nonempty = table[table["count"] > 0]
     np.testing.assert_allclose(nonempty["accuracy"].to_numpy(), prob_true, atol=1e-12)
@@ -126,21 +111,21 @@ def test_reliability_table_matches_calibration_curve(
 
 
 def test_bin_probabilities_edges_go_to_lower_bin() -> None:
-    edges, ids = bin_probabilities([0.0, 0.1, 0.15, 0.5, 0.55, 1.0], n_bins=10)
+    edges, ids = metrics.bin_probabilities([0.0, 0.1, 0.15, 0.5, 0.55, 1.0], n_bins=10)
     np.testing.assert_allclose(edges, np.linspace(0, 1, 11))
     np.testing.assert_array_equal(ids, [0, 0, 1, 4, 5, 9])
 
 
 def test_bin_probabilities_quantile_equal_mass() -> None:
     p = np.arange(1, 9) / 10.0  # 0.1 .. 0.8
-    edges, ids = bin_probabilities(p, n_bins=4, strategy="quantile")
+    edges, ids = metrics.bin_probabilities(p, n_bins=4, strategy="quantile")
     assert edges[0] == pytest.approx(0.1) and edges[-1] == pytest.approx(0.8)
     np.testing.assert_array_equal(np.bincount(ids, minlength=4), [2, 2, 2, 2])
     assert edges.shape == (5,) and ids.shape == (8,)
 
 
 def test_bin_probabilities_quantile_with_ties_leaves_empty_bins() -> None:
-    edges, ids = bin_probabilities([0.2] * 6 + [0.9] * 2, n_bins=4, strategy="quantile")
+    edges, ids = metrics.bin_probabilities([0.2] * 6 + [0.9] * 2, n_bins=4, strategy="quantile")
     counts = np.bincount(ids, minlength=4)
     assert counts.sum() == 8
     assert (counts == 0).any()
@@ -152,21 +137,21 @@ def test_ece_hand_example() -> None:
     # Bin (0.5, 1]: p 0.9, 0.9, one correct -> |0.5 - 0.9| = 0.4, weight 1/2.
     y = [1, 0, 1, 1]
     p = [0.9, 0.9, 0.2, 0.3]
-    assert expected_calibration_error(y, p, n_bins=2) == pytest.approx(0.575)
+    assert metrics.expected_calibration_error(y, p, n_bins=2) == pytest.approx(0.575)
 
 
 def test_ece_zero_only_when_each_bin_is_calibrated() -> None:
-    assert expected_calibration_error([1, 0], [0.5, 0.5], n_bins=10) == 0.0
+    assert metrics.expected_calibration_error([1, 0], [0.5, 0.5], n_bins=10) == 0.0
     # 0.5 lies on the inner edge of 2 bins and goes to the lower bin {0.5, 0.5, 0.1, 0.0}:
     # accuracy 1/4 vs confidence 0.275; upper bin {0.75 x 4}: accuracy 3/4 vs 0.75 (exact).
     y = [1, 0, 1, 1, 1, 0, 0, 0]
     p = [0.5, 0.5, 0.75, 0.75, 0.75, 0.75, 0.1, 0.0]
-    assert expected_calibration_error(y, p, n_bins=2) == pytest.approx(0.5 * 0.025)
+    assert metrics.expected_calibration_error(y, p, n_bins=2) == pytest.approx(0.5 * 0.025)
 
 
 def test_ece_single_class_is_defined_without_warning() -> None:
     with no_warnings():
-        assert expected_calibration_error([1, 1, 1], [0.9, 0.8, 1.0], n_bins=5) == pytest.approx(0.1)
+        assert metrics.expected_calibration_error([1, 1, 1], [0.9, 0.8, 1.0], n_bins=5) == pytest.approx(0.1)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -174,10 +159,10 @@ def test_ece_single_class_is_defined_without_warning() -> None:
 @pytest.mark.parametrize("ties", [False, True])
 def test_reliability_table_sums_to_ece(seed: int, strategy: str, ties: bool) -> None:
     y, p = make_data(seed, 300, ties=ties)
-    table = reliability_table(y, p, n_bins=12, strategy=strategy)
+    table = metrics.reliability_table(y, p, n_bins=12, strategy=strategy)
     filled = table[table["count"] > 0]
     from_table = float(np.sum(filled["count"] / len(y) * filled["gap"].abs()))
-    ece = expected_calibration_error(y, p, n_bins=12, strategy=strategy)
+    ece = metrics.expected_calibration_error(y, p, n_bins=12, strategy=strategy)
     assert ece > 0
     assert from_table == pytest.approx(ece, abs=1e-12)
 
@@ -185,7 +170,7 @@ def test_reliability_table_sums_to_ece(seed: int, strategy: str, ties: bool) -> 
 def test_reliability_table_layout_and_empty_bins() -> None:
     y = [1, 0, 1, 1]
     p = [0.05, 0.05, 0.95, 0.92]
-    table = reliability_table(y, p, n_bins=4, confidence=0.9)
+    table = metrics.reliability_table(y, p, n_bins=4, confidence=0.9)
     assert isinstance(table, pd.DataFrame)
     assert list(table.columns) == [
         "bin", "lower", "upper", "count", "mean_confidence",
@@ -200,7 +185,7 @@ def test_reliability_table_layout_and_empty_bins() -> None:
     first, last = table.iloc[0], table.iloc[3]
     assert first["accuracy"] == 0.5 and first["mean_confidence"] == pytest.approx(0.05)
     assert last["accuracy"] == 1.0 and last["gap"] == pytest.approx(1.0 - 0.935)
-    low, high = wilson_interval(1, 2, confidence=0.9)
+    low, high = metrics.wilson_interval(1, 2, confidence=0.9)
     assert (first["wilson_low"], first["wilson_high"]) == pytest.approx((low, high))
 
 
@@ -218,28 +203,28 @@ def test_reliability_table_layout_and_empty_bins() -> None:
     ],
 )
 def test_wilson_known_values(successes: int, n: int, expected: tuple[float, float]) -> None:
-    assert wilson_interval(successes, n) == pytest.approx(expected, abs=1e-4)
+    assert metrics.wilson_interval(successes, n) == pytest.approx(expected, abs=1e-4)
 
 
 def test_wilson_zero_successes_closed_form() -> None:
     z2 = 1.959963984540054**2
-    low, high = wilson_interval(0, 10)
+    low, high = metrics.wilson_interval(0, 10)
     assert low == 0.0
     assert high == pytest.approx(z2 / (10 + z2), rel=1e-12)
 
 
 def test_wilson_empty_is_nan_and_vectorised() -> None:
-    low, high = wilson_interval(np.array([0, 8, 3]), np.array([0, 10, 3]))
+    low, high = metrics.wilson_interval(np.array([0, 8, 3]), np.array([0, 10, 3]))
     assert isinstance(low, np.ndarray) and low.shape == (3,)
     assert math.isnan(low[0]) and math.isnan(high[0])
-    assert (low[1], high[1]) == pytest.approx(wilson_interval(8, 10))
-    assert (low[2], high[2]) == pytest.approx(wilson_interval(3, 3))
-    assert all(math.isnan(v) for v in wilson_interval(0, 0))
+    assert (low[1], high[1]) == pytest.approx(metrics.wilson_interval(8, 10))
+    assert (low[2], high[2]) == pytest.approx(metrics.wilson_interval(3, 3))
+    assert all(math.isnan(v) for v in metrics.wilson_interval(0, 0))
 
 
 def test_wilson_wider_at_higher_confidence() -> None:
-    lo90, hi90 = wilson_interval(30, 50, confidence=0.90)
-    lo99, hi99 = wilson_interval(30, 50, confidence=0.99)
+    lo90, hi90 = metrics.wilson_interval(30, 50, confidence=0.90)
+    lo99, hi99 = metrics.wilson_interval(30, 50, confidence=0.99)
     assert lo99 < lo90 < 0.6 < hi90 < hi99
 
 
@@ -258,7 +243,7 @@ def test_wilson_wider_at_higher_confidence() -> None:
 )
 def test_wilson_validation(kwargs: dict, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
-        wilson_interval(**kwargs)
+        metrics.wilson_interval(**kwargs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,25 +253,25 @@ def test_wilson_validation(kwargs: dict, error: type[Exception], match: str) -> 
 
 def test_auroc_hand_example_with_ties() -> None:
     # Pairs (pos, neg): (0.9 vs 0.5)=1, (0.9 vs 0.1)=1, (0.5 vs 0.5)=1/2, (0.5 vs 0.1)=1 -> 3.5/4.
-    assert auroc([1, 1, 0, 0], [0.9, 0.5, 0.5, 0.1]) == pytest.approx(0.875)
-    assert auroc([1, 0], [3.0, 3.0]) == 0.5
-    assert auroc([0, 1], [-1.0, 1.0]) == 1.0
+    assert metrics.auroc([1, 1, 0, 0], [0.9, 0.5, 0.5, 0.1]) == pytest.approx(0.875)
+    assert metrics.auroc([1, 0], [3.0, 3.0]) == 0.5
+    assert metrics.auroc([0, 1], [-1.0, 1.0]) == 1.0
 
 
 def test_auprc_hand_example() -> None:
     # Thresholds 0.9 (P=1, R=1/2), 0.8 (P=1/2, R=1/2), 0.7 (P=2/3, R=1): AP = 1/2*1 + 1/2*2/3.
-    assert auprc([1, 0, 1], [0.9, 0.8, 0.7]) == pytest.approx(0.5 + 1 / 3)
+    assert metrics.auprc([1, 0, 1], [0.9, 0.8, 0.7]) == pytest.approx(0.5 + 1 / 3)
     # A tie group counts as one threshold: both at 0.5 -> P=1/2, R=1 -> AP=1/2.
-    assert auprc([1, 0], [0.5, 0.5]) == pytest.approx(0.5)
+    assert metrics.auprc([1, 0], [0.5, 0.5]) == pytest.approx(0.5)
 
 
 def test_labels_accept_bool_and_float_zero_one() -> None:
     y = np.array([1, 0, 1, 1, 0])
     s = np.array([0.3, 0.2, 0.9, 0.4, 0.5])
-    expected = auroc(y, s)
-    assert auroc(y.astype(bool), s) == expected
-    assert auroc(y.astype(float), s) == expected
-    assert auroc(y.tolist(), s.tolist()) == expected
+    expected = metrics.auroc(y, s)
+    assert metrics.auroc(y.astype(bool), s) == expected
+    assert metrics.auroc(y.astype(float), s) == expected
+    assert metrics.auroc(y.tolist(), s.tolist()) == expected
 
 
 @pytest.mark.parametrize(
@@ -295,13 +280,13 @@ def test_labels_accept_bool_and_float_zero_one() -> None:
 )
 def test_tpr_at_fpr_vertical_segments_take_the_top(fpr: float, expected: float) -> None:
     # ROC points: (0,0) (0,.5) (.5,.5) (.5,1) (1,1).
-    assert tpr_at_fpr([1, 0, 1, 0], [0.9, 0.8, 0.7, 0.6], fpr=fpr) == pytest.approx(expected)
+    assert metrics.tpr_at_fpr([1, 0, 1, 0], [0.9, 0.8, 0.7, 0.6], fpr=fpr) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("fpr", [0.0, 0.3, 0.6, 1.0])
 def test_tpr_at_fpr_interpolates_diagonal_of_a_tie(fpr: float) -> None:
     # All tied: the curve is the straight line (0,0) -> (1,1).
-    assert tpr_at_fpr([1, 0, 1, 0], [2.0, 2.0, 2.0, 2.0], fpr=fpr) == pytest.approx(fpr)
+    assert metrics.tpr_at_fpr([1, 0, 1, 0], [2.0, 2.0, 2.0, 2.0], fpr=fpr) == pytest.approx(fpr)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -310,27 +295,27 @@ def test_tpr_at_fpr_matches_sklearn_curve_at_its_points(seed: int) -> None:
     sk_fpr, sk_tpr, _ = sk_roc_curve(y, p, drop_intermediate=False)
     for target in np.unique(sk_fpr):
         best = sk_tpr[sk_fpr <= target].max()
-        assert tpr_at_fpr(y, p, fpr=float(target)) == pytest.approx(best, abs=1e-12)
+        assert metrics.tpr_at_fpr(y, p, fpr=float(target)) == pytest.approx(best, abs=1e-12)
     # Between curve points the value is bracketed by its neighbours.
     mid = 0.5 * (np.unique(sk_fpr)[1] + np.unique(sk_fpr)[2])
-    value = tpr_at_fpr(y, p, fpr=mid)
+    value = metrics.tpr_at_fpr(y, p, fpr=mid)
     assert sk_tpr[sk_fpr <= mid].max() <= value <= sk_tpr[sk_fpr >= mid].min()
 
 
 @pytest.mark.parametrize("y", [[1, 1, 1], [0, 0, 0]])
 @pytest.mark.parametrize(
     "metric",
-    [auroc, auprc, functools.partial(tpr_at_fpr, fpr=0.1)],
+    [metrics.auroc, metrics.auprc, functools.partial(metrics.tpr_at_fpr, fpr=0.1)],
     ids=["auroc", "auprc", "tpr_at_fpr"],
 )
 def test_one_class_warns_and_returns_nan(y: list[int], metric) -> None:
-    with pytest.warns(UndefinedMetricWarning, match="single class"):
+    with pytest.warns(metrics.UndefinedMetricWarning, match="single class"):
         assert math.isnan(metric(y, [0.1, 0.5, 0.9]))
 
 
 def test_roc_curve_one_class_warns_with_nan_axis() -> None:
-    with pytest.warns(UndefinedMetricWarning, match="single class"):
-        fpr, tpr, _ = roc_curve([1, 1], [0.2, 0.4])
+    with pytest.warns(metrics.UndefinedMetricWarning, match="single class"):
+        fpr, tpr, _ = metrics.roc_curve([1, 1], [0.2, 0.4])
     assert np.isnan(fpr).all()
     np.testing.assert_allclose(tpr, [0.0, 0.5, 1.0])
 
@@ -341,16 +326,16 @@ def test_roc_curve_one_class_warns_with_nan_axis() -> None:
 
 
 def test_risk_coverage_hand_example() -> None:
-    coverage, risk = risk_coverage_curve([1, 1, 0, 0], [0.9, 0.8, 0.2, 0.1])
+    coverage, risk = metrics.risk_coverage_curve([1, 1, 0, 0], [0.9, 0.8, 0.2, 0.1])
     np.testing.assert_allclose(coverage, [0.25, 0.5, 0.75, 1.0])
     np.testing.assert_allclose(risk, [0, 0, 1 / 3, 1 / 2])
-    assert aurc([1, 1, 0, 0], [0.9, 0.8, 0.2, 0.1]) == pytest.approx(5 / 24)
-    assert aurc([1, 1, 0, 0], [0.1, 0.2, 0.8, 0.9]) == pytest.approx(19 / 24)
+    assert metrics.aurc([1, 1, 0, 0], [0.9, 0.8, 0.2, 0.1]) == pytest.approx(5 / 24)
+    assert metrics.aurc([1, 1, 0, 0], [0.1, 0.2, 0.8, 0.9]) == pytest.approx(19 / 24)
 
 
 def test_risk_coverage_ties_resolved_by_expectation_hand_example() -> None:
     # Top group (conf 2) has 1 error in 2 -> 0.5 expected error per kept answer; bottom group 0.
-    _, risk = risk_coverage_curve([1, 0, 1, 1], [2, 2, 1, 1])
+    _, risk = metrics.risk_coverage_curve([1, 0, 1, 1], [2, 2, 1, 1])
     np.testing.assert_allclose(risk, [0.5, 0.5, 1 / 3, 1 / 4])
 
 
@@ -365,7 +350,7 @@ def test_risk_coverage_equals_average_over_all_tie_orders() -> None:
         order = np.argsort(-cp, kind="stable")
         errors = np.cumsum(1 - yp[order])
         curves.append(errors / np.arange(1, len(y) + 1))
-    _, risk = risk_coverage_curve(y, c)
+    _, risk = metrics.risk_coverage_curve(y, c)
     np.testing.assert_allclose(risk, np.mean(curves, axis=0), atol=1e-12)
 
 
@@ -373,22 +358,22 @@ def test_risk_coverage_equals_average_over_all_tie_orders() -> None:
 def test_risk_coverage_invariant_to_input_order(seed: int) -> None:
     y, p = make_data(seed, 300, ties=True)
     rng = np.random.default_rng(seed + 100)
-    _, risk = risk_coverage_curve(y, p)
+    _, risk = metrics.risk_coverage_curve(y, p)
     for _ in range(3):
         perm = rng.permutation(len(y))
-        _, risk_perm = risk_coverage_curve(y[perm], p[perm])
+        _, risk_perm = metrics.risk_coverage_curve(y[perm], p[perm])
         np.testing.assert_array_equal(risk_perm, risk)
-        assert aurc(y[perm], p[perm]) == aurc(y, p)
+        assert metrics.aurc(y[perm], p[perm]) == metrics.aurc(y, p)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_aurc_perfect_is_minimum_reversed_is_maximum(seed: int) -> None:
     rng = np.random.default_rng(seed)
     y = rng.integers(0, 2, size=40)
-    perfect = aurc(y, y + rng.random(40) * 0.5)  # every correct answer above every wrong one
-    reversed_ = aurc(y, -y - rng.random(40) * 0.5)
+    perfect = metrics.aurc(y, y + rng.random(40) * 0.5)  # every correct answer above every wrong one
+    reversed_ = metrics.aurc(y, -y - rng.random(40) * 0.5)
     for _ in range(20):
-        value = aurc(y, rng.random(40))
+        value = metrics.aurc(y, rng.random(40))
         assert perfect < value < reversed_
     # The perfect ranking reaches the closed-form minimum: zero risk until the errors start.
     n, n_correct = len(y), int(y.sum())
@@ -398,9 +383,9 @@ def test_aurc_perfect_is_minimum_reversed_is_maximum(seed: int) -> None:
 
 def test_aurc_and_risk_single_class_without_warning() -> None:
     with no_warnings():
-        assert aurc([1, 1, 1], [0.3, 0.2, 0.1]) == 0.0
-        assert aurc([0, 0, 0], [0.3, 0.2, 0.1]) == 1.0
-        assert risk_at_coverage([0, 0], [0.1, 0.2], coverage=0.5) == 1.0
+        assert metrics.aurc([1, 1, 1], [0.3, 0.2, 0.1]) == 0.0
+        assert metrics.aurc([0, 0, 0], [0.3, 0.2, 0.1]) == 1.0
+        assert metrics.risk_at_coverage([0, 0], [0.1, 0.2], coverage=0.5) == 1.0
 
 
 @pytest.mark.parametrize(
@@ -417,7 +402,7 @@ def test_aurc_and_risk_single_class_without_warning() -> None:
 def test_risk_at_coverage(coverage: float, expected: float) -> None:
     y = np.array([1, 1, 1, 0, 0, 1, 0, 1, 0, 0])
     confidence = np.arange(10, 0, -1)  # already in decreasing order
-    assert risk_at_coverage(y, confidence, coverage=coverage) == pytest.approx(expected)
+    assert metrics.risk_at_coverage(y, confidence, coverage=coverage) == pytest.approx(expected)
 
 
 def test_risk_at_coverage_ignores_float_round_off() -> None:
@@ -425,8 +410,8 @@ def test_risk_at_coverage_ignores_float_round_off() -> None:
     # the 8th is wrong, so an off-by-one k would give 1/8 instead of 0.
     y = np.array([1] * 7 + [0] + [1] * 92)
     confidence = np.arange(100, 0, -1)
-    assert risk_at_coverage(y, confidence, coverage=0.07) == 0.0
-    assert risk_at_coverage(y, confidence, coverage=0.08) == pytest.approx(1 / 8)
+    assert metrics.risk_at_coverage(y, confidence, coverage=0.07) == 0.0
+    assert metrics.risk_at_coverage(y, confidence, coverage=0.08) == pytest.approx(1 / 8)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,19 +419,19 @@ def test_risk_at_coverage_ignores_float_round_off() -> None:
 # ---------------------------------------------------------------------------------------------
 
 PROB_METRICS = {
-    "brier_score": brier_score,
-    "expected_calibration_error": expected_calibration_error,
-    "reliability_table": reliability_table,
+    "brier_score": metrics.brier_score,
+    "expected_calibration_error": metrics.expected_calibration_error,
+    "reliability_table": metrics.reliability_table,
 }
 SCORE_METRICS = {
-    "auroc": auroc,
-    "auprc": auprc,
-    "roc_curve": roc_curve,
-    "tpr_at_fpr": tpr_at_fpr,
-    "risk_coverage_curve": risk_coverage_curve,
-    "aurc": aurc,
-    "risk_at_coverage": risk_at_coverage,
-    "bootstrap_ci": functools.partial(bootstrap_ci, auroc),
+    "auroc": metrics.auroc,
+    "auprc": metrics.auprc,
+    "roc_curve": metrics.roc_curve,
+    "tpr_at_fpr": metrics.tpr_at_fpr,
+    "risk_coverage_curve": metrics.risk_coverage_curve,
+    "aurc": metrics.aurc,
+    "risk_at_coverage": metrics.risk_at_coverage,
+    "bootstrap_ci": functools.partial(metrics.bootstrap_ci, metrics.auroc),
 }
 ALL_METRICS = {**PROB_METRICS, **SCORE_METRICS}
 
@@ -480,16 +465,16 @@ def test_probabilities_outside_unit_interval_raise(name: str, bad: float, index:
 
 
 def test_raw_scores_outside_unit_interval_are_fine_for_ranking() -> None:
-    assert auroc([1, 0, 1], [5.0, -3.0, 100.0]) == 1.0
-    assert aurc([1, 0, 1], [5.0, -3.0, 100.0]) == pytest.approx((0 + 0 + 1 / 3) / 3)
+    assert metrics.auroc([1, 0, 1], [5.0, -3.0, 100.0]) == 1.0
+    assert metrics.aurc([1, 0, 1], [5.0, -3.0, 100.0]) == pytest.approx((0 + 0 + 1 / 3) / 3)
 
 
 @pytest.mark.parametrize(
     "call",
     [
-        lambda **kw: bin_probabilities([0.2, 0.9], **kw),
-        lambda **kw: expected_calibration_error([1, 0], [0.2, 0.9], **kw),
-        lambda **kw: reliability_table([1, 0], [0.2, 0.9], **kw),
+        lambda **kw: metrics.bin_probabilities([0.2, 0.9], **kw),
+        lambda **kw: metrics.expected_calibration_error([1, 0], [0.2, 0.9], **kw),
+        lambda **kw: metrics.reliability_table([1, 0], [0.2, 0.9], **kw),
     ],
     ids=["bin_probabilities", "ece", "reliability_table"],
 )
@@ -510,35 +495,37 @@ def test_binning_option_validation(call, kwargs: dict, error: type[Exception], m
 
 def test_options_accept_numpy_numbers() -> None:
     y, p = [1, 0, 1, 1], [0.2, 0.9, 0.55, 0.7]
-    assert expected_calibration_error(y, p, n_bins=np.int64(5)) == expected_calibration_error(y, p, n_bins=5)
-    assert reliability_table(y, p, n_bins=np.int32(4), confidence=np.float32(0.9)).shape == (4, 9)
-    assert risk_at_coverage(y, p, coverage=np.float64(0.5)) == risk_at_coverage(y, p, coverage=0.5)
-    assert tpr_at_fpr(y, p, fpr=np.float32(0.0)) == tpr_at_fpr(y, p, fpr=0)
-    assert bootstrap_ci(auroc, y, p, n_boot=np.int64(20)) == bootstrap_ci(auroc, y, p, n_boot=20)
+    ece = metrics.expected_calibration_error
+    assert ece(y, p, n_bins=np.int64(5)) == ece(y, p, n_bins=5)
+    assert metrics.reliability_table(y, p, n_bins=np.int32(4), confidence=np.float32(0.9)).shape == (4, 9)
+    assert metrics.risk_at_coverage(y, p, coverage=np.float64(0.5)) == metrics.risk_at_coverage(y, p, coverage=0.5)
+    assert metrics.tpr_at_fpr(y, p, fpr=np.float32(0.0)) == metrics.tpr_at_fpr(y, p, fpr=0)
+    assert metrics.bootstrap_ci(metrics.auroc, y, p, n_boot=np.int64(20)) == \
+        metrics.bootstrap_ci(metrics.auroc, y, p, n_boot=20)
 
 
 def test_bin_probabilities_validates_probabilities() -> None:
     with pytest.raises(ValueError, match=r"`y_prob` is empty"):
-        bin_probabilities([])
+        metrics.bin_probabilities([])
     with pytest.raises(ValueError, match=r"`y_prob` must be probabilities in \[0, 1\]; index 0 is 1.2"):
-        bin_probabilities([1.2])
+        metrics.bin_probabilities([1.2])
 
 
 @pytest.mark.parametrize("coverage", [0, 0.0, -0.5, 1.5, float("nan")])
 def test_risk_at_coverage_rejects_bad_coverage(coverage: float) -> None:
     with pytest.raises(ValueError, match=r"`coverage` must be"):
-        risk_at_coverage([1, 0], [0.2, 0.9], coverage=coverage)
+        metrics.risk_at_coverage([1, 0], [0.2, 0.9], coverage=coverage)
 
 
 @pytest.mark.parametrize("fpr", [-0.1, 1.1, float("inf")])
 def test_tpr_at_fpr_rejects_bad_fpr(fpr: float) -> None:
     with pytest.raises(ValueError, match=r"`fpr` must be"):
-        tpr_at_fpr([1, 0], [0.2, 0.9], fpr=fpr)
+        metrics.tpr_at_fpr([1, 0], [0.2, 0.9], fpr=fpr)
 
 
 def test_reliability_table_rejects_bad_confidence() -> None:
     with pytest.raises(ValueError, match=r"`confidence` must be a finite real number in \(0, 1\), got 1"):
-        reliability_table([1, 0], [0.2, 0.9], confidence=1)
+        metrics.reliability_table([1, 0], [0.2, 0.9], confidence=1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -548,22 +535,22 @@ def test_reliability_table_rejects_bad_confidence() -> None:
 
 def test_bootstrap_contains_estimate_and_is_reproducible() -> None:
     y, p = make_data(0, 150)
-    est, low, high = bootstrap_ci(auroc, y, p, n_boot=300, seed=7)
+    est, low, high = metrics.bootstrap_ci(metrics.auroc, y, p, n_boot=300, seed=7)
     assert est == pytest.approx(roc_auc_score(y, p))
     assert low < est < high
-    assert bootstrap_ci(auroc, y, p, n_boot=300, seed=7) == (est, low, high)
-    assert bootstrap_ci(auroc, y, p, n_boot=300, seed=8) != (est, low, high)
+    assert metrics.bootstrap_ci(metrics.auroc, y, p, n_boot=300, seed=7) == (est, low, high)
+    assert metrics.bootstrap_ci(metrics.auroc, y, p, n_boot=300, seed=8) != (est, low, high)
 
 
 def test_bootstrap_width_matches_standard_error_of_a_mean() -> None:
     rng = np.random.default_rng(3)
     x = rng.normal(0.0, 1.0, 400)
     y = np.ones(400, dtype=int)
-    est, low, high = bootstrap_ci(lambda _y, s: float(np.mean(s)), y, x, n_boot=2000, seed=0)
+    est, low, high = metrics.bootstrap_ci(lambda _y, s: float(np.mean(s)), y, x, n_boot=2000, seed=0)
     se = x.std(ddof=1) / math.sqrt(400)
     assert est == pytest.approx(x.mean())
     assert high - low == pytest.approx(2 * 1.959964 * se, rel=0.1)
-    _, low90, high90 = bootstrap_ci(
+    _, low90, high90 = metrics.bootstrap_ci(
         lambda _y, s: float(np.mean(s)), y, x, n_boot=2000, confidence=0.9, seed=0
     )
     assert low < low90 < high90 < high
@@ -574,18 +561,18 @@ def test_bootstrap_skips_undefined_resamples_silently() -> None:
     y = np.array([1] * 9 + [0])
     s = np.linspace(0.1, 1.0, 10)[::-1]
     with no_warnings():
-        est, low, high = bootstrap_ci(auroc, y, s, n_boot=400, seed=1)
+        est, low, high = metrics.bootstrap_ci(metrics.auroc, y, s, n_boot=400, seed=1)
     assert est == 1.0 and low == 1.0 and high == 1.0
     y2 = np.array([1, 0] * 5)
     s2 = np.array([0.9, 0.1, 0.4, 0.6, 0.8, 0.3, 0.5, 0.5, 0.7, 0.2])
     with no_warnings():
-        est2, low2, high2 = bootstrap_ci(auroc, y2, s2, n_boot=400, seed=1)
+        est2, low2, high2 = metrics.bootstrap_ci(metrics.auroc, y2, s2, n_boot=400, seed=1)
     assert not math.isnan(low2) and low2 <= est2 <= high2
 
 
 def test_bootstrap_mostly_undefined_warns_and_returns_nan_bounds() -> None:
-    with pytest.warns(UndefinedMetricWarning) as record:
-        est, low, high = bootstrap_ci(auroc, [1, 1, 1, 1], [0.1, 0.2, 0.3, 0.4], n_boot=50)
+    with pytest.warns(metrics.UndefinedMetricWarning) as record:
+        est, low, high = metrics.bootstrap_ci(metrics.auroc, [1, 1, 1, 1], [0.1, 0.2, 0.3, 0.4], n_boot=50)
     assert any("bootstrap resamples" in str(w.message) for w in record)
     assert math.isnan(est) and math.isnan(low) and math.isnan(high)
 
@@ -600,33 +587,31 @@ def test_bootstrap_mostly_undefined_warns_and_returns_nan_bounds() -> None:
 )
 def test_bootstrap_option_validation(kwargs: dict, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
-        bootstrap_ci(auroc, [1, 0], [0.2, 0.9], **kwargs)
+        metrics.bootstrap_ci(metrics.auroc, [1, 0], [0.2, 0.9], **kwargs)
 
 
 def test_bootstrap_rejects_bad_metric() -> None:
     with pytest.raises(TypeError, match=r"`metric` must be callable"):
-        bootstrap_ci("auroc", [1, 0], [0.2, 0.9])  # type: ignore[arg-type]
+        metrics.bootstrap_ci("auroc", [1, 0], [0.2, 0.9])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"`metric` must return a real number"):
-        bootstrap_ci(lambda y, s: "high", [1, 0], [0.2, 0.9])  # type: ignore[arg-type, return-value]
+        metrics.bootstrap_ci(lambda y, s: "high", [1, 0], [0.2, 0.9])  # type: ignore[arg-type, return-value]
 
 
 @pytest.mark.parametrize("ties", [False, True])
 def test_rank_groups_equal_the_single_metrics_on_every_subset(ties):
-    from trace_core.metrics import RankGroups
-
     rng = np.random.default_rng(7)
     n = 500
     score = rng.integers(0, 12, n).astype(float) if ties else rng.normal(size=n)
     y = (rng.random(n) < 1 / (1 + np.exp(-score / 3))).astype(int)
-    groups = RankGroups(score)
+    groups = metrics.RankGroups(score)
     for _ in range(10):
         subset = np.sort(rng.permutation(n)[: rng.integers(20, n)])
         got = groups.ranking_metrics(y[subset], subset)
-        assert got["auroc"] == pytest.approx(auroc(y[subset], score[subset]), abs=1e-12)
-        assert got["auprc"] == pytest.approx(auprc(y[subset], score[subset]), abs=1e-12)
-        assert got["aurc"] == pytest.approx(aurc(y[subset], score[subset]), abs=1e-12)
+        assert got["auroc"] == pytest.approx(metrics.auroc(y[subset], score[subset]), abs=1e-12)
+        assert got["auprc"] == pytest.approx(metrics.auprc(y[subset], score[subset]), abs=1e-12)
+        assert got["aurc"] == pytest.approx(metrics.aurc(y[subset], score[subset]), abs=1e-12)
     whole = groups.ranking_metrics(y)
-    assert whole["auroc"] == pytest.approx(auroc(y, score), abs=1e-12)
+    assert whole["auroc"] == pytest.approx(metrics.auroc(y, score), abs=1e-12)
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 500, 4099])
@@ -645,17 +630,15 @@ def test_rankings_of_distinct_scores_equal_the_grouped_count_number_for_number(n
         assert value == general[metric] or (np.isnan(value) and np.isnan(general[metric])), metric
     if n > 1:  # and the single metrics, computed independently
         score = np.arange(n, dtype=float)
-        assert fast["aurc"] == pytest.approx(aurc(pos.astype(int), score), abs=1e-12)
+        assert fast["aurc"] == pytest.approx(metrics.aurc(pos.astype(int), score), abs=1e-12)
         if both:
-            assert fast["auroc"] == pytest.approx(auroc(pos.astype(int), score), abs=1e-12)
-            assert fast["auprc"] == pytest.approx(auprc(pos.astype(int), score), abs=1e-12)
+            assert fast["auroc"] == pytest.approx(metrics.auroc(pos.astype(int), score), abs=1e-12)
+            assert fast["auprc"] == pytest.approx(metrics.auprc(pos.astype(int), score), abs=1e-12)
 
 
 def test_rank_groups_one_class_subset_is_undefined_except_aurc():
-    from trace_core.metrics import RankGroups, UndefinedMetricWarning
-
-    groups = RankGroups([0.1, 0.4, 0.3, 0.9])
-    with pytest.warns(UndefinedMetricWarning):
+    groups = metrics.RankGroups([0.1, 0.4, 0.3, 0.9])
+    with pytest.warns(metrics.UndefinedMetricWarning):
         got = groups.ranking_metrics([1, 1], [0, 3])
     assert np.isnan(got["auroc"]) and np.isnan(got["auprc"]) and got["aurc"] == 0.0
     with pytest.raises(ValueError, match="2 answers"):
@@ -667,11 +650,9 @@ def test_rank_groups_one_class_subset_is_undefined_except_aurc():
 def test_bin_ids_equal_a_left_searchsorted_on_edges_and_ties(n_bins, strategy):
     """Bins are counted edge by edge for a few edges; a probability on an edge goes to the lower bin, as
     ``searchsorted(edges[1:-1], p, side="left")`` (and scikit-learn's calibration_curve) put it."""
-    from trace_core.metrics.calibration import bin_probabilities
-
     rng = np.random.default_rng(n_bins)
     p = np.concatenate([rng.random(500), np.linspace(0.0, 1.0, 41), np.repeat([0.0, 0.3, 0.5, 1.0], 7)])
-    edges, ids = bin_probabilities(p, n_bins=n_bins, strategy=strategy)
+    edges, ids = metrics.bin_probabilities(p, n_bins=n_bins, strategy=strategy)
     np.testing.assert_array_equal(ids, np.searchsorted(edges[1:-1], p, side="left"))
     assert ids.dtype == np.int64
 
@@ -702,8 +683,6 @@ def test_ece_of_probabilities_in_monotone_order_equals_ece(n_bins):
 def test_validate_false_gives_the_checked_value_and_skips_the_checks(name):
     """Each public metric has one kernel: with validate=False on checked arrays it returns the very same number; the
     checks are what it skips (a label 2 is refused only when validating)."""
-    import trace_core.metrics as metrics
-
     metric = getattr(metrics, name)
     rng = np.random.default_rng(7)
     y = (rng.random(500) < 0.3).astype(np.int64)
@@ -719,17 +698,15 @@ def test_validate_false_gives_the_checked_value_and_skips_the_checks(name):
 def test_the_bootstrap_skips_the_checks_on_resamples_only(monkeypatch):
     """bootstrap_ci checks the data once (the point estimate) and calls this package's metrics with validate=False on
     the resamples; a metric without that keyword is called as it is."""
-    from trace_core.metrics import auroc, bootstrap_ci
-
     calls = []
 
     def counting(y_true, score, *, validate=True):
         calls.append(validate)
-        return auroc(y_true, score, validate=validate)
+        return metrics.auroc(y_true, score, validate=validate)
 
     rng = np.random.default_rng(1)
     y, s = (rng.random(200) < 0.5).astype(int), rng.random(200)
-    est, low, high = bootstrap_ci(counting, y, s, n_boot=50)
+    est, low, high = metrics.bootstrap_ci(counting, y, s, n_boot=50)
     assert calls[0] is True and set(calls[1:]) == {False} and len(calls) == 51
-    assert (est, low, high) == bootstrap_ci(auroc, y, s, n_boot=50)
-    assert bootstrap_ci(lambda a, b: auroc(a, b), y, s, n_boot=50) == (est, low, high)
+    assert (est, low, high) == metrics.bootstrap_ci(metrics.auroc, y, s, n_boot=50)
+    assert metrics.bootstrap_ci(lambda a, b: metrics.auroc(a, b), y, s, n_boot=50) == (est, low, high)
