@@ -24,6 +24,8 @@ from trace_core import metrics
 
 SEEDS = [0, 1, 2]
 SIZES = [7, 60, 500]
+# The data sets every comparison with scikit-learn runs on: each seed and size, without and with heavy ties.
+DATA = list(itertools.product(SEEDS, SIZES, [False, True]))
 
 
 def make_data(seed: int, n: int, *, ties: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -50,35 +52,19 @@ def no_warnings() -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("n", SIZES)
-@pytest.mark.parametrize("ties", [False, True])
-def test_brier_matches_sklearn(seed: int, n: int, ties: bool) -> None:
+@pytest.mark.parametrize("ours, sklearns, score_of", [
+    pytest.param(metrics.brier_score, brier_score_loss, lambda p: p, id="brier"),
+    pytest.param(metrics.auroc, roc_auc_score, lambda p: 10 * p - 3, id="auroc"),  # raw scores need not be probabilities
+    pytest.param(metrics.auprc, average_precision_score, lambda p: np.log(p + 0.01), id="auprc"),
+])
+@pytest.mark.parametrize("seed, n, ties", DATA)
+def test_scalar_metrics_match_sklearn(ours, sklearns, score_of, seed: int, n: int, ties: bool) -> None:
     y, p = make_data(seed, n, ties=ties)
-    assert metrics.brier_score(y, p) == pytest.approx(brier_score_loss(y, p), abs=1e-12)
+    score = score_of(p)
+    assert ours(y, score) == pytest.approx(sklearns(y, score), abs=1e-12)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("n", SIZES)
-@pytest.mark.parametrize("ties", [False, True])
-def test_auroc_matches_sklearn(seed: int, n: int, ties: bool) -> None:
-    y, p = make_data(seed, n, ties=ties)
-    score = 10 * p - 3  # raw scores need not be probabilities
-    assert metrics.auroc(y, score) == pytest.approx(roc_auc_score(y, score), abs=1e-12)
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("n", SIZES)
-@pytest.mark.parametrize("ties", [False, True])
-def test_auprc_matches_sklearn(seed: int, n: int, ties: bool) -> None:
-    y, p = make_data(seed, n, ties=ties)
-    score = np.log(p + 0.01)
-    assert metrics.auprc(y, score) == pytest.approx(average_precision_score(y, score), abs=1e-12)
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("n", SIZES)
-@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("seed, n, ties", DATA)
 def test_roc_curve_matches_sklearn(seed: int, n: int, ties: bool) -> None:
     y, p = make_data(seed, n, ties=ties)
     fpr, tpr, thr = metrics.roc_curve(y, p)
@@ -89,9 +75,7 @@ def test_roc_curve_matches_sklearn(seed: int, n: int, ties: bool) -> None:
     np.testing.assert_array_equal(thr[1:], sk_thr[1:])
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("n", SIZES)
-@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("seed, n, ties", DATA)
 @pytest.mark.parametrize("strategy", ["uniform", "quantile"])
 @pytest.mark.parametrize("n_bins", [1, 5, 10])
 def test_reliability_table_matches_calibration_curve(
@@ -598,20 +582,23 @@ def test_bootstrap_rejects_bad_metric() -> None:
 
 
 @pytest.mark.parametrize("ties", [False, True])
-def test_rank_groups_equal_the_single_metrics_on_every_subset(ties):
-    rng = np.random.default_rng(7)
-    n = 500
+@pytest.mark.parametrize("sort_subset", [True, False])
+def test_rank_groups_equal_the_single_metrics_on_every_subset(ties, sort_subset):
+    rng = np.random.default_rng(7 + 4 * sort_subset)
+    n = 600
     score = rng.integers(0, 12, n).astype(float) if ties else rng.normal(size=n)
     y = (rng.random(n) < 1 / (1 + np.exp(-score / 3))).astype(int)
     groups = metrics.RankGroups(score)
-    for _ in range(10):
-        subset = np.sort(rng.permutation(n)[: rng.integers(20, n)])
+    single = {name: getattr(metrics, name) for name in ("auroc", "auprc", "aurc", "prr")}
+    for _ in range(15):
+        subset = rng.permutation(n)[: rng.integers(10, n)]  # indices in any order, or sorted
+        subset = np.sort(subset) if sort_subset else subset
         got = groups.ranking_metrics(y[subset], subset)
-        assert got["auroc"] == pytest.approx(metrics.auroc(y[subset], score[subset]), abs=1e-12)
-        assert got["auprc"] == pytest.approx(metrics.auprc(y[subset], score[subset]), abs=1e-12)
-        assert got["aurc"] == pytest.approx(metrics.aurc(y[subset], score[subset]), abs=1e-12)
+        for name, metric in single.items():
+            assert got[name] == pytest.approx(metric(y[subset], score[subset]), abs=1e-12), name
     whole = groups.ranking_metrics(y)
-    assert whole["auroc"] == pytest.approx(metrics.auroc(y, score), abs=1e-12)
+    for name, metric in single.items():
+        assert whole[name] == pytest.approx(metric(y, score), abs=1e-12), name
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 500, 4099])
