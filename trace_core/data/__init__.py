@@ -29,10 +29,11 @@ columns, ...) raise :class:`DatasetError`.
 :func:`write_dataset` writes what :func:`read_dataset` reads back unchanged (floats as exact JSON reprs);
 :func:`export_flagged` writes files for people, with spreadsheet formula injection neutralised (:func:`sanitize_cell`).
 
-Modules: ``read`` (bytes -> raw rows), ``codec`` (trace columns <-> Trace), ``labels`` (labels and matchers),
-``prompts`` (prompt files to generate from, and the generated answers' labels),
-``responses`` (API responses -> Trace), ``validate`` (rows checked one by one), ``dataset`` (:func:`read_dataset`:
-file -> :class:`LabeledDataset`), ``write``, ``export``.
+Modules: ``read`` (bytes -> raw rows: ``source`` and ``table`` hold the file and table checks, ``read_csv``,
+``read_jsonl`` and ``read_parquet`` one format each), ``codec`` (trace columns <-> Trace; ``fastread`` and
+``fastparse`` decode many rows' trace cells at once), ``labels`` (labels and matchers), ``prompts`` (prompt files to
+generate from, and the generated answers' labels), ``responses`` (API responses -> Trace), ``validate`` (rows
+checked one by one), ``dataset`` (:func:`read_dataset`: file -> :class:`LabeledDataset`), ``write``, ``export``.
 """
 
 from ..logprobs import entropy_from_top_k
