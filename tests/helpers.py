@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pandas as pd
 
 from trace_core import Trace
+
+APP = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 
 
 def make_trace(surprisal, entropy=None, *, k: int = 2, prompt: str = "p") -> Trace:
@@ -28,6 +33,15 @@ def random_traces(n: int, *, seed: int = 0, min_len: int = 1, max_len: int = 40)
     return out
 
 
+def labeled_answers(n: int, *, seed: int, prompt: str = "Q{i}") -> tuple[pd.DataFrame, list[Trace]]:
+    """``n`` random traces (:func:`random_traces`) and a table of their prompts (``prompt`` with the row number as
+    ``{i}``), answers and labels: every third answer (rows 0, 3, 6, ...) wrong, the others right."""
+    traces = random_traces(n, seed=seed)
+    frame = pd.DataFrame({"prompt": [prompt.format(i=i) for i in range(n)], "answer": [t.answer for t in traces],
+                          "label": (np.arange(n) % 3 != 0).astype(int)})
+    return frame, traces
+
+
 def synthetic_trace_objects(n: int = 40, *, seed: int = 0, mean_length: float = 10) -> tuple[list[Trace], np.ndarray]:
     """``n`` Trace objects (no alternatives) from :func:`trace_core.synthetic_traces` ("spike"), and their labels."""
     from trace_core import synthetic_traces
@@ -42,16 +56,29 @@ def synthetic_trace_objects(n: int = 40, *, seed: int = 0, mean_length: float = 
     return traces, y
 
 
+def dashboard(page: str | None = None, *, model: str | Path | None = None, no_model: bool = False, timeout: float = 120):
+    """An AppTest of the dashboard, run once: with ``model`` (a local folder or model id) typed in the sidebar, or with
+    ``no_model`` the sidebar on a local model not yet named (so none is loaded); then on ``page`` (such as
+    ``"../pages/calibrate.py"``) when given. The script must not have raised."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=timeout)
+    if no_model:
+        at.session_state["model_source"] = "Local folder or cached model id"
+    at.run()
+    if model is not None:
+        at.sidebar.radio(key="model_source").set_value("Local folder or cached model id").run()
+        at.sidebar.text_input(key="model_name").set_value(str(model)).run()
+    if page:
+        at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
 def flag_page_after_calibrate():
     """An AppTest of the dashboard on the Flag & export page, after Calibrate evaluated the demo validation split
     (3 splits) and made its calibrator active."""
-    from pathlib import Path
-
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app" / "main.py"), default_timeout=300)
-    at.run()
-    at.switch_page("../pages/calibrate.py").run()
+    at = dashboard("../pages/calibrate.py", timeout=300)
     at.selectbox(key="demo_dataset").set_value("demo_validation").run()
     at.slider(key="n_splits").set_value(3)
     at.get("form_submit_button")[0].click().run()

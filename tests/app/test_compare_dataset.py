@@ -9,31 +9,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import dashboard
 
 pytest.importorskip("streamlit")
 pytest.importorskip("torch")
-
-from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from app.compare_dataset import disagreements, labels_of, side_table  # noqa: E402
 from trace_core import DecodingConfig, EvaluationConfig, evaluate, generate_traces, label_from_reference  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-APP = str(ROOT / "app" / "main.py")
-
-
-def compare_page() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=300)
-    at.run()
-    at.switch_page("../pages/compare.py").run()
-    at.radio(key="compare_scope").set_value("A dataset of prompts").run()
-    assert not at.exception
-    return at
 
 
 @pytest.mark.slow
 def test_a_dataset_answered_greedy_and_sampled_side_by_side():
-    at = compare_page()
+    at = dashboard("../pages/compare.py", timeout=300)
+    at.radio(key="compare_scope").set_value("A dataset of prompts").run()
+    assert not at.exception
     at.selectbox(key="compare_demo_dataset").set_value("demo_validation").run()
     at.number_input(key="compare_n_prompts").set_value(30).run()
     at.number_input(key="compare_temperature").set_value(1.5).run()

@@ -9,12 +9,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import make_trace, random_traces
+from helpers import dashboard, labeled_answers, make_trace
 
 pytest.importorskip("streamlit")
 pytest.importorskip("torch")
-
-from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from app.figures import trace_figure  # noqa: E402
 from app.heatmap import heatmap_html  # noqa: E402
@@ -23,7 +21,6 @@ from trace_core import EvaluationConfig, Trace, evaluate, read_dataset, write_da
 from trace_core.figures import reliability_figure, risk_coverage_figure, roc_figure  # noqa: E402
 from trace_core.registry import METRICS  # noqa: E402
 
-APP = str(__import__("pathlib").Path(__file__).resolve().parents[2] / "app" / "main.py")
 HOSTILE = ["<img src=x onerror=alert(1)>", "<script>alert(2)</script>", "$x$", ":red[x]", "a\u202eb", "\x07",
            "javascript:alert(3)", "x" * 10_000]
 
@@ -78,10 +75,7 @@ def test_calibration_figures_build():
 
 @pytest.fixture
 def labeled_files(tmp_path):
-    traces = random_traces(90, seed=9)
-    y = (np.arange(90) % 3 != 0).astype(int)
-    frame = pd.DataFrame({"prompt": [f"Q{i}: <b>hi</b>" for i in range(90)], "answer": [t.answer for t in traces],
-                          "label": y})
+    frame, traces = labeled_answers(90, seed=9, prompt="Q{i}: <b>hi</b>")
     with_traces = tmp_path / "with_traces.jsonl"
     write_dataset(frame, with_traces, traces=traces)
     plain = tmp_path / "plain.csv"
@@ -94,14 +88,7 @@ def start(tiny_model_dirs, monkeypatch, page=None, data_dir=None):
     if data_dir is not None:
         monkeypatch.setenv("TRACE_LOCAL_FILES", "1")
         monkeypatch.setenv("TRACE_DATA_DIR", str(data_dir))
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.run()
-    at.sidebar.radio(key="model_source").set_value("Local folder or cached model id").run()
-    at.sidebar.text_input(key="model_name").set_value(str(tiny_model_dirs["gpt2"])).run()
-    if page:
-        at.switch_page(page).run()
-    assert not at.exception
-    return at
+    return dashboard(page, model=tiny_model_dirs["gpt2"])
 
 
 @pytest.mark.slow
@@ -154,11 +141,7 @@ def test_calibrate_leaves_out_answers_longer_than_the_model_context(tiny_model_d
 
 
 def test_inspect_page_with_missing_model_says_so(monkeypatch):
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.sidebar.radio(key="model_source").set_value("Local folder or cached model id").run()
-    at.sidebar.text_input(key="model_name").set_value("nobody/missing-model").run()
-    assert not at.exception
+    at = dashboard(model="nobody/missing-model", timeout=60)
     (error,) = [e.value for e in at.sidebar.error]  # once, as a sentence
     assert "not found locally" in error and error[0].isupper() and html.unescape(error).endswith(".")
     assert not any("not found locally" in m.value for m in [*at.main.info, *at.main.error])  # the page points to it
@@ -296,11 +279,7 @@ def test_flag_page_before_any_dataset_says_where_to_start(tiny_model_dirs, monke
 
 def test_allow_list_is_enforced_in_the_sidebar(tiny_model_dirs, monkeypatch):
     monkeypatch.setenv("TRACE_MODEL_ALLOWLIST", str(tiny_model_dirs["llama"]))
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.sidebar.radio(key="model_source").set_value("Local folder or cached model id").run()
-    at.sidebar.text_input(key="model_name").set_value(str(tiny_model_dirs["gpt2"])).run()
-    assert not at.exception
+    at = dashboard(model=tiny_model_dirs["gpt2"], timeout=60)
     assert any("allow-list" in html.unescape(e.value) for e in at.sidebar.error)  # shown escaped (md_literal)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import random_traces
+from helpers import dashboard, random_traces
 
 pytest.importorskip("streamlit")
 
@@ -43,11 +43,7 @@ def test_local_files_on(monkeypatch, value):
 def _calibrate_page(monkeypatch, **env: str) -> AppTest:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.session_state["model_source"] = "Local folder or cached model id"  # no model to load
-    at.run()
-    at.switch_page("../pages/calibrate.py").run()
-    return at
+    return dashboard("../pages/calibrate.py", no_model=True, timeout=60)
 
 
 @pytest.mark.slow

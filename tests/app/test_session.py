@@ -10,17 +10,13 @@ import io
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import random_traces
+from helpers import dashboard, labeled_answers, random_traces
 
 pytest.importorskip("streamlit")
 pytest.importorskip("torch")
 
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
 from app.state import CALIBRATOR, ActiveCalibrator  # noqa: E402
 from trace_core import TracePlus, read_dataset, write_dataset  # noqa: E402
-
-APP = str(__import__("pathlib").Path(__file__).resolve().parents[2] / "app" / "main.py")
 
 
 def _upload(at, key, path):
@@ -30,9 +26,7 @@ def _upload(at, key, path):
 
 @pytest.fixture
 def files(tmp_path):
-    traces = random_traces(60, seed=4)
-    y = (np.arange(60) % 3 != 0).astype(int)
-    frame = pd.DataFrame({"prompt": [f"Q{i}" for i in range(60)], "answer": [t.answer for t in traces], "label": y})
+    frame, traces = labeled_answers(60, seed=4)
     labeled = tmp_path / "labeled.jsonl"
     write_dataset(frame, labeled, traces=traces)
     unlabeled = tmp_path / "new_answers.jsonl"
@@ -42,18 +36,12 @@ def files(tmp_path):
     plain = tmp_path / "plain.csv"  # unlabeled and without traces: recorded with the sidebar's model
     pd.DataFrame({"prompt": ["Q: 2 + 2 =", "Q: 3 + 4 =", "Q: 5 + 5 ="], "answer": [" 4", " 7", " 9"]}).to_csv(
         plain, index=False)
-    return {"labeled": labeled, "unlabeled": unlabeled, "plain": plain, "traces": traces, "y": y}
+    return {"labeled": labeled, "unlabeled": unlabeled, "plain": plain, "traces": traces,
+            "y": frame["label"].to_numpy()}
 
 
 def start(tiny_model_dirs, page=None):
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.run()
-    at.sidebar.radio(key="model_source").set_value("Local folder or cached model id").run()
-    at.sidebar.text_input(key="model_name").set_value(str(tiny_model_dirs["gpt2"])).run()
-    if page:
-        at.switch_page(page).run()
-    assert not at.exception, at.exception
-    return at
+    return dashboard(page, model=tiny_model_dirs["gpt2"])
 
 
 def generate(at, prompt: str) -> None:

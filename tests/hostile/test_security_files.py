@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import dashboard
 
 pytest.importorskip("streamlit")
 
@@ -26,8 +27,6 @@ from app import services  # noqa: E402
 from app.text import MAX_MESSAGE  # noqa: E402
 from trace_core import DatasetError, read_dataset  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-APP = str(ROOT / "app" / "main.py")
 SECRET = "sk-SECRET-0123456789"
 GOOD_CSV = "prompt,answer,label\nQ: 1+1?,2,1\nQ: 2+2?,5,0\nQ: 3+3?,6,1\nQ: 4+4?,9,0\n"
 HOSTILE_NAME = ":red[x] **b** <img src=x>"
@@ -39,12 +38,7 @@ def _page(monkeypatch, **env: str) -> AppTest:
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.session_state["model_source"] = "Local folder or cached model id"  # no model to load
-    at.run()
-    at.switch_page("../pages/calibrate.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return dashboard("../pages/calibrate.py", no_model=True)
 
 
 def _by_path(at: AppTest, path_text: str) -> AppTest:
@@ -231,12 +225,7 @@ def test_a_5_mb_upload_never_becomes_a_5_million_character_alert(monkeypatch, pa
 # --------------------------------------------------------------------------------------------------
 
 def _sidebar_with_model(monkeypatch, name: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.run()
-    at.sidebar.radio(key="model_source").set_value("Local folder or cached model id").run()
-    at.sidebar.text_input(key="model_name").set_value(name).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return dashboard(model=name)
 
 
 def _literal(value: str, text: str) -> bool:

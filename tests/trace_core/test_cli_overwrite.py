@@ -7,10 +7,9 @@ from __future__ import annotations
 import os
 import shutil
 
-import numpy as np
 import pandas as pd
 import pytest
-from helpers import random_traces
+from helpers import labeled_answers
 
 from trace_core import TracePlus, write_dataset
 from trace_core.cli import main
@@ -20,15 +19,13 @@ LINKS = ["same path", "symlink", "hard link", "input through a symlink"]
 
 @pytest.fixture
 def files(tmp_path):
-    traces = random_traces(40, seed=3)
-    y = (np.arange(40) % 3 != 0).astype(int)
-    frame = pd.DataFrame({"prompt": [f"Q{i}" for i in range(40)], "answer": [t.answer for t in traces], "label": y})
+    frame, traces = labeled_answers(40, seed=3)
     labeled_csv = tmp_path / "labeled.csv"
     write_dataset(frame, labeled_csv, traces=traces)
     labeled_json = tmp_path / "labeled.json"  # JSON Lines named .json: the name fit's --out takes too
     write_dataset(frame, labeled_json, traces=traces, format="jsonl")
     calibrator = tmp_path / "cal.json"
-    calibrator.write_text(TracePlus().fit(traces, y).to_json(), encoding="utf-8")
+    calibrator.write_text(TracePlus().fit(traces, frame["label"].to_numpy()).to_json(), encoding="utf-8")
     prompts = tmp_path / "prompts.csv"  # a prompt column (answers too, which generate replaces)
     pd.DataFrame({"prompt": ["Q: 2 + 2 =", "Q: 3 + 4 ="], "answer": ["", ""]}).to_csv(prompts, index=False)
     answers = tmp_path / "answers.csv"  # no traces: score records them
