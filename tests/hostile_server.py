@@ -37,6 +37,7 @@ import gzip
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -165,42 +166,37 @@ def _handler(server: HostileServer) -> type[BaseHTTPRequestHandler]:
                 time.sleep(server.drip_seconds)
             self.close_connection = True
 
-        def _huge(self) -> None:
+        def _head(self, name: str, value: str) -> None:
+            """The head of a 200 JSON answer with one more header (how its body is delimited, or not)."""
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Connection", "close")
+            self.send_header(name, value)
             self.end_headers()
-            block = b"a" * (1 << 16)
-            self.wfile.write(b'{"pad": "')
+
+        def _pour(self, block: bytes, total: int, frame: Callable[[bytes], bytes] = lambda b: b) -> None:
+            """Write ``frame(block)`` until ``total`` bytes of blocks have gone out, counting them in ``server.sent``."""
             written = 0
-            while written < server.huge_bytes:
-                self.wfile.write(block)
+            while written < total:
+                self.wfile.write(frame(block))
                 written += len(block)
                 with server.lock:
                     server.sent += len(block)
+
+        def _huge(self) -> None:
+            self._head("Connection", "close")
+            self.wfile.write(b'{"pad": "')
+            self._pour(b"a" * (1 << 16), server.huge_bytes)
             self.wfile.write(b'"}')
             self.close_connection = True
 
         def _declared(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(10 * 2**30))
-            self.end_headers()
+            self._head("Content-Length", str(10 * 2**30))
             self.wfile.write(b'{"pad": "')
             self.close_connection = True
 
         def _endless(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            block = b"[" * (1 << 16)
-            written = 0
-            while written < server.endless_bytes:
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(block), block))
-                written += len(block)
-                with server.lock:
-                    server.sent += len(block)
+            self._head("Transfer-Encoding", "chunked")
+            self._pour(b"[" * (1 << 16), server.endless_bytes, lambda b: b"%x\r\n%s\r\n" % (len(b), b))
             self.close_connection = True
 
         def _impossible(self) -> None:
