@@ -198,7 +198,7 @@ def _provenance(c: FieldChecker, value: Any, kind: str = "TracePlus") -> dict[st
     return out if len(c.problems) == before else None
 
 
-def _drift_summary(c: FieldChecker, value: Any, allowed: tuple[str, ...]) -> DriftSummary | None:  # noqa: C901 (a flat check per field of the file)
+def _drift_summary(c: FieldChecker, value: Any, allowed: tuple[str, ...]) -> DriftSummary | None:
     """The summary of the calibration answers' features that the drift check reads (``fit`` writes it, see
     :mod:`trace_core.drift`): ``n`` answers, the ``bins`` asked for, and per feature (each named once, from
     ``allowed``) at most ``bins - 1`` increasing finite ``edges`` and ``len(edges) + 1`` positive whole ``counts``
@@ -223,40 +223,49 @@ def _drift_summary(c: FieldChecker, value: Any, allowed: tuple[str, ...]) -> Dri
         return None
     out, seen = [], set()
     for i, feature in enumerate(features):
-        where = f"{field}.features[{i}]"
-        if not isinstance(feature, Mapping) or set(feature) != set(_BIN_KEYS):
-            c.fail(where, f"must be an object with keys {list(_BIN_KEYS)}, got {shorten(feature)}")
-            continue
-        name, edges, counts = feature["name"], feature["edges"], feature["counts"]
-        if not isinstance(name, str) or name not in allowed:
-            c.fail(f"{where}.name", f"must be one of {list(allowed)}, got {shorten(name)}")
-        elif name in seen:
-            c.fail(f"{where}.name", f"names {name!r} a second time")
-        seen.add(name)
-        if not isinstance(edges, list) or (bins is not None and len(edges) > bins - 1):
-            c.fail(f"{where}.edges", f"must be a list of at most {(bins or _MAX_BINS) - 1} numbers, got "
-                                     f"{shorten(edges)}")
-            continue
-        checked = [c.number(e, f"{where}.edges[{j}]", bound=math.inf) for j, e in enumerate(edges)]
-        cut = [e for e in checked if e is not None]
-        if len(cut) != len(checked):
-            continue
-        if any(b <= a for a, b in zip(cut, cut[1:])):
-            c.fail(f"{where}.edges", "must be strictly increasing")
-        if not isinstance(counts, list) or len(counts) != len(edges) + 1:
-            c.fail(f"{where}.counts", f"must be a list of {len(edges) + 1} counts (one more than the edges), got "
-                                      f"{shorten(counts)}")
-            continue
-        checked_counts = [c.integer(k, f"{where}.counts[{j}]", minimum=1, maximum=10**15) for j, k in enumerate(counts)]
-        whole = [k for k in checked_counts if k is not None]
-        if len(whole) != len(checked_counts):
-            continue
-        if n is not None and sum(whole) != n:
-            c.fail(f"{where}.counts", f"must sum to n ({n:,}), got {sum(whole):,}")
-        out.append(FeatureBins(name=name, edges=tuple(cut), counts=tuple(whole)))
+        bins_of = _feature_bins(c, f"{field}.features[{i}]", feature, allowed, seen, n=n, bins=bins)
+        if bins_of is not None:
+            out.append(bins_of)
     if len(c.problems) > before or n is None or bins is None:
         return None
     return DriftSummary(n=n, features=tuple(out), bins=bins)
+
+
+def _feature_bins(c: FieldChecker, where: str, feature: Any, allowed: tuple[str, ...], seen: set[str], *,
+                  n: int | None, bins: int | None) -> FeatureBins | None:
+    """One feature of the drift summary: its name (from ``allowed``, once), at most ``bins - 1`` strictly increasing
+    finite edges and one more positive whole count than edges, summing to ``n``; None when a field is refused (the
+    problems are with ``c``)."""
+    if not isinstance(feature, Mapping) or set(feature) != set(_BIN_KEYS):
+        c.fail(where, f"must be an object with keys {list(_BIN_KEYS)}, got {shorten(feature)}")
+        return None
+    name, edges, counts = feature["name"], feature["edges"], feature["counts"]
+    if not isinstance(name, str) or name not in allowed:
+        c.fail(f"{where}.name", f"must be one of {list(allowed)}, got {shorten(name)}")
+    elif name in seen:
+        c.fail(f"{where}.name", f"names {name!r} a second time")
+    seen.add(name)
+    if not isinstance(edges, list) or (bins is not None and len(edges) > bins - 1):
+        c.fail(f"{where}.edges", f"must be a list of at most {(bins or _MAX_BINS) - 1} numbers, got "
+                                 f"{shorten(edges)}")
+        return None
+    checked = [c.number(e, f"{where}.edges[{j}]", bound=math.inf) for j, e in enumerate(edges)]
+    cut = [e for e in checked if e is not None]
+    if len(cut) != len(checked):
+        return None
+    if any(b <= a for a, b in zip(cut, cut[1:], strict=False)):
+        c.fail(f"{where}.edges", "must be strictly increasing")
+    if not isinstance(counts, list) or len(counts) != len(edges) + 1:
+        c.fail(f"{where}.counts", f"must be a list of {len(edges) + 1} counts (one more than the edges), got "
+                                  f"{shorten(counts)}")
+        return None
+    checked_counts = [c.integer(k, f"{where}.counts[{j}]", minimum=1, maximum=10**15) for j, k in enumerate(counts)]
+    whole = [k for k in checked_counts if k is not None]
+    if len(whole) != len(checked_counts):
+        return None
+    if n is not None and sum(whole) != n:
+        c.fail(f"{where}.counts", f"must sum to n ({n:,}), got {sum(whole):,}")
+    return FeatureBins(name=name, edges=tuple(cut), counts=tuple(whole))
 
 
 def _platt_fields(c: FieldChecker, obj: Mapping[str, Any], out: dict[str, Any]) -> None:

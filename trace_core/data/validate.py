@@ -190,7 +190,7 @@ def _keep_row(kept: ValidRows, number: int, raw: Any, rules: Rules, strings: dic
         kept.cells.append({k: v for k, v in raw.items() if k not in _TRACE_SET})
 
 
-def _check_row(raw: Mapping[str, Any], rules: Rules, problems: list[CellError], strings: dict[str, str],  # noqa: C901 (a flat check per source of the trace)
+def _check_row(raw: Mapping[str, Any], rules: Rules, problems: list[CellError], strings: dict[str, str],
                fast: FastRow | None = None) -> tuple[Trace | None, str | None, int, bool]:
     """One row's trace, answer and label (-1 when unlabeled), and whether it had a ``response`` that was not used
     (its trace cells were); every problem found is appended to ``problems``, so a row with several bad cells
@@ -201,15 +201,7 @@ def _check_row(raw: Mapping[str, Any], rules: Rules, problems: list[CellError], 
     :func:`read_dataset`)."""
     prompt, answer = _prompt_and_answer(raw, problems)
     trace: Trace | None = None
-    cells: dict[str, Any] = {}
-    cell_problem: CellError | None = None
-    if fast is not None:  # decoded and checked with its chunk: non-empty trace cells, valid
-        cells = {"tokens": fast}
-    elif rules.trace_columns:  # decoded first: any non-empty trace cell (even a bad one) means the trace is there
-        try:
-            cells = {c: decode_cell(raw.get(c), c) for c in rules.trace_columns}
-        except CellError as exc:
-            cell_problem = exc
+    cells, cell_problem = _decoded_cells(raw, rules, fast)
     from_cells = cell_problem is not None or any(v is not ABSENT for v in cells.values())
     has_response = rules.use_response and not is_blank(raw.get("response"))
     response_failed = False
@@ -229,13 +221,7 @@ def _check_row(raw: Mapping[str, Any], rules: Rules, problems: list[CellError], 
             problems.clear()
             return _check_row(raw, rules, problems, strings)
     elif from_cells:
-        try:
-            for c in _TEXT_COLUMNS:
-                if isinstance(cells.get(c), list):
-                    cells[c] = _share(cells[c], strings)
-            trace = trace_from_cells(cells, prompt=prompt or "", answer=answer)
-        except CellError as exc:
-            problems.append(exc)
+        trace = _trace_of_cells(cells, problems, strings, prompt=prompt or "", answer=answer)
     if trace is not None and answer is not None and (trace.answer != answer or trace.prompt != (prompt or "")):
         trace = replace(trace, answer=answer, prompt=prompt or "")
     try:
@@ -244,6 +230,34 @@ def _check_row(raw: Mapping[str, Any], rules: Rules, problems: list[CellError], 
         problems.append(exc)
         label = -1
     return trace, answer, label, from_cells and has_response
+
+
+def _decoded_cells(raw: Mapping[str, Any], rules: Rules,
+                   fast: FastRow | None) -> tuple[dict[str, Any], CellError | None]:
+    """The row's trace cells decoded (or the chunk's decoded row standing for them), and the first cell that does
+    not decode: any non-empty trace cell, even a bad one, means the trace comes from the cells."""
+    if fast is not None:  # decoded and checked with its chunk: non-empty trace cells, valid
+        return {"tokens": fast}, None
+    if not rules.trace_columns:
+        return {}, None
+    try:
+        return {c: decode_cell(raw.get(c), c) for c in rules.trace_columns}, None
+    except CellError as exc:
+        return {}, exc
+
+
+def _trace_of_cells(cells: dict[str, Any], problems: list[CellError], strings: dict[str, str], *, prompt: str,
+                    answer: str) -> Trace | None:
+    """The trace of decoded cells by the per-row rules (token texts shared through ``strings``); None with the
+    problem appended when a cell is refused."""
+    try:
+        for c in _TEXT_COLUMNS:
+            if isinstance(cells.get(c), list):
+                cells[c] = _share(cells[c], strings)
+        return trace_from_cells(cells, prompt=prompt, answer=answer)
+    except CellError as exc:
+        problems.append(exc)
+        return None
 
 
 def _prompt_and_answer(raw: Mapping[str, Any], problems: list[CellError]) -> tuple[str | None, str | None]:
