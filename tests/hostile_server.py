@@ -120,9 +120,7 @@ def _handler(server: HostileServer) -> type[BaseHTTPRequestHandler]:
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(body)
-            with server.lock:
-                server.sent += len(body)
+            self._counted(body)
 
         def _good(self) -> bytes:
             if self.command == "GET":
@@ -173,19 +171,31 @@ def _handler(server: HostileServer) -> type[BaseHTTPRequestHandler]:
             self.send_header(name, value)
             self.end_headers()
 
-        def _pour(self, block: bytes, total: int, frame: Callable[[bytes], bytes] = lambda b: b) -> None:
-            """Write ``frame(block)`` until ``total`` bytes of blocks have gone out, counting them in ``server.sent``."""
+        def _counted(self, data: bytes) -> None:
+            """Write ``data`` as it is, counted in ``server.sent``."""
+            self.wfile.write(data)
+            with server.lock:
+                server.sent += len(data)
+
+        def _chunk(self, data: bytes) -> None:
+            """Write ``data`` as one chunk of a chunked body, at once, counted in ``server.sent``."""
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+            with server.lock:
+                server.sent += len(data)
+
+        @staticmethod
+        def _pour(block: bytes, total: int, write: Callable[[bytes], None]) -> None:
+            """``write(block)`` until at least ``total`` bytes have gone out: a huge or endless body."""
             written = 0
             while written < total:
-                self.wfile.write(frame(block))
+                write(block)
                 written += len(block)
-                with server.lock:
-                    server.sent += len(block)
 
         def _huge(self) -> None:
             self._head("Connection", "close")
             self.wfile.write(b'{"pad": "')
-            self._pour(b"a" * (1 << 16), server.huge_bytes)
+            self._pour(b"a" * (1 << 16), server.huge_bytes, self._counted)
             self.wfile.write(b'"}')
             self.close_connection = True
 
@@ -196,7 +206,7 @@ def _handler(server: HostileServer) -> type[BaseHTTPRequestHandler]:
 
         def _endless(self) -> None:
             self._head("Transfer-Encoding", "chunked")
-            self._pour(b"[" * (1 << 16), server.endless_bytes, lambda b: b"%x\r\n%s\r\n" % (len(b), b))
+            self._pour(b"[" * (1 << 16), server.endless_bytes, self._chunk)
             self.close_connection = True
 
         def _impossible(self) -> None:
@@ -223,17 +233,11 @@ def _handler(server: HostileServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
 
-        def _sse_write(self, data: bytes) -> None:
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
-            with server.lock:
-                server.sent += len(data)
-
         def _sse_event(self, payload: dict) -> None:
-            self._sse_write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+            self._chunk(b"data: " + json.dumps(payload).encode() + b"\n\n")
 
         def _sse_end(self) -> None:
-            self._sse_write(b"data: [DONE]\n\n")
+            self._chunk(b"data: [DONE]\n\n")
             self.wfile.write(b"0\r\n\r\n")
 
         def _sse_ok(self) -> None:
@@ -244,32 +248,24 @@ def _handler(server: HostileServer) -> type[BaseHTTPRequestHandler]:
 
         def _sse_long_line(self) -> None:
             self._sse_start()
-            self._sse_write(b'data: {"pad": "')
-            block = b"a" * (1 << 16)
-            written = 0
-            while written < server.huge_bytes:
-                self._sse_write(block)
-                written += len(block)
+            self._chunk(b'data: {"pad": "')
+            self._pour(b"a" * (1 << 16), server.huge_bytes, self._chunk)
             self.close_connection = True
 
         def _sse_bad_json(self) -> None:
             self._sse_start()
             self._sse_event(chunk())
-            self._sse_write(b'data: {"choices": [\n\n')
+            self._chunk(b'data: {"choices": [\n\n')
             self._sse_end()
 
         def _sse_not_sse(self) -> None:
             self._sse_start()
-            self._sse_write(b"<html>busy</html>\n\n")
+            self._chunk(b"<html>busy</html>\n\n")
             self._sse_end()
 
         def _sse_endless(self) -> None:
             self._sse_start()
-            data = b": keep-alive\n" * 4096
-            written = 0
-            while written < server.endless_bytes:
-                self._sse_write(data)
-                written += len(data)
+            self._pour(b": keep-alive\n" * 4096, server.endless_bytes, self._chunk)
             self.close_connection = True
 
         def _sse_more(self) -> None:
