@@ -221,7 +221,8 @@ def _drift_summary(c: FieldChecker, value: Any, allowed: tuple[str, ...]) -> Dri
     if not isinstance(features, list) or not 1 <= len(features) <= len(allowed):
         c.fail(f"{field}.features", f"must be a list of 1 to {len(allowed)} features, got {shorten(features)}")
         return None
-    out, seen = [], set()
+    out: list[FeatureBins] = []
+    seen: set[str] = set()
     for i, feature in enumerate(features):
         bins_of = _feature_bins(c, f"{field}.features[{i}]", feature, allowed, seen, n=n, bins=bins)
         if bins_of is not None:
