@@ -85,6 +85,7 @@ from .score import TraceConfig, TraceExplanation, explain_trace, spike_indices, 
 from .spans import Span, SpanCalibrator, SpanRisk, rank_spans, riskiest_span, segment, span_risks
 from .synthetic import synthetic_traces
 from .trace import DecodingConfig, Trace, TraceMetadata
+from .traces import TraceTable
 from .verdict import Verdict, reference_sentence, verdict
 
 __version__ = "0.1.0"
@@ -192,6 +193,7 @@ __all__ = [
     "TraceConfig",
     "TraceExplanation",
     "TraceMetadata",
+    "TraceTable",
     "TracePlus",
     "UndefinedMetricWarning",
     "UnsafeModelError",

@@ -46,8 +46,10 @@ def _trace_origins(traces: Sequence[Trace]) -> dict[str, list[str]]:
     """The model ids, tokenizers and entropy sources of ``traces`` (sorted, unknown = empty ones left out)."""
     origins: dict[str, set[str]] = {"model_id": set(), "model_digest": set(), "tokenizer": set(),
                                     "entropy_source": set(), "source": set()}
-    for trace in traces:
-        meta = getattr(trace, "metadata", None)
+    from .traces import TraceTable
+
+    metadata = traces.metadata if isinstance(traces, TraceTable) else [getattr(t, "metadata", None) for t in traces]
+    for meta in metadata:
         for key, names in origins.items():
             value = getattr(meta, key, "")
             if isinstance(value, str) and value:

@@ -176,7 +176,8 @@ def evaluate(traces: Sequence[Trace], labels: Any, *, config: EvaluationConfig =
 
     Parameters
     ----------
-    traces : sequence of Trace, length n_answers
+    traces : sequence of Trace or TraceTable, length n_answers
+        A :class:`~trace_core.traces.TraceTable` is read column by column (no re-stacking).
     labels : array-like of 0/1, shape (n_answers,)
         1 = the answer is correct.
     config : EvaluationConfig
@@ -199,8 +200,9 @@ def evaluate(traces: Sequence[Trace], labels: Any, *, config: EvaluationConfig =
     ['isotonic', 'none', 'platt']
     """
     from .score import entropy_summary, stack_traces
+    from .traces import TraceTable
 
-    traces = list(traces)
+    traces = traces if isinstance(traces, TraceTable) else list(traces)
     surprisal, entropy = stack_traces(traces)
     held = entropy_summary(traces)
     result = _evaluate(surprisal, entropy, labels, config=config, methods=methods, traces=traces,

@@ -70,6 +70,13 @@ class TopK:
 def stack_top_logprobs(traces: Sequence[Trace]) -> tuple[TopK | None, str]:
     """The traces' top-k log-probabilities as one :class:`TopK`, or None and the reason (fewer than
     :data:`MIN_ALTERNATIVES` stored for some answer)."""
+    from .traces import TraceTable
+
+    if isinstance(traces, TraceTable) and len(traces) and int(traces.top_k.min()) == int(traces.top_k.max()):
+        k = int(traces.top_k[0])
+        if k < MIN_ALTERNATIVES:
+            return None, f"needs {TOP_K_NEEDS}; {len(traces):,} of {len(traces):,} answers store fewer"
+        return TopK(-np.sort(-traces.top_logprobs.reshape(-1, k), axis=1)), ""
     traces = list(traces)
     if not traces:
         return None, f"needs {TOP_K_NEEDS}"

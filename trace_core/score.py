@@ -30,6 +30,7 @@ from .operators import (
     window_means,
 )
 from .trace import ENTROPY_SOURCES, Trace
+from .traces import TraceTable
 
 __all__ = ["PAPER_CONFIG", "SIGNALS", "SPIKE_MARGIN", "SPIKE_MAX_SHARE", "SPIKE_MIN_SURPRISAL", "SURPRISAL_ONLY_CONFIG",
            "TraceConfig", "TraceExplanation", "config_for", "describe_entropy", "entropy_summary", "explain_trace",
@@ -133,6 +134,8 @@ def stack_traces(traces: Sequence[Trace]) -> tuple[Ragged, Ragged | None]:
     >>> stack_traces([t])[1] is None
     True
     """
+    if isinstance(traces, TraceTable):  # stacked once, when the table was made
+        return traces.surprisal_batch(), traces.entropy_batch()
     traces = as_trace_list(traces)
     surprisal = Ragged.from_arrays([t.surprisal for t in traces])
     if not all(t.has_entropy for t in traces):
@@ -156,13 +159,13 @@ def entropy_summary(traces: Sequence[Trace]) -> dict[str, Any]:
     >>> entropy_summary([])
     {'exact': 0, 'top_k': 0, 'absent': 0, 'k': []}
     """
-    traces = as_trace_list(traces)
+    metadata = traces.metadata if isinstance(traces, TraceTable) else [t.metadata for t in as_trace_list(traces)]
     counts: dict[str, Any] = {source: 0 for source in ENTROPY_SOURCES}
     ks: set[int] = set()
-    for trace in traces:
-        counts[trace.metadata.entropy_source] += 1
-        if trace.metadata.entropy_k is not None:
-            ks.add(trace.metadata.entropy_k)
+    for meta in metadata:
+        counts[meta.entropy_source] += 1
+        if meta.entropy_k is not None:
+            ks.add(meta.entropy_k)
     counts["k"] = sorted(ks)
     return counts
 
