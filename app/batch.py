@@ -83,7 +83,7 @@ def answer_batches(lm: Any, prompts: Sequence[str], positions: Sequence[int], co
             else:
                 full.append(i)
         traces = dict(zip(full, generate_traces(lm, [prompts[i] for i in full], config=_seeded(config, rows[0]),
-                                                batch_size=BATCH_SIZE))) if full else {}
+                                                batch_size=BATCH_SIZE), strict=True)) if full else {}
         for i, limit in short.items():
             traces[i] = generate_traces(lm, [prompts[i]], config=dataclasses.replace(
                 _seeded(config, i), max_new_tokens=limit))[0]

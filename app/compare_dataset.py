@@ -84,7 +84,7 @@ def _store(side: Side, file_key: str) -> tuple[dict[int, Trace], dict[int, str]]
 def labels_of(traces: Sequence[Trace], references: Sequence[Any], matcher: str) -> np.ndarray:
     """Each answer's 0/1 label against its reference; -1 where the reference cannot label it."""
     out = []
-    for trace, reference in zip(traces, references):
+    for trace, reference in zip(traces, references, strict=True):
         try:
             out.append(label_from_reference(trace.answer, reference, matcher=matcher))
         except (TypeError, ValueError):

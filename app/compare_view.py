@@ -199,7 +199,7 @@ def aligned_heatmap_html(a: Trace, b: Trace, alignment: Alignment, *, signal: st
             classes.append("tc-differs")
         mark = '<span class="tc-flag">diverge</span>' if k == alignment.first_divergence else ""
         cells = []
-        for (side, trace, label, alts, norm, spikes, peak), index in zip(sides, column):
+        for (side, trace, label, alts, norm, spikes, peak), index in zip(sides, column, strict=True):
             if index is None:
                 cells.append(f'<span class="tc-cell tc-gap" data-side="{side}" title="no token here"></span>')
             else:

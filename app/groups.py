@@ -91,7 +91,7 @@ def group_panel(frame: pd.DataFrame, kept: Sequence[Trace], labels: np.ndarray, 
     if not results:
         return
     tabs = st.tabs([md_literal(title, limit=60) for title in results])
-    for tab, (title, result) in zip(tabs, results.items()):
+    for tab, (title, result) in zip(tabs, results.items(), strict=True):
         with tab:
             if title == "average":
                 st.caption(md_literal(result.group_note or "The mean over the groups' splits."))

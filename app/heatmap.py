@@ -60,7 +60,7 @@ def _token_styles(norm: np.ndarray) -> list[str]:
     i = np.minimum(x.astype(np.int64), len(_STOPS) - 2)
     rgb = np.round(_STOPS[i] + (x - i)[:, None] * (_STOPS[i + 1] - _STOPS[i])).astype(int).tolist()
     return [f"background:rgb({r}, {g}, {b});color:{'#ffffff' if v > 0.62 else '#1f1f1f'}"
-            for (r, g, b), v in zip(rgb, norm.tolist())]
+            for (r, g, b), v in zip(rgb, norm.tolist(), strict=True)]
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,7 @@ def record_batches(lm: LoadedModel, dataset: LabeledDataset, positions: Sequence
     for start in range(0, len(positions), batch_size):
         rows = positions[start:start + batch_size]
         prompts, answers = _texts(dataset, rows)
-        yield dict(zip(rows, score_answers(lm, prompts, answers, batch_size=batch_size)))
+        yield dict(zip(rows, score_answers(lm, prompts, answers, batch_size=batch_size), strict=True))
 
 
 def record_panel(lm: LoadedModel, rows: DatasetTraces, *, key: str = "record") -> None:

@@ -405,7 +405,7 @@ def remembered(slot: str, of: tuple[Any, ...], compute: Callable[[], Any]) -> An
     """``compute()``, kept in the session under ``slot`` while ``of`` holds the same objects (compared by identity,
     text by value: a kept upload's bytes are one object across reruns, so nothing large is hashed again)."""
     return _last(f"remembered__{slot}", of, compute, lambda kept, new: len(kept) == len(new) and all(
-        a is b or (isinstance(a, str) and a == b) for a, b in zip(kept, new)))
+        a is b or (isinstance(a, str) and a == b) for a, b in zip(kept, new, strict=True)))
 
 
 def session_copy(slot: str, key: Hashable, read: Callable[[], Any]) -> Any:

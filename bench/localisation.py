@@ -268,7 +268,7 @@ def localisation_row(answers: Sequence[Answer], spikes_of: Callable[[Answer], np
     in_window = [a for a in located if a.peak_window[0] <= a.first_wrong < a.peak_window[1]]
     marks = [spikes_of(a) for a in located]
     n_marks = sum(m.size for m in marks)
-    at_or_after = sum(int((m >= a.first_wrong).sum()) for m, a in zip(marks, located))
+    at_or_after = sum(int((m >= a.first_wrong).sum()) for m, a in zip(marks, located, strict=True))
     correct_counts = [spikes_of(a).size for a in correct]
     return {
         "wrong": str(len(wrong)),

@@ -28,7 +28,7 @@ def _demo_pairs(n: int) -> list[tuple[str, str]]:
     import pandas as pd
 
     frame = pd.read_csv(ROOT / "assets" / "datasets" / "demo_test.csv", usecols=["prompt", "answer"])
-    pairs = list(zip(frame["prompt"], frame["answer"]))
+    pairs = list(zip(frame["prompt"], frame["answer"], strict=True))
     return [pairs[i % len(pairs)] for i in range(n)]
 
 
@@ -43,7 +43,7 @@ def _max_difference(a: list, b: list) -> tuple[float, bool, int]:
     """Largest |difference| of surprisal/entropy/top-k log-probs, whether all token and top-k ids agree, and the
     largest rank difference (a float rounding difference can swap near-tied tokens deep in a 32k ranking)."""
     diff, same_ids, rank_diff = 0.0, True, 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         same_ids &= np.array_equal(x.token_ids, y.token_ids) and np.array_equal(x.top_ids, y.top_ids)
         rank_diff = max(rank_diff, int(np.max(np.abs(x.ranks - y.ranks), initial=0)))
         for name in ("surprisal", "entropy", "top_logprobs"):
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         prompts, answers = [p for p, _ in pairs], [a for _, a in pairs]
 
         def loop(lm=lm, prompts=prompts, answers=answers):
-            return [t for p, a in zip(prompts, answers) for t in score_answers(lm, [p], [a], batch_size=1)]
+            return [t for p, a in zip(prompts, answers, strict=True) for t in score_answers(lm, [p], [a], batch_size=1)]
 
         def batched(lm=lm, prompts=prompts, answers=answers):
             return score_answers(lm, prompts, answers, batch_size=args.batch)

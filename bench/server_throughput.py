@@ -244,7 +244,8 @@ def _score_rows(url: str, folder: Path, pairs: list[tuple[str, str]], args: argp
         n = min(len(pairs), args.full_answers) if full else len(pairs)  # the full distribution is slow: fewer
         score_answers(sm, prompts[:concurrency], answers[:concurrency])  # warm-up
         seconds, traces = _timed(functools.partial(score_answers, sm, prompts[:n], answers[:n], batch_size=batch))
-        diff = max(float(np.max(np.abs(a.surprisal - b.surprisal), initial=0.0)) for a, b in zip(traces, reference))
+        diff = max(float(np.max(np.abs(a.surprisal - b.surprisal), initial=0.0))
+                   for a, b in zip(traces, reference, strict=True))
         label = f"server c={concurrency} " + (f"full distribution ({n})" if full else "top-20")
         label += f", batch {batch}" if batch != args.server_batch else ""
         rate = n / seconds

@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> None:
         explanations = [explain_trace(t) for t in traces]
         # the timed lambdas bind this family's data (defaults), not the loop's variables
         span_time = best_of(lambda traces=traces, explanations=explanations: [
-            riskiest_span(t, calibrator=spans, explanation=e) for t, e in zip(traces, explanations)], args.repeats)
+            riskiest_span(t, calibrator=spans, explanation=e)
+            for t, e in zip(traces, explanations, strict=True)], args.repeats)
         explain_time = best_of(lambda traces=traces: [explain_trace(t) for t in traces], args.repeats)
         whole = best_of(lambda frame=frame, traces=traces: score_rows(frame, traces, calibrator), args.repeats)
         tokens = np.mean([len(t) for t in traces])

@@ -103,7 +103,7 @@ def labelled(answers: list[Answer], level: str = "all") -> tuple[list, np.ndarra
     """The labelled spans of ``answers`` at ``level``, their labels and each one's answer index."""
     risks, labels, groups = [], [], []
     for a, answer in enumerate(answers):
-        for r, y in zip(answer.risks, answer.labels):
+        for r, y in zip(answer.risks, answer.labels, strict=True):
             if y is not None and (level == "all" or (r.kind == "sentence") == (level == "sentence")):
                 risks.append(r), labels.append(y), groups.append(a)
     return risks, np.array(labels, dtype=np.int64), np.array(groups, dtype=np.int64)
@@ -136,7 +136,7 @@ def localisation(answers: list[Answer], calibrator) -> str:
             by_peak = rank_spans(pool)[0]
             hits["peak"] += by_peak.span.start <= c < by_peak.span.end
             p = calibrator.predict_proba(pool)
-            by_cal = rank_spans([replace(r, probability=float(q)) for r, q in zip(pool, p)])[0]
+            by_cal = rank_spans([replace(r, probability=float(q)) for r, q in zip(pool, p, strict=True)])[0]
             hits["cal"] += by_cal.span.start <= c < by_cal.span.end
         n = len(located)
         lines.append(f"| {title} | {hits['covered']}/{n} | {hits['peak'] / n:.0%} ({hits['peak']}) | "
@@ -207,13 +207,14 @@ def cross_validated_loss(risks: list, y: np.ndarray, groups: np.ndarray, feature
 
     rng = np.random.default_rng(0)
     answers = np.unique(groups)
-    fold_of = dict(zip(rng.permutation(answers), np.arange(len(answers)) % folds))
+    fold_of = dict(zip(rng.permutation(answers), np.arange(len(answers)) % folds, strict=True))
     fold = np.array([fold_of[g] for g in groups])
     loss = np.zeros(len(y))
     for k in range(folds):
         train, held = fold != k, fold == k
-        cal = SpanCalibrator(features=features or SPAN_FEATURES).fit([r for r, t in zip(risks, train) if t], y[train])
-        p = np.clip(cal.predict_proba([r for r, h in zip(risks, held) if h]), 1e-12, 1 - 1e-12)
+        kept = [r for r, t in zip(risks, train, strict=True) if t]
+        cal = SpanCalibrator(features=features or SPAN_FEATURES).fit(kept, y[train])
+        p = np.clip(cal.predict_proba([r for r, h in zip(risks, held, strict=True) if h]), 1e-12, 1 - 1e-12)
         loss[held] = -(y[held] * np.log(p) + (1 - y[held]) * np.log(1 - p))
     return float(loss.mean())
 

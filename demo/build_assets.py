@@ -57,14 +57,15 @@ def build_split(lm, split: str, *, n_arithmetic: int, seed: int, batch_size: int
                            seed=seed, n_descriptions=n_descriptions)
     config = DecodingConfig(max_new_tokens=MAX_NEW_TOKENS[tasks], n_alternatives=5)
     traces = generate_traces(lm, [p.prompt for p in problems], config=config, batch_size=batch_size)
-    labels = [label_from_reference(t.answer, p.answer, matcher=MATCHER[p.family]) for t, p in zip(traces, problems)]
+    labels = [label_from_reference(t.answer, p.answer, matcher=MATCHER[p.family])
+              for t, p in zip(traces, problems, strict=True)]
     columns = {
         "prompt": [p.prompt for p in problems],
         "answer": [t.answer for t in traces],
         "reference": [p.answer for p in problems],
         "label": labels,
         "family": [p.family for p in problems],
-        "detail": [detail_of(p, t.answer, seed) for p, t in zip(problems, traces)],
+        "detail": [detail_of(p, t.answer, seed) for p, t in zip(problems, traces, strict=True)],
         "split": split,
     }
     if tasks == "long":
@@ -83,7 +84,7 @@ def local_mistakes(frame: pd.DataFrame, traces) -> tuple[pd.Series, pd.Series]:
     from bench.localisation import first_wrong_token
 
     first, right = [], []
-    for trace, label, solution in zip(traces, frame["label"], frame["solution"]):
+    for trace, label, solution in zip(traces, frame["label"], frame["solution"], strict=True):
         at = None if label == 1 else first_wrong_token(trace.tokens, trace.answer, solution)
         first.append(float("nan") if at is None else at)
         right.append(float("nan") if at is None else sum(1 for tok in trace.tokens[:at] if tok.strip()))

@@ -126,7 +126,7 @@ def record(lm, problems: list[rt.Problem], family: str, *, sample: bool, seed: i
 def frame_of(problems: list[rt.Problem], traces) -> pd.DataFrame:
     """The dataset rows (without trace columns) of answered problems, labeled."""
     rows = []
-    for problem, trace in zip(problems, traces):
+    for problem, trace in zip(problems, traces, strict=True):
         label, detail, position = rt.label_of(problem, trace.answer)
         token = rt.first_wrong_token_of(trace.tokens, trace.answer, position)
         rows.append({"prompt": problem.prompt, "answer": trace.answer, "reference": problem.reference,

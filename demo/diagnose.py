@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
 
     answers = greedy([p.prompt for p in problems], 64)
     all_right = 0
-    for problem, country, answer in zip(problems, countries, answers):
+    for problem, country, answer in zip(problems, countries, answers, strict=True):
         wrong = wrong_facts(answer, kb, country)
         all_right += not wrong
         spans = []
@@ -94,11 +94,11 @@ def main(argv: list[str] | None = None) -> None:
         trained = format_prompt(_PARTIAL_PROMPTS[0].format(x=country))  # "What do you know about X?"
         for kind, prompt in (("forced, test prompt", problem.prompt), ("forced, trained prompt", trained)):
             oks = forced(prompt, problem.solution, spans)
-            for relation, ok in zip(_ORDER, oks):
+            for relation, ok in zip(_ORDER, oks, strict=True):
                 count(kind, relation, kb.exposure[(country, relation)], ok)
     keys = [(c, r) for c in countries for r in _ORDER]
     questions = [format_prompt(_templates(r, index[(c, r)])[args.split][0].format(x=c)) for c, r in keys]
-    for (country, relation), answer in zip(keys, greedy(questions, 12)):
+    for (country, relation), answer in zip(keys, greedy(questions, 12), strict=True):
         count("question", relation, kb.exposure[(country, relation)], answer.strip() == kb.facts[(country, relation)])
 
     print(f"{args.model}, {args.split}: {len(problems)} descriptions, all facts right in {all_right} "

@@ -71,7 +71,8 @@ def one_token_away(trace, row) -> float | None:
     token, position = int(row["first_wrong_token"]), int(row["first_wrong_char"])
     start = sum(len(t) for t in trace.tokens[:token])
     best = None
-    for text, logprob, alt_id in zip(trace.top_tokens[token], trace.top_logprobs[token], trace.top_ids[token]):
+    for text, logprob, alt_id in zip(trace.top_tokens[token], trace.top_logprobs[token], trace.top_ids[token],
+                                     strict=True):
         if alt_id == trace.token_ids[token] or not text:
             continue
         if continues_right(trace.answer, start, position, text, _forms(row)):

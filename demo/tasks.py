@@ -257,7 +257,7 @@ _SHOW = " Show your steps."
 def worked_solution(numbers: list[int], ops: str) -> tuple[str, int]:
     """The worked answer text (with its leading space) and the final value: one "x op y = z." per step."""
     value, steps = numbers[0], []
-    for op, number in zip(ops, numbers[1:]):
+    for op, number in zip(ops, numbers[1:], strict=True):
         new = value + number if op == "+" else value - number
         steps.append(f"{value} {op} {number} = {new}.")
         value = new
@@ -273,7 +273,7 @@ def worked_problems(n: int, *, split: str, seed: int = 0, three_step_share: floa
         ops, template = rng.choice([t for t in _WORKED if (len(t[0]) == 3) == three])
         numbers = [rng.randint(10, 99) for _ in range(len(ops) + 1)]
         value = numbers[0]
-        for op, number in zip(ops, numbers[1:]):
+        for op, number in zip(ops, numbers[1:], strict=True):
             value = value + number if op == "+" else value - number
             if value < 0:
                 return None
@@ -282,7 +282,7 @@ def worked_problems(n: int, *, split: str, seed: int = 0, three_step_share: floa
         def build(rng: random.Random) -> Problem:
             names = rng.sample(_NAMES, 2)
             question = template.format(n=names[0], m=names[1], item=rng.choice(_ITEMS),
-                                       **dict(zip("abcd", numbers))) + _SHOW
+                                       **dict(zip("abcd", numbers, strict=False))) + _SHOW
             return Problem("worked_arithmetic", question, str(value), split, f"{len(ops)}-step", solution)
 
         return f"{template}|{numbers}", build

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     eos = tokenizer.eos_token_id
     prompt_ids = tokenizer([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
     answer_ids = tokenizer([a for _, a in pairs], add_special_tokens=False)["input_ids"]
-    examples = [(p, a + [eos]) for p, a in zip(prompt_ids, answer_ids)]
+    examples = [(p, a + [eos]) for p, a in zip(prompt_ids, answer_ids, strict=True)]
     longest = max(len(p) + len(a) for p, a in examples)
     print(f"{len(pairs):,} examples, longest {longest} tokens, vocab {len(tokenizer)}")
 
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
         batches = [batch_at(half) for half in halves if half]
         counts = [int((y[:, 1:] != -100).sum()) for _, y, _ in batches]
         loss = 0.0
-        for (x, y, mask), count in zip(batches, counts):
+        for (x, y, mask), count in zip(batches, counts, strict=True):
             part = model(input_ids=x, attention_mask=mask, labels=y).loss * (count / sum(counts))
             part.backward()
             loss += part.detach()

@@ -147,7 +147,7 @@ if result is not None:
     active = state.active_calibrator()
     if isinstance(calibrator, (TracePlus, ScoreCalibrator)):
         cols = st.columns(2)
-        for col, label in zip(cols, ("A", "B")):
+        for col, label in zip(cols, ("A", "B"), strict=True):
             value = table.loc[label, f"{title} probability"]
             col.metric(f"{label}: {title} probability correct", "—" if value != value else f"{value:.0%}")
         st.caption(f"From the active calibrator: {md_literal(describe_calibrator(active))}.")

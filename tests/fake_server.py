@@ -221,11 +221,11 @@ class FakeServer(LocalServer):
     def _chat_logprobs(self, ids: list[int], steps: list[torch.Tensor], k: int, as_id: bool) -> list[dict]:
         content = []
         width = self.vocab if k == -1 else k
-        for token, lp in zip(ids, steps):
+        for token, lp in zip(ids, steps, strict=True):
             entries = {token: float(lp[token])}  # the sampled token first, then the top ones
             if width:
                 values, order = torch.topk(lp, k=min(width, self.vocab))
-                for v, i in zip(values.tolist(), order.tolist()):
+                for v, i in zip(values.tolist(), order.tolist(), strict=True):
                     entries.setdefault(int(i), float(v))
             # vLLM's chat endpoint keeps the entries i < top_logprobs (-1: all).
             kept = [(i, v) for j, (i, v) in enumerate(entries.items()) if k == -1 or j < k]
@@ -258,10 +258,10 @@ class FakeServer(LocalServer):
     def _sample_logprobs(self, ids: list[int], steps: list[torch.Tensor], n: int, as_id: bool) -> dict[str, Any]:
         tokens, token_lps, tops = [], [], []
         width = self.vocab if n == -1 else n  # vLLM's engine reads -1 as the whole vocabulary ...
-        for token, lp in zip(ids, steps):
+        for token, lp in zip(ids, steps, strict=True):
             values, order = torch.topk(lp, k=min(width, self.vocab))
             entries = {token: float(lp[token])}  # the sampled token first, then the top ones
-            for v, i in zip(values.tolist(), order.tolist()):
+            for v, i in zip(values.tolist(), order.tolist(), strict=True):
                 entries.setdefault(int(i), float(v))
             # ... but its completions endpoint keeps the entries i with n >= i: -1 keeps none.
             kept = {self._key(i, as_id): max(v, -9999.0) for j, (i, v) in enumerate(entries.items()) if n >= j}
@@ -283,7 +283,7 @@ class FakeServer(LocalServer):
                                     "decoded_token": self.tokenizer.decode([token])}}
             if width:
                 values, order = torch.topk(row, k=min(width, self.vocab))
-                for r, (v, i) in enumerate(zip(values.tolist(), order.tolist()), start=1):
+                for r, (v, i) in enumerate(zip(values.tolist(), order.tolist(), strict=True), start=1):
                     entries.setdefault(str(int(i)), {"logprob": float(v), "rank": r,
                                                      "decoded_token": self.tokenizer.decode([int(i)])})
             out.append(entries)

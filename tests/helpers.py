@@ -48,7 +48,7 @@ def synthetic_trace_objects(n: int = 40, *, seed: int = 0, mean_length: float = 
 
     s, h, y = synthetic_traces(n, kind="spike", seed=seed, mean_length=mean_length)
     traces = []
-    for i, (si, hi) in enumerate(zip(s.split(), h.split())):
+    for i, (si, hi) in enumerate(zip(s.split(), h.split(), strict=True)):
         tokens = tuple(f" w{j}" for j in range(len(si)))
         traces.append(Trace(prompt=f"q{i}", answer="".join(tokens), token_ids=np.arange(len(si)), tokens=tokens,
                             surprisal=si, entropy=hi, top_ids=np.zeros((len(si), 0)),

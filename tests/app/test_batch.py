@@ -72,11 +72,11 @@ def test_calibrate_answers_a_prompts_file_then_evaluates_the_answers(prompts_fil
     config = at.session_state["decoding"]
     expected = generate_traces(lm, kept["prompt"].tolist(), config=config)
     assert [t.answer for t in data.traces] == [t.answer for t in expected]
-    for got, want in zip(data.traces, expected):
+    for got, want in zip(data.traces, expected, strict=True):
         np.testing.assert_allclose(got.surprisal, want.surprisal, atol=1e-6)
     from trace_core import label_from_reference
 
-    labels = [label_from_reference(t.answer, r) for t, r in zip(expected, kept["reference"])]
+    labels = [label_from_reference(t.answer, r) for t, r in zip(expected, kept["reference"], strict=True)]
     assert data.labels.tolist() == labels and 0 < sum(labels) < len(labels)
     assert data.frame["prompts_row"].tolist() == [n for n in range(1, 41) if n != 6]
     # the answered dataset downloads with its traces and reads back as a dataset

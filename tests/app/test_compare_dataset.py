@@ -36,8 +36,8 @@ def test_a_dataset_answered_greedy_and_sampled_side_by_side():
     lm = at.session_state["lm"]
     a = generate_traces(lm, demo["prompt"].tolist(), config=at.session_state["decoding"])
     b = generate_traces(lm, demo["prompt"].tolist(), config=DecodingConfig(do_sample=True, temperature=1.5, seed=0))
-    la = [label_from_reference(t.answer, r) for t, r in zip(a, demo["reference"])]
-    lb = [label_from_reference(t.answer, r) for t, r in zip(b, demo["reference"])]
+    la = [label_from_reference(t.answer, r) for t, r in zip(a, demo["reference"], strict=True)]
+    lb = [label_from_reference(t.answer, r) for t, r in zip(b, demo["reference"], strict=True)]
     texts = " ".join(html.unescape(m.value) for m in at.markdown)
     assert f"**A** is right on {sum(la)} ({np.mean(la):.1%}) and **B** on {sum(lb)} ({np.mean(lb):.1%})" in texts
     table = at.dataframe[0].value.set_index("method")

@@ -51,7 +51,7 @@ def test_every_token_of_both_answers_is_in_the_grid_once(pair):
     # A's cells come before B's in each column, and the columns in order
     blocks = re.findall(r'<div class="tc-col[^"]*" data-column="(\d+)">(.*?)</div>', out, flags=re.S)
     assert [int(k) for k, _ in blocks] == list(range(len(al)))
-    for (_, body), (i, j) in zip(blocks, al.columns):
+    for (_, body), (i, j) in zip(blocks, al.columns, strict=True):
         assert cells(body) == [(s, x) for s, x in (("a", i), ("b", j)) if x is not None]
 
 
@@ -75,7 +75,7 @@ def test_cell_colours_follow_the_signal_on_one_scale(pair):
         out = aligned_heatmap_html(a, b, al, signal=signal)
         colours = dict(((side, int(i)), colour) for colour, side, i in
                        re.findall(r'background:(rgb\([^)]*\));[^"]*" data-side="(\w)" data-index="(\d+)"', out))
-        for side, v in zip("ab", values):
+        for side, v in zip("ab", values, strict=True):
             for i, x in enumerate(v):
                 assert colours[(side, i)] == ramp(min(x / top, 1.0))
 

@@ -55,7 +55,7 @@ def test_histogram_counts_equal_the_table_counts(strategy, n_bins):
     fig = reliability_figure(y, {"A": p, "B": p ** 2}, n_bins=n_bins, strategy=strategy)
     bars = _bars(fig)
     assert [b.name for b in bars] == ["A", "B"]
-    for bar, probs in zip(bars, (p, p ** 2)):
+    for bar, probs in zip(bars, (p, p ** 2), strict=True):
         table = reliability_table(y, probs, n_bins=n_bins, strategy=strategy)
         table = table[table["count"] > 0]
         np.testing.assert_allclose(_counts(bar), table["count"])  # height = count

@@ -182,7 +182,7 @@ def test_hostile_tokens_and_alternatives_show_literally():
     assert not {"img", "script", "b", "i"} & set(tags)
     nodes = root.by_class("tr-tok")
     assert [shown_text(t) for t in nodes] == tokens  # the page shows exactly what the model wrote
-    for token, node in zip(tokens, nodes):
+    for token, node in zip(tokens, nodes, strict=True):
         assert set(node.attrs) == {"class", "style", "data-index", "tabindex", "aria-describedby"}
         codes = [c.text() for c in card_of(node).find_all(lambda n: n.tag == "code")]
         assert codes == [token, HOSTILE, "<b>alt</b>", "&lt;"]

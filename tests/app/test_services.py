@@ -159,7 +159,7 @@ def test_record_batches_match_one_call_and_keep_finished_batches(tiny_model_dirs
     assert [list(b) for b in batches] == [[6, 0], [3, 4], [1]]
     expected = score_answers(lm, [frame["prompt"][i] for i in positions], [frame["answer"][i] for i in positions])
     got = {i: t for b in batches for i, t in b.items()}
-    for i, trace in zip(positions, expected):
+    for i, trace in zip(positions, expected, strict=True):
         np.testing.assert_array_equal(got[i].token_ids, trace.token_ids)
         np.testing.assert_allclose(got[i].surprisal, trace.surprisal, atol=1e-5)
     # Stopping after the first batch (the Stop button) keeps it: batches are produced one at a time.

@@ -255,9 +255,9 @@ def test_semantic_baselines_stop_keeps_what_is_embedded_and_continue_goes_on(tin
     assert not at.exception
     assert {"TokenSAR", "MARS-style"} <= set(at.dataframe[0].value["method"])
     done = at.session_state[state.RELEVANCE]["done"]
-    assert len(done) == n and all(a is b for a, b in zip(done, first))  # the first five were not embedded again
+    assert len(done) == n and all(a is b for a, b in zip(done, first, strict=False))  # the first five were not embedded again
     expected = token_relevance_batch(model, [t.tokens for t in data.traces[5:10]])
-    for got, want in zip(done[5:10], expected):
+    for got, want in zip(done[5:10], expected, strict=True):
         np.testing.assert_allclose(got, want, atol=1e-6)
     assert not at.get("button") or "semantic_stop" not in [b.key for b in at.button]  # no stale Stop
 

@@ -46,9 +46,9 @@ def plain(tmp_path):
     rng = np.random.default_rng(0)
     x, y = rng.integers(1, 40, size=30), rng.integers(1, 40, size=30)
     wrong = np.arange(30) % 3 == 0
-    answers = [f" {a + b + (7 if w else 0)}" for a, b, w in zip(x, y, wrong)]
+    answers = [f" {a + b + (7 if w else 0)}" for a, b, w in zip(x, y, wrong, strict=True)]
     path = tmp_path / "plain.csv"
-    pd.DataFrame({"prompt": [f"Q: {a} + {b} =" for a, b in zip(x, y)], "answer": answers,
+    pd.DataFrame({"prompt": [f"Q: {a} + {b} =" for a, b in zip(x, y, strict=True)], "answer": answers,
                   "label": (~wrong).astype(int)}).to_csv(path, index=False)
     return path
 

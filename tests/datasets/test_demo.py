@@ -108,7 +108,7 @@ def test_long_tasks_train_and_build_end_to_end(tmp_path, capsys):
                                                           "descriptions": 2}
     worked = frame[frame["family"] == "worked_arithmetic"]
     assert worked["solution"].str.contains(" The answer is ").all()
-    assert all(sol.endswith(f" {ref}.") for sol, ref in zip(worked["solution"], worked["reference"].astype(str)))
+    assert all(sol.endswith(f" {ref}.") for sol, ref in zip(worked["solution"], worked["reference"].astype(str), strict=True))
     assert frame.loc[frame["family"] == "descriptions", "detail"].str.contains(r"exposure=\d+,\d+,\d+ wrong=").all()
     examples = json.loads((tmp_path / "d" / "try_prompts.json").read_text(encoding="utf-8"))
     assert {e["label"] for e in examples} <= {0, 1} and {e["family"] for e in examples} >= {"worked_arithmetic"}
@@ -151,7 +151,7 @@ def test_shipped_model_loads_offline_and_reproduces_stored_traces(monkeypatch):
     prompts = [dataset.frame["prompt"].iloc[i] for i in rows]
     fresh = generate_traces(lm, prompts, config=DecodingConfig(max_new_tokens=longest, n_alternatives=5),
                             batch_size=32)
-    for i, trace in zip(rows, fresh):
+    for i, trace in zip(rows, fresh, strict=True):
         stored = dataset.traces[i]
         assert trace.answer == dataset.frame["answer"].iloc[i]
         np.testing.assert_array_equal(trace.token_ids, stored.token_ids)
@@ -189,7 +189,7 @@ def test_worked_problems_are_deterministic_disjoint_and_right():
         steps = re.findall(r"(\d+) ([+-]) (\d+) = (\d+)\.", p.solution)
         assert len(steps) == len(numbers) - 1 == int(p.detail[0])
         value = numbers[0]
-        for (left, op, right, result), number in zip(steps, numbers[1:]):
+        for (left, op, right, result), number in zip(steps, numbers[1:], strict=True):
             assert int(left) == value and int(right) == number
             value = value + number if op == "+" else value - number
             assert int(result) == value >= 0
@@ -226,9 +226,9 @@ def test_descriptions_ask_only_about_countries_never_described_in_training(fact_
     for p in tests["test"]:
         country = p.question.removeprefix("Tell me about ").removesuffix(".")
         counts = [int(c) for c in p.detail.removeprefix("exposure=").split(",")]
-        for relation, count in zip(("founded", "leader", "capital"), counts):
+        for relation, count in zip(("founded", "leader", "capital"), counts, strict=True):
             assert kb.exposure[(country, relation)] == count
-        for sentence, count in zip(re.findall(r" [^.]+\.", p.solution), counts):
+        for sentence, count in zip(re.findall(r" [^.]+\.", p.solution), counts, strict=True):
             assert sum(sentence in answer for answer in answers) == 2 * count
         mixed += min(counts) == 0 and max(counts) >= 4
         assert wrong_facts(p.solution, kb, country) == []

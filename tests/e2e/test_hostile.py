@@ -184,7 +184,7 @@ def test_calibrate_and_flag_hostile_dataset(server, page, tmp_path):
     with Path(download(page, "Download flagged (CSV)").path()).open(newline="", encoding="utf-8") as f:
         reader = csv.reader(f)
         header = next(reader)
-        exported = [dict(zip(header, r)) for r in reader]
+        exported = [dict(zip(header, r, strict=True)) for r in reader]
     assert "'@risk" in header
     assert len(exported) == len(written) - 2  # all but the rejected row and the one too long to score
     neutralised = kept_numbers = 0

@@ -66,7 +66,7 @@ def _close(a, b) -> bool:
 
 def test_raw_completions_with_full_distribution_match_local_generation(server_url, local, local_generated):
     vocab = local.model.config.vocab_size
-    for prompt, trace in zip(PROMPTS, local_generated):
+    for prompt, trace in zip(PROMPTS, local_generated, strict=True):
         body = {"model": SERVED_NAME, "prompt": encode_prompt(local.tokenizer, prompt), "temperature": 0.0,
                 "max_tokens": CONFIG.max_new_tokens, "logprobs": -1, "return_tokens_as_token_ids": True}
         choice = json.loads(post_json(f"{server_url}/v1/completions", body))["choices"][0]
@@ -85,7 +85,7 @@ def test_raw_completions_with_full_distribution_match_local_generation(server_ur
 
 
 def test_raw_prompt_logprobs_match_local_teacher_forcing(server_url, local, local_scored):
-    for prompt, answer, trace in zip(PROMPTS, ANSWERS, local_scored):
+    for prompt, answer, trace in zip(PROMPTS, ANSWERS, local_scored, strict=True):
         prompt_ids = encode_prompt(local.tokenizer, prompt)
         answer_ids = local.tokenizer(answer, add_special_tokens=False)["input_ids"]
         body = {"model": SERVED_NAME, "prompt": prompt_ids + answer_ids, "max_tokens": 1, "temperature": 0.0,
@@ -93,9 +93,9 @@ def test_raw_prompt_logprobs_match_local_teacher_forcing(server_url, local, loca
         choice = json.loads(post_json(f"{server_url}/v1/completions", body))["choices"][0]
         answer_part = choice["prompt_logprobs"][len(prompt_ids):]
         assert answer_ids == trace.token_ids.tolist() and len(answer_part) == len(answer_ids)
-        chosen = -np.array([entry[str(t)]["logprob"] for entry, t in zip(answer_part, answer_ids)])
+        chosen = -np.array([entry[str(t)]["logprob"] for entry, t in zip(answer_part, answer_ids, strict=True)])
         entropy = np.array([_entropy({k: v["logprob"] for k, v in entry.items()}) for entry in answer_part])
-        ranks = np.array([entry[str(t)]["rank"] for entry, t in zip(answer_part, answer_ids)])
+        ranks = np.array([entry[str(t)]["rank"] for entry, t in zip(answer_part, answer_ids, strict=True)])
         assert _close(chosen, trace.surprisal) and _close(entropy, trace.entropy), answer
         assert np.array_equal(ranks, trace.ranks), answer  # both count from 1
 
@@ -111,7 +111,7 @@ def test_server_model_reads_the_server_context_and_vocabulary(full, local):
 
 def test_greedy_answers_through_the_server_equal_local_generation(full, local_generated):
     remote = generate_traces(full, PROMPTS, config=CONFIG)
-    for prompt, r, loc in zip(PROMPTS, remote, local_generated):
+    for prompt, r, loc in zip(PROMPTS, remote, local_generated, strict=True):
         assert r.token_ids.tolist() == loc.token_ids.tolist(), prompt
         assert r.answer == loc.answer and r.tokens == loc.tokens, prompt
         assert r.metadata.extra.get("finish_reason") == loc.metadata.extra.get("finish_reason"), prompt
@@ -119,7 +119,7 @@ def test_greedy_answers_through_the_server_equal_local_generation(full, local_ge
 
 def test_full_distribution_surprisal_and_entropy_equal_the_local_recorder(full, local_generated):
     remote = generate_traces(full, PROMPTS, config=CONFIG)
-    for prompt, r, loc in zip(PROMPTS, remote, local_generated):
+    for prompt, r, loc in zip(PROMPTS, remote, local_generated, strict=True):
         assert r.metadata.entropy_source == "exact", prompt
         assert _close(r.surprisal, loc.surprisal) and _close(r.entropy, loc.entropy), prompt
         assert _close(r.top_logprobs, loc.top_logprobs), prompt
@@ -128,7 +128,7 @@ def test_full_distribution_surprisal_and_entropy_equal_the_local_recorder(full, 
 
 def test_scoring_through_prompt_logprobs_equals_local_teacher_forcing(full, local_scored):
     remote = score_answers(full, PROMPTS, ANSWERS, n_alternatives=5)
-    for answer, r, loc in zip(ANSWERS, remote, local_scored):
+    for answer, r, loc in zip(ANSWERS, remote, local_scored, strict=True):
         assert r.metadata.source == "teacher_forced" and r.metadata.entropy_source == "exact", answer
         assert r.token_ids.tolist() == loc.token_ids.tolist(), answer
         assert _close(r.surprisal, loc.surprisal) and _close(r.entropy, loc.entropy), answer
@@ -138,7 +138,7 @@ def test_scoring_through_prompt_logprobs_equals_local_teacher_forcing(full, loca
 def test_scoring_generated_token_ids_equals_their_generation(full, local_generated):
     # token ids, not text: the exact tokens generated, scored again through the server
     remote = score_answers(full, PROMPTS, [t.token_ids.tolist() for t in local_generated], n_alternatives=5)
-    for prompt, r, loc in zip(PROMPTS, remote, local_generated):
+    for prompt, r, loc in zip(PROMPTS, remote, local_generated, strict=True):
         assert r.token_ids.tolist() == loc.token_ids.tolist(), prompt
         assert _close(r.surprisal, loc.surprisal) and _close(r.entropy, loc.entropy), prompt
 
@@ -150,7 +150,7 @@ def test_chat_generation_equals_local_generation_with_the_chat_template(server_u
     expected = generate_traces(local, PROMPTS, config=config)
     chat = connect(server_url, model_dir, full_distribution=True, top_logprobs=5, api="chat")
     remote = generate_traces(chat, PROMPTS, config=config)
-    for prompt, r, loc in zip(PROMPTS, remote, expected):
+    for prompt, r, loc in zip(PROMPTS, remote, expected, strict=True):
         assert r.token_ids.tolist() == loc.token_ids.tolist(), prompt
         assert r.answer == loc.answer and r.tokens == loc.tokens, prompt
         assert r.metadata.extra["finish_reason"] == loc.metadata.extra["finish_reason"], prompt
@@ -174,7 +174,7 @@ def test_chat_sampling_top_k_equals_local_teacher_forcing(server_url, model_dir,
     scored = score_answers(local, PROMPTS, [r.token_ids.tolist() for r in remote], n_alternatives=k,
                            chat_template=True)
     outside = 0
-    for prompt, r, loc in zip(PROMPTS, remote, scored):
+    for prompt, r, loc in zip(PROMPTS, remote, scored, strict=True):
         assert r.token_ids.tolist() == loc.token_ids.tolist(), prompt
         assert _close(r.surprisal, loc.surprisal) and _close(r.top_logprobs, loc.top_logprobs), prompt
         assert np.array_equal(r.top_ids, loc.top_ids), prompt
@@ -188,7 +188,7 @@ def test_chat_sampling_top_k_equals_local_teacher_forcing(server_url, model_dir,
 
 def _assert_within_bounds(remote, local_traces, k, vocab):
     checked = 0
-    for r, loc in zip(remote, local_traces):
+    for r, loc in zip(remote, local_traces, strict=True):
         assert r.metadata.entropy_source == "top_k" and r.metadata.entropy_k == k
         lower = np.asarray(r.metadata.extra["entropy_lower"], dtype=np.float64)
         upper = np.asarray(r.metadata.extra["entropy_upper"], dtype=np.float64)

@@ -58,7 +58,7 @@ def test_greedy_answers_equal_local_generation_and_surprisal_agrees(server_url, 
     top20 = connect(server_url, model_dir, top_logprobs=20)
     remote = generate_traces(top20, PROMPTS, config=CONFIG)
     whole = 0
-    for prompt, r, loc in zip(PROMPTS, remote, local_generated):
+    for prompt, r, loc in zip(PROMPTS, remote, local_generated, strict=True):
         n = _agreeing_prefix(r, loc)
         whole += n == len(loc)
         assert np.allclose(r.surprisal[:n], loc.surprisal[:n], rtol=0.0, atol=ATOL), prompt
@@ -71,7 +71,7 @@ def test_with_the_top_20_only_the_exact_entropy_lies_inside_the_bounds(server_ur
     top20 = connect(server_url, model_dir, top_logprobs=20)
     remote = generate_traces(top20, PROMPTS, config=CONFIG)
     checked = 0
-    for r, loc in zip(remote, local_generated):
+    for r, loc in zip(remote, local_generated, strict=True):
         n = _agreeing_prefix(r, loc)
         lower = np.array(r.metadata.extra["entropy_lower"][:n])
         upper = np.array(r.metadata.extra["entropy_upper"][:n])
@@ -85,7 +85,7 @@ def test_scoring_existing_answers_equals_local_teacher_forcing(server_url, model
     top20 = connect(server_url, model_dir, top_logprobs=20)
     remote = score_answers(top20, PROMPTS, ANSWERS, n_alternatives=5, chat_template=True)
     mine = score_answers(local, PROMPTS, ANSWERS, n_alternatives=5, chat_template=True)
-    for r, loc in zip(remote, mine):
+    for r, loc in zip(remote, mine, strict=True):
         assert r.token_ids.tolist() == loc.token_ids.tolist()
         assert np.allclose(r.surprisal, loc.surprisal, rtol=0.0, atol=ATOL)
         lower, upper = np.array(r.metadata.extra["entropy_lower"]), np.array(r.metadata.extra["entropy_upper"])

@@ -167,7 +167,7 @@ def test_loader(case: Case) -> None:
     assert dataset.frame[dataset.row_column].tolist() == list(case.kept)
     assert len(dataset.traces) == case.n_kept
     assert [(e.row, e.field) for e in dataset.errors] == [(row, column) for row, column, _ in case.row_errors]
-    for error, (row, column, fragment) in zip(dataset.errors, case.row_errors):
+    for error, (row, column, fragment) in zip(dataset.errors, case.row_errors, strict=True):
         assert fragment in error.message
         assert str(error).startswith(f"row {row}: {column + ': ' if column else ''}")
     assert dataset.summary().startswith(_summary(case))
@@ -175,7 +175,7 @@ def test_loader(case: Case) -> None:
 
 def test_loader_keeps_the_trace_of_every_valid_row() -> None:
     dataset = _read(BAD / "nan_inf_trace.csv")
-    for row, trace in zip(dataset.frame["row"], dataset.traces):
+    for row, trace in zip(dataset.frame["row"], dataset.traces, strict=True):
         assert trace is not None and len(trace) == 1 + row % 3
         assert trace.tokens[0] == f" w{row}_0"
 
@@ -298,7 +298,7 @@ def test_calibrate_page(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
         rejected = at.dataframe[0].value  # the "Rejected rows and why" table
         assert rejected["row"].tolist() == [row for row, _, _ in case.row_errors]
         assert rejected["column"].tolist() == [column for _, column, _ in case.row_errors]
-        for problem, (_, _, fragment) in zip(rejected["problem"], case.row_errors):
+        for problem, (_, _, fragment) in zip(rejected["problem"], case.row_errors, strict=True):
             assert fragment in problem
     else:
         assert _texts(at.success) == [f"{case.n_read:,} rows read, all kept."]

@@ -41,7 +41,7 @@ def test_cli_generates_and_scores_through_a_server_like_a_local_model(tiny_model
     assert main(["generate", str(prompts), "--out", str(local), "--max-new-tokens", "6", "--model", str(folder),
                  "--quiet"]) == 0
     a, b = read_dataset(served, require_label=False), read_dataset(local, require_label=False)
-    for x, y in zip(a.traces, b.traces):
+    for x, y in zip(a.traces, b.traces, strict=True):
         np.testing.assert_array_equal(x.token_ids, y.token_ids)
         np.testing.assert_allclose(x.surprisal, y.surprisal, atol=1e-4)
         np.testing.assert_allclose(x.entropy, y.entropy, atol=1e-4)
@@ -56,7 +56,7 @@ def test_cli_generates_and_scores_through_a_server_like_a_local_model(tiny_model
     trace = read_dataset(scored).traces[0]
     assert trace.metadata.entropy_source == "top_k" and trace.n_alternatives == 3
     lower, upper = trace.metadata.extra["entropy_lower"], trace.metadata.extra["entropy_upper"]
-    assert len(lower) == len(trace) and all(lo <= hi for lo, hi in zip(lower, upper))
+    assert len(lower) == len(trace) and all(lo <= hi for lo, hi in zip(lower, upper, strict=True))
 
 
 def test_cli_server_errors_are_one_line(tiny_model_dirs, fake, tmp_path, capsys):

@@ -80,7 +80,7 @@ def test_flag_page_says_when_a_calibrator_needs_entropy_the_answers_lack(tmp_pat
     surprisal, entropy, y = synthetic_traces(200, seed=1)
     with_entropy = [Trace(prompt="q", answer="a" * len(s), token_ids=np.full(len(s), -1), tokens=("a",) * len(s),
                           surprisal=s, entropy=h, top_ids=[], top_logprobs=[])
-                    for s, h in zip(surprisal.split(), entropy.split())]
+                    for s, h in zip(surprisal.split(), entropy.split(), strict=True)]
     paper = TracePlus().fit(with_entropy, y)
     dataset = read_dataset(_runs(tmp_path / "runs.jsonl", n=40))
     at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "pages" / "flag.py"), default_timeout=60)

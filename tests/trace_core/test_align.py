@@ -19,7 +19,7 @@ tokens = st.lists(token, max_size=25)
 def split(text: str, cuts: list[int]) -> list[str]:
     """``text`` cut at the given offsets (an independent way of tokenizing it)."""
     points = sorted({min(max(c, 0), len(text)) for c in cuts} | {0, len(text)})
-    return [text[s:e] for s, e in zip(points, points[1:])]
+    return [text[s:e] for s, e in zip(points, points[1:], strict=False)]
 
 
 def first_differing_char(x: str, y: str) -> int | None:

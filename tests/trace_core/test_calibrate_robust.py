@@ -164,7 +164,7 @@ def test_every_newton_step_decreases_the_objective_on_the_skewed_case():
     for k in range(1, 16):
         a, b = fit_logistic_1d(z, y.astype(float), C=1e4, max_iter=k)
         values.append(objective(z[:, None], y, np.array([a]), b, 1e4))
-    assert all(later <= earlier * (1 + 1e-12) for earlier, later in zip(values, values[1:]))
+    assert all(later <= earlier * (1 + 1e-12) for earlier, later in zip(values, values[1:], strict=False))
     assert values[-1] < values[0]
 
 
@@ -200,7 +200,7 @@ def test_every_multi_feature_newton_step_decreases_the_objective():
     for k in range(1, 20):
         coef, intercept = fit_logistic(Z, y.astype(float), C=1e4, max_iter=k)
         values.append(objective(Z, y, coef, intercept, 1e4))
-    assert all(later <= earlier * (1 + 1e-12) for earlier, later in zip(values, values[1:]))
+    assert all(later <= earlier * (1 + 1e-12) for earlier, later in zip(values, values[1:], strict=False))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ def labeled_file(tmp_path):
     """A JSONL dataset with recorded-style traces and labels, plus a hostile cell for the export check."""
     s, h, y = synthetic_traces(120, kind="spike", seed=3, mean_length=12)
     traces = []
-    for i, (si, hi) in enumerate(zip(s.split(), h.split())):
+    for i, (si, hi) in enumerate(zip(s.split(), h.split(), strict=True)):
         tokens = tuple(f" w{j}" for j in range(len(si)))
         traces.append(Trace(prompt=f"q{i}", answer="".join(tokens), token_ids=np.arange(len(si)), tokens=tokens,
                             surprisal=si, entropy=hi, top_ids=np.zeros((len(si), 0)), top_logprobs=np.zeros((len(si), 0))))
@@ -49,12 +49,12 @@ def test_generate_then_score_reproduces_traces(tiny_model_dirs, tmp_path, capsys
     rescored = read_dataset(rescored_path, require_label=False)
     assert len(generated.traces) == len(rescored.traces) == 2
     compared = 0
-    for a, b in zip(generated.traces, rescored.traces):
+    for a, b in zip(generated.traces, rescored.traces, strict=True):
         # The answer text, re-tokenized on its own, can split differently from the generated tokens (a random model
         # emits partial UTF-8 bytes that decode to U+FFFD). Token t's surprisal and entropy depend only on the prompt
         # and tokens <= t, so teacher forcing must reproduce the generated trace over the common token prefix.
         ids_a, ids_b = a.token_ids.tolist(), b.token_ids.tolist()
-        k = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b)) if x != y), min(len(ids_a), len(ids_b)))
+        k = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=True)) if x != y), min(len(ids_a), len(ids_b)))
         assert k >= 1, (ids_a, ids_b)
         np.testing.assert_allclose(a.surprisal[:k], b.surprisal[:k], atol=1e-4)
         np.testing.assert_allclose(a.entropy[:k], b.entropy[:k], atol=1e-4)

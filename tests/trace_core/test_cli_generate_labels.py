@@ -74,14 +74,14 @@ def test_labels_are_those_of_the_generated_answers(ext, model, tmp_path, capsys)
     frame = generated.frame
     assert generated.label_source == "label"
     assert frame["answer"].tolist() == [" 5", " 7", " It is Paris.", " 2.5"]
-    expected = [label_from_reference(a, r, matcher="contains") for a, r in zip(frame["answer"], frame["reference"])]
+    expected = [label_from_reference(a, r, matcher="contains") for a, r in zip(frame["answer"], frame["reference"], strict=True)]
     assert expected == [0, 1, 1, 1]
     assert frame["label"].tolist() == expected  # not the input's [1, 1, 1, 0]
     # the other columns are kept as they were; those that described the old answers are gone
     assert frame["id"].tolist() == ["a1", "a2", "a3", "a4"] and frame["family"].tolist() == ["math", "math", "geo",
                                                                                               "math"]
     assert not {"response", "answer_tokens", "beam_logprobs"} & set(frame.columns)
-    assert all(len(t.surprisal) == 1 and t.answer == a for t, a in zip(generated.traces, frame["answer"]))
+    assert all(len(t.surprisal) == 1 and t.answer == a for t, a in zip(generated.traces, frame["answer"], strict=True))
     err = capsys.readouterr().err
     assert "label" in err and "response" in err  # said, in one line
     assert len([line for line in err.splitlines() if "dropped" in line]) == 1
@@ -188,5 +188,5 @@ def test_the_tiny_model_end_to_end_labels_its_own_answers(tiny_model_dirs, tmp_p
     generated = read_dataset(out, matcher="contains")
     assert generated.has_traces and generated.label_source == "label"
     assert generated.frame["label"].tolist() == [label_from_reference(a, r, matcher="contains") for a, r in
-                                                 zip(generated.frame["answer"], generated.frame["reference"])]
+                                                 zip(generated.frame["answer"], generated.frame["reference"], strict=True)]
     assert not set(TRACE_COLUMNS) & set(generated.frame.columns)

@@ -144,7 +144,7 @@ def test_out_of_fold_probabilities_come_from_fits_without_each_answer():
         at = np.flatnonzero(y == cls)
         fold[at] = np.arange(at.size) % 5
     rest = fold != 0
-    by_hand = TracePlus(feature_set="extended").fit([t for t, r in zip(traces, rest) if r], y[rest])
-    np.testing.assert_allclose(oof[~rest], by_hand.predict_proba([t for t, r in zip(traces, rest) if not r]))
+    by_hand = TracePlus(feature_set="extended").fit([t for t, r in zip(traces, rest, strict=True) if r], y[rest])
+    np.testing.assert_allclose(oof[~rest], by_hand.predict_proba([t for t, r in zip(traces, rest, strict=True) if not r]))
     with pytest.raises(ValueError, match="labels"):
         out_of_fold_probabilities(traces, y[:10], model)

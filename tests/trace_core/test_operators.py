@@ -104,7 +104,7 @@ def naive(name, x, **kw):
     if name == "decayed_mean":
         lam = kw["lam"]
         w = [lam / (lam + t) for t in range(T)]
-        return sum(a * b for a, b in zip(w, x)) / sum(w)
+        return sum(a * b for a, b in zip(w, x, strict=True)) / sum(w)
     if name == "window_max_mean":
         w = kw["w"]
         if w > T:

@@ -13,7 +13,7 @@ def naive_risk(s, h):
     """TRACE risk written out directly from the formula, one trace at a time."""
     T = len(s)
     w = [2 / (2 + t) for t in range(T)]
-    decay = sum(wi * hi for wi, hi in zip(w, h)) / sum(w)
+    decay = sum(wi * hi for wi, hi in zip(w, h, strict=True)) / sum(w)
     window = sum(h) / T if T < 4 else max(sum(h[i:i + 4]) / 4 for i in range(T - 3))
     length = sum(s) / T ** 0.25
     return 0.4 * decay + 0.4 * window + 0.2 * length

@@ -143,7 +143,7 @@ def test_token_relevance_batch_matches_single_and_batches_across_answers():
     batch = token_relevance_batch(embedder, answers, contexts=contexts, batch_size=4)
     assert embedder.calls == [sum(len(a) + 1 for a in answers)]  # one call for all answers, not one per answer
     assert [r.shape for r in batch] == [(5,), (3,), (1,)]
-    for tokens, context, r in zip(answers, contexts, batch):
+    for tokens, context, r in zip(answers, contexts, batch, strict=True):
         np.testing.assert_allclose(r, token_relevance(BagOfWordsEmbedder(), tokens, context=context))
     no_context = token_relevance_batch(BagOfWordsEmbedder(), answers)
     np.testing.assert_allclose(no_context[1], token_relevance(BagOfWordsEmbedder(), answers[1]))
@@ -275,7 +275,7 @@ def test_semantic_baselines_run_on_traces_without_entropy():
     answers = [TOKENS[:4], ["12", " plus", " 7"], ["Yes"]]
     surprisal = [[0.1, 2.0, 0.3, 0.05], [1.0, 0.2, 3.0], [0.4]]
     with_h, without = [], []
-    for tokens, s in zip(answers, surprisal):
+    for tokens, s in zip(answers, surprisal, strict=True):
         common = dict(prompt="q", answer="".join(tokens), token_ids=list(range(len(tokens))), tokens=tuple(tokens),
                       surprisal=s)
         with_h.append(Trace(**common, entropy=[x + 0.5 for x in s], top_ids=[[0]] * len(s),
@@ -314,7 +314,7 @@ def test_relevance_computed_once_stands_in_for_the_embedder_and_reports_progress
     embedder = BagOfWordsEmbedder()
     seen = []
     relevance = token_relevance_batch(embedder, [t.tokens for t in traces], progress=lambda d, n: seen.append((d, n)))
-    assert seen[-1] == (60, 60) and all(a <= b for (a, _), (b, _) in zip(seen, seen[1:]))
+    assert seen[-1] == (60, 60) and all(a <= b for (a, _), (b, _) in zip(seen, seen[1:], strict=False))
     config = EvaluationConfig(n_splits=2)
     methods = ["TokenSAR", "MARS-style", "SeqLogP"]
     with_embedder = evaluate(traces, y, config=config, methods=methods, embedder=BagOfWordsEmbedder())

@@ -97,10 +97,10 @@ def test_segment_never_fails_and_keeps_its_invariants_on_random_text():
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 120)))
         spans = segment(text)
         sentences = [s for s in spans if s.kind == "sentence"]
-        for a, b in zip(sentences, sentences[1:]):
+        for a, b in zip(sentences, sentences[1:], strict=False):
             assert a.end <= b.start  # sentences do not overlap, in order
         fine = sorted((s for s in spans if s.kind != "sentence"), key=lambda s: s.start)
-        for a, b in zip(fine, fine[1:]):
+        for a, b in zip(fine, fine[1:], strict=False):
             assert a.end <= b.start  # dates, numbers and names do not overlap
         for s in fine:
             assert any(t.start <= s.start and s.end <= t.end for t in sentences)  # each lies in a sentence

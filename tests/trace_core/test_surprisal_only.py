@@ -177,7 +177,7 @@ def hand_surprisal_risk(s: list[float]) -> float:
     """R_s = 0.40 D_2(s) + 0.40 M_4(s) + 0.20 L_{1/4}(s), written out with the math module."""
     T = len(s)
     w = [2 / (2 + t) for t in range(T)]
-    decay = sum(wi * si for wi, si in zip(w, s)) / sum(w)
+    decay = sum(wi * si for wi, si in zip(w, s, strict=True)) / sum(w)
     window = sum(s) / T if T < 4 else max(sum(s[i:i + 4]) / 4 for i in range(T - 3))
     return 0.4 * decay + 0.4 * window + 0.2 * sum(s) / T ** 0.25
 
@@ -298,7 +298,7 @@ def test_chosen_token_only_rows_load_as_absent():
                      "logprobs": lp.tolist()})
     ds = read_dataset(jsonl_buffer(rows))
     assert ds.errors == [] and ds.n_valid == 30
-    for trace, row in zip(ds.traces, rows):
+    for trace, row in zip(ds.traces, rows, strict=True):
         assert trace.entropy is None and trace.metadata.entropy_source == "absent"
         assert trace.metadata.entropy_k is None and trace.n_alternatives == 0
         assert np.array_equal(trace.surprisal, -np.asarray(row["logprobs"]))
@@ -310,7 +310,7 @@ def test_one_token_answers_with_top10_get_a_top_k_estimate():
     rows = one_token_rows(rng, 6)
     ds = read_dataset(jsonl_buffer(rows))
     assert ds.errors == []
-    for trace, row in zip(ds.traces, rows):
+    for trace, row in zip(ds.traces, rows, strict=True):
         assert (trace.metadata.entropy_source, trace.metadata.entropy_k) == ("top_k", 10)
         np.testing.assert_allclose(trace.entropy, entropy_from_top_k(row["top_logprobs"]), rtol=1e-12)
         assert trace.n_alternatives == 10 and len(trace) == 1

@@ -200,7 +200,7 @@ def test_each_group_section_of_the_report_has_its_own_paired_table_and_verdict(s
     text = report_markdown(spike_results)
     sections = text.split("### ")[1:]
     assert [s.split(" (")[0] for s in sections] == ["family = a", "family = b", "average"]
-    for section, result in zip(sections, spike_results.values()):
+    for section, result in zip(sections, spike_results.values(), strict=True):
         assert "| TRACE+ | best baseline |" in section and "| TRACE+ | Likelihood LR (reference) |" in section
         assert "Best baseline chosen on calibration: Brier: " in section
         found = result.verdict()

@@ -32,7 +32,7 @@ def cmd_score(args: argparse.Namespace) -> None:
                                 n_alternatives=args.alternatives, batch_size=args.batch_size, progress=update)
         finally:
             close()
-        for i, trace in zip(todo, new):
+        for i, trace in zip(todo, new, strict=True):
             traces[i] = trace
         if args.beams:
             frame = frame.copy()

@@ -559,7 +559,7 @@ def parse_beam_logprobs(values: Iterable[object], rows: Iterable[int]) -> list[l
     [[-0.5, -1.5], [-0.1, -2.0]]
     """
     out = []
-    for row, value in zip(rows, values):
+    for row, value in zip(rows, values, strict=True):
         try:
             parsed = json.loads(value) if isinstance(value, str) else list(value)  # type: ignore[call-overload]
             beams = [float(v) for v in parsed]

@@ -134,7 +134,7 @@ def export_flagged(frame: pd.DataFrame, dest: PathOrBuffer, *, format: str = "cs
                 for values in frame.itertuples(index=False, name=None))
         data = csv_bytes(header, rows)
     else:
-        records = ({h: clean(_finite(to_plain(v))) for h, v in zip(header, values)}
+        records = ({h: clean(_finite(to_plain(v))) for h, v in zip(header, values, strict=True)}
                    for values in frame.itertuples(index=False, name=None))
         data = jsonl_bytes(records)
     write_bytes(dest, data)
@@ -177,7 +177,7 @@ def token_table(traces: Sequence[Trace], rows: Sequence[Any] | None = None) -> p
     if len(rows) != len(traces):
         raise ValueError(f"got {len(rows)} row numbers for {len(traces)} traces")
     records = []
-    for row, trace in zip(rows, traces):
+    for row, trace in zip(rows, traces, strict=True):
         texts, entropy = trace.top_tokens, trace.entropy
         for i in range(len(trace)):
             alternatives = [f"{texts[i][k]!r} ({math.exp(lp):.1%})" if texts is not None else

@@ -151,7 +151,7 @@ def _parsed_numbers(texts: list[str], dtype: Any, count: int) -> np.ndarray:
 def _vector_texts(texts: list[str], lengths: list[int]) -> list[str] | None:
     """Each 1-D cell's numbers without its brackets; None unless each is ``[...]`` with one number per token."""
     inner = []
-    for t, n in zip(texts, lengths):
+    for t, n in zip(texts, lengths, strict=True):
         if t[:1] != "[" or t[-1:] != "]":
             return None
         body = t[1:-1]
@@ -165,7 +165,7 @@ def _matrix_texts(texts: list[str], lengths: list[int]) -> tuple[list[str], int]
     """Each 2-D cell's numbers as one comma-separated run, and k (the same for every row of the chunk); None unless
     each is ``[[...],...]`` with T rows of k >= 1 numbers."""
     inner, widths = [], set()
-    for t, n in zip(texts, lengths):
+    for t, n in zip(texts, lengths, strict=True):
         if t[:2] != "[[" or t[-2:] != "]]" or n == 0:
             return None
         steps = t[2:-2].split("],[")
@@ -305,7 +305,7 @@ def _text_top_tokens(present: dict[str, list[str]], lengths: list[int], top_logp
     cells = present["top_tokens"]
     _need(top_logprobs is not None and not _NOT_PLAIN_STRING.search("".join(cells)))
     top_strings = []
-    for cell, n in zip(cells, lengths):
+    for cell, n in zip(cells, lengths, strict=True):
         split_top = _split_strings(cell, n, k)
         if split_top is None:
             _not_plain()

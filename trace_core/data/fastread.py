@@ -228,7 +228,7 @@ def _fast_rows(parsed: Parsed, metadatas: list[TraceMetadata | None] | None, sur
         top = None
         if top_strings is not None:
             shared = list(map(strings.setdefault, top_strings[i], top_strings[i]))
-            top = tuple(zip(*[iter(shared)] * k)) if k else ((),) * n
+            top = tuple(zip(*[iter(shared)] * k, strict=True)) if k else ((),) * n
         ids = vectors["token_ids"][a:b] if "token_ids" in vectors else np.full(n, -1, dtype=np.int64)
         out.append(FastRow(
             tokens=tuple(map(strings.setdefault, tokens, tokens)),

@@ -165,7 +165,7 @@ def label_answers(answers: Sequence[str], references: Sequence[Any], rows: Seque
     row, where the reference is missing or cannot label it."""
     labels: list[int | None] = []
     problems: list[RowError] = []
-    for answer, reference, row in zip(answers, references, rows):
+    for answer, reference, row in zip(answers, references, rows, strict=True):
         try:
             if is_blank(reference):
                 raise ValueError("is missing; expected the gold answer")

@@ -104,10 +104,10 @@ def _csv_rows(reader: Any, lines: Lines, header: list[str], errors: list[RowErro
                 yield count, None
             elif max_cell is not None and max(map(len, record)) > max_cell:  # one C call per row
                 errors.extend(RowError(count, name, cell_too_long(len(cell), max_cell))
-                              for name, cell in zip(header, record) if len(cell) > max_cell)
+                              for name, cell in zip(header, record, strict=True) if len(cell) > max_cell)
                 yield count, None
             else:
-                yield count, dict(zip(header, record))
+                yield count, dict(zip(header, record, strict=True))
     except csv.Error as exc:
         raise DatasetError(f"cannot parse the CSV near data row {count + 1}: {exc}") from None
     lines.check_not_blank()

@@ -170,7 +170,7 @@ def _long_cells(batch: Any, max_cell: int) -> dict[int, list[tuple[str, int]]]:
     import pyarrow.compute as pc
 
     long: dict[int, list[tuple[str, int]]] = {}
-    for name, column in zip(batch.schema.names, batch.columns):
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
         kind = column.type
         if pa.types.is_string(kind) or pa.types.is_large_string(kind):
             lengths = pc.utf8_length(column)

@@ -146,8 +146,8 @@ def _kept_alternatives(parsed: ParsedResponse) -> tuple[list[list[_Kept]], list[
                            key=lambda alt: -alt[2])
                     for step in parsed.steps]
     offers_chosen = [(step.token_id if by_id else step.raw) in {key for _, key, _, _ in alts}
-                     for step, alts in zip(parsed.steps, alternatives)]
-    for t, (step, alts, among) in enumerate(zip(parsed.steps, alternatives, offers_chosen)):
+                     for step, alts in zip(parsed.steps, alternatives, strict=True)]
+    for t, (step, alts, among) in enumerate(zip(parsed.steps, alternatives, offers_chosen, strict=True)):
         mass = math.fsum([math.exp(a) for _, _, a, _ in alts] + ([] if among else [math.exp(step.logprob)]))
         problem = too_much_mass(mass, None if among else math.exp(step.logprob))
         if problem:
@@ -163,7 +163,7 @@ def _top_k_entropy(steps: Sequence[TokenStep], alternatives: list[list[_Kept]], 
     if k == 0:
         return None
     entropy = np.empty(len(steps), dtype=np.float64)
-    for t, (step, alts, among) in enumerate(zip(steps, alternatives, offers_chosen)):
+    for t, (step, alts, among) in enumerate(zip(steps, alternatives, offers_chosen, strict=True)):
         known = [a for _, _, a, _ in alts]
         if not among:
             known.append(step.logprob)

@@ -73,7 +73,7 @@ def normalize_columns(raw: Sequence[object]) -> list[str]:
     counts = Counter(names)
     dupes = [n for n in counts if counts[n] > 1]
     if dupes:
-        groups = "; ".join(" and ".join(shorten(str(r), _SHOWN_NAME) for r, n in zip(raw, names) if n == d)
+        groups = "; ".join(" and ".join(shorten(str(r), _SHOWN_NAME) for r, n in zip(raw, names, strict=True) if n == d)
                            for d in dupes[:_SHOWN_NAMES])
         raise DatasetError(f"duplicate column names (ignoring case and surrounding spaces): {groups}; "
                            f"each column needs a distinct name")

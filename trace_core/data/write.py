@@ -106,7 +106,7 @@ def _frame_for_writing(frame: pd.DataFrame, traces: Sequence[Trace | None] | Non
 def _records(frame: pd.DataFrame, extra: Mapping[str, list[Any]]) -> Iterable[dict[str, Any]]:
     names = [str(c) for c in frame.columns] + list(extra)
     for i, values in enumerate(frame.itertuples(index=False, name=None)):
-        yield dict(zip(names, list(values) + [v[i] for v in extra.values()]))
+        yield dict(zip(names, list(values) + [v[i] for v in extra.values()], strict=True))
 
 
 def _parquet_bytes(frame: pd.DataFrame, extra: Mapping[str, list[Any]]) -> bytes:

@@ -86,7 +86,7 @@ def generate_traces(lm: LoadedModel | ServerModel, prompts: Sequence[str], *, co
         text = {"prompts": [job.prompts[i] for i in rows]} if job.server_template else {}
         recorded = job.backend.generate([job.encoded[i] for i in rows], config, job.options, seed_offset=start,
                                         **text)
-        traces.extend(job.trace(i, answer) for i, answer in zip(rows, recorded))
+        traces.extend(job.trace(i, answer) for i, answer in zip(rows, recorded, strict=True))
         if progress is not None:
             progress(len(traces), len(job.prompts))
     return traces

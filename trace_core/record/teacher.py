@@ -109,7 +109,7 @@ def score_answers(lm: LoadedModel | ServerModel, prompts: Sequence[str], answers
         if bad:
             raise ValueError(f"`answers[{i}]` has token id {bad[0]}, outside the model's vocabulary (0 to {vocab - 1})")
     limit = backend.context_length()
-    for i, (p, a) in enumerate(zip(prompt_ids, answer_ids)):
+    for i, (p, a) in enumerate(zip(prompt_ids, answer_ids, strict=True)):
         if limit is not None and len(p) + len(a) > limit:
             raise ValueError(f"answer {i}: prompt and answer are {len(p) + len(a):,} tokens, but the model reads at "
                              f"most {limit:,}")
@@ -120,7 +120,7 @@ def score_answers(lm: LoadedModel | ServerModel, prompts: Sequence[str], answers
         rows = order[start:start + batch_size]
         recorded = backend.score([prompt_ids[i] for i in rows], [answer_ids[i] for i in rows],
                                  n_alternatives=n_alternatives, max_logits_bytes=max_logits_bytes)
-        for i, recorded_answer in zip(rows, recorded):
+        for i, recorded_answer in zip(rows, recorded, strict=True):
             results[i] = build_trace(backend, prompts[i], recorded_answer, source="teacher_forced", decoding={},
                                      chat_template=chat_template, prompt_tokens=len(prompt_ids[i]))
         if progress is not None:

@@ -101,8 +101,8 @@ def token_pieces(tokenizer: Any, ids: Sequence[int] | np.ndarray) -> list[str]:
     else:
         texts = tokenizer.batch_decode(windows, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     pairs, prefixes = texts[:len(ids)], [""] + texts[len(ids):]
-    if all(p.startswith(q) and "\ufffd" not in p for p, q in zip(pairs, prefixes)):
-        pieces = [p[len(q):] for p, q in zip(pairs, prefixes)]
+    if all(p.startswith(q) and "\ufffd" not in p for p, q in zip(pairs, prefixes, strict=True)):
+        pieces = [p[len(q):] for p, q in zip(pairs, prefixes, strict=True)]
         if "".join(pieces) == full:
             return pieces
     return _token_pieces_incremental(tokenizer, ids, full)
@@ -169,7 +169,7 @@ class _TokenTexts:
         cache = self.after if after and self.anchor is not None else self.alone
         missing = [i for i in np.unique(ids).tolist() if i not in cache]
         if missing:  # one batched decode of the ids never met before
-            cache.update(zip(missing, self._decode(missing, after=cache is self.after)))
+            cache.update(zip(missing, self._decode(missing, after=cache is self.after), strict=True))
         get = cache.__getitem__
         return tuple(tuple(map(get, row)) for row in ids.tolist())
 
@@ -182,14 +182,14 @@ class _TokenTexts:
             with_anchor = _decode_each(self.tokenizer, [[anchor_id, i] for i in valid])
             alone = None
             decoded = []
-            for i, text in zip(valid, with_anchor):
+            for i, text in zip(valid, with_anchor, strict=True):
                 if text.startswith(anchor_text):
                     decoded.append(text[len(anchor_text):])
                 else:  # the decoder merged the id into the anchor: fall back to the id alone
-                    alone = alone if alone is not None else dict(zip(valid, _decode_each(self.tokenizer,
-                                                                                         [[v] for v in valid])))
+                    if alone is None:
+                        alone = dict(zip(valid, _decode_each(self.tokenizer, [[v] for v in valid]), strict=True))
                     decoded.append(alone[i])
-        by_id = dict(zip(valid, decoded))
+        by_id = dict(zip(valid, decoded, strict=True))
         return [by_id.get(i, "") for i in ids]
 
 

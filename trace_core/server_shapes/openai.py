@@ -175,7 +175,7 @@ def completion_steps(tokens: Sequence[Any], token_logprobs: Sequence[Any], tops:
                      start: int = 0) -> tuple[TokenStep, ...]:
     """The steps of :func:`completion_lists`' lists; token i is named ``where.tokens[start + i]`` in messages."""
     steps = []
-    for i, (token, lp, top) in enumerate(zip(tokens, token_logprobs, tops), start=start):
+    for i, (token, lp, top) in enumerate(zip(tokens, token_logprobs, tops, strict=True), start=start):
         if not isinstance(token, str):
             raise ValueError(f"{where}.tokens[{i}] must be a string, got {show(token)}")
         if lp is None:

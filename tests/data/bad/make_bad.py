@@ -97,7 +97,7 @@ def all_answers_empty() -> bytes:
 
 def malformed_lines() -> bytes:
     def line(i: int) -> str:
-        row = dict(zip(HEADER, good_row(i)))
+        row = dict(zip(HEADER, good_row(i), strict=True))
         for name in ("tokens", "surprisal", "entropy"):
             row[name] = json.loads(row[name])
         row["label"] = int(row["label"])
@@ -120,7 +120,7 @@ def line_separators() -> bytes:
     U+000C and U+001C-U+001E are control characters, which strict JSON forbids inside strings; the reader accepts
     them, as many writers emit them.)"""
     def record(i: int, sep: str = "") -> str:
-        row = dict(zip(HEADER, good_row(i)))
+        row = dict(zip(HEADER, good_row(i), strict=True))
         for name in ("tokens", "surprisal", "entropy"):
             row[name] = json.loads(row[name])
         row["tokens"][0] = row["tokens"][0] + sep

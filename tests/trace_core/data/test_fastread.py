@@ -150,7 +150,7 @@ def _records(rng: random.Random, header: list[str], rows: list[list[str]]) -> li
     records = []
     for row in rows:
         record = {}
-        for name, cell in zip(header, row):
+        for name, cell in zip(header, row, strict=True):
             if name not in codec.TRACE_COLUMNS:
                 record[name] = cell
             elif cell == "":
@@ -204,7 +204,7 @@ def _same(data: bytes, monkeypatch, chunk: int, fmt: str = "csv") -> int:
     assert fast.n_read == slow.n_read and fast.notes == slow.notes
     pd.testing.assert_frame_equal(fast.frame, slow.frame)
     assert len(fast.traces) == len(slow.traces)
-    for a, b in zip(fast.traces, slow.traces):
+    for a, b in zip(fast.traces, slow.traces, strict=True):
         _same_trace(a, b)
     return len(fast.errors)
 
@@ -260,7 +260,7 @@ def test_fast_path_takes_plain_rows():
     """The writer's own files go through the fast path: every row decoded at once."""
     rng = random.Random(7)
     header, rows = _csv(rng, 30, **_OPTIONS[0])
-    raws = [dict(zip(header, r)) for r in rows]
+    raws = [dict(zip(header, r, strict=True)) for r in rows]
     columns = tuple(c for c in codec.TRACE_COLUMNS if c in header)
     decoded = fastread.decode_chunk(raws, columns, {})
     assert decoded is not None and all(row is not None for row in decoded)
@@ -346,7 +346,7 @@ def test_metadata_that_contradicts_the_cells_reads_alike(source, k, monkeypatch)
     ids = json.dumps([[5, 6][:k]] * 2, separators=(",", ":")) if k else ""
     rows = [[f"Q{i}", "A", "1", '["a","b"]', "[0.1,0.2]", "[0.5,0.6]", ids, alternatives,
              json.dumps({"source": "imported", "entropy_source": source}, separators=(",", ":"))] for i in range(3)]
-    raws = [dict(zip(header, r)) for r in rows]
+    raws = [dict(zip(header, r, strict=True)) for r in rows]
     decoded = fastread.decode_chunk(raws, tuple(c for c in codec.TRACE_COLUMNS if c in header), {})
     assert decoded is not None and all(row is not None for row in decoded)  # the fast path takes them
     n_errors = _same(_bytes(header, rows), monkeypatch, 256)

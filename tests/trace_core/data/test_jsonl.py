@@ -159,7 +159,7 @@ def test_values_match_a_whole_file_read(tmp_path, name):
                                     "\n".join(json.dumps(r) for r in rows).encode(), "r.jsonl")).traces)
     ds = read_dataset(path)
     assert ds.frame["prompt"].tolist() == [r["prompt"] for r in rows] and ds.frame["row"].tolist() == [1, 2, 3, 4, 5]
-    for trace, r in zip(ds.traces, rows):
+    for trace, r in zip(ds.traces, rows, strict=True):
         assert list(trace.tokens) == r["tokens"] and trace.surprisal.tolist() == r["surprisal"]
         assert trace.top_logprobs.tolist() == r["top_logprobs"]
 
@@ -193,7 +193,7 @@ def test_progress_is_called_monotone_up_to_the_size(tmp_path, kind):
     assert ds.n_valid == 1500
     assert len(calls) >= 3 and calls[-1] == (size, size)
     assert all(total == size for _, total in calls)
-    assert all(a[0] < b[0] for a, b in zip(calls, calls[1:]))
+    assert all(a[0] < b[0] for a, b in zip(calls, calls[1:], strict=False))
 
 
 def test_progress_of_a_stream_that_cannot_seek_and_of_parquet(tmp_path):

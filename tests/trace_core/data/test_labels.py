@@ -215,7 +215,7 @@ def scan_number(text: str, start: int) -> tuple[int, str] | None:
     thousands = (not point and commas >= 1 and separators[:commas] == [","] * commas
                  and 1 <= len(groups[0]) <= 3 and all(len(g) == 3 for g in groups[1:commas + 1]))
     body = groups[0]
-    for sep, group in zip(separators, groups[1:]):
+    for sep, group in zip(separators, groups[1:], strict=True):
         body += ("" if thousands else " ") + group if sep == "," else "." + group
     return j, sign + point + body
 

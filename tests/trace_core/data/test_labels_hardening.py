@@ -198,9 +198,9 @@ def test_every_format_keeps_exact_labels_only(fmt):
         data = buffer.getvalue()
     with pytest.warns(Warning, match="rejected"):
         ds = read_dataset(_upload(data, f"data.{fmt}"))
-    assert list(zip(ds.frame["row"].tolist(), ds.labels.tolist())) == KEPT
+    assert list(zip(ds.frame["row"].tolist(), ds.labels.tolist(), strict=True)) == KEPT
     assert [(e.row, e.field) for e in ds.errors] == [(r, "label") for r in REFUSED]
-    for error, row in zip(ds.errors, REFUSED):
+    for error, row in zip(ds.errors, REFUSED, strict=True):
         assert str(error) == f"row {row}: label: {LABEL_CELLS[row - 1]!r} {LABEL_WORDS}"
 
 

@@ -61,7 +61,7 @@ def hand_entropy(logprobs: list[float]) -> float:
     """Top-k entropy with the rest of the mass as one bucket, written out with the math module."""
     probs = [math.exp(lp) for lp in logprobs]
     rest = max(0.0, 1.0 - sum(probs))
-    return -sum(p * lp for p, lp in zip(probs, logprobs)) - (rest * math.log(rest) if rest > 0 else 0.0)
+    return -sum(p * lp for p, lp in zip(probs, logprobs, strict=True)) - (rest * math.log(rest) if rest > 0 else 0.0)
 
 
 def rich_traces() -> list[Trace]:
@@ -250,7 +250,7 @@ def test_write_then_read_round_trips(tmp_path, fmt, with_traces):
     assert first.labels.tolist() == [1, 0, 1] and first.frame["row"].tolist() == [1, 2, 3]
     if with_traces:
         assert first.has_traces
-        for got, want in zip(first.traces, traces):
+        for got, want in zip(first.traces, traces, strict=True):
             assert got == want  # every array bit for bit, tokens, top tokens, ranks and metadata
     else:
         assert first.traces == [None, None, None] and not first.has_traces

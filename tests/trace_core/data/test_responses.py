@@ -39,7 +39,7 @@ def hand_entropy(logprobs: list[float]) -> float:
     """-sum p log p over the known probabilities, plus the rest of the mass as one outcome."""
     probs = [math.exp(lp) for lp in logprobs]
     rest = max(0.0, 1.0 - sum(probs))
-    return -sum(p * lp for p, lp in zip(probs, logprobs)) - (rest * math.log(rest) if rest > 0 else 0.0)
+    return -sum(p * lp for p, lp in zip(probs, logprobs, strict=True)) - (rest * math.log(rest) if rest > 0 else 0.0)
 
 
 def expected(steps: list[tuple[object, float, list[tuple[object, str, float, int]]]]) -> dict:
@@ -49,7 +49,7 @@ def expected(steps: list[tuple[object, float, list[tuple[object, str, float, int
     kept = [sorted((a for a in offered if a[2] >= -1000), key=lambda a: -a[2]) for _, _, offered in steps]
     k = min(len(a) for a in kept)
     entropy = [hand_entropy([a[2] for a in alts] + ([] if key in {a[0] for a in alts} else [lp]))
-               for (key, lp, _), alts in zip(steps, kept)]
+               for (key, lp, _), alts in zip(steps, kept, strict=True)]
     return {"surprisal": [-lp for _, lp, _ in steps], "entropy": entropy, "k": k,
             "top_logprobs": [[a[2] for a in alts[:k]] for alts in kept],
             "top_tokens": tuple(tuple(a[1] for a in alts[:k]) for alts in kept),
@@ -202,7 +202,7 @@ def test_tgi_generate_imports_with_ids_and_ignores_the_prefill():
     details = response["details"]
     trace = trace_from_openai(response)
     steps = [(t["id"], t["logprob"], [(a["id"], a["text"], a["logprob"], a["id"]) for a in top])
-             for t, top in zip(details["tokens"], details["top_tokens"])]
+             for t, top in zip(details["tokens"], details["top_tokens"], strict=True)]
     check(trace, expected(steps), token_ids=[t["id"] for t in details["tokens"]], api="tgi_generate")
     assert trace.tokens == (" Par", "is", "</s>") and trace.answer == " Paris"
     assert trace.metadata.extra == {"api": "tgi_generate", "finish_reason": "eos_token"}
@@ -230,7 +230,7 @@ def vllm_steps(response: dict, answer_tokens: int, holder: dict | None = None) -
     holder = response["choices"][0] if holder is None else holder
     entries, ids = holder["prompt_logprobs"], holder["prompt_token_ids"]
     steps = []
-    for entry, token_id in list(zip(entries, ids))[-answer_tokens:]:
+    for entry, token_id in list(zip(entries, ids, strict=True))[-answer_tokens:]:
         own = entry[str(token_id)]
         alts = [(int(k), v["decoded_token"], v["logprob"], int(k)) for k, v in entry.items()
                 if int(k) != token_id or own["rank"] <= len(entry)]
@@ -528,7 +528,7 @@ def test_every_layout_through_read_dataset(tmp_path, fmt):
     scored = ds.traces[-1]  # the row's answer_tokens says where the answer starts
     assert scored == trace_from_openai(load(VLLM), prompt="scored, answer given", answer_tokens=2)
     assert scored.answer == " Paris." and ds.frame["answer"].tolist()[-1] == " Paris."
-    for i, (name, trace) in enumerate(zip(IMPORTED, ds.traces[:len(IMPORTED)])):
+    for i, (name, trace) in enumerate(zip(IMPORTED, ds.traces[:len(IMPORTED)], strict=True)):
         direct = trace_from_openai(load(name), prompt=f"p{i}")
         assert trace == direct, name
         assert ds.frame["answer"].tolist()[i] == direct.answer

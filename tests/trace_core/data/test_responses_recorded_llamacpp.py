@@ -52,7 +52,7 @@ def hand_entropy(logprobs: list[float]) -> float:
     """-sum p log p over the known probabilities, plus the rest of the mass as one outcome."""
     probs = [math.exp(lp) for lp in logprobs]
     rest = max(0.0, 1.0 - sum(probs))
-    return -sum(p * lp for p, lp in zip(probs, logprobs)) - (rest * math.log(rest) if rest > 0 else 0.0)
+    return -sum(p * lp for p, lp in zip(probs, logprobs, strict=True)) - (rest * math.log(rest) if rest > 0 else 0.0)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -109,7 +109,7 @@ def test_recorded_responses_through_read_dataset(tmp_path):
     path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
     ds = read_dataset(path)
     assert not ds.errors and ds.frame["prompt"].tolist() == ["p0", "p1", "p2"]
-    for i, (name, trace) in enumerate(zip(RECORDED, ds.traces)):
+    for i, (name, trace) in enumerate(zip(RECORDED, ds.traces, strict=True)):
         assert trace == trace_from_openai(load(name), prompt=f"p{i}"), name
         assert ds.frame["answer"].tolist()[i] == trace.answer
 
@@ -154,7 +154,7 @@ def teacher_forced(local, prompt_ids: list[int], ids: list[int], *, ggml_gelu: b
         with torch.no_grad():
             logits = model(torch.tensor([prompt_ids + ids])).logits[0].double()
     finally:
-        for block, act in zip(model.transformer.h, acts):
+        for block, act in zip(model.transformer.h, acts, strict=True):
             block.mlp.act = act
     n = len(prompt_ids)
     return torch.log_softmax(logits, dim=-1)[n - 1:n - 1 + len(ids)].numpy()

@@ -63,7 +63,7 @@ def check_alternatives(lm, trace):
     assert checked >= trace.n_alternatives  # at least the first step is always compared
     # An alternative that is the chosen token has the chosen token's piece, unless a character is split over several
     # tokens there (the answer's pieces move such a character onto the token that completes it).
-    for i, j in zip(*np.nonzero(trace.top_ids == trace.token_ids[:, None])):
+    for i, j in zip(*np.nonzero(trace.top_ids == trace.token_ids[:, None]), strict=True):
         if expected[i] is not None and "\ufffd" not in decode(lm.tokenizer, [trace.token_ids[i]]):
             assert trace.top_tokens[i][j] == trace.tokens[i]
 
@@ -91,7 +91,7 @@ def test_teacher_forced_alternatives_over_the_whole_vocabulary(lm):
     trace = score_answer(lm, PROMPTS[2], ODD_ANSWER, n_alternatives=vocab)
     assert trace.n_alternatives == vocab
     check_alternatives(lm, trace)
-    texts = dict(zip(trace.top_ids[0].tolist(), trace.top_tokens[0]))
+    texts = dict(zip(trace.top_ids[0].tolist(), trace.top_tokens[0], strict=True))
     assert {i: decode(lm.tokenizer, [i]) for i in range(vocab)} == texts  # the first step: each id decoded alone
     assert any("\ufffd" in t for t in texts.values())  # partial characters are there, and did not crash
     assert lm.tokenizer.eos_token in texts.values()  # special tokens are kept as text
@@ -101,7 +101,7 @@ def test_byte_level_alternatives_equal_each_id_decoded_alone(tiny_models):
     """A byte-level decoder has no context rule: every alternative reads as ``tokenizer.decode([id])``."""
     lm = tiny_models["gpt2"]
     trace = score_answer(lm, PROMPTS[0], ODD_ANSWER, n_alternatives=lm.vocab_size)
-    for ids, texts in zip(trace.top_ids, trace.top_tokens):
+    for ids, texts in zip(trace.top_ids, trace.top_tokens, strict=True):
         assert list(texts) == [decode(lm.tokenizer, [i]) for i in ids]
 
 
@@ -111,7 +111,7 @@ def test_sentencepiece_alternatives_keep_their_leading_space_after_the_first_tok
     paris, bare = tok.convert_tokens_to_ids(["▁Paris", "Paris"]) if "Paris" in tok.get_vocab() else (None, None)
     trace = score_answer(lm, PROMPTS[1], " Paris is big", n_alternatives=lm.vocab_size)
     assert trace.tokens[1].startswith(" ")
-    row = dict(zip(trace.top_ids[1].tolist(), trace.top_tokens[1]))
+    row = dict(zip(trace.top_ids[1].tolist(), trace.top_tokens[1], strict=True))
     space = tok.convert_tokens_to_ids("▁")
     assert decode(tok, [space]) == "" and row[space] == " "  # alone the decoder drops it; in an answer it is there
     if paris is not None:  # both spellings exist: they stay distinguishable
@@ -123,13 +123,13 @@ def test_batched_and_single_recordings_store_the_same_texts(lm):
     singles = [generate_trace(lm, p, config=config) for p in PROMPTS]
     batched = generate_traces(lm, PROMPTS, config=config, batch_size=3)
     assert len({len(encode_prompt(lm.tokenizer, p)) for p in PROMPTS}) > 1  # left padding really happens
-    for one, many in zip(singles, batched):
+    for one, many in zip(singles, batched, strict=True):
         np.testing.assert_array_equal(one.top_ids, many.top_ids)
         assert one.top_tokens == many.top_tokens
     answers = [t.token_ids.tolist() for t in singles]
-    scored = [score_answer(lm, p, a, n_alternatives=5) for p, a in zip(PROMPTS, answers)]
+    scored = [score_answer(lm, p, a, n_alternatives=5) for p, a in zip(PROMPTS, answers, strict=True)]
     chunked = score_answers(lm, PROMPTS, answers, n_alternatives=5, batch_size=2, max_logits_bytes=4 * lm.vocab_size)
-    for generated, one, many in zip(singles, scored, chunked):
+    for generated, one, many in zip(singles, scored, chunked, strict=True):
         np.testing.assert_array_equal(one.top_ids, many.top_ids)
         assert one.top_tokens == many.top_tokens
         np.testing.assert_array_equal(one.top_ids, generated.top_ids)  # teacher forcing = generation
@@ -159,8 +159,8 @@ def test_texts_are_shared_per_id_and_do_not_grow_with_the_vocabulary():
         per_token[vocab] = {sys.getsizeof(row) for row in rows}
         seen: dict[int, str] = {}
         for t in traces:
-            for ids, texts in zip(t.top_ids[1:].tolist(), t.top_tokens[1:]):
-                for i, text in zip(ids, texts):
+            for ids, texts in zip(t.top_ids[1:].tolist(), t.top_tokens[1:], strict=True):
+                for i, text in zip(ids, texts, strict=True):
                     assert seen.setdefault(i, text) is text
         assert len(seen) <= min(vocab, sum(t.top_ids.size for t in traces))
     assert per_token[300] == per_token[6000] and len(per_token[300]) == 1
@@ -178,7 +178,7 @@ def test_recorded_texts_survive_writing_and_reading(lm, fmt):
     write_dataset(frame, buffer, traces=traces, format=fmt)
     back = read_dataset(buffer.getvalue(), format=fmt)
     assert back.n_rejected == 0
-    for got, want in zip(back.traces, traces):
+    for got, want in zip(back.traces, traces, strict=True):
         assert got.top_tokens == want.top_tokens
         assert got == want
 

@@ -104,7 +104,7 @@ def test_batched_generation_with_left_padding_matches_single(lm):
     singles = [generate_trace(lm, p, config=config) for p in PROMPTS]
     batched = generate_traces(lm, PROMPTS, config=config, batch_size=3)
     assert len({len(encode_prompt(lm.tokenizer, p)) for p in PROMPTS}) > 1  # padding really happens
-    for one, many in zip(singles, batched):
+    for one, many in zip(singles, batched, strict=True):
         np.testing.assert_array_equal(one.token_ids, many.token_ids)
         np.testing.assert_allclose(one.surprisal, many.surprisal, atol=1e-4)
         np.testing.assert_allclose(one.entropy, many.entropy, atol=1e-4)
@@ -112,10 +112,10 @@ def test_batched_generation_with_left_padding_matches_single(lm):
 
 def test_batched_and_chunked_scoring_match_single_pass(lm):
     answers = [generate_trace(lm, p, config=DecodingConfig(max_new_tokens=20)).token_ids.tolist() for p in PROMPTS]
-    singles = [score_answer(lm, p, a) for p, a in zip(PROMPTS, answers)]
+    singles = [score_answer(lm, p, a) for p, a in zip(PROMPTS, answers, strict=True)]
     # A tiny logits budget forces one position per chunk, through the key/value cache.
     chunked = score_answers(lm, PROMPTS, answers, batch_size=2, max_logits_bytes=4 * lm.vocab_size)
-    for one, many in zip(singles, chunked):
+    for one, many in zip(singles, chunked, strict=True):
         np.testing.assert_allclose(one.surprisal, many.surprisal, atol=1e-4)
         np.testing.assert_allclose(one.entropy, many.entropy, atol=1e-4)
         np.testing.assert_array_equal(one.top_ids[:, 0], many.top_ids[:, 0])
@@ -340,7 +340,7 @@ def test_teacher_forcing_statistics_in_small_blocks_match_one_block(lm, monkeypa
     whole = score_answers(lm, prompts, answers, batch_size=3)
     monkeypatch.setattr(stats, "STATS_BLOCK_BYTES", 1)  # one token per block
     blocks = score_answers(lm, prompts, answers, batch_size=3)
-    for a, b in zip(whole, blocks):
+    for a, b in zip(whole, blocks, strict=True):
         assert a == b
 
 
@@ -405,5 +405,5 @@ def test_recorder_statistics_equal_with_and_without_the_runs(monkeypatch):
         monkeypatch.setattr(stats, "_CHUNKED_FROM", 10**9)
         plain = stats.stats_in_place(logits.clone(), 5, pick)
         monkeypatch.undo()
-        for a, b in zip(fast, plain):
+        for a, b in zip(fast, plain, strict=True):
             assert torch.equal(a, b)

@@ -54,7 +54,7 @@ def test_greedy_generation_equals_local(arch, tiny_model_dirs, tiny_models, serv
     config = DecodingConfig(max_new_tokens=10, n_alternatives=4)
     local = generate_traces(lm, PROMPTS, config=config)
     served = generate_traces(sm, PROMPTS, config=config)
-    for a, b in zip(local, served):
+    for a, b in zip(local, served, strict=True):
         assert b.prompt == a.prompt
         np.testing.assert_array_equal(b.token_ids, a.token_ids)
         assert b.tokens == a.tokens and b.answer == a.answer
@@ -117,7 +117,7 @@ def test_scoring_equals_local_teacher_forcing(arch, tiny_model_dirs, tiny_models
     prompts = PROMPTS + ["An empty answer:"]
     local = score_answers(lm, prompts, answers, n_alternatives=3)
     served = score_answers(sm, prompts, answers, n_alternatives=3)
-    for a, b in zip(local, served):
+    for a, b in zip(local, served, strict=True):
         np.testing.assert_array_equal(b.token_ids, a.token_ids)
         np.testing.assert_allclose(b.surprisal, a.surprisal, atol=1e-4)
         np.testing.assert_allclose(b.entropy, a.entropy, atol=1e-4)
@@ -129,7 +129,7 @@ def test_scoring_equals_local_teacher_forcing(arch, tiny_model_dirs, tiny_models
     assert all(body["max_tokens"] == 1 and body["prompt_logprobs"] == -1 for body in fake.bodies)
     sent = {tuple(body["prompt"]) for body in fake.bodies}
     expected = {tuple(encode_prompt(lm.tokenizer, p) + lm.tokenizer(a, add_special_tokens=False)["input_ids"])
-                for p, a in zip(PROMPTS, ANSWERS)}
+                for p, a in zip(PROMPTS, ANSWERS, strict=True)}
     assert sent == expected
 
 
@@ -144,7 +144,7 @@ def test_top_k_bounds_contain_the_exact_entropy(tiny_model_dirs, tiny_models, se
               score_answers(sm, PROMPTS, ANSWERS, n_alternatives=2))]
     checked = 0
     for local, served in pairs:
-        for a, b in zip(local, served):
+        for a, b in zip(local, served, strict=True):
             np.testing.assert_array_equal(b.token_ids, a.token_ids)
             np.testing.assert_allclose(b.surprisal, a.surprisal, atol=1e-4)
             np.testing.assert_array_equal(b.top_ids, a.top_ids)
@@ -249,7 +249,7 @@ def test_chat_greedy_generation_equals_local_with_the_chat_template(arch, tiny_m
                                                                chat_template=True))
     # chat_template=False too: the server applies its template whatever the config says, never twice.
     served = generate_traces(sm, PROMPTS, config=DecodingConfig(max_new_tokens=10, n_alternatives=4))
-    for a, b in zip(local, served):
+    for a, b in zip(local, served, strict=True):
         _assert_same_numbers(b, a)
         np.testing.assert_array_equal(b.ranks, a.ranks)
         assert b.top_tokens == a.top_tokens
@@ -291,7 +291,7 @@ def test_chat_top_k_greedy_equals_local_within_bounds(tiny_model_dirs, tiny_mode
     config = DecodingConfig(max_new_tokens=12, n_alternatives=2, chat_template=True)
     local = generate_traces(lm, PROMPTS, config=config)
     served = generate_traces(sm, PROMPTS, config=config)
-    for a, b in zip(local, served):
+    for a, b in zip(local, served, strict=True):
         _assert_same_numbers(b, a, entropy=False)
         np.testing.assert_array_equal(b.ranks, a.ranks)  # greedy: every chosen token is the most likely
         assert b.metadata.entropy_source == "top_k" and b.metadata.entropy_k == k
@@ -316,7 +316,7 @@ def test_chat_seeded_sampling_equals_completions_and_local_scoring(k, tiny_model
     plain = generate_traces(_connect(fake, folder, top_logprobs=k), PROMPTS, config=config)
     local = score_answers(lm, PROMPTS, [t.token_ids.tolist() for t in chat], n_alternatives=k, chat_template=True)
     outside = 0
-    for c, p, a in zip(chat, plain, local):
+    for c, p, a in zip(chat, plain, local, strict=True):
         np.testing.assert_array_equal(c.token_ids, p.token_ids)
         np.testing.assert_array_equal(c.top_ids, p.top_ids)
         np.testing.assert_array_equal(c.ranks, p.ranks)
@@ -366,7 +366,7 @@ def test_chat_scoring_stays_on_completions(tiny_model_dirs, tiny_models, serve):
     sm = _connect(fake, folder, full_distribution=True, api="chat")
     local = score_answers(lm, PROMPTS, ANSWERS, n_alternatives=3, chat_template=True)
     served = score_answers(sm, PROMPTS, ANSWERS, n_alternatives=3, chat_template=True)
-    for a, b in zip(local, served):
+    for a, b in zip(local, served, strict=True):
         _assert_same_numbers(b, a)
         assert b.metadata.extra["api"] == "completions"
     assert set(fake.paths) == {"/v1/completions"} and all(b["prompt_logprobs"] == -1 for b in fake.bodies)
@@ -606,7 +606,7 @@ def test_concurrency_is_bounded_and_order_kept(tiny_model_dirs, tiny_models, ser
     local = generate_traces(lm, prompts, config=config)
     assert fake.max_in_flight == 4
     assert [t.prompt for t in served] == prompts
-    for a, b in zip(local, served):
+    for a, b in zip(local, served, strict=True):
         np.testing.assert_array_equal(b.token_ids, a.token_ids)
         np.testing.assert_allclose(b.surprisal, a.surprisal, atol=1e-4)
 

@@ -46,7 +46,7 @@ def assert_same_trace(b, a):
 
 def _check_growth(traces, final):
     """Partial traces are prefixes of the final one, each longer than the one before, marked "stopped"."""
-    for before, after in zip(traces, traces[1:]):
+    for before, after in zip(traces, traces[1:], strict=False):
         assert len(after) > len(before)
     for partial in traces:
         n = len(partial)

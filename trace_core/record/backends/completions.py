@@ -252,7 +252,7 @@ class ServerBackend:
                                    "skip_special_tokens": False}, scoring=True)
             return readable(self._scored, response, sent, len(prompt), answer, keep=keep, ask=ask)
 
-        return sm.map(one, list(zip(prompt_ids, answer_ids)))
+        return sm.map(one, list(zip(prompt_ids, answer_ids, strict=True)))
 
     def _scored(self, response: Any, sent: list[int], n_prompt: int, answer: list[int], *, keep: int,
                 ask: int) -> RecordedAnswer:

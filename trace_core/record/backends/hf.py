@@ -376,12 +376,12 @@ def _scoring_batch(prompt_ids: Sequence[list[int]], answer_ids: Sequence[list[in
     attention mask, ``predicts`` (True where position j's logits predict an answer token, the token at j + 1) and
     the targets (the token at j + 1)."""
     torch = torch_module()
-    seqs = [list(p) + list(a) for p, a in zip(prompt_ids, answer_ids)]
+    seqs = [list(p) + list(a) for p, a in zip(prompt_ids, answer_ids, strict=True)]
     n, width = len(seqs), max(len(s) for s in seqs)
     input_ids = torch.full((n, width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((n, width), dtype=torch.long)
     predicts = torch.zeros((n, width), dtype=torch.bool)
-    for row, (p, s) in enumerate(zip(prompt_ids, seqs)):
+    for row, (p, s) in enumerate(zip(prompt_ids, seqs, strict=True)):
         input_ids[row, :len(s)] = torch.tensor(s, dtype=torch.long)
         attention_mask[row, :len(s)] = 1
         predicts[row, len(p) - 1:len(s) - 1] = True
@@ -400,7 +400,7 @@ def _scored_answers(chunks: list[tuple[np.ndarray, ...]], answer_ids: Sequence[l
                                ranks=np.zeros(0, dtype=np.int64), entropy_source="exact") for ids in answer_ids]
     # Chunks are in position order and rows ascend within each chunk: a stable sort by row gives each row's
     # tokens in position order.
-    rows, chosen_lp, entropy, top_lp, top_ids, rank = (np.concatenate(col) for col in zip(*chunks))
+    rows, chosen_lp, entropy, top_lp, top_ids, rank = (np.concatenate(col) for col in zip(*chunks, strict=True))
     order = np.argsort(rows, kind="stable")
     splits = np.cumsum([len(a) for a in answer_ids])[:-1]
     columns = [np.split(a[order], splits) for a in (chosen_lp, entropy, top_lp, top_ids, rank)]

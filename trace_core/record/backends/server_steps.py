@@ -144,7 +144,7 @@ def completion_rows(choice: dict[str, Any], offset: int, vocab_size: int) -> tup
     read = _shaped(parse_completion_logprobs, logprobs, "the server's logprobs", start=offset)
     ids = [_token_id(step.text, f"logprobs.tokens[{t}]", vocab_size) for t, step in enumerate(read, start=offset)]
     rows = []
-    for t, (token, step) in enumerate(zip(ids, read), start=offset):
+    for t, (token, step) in enumerate(zip(ids, read, strict=True), start=offset):
         if step.alternatives is None:
             raise ServerError(f"the server gave no alternatives for answer token {t} (`top_logprobs`)")
         table = {_token_id(alt.text, f"top_logprobs[{t}]", vocab_size): alt.logprob for alt in step.alternatives}
