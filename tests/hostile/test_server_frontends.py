@@ -31,16 +31,22 @@ def _server_args(fake, folder, *extra):
             "--quiet", *extra]
 
 
+def _generate_both(fake, folder, tmp_path, text, tokens, served_args, local_args):
+    """``trace-core generate`` of the prompts in ``text`` through the server and with the local model; the two
+    datasets read back."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(text, encoding="utf-8")
+    served, local = tmp_path / "served.jsonl", tmp_path / "local.jsonl"
+    common = ["generate", str(prompts), "--max-new-tokens", str(tokens)]
+    assert main([*common, "--out", str(served), *_server_args(fake, folder, *served_args)]) == 0
+    assert main([*common, "--out", str(local), "--model", str(folder), *local_args, "--quiet"]) == 0
+    return read_dataset(served, require_label=False), read_dataset(local, require_label=False)
+
+
 def test_cli_generates_and_scores_through_a_server_like_a_local_model(tiny_model_dirs, fake, tmp_path):
     folder = tiny_model_dirs["gpt2"]
-    prompts = tmp_path / "prompts.txt"
-    prompts.write_text("Q: What is 12 plus 7? A:\nThe quick brown\n", encoding="utf-8")
-    served, local = tmp_path / "served.jsonl", tmp_path / "local.jsonl"
-    assert main(["generate", str(prompts), "--out", str(served), "--max-new-tokens", "6",
-                 *_server_args(fake, folder, "--full-distribution")]) == 0
-    assert main(["generate", str(prompts), "--out", str(local), "--max-new-tokens", "6", "--model", str(folder),
-                 "--quiet"]) == 0
-    a, b = read_dataset(served, require_label=False), read_dataset(local, require_label=False)
+    a, b = _generate_both(fake, folder, tmp_path, "Q: What is 12 plus 7? A:\nThe quick brown\n", 6,
+                          ["--full-distribution"], [])
     for x, y in zip(a.traces, b.traces, strict=True):
         np.testing.assert_array_equal(x.token_ids, y.token_ids)
         np.testing.assert_allclose(x.surprisal, y.surprisal, atol=1e-4)
@@ -144,14 +150,9 @@ def test_sidebar_model_server_records_inspect_answers(tiny_model_dirs, fake):
 
 def test_cli_generates_through_the_chat_endpoint_like_a_local_chat_template(tiny_model_dirs, fake, tmp_path):
     folder = tiny_model_dirs["gpt2"]
-    prompts = tmp_path / "prompts.txt"
-    prompts.write_text("Q: What is 12 plus 7? A:\n", encoding="utf-8")
-    served, local = tmp_path / "served.jsonl", tmp_path / "local.jsonl"
-    assert main(["generate", str(prompts), "--out", str(served), "--max-new-tokens", "5",
-                 *_server_args(fake, folder, "--server-api", "chat")]) == 0
-    assert main(["generate", str(prompts), "--out", str(local), "--max-new-tokens", "5", "--model", str(folder),
-                 "--chat-template", "--quiet"]) == 0
-    (a,), (b,) = (read_dataset(p, require_label=False).traces for p in (served, local))
+    served, local = _generate_both(fake, folder, tmp_path, "Q: What is 12 plus 7? A:\n", 5,
+                                   ["--server-api", "chat"], ["--chat-template"])
+    (a,), (b,) = served.traces, local.traces
     np.testing.assert_array_equal(a.token_ids, b.token_ids)
     np.testing.assert_allclose(a.surprisal, b.surprisal, atol=1e-4)
     assert a.metadata.extra["api"] == "chat" and fake.bodies[-1]["messages"][0]["content"] == "Q: What is 12 plus 7? A:"

@@ -129,18 +129,23 @@ def test_leaving_a_loop_or_dropping_the_stream_stops_the_worker(tiny_models):
     assert len(_stream_threads()) == before
 
 
+def _stopped_at(model, config, tokens):
+    """Every trace a stream of PROMPTS[0] gives when Stop is pressed once the answer holds ``tokens`` tokens."""
+    stop = threading.Event()
+    traces = []
+    for trace in stream_trace(model, PROMPTS[0], config=config, stop=stop):
+        traces.append(trace)
+        if len(trace) >= tokens:
+            stop.set()
+    return traces
+
+
 @pytest.mark.slow
 def test_stop_ends_with_a_stopped_trace_equal_to_the_prefix(tiny_models):
     lm = tiny_models["gpt2"]
     config = DecodingConfig(max_new_tokens=200, n_alternatives=3)
     full = generate_trace(lm, PROMPTS[0], config=config)
-    stop = threading.Event()
-    traces = []
-    for trace in stream_trace(lm, PROMPTS[0], config=config, stop=stop):
-        traces.append(trace)
-        if len(trace) >= 5:
-            stop.set()
-    last = traces[-1]
+    last = _stopped_at(lm, config, 5)[-1]
     assert last.metadata.extra["finish_reason"] == "stopped"
     assert 5 <= len(last) < 200
     n = len(last)
@@ -241,12 +246,7 @@ def test_stop_keeps_the_server_answer_so_far(tiny_model_dirs, serve):
     sm = _connect(fake, folder, full_distribution=True)
     config = DecodingConfig(max_new_tokens=30, n_alternatives=2)
     full = generate_trace(sm, PROMPTS[0], config=config)
-    stop = threading.Event()
-    traces = []
-    for trace in stream_trace(sm, PROMPTS[0], config=config, stop=stop):
-        traces.append(trace)
-        if len(trace) == 4:
-            stop.set()
+    traces = _stopped_at(sm, config, 4)
     assert len(traces[-1]) == 4 and traces[-1].metadata.extra["finish_reason"] == "stopped"
     np.testing.assert_array_equal(traces[-1].surprisal, full.surprisal[:4])
 
