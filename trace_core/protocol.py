@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus
-from .logistic import sigmoid, standardised_logistic
+from .logistic import sigmoid, standardised_logistic, transform_scores
 from .metrics import RankGroups
 from .metrics.kernels import brier_kernel, ece_of_ascending, ranking_of_groups
 from .paired import FITTED, RAW
@@ -32,8 +32,9 @@ from .results import CONSTANT_RTOL, SCALAR_CALIBRATORS, UNINFORMATIVE, HeldOut, 
 if TYPE_CHECKING:  # pragma: no cover
     from .evaluate import EvaluationConfig
 
-__all__ = ["MAX_WORKERS", "OUT_OF_FOLD", "THREADS_FROM", "Ascending", "SplitRun", "draw_splits", "fit_reference",
-           "is_constant", "map_on_threads", "ranking_part", "run_splits", "stratified_folds", "workers_for"]
+__all__ = ["MAX_WORKERS", "OUT_OF_FOLD", "THREADS_FROM", "Ascending", "MethodOnSplit", "Part", "SplitRun",
+           "draw_splits", "feature_set", "fit_reference", "is_constant", "map_on_threads", "one_blas_thread",
+           "out_of_fold", "probability_metric", "ranking_part", "run_splits", "stratified_folds", "workers_for"]
 
 Progress = Callable[[int, int], None]
 
@@ -274,8 +275,6 @@ class _Protocol:
 
     def __init__(self, y: np.ndarray, scalar: dict[str, np.ndarray], features: dict[str, np.ndarray],
                  config: EvaluationConfig) -> None:
-        from .calibrate import transform_scores
-
         self.y, self.scalar, self.features, self.config = y, scalar, features, config
         # Calibrators are fitted on each score's documented transform; rankings use the raw score, sorted once.
         self.transformed = {m: transform_scores(scalar[m], METHODS[m].transform) for m in scalar}
