@@ -97,6 +97,14 @@ def generate(page, prompt: str) -> None:
     box.fill(prompt)
     page.get_by_role("button", name="Generate").click()
     page.wait_for_selector('[data-testid="trace-heatmap"] .tr-tok', timeout=60_000)
+    wait_answered(page)
+
+
+def wait_answered(page, timeout: float = 120_000) -> None:
+    """Wait for the finished answer on Inspect: the answer streams in first (its heatmap grows), and its numbers
+    come with the finished answer, in a rerun of the page after the stream."""
+    page.wait_for_function("() => document.body.innerText.includes('TRACE confidence')", polling=200,
+                           timeout=timeout)
     wait_idle(page)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ROOT, screenshot, skip_unless_ready, wait_idle
+from conftest import ROOT, screenshot, skip_unless_ready, wait_answered, wait_idle
 
 playwright = pytest.importorskip("playwright.sync_api")
 skip_unless_ready()
@@ -46,7 +46,7 @@ def test_inspect_shows_a_real_answer_wrong_at_one_token(real_server, page, tmp_p
     assert page.get_by_label("Prompt", exact=True).input_value() == example["prompt"]
     page.get_by_role("button", name="Generate").click()
     page.wait_for_selector('[data-testid="trace-heatmap"] .tr-tok', timeout=120_000)
-    wait_idle(page)
+    wait_answered(page)
     body = page.inner_text("body")
     assert "TRACE confidence" in body and "SmolLM2-135M-Instruct.Q4_1.gguf" in body
     tokens = page.locator('[data-testid="trace-heatmap"] .tr-tok')
