@@ -1,4 +1,4 @@
-"""Bounds on the values the readers accept (trace_core.data.codec's MAX_NATS, TOP_K_MASS_TOLERANCE,
+"""Bounds on the values the readers accept (trace_core.logprobs' MAX_NATS, TOP_K_MASS_TOLERANCE,
 MAX_ENTROPY_NATS, ENTROPY_TOLERANCE), and the response importer's choice of answer.
 
 Each impossible value is checked through the library (``trace_from_openai``) and through ``read_dataset`` on a small

@@ -14,8 +14,8 @@ import pandas as pd
 
 from .. import settings
 from .._checks import check_bool, check_int
+from ..columns import TRACE_COLUMNS
 from ..trace import Trace
-from .codec import TRACE_COLUMNS
 from .errors import DatasetWarning, RowError
 from .labels import check_matcher_options
 from .read import PathOrBuffer, Progress, Table, read_table

@@ -145,7 +145,7 @@ def with_trace_columns(frame: pd.DataFrame, traces: Sequence[Trace | None]) -> p
     ``top_*``, ``ranks``, ``trace_metadata``; :func:`trace_core.data.traces_to_columns`), replacing any of those
     columns it had: an export that :func:`trace_core.data.read_dataset` reads back with the same traces, so it can
     be scored again. One trace per row, in order."""
-    from .codec import traces_to_columns
+    from ..columns import traces_to_columns
 
     traces = list(traces)
     if len(traces) != len(frame):

@@ -5,7 +5,7 @@ token texts split on their quotes. Decoded cells (a JSON Lines record's lists, P
 joined into one array. Only cells in the plain form are taken: text as ``write_dataset`` writes it (compact JSON: no
 spaces, no escapes, numbers in JSON's grammar), lists of plain Python numbers and strings. For anything else a front
 end returns None and the chunk goes to the per-row path. Each column's dtype and the Python types it takes as they
-are come from the codec's column spec (:data:`~trace_core.data.codec.COLUMN_BY_NAME`), as the per-row decoder's do.
+are come from the codec's column spec (:data:`~trace_core.columns.COLUMN_BY_NAME`), as the per-row decoder's do.
 :mod:`trace_core.data.fastread` checks what is parsed here.
 """
 
@@ -20,9 +20,9 @@ from typing import Any, NoReturn, cast
 
 import numpy as np
 
+from ..cells import CellError, json_cell
+from ..columns import COLUMN_BY_NAME, TraceColumn
 from ..trace import TraceMetadata
-from ._values import CellError, json_cell
-from .codec import COLUMN_BY_NAME, TraceColumn
 
 __all__ = ["Parsed", "from_lists", "from_text"]
 

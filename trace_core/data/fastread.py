@@ -2,7 +2,7 @@
 
 A chunk of rows is decoded column by column (:mod:`trace_core.data.fastparse`: from CSV text cells, or from the
 decoded lists of JSON Lines records and Parquet), then every check of
-:func:`~trace_core.data.codec.trace_from_cells` is made on the whole chunk's arrays at once. Only cells in the plain
+:func:`~trace_core.columns.trace_from_cells` is made on the whole chunk's arrays at once. Only cells in the plain
 form are taken; anything else, and every row that any check would refuse or that needs a rarer rule (alternatives
 dropped below -MAX_NATS, a step whose mass needs its ids looked at, ...), is left to the per-row path (None), which
 decodes it with the codec and names its bad cells exactly. Both paths take each column's dtype and accepted types
@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from ..cells import CellError
+from ..columns import vocab_size_of
 from ..logprobs import ENTROPY_TOLERANCE, MAX_ENTROPY_NATS, MAX_NATS, TOP_K_MASS_TOLERANCE, entropy_from_top_k
 from ..trace import LOGPROB_TOLERANCE, Trace, TraceMetadata
-from ._values import CellError
-from .codec import vocab_size_of
 from .fastparse import Parsed, from_lists, from_text
 
 __all__ = ["FastRow", "build_trace", "decode_chunk"]

@@ -13,7 +13,7 @@ from decimal import Decimal, InvalidOperation
 import numpy as np
 
 from .._checks import check_choice, check_real
-from ._values import MAX_SHOWN, as_finite_float, is_blank, is_number, show
+from ..cells import MAX_SHOWN, as_finite_float, is_blank, is_number, show
 
 __all__ = ["MATCHERS", "label_from_reference", "normalize_answer", "parse_label"]
 

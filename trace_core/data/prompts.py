@@ -20,8 +20,8 @@ from typing import Any, BinaryIO
 
 import pandas as pd
 
-from ._values import is_blank, is_missing, show
-from .codec import TRACE_COLUMNS
+from ..cells import is_blank, is_missing, show
+from ..columns import TRACE_COLUMNS
 from .errors import DatasetError, RowError
 from .labels import label_from_reference
 from .read import Progress, read_table

@@ -15,7 +15,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._values import JsonValueError, Repeated, check_surrogates, has_surrogate_escape, loads_checked, show
+from ..cells import JsonValueError, Repeated, check_surrogates, has_surrogate_escape, loads_checked, show
 from .errors import DatasetError, RowError
 from .source import Lines, Reporter, Source, cell_too_long
 from .table import MAX_COLUMN_NAME, MAX_COLUMNS, Row, Table, check_header, no_rows, too_many

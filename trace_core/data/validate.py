@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..cells import ABSENT, CellError, is_blank, is_int64, is_missing, json_cell, show
+from ..columns import TRACE_COLUMNS, decode_cell, trace_from_cells
 from ..trace import Trace
-from ._values import ABSENT, CellError, is_blank, is_int64, is_missing, json_cell, show
-from .codec import TRACE_COLUMNS, decode_cell, trace_from_cells
 from .errors import DatasetError, RowError
 from .fastread import FastRow, build_trace, decode_chunk
 from .labels import LABEL_EXPECTED, label_from_reference, parse_label

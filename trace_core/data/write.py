@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..cells import is_missing
+from ..columns import TRACE_COLUMNS, trace_column, traces_to_columns
 from ..trace import Trace
-from ._values import is_missing
-from .codec import TRACE_COLUMNS, trace_column, traces_to_columns
 from .read import PathOrBuffer, format_from_name
 
 __all__ = ["write_dataset"]

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..data.codec import check_trace
+from ..columns import check_trace
 from ..trace import Trace, TraceMetadata
 from .backends import Backend, RecordedAnswer
 from .backends.completions import ServerBackend

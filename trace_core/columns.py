@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..logprobs import (
+from .cells import ABSENT, CellError, as_finite_float, is_blank, is_int64, is_number, json_cell, show
+from .logprobs import (
     ENTROPY_TOLERANCE,
     MAX_ENTROPY_NATS,
     MAX_NATS,
@@ -51,8 +52,7 @@ from ..logprobs import (
     too_much_mass,
     unlikely_chosen,
 )
-from ..trace import LOGPROB_TOLERANCE, Trace, TraceMetadata
-from ._values import ABSENT, CellError, as_finite_float, is_blank, is_int64, is_number, json_cell, show
+from .trace import LOGPROB_TOLERANCE, Trace, TraceMetadata
 
 if TYPE_CHECKING:
     import pyarrow

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .._checks import MAX_SHOWN, is_number, show
+from ._checks import MAX_SHOWN, is_number, show
 
 ABSENT = object()  # an empty cell: the row has no value in this column
 
