@@ -72,21 +72,19 @@ def stack_top_logprobs(traces: Sequence[Trace]) -> tuple[TopK | None, str]:
     :data:`MIN_ALTERNATIVES` stored for some answer)."""
     from .traces import TraceTable
 
-    if isinstance(traces, TraceTable) and len(traces) and int(traces.top_k.min()) == int(traces.top_k.max()):
-        k = int(traces.top_k[0])
-        if k < MIN_ALTERNATIVES:
-            return None, f"needs {TOP_K_NEEDS}; {len(traces):,} of {len(traces):,} answers store fewer"
-        return TopK(-np.sort(-traces.top_logprobs.reshape(-1, k), axis=1)), ""
-    traces = list(traces)
-    if not traces:
+    table = traces if isinstance(traces, TraceTable) else None
+    rows: Sequence[Trace] = table if table is not None else list(traces)
+    ks = table.top_k if table is not None else np.array([t.top_logprobs.shape[1] for t in rows], dtype=np.int64)
+    if not ks.shape[0]:
         return None, f"needs {TOP_K_NEEDS}"
-    ks = np.array([t.top_logprobs.shape[1] for t in traces])
     k = int(ks.min())
     if k < MIN_ALTERNATIVES:
         short = int(np.count_nonzero(ks < MIN_ALTERNATIVES))
-        return None, f"needs {TOP_K_NEEDS}; {short:,} of {len(traces):,} answers store fewer"
+        return None, f"needs {TOP_K_NEEDS}; {short:,} of {ks.shape[0]:,} answers store fewer"
+    if table is not None and k == int(ks.max()):  # one k: the table's alternatives are already (tokens, k) rows
+        return TopK(-np.sort(-table.top_logprobs.reshape(-1, k), axis=1)), ""
     # each answer's alternatives most likely first, cut to the k every answer has
-    return TopK(np.concatenate([-np.sort(-t.top_logprobs, axis=1)[:, :k] for t in traces])), ""
+    return TopK(np.concatenate([-np.sort(-t.top_logprobs, axis=1)[:, :k] for t in rows])), ""
 
 
 def entropy_contributions(logprobs: np.ndarray) -> np.ndarray:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import overload
 
 import numpy as np
 
@@ -188,8 +188,3 @@ class TraceTable(Sequence[Trace]):
 
     def __repr__(self) -> str:
         return f"TraceTable({len(self):,} answers, {self.n_tokens:,} tokens)"
-
-    def __eq__(self, other: Any) -> bool:  # pragma: no cover - identity, as for any large container of arrays
-        return self is other
-
-    __hash__ = object.__hash__

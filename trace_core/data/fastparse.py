@@ -217,6 +217,11 @@ def fast_metadata(value: str | Mapping[str, Any]) -> TraceMetadata | None:
         return None
 
 
+def _metadatas(present: Mapping[str, list[Any]]) -> list[TraceMetadata | None] | None:
+    """Each row's metadata (None where the fast path leaves it to the per-row one), when the chunk has the column."""
+    return [fast_metadata(v) for v in present["trace_metadata"]] if "trace_metadata" in present else None
+
+
 # --------------------------------------------------------------------------------------------------
 # Front end 1: CSV text cells
 # --------------------------------------------------------------------------------------------------
@@ -236,8 +241,7 @@ def from_text(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> Pars
         top_strings = _text_top_tokens(present, lengths, top_logprobs, k)
     except _NotPlain:
         return None
-    metadatas = [fast_metadata(text) for text in present["trace_metadata"]] if "trace_metadata" in present else None
-    return Parsed(token_lists, vectors, top_logprobs, top_ids, top_strings, k, metadatas)
+    return Parsed(token_lists, vectors, top_logprobs, top_ids, top_strings, k, _metadatas(present))
 
 
 def _text_cells(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> dict[str, list[str]]:
@@ -333,8 +337,7 @@ def from_lists(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> Par
         top_strings = _list_top_tokens(present, lengths, top_logprobs, k)
     except _NotPlain:
         return None
-    metadatas = [fast_metadata(v) for v in present["trace_metadata"]] if "trace_metadata" in present else None
-    return Parsed(token_lists, vectors, top_logprobs, top_ids, top_strings, k, metadatas)
+    return Parsed(token_lists, vectors, top_logprobs, top_ids, top_strings, k, _metadatas(present))
 
 
 def _list_cells(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> dict[str, list[Any]]:

@@ -47,7 +47,6 @@ def brier_kernel(y: NDArray[np.int64], p: NDArray[np.float64]) -> float:
     return float(((p - y) ** 2).mean())
 
 
-
 def bin_edges_and_ids(p: NDArray[np.float64], n_bins: int,
                       strategy: str) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
     """:func:`bin_probabilities` of checked probabilities and settings."""
@@ -90,7 +89,6 @@ def bin_sums(
     return edges, count, sum_prob, n_correct
 
 
-
 def ece_kernel(y: NDArray[np.int64], p: NDArray[np.float64], n_bins: int, strategy: str = "uniform") -> float:
     """:func:`expected_calibration_error` of checked arrays and settings."""
     _, count, sum_prob, n_correct = bin_sums(y, p, n_bins, strategy)
@@ -98,7 +96,9 @@ def ece_kernel(y: NDArray[np.int64], p: NDArray[np.float64], n_bins: int, strate
 
 
 def ece_of_sums(count: NDArray[np.int64], sum_prob: NDArray[np.float64], n_correct: NDArray[Any],
-                   n: int) -> float:
+                n: int) -> float:
+    """ECE from the bins' counts, sums of probabilities and numbers correct, over ``n`` answers (empty bins left
+    out)."""
     nonempty = count > 0
     acc = n_correct[nonempty] / count[nonempty]
     conf = sum_prob[nonempty] / count[nonempty]
@@ -125,8 +125,6 @@ def ece_of_ascending(y: NDArray[np.int64], p: NDArray[np.float64], n_bins: int) 
     return ece_of_sums(count, sum_prob, n_correct, n)
 
 
-
-
 @functools.lru_cache(maxsize=4)
 def harmonic(n: int) -> NDArray[np.float64]:
     """``[H_0, H_1, ..., H_n]`` (read-only): the evaluation protocol asks for the same two sizes on every split."""
@@ -145,8 +143,8 @@ def harmonic_steps(n: int) -> NDArray[np.float64]:
 
 
 def aurc_of_groups(sizes: NDArray[np.float64], errors: NDArray[np.float64], *,
-                      kept_before: NDArray[np.float64] | None = None,
-                      errors_before: NDArray[np.float64] | None = None) -> float:
+                   kept_before: NDArray[np.float64] | None = None,
+                   errors_before: NDArray[np.float64] | None = None) -> float:
     """AURC from tied groups in decreasing confidence, in O(groups) after an O(n) harmonic table.
 
     Inside a group of m answers with error rate r, kept after K answers with E expected errors, the risks at
@@ -180,9 +178,8 @@ def prr_of_aurc(aurc_value: float, n_correct: int, n_wrong: int) -> float:
     return (random - aurc_value) / (random - oracle_aurc(n_correct, n_wrong))
 
 
-
 def ranking_of_groups(total: NDArray[np.float64], pos: NDArray[np.float64], *, both_classes: bool,
-                         singletons: bool = False) -> dict[str, float]:
+                      singletons: bool = False) -> dict[str, float]:
     """AUROC, AUPRC, AURC and PRR from the answers' tie groups in ascending score order: ``total`` answers and
     ``pos`` correct ones per group (every ``total`` > 0; ``singletons``: every ``total`` is 1). AUROC, AUPRC and PRR
     are nan unless ``both_classes``.
@@ -200,7 +197,7 @@ def ranking_of_groups(total: NDArray[np.float64], pos: NDArray[np.float64], *, b
     top_pos = cum_pos[-1] - cum_pos + pos
     top_neg = top_total - top_pos
     out = {"aurc": aurc_of_groups(total[::-1], neg[::-1], kept_before=(top_total - total)[::-1],
-                                     errors_before=(top_neg - neg)[::-1])}
+                                  errors_before=(top_neg - neg)[::-1])}
     if not both_classes:
         return {"auroc": float("nan"), "auprc": float("nan"), **out, "prr": float("nan")}
     n_pos = float(cum_pos[-1])
