@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from trace_core import ScoreCalibrator, Trace, TracePlus
+from trace_core import ScoreCalibrator, Trace, TracePlus, TraceTable
 from trace_core._checks import clip  # noqa: PLC2701 (the library's argument checks have no public home yet)
 from trace_core.flag import FlagScore
 
@@ -27,7 +27,7 @@ def fit_calibrator_cached(_traces: Sequence[Trace], labels: np.ndarray, key: str
     set, or TRACE or a baseline with Platt scaling or isotonic regression) fitted on all the labeled answers of a
     dataset; ``key`` identifies the traces, as for :func:`app.evaluation.evaluate_cached` (file digest and
     :func:`app.keys.model_key`). Each caller gets its own copy (``st.cache_data``)."""
-    return FlagScore(*score).calibrator_model().fit(list(_traces), labels)
+    return FlagScore(*score).calibrator_model().fit(TraceTable.from_traces(_traces), labels)
 
 
 def fitted_calibrator(model: Any, *, origin: str, data: str | None = None, pinned: bool = False,

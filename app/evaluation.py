@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from trace_core import EvaluationConfig, EvaluationResult, LabeledDataset, Trace, evaluate
+from trace_core import EvaluationConfig, EvaluationResult, LabeledDataset, Trace, TraceTable, evaluate
 
 
 @st.cache_data(show_spinner="Running the evaluation protocol…", max_entries=8)
@@ -29,8 +29,9 @@ def evaluate_cached(_traces: Sequence[Trace], labels: np.ndarray, config: Evalua
         warnings.simplefilter("always")
         relevance = _semantic if semantic and isinstance(_semantic, list) else None
         embedder = _semantic if semantic and relevance is None else None
-        result = evaluate(list(_traces), labels, config=config, methods=list(methods), beam_logprobs=_beams,
-                          embedder=embedder, relevance=relevance)  # no contexts: as the command line
+        result = evaluate(TraceTable.from_traces(_traces), labels, config=config, methods=list(methods),
+                          beam_logprobs=_beams, embedder=embedder,
+                          relevance=relevance)  # no contexts: as the command line
     return result, [str(w.message) for w in caught]
 
 

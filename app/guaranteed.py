@@ -59,7 +59,7 @@ def labeled_for_guarantee(active: state.ActiveCalibrator) -> tuple[np.ndarray, n
         return None
     try:
         probability = state.risk_scored(digest(data.key, active.key),
-                                        lambda: probability_correct(active.model, list(data.traces)))
+                                        lambda: probability_correct(active.model, data.traces))
     except ValueError as exc:  # e.g. a score that needs entropy, on traces without
         st.error(md_literal(f"The calibrator cannot score these answers: {exc}"))
         return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import PurePath
 
 import numpy as np
@@ -17,6 +18,7 @@ import streamlit as st
 from trace_core import LabeledDataset, LoadedModel, Trace, score_answers, write_dataset
 from trace_core.policy import Usable, rows_over_context, usable_rows
 from trace_core.record import ServerError, context_length
+from trace_core.traces import TraceTable, gather
 
 from . import state
 from .downloads import download_button
@@ -33,8 +35,9 @@ class DatasetTraces:
     Attributes
     ----------
     dataset : LabeledDataset
-    traces : tuple of (Trace or None)
-        One per row of ``dataset.frame``; None where no trace is stored or recorded yet.
+    traces : TraceTable, or tuple of (Trace or None)
+        One per row of ``dataset.frame``: the file's table when every row has a trace in the file, else a tuple with
+        the session's recorded traces filled in and None where there is none yet.
     usable : Usable
         The policy's sorting of the rows (kept, missing, empty, too long) with its messages.
     key : str
@@ -46,14 +49,15 @@ class DatasetTraces:
     """
 
     dataset: LabeledDataset
-    traces: tuple[Trace | None, ...]
+    traces: Sequence[Trace | None]
     usable: Usable
     key: str
     store: dict[int, Trace]
 
-    def kept(self) -> list[Trace]:
-        """The usable traces, in row order."""
-        return [self.traces[i] for i in self.usable.keep]
+    @cached_property
+    def kept(self) -> TraceTable:
+        """The usable traces, in row order, as one table (made once per dataset and session state)."""
+        return TraceTable.from_traces(gather(self.traces, self.usable.keep))
 
     def labels(self) -> np.ndarray | None:
         """The usable rows' labels, in row order; None when the dataset is unlabeled."""
@@ -64,7 +68,7 @@ class DatasetTraces:
     def hand_off(self, name: str) -> state.Answers:
         """The usable rows, for the Flag & export page."""
         frame = self.dataset.frame.iloc[self.usable.keep].reset_index(drop=True)
-        return state.Answers(frame=frame, traces=tuple(self.kept()), labels=self.labels(), name=name,
+        return state.Answers(frame=frame, traces=self.kept, labels=self.labels(), name=name,
                              row_column=self.dataset.row_column, key=self.key)
 
     def to_bytes(self, format: str) -> bytes:
@@ -86,6 +90,9 @@ def dataset_traces(dataset: LabeledDataset, data_key: str, lm: LoadedModel | Non
     # file, so that labeling the answers another way (another matcher: other rows may be kept) keeps them.
     store = state.recorded_traces(data_key.split(".")[0], key)
     numbers = dataset.frame[dataset.row_column].tolist()
+    if isinstance(dataset.traces, TraceTable):  # every row has its trace in the file
+        usable = usable_rows(dataset.traces, row_numbers=numbers)
+        return DatasetTraces(dataset, dataset.traces, usable, f"{data_key}/{key}", store)
     traces = list(dataset.traces)
     for i, number in enumerate(numbers):
         if traces[i] is None and number in store:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         Trace,
         TracePlus,
     )
+    from trace_core.traces import TraceTable
 
     Calibrator = TracePlus | ScoreCalibrator | PlattCalibrator | IsotonicCalibrator
 
@@ -87,8 +88,9 @@ class Answers:
     ----------
     frame : DataFrame
         The kept rows (index 0..n-1), with the file's row numbers in ``row_column``.
-    traces : tuple of Trace, length n
-        One non-empty trace per row.
+    traces : TraceTable, length n
+        One non-empty trace per row, as one table (a sequence given is made one), so that every evaluation and
+        score of these answers reads its columns.
     labels : ndarray of int, shape (n,), or None
         0/1 labels (read-only); None for unlabeled answers.
     name : str
@@ -100,7 +102,7 @@ class Answers:
     """
 
     frame: pd.DataFrame
-    traces: tuple[Trace, ...]
+    traces: TraceTable
     labels: np.ndarray | None
     name: str
     row_column: str
@@ -114,7 +116,9 @@ class Answers:
             labels = np.array(self.labels, dtype=np.int64)  # a copy: the page's array stays the page's
             labels.setflags(write=False)
             object.__setattr__(self, "labels", labels)
-        object.__setattr__(self, "traces", tuple(self.traces))
+        from trace_core.traces import TraceTable
+
+        object.__setattr__(self, "traces", TraceTable.from_traces(self.traces))
 
 
 @dataclass(frozen=True, eq=False)

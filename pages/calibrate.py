@@ -32,7 +32,7 @@ traced = dataset_panel(prompts=True, partial_download=True)
 if traced is None:
     st.stop()
 picked, rows = traced.file, traced.rows
-dataset, labels, kept = rows.dataset, rows.labels(), rows.kept()
+dataset, labels, kept = rows.dataset, rows.labels(), rows.kept
 problem = one_class_message(labels, METRICS_UNDEFINED)
 if problem:
     st.error(sentence(problem))

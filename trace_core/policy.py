@@ -158,17 +158,24 @@ def usable_rows(traces: Sequence[Any], *, row_numbers: Sequence[Any] | None = No
     >>> u.keep.tolist(), u.missing_message()
     ([2], '1 row has no trace (row 10)')
     """
-    traces = list(traces)
+    from .traces import TraceTable
+
+    if not isinstance(traces, TraceTable):  # a table's rows are read from its columns (no Trace made per row)
+        traces = list(traces)
     numbers = list(row_numbers) if row_numbers is not None else list(range(1, len(traces) + 1))
     if len(numbers) != len(traces):
         raise ValueError(f"got {len(numbers)} row numbers for {len(traces)} rows")
     long_set = set(int(i) for i in too_long)
-    missing = [i for i, t in enumerate(traces) if t is None and i not in long_set]
-    empty = [i for i, t in enumerate(traces) if t is not None and len(t) == 0]
-    keep = np.array([i for i, t in enumerate(traces) if t is not None and len(t) > 0 and i not in long_set],
-                    dtype=np.int64)
-    untokenized = [i for i in empty if isinstance(getattr(traces[i], "answer", None), str)
-                   and traces[i].answer.strip()]
+    if isinstance(traces, TraceTable):
+        lengths: list[int | None] = np.diff(traces.offsets).tolist()
+        answers: list[Any] = list(traces.answers)
+    else:
+        lengths = [None if t is None else len(t) for t in traces]
+        answers = [getattr(t, "answer", None) for t in traces]
+    missing = [i for i, n in enumerate(lengths) if n is None and i not in long_set]
+    empty = [i for i, n in enumerate(lengths) if n == 0]
+    keep = np.array([i for i, n in enumerate(lengths) if n and i not in long_set], dtype=np.int64)
+    untokenized = [i for i in empty if isinstance(answers[i], str) and answers[i].strip()]
     return Usable(keep=keep, missing=missing, empty=empty, too_long=sorted(long_set), row_numbers=numbers,
                   context_limit=context_limit, untokenized=untokenized)
 

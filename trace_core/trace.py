@@ -247,16 +247,9 @@ class Trace:
         shapes, the metadata's entropy source); anything they refuse goes through the full constructor, which raises
         or normalises exactly as for any other trace. The arrays are kept as given (not copied) and made read-only.
         """
-        n = len(tokens)
-        shape = (n, top_ids.shape[1]) if isinstance(top_ids, np.ndarray) and top_ids.ndim == 2 else None
-        plain = (isinstance(prompt, str) and isinstance(answer, str) and isinstance(metadata, TraceMetadata)
-                 and type(tokens) is tuple and _is(token_ids, np.int64, (n,)) and _is(surprisal, np.float64, (n,))
-                 and shape is not None and _is(top_ids, np.int64, shape) and _is(top_logprobs, np.float64, shape)
-                 and (ranks is None or _is(ranks, np.int64, (n,)))
-                 and (entropy is None) == (metadata.entropy_source == "absent")
-                 and (entropy is None or _is(entropy, np.float64, (n,)))
-                 and not (metadata.entropy_source == "top_k" and metadata.entropy_k is None and shape[1] > 0)
-                 and (top_tokens is None or (type(top_tokens) is tuple and len(top_tokens) == n)))
+        plain = cls._plain_parts(prompt=prompt, answer=answer, token_ids=token_ids, tokens=tokens,
+                                 surprisal=surprisal, entropy=entropy, top_ids=top_ids, top_logprobs=top_logprobs,
+                                 ranks=ranks, metadata=metadata, top_tokens=top_tokens)
         if not plain:
             return cls(prompt=prompt, answer=answer, token_ids=token_ids, tokens=tokens, surprisal=surprisal,
                        entropy=entropy, top_ids=top_ids, top_logprobs=top_logprobs, ranks=ranks, metadata=metadata,
@@ -270,6 +263,23 @@ class Trace:
                 value.setflags(write=False)
             object.__setattr__(trace, name, value)
         return trace
+
+    @staticmethod
+    def _plain_parts(*, prompt: Any, answer: Any, token_ids: Any, tokens: Any, surprisal: Any, entropy: Any,
+                     top_ids: Any, top_logprobs: Any, ranks: Any, metadata: Any, top_tokens: Any) -> bool:
+        """Whether checked parts are already exactly what ``__post_init__`` would keep (types, dtypes, shapes, the
+        metadata's entropy source), so that they may be used as they are (:meth:`_from_checked`, and the readers'
+        rows that go into a :class:`~trace_core.traces.TraceTable` without a Trace)."""
+        n = len(tokens)
+        shape = (n, top_ids.shape[1]) if isinstance(top_ids, np.ndarray) and top_ids.ndim == 2 else None
+        return (isinstance(prompt, str) and isinstance(answer, str) and isinstance(metadata, TraceMetadata)
+                and type(tokens) is tuple and _is(token_ids, np.int64, (n,)) and _is(surprisal, np.float64, (n,))
+                and shape is not None and _is(top_ids, np.int64, shape) and _is(top_logprobs, np.float64, shape)
+                and (ranks is None or _is(ranks, np.int64, (n,)))
+                and (entropy is None) == (metadata.entropy_source == "absent")
+                and (entropy is None or _is(entropy, np.float64, (n,)))
+                and not (metadata.entropy_source == "top_k" and metadata.entropy_k is None and shape[1] > 0)
+                and (top_tokens is None or (type(top_tokens) is tuple and len(top_tokens) == n)))
 
     def __len__(self) -> int:
         return int(self.token_ids.shape[0])

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 
 from .operators import Ragged
 from .trace import Trace, TraceMetadata
 
-__all__ = ["TraceTable"]
+__all__ = ["TableBuilder", "TraceTable", "gather"]
 
 
 def _offsets(lengths: Sequence[int]) -> np.ndarray:
@@ -44,6 +44,17 @@ def _read_only(*arrays: np.ndarray | None) -> None:
     for array in arrays:
         if array is not None:
             array.setflags(write=False)
+
+
+def _ragged_index(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The positions, in a column with these offsets, of the values of ``rows`` one after another."""
+    starts, lengths = offsets[rows], offsets[rows + 1] - offsets[rows]
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    begins = np.zeros(len(rows), dtype=np.int64)  # where each row's values begin in the output
+    np.cumsum(lengths[:-1], out=begins[1:])
+    return np.repeat(starts - begins, lengths) + np.arange(total, dtype=np.int64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,33 +114,50 @@ class TraceTable(Sequence[Trace]):
             return traces
         from .score import as_trace_list
 
-        items = as_trace_list(traces)
-        lengths = [len(t) for t in items]
-        offsets = _offsets(lengths)
-        ks = np.array([t.top_ids.shape[1] for t in items], dtype=np.int64)
-        top_offsets = _offsets([n * k for n, k in zip(lengths, ks.tolist(), strict=True)])
-        has_entropy = np.array([t.entropy is not None for t in items], dtype=bool)
-        has_ranks = np.array([t.ranks is not None for t in items], dtype=bool)
+        builder = TableBuilder()
+        for trace in as_trace_list(traces):
+            builder.add(trace)
+        return builder.build()
 
-        def joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-            return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
+    def take(self, indices: Sequence[int] | np.ndarray) -> TraceTable:
+        """The table of the answers at ``indices`` (in that order; repeats allowed), its columns gathered at once.
 
-        table = cls(
-            prompts=tuple(t.prompt for t in items), answers=tuple(t.answer for t in items),
-            metadata=tuple(t.metadata for t in items), offsets=offsets,
-            token_ids=joined([t.token_ids for t in items], np.int64),
-            tokens=tuple(tok for t in items for tok in t.tokens),
-            surprisal=joined([t.surprisal for t in items], np.float64),
-            entropy=joined([t.entropy if t.entropy is not None else np.full(len(t), np.nan) for t in items],
-                           np.float64),
-            has_entropy=has_entropy, top_k=ks, top_offsets=top_offsets,
-            top_ids=joined([t.top_ids.reshape(-1) for t in items], np.int64),
-            top_logprobs=joined([t.top_logprobs.reshape(-1) for t in items], np.float64),
-            ranks=joined([t.ranks if t.ranks is not None else np.zeros(len(t), np.int64) for t in items], np.int64),
-            has_ranks=has_ranks, top_tokens=tuple(t.top_tokens for t in items))
-        _read_only(table.offsets, table.token_ids, table.surprisal, table.entropy, table.has_entropy, table.top_k,
-                   table.top_offsets, table.top_ids, table.top_logprobs, table.ranks, table.has_ranks)
+        Examples
+        --------
+        >>> from trace_core import Trace
+        >>> t = [Trace(prompt="q", answer=a, token_ids=[0], tokens=(a,), surprisal=[0.1], entropy=[0.5],
+        ...            top_ids=[], top_logprobs=[]) for a in "xyz"]
+        >>> [row.answer for row in TraceTable.from_traces(t).take([2, 0])]
+        ['z', 'x']
+        """
+        index = np.asarray(indices)
+        if index.ndim != 1 or (index.size and index.dtype.kind not in "iu"):
+            raise TypeError(f"`indices` must be a 1-D sequence of ints, got {index.dtype} of shape {index.shape}")
+        index = index.astype(np.int64, copy=False)
+        n = len(self)
+        if index.size and (index.min() < -n or index.max() >= n):
+            raise IndexError(f"an index of `indices` is out of range for a table of {n} answers")
+        index = np.where(index < 0, index + n, index)
+        if index.shape[0] == n and bool((index == np.arange(n)).all()):
+            return self
+        tokens_at = _ragged_index(self.offsets, index)
+        top_at = _ragged_index(self.top_offsets, index)
+        picked = index.tolist()
+        table = TraceTable(
+            prompts=tuple(self.prompts[i] for i in picked), answers=tuple(self.answers[i] for i in picked),
+            metadata=tuple(self.metadata[i] for i in picked), offsets=_offsets(np.diff(self.offsets)[index]),
+            token_ids=self.token_ids[tokens_at], tokens=tuple(map(self.tokens.__getitem__, tokens_at.tolist())),
+            surprisal=self.surprisal[tokens_at], entropy=self.entropy[tokens_at],
+            has_entropy=self.has_entropy[index], top_k=self.top_k[index],
+            top_offsets=_offsets(np.diff(self.top_offsets)[index]), top_ids=self.top_ids[top_at],
+            top_logprobs=self.top_logprobs[top_at], ranks=self.ranks[tokens_at], has_ranks=self.has_ranks[index],
+            top_tokens=tuple(self.top_tokens[i] for i in picked))
+        table._freeze()
         return table
+
+    def _freeze(self) -> None:
+        _read_only(self.offsets, self.token_ids, self.surprisal, self.entropy, self.has_entropy, self.top_k,
+                   self.top_offsets, self.top_ids, self.top_logprobs, self.ranks, self.has_ranks)
 
     def __len__(self) -> int:
         return int(self.offsets.shape[0] - 1)
@@ -151,6 +179,32 @@ class TraceTable(Sequence[Trace]):
         if not 0 <= i < n:
             raise IndexError(f"answer {index} of a table of {n}")
         return self._row(i)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a table, list or tuple holding equal traces in the same order (as a list of the traces would
+        be), so a table may stand where a list of traces was compared."""
+        if not isinstance(other, (TraceTable, list, tuple)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]  # like a list of traces: not hashable
+
+    def __add__(self, other: object) -> Any:
+        """A table and a table: their table. A table and a list of traces: the list of all (as lists add), so
+        code that extends a list of traces keeps working on a table."""
+        if isinstance(other, TraceTable):
+            builder = TableBuilder()
+            for row in (*self, *other):
+                builder.add(row)
+            return builder.build()
+        if isinstance(other, list):
+            return [*self, *other]
+        return NotImplemented
+
+    def __radd__(self, other: object) -> Any:
+        if isinstance(other, list):
+            return [*other, *self]
+        return NotImplemented
 
     def __iter__(self) -> Iterator[Trace]:
         return (self._row(i) for i in range(len(self)))
@@ -188,3 +242,58 @@ class TraceTable(Sequence[Trace]):
 
     def __repr__(self) -> str:
         return f"TraceTable({len(self):,} answers, {self.n_tokens:,} tokens)"
+
+
+class TableBuilder:
+    """Collects answers one at a time and makes their :class:`TraceTable` with one concatenation per column.
+
+    :meth:`add` takes anything with a Trace's fields (``prompt``, ``answer``, ``token_ids``, ``tokens``,
+    ``surprisal``, ``entropy``, ``top_ids``, ``top_logprobs``, ``ranks``, ``metadata``, ``top_tokens``): a
+    :class:`~trace_core.trace.Trace`, or a reader's row whose values it has checked as Trace does (the readers add
+    their checked chunk rows here directly, so no Trace is made per answer). Arrays are kept until :meth:`build`,
+    as given.
+    """
+
+    def __init__(self) -> None:
+        self._rows: list[Any] = []
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def add(self, row: Any) -> None:
+        self._rows.append(row)
+
+    def build(self) -> TraceTable:
+        rows = self._rows
+        lengths = [len(r.tokens) for r in rows]
+        ks = np.array([r.top_ids.shape[1] for r in rows], dtype=np.int64)
+        table = TraceTable(
+            prompts=tuple(r.prompt for r in rows), answers=tuple(r.answer for r in rows),
+            metadata=tuple(r.metadata for r in rows), offsets=_offsets(lengths),
+            token_ids=_joined([r.token_ids for r in rows], np.int64),
+            tokens=tuple(tok for r in rows for tok in r.tokens),
+            surprisal=_joined([r.surprisal for r in rows], np.float64),
+            entropy=_joined([r.entropy if r.entropy is not None else np.full(n, np.nan)
+                             for r, n in zip(rows, lengths, strict=True)], np.float64),
+            has_entropy=np.array([r.entropy is not None for r in rows], dtype=bool), top_k=ks,
+            top_offsets=_offsets([n * k for n, k in zip(lengths, ks.tolist(), strict=True)]),
+            top_ids=_joined([r.top_ids.reshape(-1) for r in rows], np.int64),
+            top_logprobs=_joined([r.top_logprobs.reshape(-1) for r in rows], np.float64),
+            ranks=_joined([r.ranks if r.ranks is not None else np.zeros(n, np.int64)
+                           for r, n in zip(rows, lengths, strict=True)], np.int64),
+            has_ranks=np.array([r.ranks is not None for r in rows], dtype=bool),
+            top_tokens=tuple(r.top_tokens for r in rows))
+        table._freeze()
+        return table
+
+
+def _joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
+
+
+def gather(traces: Sequence[Any], indices: Sequence[int] | np.ndarray) -> Sequence[Any]:
+    """The items of ``traces`` at ``indices``: a table's as a table (:meth:`TraceTable.take`: its columns stay
+    columns), any other sequence's as a list."""
+    if isinstance(traces, TraceTable):
+        return traces.take(indices)
+    return [traces[int(i)] for i in indices]

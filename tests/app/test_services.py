@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from app import services  # noqa: E402
 from app.state import Answers  # noqa: E402
-from trace_core import DatasetError  # noqa: E402
+from trace_core import DatasetError, TraceTable  # noqa: E402
 
 APP = str(Path(__file__).resolve().parents[2] / "app" / "main.py")
 
@@ -132,7 +132,9 @@ def test_calibrated_data_is_frozen_and_checked():
     frame = pd.DataFrame({"row": [2, 5, 9], "prompt": list("abc"), "answer": [t.answer for t in traces]})
     labels = np.array([1, 0, 1])
     data = Answers(frame=frame, traces=traces, labels=labels, name="f.csv", row_column="row", key="k")
-    assert isinstance(data.traces, tuple) and data.labels.tolist() == [1, 0, 1]
+    assert isinstance(data.traces, TraceTable) and data.traces == traces and data.labels.tolist() == [1, 0, 1]
+    with pytest.raises(ValueError, match="read-only"):  # one table per dataset: read-only columns
+        data.traces.surprisal[0] = 0.0
     labels[0] = 0  # the page's array changing later does not change what was handed over
     assert data.labels[0] == 1
     with pytest.raises(ValueError):

@@ -12,8 +12,10 @@ from helpers import make_trace, random_traces
 
 from trace_core import EvaluationConfig, TracePlus, TraceTable, evaluate
 from trace_core.fitted_baselines import stack_top_logprobs
+from trace_core.policy import usable_rows
 from trace_core.score import entropy_summary, stack_traces
 from trace_core.trace import Trace, TraceMetadata
+from trace_core.traces import TableBuilder, gather
 
 
 def _fields_equal(a: Trace, b: Trace) -> bool:
@@ -101,3 +103,53 @@ def test_evaluate_and_a_calibrator_give_the_same_numbers_on_a_table():
     a, b = TracePlus().fit(traces, y), TracePlus().fit(table, y)
     np.testing.assert_array_equal(a.predict_proba(traces), b.predict_proba(table))
     assert a.provenance_["entropy_source"] == b.provenance_["entropy_source"]
+
+
+@pytest.mark.parametrize("indices", [[3, 0, 0, 7], [], [-1, 2], list(range(9))])
+def test_take_gathers_the_rows_asked_for(indices):
+    traces = _mixed()
+    table = TraceTable.from_traces(traces)
+    taken = table.take(indices)
+    assert isinstance(taken, TraceTable) and len(taken) == len(indices)
+    assert all(_fields_equal(row, traces[i]) for row, i in zip(taken, indices, strict=True))
+    assert taken.surprisal_batch().lengths.tolist() == [len(traces[i]) for i in indices]
+    assert (taken is table) == (indices == list(range(9)))  # every row in order: the table itself
+    assert gather(table, indices) == [traces[i] for i in indices] == gather(traces, indices)
+
+
+def test_take_refuses_bad_indices():
+    table = TraceTable.from_traces(_mixed())
+    with pytest.raises(IndexError, match="out of range"):
+        table.take([9])
+    with pytest.raises(TypeError, match="1-D sequence of ints"):
+        table.take([0.5])
+
+
+def test_a_table_compares_and_adds_as_a_list_of_its_traces():
+    traces = _mixed()
+    table = TraceTable.from_traces(traces)
+    assert table == traces and traces == table and table == tuple(traces)
+    assert table != traces[:-1] and table != traces[::-1] and table != "traces"
+    assert table + traces[:2] == traces + traces[:2] and traces[:2] + table == traces[:2] + traces
+    assert isinstance(table + traces[:1], list) and isinstance(traces[:1] + table, list)
+    both = table + table
+    assert isinstance(both, TraceTable) and both == traces + traces
+    with pytest.raises(TypeError):
+        hash(table)
+
+
+def test_the_builder_takes_a_readers_checked_rows_as_they_are():
+    traces = _mixed()
+    builder = TableBuilder()
+    for t in traces:
+        builder.add(t)
+    assert len(builder) == len(traces) and builder.build() == traces
+    assert TableBuilder().build() == [] and len(TableBuilder().build()) == 0
+
+
+def test_usable_rows_read_a_table_as_its_list():
+    traces = _mixed()
+    table = TraceTable.from_traces(traces)
+    a, b = usable_rows(table, too_long=[1]), usable_rows(traces, too_long=[1])
+    assert a.keep.tolist() == b.keep.tolist() and (a.missing, a.empty, a.too_long) == (b.missing, b.empty, b.too_long)
+    assert 3 in a.empty and 1 not in a.keep.tolist()

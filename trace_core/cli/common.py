@@ -80,6 +80,7 @@ def usable(dataset, path: str, *, consequence: str | None = None):
     from dataclasses import replace
 
     from ..policy import one_class_message, usable_rows
+    from ..traces import gather
 
     rows = usable_rows(dataset.traces, row_numbers=row_numbers(dataset))
     if rows.missing:
@@ -97,11 +98,19 @@ def usable(dataset, path: str, *, consequence: str | None = None):
     if len(rows.keep) < len(dataset.traces):
         keep = rows.keep.tolist()
         dataset = replace(dataset, frame=dataset.frame.iloc[keep].reset_index(drop=True),
-                          traces=[dataset.traces[i] for i in keep])
+                          traces=gather(dataset.traces, keep))
     message = one_class_message(dataset.frame["label"].to_numpy(), consequence)
     if message:
         raise CLIError(f"{shown(path)}: {message}")
     return dataset
+
+
+def trace_table(dataset) -> Any:
+    """The traces of a dataset that :func:`usable` passed (every row has one) as one
+    :class:`~trace_core.traces.TraceTable`: the reader's table itself, or one made once from the list."""
+    from ..traces import TraceTable
+
+    return TraceTable.from_traces(dataset.traces)
 
 
 def write_data(frame: pd.DataFrame, traces: Sequence[Any] | None, out: str, *, quiet: bool = False) -> None:

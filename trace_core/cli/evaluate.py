@@ -217,7 +217,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     out_format = _check_outputs(args)
     dataset = common.usable(common.read_data(args.data, require_label=True, args=args), args.data,
                             consequence=METRICS_UNDEFINED)
-    traces = list(dataset.traces)
+    traces = common.trace_table(dataset)
     labels = dataset.frame["label"].to_numpy()
     methods = _methods(args)
     embedder = _embedder(args)

@@ -49,7 +49,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
     chosen_set, method = _fit_choice(args)
     dataset = common.usable(common.read_data(args.data, require_label=True, args=args), args.data,
                             consequence=NO_CALIBRATOR)
-    traces = list(dataset.traces)
+    traces = common.trace_table(dataset)
     labels = dataset.frame["label"].to_numpy()
     if method is not None:
         try:

@@ -55,7 +55,7 @@ def cmd_flag(args: argparse.Namespace) -> None:
                        "output of flag, which would overwrite them; rename them (e.g. to "
                        f"input_{shorten(taken[0].strip())[1:-1]}) and run again")
     dataset = common.usable(dataset, args.data)
-    traces = list(dataset.traces)
+    traces = common.trace_table(dataset)
     path = regular_file(args.calibrator)  # before it is opened: a FIFO would block
     if path.stat().st_size > MAX_CALIBRATOR_BYTES:  # before reading: a calibrator is a few kilobytes
         raise CLIError(f"{shown(args.calibrator)}: {path.stat().st_size:,} bytes is not a calibrator (at most "
@@ -114,7 +114,7 @@ def _guaranteed(args: argparse.Namespace, calibrator: Any, traces: list) -> floa
               "answers drawn like the labeled ones, not for the answers it was chosen on", file=sys.stderr)
     risk = common.usable(common.read_data(args.risk_data, require_label=True, args=args), args.risk_data)
     try:
-        probability = probability_correct(calibrator, list(risk.traces))
+        probability = probability_correct(calibrator, common.trace_table(risk))
     except ValueError as exc:  # e.g. a score that needs entropy, on traces without
         raise CLIError(f"{shown(args.risk_data)}: {exc}") from exc
     guarantee = guaranteed_threshold(probability, risk.frame["label"].to_numpy(), max_risk=args.max_risk,
@@ -123,5 +123,5 @@ def _guaranteed(args: argparse.Namespace, calibrator: Any, traces: list) -> floa
         raise CLIError(f"{shown(args.risk_data)}: {guarantee.sentence()}")
     if not args.quiet:
         print(guarantee.sentence(), file=sys.stderr)
-    _drift(args, calibrator, traces, list(risk.traces))
+    _drift(args, calibrator, traces, common.trace_table(risk))
     return guarantee.threshold

@@ -16,7 +16,9 @@ from .. import settings
 from .._checks import check_bool, check_int
 from ..columns import TRACE_COLUMNS
 from ..trace import Trace
+from ..traces import TableBuilder, TraceTable
 from .errors import DatasetWarning, RowError
+from .fastread import FastRow, build_trace
 from .labels import check_matcher_options
 from .read import PathOrBuffer, Progress, Table, read_table
 from .validate import Options, Rules, ValidRows, validate_rows
@@ -39,8 +41,11 @@ class LabeledDataset:
         column (added when taken from ``response``), and an int column ``row_column`` holding each row's number
         (see :class:`RowError`). The index is 0..n_valid-1. ``write_dataset(frame, ..., traces=traces)`` writes
         the trace columns back.
-    traces : list of Trace or None, length n_valid
-        One per valid row, None where the row carries no trace.
+    traces : TraceTable, or list of Trace or None; length n_valid
+        One per valid row. When every valid row carries a trace (the usual case) this is a
+        :class:`~trace_core.traces.TraceTable` built straight from the columns the reader decoded: ``traces[i]`` is
+        row i's Trace, and :func:`~trace_core.evaluate`, the calibrators and the scores read its columns at once.
+        Otherwise a list with None where a row carries no trace.
     errors : list of RowError
         Every problem found; a rejected row has one or more entries.
     n_read : int
@@ -55,7 +60,7 @@ class LabeledDataset:
     """
 
     frame: pd.DataFrame
-    traces: list[Trace | None]
+    traces: Sequence[Trace | None]
     errors: list[RowError]
     n_read: int
     label_source: str
@@ -73,6 +78,8 @@ class LabeledDataset:
     @property
     def has_traces(self) -> bool:
         """True when there is at least one valid row and every valid row has a trace."""
+        if isinstance(self.traces, TraceTable):
+            return len(self.traces) > 0
         return bool(self.traces) and all(t is not None for t in self.traces)
 
     @property
@@ -204,13 +211,24 @@ def _dataset(table: Table, rows: ValidRows, rules: Rules, fmt: str) -> LabeledDa
         row_column = "_" + row_column
     frame[row_column] = pd.Series(rows.numbers, index=frame.index, dtype=np.int64)
     frame.attrs["trace_core_row_column"] = row_column
-    dataset = LabeledDataset(frame=frame, traces=rows.traces, errors=rows.errors, n_read=rows.n_read,
+    dataset = LabeledDataset(frame=frame, traces=_traces(rows.traces), errors=rows.errors, n_read=rows.n_read,
                              label_source=rules.label_source, row_column=row_column,
                              notes=_unused_note(rows.unused_responses))
     if dataset.n_rejected:
         warnings.warn(f"{dataset.summary()}; every problem is listed in LabeledDataset.errors", DatasetWarning,
                       stacklevel=3)
     return dataset
+
+
+def _traces(rows: Sequence[Trace | FastRow | None]) -> Sequence[Trace | None]:
+    """The valid rows' traces: one TraceTable when every row has one (a checked chunk row goes in as it is, with no
+    Trace made for it), else a list with None for the rows without."""
+    if rows and all(r is not None for r in rows):
+        builder = TableBuilder()
+        for row in rows:
+            builder.add(row)
+        return builder.build()
+    return [build_trace(r, prompt=r.prompt, answer=r.answer) if isinstance(r, FastRow) else r for r in rows]
 
 
 def _unused_note(rows: Sequence[int], shown: int = 5) -> list[str]:

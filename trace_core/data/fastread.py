@@ -26,7 +26,7 @@ from ..logprobs import ENTROPY_TOLERANCE, MAX_ENTROPY_NATS, MAX_NATS, TOP_K_MASS
 from ..trace import LOGPROB_TOLERANCE, Trace, TraceMetadata
 from .fastparse import Parsed, from_lists, from_text
 
-__all__ = ["FastRow", "build_trace", "decode_chunk"]
+__all__ = ["FastRow", "build_trace", "decode_chunk", "table_row"]
 
 _FAST_COLUMNS = frozenset({"tokens", "token_ids", "surprisal", "logprobs", "entropy", "top_ids", "top_logprobs",
                            "top_tokens", "ranks", "trace_metadata"})
@@ -34,7 +34,8 @@ _FAST_COLUMNS = frozenset({"tokens", "token_ids", "surprisal", "logprobs", "entr
 
 @dataclass
 class FastRow:
-    """One row's trace parts, decoded and checked by :func:`decode_chunk`; :func:`build_trace` makes the Trace."""
+    """One row's trace parts, decoded and checked by :func:`decode_chunk`: :func:`table_row` makes it a row of a
+    :class:`~trace_core.traces.TraceTable` (no Trace made), :func:`build_trace` makes the Trace."""
 
     tokens: tuple[str, ...]
     token_ids: np.ndarray
@@ -45,6 +46,22 @@ class FastRow:
     ranks: np.ndarray | None
     metadata: TraceMetadata
     top_tokens: tuple[tuple[str, ...], ...] | None
+    prompt: str = ""
+    answer: str = ""
+
+
+def table_row(row: FastRow, *, prompt: str, answer: str) -> FastRow | Trace:
+    """The row with its prompt and answer, as a :class:`~trace_core.traces.TableBuilder` takes it: the row itself
+    when its parts are exactly what a Trace keeps, else the Trace made from them (which normalises them, or raises
+    TypeError / ValueError as it would for any other trace)."""
+    parts: dict[str, Any] = {
+        "token_ids": row.token_ids, "tokens": row.tokens, "surprisal": row.surprisal, "entropy": row.entropy,
+        "top_ids": row.top_ids, "top_logprobs": row.top_logprobs, "ranks": row.ranks, "metadata": row.metadata,
+        "top_tokens": row.top_tokens}
+    if not Trace._plain_parts(prompt=prompt, answer=answer, **parts):
+        return Trace(prompt=prompt, answer=answer, **parts)
+    row.prompt, row.answer = prompt, answer
+    return row
 
 
 def build_trace(row: FastRow, *, prompt: str, answer: str) -> Trace:

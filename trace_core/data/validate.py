@@ -16,7 +16,7 @@ from ..cells import ABSENT, CellError, is_blank, is_int64, is_missing, json_cell
 from ..columns import TRACE_COLUMNS, decode_cell, trace_from_cells
 from ..trace import Trace
 from .errors import DatasetError, RowError
-from .fastread import FastRow, build_trace, decode_chunk
+from .fastread import FastRow, decode_chunk, table_row
 from .labels import LABEL_EXPECTED, label_from_reference, parse_label
 from .responses import trace_from_openai
 from .table import Table, columns_text
@@ -84,7 +84,7 @@ class ValidRows:
     n_read: int = 0
     numbers: list[int] = field(default_factory=list)       # the valid rows' numbers
     cells: list[Any] = field(default_factory=list)         # their non-trace cells (CSV: lists; JSON: dicts)
-    traces: list[Trace | None] = field(default_factory=list)
+    traces: list[Trace | FastRow | None] = field(default_factory=list)  # FastRow: a checked row (fastread)
     labels: list[int] = field(default_factory=list)
     answers: list[str] = field(default_factory=list)
     unused_responses: list[int] = field(default_factory=list)  # kept rows with trace cells and a response too
@@ -191,16 +191,17 @@ def _keep_row(kept: ValidRows, number: int, raw: Any, rules: Rules, strings: dic
 
 
 def _check_row(raw: Mapping[str, Any], rules: Rules, problems: list[CellError], strings: dict[str, str],
-               fast: FastRow | None = None) -> tuple[Trace | None, str | None, int, bool]:
+               fast: FastRow | None = None) -> tuple[Trace | FastRow | None, str | None, int, bool]:
     """One row's trace, answer and label (-1 when unlabeled), and whether it had a ``response`` that was not used
     (its trace cells were); every problem found is appended to ``problems``, so a row with several bad cells
     reports them all. ``strings`` maps token texts to the one object kept for each. ``fast``: the row's trace cells
-    as :func:`decode_chunk` decoded and checked them, when it did.
+    as :func:`decode_chunk` decoded and checked them, when it did; the row's trace is then that row itself, as a
+    :class:`~trace_core.traces.TableBuilder` takes it (:func:`table_row`), not a Trace.
 
     The trace comes from the row's trace cells when any is non-empty, else from its ``response`` (see
     :func:`read_dataset`)."""
     prompt, answer = _prompt_and_answer(raw, problems)
-    trace: Trace | None = None
+    trace: Trace | FastRow | None = None
     cells, cell_problem = _decoded_cells(raw, rules, fast)
     from_cells = cell_problem is not None or any(v is not ABSENT for v in cells.values())
     has_response = rules.use_response and not is_blank(raw.get("response"))
@@ -216,13 +217,13 @@ def _check_row(raw: Mapping[str, Any], rules: Rules, problems: list[CellError], 
         problems.append(cell_problem)
     elif fast is not None:
         try:
-            trace = build_trace(fast, prompt=prompt or "", answer=answer)
+            trace = table_row(fast, prompt=prompt or "", answer=answer)
         except (TypeError, ValueError):  # should Trace refuse it after all, the per-row path names the cell
             problems.clear()
             return _check_row(raw, rules, problems, strings)
     elif from_cells:
         trace = _trace_of_cells(cells, problems, strings, prompt=prompt or "", answer=answer)
-    if trace is not None and answer is not None and (trace.answer != answer or trace.prompt != (prompt or "")):
+    if isinstance(trace, Trace) and answer is not None and (trace.answer != answer or trace.prompt != (prompt or "")):
         trace = replace(trace, answer=answer, prompt=prompt or "")
     try:
         label = _label(raw, answer, rules)

@@ -454,3 +454,35 @@ def test_api_shaped_jsonl_takes_the_fast_path(tmp_path, monkeypatch):
     counts = _counting(monkeypatch)
     assert _same(path.read_bytes(), monkeypatch, 256, "jsonl") == 0
     assert counts == [300, 0]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_a_file_whose_rows_all_have_traces_reads_into_one_table(fmt, monkeypatch):
+    """The reader's checked rows go into one TraceTable with no Trace made per row; a file with a row without a
+    trace gives a list instead, with None for that row."""
+    from trace_core import TraceTable
+
+    rng = random.Random(3)
+    header, rows = _csv(rng, 40, **_OPTIONS[0])
+    data = _bytes(header, rows)
+    if fmt == "jsonl":
+        data = _jsonl(_records(rng, header, rows))
+    made: list[int] = []
+    real = Trace._from_checked.__func__
+
+    def counting(cls, **parts):
+        made.append(1)
+        return real(cls, **parts)
+
+    with monkeypatch.context() as m:
+        m.setattr(Trace, "_from_checked", classmethod(counting))
+        ds = read_dataset(data, format=fmt)
+    assert isinstance(ds.traces, TraceTable) and len(ds.traces) == 40 and ds.has_traces and not made
+    traces = list(ds.traces)  # rows as Traces, equal to what the per-row path reads
+    slow, _ = _read(data, False, monkeypatch, 256, fmt)
+    assert traces == slow.traces and traces == list(slow.traces)
+
+    blank = [c if name in ("prompt", "answer", "label") else "" for name, c in zip(header, rows[5], strict=True)]
+    mixed = read_dataset(_bytes(header, [*rows[:5], blank, *rows[6:]]), format="csv")
+    assert isinstance(mixed.traces, list) and mixed.traces[5] is None and not mixed.has_traces
+    assert mixed.traces[:5] == traces[:5] and mixed.traces[6:] == traces[6:]
