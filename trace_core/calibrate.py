@@ -93,11 +93,19 @@ def _extra_names(own: Sequence[str]) -> tuple[str, ...]:
 
 
 def _extra_columns(traces: Sequence[Trace], names: Sequence[str]) -> np.ndarray:
-    """The extra drift features of each trace, shape (n, len(names)): answer length in tokens, mean surprisal."""
-    columns = {"answer_length": lambda t: float(len(t)),
-               "mean_surprisal": lambda t: float(np.mean(t.surprisal)) if len(t) else 0.0}
-    return np.asarray([[columns[name](t) for name in names] for t in traces], dtype=np.float64).reshape(
-        len(traces), len(names))
+    """The extra drift features of each trace, shape (n, len(names)): answer length in tokens, mean surprisal (0 for
+    an empty answer), from the stacked surprisal (a table's column: no per-answer work)."""
+    from .operators import segment_mean
+    from .score import stack_traces
+
+    surprisal, _ = stack_traces(traces)
+    columns = {"answer_length": lambda: surprisal.lengths.astype(np.float64),
+               "mean_surprisal": lambda: np.nan_to_num(np.asarray(segment_mean(surprisal), dtype=np.float64),
+                                                       nan=0.0)}
+    out = np.zeros((len(surprisal.lengths), len(names)), dtype=np.float64)
+    for j, name in enumerate(names):
+        out[:, j] = columns[name]()
+    return out
 
 
 class _FittedOnTraces:
@@ -286,7 +294,7 @@ class TracePlus(_FittedOnTraces, SavedCalibrator):
         if F is None:  # only computed when an own feature is asked for
             F = self._features(X) if set(names) & set(own) else np.zeros((len(X), len(own)))
         extras = [n for n in names if n not in own]
-        extra = _extra_columns(list(X), extras) if extras else np.zeros((len(X), 0))
+        extra = _extra_columns(X, extras) if extras else np.zeros((len(X), 0))
         columns = [F[:, own.index(n)] if n in own else extra[:, extras.index(n)] for n in names]
         return names, (np.column_stack(columns) if columns else np.zeros((len(X), 0)))
 
