@@ -42,12 +42,13 @@ from typing import Protocol
 
 import numpy as np
 
-from .logistic import standardised_logistic
+from .logistic import StandardisedLogistic, standardised_logistic
 from .operators import Ragged, segment_max, segment_mean, segment_var, slope
 from .trace import Trace
 
-__all__ = ["FITTED_BASELINES", "FittedBaseline", "TOP_K_NEEDS", "TopK", "ces_confidence", "entropy_contributions",
-           "epr_confidence", "stack_top_logprobs", "trace_profile_features", "wepr_features"]
+__all__ = ["FITTED_BASELINES", "FitBaseline", "Fitted", "FittedBaseline", "TOP_K_NEEDS", "TopK", "ces_confidence",
+           "entropy_contributions", "epr_confidence", "feature_ranks", "stack_top_logprobs", "trace_profile_features",
+           "wepr_features"]
 
 #: What the top-k baselines need, and why they are skipped without it.
 TOP_K_NEEDS = "each token's top-k log-probabilities (at least 2 alternatives per token in every answer)"
@@ -190,9 +191,16 @@ class Fitted(Protocol):
     def log_odds(self, score: np.ndarray) -> np.ndarray: ...
 
 
+class FitBaseline(Protocol):
+    """How a fitted baseline is fitted on a calibration part: ``near``, a fit of the same baseline on other rows of
+    the same answers (the whole part, for a fit on some of its folds), may serve as a start; the fit is the same."""
+
+    def __call__(self, F: np.ndarray, y: np.ndarray, near: Fitted | None = None) -> Fitted: ...
+
+
 @dataclass(frozen=True)
 class _Logistic:
-    decision: Callable[[np.ndarray], np.ndarray]
+    decision: StandardisedLogistic
 
     def score(self, F: np.ndarray) -> np.ndarray:
         return self.decision(F)
@@ -201,29 +209,66 @@ class _Logistic:
         return score
 
 
-def _fit_logistic_baseline(F: np.ndarray, y: np.ndarray) -> Fitted:
-    return _Logistic(standardised_logistic(F, y))
+def _fit_logistic_baseline(F: np.ndarray, y: np.ndarray, near: Fitted | None = None) -> Fitted:
+    return _Logistic(standardised_logistic(F, y, near=near.decision if isinstance(near, _Logistic) else None))
+
+
+def feature_ranks(F: np.ndarray) -> np.ndarray:
+    """Each column's dense ranks (0 for its smallest value, equal values equal ranks), int64: a baseline that reads
+    only the order of its features (``FittedBaseline.order_only``) gives the same scores on them, and CES then
+    counts instead of searching (:func:`_fit_ces`)."""
+    return np.column_stack([np.unique(F[:, j], return_inverse=True)[1].reshape(-1) for j in range(F.shape[1])])
+
+
+def _counts_at_or_below(reference: np.ndarray) -> np.ndarray:
+    """For ranks (int64 >= 0): the number of ``reference`` values at or below each rank 0 .. max(reference)."""
+    return np.cumsum(np.bincount(reference))
+
+
+def _ecdf_of_counts(counts: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """:func:`_ecdf` for ranks, from :func:`_counts_at_or_below` of the reference (ranks above its largest see all)."""
+    return counts[np.minimum(x, counts.shape[0] - 1)] / counts[-1]
+
+
+#: CES's reference answers as one fit keeps them: their features with each column sorted, or for ranks each
+#: column's counts at or below every rank.
+_Reference = np.ndarray | tuple[np.ndarray, np.ndarray]
 
 
 @dataclass(frozen=True)
 class _CES:
-    ascending: np.ndarray  # the reference answers' features, each column sorted once per fit
-    platt: Callable[[np.ndarray], np.ndarray]
+    reference: _Reference
+    platt: StandardisedLogistic
 
     def score(self, F: np.ndarray) -> np.ndarray:
-        return _ces_of_sorted(F, self.ascending)
+        return _ces_of_reference(F, self.reference)
 
     def log_odds(self, score: np.ndarray) -> np.ndarray:
         return self.platt(score[:, None])
 
 
-def _fit_ces(F: np.ndarray, y: np.ndarray) -> Fitted:
+def _ces_of_reference(F: np.ndarray, reference: _Reference) -> np.ndarray:
+    """:func:`_ces_of_sorted`, or on ranks from the reference's counts: the same values, one gather per column
+    instead of a binary search per answer."""
+    if not isinstance(reference, tuple):
+        return _ces_of_sorted(F, reference)
+    return 1.0 - 0.5 * (_ecdf_of_counts(reference[0], F[:, 0]) + _ecdf_of_counts(reference[1], F[:, 1]))
+
+
+def _fit_ces(F: np.ndarray, y: np.ndarray, near: Fitted | None = None) -> Fitted:
+    """CES on one calibration part; on integer features (ranks, :func:`feature_ranks`) the reference CDFs are
+    cumulative counts."""
     reference = F[y == 1]
     if reference.shape[0] == 0:  # the protocol skips splits with one class; a direct caller gets a clear error
         raise ValueError("CES needs correct answers in the calibration part for its reference CDF")
-    ascending = np.sort(reference, axis=0)
-    confidence = _ces_of_sorted(F, ascending)
-    return _CES(ascending, standardised_logistic(confidence[:, None], y))
+    kept: _Reference
+    if np.issubdtype(F.dtype, np.integer):
+        kept = (_counts_at_or_below(reference[:, 0]), _counts_at_or_below(reference[:, 1]))
+    else:
+        kept = np.sort(reference, axis=0)
+    confidence = _ces_of_reference(F, kept)
+    platt = standardised_logistic(confidence[:, None], y, near=near.platt if isinstance(near, _CES) else None)
+    return _CES(kept, platt)
 
 
 @dataclass(frozen=True)
@@ -241,7 +286,10 @@ class FittedBaseline:
     features : callable
         ``features(surprisal, entropy, top) -> ndarray (n_answers, n_features)``.
     fit : callable
-        ``fit(F_cal, y_cal) -> Fitted``.
+        ``fit(F_cal, y_cal, near=None) -> Fitted`` (:class:`FitBaseline`).
+    order_only : bool
+        Reads only the order of each feature: its scores are the same on :func:`feature_ranks`, which the protocol
+        passes instead (CES).
     """
 
     name: str
@@ -251,13 +299,14 @@ class FittedBaseline:
     formula: str
     source: str
     features: Callable[[Ragged, Ragged | None, TopK | None], np.ndarray] = field(repr=False, compare=False)
-    fit: Callable[[np.ndarray, np.ndarray], Fitted] = field(repr=False, compare=False)
+    fit: FitBaseline = field(repr=False, compare=False)
+    order_only: bool = False
 
 
 _LIST = [
     FittedBaseline("CES", "entropy", "trace", True,
                    "1 - (F_mean(mean H) + F_max(max H)) / 2, CDFs of the calibration part's correct answers",
-                   "arXiv 2605.28264", lambda s, h, top: ces_features(s, h), _fit_ces),
+                   "arXiv 2605.28264", lambda s, h, top: ces_features(s, h), _fit_ces, order_only=True),
     FittedBaseline("WEPR", "top-k", "top_k", False, "logistic on mean_t c_{t,k} and max_t c_{t,k}, k = 1..K",
                    "arXiv 2509.04492", _wepr_from, _fit_logistic_baseline),
     FittedBaseline("Trace Profile", "trajectory", "trace", False,

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ._checks import check_choice, check_scores
+from .metrics.kernels import compiled
 
-__all__ = ["SCORE_TRANSFORMS", "fit_logistic", "fit_logistic_1d", "sigmoid", "standardised_logistic",
-           "transform_scores"]
+__all__ = ["SCORE_TRANSFORMS", "StandardisedLogistic", "fit_logistic", "fit_logistic_1d", "loss_terms_loop",
+           "negative_abs_affine_loop", "point_1d_loop", "sigmoid", "standardised_logistic", "transform_scores"]
 
 
 def sigmoid(z: np.ndarray) -> np.ndarray:
@@ -93,27 +95,101 @@ _MIN_STEP = 2.0 ** -40
 _ROUNDING = 1e-12
 
 
-def _softplus_sum(x: np.ndarray, *, same_magnitude: bool = False) -> float:
-    """``sum log(1 + exp(x))`` as ``max(x, 0) + log1p(exp(-|x|))``: no overflow, exact in both tails, every term
-    >= 0 (nothing cancels), and several times faster than ``np.logaddexp(0, x)``. ``same_magnitude``: every
-    ``|x_i|`` is ``|x_0|``, so one exp and one log serve every term (the same values)."""
-    if same_magnitude:
-        tail = np.log1p(np.exp(-np.abs(x[:1])))[0]
-        return float((np.maximum(x, 0.0) + tail).sum())
-    return float((np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x)))).sum())
+# Sums of log(1 + e) in the compiled loops: the product of up to this many factors 1 + e in [1, 2] stays finite,
+# and one log per block replaces one log per term (each term's rounding, below 1.2e-16, is far below the line
+# search's rounding slack).
+_LOG_BLOCK = 512
 
 
-def _logistic_objective(u: np.ndarray, sign: np.ndarray, reg: np.ndarray, w: np.ndarray, *,
-                        constant: bool = False) -> float:
-    """The penalised log-loss at log-odds ``u = X @ w``: ``sum_i log(1 + exp(sign_i u_i)) + sum_j reg_j w_j**2 / 2``
-    with ``sign = 1 - 2 y`` (the log-loss of label y at log-odds u is ``log(1 + exp((1 - 2 y) u))``). ``constant``:
-    every ``u_i`` is ``u_0``."""
-    return _softplus_sum(sign * u, same_magnitude=constant) + 0.5 * float((reg * w) @ w)
+def loss_terms_loop(u: np.ndarray, y: np.ndarray, e: np.ndarray, r: np.ndarray, weight: np.ndarray) -> float:
+    """The log-loss sum at log-odds ``u`` (labels ``y``, ``e = exp(-|u|)``) in one pass, writing the residuals
+    ``r = sigmoid(u) - y`` and the Newton weights ``weight = p (1 - p) = e / (1 + e)**2`` (compiled by
+    :func:`~trace_core.metrics.kernels.compiled`; :func:`_loss_terms` is the numpy path)."""
+    loss = 0.0
+    logs = 0.0
+    block = 1.0
+    for i in range(u.shape[0]):
+        ei = e[i]
+        q = 1.0 / (1.0 + ei)  # sigmoid(|u|)
+        low = ei * q  # sigmoid(-|u|)
+        s = (1.0 - 2.0 * y[i]) * u[i]
+        if s > 0.0:
+            loss += s
+        r[i] = (q if u[i] >= 0.0 else low) - y[i]
+        weight[i] = low * q
+        block *= 1.0 + ei
+        if (i & (_LOG_BLOCK - 1)) == _LOG_BLOCK - 1:
+            logs += math.log(block)
+            block = 1.0
+    return loss + logs + math.log(block)
 
 
-def _sigmoid_of_constant(u: np.ndarray) -> np.ndarray:
-    """``sigmoid(u)`` for ``u`` holding one value: one evaluation, filled."""
-    return np.full(u.shape[0], sigmoid(u[:1])[0])
+def negative_abs_affine_loop(z: np.ndarray, a: float, b: float, out: np.ndarray) -> None:
+    """``out = -|a z + b|`` in one pass (compiled), the argument of the one ``exp`` a Newton point needs."""
+    for i in range(z.shape[0]):
+        out[i] = -abs(a * z[i] + b)
+
+
+def point_1d_loop(z: np.ndarray, y: np.ndarray, a: float, b: float,
+                  e: np.ndarray) -> tuple[float, float, float, float, float, float]:
+    """At ``u = a z + b`` with ``e = exp(-|u|)``: the log-loss sum, its gradient in (a, b) and its Hessian's three
+    entries, in one pass (compiled; :func:`_point_1d` is the numpy path)."""
+    loss = 0.0
+    logs = 0.0
+    block = 1.0
+    g_a = g_b = h_aa = h_ab = h_bb = 0.0
+    for i in range(z.shape[0]):
+        ei = e[i]
+        u = a * z[i] + b
+        q = 1.0 / (1.0 + ei)
+        low = ei * q
+        s = (1.0 - 2.0 * y[i]) * u
+        if s > 0.0:
+            loss += s
+        r = (q if u >= 0.0 else low) - y[i]
+        w = low * q
+        g_a += z[i] * r
+        g_b += r
+        wz = w * z[i]
+        h_aa += wz * z[i]
+        h_ab += wz
+        h_bb += w
+        block *= 1.0 + ei
+        if (i & (_LOG_BLOCK - 1)) == _LOG_BLOCK - 1:
+            logs += math.log(block)
+            block = 1.0
+    return loss + logs + math.log(block), g_a, g_b, h_aa, h_ab, h_bb
+
+
+def _loss_terms(u: np.ndarray, y: np.ndarray, r: np.ndarray, weight: np.ndarray) -> float:
+    """:func:`loss_terms_loop` at ``u``, compiled when numba is installed, else in numpy: ``sum max(s u, 0) +
+    log1p(exp(-|u|))`` with ``s = 1 - 2 y`` (no overflow, exact in both tails, nothing cancels) and the
+    residuals and weights from the same ``exp(-|u|)``, exact in the tails."""
+    e = np.exp(np.negative(np.abs(u)))
+    loop = compiled(loss_terms_loop)
+    if loop is not None:
+        return float(loop(u, y, e, r, weight))
+    q = 1.0 / (1.0 + e)
+    low = e * q
+    np.subtract(np.where(u >= 0.0, q, low), y, out=r)
+    np.multiply(low, q, out=weight)
+    return float(np.maximum((1.0 - 2.0 * y) * u, 0.0).sum()) + float(np.log1p(e).sum())
+
+
+def _point_1d(z: np.ndarray, y: np.ndarray, a: float, b: float,
+              e: np.ndarray) -> tuple[float, float, float, float, float, float]:
+    """:func:`point_1d_loop` (``e`` a buffer), compiled when numba is installed, else in numpy."""
+    loop, first = compiled(point_1d_loop), compiled(negative_abs_affine_loop)
+    if loop is not None and first is not None:
+        first(z, a, b, e)
+        np.exp(e, out=e)
+        out: tuple[float, float, float, float, float, float] = loop(z, y, a, b, e)
+        return out
+    u = np.add(np.multiply(z, a), b)
+    r, weight = np.empty_like(u), e
+    loss = _loss_terms(u, y, r, weight)
+    wz = weight * z
+    return loss, float(z @ r), float(r.sum()), float(wz @ z), float(wz.sum()), float(weight.sum())
 
 
 def _damped_step(objective_at: Callable[[float], float], value: float,
@@ -140,8 +216,9 @@ def _damped_step(objective_at: Callable[[float], float], value: float,
     return 0.0, value, True  # no step decreases f: the optimum to rounding
 
 
+
 def _newton_logistic(X: np.ndarray, y: np.ndarray, reg: np.ndarray, *, max_iter: int,
-                     tol: float = _GRADIENT_TOL) -> np.ndarray:
+                     tol: float = _GRADIENT_TOL, start: np.ndarray | None = None) -> np.ndarray:
     """Minimise the L2-penalised logistic loss by damped Newton steps with a backtracking line search.
 
     Objective ``f(w) = sum_i [log(1 + exp(u_i)) - y_i u_i] + sum_j reg_j w_j**2 / 2`` with ``u = X @ w``; the last
@@ -159,40 +236,40 @@ def _newton_logistic(X: np.ndarray, y: np.ndarray, reg: np.ndarray, *, max_iter:
       Newton step (in the quadratic region, it squares the error) is taken if it raises ``f`` by no more than that
       rounding, and the fit stops; or when no step decreases ``f``; or after ``max_iter`` steps.
 
+    ``start``: coefficients to start from instead (a nearby fit's); the optimum is the same.
+
     Returns
     -------
     ndarray, shape (n_columns,)
         The coefficients, intercept last.
     """
     n, k = X.shape
-    mean_y = float(y.mean())
-    sign = 1.0 - 2.0 * y
-    w = np.zeros(k)
-    w[-1] = math.log(mean_y / (1.0 - mean_y))
-    # The start's log-odds are the intercept for every answer (X @ w adds zeros to it): the objective and sigmoids
-    # there take one evaluation each, filled, with the same values as n of them.
-    u = np.full(n, w[-1])
-    constant = True
-    value = _logistic_objective(u, sign, reg, w, constant=True)
+    if start is None:
+        mean_y = float(y.mean())
+        w = np.zeros(k)
+        w[-1] = math.log(mean_y / (1.0 - mean_y))
+    else:
+        w = np.array(start, dtype=np.float64)
+    u = X @ w
+    r, weight = np.empty(n), np.empty(n)
+    r_new, weight_new = np.empty(n), np.empty(n)
+    value = _loss_terms(u, y, r, weight) + 0.5 * float((reg * w) @ w)
     gtol = tol * max(n, 1)
     eye = np.eye(k)
     step = np.zeros(k)
-    candidate, u_new = w, u
+    candidate = w
 
     def objective_at(t: float) -> float:
-        """``f(w - t d)``, keeping the point and its log-odds (the last call's are the step taken)."""
-        nonlocal candidate, u_new
+        """``f(w - t d)``, keeping the point, its residuals and weights (the last call's are the step taken)."""
+        nonlocal candidate
         candidate = w - t * step
-        u_new = X @ candidate
-        return _logistic_objective(u_new, sign, reg, candidate)
+        return _loss_terms(X @ candidate, y, r_new, weight_new) + 0.5 * float((reg * candidate) @ candidate)
 
     for _ in range(max_iter):
-        link = _sigmoid_of_constant if constant else sigmoid
-        p = link(u)
-        grad = X.T @ (p - y) + reg * w
+        grad = X.T @ r + reg * w
         if float(np.max(np.abs(grad))) <= gtol:
             break
-        hess = (X * (p * link(-u))[:, None]).T @ X + np.diag(reg)  # p (1 - p), exact in the tails
+        hess = (X * weight[:, None]).T @ X + np.diag(reg)
         ridge = 0.0
         while True:
             try:
@@ -206,13 +283,14 @@ def _newton_logistic(X: np.ndarray, y: np.ndarray, reg: np.ndarray, *, max_iter:
             w = candidate
         if last:
             break
-        u, value = u_new, trial
-        constant = False
+        value = trial
+        r, r_new, weight, weight_new = r_new, r, weight_new, weight
     return w
 
 
 def fit_logistic_1d(z: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 200,
-                     tol: float = _GRADIENT_TOL) -> tuple[float, float]:
+                     tol: float = _GRADIENT_TOL,
+                     start: tuple[float, float] | None = None) -> tuple[float, float]:
     """L2-regularised logistic regression on one (standardised) feature: ``p = sigmoid(a * z + b)``.
 
     Minimises ``f(a, b) = sum_i logloss_i + a**2 / (2 C)`` (intercept unpenalised), the optimum of scikit-learn's
@@ -224,59 +302,39 @@ def fit_logistic_1d(z: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 2
 
     Each point costs one ``exp(-|u|)``: it gives the loss (``max(s u, 0) + log1p(e)``), the sigmoid
     (``1 / (1 + e)`` or ``e / (1 + e)`` by the sign of ``u``) and its derivative ``e / (1 + e)**2``, all exact in the
-    tails, in preallocated buffers (the protocol runs hundreds of these fits; a sigmoid call per use and fresh
-    temporaries took about twice as long).
+    tails; with numba the sums of a point take one compiled pass after that ``exp`` (:func:`point_1d_loop`; the
+    protocol runs hundreds of these fits).
+
+    ``start``: the ``(a, b)`` to start from instead of the intercept-only optimum (a nearby fit's, for a fit on a
+    subset of its rows); the optimum is the same, found in fewer steps.
     """
     z = np.asarray(z, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
-    n = z.shape[0]
-    sign = 1.0 - 2.0 * y
     penalty = 1.0 / C
-    mean_y = float(y.mean())
-    a, b = 0.0, math.log(mean_y / (1.0 - mean_y))
-    work_a, work_b, r = np.empty(n), np.empty(n), np.empty(n)
-    nonneg = np.empty(n, dtype=bool)
-
-    def loss(u: np.ndarray, e: np.ndarray, *, constant: bool = False) -> float:
-        """``sum_i log(1 + exp(sign_i u_i))``; leaves ``e = exp(-|u|)`` for the next step. ``constant``: every
-        ``u_i`` is ``u[0]`` (the start), so one exp and one log give every point's value, the same numbers."""
-        if constant:
-            e.fill(np.exp(np.negative(np.abs(u[:1])))[0])
-            work_b.fill(np.log1p(e[:1])[0])
-        else:
-            np.abs(u, out=e)
-            np.negative(e, out=e)
-            np.exp(e, out=e)
-            np.log1p(e, out=work_b)
-        np.multiply(sign, u, out=work_a)
-        np.maximum(work_a, 0.0, out=work_a)
-        return float(work_a.sum()) + float(work_b.sum())
-
-    u, e = np.full(n, b), np.empty(n)
-    u_new, e_new = np.empty(n), np.empty(n)
-    value = loss(u, e, constant=True)
-    gtol = tol * max(n, 1)
+    if start is None:
+        mean_y = float(y.mean())
+        a, b = 0.0, math.log(mean_y / (1.0 - mean_y))
+    else:
+        a, b = start
+    e = np.empty(z.shape[0])
+    loss, *sums = _point_1d(z, y, a, b, e)
+    value = loss + 0.5 * penalty * a * a
+    gtol = tol * max(z.shape[0], 1)
     step_a = step_b = 0.0
+    trial_sums = sums
 
     def objective_at(t: float) -> float:
-        """``f(a - t step_a, b - t step_b)``, leaving its log-odds in ``u_new`` and ``exp(-|u|)`` in ``e_new``."""
+        """``f(a - t step_a, b - t step_b)``, keeping the point's sums (the last call's are the step taken)."""
+        nonlocal trial_sums
         a_new = a - t * step_a
-        np.add(np.multiply(z, a_new, out=u_new), b - t * step_b, out=u_new)
-        return loss(u_new, e_new) + 0.5 * penalty * a_new * a_new
+        trial_loss, *trial_sums = _point_1d(z, y, a_new, b - t * step_b, e)
+        return trial_loss + 0.5 * penalty * a_new * a_new
 
     for _ in range(max_iter):
-        q = np.reciprocal(np.add(e, 1.0, out=work_a), out=work_a)  # 1 / (1 + e) = sigmoid(|u|)
-        low = np.multiply(e, q, out=work_b)  # e / (1 + e) = sigmoid(-|u|)
-        np.greater_equal(u, 0.0, out=nonneg)
-        np.copyto(r, low)
-        np.copyto(r, q, where=nonneg)  # sigmoid(u)
-        np.subtract(r, y, out=r)
-        g_a, g_b = float(z @ r) + penalty * a, float(r.sum())
+        g_a, g_b = sums[0] + penalty * a, sums[1]
         if max(abs(g_a), abs(g_b)) <= gtol:
             break
-        w = np.multiply(low, q, out=work_b)  # p (1 - p) = e / (1 + e)**2, exact in the tails
-        wz = np.multiply(w, z, out=work_a)
-        h_aa, h_ab, h_bb = float(wz @ z) + penalty, float(wz.sum()), float(w.sum())
+        h_aa, h_ab, h_bb = sums[2] + penalty, sums[3], sums[4]
         det = h_aa * h_bb - h_ab * h_ab
         if not det > 1e-14 * h_aa * h_bb:  # singular to rounding (weights underflowed): a diagonally scaled step
             step_a, step_b = g_a / h_aa, g_b / max(h_bb, 1e-300)
@@ -285,10 +343,10 @@ def fit_logistic_1d(z: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 2
         t, trial, last = _damped_step(objective_at, value, g_a * step_a + g_b * step_b)
         if t:
             a, b = a - t * step_a, b - t * step_b
+            sums = trial_sums
         if last:
             break
         value = trial
-        u, u_new, e, e_new = u_new, u, e_new, e
     return float(a), float(b)
 
 
@@ -308,11 +366,41 @@ def fit_logistic(F: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 100)
     return w[:-1].copy(), float(w[-1])
 
 
-def standardised_logistic(F: np.ndarray, y: np.ndarray, *, C: float = 1.0) -> Callable[[np.ndarray], np.ndarray]:
+@dataclass(frozen=True)
+class StandardisedLogistic:
+    """A logistic model on standardised features: the log-odds of label 1 for feature rows ``X`` (n, d) are
+    ``((X - mean) / scale) @ coef + intercept`` (the model is called on ``X``)."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    coef: np.ndarray
+    intercept: float
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        return ((X - self.mean) / self.scale) @ self.coef + self.intercept
+
+    def coefficients_in(self, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        """The same decision function's coefficients (intercept last) on features standardised with ``mean`` and
+        ``scale`` instead: a start for a fit on other rows of the same features."""
+        coef = self.coef * scale / self.scale
+        return np.append(coef, self.intercept + float(((mean - self.mean) / self.scale) @ self.coef))
+
+
+def standardised_logistic(F: np.ndarray, y: np.ndarray, *, C: float = 1.0, max_iter: int = 100,
+                          near: StandardisedLogistic | None = None) -> StandardisedLogistic:
     """Fit TRACE+'s model on features ``F`` (n, d) and 0/1 labels: standardise with ``F``'s mean and standard deviation
-    (a constant column is left unscaled), then the L2 logistic regression of :func:`fit_logistic`. Returns the
-    decision function (log-odds of label 1) for new feature rows."""
+    (a constant column is left unscaled), then the L2 logistic regression of :func:`fit_logistic`. Returns the model,
+    which gives the decision function (log-odds of label 1) for new feature rows. ``near``: a model fitted on other
+    rows of the same features (the fit on a whole calibration part, for a fit on some of its folds), to start from;
+    the optimum is the same, reached in fewer Newton steps."""
+    n, d = F.shape
     mean, scale = F.mean(axis=0), F.std(axis=0)
     scale = np.where(scale > 1e-12, scale, 1.0)
-    coef, intercept = fit_logistic((F - mean) / scale, np.asarray(y, dtype=np.float64), C=C)
-    return lambda X: ((X - mean) / scale) @ coef + intercept
+    X = np.empty((n, d + 1))  # the standardised features and the intercept's ones, written in place
+    np.divide(np.subtract(F, mean, out=X[:, :d]), scale, out=X[:, :d])
+    X[:, d] = 1.0
+    reg = np.full(d + 1, 1.0 / C)
+    reg[-1] = 0.0
+    start = None if near is None else near.coefficients_in(mean, scale)
+    w = _newton_logistic(X, np.asarray(y, dtype=np.float64), reg, max_iter=max_iter, start=start)
+    return StandardisedLogistic(mean, scale, w[:-1].copy(), float(w[-1]))

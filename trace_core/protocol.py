@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus
+from .fitted_baselines import FitBaseline, Fitted, feature_ranks
 from .logistic import sigmoid, standardised_logistic, transform_scores
 from .metrics import RankGroups
 from .metrics.kernels import brier_kernel, ece_of_ascending, ranking_of_groups
@@ -97,6 +98,10 @@ def fit_reference(F: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.nda
     """TRACE+'s fit (standardise on the calibration part, the same L2 logistic regression with C = 1) on the
     supervised reference's features; returns the decision function."""
     return standardised_logistic(F, y)
+
+
+def _order_only(spec: Method) -> bool:
+    return spec.kind == "fitted_baseline" and spec.fitted is not None and spec.fitted.order_only
 
 
 def feature_set(spec: Method) -> str:
@@ -206,11 +211,10 @@ def stratified_folds(y: np.ndarray, folds: int = OUT_OF_FOLD) -> np.ndarray:
     return fold
 
 
-def out_of_fold(fit: Callable[[np.ndarray, np.ndarray], Any], F: np.ndarray, y: np.ndarray,
-                full: Any) -> tuple[np.ndarray, np.ndarray]:
+def out_of_fold(fit: FitBaseline, F: np.ndarray, y: np.ndarray, full: Fitted) -> tuple[np.ndarray, np.ndarray]:
     """Scores and log-odds of a fitted baseline on its calibration part, each answer's from a fit on the other
-    folds (:data:`OUT_OF_FOLD`, stratified by label, in row order); a fold whose complement lacks a class takes the
-    fit on the whole part (``full``)."""
+    folds (:data:`OUT_OF_FOLD`, stratified by label, in row order), started from the fit on the whole part
+    (``full``; the same optimum in fewer steps); a fold whose complement lacks a class takes ``full`` itself."""
     fold = stratified_folds(y)
     score, log_odds = np.empty(y.shape[0]), np.empty(y.shape[0])
     for k in range(OUT_OF_FOLD):
@@ -218,7 +222,7 @@ def out_of_fold(fit: Callable[[np.ndarray, np.ndarray], Any], F: np.ndarray, y: 
         if not held.any():
             continue
         rest = ~held
-        model = fit(F[rest], y[rest]) if np.unique(y[rest]).shape[0] == 2 else full
+        model = fit(F[rest], y[rest], near=full) if np.unique(y[rest]).shape[0] == 2 else full
         score[held] = model.score(F[held])
         log_odds[held] = model.log_odds(score[held])
     return score, log_odds
@@ -275,7 +279,9 @@ class _Protocol:
 
     def __init__(self, y: np.ndarray, scalar: dict[str, np.ndarray], features: dict[str, np.ndarray],
                  config: EvaluationConfig) -> None:
-        self.y, self.scalar, self.features, self.config = y, scalar, features, config
+        self.y, self.scalar, self.config = y, scalar, config
+        # A fitted baseline that reads only its features' order gets their ranks (the same scores, cheaper fits).
+        self.features = {m: feature_ranks(F) if _order_only(METHODS[m]) else F for m, F in features.items()}
         # Calibrators are fitted on each score's documented transform; rankings use the raw score, sorted once.
         self.transformed = {m: transform_scores(scalar[m], METHODS[m].transform) for m in scalar}
         names = list(self.transformed)
@@ -314,8 +320,9 @@ class _Protocol:
             out.calibration = self.values(part, method, on_cal, part.y_cal, {FITTED: sigmoid(log_odds_cal)})
         else:
             decision: Callable[[np.ndarray], np.ndarray]
-            if spec.kind == "trace_plus":
-                decision = TracePlus(feature_set=feature_set(spec)).fit(F[cal], part.y_cal).decision_function
+            if spec.kind == "trace_plus":  # TracePlus.fit's model, without its provenance and drift summary
+                plus = TracePlus(feature_set=feature_set(spec))
+                decision = standardised_logistic(F[cal], part.y_cal, C=plus.C, max_iter=plus.max_iter)
             else:
                 decision = fit_reference(F[cal], part.y_cal)
             raw = decision(F[ev])

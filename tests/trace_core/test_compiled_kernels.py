@@ -1,0 +1,121 @@
+"""The compiled loops (numba) give the numpy path's numbers; the protocol's shortcuts (CES on feature ranks, fits
+started from a nearby fit) give the plain computation's numbers."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import trace_core.metrics.kernels as kernels
+from trace_core import logistic
+from trace_core.fitted_baselines import FITTED_BASELINES, ces_confidence, feature_ranks
+from trace_core.logistic import fit_logistic, fit_logistic_1d, standardised_logistic
+
+REFERENCE = Path(__file__).resolve().parents[1] / "data" / "protocol_reference.json"
+
+
+@pytest.fixture
+def numpy_path(monkeypatch):
+    """Run the numpy expressions instead of the compiled loops."""
+    monkeypatch.setattr(kernels, "USE_COMPILED", False)
+
+
+def _both(fn):
+    """``fn()`` on the numpy path and on the compiled one."""
+    pytest.importorskip("numba")
+    kernels.USE_COMPILED = False
+    try:
+        plain = fn()
+    finally:
+        kernels.USE_COMPILED = True
+    return plain, fn()
+
+
+def test_compiled_is_none_on_the_numpy_path(numpy_path):
+    assert kernels.compiled(kernels.singletons_loop) is None
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 1000, 40_000])
+@pytest.mark.parametrize("rate", [0.0, 0.3, 1.0])
+def test_the_ranking_loop_gives_the_numpy_rankings(n, rate):
+    pos = (np.random.default_rng(n).random(n) < rate).astype(np.float64)
+    plain, fast = _both(lambda: kernels.ranking_of_groups(np.ones(n), pos, both_classes=0 < pos.sum() < n,
+                                                          singletons=True))
+    assert plain.keys() == fast.keys()
+    for name in plain:
+        np.testing.assert_allclose(fast[name], plain[name], rtol=1e-12, atol=1e-14, equal_nan=True, err_msg=name)
+
+
+def _skewed(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    z = rng.gamma(0.5, 2.0, n)
+    y = (rng.random(n) < 1 / (1 + np.exp(-(2.0 - z)))).astype(np.float64)
+    return (z - z.mean()) / z.std(), y
+
+
+@pytest.mark.parametrize("n", [3, 600, 5000])
+def test_the_one_feature_point_loop_gives_the_numpy_sums(n):
+    z, y = _skewed(n, 1)
+    plain, fast = _both(lambda: logistic._point_1d(z, y, -1.3, 0.4, np.empty(n)))
+    np.testing.assert_allclose(fast, plain, rtol=1e-12, atol=1e-12)
+
+
+def test_the_loss_loop_gives_the_numpy_loss_residuals_and_weights():
+    u = np.random.default_rng(2).normal(0.0, 30.0, 3000)  # deep into both tails
+    y = (np.random.default_rng(3).random(3000) < 0.4).astype(np.float64)
+
+    def terms():
+        r, w = np.empty(3000), np.empty(3000)
+        return logistic._loss_terms(u, y, r, w), r, w
+
+    (plain, r0, w0), (fast, r1, w1) = _both(terms)
+    np.testing.assert_allclose(fast, plain, rtol=1e-13)
+    np.testing.assert_array_equal(r1, r0)
+    np.testing.assert_array_equal(w1, w0)
+
+
+@pytest.mark.parametrize("C", [1.0, 1e4])
+def test_the_fits_give_the_same_coefficients_on_both_paths(C):
+    z, y = _skewed(4000, 4)
+    plain, fast = _both(lambda: fit_logistic_1d(z, y, C=C))
+    np.testing.assert_allclose(fast, plain, rtol=1e-9, atol=1e-12)
+    F = np.column_stack([z, z ** 2, np.sin(3 * z)])
+    plain, fast = _both(lambda: fit_logistic(F, y, C=C))
+    np.testing.assert_allclose(fast[0], plain[0], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(fast[1], plain[1], rtol=1e-9, atol=1e-12)
+
+
+def test_a_fit_started_from_a_nearby_fit_reaches_the_same_model():
+    z, y = _skewed(5000, 5)
+    F = np.column_stack([z, np.exp(z / 3), np.cos(z)]) * [1.0, 10.0, 0.1] + [0.0, 5.0, -2.0]
+    full = standardised_logistic(F, y)
+    rows = np.arange(5000) % 5 != 0
+    cold = standardised_logistic(F[rows], y[rows])
+    warm = standardised_logistic(F[rows], y[rows], near=full)
+    np.testing.assert_allclose(warm(F), cold(F), rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(full.coefficients_in(full.mean, full.scale), np.append(full.coef, full.intercept))
+
+
+def test_ces_on_feature_ranks_gives_the_scores_of_ces_on_the_features():
+    rng = np.random.default_rng(6)
+    F = np.column_stack([rng.gamma(2.0, 1.0, 800).round(2), rng.gamma(3.0, 1.0, 800)])  # ties in the first
+    y = (rng.random(800) < 0.6).astype(np.int64)
+    ranks = feature_ranks(F)
+    assert ranks.dtype == np.int64
+    fit = FITTED_BASELINES["CES"].fit
+    on_values, on_ranks = fit(F[:500], y[:500]), fit(ranks[:500], y[:500])
+    np.testing.assert_array_equal(on_ranks.score(ranks), on_values.score(F))
+    np.testing.assert_array_equal(on_values.score(F), ces_confidence(F, F[:500][y[:500] == 1]))
+    np.testing.assert_allclose(on_ranks.log_odds(on_ranks.score(ranks)), on_values.log_odds(on_values.score(F)))
+
+
+@pytest.mark.slow
+def test_the_numpy_path_gives_the_recorded_protocol_numbers(numpy_path, capsys):
+    from bench.protocol_harness import main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the sets include a truncated distribution on purpose
+        assert main(["--check", str(REFERENCE)]) == 0, capsys.readouterr().out
