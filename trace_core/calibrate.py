@@ -294,9 +294,12 @@ class TracePlus(_FittedOnTraces, SavedCalibrator):
         if F is None:  # only computed when an own feature is asked for
             F = self._features(X) if set(names) & set(own) else np.zeros((len(X), len(own)))
         extras = [n for n in names if n not in own]
-        if extras and isinstance(X, np.ndarray):  # a feature matrix has none (see _computable)
+        if not extras:
+            extra = np.zeros((len(X), 0))
+        elif isinstance(X, np.ndarray):  # a feature matrix has none (see _computable)
             raise ValueError(f"the drift features {extras} need traces, not a feature matrix")
-        extra = _extra_columns(X, extras) if extras else np.zeros((len(X), 0))
+        else:
+            extra = _extra_columns(X, extras)
         columns = [F[:, own.index(n)] if n in own else extra[:, extras.index(n)] for n in names]
         return names, (np.column_stack(columns) if columns else np.zeros((len(X), 0)))
 
