@@ -59,6 +59,12 @@ class DatasetTraces:
         """The usable traces, in row order, as one table (made once per dataset and session state)."""
         return TraceTable.from_traces(gather(self.traces, self.usable.keep))
 
+    def present(self) -> np.ndarray:
+        """Positions of the rows that have a trace (every row when the traces are the file's table)."""
+        if isinstance(self.traces, TraceTable):
+            return np.arange(len(self.traces), dtype=np.int64)
+        return np.flatnonzero([t is not None for t in self.traces]).astype(np.int64)
+
     def labels(self) -> np.ndarray | None:
         """The usable rows' labels, in row order; None when the dataset is unlabeled."""
         if self.dataset.label_source == "none":
@@ -173,14 +179,15 @@ def traces_download(rows: DatasetTraces, name: str) -> None:
 
     A fragment: choosing a format reruns only this part, not the page's evaluation and plots, and a fragment's
     rerun keeps the button's file until it draws the new one, even when the next choice cuts it short."""
-    n = sum(t is not None for t in rows.traces)
+    present = rows.present()
+    n = len(present)
     cols = st.columns([2, 3], vertical_alignment="bottom")
     # streamlit's radio stub uses typing.Never, which Python 3.10 lacks: mypy then takes the empty-options overload
     fmt: str = cols[0].radio("Traces file", list(TRACE_FORMATS), horizontal=True,  # type: ignore[assignment]
                              key="trace_format", format_func=lambda f: TRACE_FORMATS[f][0])
     # The traces are the file's and the ones recorded for it with the model (rows.key): which rows have one says
     # which recorded traces are in.
-    content = (rows.key, fmt, np.flatnonzero([t is not None for t in rows.traces]).tobytes())
+    content = (rows.key, fmt, present.tobytes())
     download_button(cols[1], f"Download the dataset with its {n:,} traces", lambda: rows.to_bytes(fmt),
                     content=content, file_name=f"{PurePath(name).stem}_traces.{fmt}", mime=TRACE_FORMATS[fmt][1],
                     key="download_traces", disabled=n == 0,

@@ -510,6 +510,11 @@ def traces_to_columns(traces: Sequence[Trace | None]) -> dict[str, list[Any]]:
     >>> traces_to_columns([None])["tokens"]
     [None]
     """
+    from .traces import TraceTable
+
+    if isinstance(traces, TraceTable):  # column by column
+        fields = traces.to_columns()
+        return {column.name: fields[column.field] for column in _WRITTEN}  # type: ignore[index]
     out: dict[str, list[Any]] = {c.name: [] for c in _WRITTEN}
     for i, trace in enumerate(traces):
         if trace is None:

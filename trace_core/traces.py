@@ -220,6 +220,32 @@ class TraceTable(Sequence[Trace]):
             ranks=self.ranks[a:b] if self.has_ranks[i] else None, metadata=self.metadata[i],
             top_tokens=self.top_tokens[i])
 
+    def to_columns(self) -> dict[str, list[Any]]:
+        """Every answer's fields as :meth:`Trace.to_dict <trace_core.trace.Trace.to_dict>` gives them, one list per
+        field (``prompt``, ``answer``, ``token_ids``, ...), each column converted to Python values once rather than
+        answer by answer (what the writers take)."""
+        bounds, top_bounds, ks = self.offsets.tolist(), self.top_offsets.tolist(), self.top_k.tolist()
+        ids, surprisal, ranks = self.token_ids.tolist(), self.surprisal.tolist(), self.ranks.tolist()
+        entropy, top_ids, top_logprobs = self.entropy.tolist(), self.top_ids.tolist(), self.top_logprobs.tolist()
+        has_entropy, has_ranks = self.has_entropy.tolist(), self.has_ranks.tolist()
+        out: dict[str, list[Any]] = {name: [] for name in ("token_ids", "tokens", "surprisal", "entropy", "top_ids",
+                                                           "top_logprobs", "ranks", "top_tokens")}
+        for i in range(len(self)):
+            a, b, k = bounds[i], bounds[i + 1], ks[i]
+            ta, tb = top_bounds[i], top_bounds[i + 1]
+            out["token_ids"].append(ids[a:b])
+            out["tokens"].append(list(self.tokens[a:b]))
+            out["surprisal"].append(surprisal[a:b])
+            out["entropy"].append(entropy[a:b] if has_entropy[i] else None)
+            out["top_ids"].append([top_ids[j:j + k] for j in range(ta, tb, k)] if k else [[] for _ in range(b - a)])
+            out["top_logprobs"].append([top_logprobs[j:j + k] for j in range(ta, tb, k)] if k
+                                       else [[] for _ in range(b - a)])
+            out["ranks"].append(ranks[a:b] if has_ranks[i] else None)
+            top = self.top_tokens[i]
+            out["top_tokens"].append(None if top is None else [list(row) for row in top])
+        return {"prompt": list(self.prompts), "answer": list(self.answers), **out,
+                "metadata": [m.to_dict() for m in self.metadata]}
+
     @property
     def n_tokens(self) -> int:
         """Tokens of all the answers."""

@@ -153,3 +153,21 @@ def test_usable_rows_read_a_table_as_its_list():
     a, b = usable_rows(table, too_long=[1]), usable_rows(traces, too_long=[1])
     assert a.keep.tolist() == b.keep.tolist() and (a.missing, a.empty, a.too_long) == (b.missing, b.empty, b.too_long)
     assert 3 in a.empty and 1 not in a.keep.tolist()
+
+
+def test_to_columns_is_each_traces_to_dict_and_files_are_written_alike():
+    import io
+
+    from trace_core.data import write_dataset
+
+    traces = _mixed()
+    table = TraceTable.from_traces(traces)
+    columns = table.to_columns()
+    for i, trace in enumerate(traces):
+        assert {name: values[i] for name, values in columns.items()} == trace.to_dict()
+    frame = pd.DataFrame({"prompt": [t.prompt or "q" for t in traces], "answer": [t.answer for t in traces]})
+    for fmt in ("csv", "jsonl", "parquet"):
+        a, b = io.BytesIO(), io.BytesIO()
+        write_dataset(frame, a, traces=table, format=fmt)
+        write_dataset(frame, b, traces=traces, format=fmt)
+        assert a.getvalue() == b.getvalue(), fmt

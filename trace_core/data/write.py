@@ -16,6 +16,7 @@ import pandas as pd
 from ..cells import is_missing
 from ..columns import TRACE_COLUMNS, trace_column, traces_to_columns
 from ..trace import Trace
+from ..traces import TraceTable
 from .read import PathOrBuffer, format_from_name
 
 __all__ = ["write_dataset"]
@@ -26,6 +27,8 @@ _PLAIN_SCALARS = {int, float, str, bool, type(None)}
 def to_plain(value: Any) -> Any:
     """Numpy and pandas values as JSON-able Python values (NaN/NA -> None)."""
     if isinstance(value, np.ndarray):
+        if value.dtype.kind in "iub" or (value.dtype.kind == "f" and not np.isnan(value).any()):
+            return value.tolist()  # plain Python numbers already, at any depth; no NaN to turn into None
         return [to_plain(v) for v in value.tolist()]
     if isinstance(value, (list, tuple)):
         types = set(map(type, value))
@@ -55,6 +58,11 @@ def csv_text(value: Any) -> str:
     return str(value)
 
 
+def _plain_json(value: Any) -> str:
+    """A CSV cell of a value that is JSON-able already (a trace column's lists): compact JSON, None as ""."""
+    return "" if value is None else json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def csv_bytes(header: list[str], rows: Iterable[list[str]], *, delimiter: str = ",") -> bytes:
     """A CSV file (UTF-8) from a header and rows of cell texts."""
     buffer = io.StringIO(newline="")
@@ -64,10 +72,11 @@ def csv_bytes(header: list[str], rows: Iterable[list[str]], *, delimiter: str = 
     return buffer.getvalue().encode("utf-8")
 
 
-def jsonl_bytes(records: Iterable[dict[str, Any]]) -> bytes:
-    """A JSON Lines file (UTF-8), one object per record."""
-    lines = [json.dumps({k: to_plain(v) for k, v in r.items()}, ensure_ascii=False, allow_nan=False)
-             for r in records]
+def jsonl_bytes(records: Iterable[dict[str, Any]], *, plain: frozenset[str] = frozenset()) -> bytes:
+    """A JSON Lines file (UTF-8), one object per record; the values of the keys in ``plain`` are JSON-able already
+    (no numpy values, no NaN) and are written as they are."""
+    lines = [json.dumps({k: v if k in plain else to_plain(v) for k, v in r.items()}, ensure_ascii=False,
+                        allow_nan=False) for r in records]
     return ("\n".join(lines) + ("\n" if lines else "")).encode("utf-8")
 
 
@@ -95,7 +104,8 @@ def _frame_for_writing(frame: pd.DataFrame, traces: Sequence[Trace | None] | Non
         frame = frame.drop(columns=[row_column])
     columns: dict[str, list[Any]] = {}
     if traces is not None:
-        traces = list(traces)
+        if not isinstance(traces, TraceTable):  # a table is written column by column
+            traces = list(traces)
         if len(traces) != len(frame):
             raise ValueError(f"`traces` has {len(traces)} entries but `frame` has {len(frame)} rows")
         columns = {c: v for c, v in traces_to_columns(traces).items() if any(x is not None for x in v)}
@@ -155,12 +165,15 @@ def write_dataset(frame: pd.DataFrame, dest: PathOrBuffer, *, traces: Sequence[T
     name = Path(dest).name if isinstance(dest, (str, Path)) else str(getattr(dest, "name", "") or "")
     fmt = format_from_name(name, format, "destination")
     frame, extra = _frame_for_writing(frame, traces)
+    plain = frozenset(extra) - {"trace_metadata"}  # a trace's lists are plain values (its metadata may hold any)
     if fmt == "csv":
         header = [str(c) for c in frame.columns] + list(extra)
-        data = csv_bytes(header, ([csv_text(v) for v in r.values()] for r in _records(frame, extra)),
+        encoders = [_plain_json if c in plain else csv_text for c in header]
+        data = csv_bytes(header, ([f(v) for f, v in zip(encoders, r.values(), strict=True)]
+                                  for r in _records(frame, extra)),
                          delimiter="\t" if name.lower().endswith(".tsv") else ",")
     elif fmt == "jsonl":
-        data = jsonl_bytes(_records(frame, extra))
+        data = jsonl_bytes(_records(frame, extra), plain=plain)
     else:
         data = _parquet_bytes(frame, extra)
     write_bytes(dest, data, text=fmt != "parquet")
