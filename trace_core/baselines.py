@@ -71,6 +71,7 @@ from .operators import (
     Ragged,
     check_paired,
     first_k_mean,
+    float64,
     last_k_mean,
     segment_max,
     segment_mean,
@@ -299,7 +300,7 @@ def trace_baseline_scores(surprisal: Ragged, entropy: Ragged | None, *,
     dict
         Baseline name -> confidences, shape (n_traces,), in registry order.
     """
-    batch = TraceBatch.from_arrays(surprisal, entropy)
+    batch = TraceBatch.from_arrays(float64(surprisal), None if entropy is None else float64(entropy))
     runnable, _ = _entropy_free(_names(names, "trace"), entropy)
     return {n: BASELINES[n].score(batch) for n in runnable}
 

@@ -279,8 +279,10 @@ def _evaluate(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config:
               progress: Progress | None = None, relevance: Sequence[np.ndarray] | None = None) -> EvaluationResult:
     if not isinstance(config, EvaluationConfig):
         raise TypeError(f"`config` must be an EvaluationConfig, got {type(config).__name__}")
-    inputs = protocol_inputs(surprisal, entropy, methods=methods, traces=traces, beam_logprobs=beam_logprobs,
-                             embedder=embedder, contexts=contexts, relevance=relevance)
+    from .chunked import chunked_protocol_inputs
+
+    inputs = chunked_protocol_inputs(surprisal, entropy, methods=methods, traces=traces, beam_logprobs=beam_logprobs,
+                                     embedder=embedder, contexts=contexts, relevance=relevance)
     scalar, features, wanted, skipped = inputs.scalar, inputs.features, inputs.wanted, inputs.skipped
     certain_tokens = (int(np.count_nonzero(surprisal.values == 0)), int(surprisal.values.shape[0]))
     notes = []

@@ -45,6 +45,7 @@ from .operators import (
     check_paired,
     decayed_mean,
     first_k_mean,
+    float64,
     segment_max,
     segment_mean,
     slope,
@@ -174,6 +175,7 @@ def feature_matrix_from_arrays(surprisal: Ragged, entropy: Ragged | None = None,
     if entropy is None and needs_entropy(feature_set):
         raise _missing_entropy(feature_set)
     check_paired(surprisal, entropy, who="TRACE+ needs")
+    surprisal, entropy = float64(surprisal), None if entropy is None else float64(entropy)
     lengths = surprisal.lengths
     wanted = set(names)
     columns: dict[str, np.ndarray] = {"log_length": np.log(lengths.astype(np.float64))}

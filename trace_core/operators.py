@@ -21,6 +21,7 @@ __all__ = [
     "KERNELS",
     "Ragged",
     "check_paired",
+    "float64",
     "decay_weights",
     "decayed_mean",
     "first_k_mean",
@@ -43,8 +44,11 @@ class Ragged:
 
     Attributes
     ----------
-    values : ndarray of float64, shape (N,)
-        All traces concatenated.
+    values : ndarray of float64 (or float32), shape (N,)
+        All traces concatenated. float32 values are kept as given, to halve what a large batch holds; every operator
+        computes in float64 (:func:`float64` upcasts a float32 batch where it is read), and
+        :func:`~trace_core.evaluate_arrays` upcasts one chunk of answers at a time. Any other values are converted
+        to float64.
     offsets : ndarray of int64, shape (n_traces + 1,)
         Trace i is ``values[offsets[i]:offsets[i + 1]]``; ``offsets[0] == 0`` and ``offsets[-1] == N``.
     """
@@ -53,7 +57,9 @@ class Ragged:
     offsets: np.ndarray
 
     def __post_init__(self) -> None:
-        values = np.asarray(self.values, dtype=np.float64)
+        values = np.asarray(self.values)
+        if values.dtype != np.float32:
+            values = np.asarray(values, dtype=np.float64)
         offsets = np.asarray(self.offsets, dtype=np.int64)
         if values.ndim != 1:
             raise ValueError(f"`values` must be 1-D, got shape {values.shape}")
@@ -136,6 +142,14 @@ def _read_only(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def float64(batch: Ragged) -> Ragged:
+    """``batch`` with float64 values: a float32 batch's values upcast (a copy that shares its index arrays), any
+    other batch as it is."""
+    if batch.values.dtype == np.float64:
+        return batch
+    return batch.with_values(batch.values.astype(np.float64))
+
+
 @overload
 def _as_ragged(x: Ragged) -> tuple[Ragged, bool]: ...
 @overload
@@ -145,7 +159,7 @@ def _as_ragged(x: ArrayLike) -> tuple[Ragged, bool]: ...
 def _as_ragged(x):
     """Return (batch, was_single)."""
     if isinstance(x, Ragged):
-        return x, False
+        return float64(x), False
     arr = np.asarray(x, dtype=np.float64)
     if arr.ndim != 1:
         raise ValueError(f"a trace must be 1-D (or a Ragged batch), got shape {arr.shape}")

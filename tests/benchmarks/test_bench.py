@@ -136,3 +136,13 @@ def test_protocol_floor_bench_runs(capsys):
     out = capsys.readouterr().out
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert len(rows) == 1 and len(rows[0]) == 7  # answers, methods, three timings, two ratios
+
+
+def test_evaluate_memory_bench_runs(capsys):
+    from bench.evaluate_memory import main
+
+    main(["--answers", "300", "--mean-length", "8", "--splits", "2"])
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("float")]
+    assert [r[0] for r in rows] == ["float64", "float32"] and [r[1] for r in rows] == ["float64", "float32"], out
+    assert all(r[-2].endswith("x") for r in rows), out
