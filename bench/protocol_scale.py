@@ -96,10 +96,11 @@ def _profile(surprisal, entropy, labels, config) -> None:
 # Where the protocol's time goes, by part: (file, function) pairs whose cumulative times add up to each part.
 _PARTS = {
     "Platt fits": [("logistic.py", "fit_logistic_1d")],
-    "TRACE+ and reference fits": [("logistic.py", "fit_logistic")],
-    "isotonic fits": [("calibrate.py", "fit_presorted")],
-    "predictions": [("calibrate.py", "predict_proba"), ("calibrate.py", "decision_function")],
-    "ranking metrics": [("protocol.py", "ranking_part"), ("ranking.py", "ranking_metrics")],
+    "TRACE+, reference and fitted-baseline fits": [("logistic.py", "standardised_logistic")],
+    "isotonic fits": [("scalar_calibration.py", "fit_presorted")],
+    "predictions": [("scalar_calibration.py", "predict_checked"), ("logistic.py", "__call__")],
+    "ranking metrics": [("protocol.py", "ranking_part"), ("protocol.py", "ranking_of_scores"),
+                        ("ranking.py", "ranking_metrics")],
     "Brier and ECE": [("protocol.py", "probability_metric")],
     "baselines": [("baselines.py", "baseline_scores")],
     "TRACE's score, TRACE+ and reference features": [("evaluate.py", "_scores")],

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -23,7 +24,13 @@ import numpy as np
 
 from .calibrate import IsotonicCalibrator, PlattCalibrator, TracePlus
 from .fitted_baselines import FitBaseline, Fitted, feature_ranks
-from .logistic import sigmoid, standardised_logistic, transform_scores
+from .logistic import (
+    StandardisedLogistic,
+    sigmoid,
+    standardised_logistic,
+    standardised_logistic_rows,
+    transform_scores,
+)
 from .metrics import RankGroups
 from .metrics.kernels import brier_kernel, ece_of_ascending, ranking_of_groups
 from .paired import FITTED, RAW
@@ -35,7 +42,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["MAX_WORKERS", "OUT_OF_FOLD", "THREADS_FROM", "Ascending", "MethodOnSplit", "Part", "SplitRun",
            "draw_splits", "feature_set", "fit_reference", "is_constant", "map_on_threads", "one_blas_thread",
-           "out_of_fold", "probability_metric", "ranking_part", "run_splits", "stratified_folds", "workers_for"]
+           "out_of_fold", "probability_metric", "ranking_of_scores", "ranking_part", "run_splits", "stratified_folds",
+           "take_rows", "workers_for"]
 
 Progress = Callable[[int, int], None]
 
@@ -94,10 +102,28 @@ def draw_splits(y: np.ndarray, config: EvaluationConfig) -> list[tuple[np.ndarra
     return out
 
 
-def fit_reference(F: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+def fit_reference(F: np.ndarray, y: np.ndarray, *, near: StandardisedLogistic | None = None) -> StandardisedLogistic:
     """TRACE+'s fit (standardise on the calibration part, the same L2 logistic regression with C = 1) on the
-    supervised reference's features; returns the decision function."""
-    return standardised_logistic(F, y)
+    supervised reference's features; returns the model, which gives the decision function. ``near``: a start
+    (:func:`~trace_core.logistic.standardised_logistic`)."""
+    return standardised_logistic(F, y, near=near)
+
+
+def take_rows(F: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``F[rows]`` of a column-major ``F`` (n, d), column-major too: one contiguous gather per column, several
+    times faster than numpy's row gather, and what the fits read (:func:`~trace_core.logistic.standardised_logistic`
+    works column by column)."""
+    return np.take(F.T, rows, axis=1).T
+
+
+def _row_gather(F: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    return F[rows]
+
+
+def _both_classes(y: np.ndarray) -> bool:
+    """0/1 labels hold both classes."""
+    positives = int(np.count_nonzero(y))
+    return 0 < positives < y.shape[0]
 
 
 def _order_only(spec: Method) -> bool:
@@ -169,6 +195,7 @@ class Ascending:
     y: np.ndarray
     groups: np.ndarray | None
     contiguous: bool
+    raw: np.ndarray
 
     @classmethod
     def of(cls, raw: np.ndarray, z: np.ndarray, y: np.ndarray) -> Ascending:
@@ -177,7 +204,18 @@ class Ascending:
         steps = raw_sorted[1:] != raw_sorted[:-1]
         contiguous = bool(np.all(raw_sorted[1:] >= raw_sorted[:-1]))
         groups = None if bool(steps.all()) else np.concatenate([[0], np.cumsum(steps)])
-        return cls(order=order, z=z[order], y=y[order], groups=groups, contiguous=contiguous)
+        return cls(order=order, z=z[order], y=y[order], groups=groups, contiguous=contiguous, raw=raw_sorted)
+
+    def spread(self, keep: np.ndarray) -> bool:
+        """True when the raw scores at ``keep`` (ascending positions, at least 2) are certainly not constant for
+        :func:`is_constant`: their range alone forces a standard deviation above twice its threshold (``k`` values
+        spanning ``r`` have a standard deviation of at least ``r / sqrt(2 k)``, and their mean lies inside the
+        range). False means: ask :func:`is_constant`."""
+        if not self.contiguous:
+            return False
+        low, high = float(self.raw[keep[0]]), float(self.raw[keep[-1]])
+        bound = (high - low) / math.sqrt(2.0 * keep.shape[0])
+        return bound > 2.0 * CONSTANT_RTOL * max(abs(low), abs(high), np.finfo(np.float64).tiny)
 
 
 def ranking_part(prep: Ascending, keep: np.ndarray, y_part: np.ndarray) -> dict[str, float]:
@@ -195,6 +233,18 @@ def ranking_part(prep: Ascending, keep: np.ndarray, y_part: np.ndarray) -> dict[
         pos = np.add.reduceat(pos, starts)
     n_pos = int(y_part.sum())
     return ranking_of_groups(total, pos, both_classes=0 < n_pos < k, singletons=prep.groups is None)
+
+
+def ranking_of_scores(score: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """:meth:`~trace_core.metrics.RankGroups.ranking_metrics` of a score fitted on one split (checked, finite) and
+    its 0/1 int64 labels, both classes present: one sort, and when every score is distinct (a fitted model's usual
+    case) the groups of one, without counting per distinct value."""
+    order = np.argsort(score)
+    ascending = score[order]
+    if not bool(np.all(ascending[1:] > ascending[:-1])):
+        return RankGroups(score).ranking_metrics(y)
+    pos = y[order].astype(np.float64)
+    return ranking_of_groups(np.ones(score.shape[0]), pos, both_classes=True, singletons=True)
 
 
 def stratified_folds(y: np.ndarray, folds: int = OUT_OF_FOLD) -> np.ndarray:
@@ -218,12 +268,12 @@ def out_of_fold(fit: FitBaseline, F: np.ndarray, y: np.ndarray, full: Fitted) ->
     fold = stratified_folds(y)
     score, log_odds = np.empty(y.shape[0]), np.empty(y.shape[0])
     for k in range(OUT_OF_FOLD):
-        held = fold == k
-        if not held.any():
+        held = np.flatnonzero(fold == k)
+        if not held.shape[0]:
             continue
-        rest = ~held
-        model = fit(F[rest], y[rest], near=full) if np.unique(y[rest]).shape[0] == 2 else full
-        score[held] = model.score(F[held])
+        rest = np.flatnonzero(fold != k)
+        model = fit(take_rows(F, rest), y[rest], near=full) if _both_classes(y[rest]) else full
+        score[held] = model.score(take_rows(F, held))
         log_odds[held] = model.log_odds(score[held])
     return score, log_odds
 
@@ -281,7 +331,11 @@ class _Protocol:
                  config: EvaluationConfig) -> None:
         self.y, self.scalar, self.config = y, scalar, config
         # A fitted baseline that reads only its features' order gets their ranks (the same scores, cheaper fits).
-        self.features = {m: feature_ranks(F) if _order_only(METHODS[m]) else F for m, F in features.items()}
+        # Column-major: each split's rows are gathered column by column (take_rows) and the fits read columns;
+        # TRACE+'s stay as given, for TracePlus.fit's arithmetic.
+        self.features = {m: F if METHODS[m].kind == "trace_plus"
+                         else np.asfortranarray(feature_ranks(F) if _order_only(METHODS[m]) else F)
+                         for m, F in features.items()}
         # Calibrators are fitted on each score's documented transform; rankings use the raw score, sorted once.
         self.transformed = {m: transform_scores(scalar[m], METHODS[m].transform) for m in scalar}
         names = list(self.transformed)
@@ -289,6 +343,9 @@ class _Protocol:
                                   workers=workers_for(y.shape[0], len(names)))
         self.prepared = dict(zip(names, prepared, strict=True))
         self.rank_groups = {m: RankGroups(scalar[m]) for m in scalar if not self.prepared[m].contiguous}
+        # Each method's fit on the previous split, a start for its fit on the next (the same optimum in fewer Newton
+        # steps): only that method's task writes its entry, and a split starts after the previous one has finished.
+        self.previous: dict[str, Any] = {}
         self.ranking = [m for m in config.metrics if METRICS[m].on == "score"]
         self.probability = [m for m in config.metrics if METRICS[m].on == "probability"]
 
@@ -310,24 +367,26 @@ class _Protocol:
         """A method with its own fitted model: TRACE+, the reference, or a fitted baseline (whose calibration-part
         values, out of fold, choose the best baseline: in-sample they would flatter it against the scalar ones)."""
         spec, F, out = METHODS[method], self.features[method], MethodOnSplit()
-        cal, ev = part.cal, part.ev
+        rows = take_rows if F.flags.f_contiguous else _row_gather
+        F_cal, F_ev = rows(F, part.cal), rows(F, part.ev)
         if spec.kind == "fitted_baseline" and spec.fitted is not None:
-            model = spec.fitted.fit(F[cal], part.y_cal)
-            raw = model.score(F[ev])
+            model = spec.fitted.fit(F_cal, part.y_cal, near=self.previous.get(method))
+            self.previous[method] = model
+            raw = model.score(F_ev)
             probs = {FITTED: sigmoid(model.log_odds(raw))}
-            score_cal, log_odds_cal = out_of_fold(spec.fitted.fit, F[cal], part.y_cal, model)
-            on_cal = RankGroups(score_cal).ranking_metrics(part.y_cal) if self.ranking else {}
+            score_cal, log_odds_cal = out_of_fold(spec.fitted.fit, F_cal, part.y_cal, model)
+            on_cal = ranking_of_scores(score_cal, part.y_cal) if self.ranking else {}
             out.calibration = self.values(part, method, on_cal, part.y_cal, {FITTED: sigmoid(log_odds_cal)})
         else:
-            decision: Callable[[np.ndarray], np.ndarray]
-            if spec.kind == "trace_plus":  # TracePlus.fit's model, without its provenance and drift summary
+            if spec.kind == "trace_plus":  # TracePlus.fit's model to the last bit, without its drift summary
                 plus = TracePlus(feature_set=feature_set(spec))
-                decision = standardised_logistic(F[cal], part.y_cal, C=plus.C, max_iter=plus.max_iter)
+                decision = standardised_logistic_rows(F_cal, part.y_cal, C=plus.C, max_iter=plus.max_iter)
             else:
-                decision = fit_reference(F[cal], part.y_cal)
-            raw = decision(F[ev])
+                decision = fit_reference(F_cal, part.y_cal, near=self.previous.get(method))
+                self.previous[method] = decision
+            raw = decision(F_ev)
             probs = {FITTED: sigmoid(raw)}  # TracePlus.predict_proba's function: held-out values equal it
-        ranked = RankGroups(raw).ranking_metrics(part.y_ev) if self.ranking else {}
+        ranked = ranking_of_scores(raw, part.y_ev) if self.ranking else {}
         out.rows = self.values(part, method, ranked, part.y_ev, probs)
         if part.first:
             out.held = HeldOutMethod(score=raw, probabilities=probs)
@@ -344,25 +403,26 @@ class _Protocol:
     def _scalar(self, method: str, part: Part) -> MethodOnSplit:
         """TRACE or a scalar baseline: both scalar calibrators fitted on the calibration part's transformed score.
         Each part is taken in ascending score order (the isotonic fit and prediction, the ECE bins and the
-        rankings' tie groups all want it); Platt is fitted on the part in row order, as ``PlattCalibrator.fit`` on
-        ``z[cal]`` would be."""
-        prep, z, cal, ev = self.prepared[method], self.transformed[method], part.cal, part.ev
-        out = MethodOnSplit(constant=is_constant(self.scalar[method][cal]))
+        rankings' tie groups all want it); Platt is fitted on the same part (the sums of ``PlattCalibrator.fit`` on
+        ``z[cal]``, in another order), started from the previous split's fit."""
+        prep, cal, ev = self.prepared[method], part.cal, part.ev
         # Positions rather than boolean masks: numpy's masked selection is slow on a random mask, finding the
         # positions once and gathering is not.
         in_cal = part.in_cal[prep.order]
         keep_cal, keep_ev = np.flatnonzero(in_cal), np.flatnonzero(~in_cal)
+        out = MethodOnSplit(constant=not prep.spread(keep_cal) and is_constant(self.scalar[method][cal]))
         z_cal, y_cal = prep.z[keep_cal], prep.y[keep_cal]
         z_ev, y_ev = prep.z[keep_ev], prep.y[keep_ev]
         fitted: dict[str, PlattCalibrator | IsotonicCalibrator] = {
-            "platt": PlattCalibrator().fit(z[cal], part.y_cal),
+            "platt": PlattCalibrator().fit_checked(z_cal, y_cal, near=self.previous.get(method)),
             "isotonic": IsotonicCalibrator().fit_presorted(z_cal, y_cal)}
-        probs = {c: fitted[c].predict_proba(z_ev) for c in SCALAR_CALIBRATORS}
+        self.previous[method] = fitted["platt"]
+        probs = {c: fitted[c].predict_checked(z_ev) for c in SCALAR_CALIBRATORS}
         ranked = self._rankings(method, keep_ev, y_ev, ev, part.y_ev)
         if METHODS[method].kind == "baseline":  # the calibration part's values choose the best baseline
             on_cal = self._rankings(method, keep_cal, y_cal, cal, part.y_cal)
             out.calibration = self.values(part, method, on_cal, y_cal,
-                                          {c: fitted[c].predict_proba(z_cal) for c in SCALAR_CALIBRATORS})
+                                          {c: fitted[c].predict_checked(z_cal) for c in SCALAR_CALIBRATORS})
         out.rows = self.values(part, method, ranked, y_ev, probs)
         if part.first:  # back to row order
             places = np.searchsorted(ev, prep.order[keep_ev])  # ev ascends
@@ -391,7 +451,7 @@ def run_splits(y: np.ndarray, scalar: dict[str, np.ndarray], features: dict[str,
     workers = workers_for(y.shape[0], len(methods))
     with ThreadPoolExecutor(max_workers=workers) as pool, one_blas_thread(workers > 1):
         for split, (cal, ev) in enumerate(splits):
-            if np.unique(y[cal]).shape[0] < 2 or np.unique(y[ev]).shape[0] < 2:
+            if not (_both_classes(y[cal]) and _both_classes(y[ev])):
                 skipped += 1
             else:
                 part = Part.of(split, cal, ev, y, first=held is None)
