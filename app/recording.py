@@ -81,7 +81,7 @@ class DatasetTraces:
         """Every row of the dataset with its trace columns (from the file or recorded in this session; empty where
         there is none), written by :func:`trace_core.write_dataset` (``format``: csv, jsonl, parquet)."""
         buffer = io.BytesIO()
-        write_dataset(self.dataset.frame, buffer, traces=list(self.traces), format=format)
+        write_dataset(self.dataset.frame, buffer, traces=self.traces, format=format)
         return buffer.getvalue()
 
 
@@ -178,13 +178,23 @@ def traces_download(rows: DatasetTraces, name: str) -> None:
     and set of traces, see :mod:`app.downloads`). The file reads back unchanged with ``read_dataset``.
 
     A fragment: choosing a format reruns only this part, not the page's evaluation and plots, and a fragment's
-    rerun keeps the button's file until it draws the new one, even when the next choice cuts it short."""
+    rerun keeps the button's file until it draws the new one, even when the next choice cuts it short.
+
+    Writing the file takes seconds for tens of thousands of answers, so a session's first page loads do not write
+    it: a "Prepare" button stands in for the download until clicked; from then on, in this session, the file is
+    written with the page (in the format chosen) and the download button is there to click."""
     present = rows.present()
     n = len(present)
     cols = st.columns([2, 3], vertical_alignment="bottom")
     # streamlit's radio stub uses typing.Never, which Python 3.10 lacks: mypy then takes the empty-options overload
     fmt: str = cols[0].radio("Traces file", list(TRACE_FORMATS), horizontal=True,  # type: ignore[assignment]
                              key="trace_format", format_func=lambda f: TRACE_FORMATS[f][0])
+    if not state.traces_file_wanted():
+        if not cols[1].button(f"Prepare the dataset with its {n:,} traces for download", key="prepare_traces",
+                              disabled=n == 0, help="Writes the file (seconds for tens of thousands of answers); "
+                                                    "the download button then takes its place."):
+            return
+        state.want_traces_file()
     # The traces are the file's and the ones recorded for it with the model (rows.key): which rows have one says
     # which recorded traces are in.
     content = (rows.key, fmt, present.tobytes())

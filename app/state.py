@@ -55,6 +55,7 @@ SESSION_COPY = "session_copy__"  # + a slot: (key, value): this session's copy o
 INSPECT_TRACE = "inspect_trace"  # Trace | None: the Inspect page's last answer
 COMPARISON = "compare_result"  # Comparison | None: the Compare page's last two answers
 EXAMPLE_USED = "example_used"  # int: the example prompt last copied into the prompt box
+TRACES_FILE_WANTED = "traces_file_wanted"  # bool: the dataset-with-traces file was asked for
 
 # Widget keys that code also sets.
 PROMPT = "prompt"  # the Inspect page's prompt box (an example fills it)
@@ -429,6 +430,15 @@ def heatmap_choice() -> tuple[str, str]:
     """Inspect's "Colour by" and "Colour scale" choices as last set (the defaults before the page draws them): the
     streamed heatmap is drawn above those widgets, with their values."""
     return _get("signal", "surprisal"), _get("colour_scale", "fixed")
+
+
+def traces_file_wanted() -> bool:
+    """Whether this session asked for the dataset-with-traces file (:func:`app.recording.traces_download`)."""
+    return bool(_get(TRACES_FILE_WANTED, False))
+
+
+def want_traces_file() -> None:
+    _set(TRACES_FILE_WANTED, True)
 
 
 def inspect_trace() -> Trace | None:

@@ -226,7 +226,7 @@ class TraceTable(Sequence[Trace]):
         answer by answer (what the writers take)."""
         bounds, top_bounds, ks = self.offsets.tolist(), self.top_offsets.tolist(), self.top_k.tolist()
         ids, surprisal, ranks = self.token_ids.tolist(), self.surprisal.tolist(), self.ranks.tolist()
-        entropy, top_ids, top_logprobs = self.entropy.tolist(), self.top_ids.tolist(), self.top_logprobs.tolist()
+        entropy = self.entropy.tolist()
         has_entropy, has_ranks = self.has_entropy.tolist(), self.has_ranks.tolist()
         out: dict[str, list[Any]] = {name: [] for name in ("token_ids", "tokens", "surprisal", "entropy", "top_ids",
                                                            "top_logprobs", "ranks", "top_tokens")}
@@ -237,9 +237,8 @@ class TraceTable(Sequence[Trace]):
             out["tokens"].append(list(self.tokens[a:b]))
             out["surprisal"].append(surprisal[a:b])
             out["entropy"].append(entropy[a:b] if has_entropy[i] else None)
-            out["top_ids"].append([top_ids[j:j + k] for j in range(ta, tb, k)] if k else [[] for _ in range(b - a)])
-            out["top_logprobs"].append([top_logprobs[j:j + k] for j in range(ta, tb, k)] if k
-                                       else [[] for _ in range(b - a)])
+            out["top_ids"].append(self.top_ids[ta:tb].reshape(b - a, k).tolist())  # nested lists made in C
+            out["top_logprobs"].append(self.top_logprobs[ta:tb].reshape(b - a, k).tolist())
             out["ranks"].append(ranks[a:b] if has_ranks[i] else None)
             top = self.top_tokens[i]
             out["top_tokens"].append(None if top is None else [list(row) for row in top])

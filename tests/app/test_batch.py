@@ -80,6 +80,7 @@ def test_calibrate_answers_a_prompts_file_then_evaluates_the_answers(prompts_fil
     assert data.labels.tolist() == labels and 0 < sum(labels) < len(labels)
     assert data.frame["prompts_row"].tolist() == [n for n in range(1, 41) if n != 6]
     # the answered dataset downloads with its traces and reads back as a dataset
+    at.button(key="prepare_traces").click().run()
     assert "Download the dataset with its 39 traces" in [b.label for b in at.get("download_button")]
 
 

@@ -169,9 +169,15 @@ def test_calibrate_downloads_the_dataset_with_its_recorded_traces(tiny_model_dir
 def test_calibrate_page_offers_the_traces_download(tiny_model_dirs, files):
     at = start(tiny_model_dirs, "../pages/calibrate.py")
     calibrate_upload(at, files["labeled"])
-    labels = [b.proto.label for b in at.get("download_button")]
-    assert "Download the dataset with its 60 traces" in labels
+    # the file is not written on the first loads: a Prepare button stands in until clicked, then the download stays
+    assert "Download the dataset with its 60 traces" not in [b.proto.label for b in at.get("download_button")]
+    assert at.button(key="prepare_traces").label == "Prepare the dataset with its 60 traces for download"
+    at.button(key="prepare_traces").click().run()
+    assert "Download the dataset with its 60 traces" in [b.proto.label for b in at.get("download_button")]
     assert at.radio(key="trace_format").options == ["CSV", "JSON Lines", "Parquet"]
+    at.radio(key="trace_format").set_value("jsonl").run()  # asked for once: every format is then written
+    assert not [b for b in at.button if b.key == "prepare_traces"]
+    assert "Download the dataset with its 60 traces" in [b.proto.label for b in at.get("download_button")]
 
 
 def test_inspect_never_shows_a_stale_answer_as_current(tiny_model_dirs):

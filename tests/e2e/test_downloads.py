@@ -116,6 +116,7 @@ def _traces_file(path: Path, name: str) -> tuple[str, int]:
 
 def test_calibrate_traces_download_arrives_after_each_format_change(server, page):
     _calibrated(page, server)
+    page.get_by_role("button", name=re.compile(r"^Prepare the dataset with its [\d,]+ traces for download$")).click()
     name = re.compile(r"^Download the dataset with its [\d,]+ traces$")
     expected = _traces_file(Path((first := download(page, name)).path()), first.suggested_filename)[1]
     button = page.get_by_role("button", name=name)
