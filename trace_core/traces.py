@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, overload
 
 import numpy as np
@@ -296,7 +297,7 @@ class TableBuilder:
             prompts=tuple(r.prompt for r in rows), answers=tuple(r.answer for r in rows),
             metadata=tuple(r.metadata for r in rows), offsets=_offsets(lengths),
             token_ids=_joined([r.token_ids for r in rows], np.int64),
-            tokens=tuple(tok for r in rows for tok in r.tokens),
+            tokens=tuple(chain.from_iterable(r.tokens for r in rows)),
             surprisal=_joined([r.surprisal for r in rows], np.float64),
             entropy=_joined([r.entropy if r.entropy is not None else np.full(n, np.nan)
                              for r, n in zip(rows, lengths, strict=True)], np.float64),

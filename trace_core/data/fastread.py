@@ -230,6 +230,14 @@ def _fast_rows(parsed: Parsed, metadatas: list[TraceMetadata | None] | None, sur
         source = {"entropy_source": "absent", "entropy_k": None}
     elif "entropy" not in vectors:
         source = {"entropy_source": "top_k", "entropy_k": k}
+    default_meta = TraceMetadata(source="imported", **source)  # for the rows without metadata (frozen: shared)
+    total = bounds[-1]
+    if "token_ids" not in vectors:  # views of one chunk-wide array, as a row's own would hold
+        vectors = {**vectors, "token_ids": np.full(total, -1, dtype=np.int64)}
+    if top_ids is None:
+        top_ids = np.full((total, k), -1, dtype=np.int64)
+    if top_logprobs is None:
+        top_logprobs = np.zeros((total, 0))
     out: list[FastRow | None] = []
     for i, tokens in enumerate(parsed.token_lists):
         row_meta = metadatas[i] if metadatas is not None else None
@@ -238,22 +246,18 @@ def _fast_rows(parsed: Parsed, metadatas: list[TraceMetadata | None] | None, sur
             continue
         a, b = bounds[i], bounds[i + 1]
         n = b - a
-        if row_meta is not None:  # given
-            meta = replace(row_meta, **source) if source else row_meta
-        else:  # the default with its entropy source, made once (not made, then replaced)
-            meta = TraceMetadata(source="imported", **source)
+        meta = (replace(row_meta, **source) if source else row_meta) if row_meta is not None else default_meta
         top = None
         if top_strings is not None:
             shared = list(map(strings.setdefault, top_strings[i], top_strings[i]))
             top = tuple(zip(*[iter(shared)] * k, strict=True)) if k else ((),) * n
-        ids = vectors["token_ids"][a:b] if "token_ids" in vectors else np.full(n, -1, dtype=np.int64)
         out.append(FastRow(
             tokens=tuple(map(strings.setdefault, tokens, tokens)),
-            token_ids=ids,
+            token_ids=vectors["token_ids"][a:b],
             surprisal=surprisal[a:b],
             entropy=None if entropies is None else entropies[a:b],
-            top_ids=top_ids[a:b] if top_ids is not None else np.full((n, k), -1, dtype=np.int64),
-            top_logprobs=top_logprobs[a:b] if top_logprobs is not None else np.zeros((n, 0)),
+            top_ids=top_ids[a:b],
+            top_logprobs=top_logprobs[a:b],
             ranks=vectors["ranks"][a:b] if "ranks" in vectors else None,
             metadata=meta,
             top_tokens=top))
