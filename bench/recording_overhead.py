@@ -5,6 +5,9 @@
 
 Prints, per batch size: median wall time of plain generate, traced generate (trace_core) and the naive alternative
 (``output_logits=True``, entropy computed afterwards), their ratios to plain, and bytes kept per generated token.
+``--where`` then shows where the recorder's time goes: the per-step copy and the statistics' operations (torch's
+profiler on the recorder's own routine, on rows of the model's vocabulary), in milliseconds per generated step and as
+a share of a plain step.
 """
 
 from __future__ import annotations
@@ -27,6 +30,31 @@ _QUESTIONS = ["Tell me about the history of Rome.", "Explain how a bicycle works
               "Why is the sky blue?"]
 
 
+def _where(batch: int, vocab: int, k: int, plain_step: float, steps: int = 64) -> None:
+    """The recorder's work per generated step at this batch and vocabulary, by operation: the copy of each step's
+    scores, then the statistics of ``steps`` buffered steps (the recorder's own routine under torch's profiler)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from trace_core.record.stats import stats_in_place
+
+    scores = torch.randn(batch, vocab) * 3
+    buffer = torch.empty((steps, batch, vocab))
+    work = torch.empty_like(buffer)
+    for _ in range(2):  # warm-up, then one profiled flush of `steps` steps
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for s in range(steps):
+                buffer[s].copy_(scores)
+            stats_in_place(buffer.view(-1, vocab), k, None, work=work.view(-1, vocab))
+    rows = sorted(((e.key, e.self_cpu_time_total / 1e3 / steps) for e in prof.key_averages()
+                   if e.self_cpu_time_total > 0), key=lambda r: -r[1])
+    total = sum(ms for _, ms in rows)
+    print(f"      where the recorder's {total:.3f} ms per step go (a plain step: {plain_step * 1e3:.3f} ms; "
+          f"{total / (plain_step * 1e3):.1%} of it):")
+    for name, ms in rows[:8]:
+        print(f"        {name:<24} {ms:>7.3f} ms  {ms / (plain_step * 1e3):>6.1%} of a plain step")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="random", choices=["random", "smollm2"],
@@ -39,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--k", type=int, default=5, help="alternatives stored per token")
+    parser.add_argument("--where", action="store_true", help="also profile the recorder's work per step")
     args = parser.parse_args(argv)
 
     import torch
@@ -117,6 +146,8 @@ def main(argv: list[str] | None = None) -> None:
         trace_bytes = sum(t.nbytes for t in traces) / sum(len(t) for t in traces)
         print(f"{batch:>5} {med['plain']:>9.3f} {med['traced']:>9.3f} {med['traced'] / med['plain']:>6.3f} "
               f"{med['naive']:>9.3f} {med['naive'] / med['plain']:>6.3f} {trace_bytes:>13.0f} {naive_bytes:>13.0f}")
+        if args.where:
+            _where(batch, lm.vocab_size, args.k, med["plain"] / max(1, reference.shape[1]))
 
 
 if __name__ == "__main__":

@@ -30,22 +30,24 @@ def stats_in_place(x: torch.Tensor, k: int, chosen: torch.Tensor | None, *, work
     work = torch.empty_like(x) if work is None else work
     width = min(max(k, 1), x.shape[-1])
     chunks = _chunk_maxima(x, width)
-    x.sub_(x.amax(dim=-1, keepdim=True) if chunks is None else chunks[1])
-    torch.exp(x, out=work)
-    total = work.sum(dim=-1, keepdim=True)
-    x.sub_(total.log())  # log p
-    top_lp, top_ids = torch.topk(x, k=width, dim=-1) if chunks is None else _topk_in_chunks(x, width, chunks[0])
+    x.sub_(x.amax(dim=-1, keepdim=True) if chunks is None else chunks[1])  # z = x - max
+    torch.exp(x, out=work)  # e^z
+    total = work.sum(dim=-1, keepdim=True)  # Z; log p = z - log Z, taken only where a value is kept
+    log_total = total.log()
+    top_z, top_ids = torch.topk(x, k=width, dim=-1) if chunks is None else _topk_in_chunks(x, width, chunks[0])
+    top_lp = top_z - log_total
     if chosen is None:
         chosen_lp, rank = top_lp[:, 0], torch.ones_like(top_ids[:, 0])
     else:
-        chosen_lp = x.gather(-1, chosen[:, None]).squeeze(-1)
+        chosen_z = x.gather(-1, chosen[:, None])
+        chosen_lp = (chosen_z - log_total).squeeze(-1)
         above = torch.empty(x.shape, dtype=torch.bool, device=x.device) if above is None else above
-        torch.gt(x, chosen_lp[:, None], out=above)
+        torch.gt(x, chosen_z, out=above)
         rank = above.sum(dim=-1) + 1  # sum of a bool tensor: twice as fast as count_nonzero
-    work.div_(total)  # p
-    # -sum p log p as one dot product per row (several times faster than torch.special.entr on CPU); the clamp
-    # makes masked tokens (log p = -inf, p = 0) add 0 instead of 0 * -inf = nan.
-    entropy = -torch.linalg.vecdot(work, x.clamp_(min=torch.finfo(x.dtype).min))
+    # H = -sum p log p = log Z - sum(e^z z) / Z: one in-place product and one sum, no normalised copy; the clamp
+    # makes masked tokens (z = -inf, e^z = 0) add 0 instead of 0 * -inf = nan.
+    weighted = work.mul_(x.clamp_(min=torch.finfo(x.dtype).min)).sum(dim=-1, keepdim=True)
+    entropy = (log_total - weighted / total).squeeze(-1)
     return entropy, top_lp[:, :k], top_ids[:, :k], chosen_lp, rank
 
 

@@ -408,3 +408,29 @@ def test_recorder_statistics_equal_with_and_without_the_runs(monkeypatch):
         monkeypatch.undo()
         for a, b in zip(fast, plain, strict=True):
             assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("width", [300, 50257])
+def test_recorder_statistics_equal_a_float64_log_softmax(width):
+    """Entropy, top-k, chosen log-probabilities and ranks against float64 log_softmax, on rows with masked tokens
+    (-inf, as logits processors leave them) and with a sampled (not the top) token."""
+    from trace_core.record import stats
+
+    gen = torch.Generator().manual_seed(width)
+    logits = torch.randn(5, width, generator=gen) * 4
+    logits[1, ::3] = float("-inf")
+    logits[2] = float("-inf")
+    logits[2, :7] = torch.arange(7.0)
+    chosen = torch.tensor([3, 4, 2, width - 1, 0])
+    for pick in (None, chosen):
+        entropy, top_lp, top_ids, chosen_lp, rank = stats.stats_in_place(logits.clone(), 5, pick)
+        logp = torch.log_softmax(logits.double(), dim=-1)
+        expected_entropy = -(logp.exp() * logp.clamp(min=-1e300)).sum(-1)
+        assert torch.allclose(entropy.double(), expected_entropy, atol=2e-5, rtol=1e-5)
+        expected_top, _ = torch.topk(logp, 5, dim=-1)
+        assert torch.allclose(top_lp.double(), expected_top, atol=1e-5)
+        assert torch.allclose(logp.gather(-1, top_ids), expected_top, atol=1e-5)
+        picked = top_ids[:, 0] if pick is None else pick
+        assert torch.allclose(chosen_lp.double(), logp.gather(-1, picked[:, None]).squeeze(-1), atol=1e-5)
+        expected_rank = (logp > logp.gather(-1, picked[:, None])).sum(-1) + 1
+        assert torch.equal(rank.long(), expected_rank)
