@@ -17,6 +17,7 @@ from ..cells import is_missing
 from ..columns import TRACE_COLUMNS, trace_column, traces_to_columns
 from ..trace import Trace
 from ..traces import TraceTable
+from .arrow import table_arrow_columns
 from .read import PathOrBuffer, format_from_name
 
 __all__ = ["write_dataset"]
@@ -95,20 +96,25 @@ def write_bytes(dest: object, data: bytes, *, text: bool = True) -> None:
         dest.write(data)
 
 
-def _frame_for_writing(frame: pd.DataFrame, traces: Sequence[Trace | None] | None
-                       ) -> tuple[pd.DataFrame, dict[str, list[Any]]]:
+def _frame_for_writing(frame: pd.DataFrame, traces: Sequence[Trace | None] | None, *, arrow: bool = False
+                       ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The frame without the row-number and trace columns, and the trace columns to write: per-answer lists, or
+    (``arrow``, for Parquet, when the traces are a table) Arrow arrays made from the table's columns."""
     if not isinstance(frame, pd.DataFrame):
         raise TypeError(f"`frame` must be a pandas DataFrame, got {type(frame).__name__}")
     row_column = frame.attrs.get("trace_core_row_column")
     if row_column in frame.columns:  # the row numbers read_dataset added are recomputed on reading again
         frame = frame.drop(columns=[row_column])
-    columns: dict[str, list[Any]] = {}
+    columns: dict[str, Any] = {}
     if traces is not None:
         if not isinstance(traces, TraceTable):  # a table is written column by column
             traces = list(traces)
         if len(traces) != len(frame):
             raise ValueError(f"`traces` has {len(traces)} entries but `frame` has {len(frame)} rows")
-        columns = {c: v for c, v in traces_to_columns(traces).items() if any(x is not None for x in v)}
+        if arrow and isinstance(traces, TraceTable):
+            columns = table_arrow_columns(traces)
+        else:
+            columns = {c: v for c, v in traces_to_columns(traces).items() if any(x is not None for x in v)}
         frame = frame.drop(columns=[c for c in TRACE_COLUMNS if c in frame.columns])
     return frame, columns
 
@@ -119,7 +125,7 @@ def _records(frame: pd.DataFrame, extra: Mapping[str, list[Any]]) -> Iterable[di
         yield dict(zip(names, list(values) + [v[i] for v in extra.values()], strict=True))
 
 
-def _parquet_bytes(frame: pd.DataFrame, extra: Mapping[str, list[Any]]) -> bytes:
+def _parquet_bytes(frame: pd.DataFrame, extra: Mapping[str, Any]) -> bytes:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -127,7 +133,8 @@ def _parquet_bytes(frame: pd.DataFrame, extra: Mapping[str, list[Any]]) -> bytes
         raise ImportError("writing Parquet needs pyarrow: pip install pyarrow") from exc
     table = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
     for name, values in extra.items():
-        table = table.append_column(name, trace_column(name).arrow_array(values))  # type: ignore[union-attr]
+        array = values if isinstance(values, pa.Array) else trace_column(name).arrow_array(values)  # type: ignore[union-attr]
+        table = table.append_column(name, array)
     buffer = io.BytesIO()
     pq.write_table(table, buffer)
     return buffer.getvalue()
@@ -164,7 +171,7 @@ def write_dataset(frame: pd.DataFrame, dest: PathOrBuffer, *, traces: Sequence[T
     """
     name = Path(dest).name if isinstance(dest, (str, Path)) else str(getattr(dest, "name", "") or "")
     fmt = format_from_name(name, format, "destination")
-    frame, extra = _frame_for_writing(frame, traces)
+    frame, extra = _frame_for_writing(frame, traces, arrow=fmt == "parquet")
     plain = frozenset(extra) - {"trace_metadata"}  # a trace's lists are plain values (its metadata may hold any)
     if fmt == "csv":
         header = [str(c) for c in frame.columns] + list(extra)
