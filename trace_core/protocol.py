@@ -32,7 +32,7 @@ from .logistic import (
     transform_scores,
 )
 from .metrics import RankGroups
-from .metrics.kernels import brier_kernel, ece_of_ascending, ranking_of_groups
+from .metrics.kernels import brier_kernel, ece_of_ascending, ranking_of_groups, stable_argsort
 from .paired import FITTED, RAW
 from .registry import METHODS, METRICS, Method
 from .results import CONSTANT_RTOL, SCALAR_CALIBRATORS, UNINFORMATIVE, HeldOut, HeldOutMethod, SplitValue
@@ -199,7 +199,7 @@ class Ascending:
 
     @classmethod
     def of(cls, raw: np.ndarray, z: np.ndarray, y: np.ndarray) -> Ascending:
-        order = np.argsort(z, kind="stable")
+        order = stable_argsort(z)
         raw_sorted = raw[order]
         steps = raw_sorted[1:] != raw_sorted[:-1]
         contiguous = bool(np.all(raw_sorted[1:] >= raw_sorted[:-1]))
@@ -239,7 +239,7 @@ def ranking_of_scores(score: np.ndarray, y: np.ndarray) -> dict[str, float]:
     """:meth:`~trace_core.metrics.RankGroups.ranking_metrics` of a score fitted on one split (checked, finite) and
     its 0/1 int64 labels, both classes present: one sort, and when every score is distinct (a fitted model's usual
     case) the groups of one, without counting per distinct value."""
-    order = np.argsort(score)
+    order = stable_argsort(score)
     ascending = score[order]
     if not bool(np.all(ascending[1:] > ascending[:-1])):
         return RankGroups(score).ranking_metrics(y)
@@ -296,6 +296,11 @@ class Part:
         in_cal = np.zeros(y.shape[0], dtype=bool)
         in_cal[cal] = True
         return cls(split=split, cal=cal, ev=ev, y_cal=y[cal], y_ev=y[ev], in_cal=in_cal, first=first)
+
+    def ev_positions(self) -> np.ndarray:
+        """Each evaluation row's position in ``ev`` (at its row; ``ev`` ascends, so it counts the evaluation rows
+        before it): the held-out values go back to row order by one gather instead of a binary search per row."""
+        return np.cumsum(~self.in_cal) - 1
 
 
 @dataclass
@@ -425,7 +430,7 @@ class _Protocol:
                                           {c: fitted[c].predict_checked(z_cal) for c in SCALAR_CALIBRATORS})
         out.rows = self.values(part, method, ranked, y_ev, probs)
         if part.first:  # back to row order
-            places = np.searchsorted(ev, prep.order[keep_ev])  # ev ascends
+            places = part.ev_positions()[prep.order[keep_ev]]
             in_rows = {}
             for c, p in probs.items():
                 in_rows[c] = np.empty_like(p)

@@ -16,9 +16,10 @@ import numpy as np
 from ._checks import check_labels, check_real, check_scores
 from .calibrator_io import dumps_calibrator, parse_calibrator
 from .logistic import fit_logistic_1d, sigmoid
+from .metrics.kernels import compiled
 
 __all__ = ["IsotonicCalibrator", "NotFittedError", "PlattCalibrator", "SavedCalibrator", "check_fit_labels",
-           "check_fit_scores", "check_fitted", "preload"]
+           "check_fit_scores", "check_fitted", "isotonic_runs_loop", "preload"]
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -151,6 +152,28 @@ def preload() -> None:
     import scipy.special  # noqa: F401
 
 
+def isotonic_runs_loop(x: np.ndarray, y: np.ndarray, eps: float, thresholds: np.ndarray,
+                       means: np.ndarray, counts: np.ndarray) -> int:
+    """The runs of :func:`_tie_runs` in one compiled pass (a value starts a run when it is at least ``eps`` above
+    the run's first value): each run's first value, mean label and size written to ``thresholds``, ``means`` and
+    ``counts``; returns the number of runs. Label sums are whole numbers (exact), so the means are those of
+    :func:`_isotonic_from_sorted`'s numpy path, bit for bit."""
+    runs = 0
+    first = x[0]
+    for j in range(x.shape[0]):
+        if j == 0 or x[j] - first >= eps:
+            first = x[j]
+            thresholds[runs] = first
+            means[runs] = 0.0
+            counts[runs] = 0.0
+            runs += 1
+        means[runs - 1] += y[j]
+        counts[runs - 1] += 1.0
+    for r in range(runs):
+        means[r] /= counts[r]
+    return runs
+
+
 def _isotonic_from_sorted(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Thresholds of ``IsotonicRegression(y_min=0, y_max=1, increasing=True)`` fitted on scores ``x`` in ascending
     order with 0/1 labels ``y``: the same runs, means, pool-adjacent-violators fit (scipy's, which scikit-learn calls)
@@ -158,12 +181,18 @@ def _isotonic_from_sorted(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.
     calibration part in that order, instead of sorting it again."""
     from scipy.optimize import isotonic_regression
 
-    starts = _tie_runs(x)
-    weight = np.diff(np.append(starts, x.shape[0])).astype(np.float64)
-    mean = np.add.reduceat(y.astype(np.float64), starts) / weight  # sums of 0/1 labels: exact
+    loop = compiled(isotonic_runs_loop)
+    if loop is not None:
+        thresholds, mean, weight = np.empty(x.shape[0]), np.empty(x.shape[0]), np.empty(x.shape[0])
+        runs = loop(x, y, _ISOTONIC_EPS, thresholds, mean, weight)
+        thresholds, mean, weight = thresholds[:runs], mean[:runs], weight[:runs]
+    else:
+        starts = _tie_runs(x)
+        weight = np.diff(np.append(starts, x.shape[0])).astype(np.float64)
+        mean = np.add.reduceat(y.astype(np.float64), starts) / weight  # sums of 0/1 labels: exact
+        thresholds = x[starts]
     fitted = np.clip(np.asarray(isotonic_regression(mean, weights=weight, increasing=True).x, dtype=np.float64),
                      0.0, 1.0)
-    thresholds = x[starts]
     keep = np.ones(fitted.shape[0], dtype=bool)
     keep[1:-1] = (fitted[1:-1] != fitted[:-2]) | (fitted[1:-1] != fitted[2:])
     return thresholds[keep], fitted[keep]

@@ -119,3 +119,27 @@ def test_the_numpy_path_gives_the_recorded_protocol_numbers(numpy_path, capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the sets include a truncated distribution on purpose
         assert main(["--check", str(REFERENCE)]) == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("n", [5, 4096, 20_000])
+def test_the_radix_sort_gives_numpy_s_stable_order(n):
+    rng = np.random.default_rng(n)
+    x = rng.normal(size=n) * np.exp(rng.normal(0.0, 20.0, n))  # many magnitudes, both signs
+    x[: n // 3] = np.round(x[: n // 3], 1)  # ties, kept in row order
+    x[:4] = [-0.0, 0.0, -0.0, np.finfo(np.float64).tiny]
+    plain, fast = _both(lambda: kernels.stable_argsort(x))
+    np.testing.assert_array_equal(plain, np.argsort(x, kind="stable"))
+    np.testing.assert_array_equal(fast, plain)
+
+
+@pytest.mark.parametrize("kind", ["normal", "near_ties", "rounded"])
+def test_the_isotonic_runs_loop_gives_the_numpy_thresholds_bit_for_bit(kind):
+    from trace_core.calibrate import IsotonicCalibrator
+
+    rng = np.random.default_rng(7)
+    x = {"normal": rng.normal(size=3000), "near_ties": 0.5 + rng.integers(0, 12, 3000) * 2.2e-16,
+         "rounded": np.round(rng.random(3000), 2)}[kind]
+    y = (rng.random(3000) < 0.4).astype(np.int64)
+    plain, fast = _both(lambda: IsotonicCalibrator().fit(x, y))
+    np.testing.assert_array_equal(fast.x_thresholds_, plain.x_thresholds_)
+    np.testing.assert_array_equal(fast.y_thresholds_, plain.y_thresholds_)

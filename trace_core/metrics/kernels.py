@@ -33,9 +33,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["USE_COMPILED", "aurc_of_groups", "bin_edges_and_ids", "bin_ids", "bin_sums", "brier_kernel", "compiled",
-           "ece_kernel", "ece_of_ascending", "ece_of_sums", "harmonic", "harmonic_steps", "oracle_aurc", "prr_of_aurc",
-           "ranking_of_groups", "singletons_loop", "tie_groups", "uniform_edges"]
+__all__ = ["RADIX_FROM", "USE_COMPILED", "aurc_of_groups", "bin_edges_and_ids", "bin_ids", "bin_sums", "brier_kernel",
+           "compiled", "ece_kernel", "ece_of_ascending", "ece_of_sums", "harmonic", "harmonic_steps", "oracle_aurc",
+           "prr_of_aurc", "radix_argsort_loop", "ranking_of_groups", "singletons_loop", "stable_argsort", "tie_groups",
+           "uniform_edges"]
 
 
 #: Whether a kernel with a compiled loop runs it when numba is installed; False runs the numpy path everywhere (the
@@ -61,6 +62,59 @@ def compiled(loop: Callable[..., Any]) -> Callable[..., Any] | None:
             else:
                 _compiled_loops[loop] = numba.njit(cache=True, nogil=True)(loop)
     return _compiled_loops[loop]
+
+
+# LSD radix sort of float64 keys: 6 passes of 11-bit digits over the 64 bits (a pass whose digit is the same for
+# every key is skipped).
+_RADIX_BITS = 11
+_RADIX_PASSES = 6
+#: From this many scores :func:`stable_argsort` takes the compiled radix sort (below, numpy's is as fast).
+RADIX_FROM = 4096
+
+
+def radix_argsort_loop(keys: NDArray[np.uint64], order: NDArray[np.int64]) -> None:
+    """Write into ``order`` the stable ascending order of ``keys`` (LSD radix sort; compiled by :func:`compiled`)."""
+    n = keys.shape[0]
+    buckets = 1 << _RADIX_BITS
+    mask = np.uint64(buckets - 1)
+    counts = np.zeros((_RADIX_PASSES, buckets), dtype=np.int64)
+    for i in range(n):
+        for p in range(_RADIX_PASSES):
+            counts[p, (keys[i] >> np.uint64(_RADIX_BITS * p)) & mask] += 1
+    src_key, dst_key = keys.copy(), np.empty(n, dtype=np.uint64)
+    src_idx, dst_idx = np.arange(n), np.empty(n, dtype=np.int64)
+    offsets = np.empty(buckets, dtype=np.int64)
+    for p in range(_RADIX_PASSES):
+        if counts[p].max() == n:  # one digit for every key: the pass would not move anything
+            continue
+        total = 0
+        for d in range(buckets):
+            offsets[d] = total
+            total += counts[p, d]
+        shift = np.uint64(_RADIX_BITS * p)
+        for i in range(n):
+            d = (src_key[i] >> shift) & mask
+            at = offsets[d]
+            offsets[d] = at + 1
+            dst_key[at] = src_key[i]
+            dst_idx[at] = src_idx[i]
+        src_key, dst_key = dst_key, src_key
+        src_idx, dst_idx = dst_idx, src_idx
+    order[:] = src_idx
+
+
+def stable_argsort(x: NDArray[np.float64]) -> NDArray[np.int64]:
+    """``np.argsort(x, kind="stable")`` of finite scores, the same order: with numba, from :data:`RADIX_FROM`
+    scores, a compiled radix sort of the scores' bits (2 to 3 times faster than numpy's sort of the protocol's
+    part sizes). The bits are mapped to unsigned keys in the order of the values, -0.0 taken as 0.0."""
+    loop = compiled(radix_argsort_loop) if x.shape[0] >= RADIX_FROM else None
+    if loop is None:
+        return np.argsort(x, kind="stable")
+    bits = (x + 0.0).view(np.uint64)  # + 0.0 turns -0.0 into 0.0, which it equals
+    keys = np.where(bits >> np.uint64(63), ~bits, bits | np.uint64(1 << 63))  # negatives reversed, below positives
+    order = np.empty(x.shape[0], dtype=np.int64)
+    loop(keys, order)
+    return order
 
 
 def tie_groups(y: NDArray[np.int64], score: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
