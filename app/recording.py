@@ -189,8 +189,9 @@ def traces_download(rows: DatasetTraces, name: str) -> None:
     # streamlit's radio stub uses typing.Never, which Python 3.10 lacks: mypy then takes the empty-options overload
     fmt: str = cols[0].radio("Traces file", list(TRACE_FORMATS), horizontal=True,  # type: ignore[assignment]
                              key="trace_format", format_func=lambda f: TRACE_FORMATS[f][0])
+    slot = cols[1].empty()  # the Prepare button, replaced by the download once clicked
     if not state.traces_file_wanted():
-        if not cols[1].button(f"Prepare the dataset with its {n:,} traces for download", key="prepare_traces",
+        if not slot.button(f"Prepare the dataset with its {n:,} traces for download", key="prepare_traces",
                               disabled=n == 0, help="Writes the file (seconds for tens of thousands of answers); "
                                                     "the download button then takes its place."):
             return
@@ -198,7 +199,7 @@ def traces_download(rows: DatasetTraces, name: str) -> None:
     # The traces are the file's and the ones recorded for it with the model (rows.key): which rows have one says
     # which recorded traces are in.
     content = (rows.key, fmt, present.tobytes())
-    download_button(cols[1], f"Download the dataset with its {n:,} traces", lambda: rows.to_bytes(fmt),
+    download_button(slot, f"Download the dataset with its {n:,} traces", lambda: rows.to_bytes(fmt),
                     content=content, file_name=f"{PurePath(name).stem}_traces.{fmt}", mime=TRACE_FORMATS[fmt][1],
                     key="download_traces", disabled=n == 0,
                     help="Every row, with the traces stored in the file or recorded in this session; rows without "

@@ -174,6 +174,7 @@ def test_calibrate_page_offers_the_traces_download(tiny_model_dirs, files):
     assert at.button(key="prepare_traces").label == "Prepare the dataset with its 60 traces for download"
     at.button(key="prepare_traces").click().run()
     assert "Download the dataset with its 60 traces" in [b.proto.label for b in at.get("download_button")]
+    assert not [b for b in at.button if b.key == "prepare_traces"]  # the download took the button's place
     assert at.radio(key="trace_format").options == ["CSV", "JSON Lines", "Parquet"]
     at.radio(key="trace_format").set_value("jsonl").run()  # asked for once: every format is then written
     assert not [b for b in at.button if b.key == "prepare_traces"]
