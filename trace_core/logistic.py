@@ -218,6 +218,27 @@ def _damped_step(objective_at: Callable[[float], float], value: float,
 
 
 
+# Columns of Xt per block of _gradient_and_gram: the block's weighted copy (at most a dozen rows) stays in cache.
+_GRAM_BLOCK = 8192
+
+
+def _gradient_and_gram(Xt: np.ndarray, r: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``X^T r`` and ``X^T diag(weight) X`` for ``Xt = X^T`` (k, n), block by block of columns: each block is read
+    once for both, and its weighted copy ``Xt * sqrt(weight)`` gives the Gram matrix as one symmetric product
+    (BLAS syrk) while it is still in cache."""
+    k, n = Xt.shape
+    root_weight = np.sqrt(weight)
+    grad, gram = np.zeros(k), np.zeros((k, k))
+    root = np.empty((k, min(n, _GRAM_BLOCK)))
+    for first in range(0, n, _GRAM_BLOCK):
+        last = min(first + _GRAM_BLOCK, n)
+        block, scaled = Xt[:, first:last], root[:, :last - first]
+        grad += block @ r[first:last]
+        np.multiply(block, root_weight[first:last], out=scaled)
+        gram += scaled @ scaled.T
+    return grad, gram
+
+
 def _newton_logistic(Xt: np.ndarray, y: np.ndarray, reg: np.ndarray, *, max_iter: int,
                      tol: float = _GRADIENT_TOL, start: np.ndarray | None = None) -> np.ndarray:
     """Minimise the L2-penalised logistic loss by damped Newton steps with a backtracking line search.
@@ -259,7 +280,7 @@ def _newton_logistic(Xt: np.ndarray, y: np.ndarray, reg: np.ndarray, *, max_iter
     value = _loss_terms(u, y, r, weight) + 0.5 * float((reg * w) @ w)
     gtol = tol * max(n, 1)
     eye = np.eye(k)
-    step = np.zeros(k)
+    step: np.ndarray = np.zeros(k)
     candidate = w
 
     def objective_at(t: float) -> float:
@@ -269,11 +290,11 @@ def _newton_logistic(Xt: np.ndarray, y: np.ndarray, reg: np.ndarray, *, max_iter
         return _loss_terms(candidate @ Xt, y, r_new, weight_new) + 0.5 * float((reg * candidate) @ candidate)
 
     for _ in range(max_iter):
-        grad = Xt @ r + reg * w
+        sums, gram = _gradient_and_gram(Xt, r, weight)
+        grad = sums + reg * w
         if float(np.max(np.abs(grad))) <= gtol:
             break
-        root = Xt * np.sqrt(weight)
-        hess = root @ root.T + np.diag(reg)  # X^T diag(weight) X as one symmetric product (BLAS syrk)
+        hess = gram + np.diag(reg)
         ridge = 0.0
         while True:
             try:
@@ -383,6 +404,14 @@ class StandardisedLogistic:
     intercept: float
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
+        """The log-odds, as one product: ``X @ (coef / scale)`` plus the intercept moved by the means (equal to
+        :meth:`standardised_decision` to rounding, without standardising a copy of ``X``)."""
+        slope = self.coef / self.scale
+        return X @ slope + (self.intercept - float(self.mean @ slope))
+
+    def standardised_decision(self, X: np.ndarray) -> np.ndarray:
+        """The log-odds in ``TracePlus.decision_function``'s arithmetic (standardise, then the coefficients): its
+        numbers to the last bit, for the same model."""
         return ((X - self.mean) / self.scale) @ self.coef + self.intercept
 
     def coefficients_in(self, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:

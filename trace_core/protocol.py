@@ -383,13 +383,14 @@ class _Protocol:
             on_cal = ranking_of_scores(score_cal, part.y_cal) if self.ranking else {}
             out.calibration = self.values(part, method, on_cal, part.y_cal, {FITTED: sigmoid(log_odds_cal)})
         else:
-            if spec.kind == "trace_plus":  # TracePlus.fit's model to the last bit, without its drift summary
+            if spec.kind == "trace_plus":  # TracePlus's model and decision to the last bit, without its drift summary
                 plus = TracePlus(feature_set=feature_set(spec))
-                decision = standardised_logistic_rows(F_cal, part.y_cal, C=plus.C, max_iter=plus.max_iter)
+                raw = standardised_logistic_rows(F_cal, part.y_cal, C=plus.C,
+                                                 max_iter=plus.max_iter).standardised_decision(F_ev)
             else:
                 decision = fit_reference(F_cal, part.y_cal, near=self.previous.get(method))
                 self.previous[method] = decision
-            raw = decision(F_ev)
+                raw = decision(F_ev)
             probs = {FITTED: sigmoid(raw)}  # TracePlus.predict_proba's function: held-out values equal it
         ranked = ranking_of_scores(raw, part.y_ev) if self.ranking else {}
         out.rows = self.values(part, method, ranked, part.y_ev, probs)
