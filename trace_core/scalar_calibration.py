@@ -146,10 +146,22 @@ def _tie_runs(x: np.ndarray) -> np.ndarray:
 
 def preload() -> None:
     """Import what the calibrators load on first use: scipy's sigmoid and its isotonic regression (about half a
-    second together on a small machine). ``import trace_core`` stays light; a server calls this at start-up, on a
-    thread, so that no user's first evaluation waits for the import."""
+    second together on a small machine), and, with numba, the protocol's compiled loops (loaded from their disk
+    cache, or compiled on a first run: about a second) by one small fit of each kind. ``import trace_core`` stays
+    light; a server calls this at start-up, on a thread, so that no user's first evaluation waits for them."""
     import scipy.optimize  # noqa: F401
     import scipy.special  # noqa: F401
+
+    from .logistic import fit_logistic_1d, standardised_logistic
+    from .metrics.kernels import RADIX_FROM, ranking_of_groups, stable_argsort
+
+    x = np.linspace(-1.0, 1.0, RADIX_FROM)
+    y = (np.arange(RADIX_FROM) % 3 == 0).astype(np.int64)
+    fit_logistic_1d(x, y, C=1.0)
+    standardised_logistic(np.column_stack([x, x * x]), y)
+    IsotonicCalibrator().fit_presorted(x, y)
+    ranking_of_groups(np.ones(RADIX_FROM), y[stable_argsort(-x)].astype(np.float64), both_classes=True,
+                      singletons=True)
 
 
 def isotonic_runs_loop(x: np.ndarray, y: np.ndarray, eps: float, thresholds: np.ndarray,
