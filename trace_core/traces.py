@@ -141,6 +141,8 @@ class TraceTable(Sequence[Trace]):
         index = np.where(index < 0, index + n, index)
         if index.shape[0] == n and bool((index == np.arange(n)).all()):
             return self
+        if index.shape[0] > 1 and bool((np.diff(index) == 1).all()):  # consecutive answers: views, no gather
+            return self._slice(int(index[0]), int(index[-1]) + 1)
         tokens_at = _ragged_index(self.offsets, index)
         top_at = _ragged_index(self.top_offsets, index)
         picked = index.tolist()
@@ -155,6 +157,22 @@ class TraceTable(Sequence[Trace]):
             top_tokens=tuple(self.top_tokens[i] for i in picked))
         table._freeze()
         return table
+
+    def _slice(self, a: int, b: int) -> TraceTable:
+        """Answers ``a`` to ``b - 1``: the columns' views and the per-answer tuples' slices."""
+        ta, tb = int(self.offsets[a]), int(self.offsets[b])
+        pa, pb = int(self.top_offsets[a]), int(self.top_offsets[b])
+        return TraceTable(
+            prompts=self.prompts[a:b], answers=self.answers[a:b], metadata=self.metadata[a:b],
+            offsets=self.offsets[a:b + 1] - ta, token_ids=self.token_ids[ta:tb], tokens=self.tokens[ta:tb],
+            surprisal=self.surprisal[ta:tb], entropy=self.entropy[ta:tb], has_entropy=self.has_entropy[a:b],
+            top_k=self.top_k[a:b], top_offsets=self.top_offsets[a:b + 1] - pa, top_ids=self.top_ids[pa:pb],
+            top_logprobs=self.top_logprobs[pa:pb], ranks=self.ranks[ta:tb], has_ranks=self.has_ranks[a:b],
+            top_tokens=self.top_tokens[a:b])._frozen()
+
+    def _frozen(self) -> TraceTable:
+        self._freeze()
+        return self
 
     def _freeze(self) -> None:
         _read_only(self.offsets, self.token_ids, self.surprisal, self.entropy, self.has_entropy, self.top_k,

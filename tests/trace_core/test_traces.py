@@ -171,3 +171,12 @@ def test_to_columns_is_each_traces_to_dict_and_files_are_written_alike():
         write_dataset(frame, a, traces=table, format=fmt)
         write_dataset(frame, b, traces=traces, format=fmt)
         assert a.getvalue() == b.getvalue(), fmt
+
+
+def test_taking_consecutive_answers_gives_views_of_the_columns():
+    traces = _mixed()
+    table = TraceTable.from_traces(traces)
+    part = table.take(range(2, 7))
+    assert part == traces[2:7] and np.shares_memory(part.surprisal, table.surprisal)
+    assert part.offsets[0] == 0 and part.top_offsets[0] == 0 and not part.offsets.flags.writeable
+    assert table.take([4]) == traces[4:5] and table.take([5, 6, 6]) == [traces[5], traces[6], traces[6]]
