@@ -29,6 +29,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from .columns import COLUMN_BY_NAME
 from .operators import Ragged
 from .trace import Trace, TraceMetadata
 
@@ -60,7 +61,9 @@ def _ragged_index(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class TraceTable(Sequence[Trace]):
-    """The traces of many answers, column by column (see the module docstring); make one with :meth:`from_traces`.
+    """The traces of many answers, column by column (see the module docstring); make one with :meth:`from_traces`
+    or a :class:`TableBuilder`. Each per-token column has the dtype that the trace column spec gives it
+    (:data:`~trace_core.columns.COLUMNS`).
 
     Attributes
     ----------
@@ -311,20 +314,24 @@ class TableBuilder:
         rows = self._rows
         lengths = [len(r.tokens) for r in rows]
         ks = np.array([r.top_ids.shape[1] for r in rows], dtype=np.int64)
+
+        def column(name: str, parts: list[np.ndarray]) -> np.ndarray:  # typed as the trace column spec says
+            return _joined(parts, COLUMN_BY_NAME[name].dtype)
+
         table = TraceTable(
             prompts=tuple(r.prompt for r in rows), answers=tuple(r.answer for r in rows),
             metadata=tuple(r.metadata for r in rows), offsets=_offsets(lengths),
-            token_ids=_joined([r.token_ids for r in rows], np.int64),
+            token_ids=column("token_ids", [r.token_ids for r in rows]),
             tokens=tuple(chain.from_iterable(r.tokens for r in rows)),
-            surprisal=_joined([r.surprisal for r in rows], np.float64),
-            entropy=_joined([r.entropy if r.entropy is not None else np.full(n, np.nan)
-                             for r, n in zip(rows, lengths, strict=True)], np.float64),
+            surprisal=column("surprisal", [r.surprisal for r in rows]),
+            entropy=column("entropy", [r.entropy if r.entropy is not None else np.full(n, np.nan)
+                                       for r, n in zip(rows, lengths, strict=True)]),
             has_entropy=np.array([r.entropy is not None for r in rows], dtype=bool), top_k=ks,
             top_offsets=_offsets([n * k for n, k in zip(lengths, ks.tolist(), strict=True)]),
-            top_ids=_joined([r.top_ids.reshape(-1) for r in rows], np.int64),
-            top_logprobs=_joined([r.top_logprobs.reshape(-1) for r in rows], np.float64),
-            ranks=_joined([r.ranks if r.ranks is not None else np.zeros(n, np.int64)
-                           for r, n in zip(rows, lengths, strict=True)], np.int64),
+            top_ids=column("top_ids", [r.top_ids.reshape(-1) for r in rows]),
+            top_logprobs=column("top_logprobs", [r.top_logprobs.reshape(-1) for r in rows]),
+            ranks=column("ranks", [r.ranks if r.ranks is not None else np.zeros(n, np.int64)
+                                   for r, n in zip(rows, lengths, strict=True)]),
             has_ranks=np.array([r.ranks is not None for r in rows], dtype=bool),
             top_tokens=tuple(r.top_tokens for r in rows))
         table._freeze()
