@@ -165,10 +165,34 @@ def _keep_chunk(kept: ValidRows, pending: list[tuple[int, Any, Rules]], strings:
     if not pending:
         return
     rules = pending[0][2]
-    fast = decode_chunk([raw for _, raw, _ in pending], rules.trace_columns, strings) if rules.trace_columns else None
+    fast = _decoded_chunk([raw for _, raw, _ in pending], rules.trace_columns, strings)
     for i, (number, raw, _) in enumerate(pending):
         _keep_row(kept, number, raw, rules, strings, fmt, csv_columns, None if fast is None else fast[i])
     pending.clear()
+
+
+def _decoded_chunk(raws: list[Any], columns: tuple[str, ...],
+                   strings: dict[str, str]) -> list[FastRow | None] | None:
+    """The chunk's trace cells decoded together (:func:`decode_chunk`). When its rows are not all of one form (a
+    record without one of the trace columns, or with it in another form), the rows of each form are decoded together
+    instead, so that a few odd rows do not send their whole chunk to the per-row path."""
+    if not columns:
+        return None
+    fast = decode_chunk(raws, columns, strings)
+    if fast is not None:
+        return fast
+    forms: dict[tuple[type, ...], list[int]] = {}
+    for i, raw in enumerate(raws):
+        forms.setdefault(tuple(type(raw.get(c)) for c in columns), []).append(i)
+    if len(forms) == 1:
+        return None
+    out: list[FastRow | None] = [None] * len(raws)
+    for members in forms.values():
+        decoded = decode_chunk([raws[i] for i in members], columns, strings)
+        if decoded is not None:
+            for i, row in zip(members, decoded, strict=True):
+                out[i] = row
+    return out
 
 
 def _keep_row(kept: ValidRows, number: int, raw: Any, rules: Rules, strings: dict[str, str], fmt: str,

@@ -486,3 +486,20 @@ def test_a_file_whose_rows_all_have_traces_reads_into_one_table(fmt, monkeypatch
     mixed = read_dataset(_bytes(header, [*rows[:5], blank, *rows[6:]]), format="csv")
     assert isinstance(mixed.traces, list) and mixed.traces[5] is None and not mixed.has_traces
     assert mixed.traces[:5] == traces[:5] and mixed.traces[6:] == traces[6:]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_few_records_of_another_form_leave_the_rest_of_their_chunk_on_the_fast_path(seed, monkeypatch):
+    """Records without one of the trace columns (or with it as text) among list records: the records of each form
+    are decoded together, so only rows no form can take go row by row; every row reads as on the per-row path."""
+    rng = random.Random(40_000 + seed)
+    header, rows = _csv(rng, 120, **_OPTIONS[0])
+    records = _records(rng, header, rows)
+    odd = rng.sample(range(len(records)), 6)
+    for i in odd[:4]:
+        records[i].pop(rng.choice(["ranks", "entropy", "top_tokens"]), None)  # a column some records lack
+    for i in odd[4:]:
+        records[i]["surprisal"] = json.dumps(records[i]["surprisal"])  # a list given as its JSON text
+    counts = _counting(monkeypatch)
+    assert _same(_jsonl(records), monkeypatch, 256, "jsonl") == 0
+    assert counts[0] >= len(records) - 2  # before: the whole chunk of 120 went row by row
