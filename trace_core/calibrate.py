@@ -24,7 +24,7 @@ from .calibrator_io import CalibratorFormatError, decode_calibrator, parse_calib
 from .calibrator_io import dumps_calibrator as _dumps
 from .drift import ALPHA, EXTRA_FEATURES, DriftResult, DriftSummary, drift_check, drift_two_sample, summarize
 from .features import feature_matrix, feature_names
-from .logistic import SCORE_TRANSFORMS, fit_logistic, sigmoid, transform_scores
+from .logistic import SCORE_TRANSFORMS, sigmoid, standardised_logistic_rows, transform_scores
 from .scalar_calibration import (
     IsotonicCalibrator,
     NotFittedError,
@@ -270,13 +270,10 @@ class TracePlus(_FittedOnTraces, SavedCalibrator):
         max_iter = check_int(self.max_iter, "max_iter", minimum=1)
         F = self._features(X)
         labels = check_fit_labels(y, F.shape[0])
-        mean = F.mean(axis=0)
-        scale = F.std(axis=0)
-        scale = np.where(scale > 1e-12, scale, 1.0)
-        coef, intercept = fit_logistic((F - mean) / scale, labels.astype(np.float64), C=C, max_iter=max_iter)
+        model = standardised_logistic_rows(F, labels, C=C, max_iter=max_iter)
         self.feature_names_ = feature_names(self.feature_set)
-        self.mean_, self.scale_ = mean, scale
-        self.coef_, self.intercept_ = coef, intercept
+        self.mean_, self.scale_ = model.mean, model.scale
+        self.coef_, self.intercept_ = model.coef, model.intercept
         self.n_samples_ = int(F.shape[0])
         self.provenance_ = _provenance(X, self.feature_set, self.n_samples_)
         names, values = self._drift_features(X, F=F)
