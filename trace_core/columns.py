@@ -110,17 +110,23 @@ class TraceColumn:
         object.__setattr__(self, "dtype", dtype)  # frozen: set once, from the element type
         object.__setattr__(self, "py_types", py_types)
 
+    def arrow_type(self) -> pyarrow.DataType:
+        """The column's Arrow type in Parquet: lists (one level per ``ndim``) of its element type; a free-form JSON
+        object is stored as its text."""
+        import pyarrow as pa
+
+        arrow_type = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "json": pa.string()}[self.element]
+        for _ in range(self.ndim):
+            arrow_type = pa.list_(arrow_type)
+        return arrow_type
+
     def arrow_array(self, values: Sequence[Any]) -> pyarrow.Array:
         """``values`` (one per row, None where the row has no trace) as a typed Arrow array, for Parquet."""
         import pyarrow as pa
 
         if self.element == "json":  # a free-form object: stored as JSON text, decoded on reading
-            return pa.array([None if v is None else json.dumps(v, ensure_ascii=False) for v in values],
-                            type=pa.string())
-        arrow_type = {"str": pa.string(), "int": pa.int64(), "float": pa.float64()}[self.element]
-        for _ in range(self.ndim):
-            arrow_type = pa.list_(arrow_type)
-        return pa.array(values, type=arrow_type)
+            values = [None if v is None else json.dumps(v, ensure_ascii=False) for v in values]
+        return pa.array(values, type=self.arrow_type())
 
 
 #: Every column that carries a pre-recorded trace, in the order they are read and written.

@@ -5,8 +5,7 @@ columns and offsets (no Python list per answer or per token), typed as the colum
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,23 +19,13 @@ if TYPE_CHECKING:
 __all__ = ["table_arrow_columns"]
 
 
-def _arrow_type(name: str) -> Any:
-    import pyarrow as pa
-
-    column = COLUMN_BY_NAME[name]
-    arrow_type = {"str": pa.string(), "int": pa.int64(), "float": pa.float64()}[column.element]
-    for _ in range(column.ndim):
-        arrow_type = pa.list_(arrow_type)
-    return arrow_type
-
-
 def _lists(offsets: np.ndarray, values: pyarrow.Array, name: str, null: np.ndarray | None = None) -> pyarrow.Array:
     """One list per answer: ``values[offsets[i]:offsets[i + 1]]``, null where ``null`` holds."""
     import pyarrow as pa
 
     mask = None if null is None or not null.any() else pa.array(null)
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32, copy=False)), values, type=_arrow_type(name),
-                                    mask=mask)
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32, copy=False)), values,
+                                    type=COLUMN_BY_NAME[name].arrow_type(), mask=mask)
 
 
 def _steps(table: TraceTable, flat: pyarrow.Array) -> pyarrow.Array:
@@ -88,8 +77,7 @@ def table_arrow_columns(table: TraceTable) -> dict[str, pyarrow.Array]:
         "top_logprobs": _lists(offsets, _steps(table, pa.array(table.top_logprobs)), "top_logprobs"),
         "top_tokens": _top_tokens(table),
         "ranks": _lists(offsets, pa.array(table.ranks), "ranks", no_ranks),
-        "trace_metadata": pa.array([json.dumps(m.to_dict(), ensure_ascii=False) for m in table.metadata],
-                                   type=pa.string()),
+        "trace_metadata": COLUMN_BY_NAME["trace_metadata"].arrow_array([m.to_dict() for m in table.metadata]),
     }
     if no_entropy.all():
         del columns["entropy"]
