@@ -145,37 +145,30 @@ class TraceTable(Sequence[Trace]):
         if index.shape[0] == n and bool((index == np.arange(n)).all()):
             return self
         if index.shape[0] > 1 and bool((np.diff(index) == 1).all()):  # consecutive answers: views, no gather
-            return self._slice(int(index[0]), int(index[-1]) + 1)
-        tokens_at = _ragged_index(self.offsets, index)
-        top_at = _ragged_index(self.top_offsets, index)
-        picked = index.tolist()
+            a, b = int(index[0]), int(index[-1]) + 1
+            ta, tb, pa, pb = (int(x) for x in (self.offsets[a], self.offsets[b], self.top_offsets[a],
+                                                self.top_offsets[b]))
+            return self._select(slice(a, b), slice(ta, tb), slice(pa, pb), self.offsets[a:b + 1] - ta,
+                                self.top_offsets[a:b + 1] - pa)
+        return self._select(index, _ragged_index(self.offsets, index), _ragged_index(self.top_offsets, index),
+                            _offsets(np.diff(self.offsets)[index]), _offsets(np.diff(self.top_offsets)[index]))
+
+    def _select(self, answers: slice | np.ndarray, tokens: slice | np.ndarray, tops: slice | np.ndarray,
+                offsets: np.ndarray, top_offsets: np.ndarray) -> TraceTable:
+        """The table of the answers, tokens and alternatives at these positions (slices: views; index arrays: a
+        gather), with the offsets that go with them."""
+        def pick(values: tuple, at: slice | np.ndarray) -> tuple:
+            return values[at] if isinstance(at, slice) else tuple(map(values.__getitem__, at.tolist()))
+
         table = TraceTable(
-            prompts=tuple(self.prompts[i] for i in picked), answers=tuple(self.answers[i] for i in picked),
-            metadata=tuple(self.metadata[i] for i in picked), offsets=_offsets(np.diff(self.offsets)[index]),
-            token_ids=self.token_ids[tokens_at], tokens=tuple(map(self.tokens.__getitem__, tokens_at.tolist())),
-            surprisal=self.surprisal[tokens_at], entropy=self.entropy[tokens_at],
-            has_entropy=self.has_entropy[index], top_k=self.top_k[index],
-            top_offsets=_offsets(np.diff(self.top_offsets)[index]), top_ids=self.top_ids[top_at],
-            top_logprobs=self.top_logprobs[top_at], ranks=self.ranks[tokens_at], has_ranks=self.has_ranks[index],
-            top_tokens=tuple(self.top_tokens[i] for i in picked))
+            prompts=pick(self.prompts, answers), answers=pick(self.answers, answers),
+            metadata=pick(self.metadata, answers), offsets=offsets, token_ids=self.token_ids[tokens],
+            tokens=pick(self.tokens, tokens), surprisal=self.surprisal[tokens], entropy=self.entropy[tokens],
+            has_entropy=self.has_entropy[answers], top_k=self.top_k[answers], top_offsets=top_offsets,
+            top_ids=self.top_ids[tops], top_logprobs=self.top_logprobs[tops], ranks=self.ranks[tokens],
+            has_ranks=self.has_ranks[answers], top_tokens=pick(self.top_tokens, answers))
         table._freeze()
         return table
-
-    def _slice(self, a: int, b: int) -> TraceTable:
-        """Answers ``a`` to ``b - 1``: the columns' views and the per-answer tuples' slices."""
-        ta, tb = int(self.offsets[a]), int(self.offsets[b])
-        pa, pb = int(self.top_offsets[a]), int(self.top_offsets[b])
-        return TraceTable(
-            prompts=self.prompts[a:b], answers=self.answers[a:b], metadata=self.metadata[a:b],
-            offsets=self.offsets[a:b + 1] - ta, token_ids=self.token_ids[ta:tb], tokens=self.tokens[ta:tb],
-            surprisal=self.surprisal[ta:tb], entropy=self.entropy[ta:tb], has_entropy=self.has_entropy[a:b],
-            top_k=self.top_k[a:b], top_offsets=self.top_offsets[a:b + 1] - pa, top_ids=self.top_ids[pa:pb],
-            top_logprobs=self.top_logprobs[pa:pb], ranks=self.ranks[ta:tb], has_ranks=self.has_ranks[a:b],
-            top_tokens=self.top_tokens[a:b])._frozen()
-
-    def _frozen(self) -> TraceTable:
-        self._freeze()
-        return self
 
     def _freeze(self) -> None:
         _read_only(self.offsets, self.token_ids, self.surprisal, self.entropy, self.has_entropy, self.top_k,
