@@ -1,0 +1,52 @@
+"""Sharded runs: a dataset too large for one file or one pass, worked through shard by shard into an output folder
+with a manifest, resumable after an interruption, with every input row accounted for.
+
+- :mod:`~trace_core.scale.shards`: a folder, a glob pattern or a file -> the input shards, each with its output
+  name (:func:`list_shards`).
+- :mod:`~trace_core.scale.manifest`: the per-shard entries and the combined ``manifest.json``; atomic writes;
+  when a shard counts as complete (:func:`is_complete`).
+- :mod:`~trace_core.scale.stream`: the resumable runner in one process (:func:`run_shards`), built on the
+  per-shard step (:func:`process_shard`) that a pool of workers can call as well.
+- :mod:`~trace_core.scale.score`: the per-shard work of ``trace-core score`` (:class:`ShardScorer`).
+
+Nothing here imports ray (or torch: the scorer reaches the model through :mod:`trace_core.record`, lazily).
+"""
+
+from .manifest import (
+                       ENTRY_FOLDER,
+                       MANIFEST_FILE,
+                       ShardEntry,
+                       file_digest,
+                       is_complete,
+                       read_entry,
+                       remove_leftovers,
+                       write_atomic,
+                       write_entry,
+                       write_manifest,
+)
+from .shards import SHARD_FORMATS, Shard, is_pattern, list_shards, output_name
+from .stream import RunSummary, ShardOutput, ShardResult, ShardWork, process_shard, run_shards
+
+__all__ = [
+    "ENTRY_FOLDER",
+    "MANIFEST_FILE",
+    "SHARD_FORMATS",
+    "RunSummary",
+    "Shard",
+    "ShardEntry",
+    "ShardOutput",
+    "ShardResult",
+    "ShardWork",
+    "file_digest",
+    "is_complete",
+    "is_pattern",
+    "list_shards",
+    "output_name",
+    "process_shard",
+    "read_entry",
+    "remove_leftovers",
+    "run_shards",
+    "write_atomic",
+    "write_entry",
+    "write_manifest",
+]

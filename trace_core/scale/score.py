@@ -1,0 +1,121 @@
+"""The per-shard work of ``trace-core score``: read a shard, record the traces its rows lack (teacher forcing), and
+hand back its rows with every rejected row's problem.
+
+:class:`ShardScorer` is a callable object that loads its model on first use and keeps it for the following shards,
+the shape a worker pool (or a Ray Data actor) wants: built once per worker, called once per shard.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from .shards import Shard
+from .stream import ShardOutput
+
+__all__ = ["ShardScorer"]
+
+#: (total, description) -> (update(done, total) or None, close()): a progress bar, as the command line makes them.
+ProgressFactory = Callable[[int, str], tuple[Any, Callable[[], None]]]
+
+
+class ShardScorer:
+    """Record the traces of one shard's answers: ``ShardScorer(load_model, ...)(shard) -> ShardOutput``.
+
+    Parameters
+    ----------
+    load_model : callable() -> model
+        Loads the model that records the traces (:func:`trace_core.record.load_model` or
+        :func:`~trace_core.record.connect_server` with its options); called once, when the first shard with a row
+        to score comes.
+    rescore : bool
+        Re-record rows that already have a trace (else only the rows without one are scored).
+    chat_template, n_alternatives, batch_size
+        As :func:`trace_core.record.score_answers` takes them.
+    num_beams : int
+        With 2 or more, also run one beam search per prompt (a ``beam_logprobs`` column, for the beam baselines).
+    matcher, tolerance : str, float
+        How answers are labeled against a ``reference`` column (:func:`trace_core.data.read_dataset`).
+    progress : callable(total, description) -> (update, close), optional
+        Makes a progress bar for each shard's scoring.
+
+    Notes
+    -----
+    Settings that shape the output are :meth:`settings`; a run records them in every shard's manifest entry.
+    """
+
+    def __init__(self, load_model: Callable[[], Any], *, rescore: bool = False, chat_template: bool = False,
+                 n_alternatives: int = 5, batch_size: int = 8, num_beams: int = 0, matcher: str = "exact",
+                 tolerance: float = 1e-6, progress: ProgressFactory | None = None) -> None:
+        if not callable(load_model):
+            raise TypeError(f"`load_model` must be callable, got {type(load_model).__name__}")
+        self._load_model = load_model
+        self._model: Any = None
+        self.rescore, self.chat_template, self.n_alternatives = rescore, chat_template, n_alternatives
+        self.batch_size, self.num_beams, self.matcher, self.tolerance = batch_size, num_beams, matcher, tolerance
+        self._progress = progress
+
+    def settings(self) -> dict[str, Any]:
+        """The options that shape the output shards (``batch_size`` and progress do not)."""
+        return {"rescore": self.rescore, "chat_template": self.chat_template, "alternatives": self.n_alternatives,
+                "beams": self.num_beams, "matcher": self.matcher, "tolerance": self.tolerance}
+
+    @property
+    def model(self) -> Any:
+        """The model, loaded on first use."""
+        if self._model is None:
+            self._model = self._load_model()
+        return self._model
+
+    def _read(self, shard: Shard):
+        """The shard's dataset, its reader's warnings about rejected rows kept as row errors (not warned again)."""
+        from ..data import DatasetWarning, read_dataset
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DatasetWarning)  # the rejected rows are in dataset.errors
+            return read_dataset(shard.path, format=shard.format, matcher=self.matcher, tolerance=self.tolerance,
+                                require_label=False)
+
+    def _score(self, prompts: list[str], answers: list[str], description: str) -> list[Any]:
+        from ..record import score_answers
+
+        update, close = self._progress(len(prompts), description) if self._progress else (None, lambda: None)
+        try:
+            return score_answers(self.model, prompts, answers, chat_template=self.chat_template,
+                                 n_alternatives=self.n_alternatives, batch_size=self.batch_size, progress=update)
+        finally:
+            close()
+
+    def __call__(self, shard: Shard) -> ShardOutput:
+        """Score one shard: its valid rows with their traces, its rejected rows' errors, and a note on answers that
+        cannot be scored (empty)."""
+        from ..policy import usable_rows
+
+        dataset = self._read(shard)
+        frame = dataset.frame
+        traces = list(dataset.traces)
+        todo = [i for i, t in enumerate(traces) if t is None or self.rescore]
+        if todo:
+            new = self._score([str(frame["prompt"].iloc[i]) for i in todo],
+                              [str(frame["answer"].iloc[i]) for i in todo], f"scoring {shard.name}")
+            for i, trace in zip(todo, new, strict=True):
+                traces[i] = trace
+            if self.num_beams:
+                frame = self._with_beams(frame)
+        rows = frame[dataset.row_column].tolist()
+        unscorable = usable_rows(traces, row_numbers=rows).empty_message(left_out=False)
+        return ShardOutput(frame=frame, traces=traces, n_read=dataset.n_read, errors=list(dataset.errors),
+                           notes=[unscorable] if unscorable else [])
+
+    def _with_beams(self, frame: Any) -> Any:
+        """``frame`` with a ``beam_logprobs`` column (JSON text per row), one beam search per prompt."""
+        from ..record import beam_logprobs
+
+        frame = frame.copy()
+        frame["beam_logprobs"] = [json.dumps(b) for b in beam_logprobs(
+            self.model, frame["prompt"].astype(str).tolist(), num_beams=self.num_beams,
+            chat_template=self.chat_template)]
+        return frame
+

@@ -1,0 +1,274 @@
+"""A resumable run over shards in one process: each input shard's work, its output shard and its manifest entry,
+one shard at a time, skipping the shards an earlier run completed.
+
+:func:`process_shard` is the whole of one shard's work and needs nothing from the run around it (the shard, the
+output folder, the work function and the settings, all picklable when the work is), so a pool of workers or a Ray
+Data ``map``/``map_batches`` over the shard list can call it as :func:`run_shards` does; only the start
+(:func:`~trace_core.scale.manifest.remove_leftovers`) and the end (the combined manifest) belong to the driver.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from hashlib import sha256
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .manifest import (
+    ShardEntry,
+    file_digest,
+    is_complete,
+    plain_settings,
+    read_entry,
+    remove_leftovers,
+    write_atomic,
+    write_entry,
+    write_manifest,
+)
+from .shards import Shard
+
+__all__ = ["RunSummary", "ShardOutput", "ShardResult", "ShardWork", "process_shard", "run_shards"]
+
+
+@dataclass
+class ShardOutput:
+    """What a shard's work made: the rows to write and an account of those it read.
+
+    Attributes
+    ----------
+    frame : pandas.DataFrame, shape (n_kept, ...)
+        The rows to write (e.g. ``LabeledDataset.frame``; its row-number column is left out on writing).
+    traces : sequence of Trace or None, length n_kept; or None
+        Their traces (written as the trace columns), or None for none.
+    n_read : int
+        Rows read from the input shard (>= ``len(frame)``; the difference is the rejected rows).
+    errors : sequence of RowError
+        Every problem with a rejected row, numbered in the input shard (:class:`~trace_core.data.RowError`).
+    notes : sequence of str
+        Remarks for the caller to pass on (e.g. rows that could not be scored); not errors.
+    """
+
+    frame: pd.DataFrame
+    traces: Sequence[Any] | None
+    n_read: int
+    errors: Sequence[Any] = ()
+    notes: Sequence[str] = ()
+
+
+#: A shard's work: the input shard -> its output rows. Raising stops the run, unless the error is one of
+#: ``skip_errors`` (then the shard is reported as failed and the run goes on).
+ShardWork = Callable[[Shard], ShardOutput]
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """What became of one shard.
+
+    Attributes
+    ----------
+    shard : Shard
+    status : {"done", "skipped", "failed"}
+        Written now; complete from an earlier run (left as it was); or its work raised one of ``skip_errors``.
+    entry : ShardEntry or None
+        Its manifest entry (None when failed).
+    problems : tuple of str
+        The rejected rows' problems, each prefixed with the shard's name (``"a/b.jsonl: row 4: label: ..."``).
+    notes : tuple of str
+        The work's notes, prefixed the same way.
+    error : str
+        Why the shard failed ("" unless failed).
+    """
+
+    shard: Shard
+    status: str
+    entry: ShardEntry | None = None
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    error: str = ""
+
+
+@dataclass
+class RunSummary:
+    """A run's outcome: every shard's result, in the shards' order, and the combined manifest's path."""
+
+    results: list[ShardResult] = field(default_factory=list)
+    manifest: Path | None = None
+
+    def _count(self, status: str) -> int:
+        return sum(r.status == status for r in self.results)
+
+    @property
+    def done(self) -> int:
+        return self._count("done")
+
+    @property
+    def skipped(self) -> int:
+        return self._count("skipped")
+
+    @property
+    def failed(self) -> list[ShardResult]:
+        return [r for r in self.results if r.status == "failed"]
+
+    def rows(self, which: str) -> int:
+        """Rows ``"read"``, ``"kept"`` or ``"rejected"`` over the complete shards (written now or before)."""
+        return sum(getattr(r.entry, f"rows_{which}") for r in self.results if r.entry is not None)
+
+    def sentence(self) -> str:
+        """E.g. ``"4 shards: 3 written, 1 already complete; 1,000 rows read: 998 kept, 2 rejected"``."""
+        n = len(self.results)
+        text = (f"{n:,} shard{'' if n == 1 else 's'}: {self.done:,} written, {self.skipped:,} already complete"
+                + (f", {len(self.failed):,} failed" if self.failed else ""))
+        return (f"{text}; {self.rows('read'):,} rows read: {self.rows('kept'):,} kept, "
+                f"{self.rows('rejected'):,} rejected")
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def _checked_output(output: Any, shard: Shard) -> ShardOutput:
+    """The work's output, checked once: a ShardOutput whose counts add up."""
+    if not isinstance(output, ShardOutput):
+        raise TypeError(f"the work on {shard.name} returned {type(output).__name__}, expected a ShardOutput")
+    if not isinstance(output.frame, pd.DataFrame):
+        raise TypeError(f"the work on {shard.name} returned a frame of type {type(output.frame).__name__}")
+    if output.n_read < len(output.frame):
+        raise ValueError(f"the work on {shard.name} kept {len(output.frame):,} rows of {output.n_read:,} read")
+    return output
+
+
+def _output_bytes(output: ShardOutput) -> bytes:
+    """The output shard's Parquet bytes (:func:`trace_core.data.write_dataset`)."""
+    from ..data import write_dataset
+
+    buffer = io.BytesIO()
+    write_dataset(output.frame, buffer, traces=output.traces, format="parquet")
+    return buffer.getvalue()
+
+
+def _rejected(errors: Sequence[Any]) -> list[dict[str, Any]]:
+    return [{"row": int(e.row), "field": str(e.field), "message": str(e.message)} for e in errors]
+
+
+def process_shard(shard: Shard, out_dir: str | os.PathLike[str], work: ShardWork, *, settings: Mapping[str, Any],
+                  command: str = "", skip_errors: tuple[type[Exception], ...] = ()) -> ShardResult:
+    """One shard, start to finish: skipped when complete (:func:`~trace_core.scale.manifest.is_complete`), else
+    its work run, its output shard written (Parquet, atomically) and then its entry.
+
+    Parameters
+    ----------
+    shard : Shard
+        From :func:`~trace_core.scale.list_shards`.
+    out_dir : str or path
+        The output folder (it exists).
+    work : callable(Shard) -> ShardOutput
+        Makes the shard's rows; called only when the shard is not complete.
+    settings : mapping of JSON values
+        What shapes the output (a model, options): recorded in the entry; an entry with other settings is redone.
+    command : str
+        The command line, recorded in the entry.
+    skip_errors : tuple of exception types
+        Errors of the work that fail this shard only (the result says why; no entry is written, so a rerun tries
+        it again); any other error propagates.
+
+    Returns
+    -------
+    ShardResult
+    """
+    size, digest = file_digest(shard.path)
+    stored = read_entry(out_dir, shard.output)
+    if is_complete(stored, out_dir, input_name=shard.name, input_size=size, input_sha256=digest, settings=settings):
+        return ShardResult(shard=shard, status="skipped", entry=stored)
+    try:
+        output = _checked_output(work(shard), shard)
+    except skip_errors as exc:
+        return ShardResult(shard=shard, status="failed", error=str(exc).strip() or type(exc).__name__)
+    data = _output_bytes(output)
+    write_atomic(Path(out_dir) / shard.output, data)
+    entry = ShardEntry(input=shard.name, input_size=size, input_sha256=digest, rows_read=int(output.n_read),
+                       rows_kept=len(output.frame), rows_rejected=int(output.n_read) - len(output.frame),
+                       output=shard.output, output_size=len(data), output_sha256=sha256(data).hexdigest(),
+                       settings=plain_settings(settings), version=_version(), command=command,
+                       rejected=_rejected(output.errors))
+    write_entry(out_dir, entry)
+    return ShardResult(shard=shard, status="done", entry=entry,
+                       problems=tuple(f"{shard.name}: {e}" for e in output.errors),
+                       notes=tuple(f"{shard.name}: {n}" for n in output.notes))
+
+
+def _check_shards(shards: Sequence[Shard], out_dir: Path) -> None:
+    """No shard inside the output folder (a rerun would read outputs as inputs) and no output name twice."""
+    root = out_dir.resolve()
+    outputs: dict[str, str] = {}
+    for shard in shards:
+        if not isinstance(shard, Shard):
+            raise TypeError(f"`shards` must hold Shard objects (list_shards), got {type(shard).__name__}")
+        if root == shard.path.resolve().parent or root in shard.path.resolve().parents:
+            raise ValueError(f"the shard {shard.name[:200]} is inside the output folder; write the output elsewhere")
+        if shard.output.lower() in outputs:
+            raise ValueError(f"the shards {outputs[shard.output.lower()][:80]} and {shard.name[:80]} would both be "
+                             f"written to {shard.output[:80]}")
+        outputs[shard.output.lower()] = shard.name
+
+
+def run_shards(shards: Sequence[Shard], out_dir: str | os.PathLike[str], work: ShardWork, *,
+               settings: Mapping[str, Any], command: str = "", skip_errors: tuple[type[Exception], ...] = (),
+               on_shard: Callable[[ShardResult, int, int], None] | None = None) -> RunSummary:
+    """Work through ``shards`` one at a time into ``out_dir``, resuming where an earlier run stopped.
+
+    The temporary files an interrupted run left are removed first; each shard then goes through
+    :func:`process_shard` (complete shards are skipped, others redone from the start), holding one shard's rows at a
+    time; at the end ``OUT/manifest.json`` lists every complete shard's entry. A process killed at any point loses
+    at most the shard it was working on, which the next run redoes.
+
+    Parameters
+    ----------
+    shards : sequence of Shard
+        From :func:`~trace_core.scale.list_shards`; none inside ``out_dir``.
+    out_dir : str or path
+        The output folder; created when missing (with its parents).
+    work, settings, command, skip_errors
+        See :func:`process_shard`.
+    on_shard : callable(result, index, total) or None
+        Called after each shard (index from 1), e.g. to report progress and the rejected rows.
+
+    Returns
+    -------
+    RunSummary
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from trace_core.scale import list_shards
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (root / "in").mkdir(), (root / "in" / "a.csv").write_text("prompt,answer\\nQ,A\\n")
+    >>> def work(shard):
+    ...     frame = pd.read_csv(shard.path)
+    ...     return ShardOutput(frame=frame, traces=None, n_read=len(frame))
+    >>> run_shards(list_shards(root / "in"), root / "out", work, settings={}).sentence()
+    '1 shard: 1 written, 0 already complete; 1 rows read: 1 kept, 0 rejected'
+    >>> run_shards(list_shards(root / "in"), root / "out", work, settings={}).sentence()
+    '1 shard: 0 written, 1 already complete; 1 rows read: 1 kept, 0 rejected'
+    """
+    settings = plain_settings(settings)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _check_shards(shards, out)
+    remove_leftovers(out)
+    summary = RunSummary()
+    for index, shard in enumerate(shards, start=1):
+        result = process_shard(shard, out, work, settings=settings, command=command, skip_errors=skip_errors)
+        summary.results.append(result)
+        if on_shard is not None:
+            on_shard(result, index, len(shards))
+    summary.manifest = write_manifest(out, [r.entry for r in summary.results if r.entry is not None],
+                                      settings=settings, version=_version(), command=command,
+                                      failed={r.shard.name: r.error for r in summary.failed})
+    return summary
