@@ -153,6 +153,9 @@ def test_write_atomic_replaces_whole_and_leaves_no_temporary_file(tmp_path):
     write_atomic(target, b"old")
     write_atomic(target, b"new")
     assert target.read_bytes() == b"new" and os.listdir(tmp_path) == ["f.json"]
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask  # as any file the user writes, not private
 
 
 def test_write_atomic_interrupted_keeps_the_old_file(tmp_path, monkeypatch):
@@ -334,6 +337,11 @@ def test_a_shard_that_cannot_be_read_fails_alone_and_runs_again_next_time(tmp_pa
     with pytest.raises(DatasetError):  # not skipped: the run stops
         empty.write_text("", encoding="utf-8")
         run_shards(shards, tmp_path / "out", _reading_work, settings={})
+
+
+def test_an_excluded_folder_holds_no_shard(tmp_path):
+    _write_shards(tmp_path / "in", [2, 2])
+    assert [s.name for s in list_shards(tmp_path / "in", exclude=tmp_path / "in" / "sub")] == ["part-0.jsonl"]
 
 
 def test_the_output_folder_must_not_hold_the_input(tmp_path):

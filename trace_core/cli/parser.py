@@ -89,8 +89,14 @@ def _generate_arguments(sub: Any, common: argparse.ArgumentParser) -> None:
 def _score_arguments(sub: Any, common: argparse.ArgumentParser) -> None:
     """``score``'s arguments."""
     p = _subcommand(sub, common, "score", help="record traces of existing answers (teacher forcing)")
-    p.add_argument("data", help="dataset with `prompt` and `answer` columns")
-    p.add_argument("--out", required=True, help="output dataset (.jsonl, .csv or .parquet)")
+    p.add_argument("data", help="dataset with `prompt` and `answer` columns; or, to score shard by shard, a folder "
+                                "(every .parquet, .jsonl or .csv file in it, at any depth; names starting with . or _ "
+                                "skipped) or a quoted glob pattern such as 'data/*.parquet' (** for any depth)")
+    p.add_argument("--out", required=True,
+                   help="output dataset (.jsonl, .csv or .parquet); when DATA is a folder or a pattern: the output "
+                        "folder (created if missing), one Parquet file per input shard (a/b.jsonl -> a__b.parquet) "
+                        "and a manifest; running the same command again skips the shards already complete and "
+                        "redoes the rest")
     p.add_argument("--rescore", action="store_true", help="re-record rows that already have a trace")
     _model_options(p)
     _label_options(p)

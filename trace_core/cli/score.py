@@ -1,5 +1,6 @@
 """``trace-core score``: a dataset of prompts and answers -> the same rows with traces (teacher forcing), recording
-only the rows without one unless ``--rescore``."""
+only the rows without one unless ``--rescore``. A folder or a glob pattern of datasets is scored shard by shard into
+an output folder, resumably (:mod:`trace_core.cli.score_shards`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 
 from . import common
 from ._support import DATASET_OUT, check_not_input, check_out, progress
+from .score_shards import is_sharded, score_shards
 
 __all__ = ["cmd_score"]
 
@@ -17,6 +19,9 @@ def cmd_score(args: argparse.Namespace) -> None:
     from ..policy import usable_rows
     from ..record import beam_logprobs, score_answers
 
+    if is_sharded(args.data):
+        score_shards(args)
+        return
     check_out(args.out, DATASET_OUT)
     check_not_input(args.out, [("the input file", args.data)], written="the scored dataset")
     dataset = common.read_data(args.data, require_label=False, args=args)

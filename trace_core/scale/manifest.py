@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
@@ -142,7 +142,9 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     at any point leaves either the old file or the new one, and perhaps a temporary file that
     :func:`remove_leftovers` removes."""
     path = Path(path)
-    handle, temp = tempfile.mkstemp(prefix=f"{_TEMP_PREFIX}{path.name}.", suffix=_TEMP_SUFFIX, dir=path.parent)
+    temp = path.parent / f"{_TEMP_PREFIX}{path.name}.{os.getpid()}-{secrets.token_hex(4)}{_TEMP_SUFFIX}"
+    # os.open with mode 0o666 gives the file the permissions the umask allows, like any file the user writes
+    handle = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
@@ -150,7 +152,7 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
             os.fsync(out.fileno())
         os.replace(temp, path)
     except BaseException:
-        Path(temp).unlink(missing_ok=True)
+        temp.unlink(missing_ok=True)
         raise
     _fsync_folder(path.parent)
 

@@ -81,9 +81,10 @@ class ShardScorer:
     def _score(self, prompts: list[str], answers: list[str], description: str) -> list[Any]:
         from ..record import score_answers
 
+        model = self.model  # loaded before the bar starts, so a loading error is not printed after a bar's residue
         update, close = self._progress(len(prompts), description) if self._progress else (None, lambda: None)
         try:
-            return score_answers(self.model, prompts, answers, chat_template=self.chat_template,
+            return score_answers(model, prompts, answers, chat_template=self.chat_template,
                                  n_alternatives=self.n_alternatives, batch_size=self.batch_size, progress=update)
         finally:
             close()

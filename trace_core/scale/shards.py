@@ -138,7 +138,15 @@ def _check_unique_outputs(shards: list[Shard], spec: str) -> None:
         seen[key] = shard.name
 
 
-def list_shards(spec: str | os.PathLike[str]) -> list[Shard]:
+def _outside(files: list[Path], exclude: str | os.PathLike[str] | None) -> list[Path]:
+    """The files not inside the folder ``exclude`` (an output folder that lies inside the input folder)."""
+    if exclude is None:
+        return files
+    folder = Path(exclude).resolve()
+    return [p for p in files if folder not in p.resolve().parents]
+
+
+def list_shards(spec: str | os.PathLike[str], *, exclude: str | os.PathLike[str] | None = None) -> list[Shard]:
     """The dataset files a sharded run reads, sorted by name.
 
     Parameters
@@ -175,6 +183,7 @@ def list_shards(spec: str | os.PathLike[str]) -> list[Shard]:
     if not spec.strip():
         raise ValueError("`spec` is empty: give a folder, a glob pattern or a dataset file")
     root, files, what = _candidates(spec)
+    files = _outside(files, exclude)
     shards = sorted((_shard(p, root) for p in files if p.suffix.lower() in SHARD_FORMATS), key=lambda s: s.name)
     if not shards:
         found = "matches nothing" if not files else f"holds no dataset file ({len(files):,} other files)"
