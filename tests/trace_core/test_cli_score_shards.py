@@ -46,7 +46,9 @@ def test_a_folder_is_scored_shard_by_shard_and_a_rerun_skips_it(shards, tmp_path
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
     assert (manifest["rows_read"], manifest["rows_kept"], manifest["rows_rejected"]) == (6, 5, 1)
     assert manifest["settings"]["model"] == str(tiny_model_dirs["gpt2"])
-    assert manifest["command"].startswith("trace-core score ") and manifest["entries"][1]["rejected"][0]["row"] == 2
+    assert manifest["command"].startswith("trace-core score ") and manifest["entries"][1]["rows_rejected"] == 1
+    entry = json.loads((out / manifest["entries"][1]["entry"]).read_text(encoding="utf-8"))
+    assert entry["input"] == "c.jsonl" and entry["rejected"][0]["row"] == 2
     ids = []
     for name in ("a", "c", "sub__b"):
         back = read_dataset(out / f"{name}.parquet", require_label=False)

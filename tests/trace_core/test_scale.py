@@ -190,7 +190,7 @@ def test_an_entry_records_input_output_counts_settings_and_version(tmp_path):
 
     shard, summary = _one_shard_run(tmp_path)
     entry = read_entry(tmp_path / "out", shard.output)
-    assert entry == summary.results[0].entry
+    assert entry == summary.results[0].entry  # nothing rejected: the run's copy is the whole entry
     assert (entry.input, entry.output) == ("part-0.jsonl", "part-0.parquet")
     assert (entry.input_size, entry.input_sha256) == file_digest(shard.path)
     assert (entry.output_size, entry.output_sha256) == file_digest(tmp_path / "out" / "part-0.parquet")
@@ -310,12 +310,19 @@ def test_a_bad_row_is_reported_with_its_shard_and_row_and_the_other_rows_are_kep
     bad.parent.mkdir()
     bad.write_text('{"prompt": "a", "answer": "x", "label": 1}\n{"prompt": "b", "answer": "y", "label": "maybe"}\n'
                    '{"prompt": "c", "answer": "z", "label": 0}\n', encoding="utf-8")
+    seen = {}
     with pytest.warns(DatasetWarning, match="1 rejected"):
-        summary = run_shards(list_shards(tmp_path / "in"), tmp_path / "out", _reading_work, settings={})
-    result = next(r for r in summary.results if r.shard.name == "sub/bad.jsonl")
+        summary = run_shards(list_shards(tmp_path / "in"), tmp_path / "out", _reading_work, settings={},
+                             on_shard=lambda r, i, n: seen.setdefault(r.shard.name, r))
+    result = seen["sub/bad.jsonl"]
     assert len(result.problems) == 1 and result.problems[0].startswith("sub/bad.jsonl: row 2: label: ")
     assert (result.entry.rows_read, result.entry.rows_kept, result.entry.rows_rejected) == (3, 2, 1)
     assert result.entry.rejected[0]["row"] == 2 and result.entry.rejected[0]["field"] == "label"
+    assert read_entry(tmp_path / "out", "sub__bad.parquet") == result.entry  # the entry file keeps them
+    kept = next(r for r in summary.results if r.shard.name == "sub/bad.jsonl")  # the run keeps counts only
+    assert (kept.problems, kept.entry.rejected, kept.entry.rows_rejected) == ((), [], 1)
+    combined = json.loads((tmp_path / "out" / MANIFEST_FILE).read_text(encoding="utf-8"))["entries"][1]
+    assert "rejected" not in combined and combined["entry"] == "_manifest/sub__bad.json"
     assert pd.read_parquet(tmp_path / "out" / "sub__bad.parquet")["prompt"].tolist() == ["a", "c"]
     assert summary.sentence().endswith("6 rows read: 5 kept, 1 rejected")
 

@@ -211,17 +211,24 @@ def is_complete(entry: ShardEntry | None, out_dir: str | os.PathLike[str], *, in
         return False
 
 
+def _brief(entry: ShardEntry) -> dict[str, Any]:
+    """An entry as the combined manifest lists it: every field but the rejected rows, and where its file is."""
+    fields_ = {k: v for k, v in entry.to_json().items() if k != "rejected"}
+    return {**fields_, "entry": f"{ENTRY_FOLDER}/{entry_path('.', entry.output).name}"}
+
+
 def write_manifest(out_dir: str | os.PathLike[str], entries: Iterable[ShardEntry], *,
                    settings: Mapping[str, Any], version: str, command: str = "",
                    failed: Mapping[str, str] | None = None) -> Path:
     """Write ``OUT/manifest.json`` (atomically): the run's settings, version and command, the totals, every
-    complete shard's entry in the order given (the shards' order), and the shards that failed (input name -> why;
-    they have no entry and run again next time)."""
+    complete shard's entry in the order given (the shards' order) without its list of rejected rows (that stays in
+    the shard's entry file, named by ``"entry"``, so the combined file stays small whatever was rejected), and the
+    shards that failed (input name -> why; they have no entry and run again next time)."""
     entries = list(entries)
     totals = {key: sum(getattr(e, key) for e in entries) for key in ("rows_read", "rows_kept", "rows_rejected")}
     document = {"manifest_version": MANIFEST_VERSION, "trace_core": version, "command": command,
                 "settings": plain_settings(settings), "shards": len(entries), **totals,
-                "entries": [e.to_json() for e in entries], "failed": dict(failed or {})}
+                "entries": [_brief(e) for e in entries], "failed": dict(failed or {})}
     path = Path(out_dir) / MANIFEST_FILE
     write_atomic(path, (json.dumps(document, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
     return path

@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from hashlib import sha256
 from pathlib import Path
 from typing import Any
@@ -94,7 +94,9 @@ class ShardResult:
 
 @dataclass
 class RunSummary:
-    """A run's outcome: every shard's result, in the shards' order, and the combined manifest's path."""
+    """A run's outcome: every shard's result, in the shards' order, and the combined manifest's path. The results
+    hold no per-row lists (``problems``, ``notes`` and the entries' ``rejected`` are empty): ``on_shard`` sees them
+    whole, and each shard's entry file keeps its rejected rows."""
 
     results: list[ShardResult] = field(default_factory=list)
     manifest: Path | None = None
@@ -218,6 +220,13 @@ def _check_shards(shards: Sequence[Shard], out_dir: Path) -> None:
         outputs[shard.output.lower()] = shard.name
 
 
+def _slim(result: ShardResult) -> ShardResult:
+    """A result without its per-row lists (rejected rows, notes), as the run keeps it: a run holds one shard's rows
+    at a time, however many it rejected (they stay in the shard's entry file)."""
+    entry = replace(result.entry, rejected=[]) if result.entry is not None else None
+    return replace(result, entry=entry, problems=(), notes=())
+
+
 def run_shards(shards: Sequence[Shard], out_dir: str | os.PathLike[str], work: ShardWork, *,
                settings: Mapping[str, Any], command: str = "", skip_errors: tuple[type[Exception], ...] = (),
                on_shard: Callable[[ShardResult, int, int], None] | None = None) -> RunSummary:
@@ -265,9 +274,9 @@ def run_shards(shards: Sequence[Shard], out_dir: str | os.PathLike[str], work: S
     summary = RunSummary()
     for index, shard in enumerate(shards, start=1):
         result = process_shard(shard, out, work, settings=settings, command=command, skip_errors=skip_errors)
-        summary.results.append(result)
         if on_shard is not None:
             on_shard(result, index, len(shards))
+        summary.results.append(_slim(result))
     summary.manifest = write_manifest(out, [r.entry for r in summary.results if r.entry is not None],
                                       settings=settings, version=_version(), command=command,
                                       failed={r.shard.name: r.error for r in summary.failed})
