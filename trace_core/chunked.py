@@ -58,6 +58,15 @@ def _part(values: Sequence[Any] | None, a: int, b: int) -> Any:
     return None if values is None else values[a:b]
 
 
+def _layout(method: str) -> str:
+    """The memory order the split loop reads a method's features in (:class:`~trace_core.protocol.run_splits`
+    gathers a fitted baseline's and the reference's column by column, TRACE+'s as given): filled in that order
+    here, they are not copied again there."""
+    from .registry import METHODS
+
+    return "C" if METHODS[method].kind == "trace_plus" else "F"
+
+
 def chunked_protocol_inputs(surprisal: Ragged, entropy: Ragged | None, *, methods: Sequence[str] | None = None,
                             traces: Sequence[Trace] | None = None,
                             beam_logprobs: Sequence[Sequence[float]] | None = None, embedder: Any = None,
@@ -90,7 +99,8 @@ def chunked_protocol_inputs(surprisal: Ragged, entropy: Ragged | None, *, method
         if out is None:  # the whole result's arrays, filled chunk by chunk
             out = ProtocolInputs(
                 scalar={m: np.empty(n, dtype=v.dtype) for m, v in part.scalar.items()},
-                features={m: np.empty((n, *F.shape[1:]), dtype=F.dtype) for m, F in part.features.items()},
+                features={m: np.empty((n, *F.shape[1:]), dtype=F.dtype, order=_layout(m))
+                          for m, F in part.features.items()},
                 wanted=part.wanted, skipped=part.skipped)
         elif (part.wanted, part.skipped, list(part.scalar), list(part.features)) != (
                 out.wanted, out.skipped, list(out.scalar), list(out.features)):

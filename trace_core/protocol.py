@@ -41,9 +41,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .evaluate import EvaluationConfig
 
 __all__ = ["MAX_WORKERS", "OUT_OF_FOLD", "THREADS_FROM", "Ascending", "MethodOnSplit", "Part", "SplitRun",
-           "draw_splits", "feature_set", "fit_reference", "is_constant", "map_on_threads", "one_blas_thread",
-           "out_of_fold", "probability_metric", "ranking_of_scores", "ranking_part", "run_splits", "stratified_folds",
-           "take_rows", "workers_for"]
+           "draw_splits", "feature_set", "fit_reference", "is_constant", "iter_splits", "map_on_threads",
+           "one_blas_thread", "out_of_fold", "probability_metric", "ranking_of_scores", "ranking_part", "run_splits",
+           "stratified_folds", "take_rows", "workers_for"]
 
 Progress = Callable[[int, int], None]
 
@@ -82,9 +82,14 @@ def is_constant(scores: Any) -> bool:
 def draw_splits(y: np.ndarray, config: EvaluationConfig) -> list[tuple[np.ndarray, np.ndarray]]:
     """The protocol's ``config.n_splits`` (calibration rows, evaluation rows) pairs, each ascending, from
     ``config.seed``; stratified splits keep ``round(fraction * n_class)`` of each class in the calibration part."""
+    return list(iter_splits(y, config))
+
+
+def iter_splits(y: np.ndarray, config: EvaluationConfig) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """:func:`draw_splits` one split at a time (the same pairs, from the same draws): the split loop holds one
+    split's rows, not every split's (16 bytes per answer and split)."""
     rng = np.random.default_rng(config.seed)
     n = y.shape[0]
-    out = []
     for _ in range(config.n_splits):
         if config.stratified:
             cal_parts = []
@@ -98,8 +103,7 @@ def draw_splits(y: np.ndarray, config: EvaluationConfig) -> list[tuple[np.ndarra
             cal = np.sort(rng.permutation(n)[:k])
         mask = np.zeros(n, dtype=bool)
         mask[cal] = True
-        out.append((cal, np.flatnonzero(~mask)))
-    return out
+        yield cal, np.flatnonzero(~mask)
 
 
 def fit_reference(F: np.ndarray, y: np.ndarray, *, near: StandardisedLogistic | None = None) -> StandardisedLogistic:
@@ -186,16 +190,17 @@ def one_blas_thread(active: bool) -> Iterator[None]:
 @dataclass(frozen=True)
 class Ascending:
     """A scalar score prepared once for every split: its rows in ascending order of the transformed score ``z``
-    (stable), ``z`` and the labels in that order, and the raw score's tie groups along it. ``groups`` is None when
-    every raw score is distinct; ``contiguous`` is False when the raw score is not ascending along the order (``z``
-    ties distinct raw scores, e.g. the log floor): then the rankings take :class:`~trace_core.metrics.RankGroups`."""
+    (stable), ``z`` and the labels (int8) in that order, and the raw score's tie groups along it (int32). ``groups``
+    is None when every raw score is distinct; ``contiguous`` is False when the raw score is not ascending along the
+    order (``z`` ties distinct raw scores, e.g. the log floor): then the rankings take
+    :class:`~trace_core.metrics.RankGroups`. About 17 bytes per answer, kept for every split: the raw score stays
+    with the caller, in row order."""
 
     order: np.ndarray
     z: np.ndarray
     y: np.ndarray
     groups: np.ndarray | None
     contiguous: bool
-    raw: np.ndarray
 
     @classmethod
     def of(cls, raw: np.ndarray, z: np.ndarray, y: np.ndarray) -> Ascending:
@@ -203,17 +208,22 @@ class Ascending:
         raw_sorted = raw[order]
         steps = raw_sorted[1:] != raw_sorted[:-1]
         contiguous = bool(np.all(raw_sorted[1:] >= raw_sorted[:-1]))
-        groups = None if bool(steps.all()) else np.concatenate([[0], np.cumsum(steps)])
-        return cls(order=order, z=z[order], y=y[order], groups=groups, contiguous=contiguous, raw=raw_sorted)
+        groups = (None if bool(steps.all())
+                  else np.concatenate([np.zeros(1, np.int32), np.cumsum(steps, dtype=np.int32)]))
+        return cls(order=order, z=z[order], y=y[order].astype(np.int8), groups=groups, contiguous=contiguous)
 
-    def spread(self, keep: np.ndarray) -> bool:
-        """True when the raw scores at ``keep`` (ascending positions, at least 2) are certainly not constant for
-        :func:`is_constant`: their range alone forces a standard deviation above twice its threshold (``k`` values
-        spanning ``r`` have a standard deviation of at least ``r / sqrt(2 k)``, and their mean lies inside the
-        range). False means: ask :func:`is_constant`."""
+    def labels(self, keep: np.ndarray) -> np.ndarray:
+        """The 0/1 int64 labels at ``keep`` (ascending positions), as the calibrators and metrics take them."""
+        return self.y[keep].astype(np.int64)
+
+    def spread(self, keep: np.ndarray, raw: np.ndarray) -> bool:
+        """True when the raw scores at ``keep`` (ascending positions, at least 2; ``raw``: the raw score in row
+        order) are certainly not constant for :func:`is_constant`: their range alone forces a standard deviation
+        above twice its threshold (``k`` values spanning ``r`` have a standard deviation of at least
+        ``r / sqrt(2 k)``, and their mean lies inside the range). False means: ask :func:`is_constant`."""
         if not self.contiguous:
             return False
-        low, high = float(self.raw[keep[0]]), float(self.raw[keep[-1]])
+        low, high = float(raw[self.order[keep[0]]]), float(raw[self.order[keep[-1]]])
         bound = (high - low) / math.sqrt(2.0 * keep.shape[0])
         return bound > 2.0 * CONSTANT_RTOL * max(abs(low), abs(high), np.finfo(np.float64).tiny)
 
@@ -341,11 +351,11 @@ class _Protocol:
         self.features = {m: F if METHODS[m].kind == "trace_plus"
                          else np.asfortranarray(feature_ranks(F) if _order_only(METHODS[m]) else F)
                          for m, F in features.items()}
-        # Calibrators are fitted on each score's documented transform; rankings use the raw score, sorted once.
-        self.transformed = {m: transform_scores(scalar[m], METHODS[m].transform) for m in scalar}
-        names = list(self.transformed)
-        prepared = map_on_threads(lambda m: Ascending.of(scalar[m], self.transformed[m], y), names,
-                                  workers=workers_for(y.shape[0], len(names)))
+        # Calibrators are fitted on each score's documented transform; rankings use the raw score, sorted once. Only
+        # the transform's sorted copy is kept.
+        names = list(scalar)
+        prepared = map_on_threads(lambda m: Ascending.of(scalar[m], transform_scores(scalar[m], METHODS[m].transform),
+                                                         y), names, workers=workers_for(y.shape[0], len(names)))
         self.prepared = dict(zip(names, prepared, strict=True))
         self.rank_groups = {m: RankGroups(scalar[m]) for m in scalar if not self.prepared[m].contiguous}
         # Each method's fit on the previous split, a start for its fit on the next (the same optimum in fewer Newton
@@ -416,9 +426,10 @@ class _Protocol:
         # positions once and gathering is not.
         in_cal = part.in_cal[prep.order]
         keep_cal, keep_ev = np.flatnonzero(in_cal), np.flatnonzero(~in_cal)
-        out = MethodOnSplit(constant=not prep.spread(keep_cal) and is_constant(self.scalar[method][cal]))
-        z_cal, y_cal = prep.z[keep_cal], prep.y[keep_cal]
-        z_ev, y_ev = prep.z[keep_ev], prep.y[keep_ev]
+        raw = self.scalar[method]
+        out = MethodOnSplit(constant=not prep.spread(keep_cal, raw) and is_constant(raw[cal]))
+        z_cal, y_cal = prep.z[keep_cal], prep.labels(keep_cal)
+        z_ev, y_ev = prep.z[keep_ev], prep.labels(keep_ev)
         fitted: dict[str, PlattCalibrator | IsotonicCalibrator] = {
             "platt": PlattCalibrator().fit_checked(z_cal, y_cal, near=self.previous.get(method)),
             "isotonic": IsotonicCalibrator().fit_presorted(z_cal, y_cal)}
@@ -436,7 +447,7 @@ class _Protocol:
             for c, p in probs.items():
                 in_rows[c] = np.empty_like(p)
                 in_rows[c][places] = p
-            out.held = HeldOutMethod(score=self.scalar[method][ev], probabilities=in_rows)
+            out.held = HeldOutMethod(score=raw[ev], probabilities=in_rows)
         return out
 
 
@@ -451,12 +462,11 @@ def run_splits(y: np.ndarray, scalar: dict[str, np.ndarray], features: dict[str,
     calibration: list[SplitValue] = []
     held: HeldOut | None = None
     skipped = 0
-    splits = draw_splits(y, config)
     if progress is not None:
-        progress(0, len(splits))
+        progress(0, config.n_splits)
     workers = workers_for(y.shape[0], len(methods))
     with ThreadPoolExecutor(max_workers=workers) as pool, one_blas_thread(workers > 1):
-        for split, (cal, ev) in enumerate(splits):
+        for split, (cal, ev) in enumerate(iter_splits(y, config)):
             if not (_both_classes(y[cal]) and _both_classes(y[ev])):
                 skipped += 1
             else:
@@ -474,7 +484,7 @@ def run_splits(y: np.ndarray, scalar: dict[str, np.ndarray], features: dict[str,
                                    methods={m: r.held for m, r in zip(methods, runs, strict=True)
                                             if r.held is not None})
             if progress is not None:
-                progress(split + 1, len(splits))
+                progress(split + 1, config.n_splits)
     return SplitRun(rows=rows, calibration=calibration, held_out=held if held is not None else HeldOut(),
                     uninformative={m: uninformative[m] for m in methods if m in uninformative},
                     skipped_splits=skipped)
