@@ -7,7 +7,8 @@ Synthetic traces (:func:`trace_core.synthetic_traces`: surprisal and entropy per
 default method, both calibrators, the paired comparison) on them. Printed, in MiB: the float32 size of the per-token
 arrays (surprisal and entropy: the least any float per-token store needs), the inputs as loaded, and the peak
 resident memory from just before loading to the end of ``evaluate_arrays`` (so the inputs count), with the peak as
-a ratio to the float32 size (target: at most 2). Linux only (reads the peak from /proc/self/status).
+a ratio to the float32 size (target: at most 2), and the peak above the inputs as loaded (what evaluate itself adds) in
+the same unit. Linux only (reads the peak from /proc/self/status).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{args.answers:,} answers, {n_tokens:,} tokens; per-token arrays (surprisal, entropy) in float32: "
               f"{float32_mib:,.0f} MiB; {args.splits} splits, every default method")
         print(f"{'loaded as':<10} {'stored as':<10} {'inputs MiB':>11} {'peak MiB':>9} {'peak / float32':>15} "
-              f"{'evaluate s':>11}")
+              f"{'above inputs / float32':>23} {'evaluate s':>11}")
         for dtype in args.dtype:
             out = subprocess.run([sys.executable, "-m", "bench.evaluate_memory", "--child", folder, dtype,
                                   str(args.splits)], cwd=ROOT, capture_output=True, text=True, check=False)
@@ -95,8 +96,9 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             r = json.loads(out.stdout.strip().splitlines()[-1])
             peak = r["peak_kib"] / 1024
+            above = peak - r["loaded_kib"] / 1024
             print(f"{dtype:<10} {r['stored_dtype']:<10} {r['loaded_kib'] / 1024:>11,.0f} {peak:>9,.0f} "
-                  f"{peak / float32_mib:>14.2f}x {r['seconds']:>11.1f}")
+                  f"{peak / float32_mib:>14.2f}x {above / float32_mib:>22.2f}x {r['seconds']:>11.1f}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ answers stored as float32 needs little more than the float32 arrays themselves.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -58,7 +58,7 @@ def _part(values: Sequence[Any] | None, a: int, b: int) -> Any:
     return None if values is None else values[a:b]
 
 
-def _layout(method: str) -> str:
+def _layout(method: str) -> Literal["C", "F"]:
     """The memory order the split loop reads a method's features in (:class:`~trace_core.protocol.run_splits`
     gathers a fitted baseline's and the reference's column by column, TRACE+'s as given): filled in that order
     here, they are not copied again there."""
