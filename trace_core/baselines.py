@@ -367,9 +367,12 @@ def compute_baselines(traces: Sequence[Trace], *, beam_logprobs: Sequence[Sequen
 def baseline_scores(surprisal: Ragged, entropy: Ragged | None, *, names: Sequence[str] | None = None,
                     traces: Sequence[Trace] | None = None, beam_logprobs: Sequence[Sequence[float]] | None = None,
                     embedder: Any = None, contexts: Sequence[str] | None = None,
-                    top_k: TopK | None = None, relevance: Sequence[np.ndarray] | None = None) -> BaselineScores:
+                    top_k: TopK | None = None, relevance: Sequence[np.ndarray] | None = None,
+                    top_k_reason: str = "") -> BaselineScores:
     """:func:`compute_baselines` from surprisal and entropy batches; the semantic baselines also need ``traces``
-    (their token texts), EPR their top-k log-probabilities (``top_k``, else stacked from ``traces``).
+    (their token texts), EPR their top-k log-probabilities (``top_k``, else stacked from ``traces``; with
+    ``top_k`` None and ``top_k_reason`` given, EPR is skipped with that reason: the caller's plan for a whole these
+    answers are part of, :class:`~trace_core.fitted_baselines.TopKPlan`).
     ``entropy=None`` (only the chosen tokens' log-probabilities): the baselines with ``needs_entropy`` are skipped
     with :data:`NO_ENTROPY_REASON`."""
     wanted = _names(names)
@@ -386,7 +389,7 @@ def baseline_scores(surprisal: Ragged, entropy: Ragged | None, *, names: Sequenc
             columns.update(beam_scores(beam_logprobs, names=beam_wanted))
     top_wanted = _names(wanted, "top_k")
     if top_wanted:
-        top, reason = (top_k, "") if top_k is not None else (
+        top, reason = (top_k, top_k_reason) if top_k is not None or top_k_reason else (
             stack_top_logprobs(traces) if traces is not None else (None, f"needs {NEEDS['top_k']}"))
         if top is None:
             skipped.update({n: reason for n in top_wanted})

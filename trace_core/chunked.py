@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from .fitted_baselines import TopKPlan
 from .operators import Ragged, check_paired, float64
 from .trace import Trace
 from .traces import gather
@@ -71,16 +72,20 @@ def chunked_protocol_inputs(surprisal: Ragged, entropy: Ragged | None, *, method
                             traces: Sequence[Trace] | None = None,
                             beam_logprobs: Sequence[Sequence[float]] | None = None, embedder: Any = None,
                             contexts: Sequence[str] | None = None, relevance: Sequence[np.ndarray] | None = None,
-                            max_tokens: int = CHUNK_TOKENS) -> ProtocolInputs:
+                            max_tokens: int = CHUNK_TOKENS, top_k: TopKPlan | None = None) -> ProtocolInputs:
     """:func:`~trace_core.evaluate.protocol_inputs` (same arguments and result), chunk by chunk of answers.
 
-    Should the methods that run, or the reasons for skipping one, differ between chunks (a property of the data
-    that only some chunks have), the scores are computed again in one pass over all the answers, as without chunks.
+    Every chunk reads the number of alternatives per token that the whole does (its :class:`TopKPlan`, or
+    ``top_k``'s, the plan of a larger whole). Should the methods that run, or the reasons for skipping one, still
+    differ between chunks (a property of the data that only some chunks have), the scores are computed again in one
+    pass over all the answers, as without chunks.
     """
     from .evaluate import ProtocolInputs, protocol_inputs
 
     check_paired(surprisal, entropy, who="every method needs")  # messages name answers of the whole batch
-    options = {"methods": methods, "embedder": embedder}
+    if top_k is None and traces is not None:
+        top_k = TopKPlan.of(traces)
+    options = {"methods": methods, "embedder": embedder, "top_k": top_k}
     ranges = answer_ranges(surprisal.offsets, max_tokens)
 
     def whole() -> ProtocolInputs:

@@ -47,8 +47,8 @@ from .operators import Ragged, segment_max, segment_mean, segment_var, slope
 from .trace import Trace
 
 __all__ = ["FITTED_BASELINES", "FitBaseline", "Fitted", "FittedBaseline", "TOP_K_NEEDS", "TopK", "ces_confidence",
-           "entropy_contributions", "epr_confidence", "feature_ranks", "stack_top_logprobs", "trace_profile_features",
-           "wepr_features"]
+           "entropy_contributions", "epr_confidence", "feature_ranks", "stack_top_logprobs",
+           "TopKPlan", "trace_profile_features", "wepr_features"]
 
 #: What the top-k baselines need, and why they are skipped without it.
 TOP_K_NEEDS = "each token's top-k log-probabilities (at least 2 alternatives per token in every answer)"
@@ -68,22 +68,63 @@ class TopK:
         return int(self.logprobs.shape[1])
 
 
-def stack_top_logprobs(traces: Sequence[Trace]) -> tuple[TopK | None, str]:
+@dataclass(frozen=True)
+class TopKPlan:
+    """How many alternatives per token the top-k baselines read on some answers: the fewest any of them stores
+    (``k``), with the number of answers that store fewer than :data:`MIN_ALTERNATIVES` (``short``) of ``n``. Plans of
+    parts of the answers (chunks, shards) put together (:meth:`merge`) give the plan of the whole, so that every part
+    reads the same ``k`` as one pass over the whole would."""
+
+    k: int
+    short: int
+    n: int
+
+    @classmethod
+    def of(cls, traces: Sequence[Trace]) -> TopKPlan:
+        from .traces import TraceTable
+
+        if isinstance(traces, TraceTable):
+            ks = traces.top_k
+        else:
+            ks = np.array([t.top_logprobs.shape[1] for t in traces], dtype=np.int64)
+        if not ks.shape[0]:
+            return cls(k=0, short=0, n=0)
+        return cls(k=int(ks.min()), short=int(np.count_nonzero(ks < MIN_ALTERNATIVES)), n=int(ks.shape[0]))
+
+    @classmethod
+    def merge(cls, plans: Sequence[TopKPlan]) -> TopKPlan:
+        plans = [p for p in plans if p.n]
+        if not plans:
+            return cls(k=0, short=0, n=0)
+        return cls(k=min(p.k for p in plans), short=sum(p.short for p in plans), n=sum(p.n for p in plans))
+
+    @property
+    def reason(self) -> str:
+        """Why the top-k baselines cannot run on these answers ("" when they can)."""
+        if not self.n:
+            return f"needs {TOP_K_NEEDS}"
+        if self.k < MIN_ALTERNATIVES:
+            return f"needs {TOP_K_NEEDS}; {self.short:,} of {self.n:,} answers store fewer"
+        return ""
+
+
+def stack_top_logprobs(traces: Sequence[Trace], *, plan: TopKPlan | None = None) -> tuple[TopK | None, str]:
     """The traces' top-k log-probabilities as one :class:`TopK`, or None and the reason (fewer than
-    :data:`MIN_ALTERNATIVES` stored for some answer)."""
+    :data:`MIN_ALTERNATIVES` stored for some answer). ``plan``: the plan of a whole these traces are part of
+    (:class:`TopKPlan`), whose ``k`` (and reason) they follow; default: their own."""
     from .traces import TraceTable
 
+    plan = TopKPlan.of(traces) if plan is None else plan
+    if plan.reason:
+        return None, plan.reason
     table = traces if isinstance(traces, TraceTable) else None
     rows: Sequence[Trace] = table if table is not None else list(traces)
-    ks = table.top_k if table is not None else np.array([t.top_logprobs.shape[1] for t in rows], dtype=np.int64)
-    if not ks.shape[0]:
-        return None, f"needs {TOP_K_NEEDS}"
-    k = int(ks.min())
-    if k < MIN_ALTERNATIVES:
-        short = int(np.count_nonzero(ks < MIN_ALTERNATIVES))
-        return None, f"needs {TOP_K_NEEDS}; {short:,} of {ks.shape[0]:,} answers store fewer"
-    if table is not None and k == int(ks.max()):  # one k: the table's alternatives are already (tokens, k) rows
-        return TopK(-np.sort(-table.top_logprobs.reshape(-1, k), axis=1)), ""
+    k = plan.k
+    if table is not None and int(table.top_k.min()) == int(table.top_k.max()):
+        # one k: the table's alternatives are already (tokens, k) rows, cut to the plan's k after sorting
+        stored = int(table.top_k.max())
+        ordered = -np.sort(-table.top_logprobs.reshape(-1, stored), axis=1)
+        return TopK(ordered if stored == k else np.ascontiguousarray(ordered[:, :k])), ""
     # each answer's alternatives most likely first, cut to the k every answer has
     return TopK(np.concatenate([-np.sort(-t.top_logprobs, axis=1)[:, :k] for t in rows])), ""
 

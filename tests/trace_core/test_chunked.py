@@ -88,8 +88,28 @@ def test_evaluate_on_a_table_is_unchanged_by_chunking(monkeypatch):
         warnings.simplefilter("ignore")
         whole = evaluate(TraceTable.from_traces(traces), labels, config=config)
         monkeypatch.setattr(chunked, "CHUNK_TOKENS", 100)
-        monkeypatch.setattr(chunked.chunked_protocol_inputs, "__kwdefaults__", {"max_tokens": 100})
+        monkeypatch.setitem(chunked.chunked_protocol_inputs.__kwdefaults__, "max_tokens", 100)
         parts = evaluate(TraceTable.from_traces(traces), labels, config=config)
     columns = ["split", "method", "metric", "calibrator"]
     assert whole.per_split[columns].equals(parts.per_split[columns])
     np.testing.assert_allclose(whole.per_split["value"], parts.per_split["value"], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("ks", [(5, 3), (4, 1)])
+def test_chunks_whose_answers_store_different_numbers_of_alternatives_read_the_whole_s(ks):
+    """Each chunk reads the fewest alternatives any answer of the whole stores (or skips the top-k baselines with
+    the whole's reason), as one pass does, not its own."""
+    from helpers import make_trace
+
+    rng = np.random.default_rng(9)
+    traces = [make_trace(rng.gamma(1.0, 1.0, size=12), rng.gamma(2.0, 1.0, size=12), k=ks[i >= 150])
+              for i in range(300)]
+    table = TraceTable.from_traces(traces)
+    surprisal, entropy = stack_traces(table)
+    whole = protocol_inputs(surprisal, entropy, traces=table)
+    chunked = chunked_protocol_inputs(surprisal, entropy, traces=table, max_tokens=500)
+    if min(ks) >= 2:
+        assert "EPR" in chunked.scalar and "WEPR" in chunked.features
+    else:
+        assert "150 of 300 answers store fewer" in chunked.skipped["EPR"]
+    _same_inputs(whole, chunked)
