@@ -41,7 +41,7 @@ import numpy as np
 from ._checks import AnswerValueError, check_bool, check_choice, check_int, check_real, set_checked
 from .baselines import NO_ENTROPY_REASON, baseline_scores
 from .features import feature_matrix_from_arrays, logit_of_surprisal
-from .fitted_baselines import TOP_K_NEEDS, TopK, stack_top_logprobs
+from .fitted_baselines import TOP_K_NEEDS, TopK, TopKPlan, stack_top_logprobs
 from .operators import Ragged, check_paired, segment_max, segment_mean
 from .paired import paired_comparison
 from .protocol import OUT_OF_FOLD, feature_set, is_constant, run_splits, stratified_folds, workers_for
@@ -66,7 +66,7 @@ from .trace import Trace
 __all__ = ["AnswerValueError", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "TRUNCATED_SHARE", "UNINFORMATIVE",
            "EvaluationConfig", "NoUsableSplitError", "TruncatedDistributionWarning",
            "EvaluationResult", "HeldOut", "HeldOutMethod", "OUT_OF_FOLD", "ProtocolInputs", "SkippedSplitsWarning",
-           "average_results", "protocol_inputs",
+           "average_results", "check_finite_scores", "evaluate_scores", "protocol_inputs",
            "data_note", "evaluate", "evaluate_arrays", "is_constant", "method_names", "stratified_folds"]
 
 
@@ -239,9 +239,10 @@ class ProtocolInputs:
 def protocol_inputs(surprisal: Ragged, entropy: Ragged | None, *, methods: Sequence[str] | None = None,
                     traces: Sequence[Trace] | None = None, beam_logprobs: Sequence[Sequence[float]] | None = None,
                     embedder: Any = None, contexts: Sequence[str] | None = None,
-                    relevance: Sequence[np.ndarray] | None = None) -> ProtocolInputs:
+                    relevance: Sequence[np.ndarray] | None = None, top_k: TopKPlan | None = None) -> ProtocolInputs:
     """Every method's score or features on these answers, as :func:`evaluate` computes them before its splits
-    (arguments as there; ``entropy`` None: the surprisal-only variants)."""
+    (arguments as there; ``entropy`` None: the surprisal-only variants; ``top_k``: the top-k plan of a whole these
+    answers are part of, which they follow, :class:`~trace_core.fitted_baselines.TopKPlan`)."""
     wanted, skipped = _wanted(methods, has_entropy=entropy is not None)
     if entropy is not None:
         check_paired(surprisal, entropy, who="every method needs")
@@ -250,7 +251,7 @@ def protocol_inputs(surprisal: Ragged, entropy: Ragged | None, *, methods: Seque
         _check_nonempty(surprisal)
     top, top_reason = None, f"needs {TOP_K_NEEDS}"
     if any(METHODS[m].needs == "top_k" for m in wanted) and traces is not None:
-        top, why = stack_top_logprobs(traces)
+        top, why = stack_top_logprobs(traces, plan=top_k)
         top_reason = why or top_reason
     if top is None:  # the fitted top-k baselines (the scalar ones are skipped by baseline_scores)
         skipped.update({m: top_reason for m in wanted if METHODS[m].kind == "fitted_baseline"
@@ -261,9 +262,11 @@ def protocol_inputs(surprisal: Ragged, entropy: Ragged | None, *, methods: Seque
     # protocol would run on threads too: both are passes over every token, and numpy releases the GIL in them.
     with ThreadPoolExecutor(max_workers=1) if workers_for(len(surprisal), 2) > 1 else contextlib.nullcontext() as pool:
         own = pool.submit(_scores, surprisal, entropy, wanted, top) if pool is not None else None
-        baselines = baseline_scores(surprisal, entropy, names=baseline_names, traces=traces,
-                                    beam_logprobs=beam_logprobs, embedder=embedder, contexts=contexts,
-                                    top_k=top, relevance=relevance) if baseline_names else None
+        baselines = (baseline_scores(surprisal, entropy, names=baseline_names, traces=traces,
+                                     beam_logprobs=beam_logprobs, embedder=embedder, contexts=contexts,
+                                     top_k=top, relevance=relevance,
+                                     top_k_reason=top_reason if top is None and traces is not None else "")
+                     if baseline_names else None)
         scalar, features = own.result() if own is not None else _scores(surprisal, entropy, wanted, top)
     if baselines is not None:
         skipped.update(baselines.skipped)
@@ -283,18 +286,55 @@ def _evaluate(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config:
 
     inputs = chunked_protocol_inputs(surprisal, entropy, methods=methods, traces=traces, beam_logprobs=beam_logprobs,
                                      embedder=embedder, contexts=contexts, relevance=relevance)
-    scalar, features, wanted, skipped = inputs.scalar, inputs.features, inputs.wanted, inputs.skipped
+    check_finite_scores(inputs, surprisal, entropy)
     certain_tokens = (int(np.count_nonzero(surprisal.values == 0)), int(surprisal.values.shape[0]))
+    return _evaluate_checked(inputs, labels, config=config, note=note, certain_tokens=certain_tokens,
+                             progress=progress, stacklevel=4)
+
+
+def evaluate_scores(inputs: ProtocolInputs, labels: Any, *, config: EvaluationConfig = EvaluationConfig(),
+                    certain_tokens: tuple[int, int] = (0, 0), note: str = "",
+                    progress: Progress | None = None) -> EvaluationResult:
+    """The protocol on every method's per-answer scores (:func:`protocol_inputs`, e.g. computed shard by shard and
+    put together): the result :func:`evaluate` gives on the answers those scores came from, with no per-token array.
+
+    Parameters
+    ----------
+    inputs : ProtocolInputs
+        Each method's score or features, one row per answer; every value finite.
+    labels : array-like of 0/1, shape (n_answers,)
+    certain_tokens : (int, int)
+        Tokens with probability exactly 1, and all tokens, of the answers (the truncation note; (0, 0): none known).
+    note : str
+        What the data held (:func:`data_note`).
+    """
+    if not isinstance(config, EvaluationConfig):
+        raise TypeError(f"`config` must be an EvaluationConfig, got {type(config).__name__}")
+    if not isinstance(inputs, ProtocolInputs):
+        raise TypeError(f"`inputs` must be ProtocolInputs, got {type(inputs).__name__}")
+    sizes = {m: np.shape(v)[0] for m, v in [*inputs.scalar.items(), *inputs.features.items()]}
+    if not sizes or len(set(sizes.values())) > 1:
+        raise ValueError(f"`inputs` must hold one score per answer for every method, got rows per method {sizes}")
+    for method, values in [*inputs.scalar.items(), *inputs.features.items()]:
+        bad = np.flatnonzero(~np.isfinite(values).reshape(values.shape[0], -1).all(axis=1))
+        if bad.size:
+            raise AnswerValueError(int(bad[0]), f"has a non-finite {method} score")
+    return _evaluate_checked(inputs, labels, config=config, note=note, certain_tokens=certain_tokens,
+                             progress=progress, stacklevel=3)
+
+
+def _evaluate_checked(inputs: ProtocolInputs, labels: Any, *, config: EvaluationConfig, note: str,
+                      certain_tokens: tuple[int, int], progress: Progress | None, stacklevel: int) -> EvaluationResult:
+    """The split loop on finite scores, with the result's notes (``stacklevel``: the user's call, for warnings)."""
     notes = []
     truncated = truncation_note(*certain_tokens)
     if truncated:
-        warnings.warn(truncated, TruncatedDistributionWarning, stacklevel=3)
+        warnings.warn(truncated, TruncatedDistributionWarning, stacklevel=stacklevel)
         notes.append(truncated)
-    extended = extended_needing_entropy(skipped)
+    extended = extended_needing_entropy(inputs.skipped)
     if extended:
         notes.append(extended_entropy_note(extended))
-    result = _run(surprisal, entropy, labels, scalar, features, config=config, wanted=wanted, skipped=skipped,
-                  note=note, progress=progress)
+    result = _run(inputs, labels, config=config, note=note, progress=progress, stacklevel=stacklevel + 1)
     small = result.sample_note()
     if small:
         notes.append(small)
@@ -369,11 +409,11 @@ def _scores(surprisal: Ragged, entropy: Ragged | None, wanted: list[str],
     return scalar, features
 
 
-def _check_finite(scalar: dict[str, np.ndarray], features: dict[str, np.ndarray], surprisal: Ragged,
-                  entropy: Ragged | None) -> None:
-    """Refuse, naming the answer, values so large that a score overflows (a sum of surprisals of 1e308 is inf):
-    a clear message here instead of a calibrator's complaint about position i of some split."""
-    for method, values in [*scalar.items(), *((m, F.sum(axis=1)) for m, F in features.items())]:
+def check_finite_scores(inputs: ProtocolInputs, surprisal: Ragged, entropy: Ragged | None) -> None:
+    """Refuse, naming the answer (:class:`AnswerValueError`), values so large that a score overflows (a sum of
+    surprisals of 1e308 is inf): a clear message here instead of a calibrator's complaint about position i of some
+    split. ``surprisal`` and ``entropy``: the answers' tokens, whose largest value the message gives."""
+    for method, values in [*inputs.scalar.items(), *((m, F.sum(axis=1)) for m, F in inputs.features.items())]:
         bad = np.flatnonzero(~np.isfinite(values))
         if bad.size:
             i = int(bad[0])
@@ -384,15 +424,14 @@ def _check_finite(scalar: dict[str, np.ndarray], features: dict[str, np.ndarray]
                                       "entropy is below 1,000 nats)")
 
 
-def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, scalar: dict[str, np.ndarray],
-         features: dict[str, np.ndarray], *, config: EvaluationConfig, wanted: list[str], skipped: dict[str, str],
-         note: str, progress: Progress | None) -> EvaluationResult:
+def _run(inputs: ProtocolInputs, labels: Any, *, config: EvaluationConfig, note: str, progress: Progress | None,
+         stacklevel: int) -> EvaluationResult:
     """The split loop on checked labels and finite scores, and the result it makes."""
     from ._checks import check_labels
 
-    n = len(surprisal)
+    scalar, features, wanted = inputs.scalar, inputs.features, inputs.wanted
+    n = next(iter([*scalar.values(), *features.values()])).shape[0]
     y = check_labels(labels, "labels", n=n, purpose="evaluation")
-    _check_finite(scalar, features, surprisal, entropy)
     ran = [m for m in wanted if m in scalar or m in features]
     run = run_splits(y, scalar, features, config=config, methods=ran, progress=progress)
     if run.skipped_splits == config.n_splits:
@@ -400,14 +439,15 @@ def _run(surprisal: Ragged, entropy: Ragged | None, labels: Any, scalar: dict[st
                                  "answers or stratified splits")
     if run.skipped_splits:
         warnings.warn(f"{run.skipped_splits} of {config.n_splits} splits skipped: one class only in the calibration "
-                      "or evaluation part (use stratified splits to avoid this)", SkippedSplitsWarning, stacklevel=3)
+                      "or evaluation part (use stratified splits to avoid this)", SkippedSplitsWarning,
+                      stacklevel=stacklevel)
     per_split = split_frame(run.rows)
     per_split.insert(2, "family", per_split["method"].map(lambda m: METHODS[m].family))
     calibration_values = split_frame(run.calibration)
     paired = paired_comparison(per_split, calibration_values, methods=ran, metrics=config.metrics,
                                uninformative=list(run.uninformative))
     return EvaluationResult(summary=summarise(per_split, list(run.uninformative)), per_split=per_split,
-                            held_out=run.held_out, skipped=skipped, config=config, n_answers=n,
+                            held_out=run.held_out, skipped=inputs.skipped, config=config, n_answers=n,
                             skipped_splits=run.skipped_splits, methods=ran, accuracy=float(y.mean()),
                             calibration_values=calibration_values, paired=paired, uninformative=run.uninformative,
                             data_note=note)

@@ -197,38 +197,55 @@ def _command_line(args: argparse.Namespace) -> str:
     return " ".join(["trace-core", *(_quote(a) for a in args.argv)])
 
 
-def _write_report(args: argparse.Namespace, results: dict[str, Any], dataset, calibrator: str) -> None:
+def _labels_words(label_source: str, matcher: str) -> str:
+    """Where the labels came from, for the report."""
+    if label_source == "label":
+        return "the file's `label` column"
+    if label_source == "mixed":
+        return f"each shard's `label` column, or matched against its `reference` ({matcher})"
+    return f"matched against `reference` ({matcher})"
+
+
+def _write_report(args: argparse.Namespace, results: dict[str, Any], label_source: str, calibrator: str) -> None:
     """``--report``: the self-contained HTML report, with what data it was run on and how."""
     from ..report import report_html
 
     answers = sum(r.n_answers for t, r in results.items() if t != "average")
     data = {"file": Path(args.data).name, "answers": f"{answers:,}",
-            "labels": "the file's `label` column" if dataset.label_source == "label" else
-            f"matched against `reference` ({args.matcher})",
+            "labels": _labels_words(label_source, args.matcher),
             "command": _command_line(args)}
     Path(args.report).write_text(report_html(results, title=f"TRACE evaluation of {Path(args.data).name}",
                                              data=data, calibrator=calibrator), encoding="utf-8")
     print(f"wrote the report to {args.report}", file=sys.stderr)
 
 
-def cmd_evaluate(args: argparse.Namespace) -> None:
+def _evaluate_file(args: argparse.Namespace, *, config: Any, methods: list[str] | None,
+                   embedder: Any) -> tuple[dict[str, Any], str]:
+    """One dataset file: the results (``{"": result}``, or one per group and their average) and how the labels
+    were found."""
     from ..policy import METRICS_UNDEFINED
 
-    out_format = _check_outputs(args)
     dataset = common.usable(common.read_data(args.data, require_label=True, args=args), args.data,
                             consequence=METRICS_UNDEFINED)
     traces = common.trace_table(dataset)
     labels = dataset.frame["label"].to_numpy()
-    methods = _methods(args)
-    embedder = _embedder(args)
-    config = evaluation_config(args)
     beams = _beams(dataset)
     rows = common.row_numbers(dataset)
     options = dict(args=args, config=config, methods=methods, embedder=embedder)
     if args.group_by:
-        results = _by_group(args, dataset, traces, labels, beams, rows, options)
-    else:
-        results = {"": _evaluate_one(traces, labels, beams, title="", rows=rows, **options)}
+        return _by_group(args, dataset, traces, labels, beams, rows, options), dataset.label_source
+    return {"": _evaluate_one(traces, labels, beams, title="", rows=rows, **options)}, dataset.label_source
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from .evaluate_shards import evaluate_sharded
+    from .score_shards import is_sharded
+
+    out_format = _check_outputs(args)
+    config = evaluation_config(args)
+    options = dict(config=config, methods=_methods(args), embedder=_embedder(args))
+    run = evaluate_sharded if is_sharded(args.data) else _evaluate_file
+    results, label_source = run(args, **options)
     _report_warnings(results)
     fmt = args.format or out_format or "markdown"
     text = _table_text(results, fmt, config.scalar_calibrator)
@@ -238,6 +255,6 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         Path(args.out).write_text(text, encoding="utf-8")
         print(f"wrote results to {args.out}", file=sys.stderr)
     if args.report:
-        _write_report(args, results, dataset, config.scalar_calibrator)
+        _write_report(args, results, label_source, config.scalar_calibrator)
     else:
         sys.stdout.write(text)

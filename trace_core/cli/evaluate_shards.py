@@ -1,0 +1,119 @@
+"""``trace-core evaluate`` over shards: a folder or a glob pattern of datasets with traces and labels -> the same
+table as for one file, read one shard at a time into the compact per-answer table that the protocol runs on
+(:mod:`trace_core.scale.evaluate`). Each shard's rows left out are said on stderr, named by shard and row."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from typing import Any
+
+import numpy as np
+
+from .._checks import shorten
+from ._support import CLIError, cli_words, plain_warnings, progress, shown
+
+__all__ = ["evaluate_sharded"]
+
+
+def _say_shard(account: Any, *, quiet: bool) -> None:
+    """One line per shard (its rows read and kept; with --quiet only a shard that left rows out), then the first
+    problems of the rows it left out."""
+    left = ", ".join(f"{n:,} {kind}" for kind, n in account.left_out.items())
+    if quiet and not left:
+        return
+    print(f"{account.shard}: {account.read:,} rows read, {account.kept:,} kept" + (f" ({left} left out)" if left
+                                                                                   else ""), file=sys.stderr)
+    for problem in account.problems:
+        print(f"warning: {problem}", file=sys.stderr)
+
+
+def _read(args: argparse.Namespace, methods: list[str] | None, embedder: Any) -> Any:
+    """Every shard's compact table (:func:`trace_core.scale.evaluate.read_compact`); CLIError naming the shard
+    when one cannot be read."""
+    from ..scale import list_shards
+    from ..scale.evaluate import UnreadableShardError, read_compact
+
+    try:
+        shards = list_shards(args.data)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    if not args.quiet:
+        print(f"evaluating {len(shards):,} shards of {shown(args.data)}, one at a time", file=sys.stderr)
+    try:
+        return read_compact(shards, methods=methods, matcher=args.matcher, tolerance=args.tolerance,
+                            group_by=args.group_by, embedder=embedder,
+                            on_shard=lambda account: _say_shard(account, quiet=args.quiet))
+    except UnreadableShardError as exc:  # the result would not be about the data asked for
+        raise CLIError(f"{exc}; fix or move that shard and run again") from None
+    except ValueError as exc:
+        raise CLIError(cli_words(str(exc))) from None
+
+
+def _one(table: Any, *, title: str, args: argparse.Namespace, config: Any) -> Any:
+    """The protocol on one compact table, with progress on stderr and the library's warnings as plain lines."""
+    from ..evaluate import SkippedSplitsWarning, TruncatedDistributionWarning
+    from ..scale.evaluate import evaluate_table
+
+    where = f" ({title})" if title else ""
+    if not args.quiet:
+        print(f"evaluating {len(table):,} answers{where}", file=sys.stderr)
+    update, close = progress(config.n_splits, f"splits{where}", not args.quiet, unit="split")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = evaluate_table(table, config=config, progress=update)
+        finally:
+            close()
+    plain_warnings(caught, skip=(SkippedSplitsWarning, TruncatedDistributionWarning))
+    if result.skipped_splits:
+        print(f"warning: {title or 'the data'}: {result.skipped_splits} of {config.n_splits} splits skipped (one "
+              "class only in their calibration or evaluation part); use --stratified to keep both classes in every "
+              "part", file=sys.stderr)
+    return result
+
+
+def _by_group(args: argparse.Namespace, table: Any, config: Any) -> dict[str, Any]:
+    """``--group-by`` on the compact table: each value on its own, then their average (groups with one class only,
+    or too few of one class for any split, skipped with a warning line)."""
+    from ..evaluate import NoUsableSplitError, average_results
+    from ..policy import one_class_message
+
+    keys = table.groups
+    results, skipped = {}, 0
+    for key in dict.fromkeys(keys):
+        idx = np.flatnonzero(keys == key)
+        reason = one_class_message(table.labels[idx], "this group cannot be evaluated")
+        if not reason:
+            try:
+                results[f"{args.group_by} = {key}"] = _one(table.take(idx), title=f"{args.group_by} = {key}"[:200],
+                                                            args=args, config=config)
+                continue
+            except NoUsableSplitError as exc:
+                reason = cli_words(str(exc))
+        skipped += 1
+        print(f"warning: --group-by {shorten(args.group_by)}: skipped the group {shorten(key)}: {reason}",
+              file=sys.stderr)
+    if not results:
+        raise CLIError(f"--group-by {shorten(args.group_by)}: none of the {skipped:,} groups can be evaluated (each "
+                       "has one class only, or too few answers of one class for any split)")
+    return {**results, "average": average_results(results)}
+
+
+def evaluate_sharded(args: argparse.Namespace, *, config: Any, methods: list[str] | None,
+                     embedder: Any) -> tuple[dict[str, Any], str]:
+    """The results (``{"": result}``, or one per group and their average) and how the labels were found."""
+    from ..policy import METRICS_UNDEFINED, one_class_message
+
+    scores = _read(args, methods, embedder)
+    table = scores.table
+    if not args.quiet:
+        print(f"{scores.rows('read'):,} rows read from {len(scores.accounts):,} shards, {len(table):,} answers kept",
+              file=sys.stderr)
+    message = one_class_message(table.labels, METRICS_UNDEFINED)
+    if message:
+        raise CLIError(f"{shown(args.data)}: {message}")
+    if args.group_by:
+        return _by_group(args, table, config), scores.label_source
+    return {"": _one(table, title="", args=args, config=config)}, scores.label_source

@@ -1,0 +1,195 @@
+"""Evaluating shards: each shard read, its usable answers scored by every method and its per-token arrays let go,
+then the protocol on the compact per-answer table of all of them (:func:`evaluate_shards`).
+
+The result is the one :func:`trace_core.evaluate.evaluate` gives on the same answers in one file (tested to 1e-9):
+every method's score of an answer depends on that answer alone, and the splits are drawn over the whole table.
+Rejected rows, rows without a trace and empty answers are left out and counted per shard, each named by its shard
+and row; the other rows of their shard are kept. A shard that cannot be read at all stops the evaluation (a result
+without it would not be about the data asked for).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..fitted_baselines import TopKPlan
+from .compact import CompactScores, compact_scores, concat_compact
+from .shards import Shard
+
+__all__ = ["ShardAccount", "ShardedScores", "UnreadableShardError", "evaluate_shards", "evaluate_table", "read_compact",
+           "shard_scores"]
+
+#: Problems kept per shard for messages (all are counted).
+SHOWN_PROBLEMS = 3
+
+
+@dataclass
+class ShardAccount:
+    """What became of one shard's rows: read, kept, and the first problems of those left out (by kind: rejected by
+    the reader, no trace, empty answer), each message prefixed with the shard's name."""
+
+    shard: str
+    read: int
+    kept: int
+    left_out: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ShardedScores:
+    """The compact table of every shard, with each shard's account and how the labels were found."""
+
+    table: CompactScores
+    accounts: list[ShardAccount]
+    label_source: str
+
+    def rows(self, which: str) -> int:
+        """Rows ``"read"`` or ``"kept"`` over every shard."""
+        return sum(getattr(a, which) for a in self.accounts)
+
+
+def _read(shard: Shard, matcher: str, tolerance: float) -> Any:
+    from ..data import DatasetWarning, read_dataset
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DatasetWarning)  # the rejected rows are in dataset.errors
+        return read_dataset(shard.path, format=shard.format, matcher=matcher, tolerance=tolerance,
+                            require_label=True)
+
+
+def shard_scores(shard: Shard, *, methods: Sequence[str] | None = None, matcher: str = "exact",
+                 tolerance: float = 1e-6, group_by: str | None = None, embedder: Any = None,
+                 use_entropy: bool = True,
+                 top_k: TopKPlan | None = None) -> tuple[CompactScores | None, ShardAccount, str]:
+    """One shard's compact table (None when no row of it is usable), its account and its labels' source
+    (``use_entropy``, ``top_k``: as :func:`~trace_core.scale.compact.compact_scores` takes them).
+
+    Raises
+    ------
+    trace_core.data.DatasetError
+        The shard cannot be read (or has no valid row).
+    ValueError
+        ``group_by`` is not a column of the shard, or a score is not finite (naming the shard and row).
+    """
+    from ..data import parse_beam_logprobs
+    from ..policy import usable_rows
+    from ..traces import gather
+
+    dataset = _read(shard, matcher, tolerance)
+    rows = dataset.frame[dataset.row_column].to_numpy()
+    usable = usable_rows(dataset.traces, row_numbers=rows.tolist())
+    account = ShardAccount(shard=shard.name, read=dataset.n_read, kept=len(usable.keep))
+    left = {"rejected": len(dataset.errors), "no trace": len(usable.missing), "empty": len(usable.empty)}
+    account.left_out = {kind: n for kind, n in left.items() if n}
+    account.problems = [f"{shard.name}: {e}" for e in dataset.errors[:SHOWN_PROBLEMS]]
+    if usable.missing:
+        account.problems.append(f"{shard.name}: {usable.missing_message()}; left out")
+    if usable.empty:
+        account.problems.append(f"{shard.name}: {usable.empty_message()}")
+    if group_by is not None and group_by not in dataset.frame.columns:
+        raise ValueError(f"{shard.name}: no column {group_by[:200]!r} to group by")
+    if not len(usable.keep):
+        return None, account, dataset.label_source
+    keep = usable.keep
+    frame = dataset.frame.iloc[keep]
+    beams = None
+    if "beam_logprobs" in frame.columns:
+        beams = parse_beam_logprobs(frame["beam_logprobs"], rows[keep].tolist())
+    table = compact_scores(gather(dataset.traces, keep), frame["label"].to_numpy(), rows=rows[keep],
+                           shard_name=shard.name, methods=methods, beam_logprobs=beams, embedder=embedder,
+                           groups=None if group_by is None else frame[group_by].tolist(), use_entropy=use_entropy,
+                           top_k=top_k)
+    return table, account, dataset.label_source
+
+
+def read_compact(shards: Sequence[Shard], *, methods: Sequence[str] | None = None, matcher: str = "exact",
+                 tolerance: float = 1e-6, group_by: str | None = None, embedder: Any = None,
+                 on_shard: Callable[[ShardAccount], None] | None = None) -> ShardedScores:
+    """Every shard's compact table, one shard at a time, put together in shard order. ``on_shard(account)`` after
+    each shard (e.g. to say it on stderr).
+
+    Raises UnreadableShardError (naming the shard) for a shard that cannot be read. Shards are scored as one pass
+    over all their answers would score them: when some shards' traces hold entropy and others' do not, or when they
+    store different numbers of alternatives per token, the shards scored otherwise are read again (without entropy;
+    with the fewest alternatives any answer stores).
+    """
+    options = dict(methods=methods, matcher=matcher, tolerance=tolerance, group_by=group_by, embedder=embedder)
+    parts: dict[int, CompactScores] = {}
+    accounts: list[ShardAccount] = []
+    sources: list[str] = []
+    for i, shard in enumerate(shards):
+        part, account, source = _shard_scores(shard, options)
+        accounts.append(account)
+        sources.append(source)
+        if part is not None:
+            parts[i] = part
+        if on_shard is not None:
+            on_shard(account)
+    if not parts:
+        raise ValueError(f"none of the {len(shards):,} shards has a usable answer (each row rejected, without a "
+                         "trace or empty)")
+    use_entropy = all(p.has_entropy for p in parts.values())
+    plan = TopKPlan.merge([p.top_k for p in parts.values() if p.top_k is not None])
+    for i, part in list(parts.items()):
+        if part.has_entropy != use_entropy or _reads_other_alternatives(part, plan):
+            again, _, _ = _shard_scores(shards[i], {**options, "use_entropy": use_entropy, "top_k": plan})
+            assert again is not None  # the same rows as the first time
+            parts[i] = again
+    source = sources[0] if len(set(sources)) == 1 else "mixed"
+    return ShardedScores(table=concat_compact([parts[i] for i in sorted(parts)]), accounts=accounts,
+                         label_source=source)
+
+
+class UnreadableShardError(ValueError):
+    """A shard that cannot be read at all (not a dataset, or no valid row); the message starts with its name."""
+
+
+def _shard_scores(shard: Shard, options: dict[str, Any]) -> tuple[CompactScores | None, ShardAccount, str]:
+    """:func:`shard_scores`, a shard that cannot be read named in the error."""
+    from ..data import DatasetError
+
+    try:
+        return shard_scores(shard, **options)
+    except DatasetError as exc:
+        raise UnreadableShardError(f"{shard.name}: {exc}") from None
+
+
+def _reads_other_alternatives(part: CompactScores, plan: TopKPlan) -> bool:
+    """Whether a shard scored on its own plan read other alternatives than the whole's ``plan`` has it read."""
+    own = part.top_k
+    if own is None or not own.n:
+        return False
+    if plan.reason:  # the whole runs no top-k baseline: only a shard that ran them differs
+        return not own.reason
+    return own.k != plan.k
+
+
+def evaluate_shards(shards: Sequence[Shard], *, config: Any = None, methods: Sequence[str] | None = None,
+                    matcher: str = "exact", tolerance: float = 1e-6, embedder: Any = None,
+                    progress: Callable[[int, int], None] | None = None) -> tuple[Any, ShardedScores]:
+    """The protocol on every shard's usable answers (:func:`read_compact`, then
+    :func:`trace_core.evaluate.evaluate_scores`): the :class:`~trace_core.results.EvaluationResult` (``config``: an
+    :class:`~trace_core.evaluate.EvaluationConfig`, default the paper's) and the shards' compact table with their
+    accounts."""
+    from ..evaluate import EvaluationConfig
+
+    scores = read_compact(shards, methods=methods, matcher=matcher, tolerance=tolerance, embedder=embedder)
+    result = evaluate_table(scores.table, config=EvaluationConfig() if config is None else config,
+                            progress=progress)
+    return result, scores
+
+
+def evaluate_table(table: CompactScores, *, config: Any, progress: Callable[[int, int], None] | None = None) -> Any:
+    """:func:`trace_core.evaluate.evaluate_scores` on a compact table, with its data note and entropy summary."""
+    from ..evaluate import data_note, evaluate_scores
+
+    result = evaluate_scores(table.inputs, table.labels.astype(np.int64), config=config,
+                             certain_tokens=table.certain_tokens,
+                             note=data_note(table.entropy_summary, has_entropy=table.has_entropy), progress=progress)
+    result.entropy_summary = table.entropy_summary
+    return result
