@@ -76,6 +76,24 @@ test-engine: $(STAMP)
 	fi
 	TRACE_VLLM_PYTHON=$(VLLM_PY) $(PY) -m pytest -q tests/engine
 
+# The Ray engine's tests (-m ray): sharded runs on a local Ray of 2 CPUs. Ray goes into .venv from
+# requirements-ray.txt once (not in `make install`: the base set stays light); when it cannot be installed, one line
+# says why and the Ray tests are skipped, each with its reason. RAY_USAGE_STATS_ENABLED=0: nothing reported home.
+RAY_STAMP := $(VENV)/.installed-ray
+RAY_LOG := $(VENV)/ray-install.log
+
+.PHONY: test-ray
+test-ray: $(STAMP)
+	@if [ ! -f $(RAY_STAMP) ] || [ requirements-ray.txt -nt $(RAY_STAMP) ]; then \
+	    if $(PY) -m pip install --quiet -r requirements-ray.txt > $(RAY_LOG) 2>&1; then \
+	        touch $(RAY_STAMP); \
+	    else \
+	        echo "test-ray: requirements-ray.txt could not be installed ($$({ grep -m1 -iE '^error' $(RAY_LOG) \
+	            || tail -n1 $(RAY_LOG); } | cut -c1-200)); the Ray tests are skipped"; \
+	    fi; \
+	fi
+	RAY_USAGE_STATS_ENABLED=0 $(PY) -m pytest -q -m ray tests/trace_core
+
 # docs/results.md: the comparison on the real model's test answers and where the spikes fall (bench/results.py);
 # docs/results-demo.md: the same on the bundled toy model.
 results: $(STAMP)

@@ -18,7 +18,8 @@ from typing import Any
 
 from ._checks import shorten
 
-__all__ = ["SETTINGS", "Setting", "SettingError", "get", "redact_secrets", "secret", "server_keys", "settings_table"]
+__all__ = ["SETTINGS", "Setting", "SettingError", "get", "ray_address", "redact_secrets", "secret", "server_keys",
+           "settings_table"]
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -147,6 +148,12 @@ def settings_table() -> str:
     for s in SETTINGS.values():
         lines.append(f"| `{s.name}` | {kinds[s.kind]} | {shown(s)} | {s.help} |")
     return "\n".join(lines)
+
+
+def ray_address() -> str | None:
+    """Ray's own ``RAY_ADDRESS`` (the cluster a Ray driver connects to), read here like every variable; None when
+    unset or empty. Not a ``TRACE_*`` setting: Ray defines it, ``--engine ray`` honours it."""
+    return os.environ.get("RAY_ADDRESS", "").strip() or None
 
 
 def secret(name: str) -> str | None:

@@ -61,6 +61,21 @@ def _label_options(p: argparse.ArgumentParser, *,
                    help="absolute tolerance of the numeric matcher (default %(default)g)")
 
 
+def _engine_options(p: argparse.ArgumentParser) -> None:
+    """How a folder or pattern of shards is worked: in this process, or by Ray Data on this machine or a cluster."""
+    engine = p.add_argument_group("engine (a folder or pattern of shards)")
+    engine.add_argument("--engine", choices=["stream", "ray"], default="stream",
+                        help="stream: one shard at a time in this process (default); ray: shards in parallel on Ray "
+                             "Data, each worker loading the model once (needs the ray extra); the same output")
+    engine.add_argument("--workers", type=int, metavar="N",
+                        help="with --engine ray: shards worked at once, one CPU each (default: every CPU; a local "
+                             "Ray gets N CPUs)")
+    engine.add_argument("--ray-address", metavar="ADDR",
+                        help="with --engine ray: the Ray cluster to run on, e.g. ray://HEAD:10001 (default: "
+                             "RAY_ADDRESS, else a local Ray on this machine); DATA and --out must be on a file system "
+                             "every node sees at the same path")
+
+
 def _subcommand(sub: Any, common: argparse.ArgumentParser, name: str, **kwargs: Any) -> argparse.ArgumentParser:
     """A subcommand parser that also takes the options every subcommand shares (``--debug``, ``--quiet``)."""
     return sub.add_parser(name, parents=[common], **kwargs)
@@ -100,6 +115,7 @@ def _score_arguments(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--rescore", action="store_true", help="re-record rows that already have a trace")
     _model_options(p)
     _label_options(p)
+    _engine_options(p)
     p.set_defaults(func=cmd_score)
 
 

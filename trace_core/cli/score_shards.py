@@ -2,7 +2,9 @@
 with a manifest, shard by shard, resuming where an earlier run stopped (:mod:`trace_core.scale`).
 
 Sharded mode is chosen by ``data`` alone (:func:`is_sharded`): a folder or a glob pattern. ``--out`` is then a
-folder, created when missing (its parent must exist)."""
+folder, created when missing (its parent must exist). ``--engine`` picks what works the shards: this process, one
+at a time (``stream``, the default), or Ray Data actors on this machine or a cluster (``ray``,
+:mod:`trace_core.scale.ray_engine`); the output folder is the same byte for byte."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +22,58 @@ from ..settings import redact_secrets
 from . import common
 from ._support import DATASET_OUT, CLIError, progress, shown
 
-__all__ = ["is_sharded", "score_shards"]
+__all__ = ["ModelLoader", "check_out_folder", "is_sharded", "recorded_command", "score_shards", "shard_engine",
+           "shard_reporter"]
 
 _SHOWN_PROBLEMS = 3  # rejected rows quoted per shard on stderr (all are in its manifest entry)
+# How the shards are worked, not what they hold: left out of the command that the entries record.
+_ENGINE_OPTIONS = ("--engine", "--workers", "--ray-address")
+
+
+@dataclass(frozen=True)
+class ModelLoader:
+    """The command line's model options, picklable (a Ray worker gets a copy): calling it loads the model as
+    :func:`trace_core.cli.common.load_model` does. It holds the name of the API key's environment variable, never
+    the key: whoever loads the model reads the key from its own environment."""
+
+    model: str | None
+    device: str
+    trust_remote_code: bool
+    allow_pickle_weights: bool
+    server: str | None
+    server_model: str | None
+    server_tokenizer: str | None
+    api_key_env: str
+    timeout: float
+    retries: int
+    concurrency: int
+    alternatives: int
+    full_distribution: bool
+    server_api: str
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ModelLoader:
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+    def __call__(self) -> Any:
+        return common.load_model(argparse.Namespace(**asdict(self)))
+
+
+def recorded_command(argv: Sequence[str]) -> str:
+    """The command line as the manifest records it: secrets removed, and the engine options left out (they choose
+    how the shards are worked, not a byte of them, so either engine writes the same entries)."""
+    kept: list[str] = []
+    skip_value = False
+    for token in argv:
+        if skip_value:
+            skip_value = False
+            continue
+        name = token.split("=", 1)[0]
+        if name in _ENGINE_OPTIONS:
+            skip_value = "=" not in token
+            continue
+        kept.append(token)
+    return redact_secrets(shlex.join(["trace-core", *kept]))
 
 
 def is_sharded(data: str) -> bool:
@@ -65,8 +118,9 @@ def _model_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {"model": args.model}
 
 
-def _reporter(quiet: bool):
-    """The per-shard lines on stderr: progress (not with ``--quiet``), then always the rejected rows and notes."""
+def shard_reporter(quiet: bool):
+    """The runners' ``on_shard``: a line per shard on stderr (not with ``--quiet``), then always its rejected rows
+    and notes."""
     def report(result: Any, index: int, total: int) -> None:
         shard, entry = result.shard, result.entry
         if result.status == "failed":
@@ -88,29 +142,64 @@ def _reporter(quiet: bool):
     return report
 
 
+def shard_engine(args: argparse.Namespace) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """The runner that ``--engine`` names (:func:`~trace_core.scale.run_shards` or
+    :func:`~trace_core.scale.ray_engine.run_shards_ray`) and the keyword arguments to add, checked before any work:
+    Ray installed, ``--workers`` a whole number, the engine options only with ``--engine ray``, and no credentials
+    in ``--server`` (the model options travel to Ray's workers; the API key stays in its environment variable).
+    Any subcommand that takes :func:`~trace_core.cli.parser`'s engine options can call it."""
+    from ..scale import run_shards
+
+    engine = getattr(args, "engine", "stream")
+    workers, address = getattr(args, "workers", None), getattr(args, "ray_address", None)
+    if engine != "ray":
+        given = [o for o, v in (("--workers", workers is not None), ("--ray-address", address)) if v]
+        if given:
+            raise CLIError(f"{', '.join(given)}: only with --engine ray")
+        return run_shards, {}
+    if workers is not None and workers < 1:
+        raise CLIError(f"--workers: expected a whole number >= 1, got {workers}")
+    if getattr(args, "server", None):
+        from ..record.addresses import base_url_of
+
+        try:
+            base_url_of(args.server)
+        except ValueError as exc:
+            raise CLIError(f"--server: {exc}") from None
+    from ..scale.ray_engine import RayNotInstalledError, import_ray, run_shards_ray
+
+    try:
+        import_ray()
+    except RayNotInstalledError as exc:
+        raise CLIError(f"--engine ray: {exc}") from None
+    return run_shards_ray, {"address": address, "workers": workers}
+
+
 def score_shards(args: argparse.Namespace) -> None:
     """Score every shard of ``args.data`` into the folder ``args.out`` (see the module's docstring)."""
     from ..data import DatasetError
-    from ..scale import list_shards, run_shards
+    from ..scale import list_shards
     from ..scale.score import ShardScorer
 
     out = check_out_folder(args.out)
+    runner, engine_options = shard_engine(args)
     try:
         shards = list_shards(args.data, exclude=out)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     show = not args.quiet
-    scorer = ShardScorer(lambda: common.load_model(args), rescore=args.rescore, chat_template=args.chat_template,
+    # Ray's workers draw no bars: each shard's line on the driver is the progress
+    bars = None if engine_options else (lambda total, what: progress(total, what, show))
+    scorer = ShardScorer(ModelLoader.from_args(args), rescore=args.rescore, chat_template=args.chat_template,
                          n_alternatives=args.alternatives, batch_size=args.batch_size, num_beams=args.beams,
-                         matcher=args.matcher, tolerance=args.tolerance,
-                         progress=lambda total, what: progress(total, what, show))
+                         matcher=args.matcher, tolerance=args.tolerance, progress=bars)
     settings = {**_model_settings(args), **scorer.settings()}
-    command = redact_secrets(shlex.join(["trace-core", *getattr(args, "argv", [])]))
-    summary = run_shards(shards, out, scorer, settings=settings, command=command, skip_errors=(DatasetError,),
-                         on_shard=_reporter(args.quiet))
+    command = recorded_command(getattr(args, "argv", []))
+    summary = runner(shards, out, scorer, settings=settings, command=command, skip_errors=(DatasetError,),
+                     on_shard=shard_reporter(args.quiet), **engine_options)
     if show:
         print(f"{summary.sentence()}; manifest: {summary.manifest}", file=sys.stderr)
     if summary.failed:
         names = ", ".join(r.shard.name for r in summary.failed[:3]) + (", ..." if len(summary.failed) > 3 else "")
-        raise CLIError(f"{len(summary.failed):,} of {len(shards):,} shards could not be read ({shown(names)}); the "
-                       "others are written; fix them and run the same command again to do only those")
+        raise CLIError(f"{len(summary.failed):,} of {len(shards):,} shards failed ({shown(names)}); the others are "
+                       "written; fix them and run the same command again to do only those")

@@ -8,8 +8,11 @@ with a manifest, resumable after an interruption, with every input row accounted
 - :mod:`~trace_core.scale.stream`: the resumable runner in one process (:func:`run_shards`), built on the
   per-shard step (:func:`process_shard`) that a pool of workers can call as well.
 - :mod:`~trace_core.scale.score`: the per-shard work of ``trace-core score`` (:class:`ShardScorer`).
+- :mod:`~trace_core.scale.ray_engine`: the same per-shard step on Ray Data, locally or on a cluster
+  (:func:`~trace_core.scale.ray_engine.run_shards_ray`; the ``ray`` extra), imported on its own.
 
-Nothing here imports ray (or torch: the scorer reaches the model through :mod:`trace_core.record`, lazily).
+Importing this package imports neither ray (the Ray engine imports it inside its functions) nor torch (the scorer
+reaches the model through :mod:`trace_core.record`, lazily).
 """
 
 from .manifest import (
@@ -25,7 +28,18 @@ from .manifest import (
                        write_manifest,
 )
 from .shards import SHARD_FORMATS, Shard, is_pattern, list_shards, output_name
-from .stream import RunSummary, ShardOutput, ShardResult, ShardWork, process_shard, run_shards
+from .stream import (
+                     RunSummary,
+                     ShardOutput,
+                     ShardResult,
+                     ShardWork,
+                     finish_run,
+                     process_shard,
+                     run_shards,
+                     slim_result,
+                     start_run,
+                     stored_result,
+)
 
 __all__ = [
     "ENTRY_FOLDER",
@@ -38,6 +52,7 @@ __all__ = [
     "ShardResult",
     "ShardWork",
     "file_digest",
+    "finish_run",
     "is_complete",
     "is_pattern",
     "list_shards",
@@ -46,6 +61,9 @@ __all__ = [
     "read_entry",
     "remove_leftovers",
     "run_shards",
+    "slim_result",
+    "start_run",
+    "stored_result",
     "write_atomic",
     "write_entry",
     "write_manifest",

@@ -29,7 +29,9 @@ class ShardScorer:
     load_model : callable() -> model
         Loads the model that records the traces (:func:`trace_core.record.load_model` or
         :func:`~trace_core.record.connect_server` with its options); called once, when the first shard with a row
-        to score comes.
+        to score comes. To run on Ray it must pickle (a module-level function or a small object of the load
+        arguments, not a lambda), and hold no secret: an API key is read from its environment variable by the
+        worker.
     rescore : bool
         Re-record rows that already have a trace (else only the rows without one are scored).
     chat_template, n_alternatives, batch_size
@@ -61,6 +63,10 @@ class ShardScorer:
         """The options that shape the output shards (``batch_size`` and progress do not)."""
         return {"rescore": self.rescore, "chat_template": self.chat_template, "alternatives": self.n_alternatives,
                 "beams": self.num_beams, "matcher": self.matcher, "tolerance": self.tolerance}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (sent to a worker) without a loaded model: each worker loads its own, once."""
+        return {**self.__dict__, "_model": None}
 
     @property
     def model(self) -> Any:

@@ -3,8 +3,9 @@ one shard at a time, skipping the shards an earlier run completed.
 
 :func:`process_shard` is the whole of one shard's work and needs nothing from the run around it (the shard, the
 output folder, the work function and the settings, all picklable when the work is), so a pool of workers or a Ray
-Data ``map``/``map_batches`` over the shard list can call it as :func:`run_shards` does; only the start
-(:func:`~trace_core.scale.manifest.remove_leftovers`) and the end (the combined manifest) belong to the driver.
+Data ``map_batches`` over the shard list (:mod:`trace_core.scale.ray_engine`) calls it as :func:`run_shards` does;
+only the start (:func:`start_run`: checks, leftovers removed), the completeness check before sending a shard out
+(:func:`stored_result`) and the end (:func:`finish_run`: the combined manifest) belong to the driver.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from .manifest import (
 )
 from .shards import Shard
 
-__all__ = ["RunSummary", "ShardOutput", "ShardResult", "ShardWork", "process_shard", "run_shards"]
+__all__ = ["RunSummary", "ShardOutput", "ShardResult", "ShardWork", "finish_run", "process_shard", "run_shards",
+           "slim_result", "start_run", "stored_result"]
 
 
 @dataclass
@@ -159,6 +161,24 @@ def _rejected(errors: Sequence[Any]) -> list[dict[str, Any]]:
     return [{"row": int(e.row), "field": str(e.field), "message": str(e.message)} for e in errors]
 
 
+def _stored(shard: Shard, out_dir: str | os.PathLike[str],
+            settings: Mapping[str, Any]) -> tuple[int, str, ShardResult | None]:
+    """The input's size and digest, and its "skipped" result when an earlier run completed it (else None)."""
+    size, digest = file_digest(shard.path)
+    stored = read_entry(out_dir, shard.output)
+    if is_complete(stored, out_dir, input_name=shard.name, input_size=size, input_sha256=digest, settings=settings):
+        return size, digest, ShardResult(shard=shard, status="skipped", entry=stored)
+    return size, digest, None
+
+
+def stored_result(shard: Shard, out_dir: str | os.PathLike[str], *,
+                  settings: Mapping[str, Any]) -> ShardResult | None:
+    """The shard's ``"skipped"`` result when an earlier run completed it
+    (:func:`~trace_core.scale.manifest.is_complete`), else None: what a driver asks before it sends a shard to a
+    worker (:func:`process_shard` asks again, so a shard completed meanwhile is not redone)."""
+    return _stored(shard, out_dir, settings)[2]
+
+
 def process_shard(shard: Shard, out_dir: str | os.PathLike[str], work: ShardWork, *, settings: Mapping[str, Any],
                   command: str = "", skip_errors: tuple[type[Exception], ...] = ()) -> ShardResult:
     """One shard, start to finish: skipped when complete (:func:`~trace_core.scale.manifest.is_complete`), else
@@ -184,10 +204,9 @@ def process_shard(shard: Shard, out_dir: str | os.PathLike[str], work: ShardWork
     -------
     ShardResult
     """
-    size, digest = file_digest(shard.path)
-    stored = read_entry(out_dir, shard.output)
-    if is_complete(stored, out_dir, input_name=shard.name, input_size=size, input_sha256=digest, settings=settings):
-        return ShardResult(shard=shard, status="skipped", entry=stored)
+    size, digest, stored = _stored(shard, out_dir, settings)
+    if stored is not None:
+        return stored
     try:
         output = _checked_output(work(shard), shard)
     except skip_errors as exc:
@@ -220,8 +239,8 @@ def _check_shards(shards: Sequence[Shard], out_dir: Path) -> None:
         outputs[shard.output.lower()] = shard.name
 
 
-def _slim(result: ShardResult) -> ShardResult:
-    """A result without its per-row lists (rejected rows, notes), as the run keeps it: a run holds one shard's rows
+def slim_result(result: ShardResult) -> ShardResult:
+    """A result without its per-row lists (rejected rows, notes), as a run keeps it: a run holds one shard's rows
     at a time, however many it rejected (they stay in the shard's entry file)."""
     entry = replace(result.entry, rejected=[]) if result.entry is not None else None
     return replace(result, entry=entry, problems=(), notes=())
@@ -266,18 +285,35 @@ def run_shards(shards: Sequence[Shard], out_dir: str | os.PathLike[str], work: S
     >>> run_shards(list_shards(root / "in"), root / "out", work, settings={}).sentence()
     '1 shard: 0 written, 1 already complete; 1 rows read: 1 kept, 0 rejected'
     """
+    out, settings = start_run(shards, out_dir, settings)
+    results = []
+    for index, shard in enumerate(shards, start=1):
+        result = process_shard(shard, out, work, settings=settings, command=command, skip_errors=skip_errors)
+        if on_shard is not None:
+            on_shard(result, index, len(shards))
+        results.append(slim_result(result))
+    return finish_run(results, out, settings=settings, command=command)
+
+
+def start_run(shards: Sequence[Shard], out_dir: str | os.PathLike[str],
+              settings: Mapping[str, Any]) -> tuple[Path, dict[str, Any]]:
+    """What a run does before its first shard, whatever runs the shards: the output folder created (with its
+    parents), the shards checked against it (none inside it, no output name twice), the temporary files of an
+    interrupted run removed. Returns the folder and the settings as stored (JSON values)."""
     settings = plain_settings(settings)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _check_shards(shards, out)
     remove_leftovers(out)
-    summary = RunSummary()
-    for index, shard in enumerate(shards, start=1):
-        result = process_shard(shard, out, work, settings=settings, command=command, skip_errors=skip_errors)
-        if on_shard is not None:
-            on_shard(result, index, len(shards))
-        summary.results.append(_slim(result))
-    summary.manifest = write_manifest(out, [r.entry for r in summary.results if r.entry is not None],
+    return out, settings
+
+
+def finish_run(results: Sequence[ShardResult], out_dir: str | os.PathLike[str], *, settings: Mapping[str, Any],
+               command: str = "") -> RunSummary:
+    """What a run does after its last shard: ``OUT/manifest.json`` written from ``results`` (one per shard, in the
+    shards' order; :func:`slim_result`'s are enough), and the run's summary."""
+    summary = RunSummary(results=list(results))
+    summary.manifest = write_manifest(out_dir, [r.entry for r in summary.results if r.entry is not None],
                                       settings=settings, version=_version(), command=command,
                                       failed={r.shard.name: r.error for r in summary.failed})
     return summary

@@ -248,7 +248,7 @@ def test_empty_prompt_is_rejected(tiny_models):
 
 @pytest.mark.parametrize("module", ["trace_core", "trace_core.record"])
 def test_import_does_not_import_torch(module):
-    code = (f"import sys, {module}; bad = [m for m in ('torch', 'transformers', 'streamlit', 'numba')"
+    code = (f"import sys, {module}; bad = [m for m in ('torch', 'transformers', 'streamlit', 'numba', 'ray')"
             " if m in sys.modules];"
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
