@@ -239,13 +239,16 @@ def _evaluate_file(args: argparse.Namespace, *, config: Any, methods: list[str] 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from .evaluate_shards import evaluate_sharded
-    from .score_shards import is_sharded
+    from .score_shards import is_sharded, refuse_engine_options
 
     out_format = _check_outputs(args)
     config = evaluation_config(args)
     options = dict(config=config, methods=_methods(args), embedder=_embedder(args))
-    run = evaluate_sharded if is_sharded(args.data) else _evaluate_file
-    results, label_source = run(args, **options)
+    if is_sharded(args.data):
+        results, label_source = evaluate_sharded(args, **options)
+    else:
+        refuse_engine_options(args)
+        results, label_source = _evaluate_file(args, **options)
     _report_warnings(results)
     fmt = args.format or out_format or "markdown"
     text = _table_text(results, fmt, config.scalar_calibrator)

@@ -34,7 +34,9 @@ def _read(args: argparse.Namespace, methods: list[str] | None, embedder: Any) ->
     when one cannot be read."""
     from ..scale import list_shards
     from ..scale.evaluate import UnreadableShardError, read_compact
+    from .score_shards import shard_engine
 
+    _, engine = shard_engine(args)  # checked before any work
     try:
         shards = list_shards(args.data)
     except ValueError as exc:
@@ -44,7 +46,8 @@ def _read(args: argparse.Namespace, methods: list[str] | None, embedder: Any) ->
     try:
         return read_compact(shards, methods=methods, matcher=args.matcher, tolerance=args.tolerance,
                             group_by=args.group_by, embedder=embedder,
-                            on_shard=lambda account: _say_shard(account, quiet=args.quiet))
+                            on_shard=lambda account: _say_shard(account, quiet=args.quiet),
+                            engine="ray" if engine else "stream", **engine)
     except UnreadableShardError as exc:  # the result would not be about the data asked for
         raise CLIError(f"{exc}; fix or move that shard and run again") from None
     except ValueError as exc:

@@ -27,12 +27,37 @@ from ._support import (
 __all__ = ["cmd_flag"]
 
 
-def cmd_flag(args: argparse.Namespace) -> None:
+def _load_calibrator(args: argparse.Namespace) -> tuple[Any, bytes]:
+    """The calibrator of ``--calibrator`` and its bytes; CLIError, one line per problem, when it is not one."""
     from ..calibrate import load_calibrator
     from ..calibrator_io import MAX_CALIBRATOR_BYTES
+
+    path = regular_file(args.calibrator)  # before it is opened: a FIFO would block
+    if path.stat().st_size > MAX_CALIBRATOR_BYTES:  # before reading: a calibrator is a few kilobytes
+        raise CLIError(f"{shown(args.calibrator)}: {path.stat().st_size:,} bytes is not a calibrator (at most "
+                       f"{MAX_CALIBRATOR_BYTES:,})")
+    raw = path.read_bytes()
+    try:
+        return load_calibrator(raw), raw
+    except ValueError as exc:  # CalibratorFormatError: one line per problem
+        problems = getattr(exc, "problems", None) or [str(exc)]
+        raise CLIError(f"{shown(args.calibrator)}: " + "; ".join(problems)) from exc
+
+
+def cmd_flag(args: argparse.Namespace) -> None:
     from ..data import export_flagged, token_table, with_trace_columns
     from ..flag import OUTPUT_COLUMNS, output_collisions, previous_export, unscored
+    from .score_shards import is_sharded, refuse_engine_options
 
+    if args.by == "span" and args.max_risk is not None:
+        raise CLIError("--by span cannot be used with --max-risk: the guarantee is on the answers' probability of "
+                       "being correct")
+    if is_sharded(args.data):
+        from .flag_shards import flag_sharded
+
+        flag_sharded(args, *_load_calibrator(args), certified=_certified)
+        return
+    refuse_engine_options(args)
     fmt = check_out(args.out, FLAGGED_OUT)
     check_not_input(args.out, [("the input file", args.data), ("--calibrator", args.calibrator)]
                     + ([("--risk-data", args.risk_data)] if args.risk_data else []), written="the flagged rows")
@@ -40,9 +65,6 @@ def cmd_flag(args: argparse.Namespace) -> None:
         check_out(args.tokens, TOKENS_OUT, option="--tokens")
         check_not_input(args.tokens, [("the input file", args.data), ("--calibrator", args.calibrator),
                                       ("--out", args.out)], written="the flagged answers' tokens")
-    if args.by == "span" and args.max_risk is not None:
-        raise CLIError("--by span cannot be used with --max-risk: the guarantee is on the answers' probability of "
-                       "being correct")
     dataset = common.read_data(args.data, require_label=False, args=args)
     if previous_export(dataset.frame.columns):  # a flagged export scored again: its earlier scores are replaced
         dataset = dataclasses.replace(dataset, frame=unscored(dataset.frame))
@@ -56,15 +78,7 @@ def cmd_flag(args: argparse.Namespace) -> None:
                        f"input_{shorten(taken[0].strip())[1:-1]}) and run again")
     dataset = common.usable(dataset, args.data)
     traces = common.trace_table(dataset)
-    path = regular_file(args.calibrator)  # before it is opened: a FIFO would block
-    if path.stat().st_size > MAX_CALIBRATOR_BYTES:  # before reading: a calibrator is a few kilobytes
-        raise CLIError(f"{shown(args.calibrator)}: {path.stat().st_size:,} bytes is not a calibrator (at most "
-                       f"{MAX_CALIBRATOR_BYTES:,})")
-    try:
-        calibrator = load_calibrator(path.read_bytes())
-    except ValueError as exc:  # CalibratorFormatError: one line per problem
-        problems = getattr(exc, "problems", None) or [str(exc)]
-        raise CLIError(f"{shown(args.calibrator)}: " + "; ".join(problems)) from exc
+    calibrator, _ = _load_calibrator(args)
     from ..flag import score_rows, select_flagged
 
     scored = score_rows(dataset.frame, traces, calibrator)
@@ -103,9 +117,21 @@ def _drift(args: argparse.Namespace, calibrator: Any, traces: list, reference: l
 
 
 def _guaranteed(args: argparse.Namespace, calibrator: Any, traces: list) -> float:
+    """The threshold certified on ``--risk-data`` (:func:`_certified`), and the drift check of the new answers
+    (``traces``) against the labeled ones (what the guarantee assumes)."""
+    threshold, risk = _certify(args, calibrator)
+    _drift(args, calibrator, traces, common.trace_table(risk))
+    return threshold
+
+
+def _certified(args: argparse.Namespace, calibrator: Any) -> float:
+    """The threshold certified on ``--risk-data``, said on stderr (over shards: no drift check)."""
+    return _certify(args, calibrator)[0]
+
+
+def _certify(args: argparse.Namespace, calibrator: Any) -> tuple[float, Any]:
     """The threshold certified on ``--risk-data`` (:func:`trace_core.guarantee.guaranteed_threshold`), with the
-    guarantee said on stderr and the drift check of the new answers (``traces``) against the labeled ones (what
-    the guarantee assumes); CLIError, saying what it would need, when none can be."""
+    guarantee said on stderr, and the labeled dataset; CLIError, saying what it would need, when none can be."""
     from ..calibrate import probability_correct
     from ..guarantee import guaranteed_threshold
 
@@ -123,5 +149,4 @@ def _guaranteed(args: argparse.Namespace, calibrator: Any, traces: list) -> floa
         raise CLIError(f"{shown(args.risk_data)}: {guarantee.sentence()}")
     if not args.quiet:
         print(guarantee.sentence(), file=sys.stderr)
-    _drift(args, calibrator, traces, common.trace_table(risk))
-    return guarantee.threshold
+    return guarantee.threshold, risk

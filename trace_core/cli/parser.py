@@ -66,7 +66,7 @@ def _engine_options(p: argparse.ArgumentParser) -> None:
     engine = p.add_argument_group("engine (a folder or pattern of shards)")
     engine.add_argument("--engine", choices=["stream", "ray"], default="stream",
                         help="stream: one shard at a time in this process (default); ray: shards in parallel on Ray "
-                             "Data, each worker loading the model once (needs the ray extra); the same output")
+                             "Data, each worker loading what it needs once (needs the ray extra); the same output")
     engine.add_argument("--workers", type=int, metavar="N",
                         help="with --engine ray: shards worked at once, one CPU each (default: every CPU; a local "
                              "Ray gets N CPUs)")
@@ -124,7 +124,8 @@ def _evaluate_arguments(sub: Any, common: argparse.ArgumentParser) -> None:
     from ..evaluate import SCALAR_CALIBRATORS
 
     p = _subcommand(sub, common, "evaluate", help="compare TRACE+, TRACE and the baselines on held-out splits")
-    p.add_argument("data", help="dataset with traces and labels (or references)")
+    p.add_argument("data", help="dataset with traces and labels (or references); or a folder or a quoted glob "
+                                "pattern of dataset files (shards), read one at a time into a per-answer table")
     p.add_argument("--splits", type=int, default=20, help="random calibration/evaluation splits (default %(default)s)")
     p.add_argument("--calibration-fraction", type=float, default=0.35,
                    help="share of the answers that fit the calibrators on each split (default %(default)g)")
@@ -148,6 +149,7 @@ def _evaluate_arguments(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="also write one self-contained HTML report (tables, verdict, interactive figures, settings, "
                         "versions); needs plotly")
     _label_options(p)
+    _engine_options(p)
     p.set_defaults(func=cmd_evaluate)
 
 
@@ -178,7 +180,9 @@ def _fit_arguments(sub: Any, common: argparse.ArgumentParser) -> None:
 def _flag_arguments(sub: Any, common: argparse.ArgumentParser) -> None:
     """``flag``'s arguments."""
     p = _subcommand(sub, common, "flag", help="flag low-confidence answers with a fitted calibrator")
-    p.add_argument("data", help="dataset with traces (labels optional; needed for --target-risk)")
+    p.add_argument("data", help="dataset with traces (labels optional; needed for --target-risk); or a folder or a "
+                                "quoted glob pattern of dataset files (shards): then --out is a folder of Parquet "
+                                "shards holding every row with its scores and a `flagged` column, and a manifest")
     p.add_argument("--calibrator", required=True, help="calibrator JSON from `trace-core fit` or the Calibrate page "
                                                        "(TRACE+, or the score it names)")
     group = p.add_mutually_exclusive_group(required=True)
@@ -205,6 +209,7 @@ def _flag_arguments(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="also write one row per token of the flagged answers (token, probability, entropy, rank, "
                         "alternatives)")
     _label_options(p)
+    _engine_options(p)
     p.set_defaults(func=cmd_flag)
 
 

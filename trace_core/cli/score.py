@@ -9,8 +9,8 @@ import json
 import sys
 
 from . import common
-from ._support import DATASET_OUT, CLIError, check_not_input, check_out, progress
-from .score_shards import is_sharded, score_shards
+from ._support import DATASET_OUT, check_not_input, check_out, progress
+from .score_shards import is_sharded, refuse_engine_options, score_shards
 
 __all__ = ["cmd_score"]
 
@@ -22,9 +22,7 @@ def cmd_score(args: argparse.Namespace) -> None:
     if is_sharded(args.data):
         score_shards(args)
         return
-    if args.engine != "stream" or args.workers is not None or args.ray_address:
-        raise CLIError("--engine, --workers and --ray-address work a folder or a glob pattern of shards; DATA is one "
-                       "file (give its folder or a pattern, or leave these options out)")
+    refuse_engine_options(args)
     check_out(args.out, DATASET_OUT)
     check_not_input(args.out, [("the input file", args.data)], written="the scored dataset")
     dataset = common.read_data(args.data, require_label=False, args=args)

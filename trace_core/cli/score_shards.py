@@ -22,7 +22,8 @@ from ..settings import redact_secrets
 from . import common
 from ._support import DATASET_OUT, CLIError, progress, shown
 
-__all__ = ["ModelLoader", "check_out_folder", "is_sharded", "recorded_command", "score_shards", "shard_engine",
+__all__ = ["ModelLoader", "check_out_folder", "is_sharded", "recorded_command", "refuse_engine_options", "score_shards",
+           "shard_engine",
            "shard_reporter"]
 
 _SHOWN_PROBLEMS = 3  # rejected rows quoted per shard on stderr (all are in its manifest entry)
@@ -140,6 +141,14 @@ def shard_reporter(quiet: bool):
         for note in result.notes:
             print(f"warning: {note}", file=sys.stderr)
     return report
+
+
+def refuse_engine_options(args: argparse.Namespace) -> None:
+    """CLIError when the engine options are given with one dataset file (they work a folder or pattern of shards)."""
+    if getattr(args, "engine", "stream") != "stream" or getattr(args, "workers", None) is not None or getattr(
+            args, "ray_address", None):
+        raise CLIError("--engine, --workers and --ray-address work a folder or a glob pattern of shards; DATA is one "
+                       "file (give its folder or a pattern, or leave these options out)")
 
 
 def shard_engine(args: argparse.Namespace) -> tuple[Callable[..., Any], dict[str, Any]]:

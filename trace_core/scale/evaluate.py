@@ -21,8 +21,8 @@ from ..fitted_baselines import TopKPlan
 from .compact import CompactScores, compact_scores, concat_compact
 from .shards import Shard
 
-__all__ = ["ShardAccount", "ShardedScores", "UnreadableShardError", "evaluate_shards", "evaluate_table", "read_compact",
-           "shard_scores"]
+__all__ = ["ShardAccount", "ShardedScores", "UnreadableShardError", "evaluate_shards", "evaluate_table",
+           "named_shard_scores", "read_compact", "shard_scores"]
 
 #: Problems kept per shard for messages (all are counted).
 SHOWN_PROBLEMS = 3
@@ -109,9 +109,14 @@ def shard_scores(shard: Shard, *, methods: Sequence[str] | None = None, matcher:
 
 def read_compact(shards: Sequence[Shard], *, methods: Sequence[str] | None = None, matcher: str = "exact",
                  tolerance: float = 1e-6, group_by: str | None = None, embedder: Any = None,
-                 on_shard: Callable[[ShardAccount], None] | None = None) -> ShardedScores:
-    """Every shard's compact table, one shard at a time, put together in shard order. ``on_shard(account)`` after
-    each shard (e.g. to say it on stderr).
+                 on_shard: Callable[[ShardAccount], None] | None = None, engine: str = "stream",
+                 address: str | None = None, workers: int | None = None) -> ShardedScores:
+    """Every shard's compact table, put together in shard order. ``on_shard(account)`` after each shard (e.g. to
+    say it on stderr).
+
+    ``engine="stream"`` reads the shards one at a time in this process; ``"ray"`` on Ray Data
+    (:func:`~trace_core.scale.ray_compact.compact_on_ray`: ``workers`` shards at a time, on a local Ray or the
+    cluster at ``address``), each shard's per-token arrays staying in the worker that read it.
 
     Raises UnreadableShardError (naming the shard) for a shard that cannot be read. Shards are scored as one pass
     over all their answers would score them: when some shards' traces hold entropy and others' do not, or when they
@@ -122,14 +127,24 @@ def read_compact(shards: Sequence[Shard], *, methods: Sequence[str] | None = Non
     parts: dict[int, CompactScores] = {}
     accounts: list[ShardAccount] = []
     sources: list[str] = []
-    for i, shard in enumerate(shards):
-        part, account, source = _shard_scores(shard, options)
+    if engine == "ray":
+        from .ray_compact import compact_on_ray
+
+        computed = compact_on_ray(shards, options, address=address, workers=workers,
+                                  on_result=lambda _, result: on_shard(result[1]) if on_shard else None)
+    elif engine == "stream":
+        computed = []
+        for shard in shards:
+            computed.append(named_shard_scores(shard, options))
+            if on_shard is not None:
+                on_shard(computed[-1][1])
+    else:
+        raise ValueError(f"unknown engine {str(engine)[:40]!r}; use 'stream' or 'ray'")
+    for i, (part, account, source) in enumerate(computed):
         accounts.append(account)
         sources.append(source)
         if part is not None:
             parts[i] = part
-        if on_shard is not None:
-            on_shard(account)
     if not parts:
         raise ValueError(f"none of the {len(shards):,} shards has a usable answer (each row rejected, without a "
                          "trace or empty)")
@@ -137,7 +152,7 @@ def read_compact(shards: Sequence[Shard], *, methods: Sequence[str] | None = Non
     plan = TopKPlan.merge([p.top_k for p in parts.values() if p.top_k is not None])
     for i, part in list(parts.items()):
         if part.has_entropy != use_entropy or _reads_other_alternatives(part, plan):
-            again, _, _ = _shard_scores(shards[i], {**options, "use_entropy": use_entropy, "top_k": plan})
+            again, _, _ = named_shard_scores(shards[i], {**options, "use_entropy": use_entropy, "top_k": plan})
             assert again is not None  # the same rows as the first time
             parts[i] = again
     source = sources[0] if len(set(sources)) == 1 else "mixed"
@@ -149,8 +164,9 @@ class UnreadableShardError(ValueError):
     """A shard that cannot be read at all (not a dataset, or no valid row); the message starts with its name."""
 
 
-def _shard_scores(shard: Shard, options: dict[str, Any]) -> tuple[CompactScores | None, ShardAccount, str]:
-    """:func:`shard_scores`, a shard that cannot be read named in the error."""
+def named_shard_scores(shard: Shard, options: dict[str, Any]) -> tuple[CompactScores | None, ShardAccount, str]:
+    """:func:`shard_scores` with its keyword options as a mapping, a shard that cannot be read named in the error
+    (:class:`UnreadableShardError`)."""
     from ..data import DatasetError
 
     try:

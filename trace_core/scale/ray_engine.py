@@ -54,7 +54,8 @@ from .stream import (
     stored_result,
 )
 
-__all__ = ["INSTALL_HINT", "RETRIES", "RayNotInstalledError", "ShardTask", "import_ray", "ray_session",
+__all__ = ["INSTALL_HINT", "RETRIES", "RayNotInstalledError", "ShardTask", "import_ray", "pickled_error",
+           "quiet_data_context", "ray_session",
            "run_shards_ray"]
 
 #: How to install the engine: the project's ``ray`` extra.
@@ -139,7 +140,7 @@ class ShardTask:
                 result = pickle.dumps(process_shard(shard, self.out_dir, self.work, settings=self.settings,
                                                     command=self.command, skip_errors=self.skip_errors))
             except Exception as exc:  # sent back whole: the driver raises it, as the one-process run would
-                error = _pickled_error(exc)
+                error = pickled_error(exc)
             indices.append(int(batch["index"][i]))
             results.append(result)
             errors.append(error)
@@ -147,7 +148,7 @@ class ShardTask:
                 "error": np.asarray(errors, dtype=object)}
 
 
-def _pickled_error(exc: Exception) -> bytes:
+def pickled_error(exc: Exception) -> bytes:
     """``exc`` pickled; one that cannot be (an odd constructor, an unpicklable attribute) as a RuntimeError with its
     type and words."""
     try:
@@ -166,7 +167,7 @@ def shard_items(shards: Sequence[tuple[int, Shard]]) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def _data_context(ray: Any, errored_blocks: int) -> Iterator[None]:
+def quiet_data_context(ray: Any, errored_blocks: int) -> Iterator[None]:
     """Ray Data quiet (no progress bars, no start lines, none of its deprecation warnings: the run reports every
     shard itself) and going on past ``errored_blocks`` shards whose worker died every time; the settings as they
     were afterwards."""
@@ -193,7 +194,7 @@ def _results(ray: Any, items: list[dict[str, Any]], task_args: tuple[Any, ...],
     """(position, result) of each shard, in the order Ray finishes them; raises a work's error."""
     dataset = ray.data.from_items(items, override_num_blocks=len(items))  # a block per shard: each one schedulable
     # Ray 2.60 takes the retry counts only as "remote args", which it marks deprecated (removed in 2.64; the extra
-    # pins 2.60; :func:`_data_context` silences the warning). Its default is to restart and retry without end,
+    # pins 2.60; :func:`quiet_data_context` silences the warning). Its default is to restart and retry without end,
     # which a shard that kills its worker every time would never leave.
     # One shard in flight per actor: a worker that dies takes only its own shard's tries with it.
     pool = ray.data.ActorPoolStrategy(size=min(workers, len(items)), max_tasks_in_flight_per_actor=1)
@@ -256,7 +257,7 @@ def run_shards_ray(shards: Sequence[Shard], out_dir: str | os.PathLike[str], wor
         with ray_session(address=address, workers=workers) as capacity:
             ray = import_ray()
             task_args = (str(out.resolve()), work, settings, command, tuple(skip_errors))
-            with _data_context(ray, errored_blocks=len(todo)):
+            with quiet_data_context(ray, errored_blocks=len(todo)):
                 for index, result in _results(ray, shard_items(todo), task_args, capacity):
                     report(index, result)
         for index, shard in todo:

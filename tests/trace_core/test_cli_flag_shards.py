@@ -1,0 +1,81 @@
+"""``trace-core flag`` over a folder of shards: every usable row written once with a ``flagged`` column, the flags
+of one file with the same rows, a resumable run, and rows left out named by shard and row."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import synthetic_trace_objects
+
+from trace_core.calibrate import TracePlus
+from trace_core.cli import main
+from trace_core.data import read_dataset, write_dataset
+
+
+@pytest.fixture
+def data(tmp_path):
+    traces, y = synthetic_trace_objects(700, seed=41)
+    frame = pd.DataFrame({"prompt": [t.prompt for t in traces], "answer": [t.answer for t in traces], "label": y})
+    (tmp_path / "in").mkdir()
+    for k, (a, b) in enumerate([(0, 250), (250, 500), (500, 700)]):
+        write_dataset(frame.iloc[a:b].reset_index(drop=True), tmp_path / "in" / f"p{k}.jsonl", traces=traces[a:b])
+    write_dataset(frame, tmp_path / "all.jsonl", traces=traces)
+    (tmp_path / "cal.json").write_text(TracePlus().fit(traces[:300], y[:300]).to_json())
+    return tmp_path
+
+
+def _outputs(folder):
+    return pd.concat([pd.read_parquet(folder / f"p{k}.parquet") for k in range(3)], ignore_index=True)
+
+
+@pytest.mark.parametrize("rule", [["--threshold", "0.6"], ["--coverage", "0.8"], ["--target-risk", "0.05"]])
+def test_the_flags_equal_one_file_flags_and_every_row_is_written(data, rule, capsys):
+    assert main(["flag", str(data / "all.jsonl"), "--calibrator", str(data / "cal.json"), *rule,
+                 "--out", str(data / "one.jsonl"), "--quiet"]) == 0
+    expected = set(read_dataset(data / "one.jsonl").frame["prompt"])
+    capsys.readouterr()
+    assert main(["flag", str(data / "in"), "--calibrator", str(data / "cal.json"), *rule,
+                 "--out", str(data / "out")]) == 0
+    err = capsys.readouterr().err
+    out = _outputs(data / "out")
+    assert len(out) == 700 and out["prompt"].is_unique
+    assert set(out.loc[out["flagged"], "prompt"]) == expected
+    assert f"flagged {len(expected):,} of 700 answers" in err
+    manifest = json.loads((data / "out" / "manifest.json").read_text())
+    assert manifest["settings"]["calibrator_sha256"] and len(manifest["entries"]) == 3
+
+
+def test_a_rerun_skips_the_complete_shards_and_a_new_threshold_redoes_them(data, capsys):
+    args = ["flag", str(data / "in"), "--calibrator", str(data / "cal.json"), "--out", str(data / "out")]
+    assert main([*args, "--threshold", "0.5"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--threshold", "0.5"]) == 0
+    assert capsys.readouterr().err.count("already complete, skipped") == 3
+    assert main([*args, "--threshold", "0.7"]) == 0
+    assert "already complete, skipped" not in capsys.readouterr().err
+    out = _outputs(data / "out")
+    np.testing.assert_array_equal(out["flagged"], out["probability_correct"] < 0.7)
+
+
+def test_rows_without_a_trace_are_named_and_the_shard_kept(data, capsys):
+    path = data / "in" / "p1.jsonl"
+    lines = path.read_text().splitlines()
+    record = json.loads(lines[6])
+    for column in ("tokens", "token_ids", "surprisal", "entropy", "top_ids", "top_logprobs", "ranks"):
+        record.pop(column, None)
+    lines[6] = json.dumps(record)
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["flag", str(data / "in"), "--calibrator", str(data / "cal.json"), "--threshold", "0.5",
+                 "--out", str(data / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "p1.jsonl: row 7" in err
+    assert len(_outputs(data / "out")) == 699
+
+
+def test_tokens_are_refused_with_shards(data, capsys):
+    assert main(["flag", str(data / "in"), "--calibrator", str(data / "cal.json"), "--threshold", "0.5",
+                 "--out", str(data / "out"), "--tokens", str(data / "t.csv")]) != 0
+    assert "--tokens: not with shards" in capsys.readouterr().err

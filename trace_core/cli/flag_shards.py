@@ -1,0 +1,93 @@
+"""``trace-core flag`` over shards: a folder or a glob pattern of datasets with traces -> one output folder of
+Parquet shards holding every usable row with its scores and a ``flagged`` column, and a manifest; resumable
+(:mod:`trace_core.scale.flag`).
+
+A threshold (``--threshold``, or certified on ``--risk-data`` by ``--max-risk``) is applied shard by shard. A
+``--coverage`` or ``--target-risk`` is decided over every shard's answers first (a pass that keeps only their
+probabilities), then the shards are written. The drift check is not run over shards (it compares every answer's
+features at once); run ``flag`` on a sample file to see it."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from ._support import CLIError, shown
+
+__all__ = ["flag_sharded"]
+
+
+def _settings(args: argparse.Namespace, calibrator_bytes: bytes, threshold: float | None) -> dict[str, Any]:
+    """What shapes the output shards: the calibrator (its digest), the rule and its value, how labels are found."""
+    return {"calibrator_sha256": hashlib.sha256(calibrator_bytes).hexdigest(), "threshold": threshold,
+            "coverage": args.coverage, "target_risk": args.target_risk, "max_risk": args.max_risk,
+            "delta": args.delta if args.max_risk is not None else None, "by": args.by, "matcher": args.matcher,
+            "tolerance": args.tolerance}
+
+
+def _flagged_count(folder: Path, summary: Any) -> tuple[int, int]:
+    """Rows flagged and rows written over every complete output shard (read from their ``flagged`` column)."""
+    import pyarrow.parquet as pq
+
+    from ..scale.flag import FLAGGED_COLUMN
+
+    flagged = written = 0
+    for result in summary.results:
+        if result.entry is None:
+            continue
+        column = pq.read_table(folder / result.entry.output, columns=[FLAGGED_COLUMN]).column(0)
+        flagged += int(sum(bool(v) for v in column.to_pylist()))
+        written += len(column)
+    return flagged, written
+
+
+def flag_sharded(args: argparse.Namespace, calibrator: Any, calibrator_bytes: bytes,
+                 certified: Any = None) -> None:
+    """Flag every shard of ``args.data`` into the folder ``args.out`` (see the module's docstring).
+    ``certified(args, calibrator)``: the threshold ``--max-risk`` certifies on ``--risk-data``."""
+    from ..data import DatasetError
+    from ..scale import list_shards
+    from ..scale.flag import ShardFlagger, flag_decisions, score_shard
+    from .score_shards import check_out_folder, recorded_command, shard_engine, shard_reporter
+
+    if args.tokens:
+        raise CLIError("--tokens: not with shards (the output shards hold every flagged answer's trace); run flag "
+                       "on one shard's output to get its tokens")
+    out = check_out_folder(args.out)
+    runner, engine_options = shard_engine(args)
+    try:
+        shards = list_shards(args.data, exclude=out)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    threshold = args.threshold
+    if args.max_risk is not None and certified is not None:  # --risk-data is checked with the options
+        threshold = certified(args, calibrator)
+    decisions = None
+    if args.coverage is not None or args.target_risk is not None:
+        if not args.quiet:
+            print(f"reading {len(shards):,} shards for the answers' probabilities (--coverage and --target-risk "
+                  "are decided over all of them)", file=sys.stderr)
+        try:
+            decisions = flag_decisions(shards, partial(score_shard, calibrator=calibrator, matcher=args.matcher,
+                                                       tolerance=args.tolerance),
+                                       coverage=args.coverage, target_risk=args.target_risk, by=args.by)
+        except (DatasetError, ValueError) as exc:
+            raise CLIError(str(exc)) from None
+    work = ShardFlagger(calibrator, threshold=threshold, decisions=decisions, by=args.by, matcher=args.matcher,
+                        tolerance=args.tolerance)
+    summary = runner(shards, out, work, settings=_settings(args, calibrator_bytes, threshold),
+                     command=recorded_command(getattr(args, "argv", [])), skip_errors=(DatasetError, ValueError),
+                     on_shard=shard_reporter(args.quiet), **engine_options)
+    flagged, written = _flagged_count(out, summary)
+    print(f"flagged {flagged:,} of {written:,} answers in {shown(str(out))} (column `flagged`); "
+          f"{summary.sentence()}", file=sys.stderr)
+    if not args.quiet:
+        print("the drift check is not run over shards: run flag on one shard to see it", file=sys.stderr)
+    if summary.failed:
+        names = ", ".join(shown(r.shard.name) for r in summary.failed[:5])
+        raise CLIError(f"{len(summary.failed)} of {len(shards)} shards failed ({names}); the others are written; fix "
+                       "them and run the same command again to do only those")
