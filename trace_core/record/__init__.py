@@ -17,7 +17,8 @@ Both are imported lazily, inside functions, so ``import trace_core`` and ``impor
   per-token arrays.
 * :mod:`.remote` -- :func:`connect_server`: a model served over the OpenAI-compatible API (vLLM), usable wherever a
   loaded model is; :mod:`.http_policy` -- the one HTTP policy of its requests (retries, deadline, no redirects, size
-  caps, :class:`ServerError`); :mod:`.addresses` -- server addresses in one normal form.
+  caps, :class:`ServerError`); :mod:`.addresses` -- server addresses in one normal form; :mod:`.multi` --
+  :func:`connect_servers`: several servers of one model used as one, at most ``concurrency`` requests at each.
 * :mod:`.embedder` -- the sentence-embedding model of the semantic baselines (:mod:`trace_core.semantic`).
 """
 
@@ -36,6 +37,7 @@ from .load import (
     load_model,
     model_allowlist,
 )
+from .multi import MultiServer, connect_servers
 from .remote import ServerModel, connect_server
 from .stream import stream_trace
 from .teacher import score_answer, score_answers
@@ -46,6 +48,7 @@ __all__ = [
     "ModelLoadError",
     "ModelNotAllowedError",
     "ModelNotFoundError",
+    "MultiServer",
     "ServerError",
     "ServerModel",
     "UnsafeModelError",
@@ -53,6 +56,7 @@ __all__ = [
     "beam_logprobs",
     "check_model_allowed",
     "connect_server",
+    "connect_servers",
     "context_length",
     "encode_prompt",
     "generate_trace",

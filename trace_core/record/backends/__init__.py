@@ -1,7 +1,8 @@
 """Model backends behind the public recording functions, and the dispatch from a loaded model to its backend.
 
 :class:`~.hf.HuggingFaceBackend` runs a :class:`~trace_core.record.LoadedModel`; :class:`~.completions.ServerBackend`
-talks to a :class:`~trace_core.record.ServerModel` (an OpenAI-compatible model server). Both implement
+talks to a :class:`~trace_core.record.ServerModel` (an OpenAI-compatible model server), and
+:class:`~.multi.MultiServerBackend` to several (:class:`~trace_core.record.MultiServer`). All implement
 :class:`~.base.Backend`, so callers of ``generate_traces``, ``score_answers``, ``beam_logprobs`` and
 ``context_length`` pass either.
 """
@@ -11,12 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..load import LoadedModel
+from ..multi import MultiServer
 from ..remote import ServerModel
 from .base import Backend, RecordedAnswer
 from .completions import ServerBackend
 from .hf import HuggingFaceBackend
+from .multi import MultiServerBackend
 
-__all__ = ["Backend", "HuggingFaceBackend", "RecordedAnswer", "ServerBackend", "backend_of"]
+__all__ = ["Backend", "HuggingFaceBackend", "MultiServerBackend", "RecordedAnswer", "ServerBackend", "backend_of"]
 
 
 def backend_of(lm: Any) -> Backend:
@@ -24,8 +27,9 @@ def backend_of(lm: Any) -> Backend:
 
     Parameters
     ----------
-    lm : LoadedModel or ServerModel
-        From :func:`~trace_core.record.load_model` or :func:`~trace_core.record.connect_server`.
+    lm : LoadedModel, ServerModel or MultiServer
+        From :func:`~trace_core.record.load_model`, :func:`~trace_core.record.connect_server` or
+        :func:`~trace_core.record.connect_servers`.
 
     Returns
     -------
@@ -40,5 +44,7 @@ def backend_of(lm: Any) -> Backend:
         return HuggingFaceBackend(lm)
     if isinstance(lm, ServerModel):
         return ServerBackend(lm)
+    if isinstance(lm, MultiServer):
+        return MultiServerBackend(lm)
     raise TypeError(f"`lm` must be a LoadedModel (from load_model) or a ServerModel (from connect_server), got "
                     f"{type(lm).__name__}")
