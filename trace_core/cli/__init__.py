@@ -2,7 +2,8 @@
 
 Subcommands::
 
-    generate   prompts file -> answers + traces (a local model)
+    generate   prompts file -> answers + traces (a local model, a model server or several); a folder or a glob
+               pattern of prompt files -> an output folder of Parquet shards with a manifest, resumable
     score      labeled dataset -> the same rows with traces (teacher forcing with a local model); a folder or a
                glob pattern of datasets -> an output folder of Parquet shards with a manifest, resumable
     evaluate   dataset with traces and labels -> TRACE / TRACE+ / baselines results table
@@ -14,10 +15,10 @@ are usable (missing traces, empty answers, one class) and the words that say so 
 shared with the dashboard; environment settings are read by :mod:`trace_core.settings` (through the library), never
 here.
 
-Each subcommand runs in its own module (``generate``, ``score`` with ``score_shards`` for sharded input,
-``evaluate``, ``fit``, ``flag``); ``parser`` builds the arguments, ``options`` checks them before any work, ``common``
-reads and writes the datasets and loads the model, and ``_support`` holds the error type, the ``--out`` checks,
-progress bars and the warnings' words.
+Each subcommand runs in its own module (``generate`` and ``score``, with ``generate_shards`` and ``score_shards``
+for sharded input, ``evaluate``, ``fit``, ``flag``); ``parser`` builds the arguments, ``options`` checks them before
+any work, ``common`` reads and writes the datasets and loads the model, and ``_support`` holds the error type, the
+``--out`` checks, progress bars and the warnings' words.
 """
 
 from __future__ import annotations

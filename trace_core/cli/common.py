@@ -16,21 +16,44 @@ import pandas as pd
 
 from ._support import CLIError, plain_warnings, progress, shown
 
-__all__ = ["load_model", "read_data", "row_numbers", "usable", "write_data"]
+__all__ = ["load_model", "read_data", "request_batch", "row_numbers", "server_urls", "usable", "write_data"]
+
+
+def server_urls(args: argparse.Namespace) -> list[str]:
+    """The ``--server`` addresses, in the order given: none, one, or several (the option may be repeated)."""
+    given = getattr(args, "server", None)
+    if not given:
+        return []
+    return [given] if isinstance(given, str) else [str(url) for url in given]
+
+
+def request_batch(args: argparse.Namespace) -> int:
+    """Prompts per model call: ``--batch-size``; with several servers at least as many as they take in flight
+    (servers x ``--concurrency``), so that every server is kept busy (a server's answers do not depend on it)."""
+    urls = server_urls(args)
+    return max(args.batch_size, len(urls) * args.concurrency) if len(urls) > 1 else args.batch_size
 
 
 def load_model(args: argparse.Namespace):
-    """The local model (``--model``) or the model server (``--server``) that records the traces."""
-    if args.server:
-        from ..record import ServerError, connect_server
+    """The local model (``--model``), the model server (one ``--server``) or the servers of one model (several,
+    :class:`~trace_core.record.MultiServer`) that record the traces."""
+    urls = server_urls(args)
+    if urls:
+        from ..record import ServerError, connect_server, connect_servers
 
+        options = {"tokenizer": args.server_tokenizer, "api_key_env": args.api_key_env, "timeout": args.timeout,
+                   "max_retries": args.retries, "concurrency": args.concurrency,
+                   "top_logprobs": max(args.alternatives, 1), "full_distribution": args.full_distribution,
+                   "api": args.server_api}
+        if len(urls) > 1:
+            try:
+                return connect_servers(urls, args.server_model, **options)
+            except ServerError as exc:
+                raise CLIError(f"--server: {exc}") from exc
         try:
-            return connect_server(args.server, args.server_model, tokenizer=args.server_tokenizer,
-                                  api_key_env=args.api_key_env, timeout=args.timeout, max_retries=args.retries,
-                                  concurrency=args.concurrency, top_logprobs=max(args.alternatives, 1),
-                                  full_distribution=args.full_distribution, api=args.server_api)
+            return connect_server(urls[0], args.server_model, **options)
         except ServerError as exc:
-            raise CLIError(f"--server {shown(args.server)}: {exc}") from exc
+            raise CLIError(f"--server {shown(urls[0])}: {exc}") from exc
     from ..record import load_model as load_local_model
 
     # A flag opts in; without it the environment's policy (off by default) applies.

@@ -21,15 +21,18 @@ def _model_options(p: argparse.ArgumentParser) -> None:
                                   "local Hugging Face cache")
     p.add_argument("--device", default="auto", help="auto (default: CUDA, then MPS, then CPU), cpu, cuda, mps")
     server = p.add_argument_group("model server (instead of --model)")
-    server.add_argument("--server", metavar="URL",
-                        help="an OpenAI-compatible model server (vLLM), e.g. http://127.0.0.1:8000")
+    server.add_argument("--server", metavar="URL", action="append",
+                        help="an OpenAI-compatible model server (vLLM), e.g. http://127.0.0.1:8000; give it again "
+                             "for each server of the same model (requests go to the least busy one, at most "
+                             "--concurrency at each); a load balancer is one URL")
     server.add_argument("--server-model", metavar="NAME", help="the model's name on the server")
     server.add_argument("--server-tokenizer", metavar="FOLDER_OR_ID",
                         help="the served model's tokenizer (a local folder, GGUF file or cached id); default: "
                              "--server-model")
     server.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
                         help="environment variable holding the server's API key (default OPENAI_API_KEY; unset: none)")
-    server.add_argument("--concurrency", type=int, default=4, help="requests in flight at once (default %(default)s)")
+    server.add_argument("--concurrency", type=int, default=4,
+                        help="requests in flight at once at each server (default %(default)s)")
     server.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default %(default)g)")
     server.add_argument("--retries", type=int, default=4,
                         help="retries on 429, 5xx and lost connections (default %(default)s)")
@@ -85,8 +88,12 @@ def _generate_arguments(sub: Any, common: argparse.ArgumentParser) -> None:
     """``generate``'s arguments."""
     p = _subcommand(sub, common, "generate", help="generate answers with traces from a prompts file")
     p.add_argument("prompts", help="a .txt file (one prompt per line; write a line break inside a prompt as \\n) "
-                                   "or a CSV/JSONL/Parquet with a `prompt` column (any text)")
-    p.add_argument("--out", required=True, help="output dataset (.jsonl, .csv or .parquet), checked before any work")
+                                   "or a CSV/JSONL/Parquet with a `prompt` column (any text); or, to generate shard "
+                                   "by shard, a folder of CSV/JSONL/Parquet prompt files or a quoted glob pattern")
+    p.add_argument("--out", required=True, help="output dataset (.jsonl, .csv or .parquet), checked before any work; "
+                                                "when PROMPTS is a folder or a pattern: the output folder, one Parquet "
+                                                "file per input shard and a manifest; running the same command again "
+                                                "skips the shards already complete and redoes the rest")
     _model_options(p)
     p.add_argument("--max-new-tokens", type=int, default=64,
                    help="at most this many answer tokens (default %(default)s)")
@@ -98,6 +105,7 @@ def _generate_arguments(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="sampling seed (default: none, a different draw each run)")
     _label_options(p, matcher_help="how the generated answers are labeled against a `reference` column (an input "
                                    "`label` column labeled other answers and is never kept)")
+    _engine_options(p)
     p.set_defaults(func=cmd_generate)
 
 

@@ -35,7 +35,8 @@ def cmd_score(args: argparse.Namespace) -> None:
         try:
             new = score_answers(lm, [str(frame["prompt"].iloc[i]) for i in todo],
                                 [str(frame["answer"].iloc[i]) for i in todo], chat_template=args.chat_template,
-                                n_alternatives=args.alternatives, batch_size=args.batch_size, progress=update)
+                                n_alternatives=args.alternatives, batch_size=common.request_batch(args),
+                                progress=update)
         finally:
             close()
         for i, trace in zip(todo, new, strict=True):

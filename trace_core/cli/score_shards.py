@@ -22,9 +22,8 @@ from ..settings import redact_secrets
 from . import common
 from ._support import DATASET_OUT, CLIError, progress, shown
 
-__all__ = ["ModelLoader", "check_out_folder", "is_sharded", "recorded_command", "refuse_engine_options", "score_shards",
-           "shard_engine",
-           "shard_reporter"]
+__all__ = ["ModelLoader", "check_out_folder", "finish_report", "is_sharded", "model_settings", "recorded_command",
+           "refuse_engine_options", "score_shards", "shard_engine", "shard_reporter"]
 
 _SHOWN_PROBLEMS = 3  # rejected rows quoted per shard on stderr (all are in its manifest entry)
 # How the shards are worked, not what they hold: left out of the command that the entries record.
@@ -41,7 +40,7 @@ class ModelLoader:
     device: str
     trust_remote_code: bool
     allow_pickle_weights: bool
-    server: str | None
+    server: str | tuple[str, ...] | None  # one address as given, or several
     server_model: str | None
     server_tokenizer: str | None
     api_key_env: str
@@ -54,7 +53,10 @@ class ModelLoader:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ModelLoader:
-        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+        values = {f.name: getattr(args, f.name) for f in fields(cls)}
+        urls = common.server_urls(args)
+        values["server"] = None if not urls else urls[0] if len(urls) == 1 else tuple(urls)
+        return cls(**values)
 
     def __call__(self) -> Any:
         return common.load_model(argparse.Namespace(**asdict(self)))
@@ -110,12 +112,13 @@ def check_out_folder(out: str) -> Path:
     return path
 
 
-def _model_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """Which model records the traces, as named on the command line (a server's address without credentials)."""
-    if args.server:
-        server = redact_secrets(re.sub(r"//[^/@]*@", "//***@", args.server))
-        return {"server": server, "server_model": args.server_model, "server_tokenizer": args.server_tokenizer,
-                "full_distribution": args.full_distribution}
+def model_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Which model records the traces, as named on the command line: a server's address without credentials (one
+    address as a string, several as a list)."""
+    urls = [redact_secrets(re.sub(r"//[^/@]*@", "//***@", url)) for url in common.server_urls(args)]
+    if urls:
+        return {"server": urls[0] if len(urls) == 1 else urls, "server_model": args.server_model,
+                "server_tokenizer": args.server_tokenizer, "full_distribution": args.full_distribution}
     return {"model": args.model}
 
 
@@ -172,7 +175,8 @@ def shard_engine(args: argparse.Namespace) -> tuple[Callable[..., Any], dict[str
         from ..record.addresses import base_url_of
 
         try:
-            base_url_of(args.server)
+            for url in common.server_urls(args):
+                base_url_of(url)
         except ValueError as exc:
             raise CLIError(f"--server: {exc}") from None
     from ..scale.ray_engine import RayNotInstalledError, import_ray, run_shards_ray
@@ -200,15 +204,20 @@ def score_shards(args: argparse.Namespace) -> None:
     # Ray's workers draw no bars: each shard's line on the driver is the progress
     bars = None if engine_options else (lambda total, what: progress(total, what, show))
     scorer = ShardScorer(ModelLoader.from_args(args), rescore=args.rescore, chat_template=args.chat_template,
-                         n_alternatives=args.alternatives, batch_size=args.batch_size, num_beams=args.beams,
+                         n_alternatives=args.alternatives, batch_size=common.request_batch(args), num_beams=args.beams,
                          matcher=args.matcher, tolerance=args.tolerance, progress=bars)
-    settings = {**_model_settings(args), **scorer.settings()}
+    settings = {**model_settings(args), **scorer.settings()}
     command = recorded_command(getattr(args, "argv", []))
     summary = runner(shards, out, scorer, settings=settings, command=command, skip_errors=(DatasetError,),
                      on_shard=shard_reporter(args.quiet), **engine_options)
+    finish_report(summary, len(shards), show=show)
+
+
+def finish_report(summary: Any, total: int, *, show: bool) -> None:
+    """A sharded run's last line on stderr (not with ``--quiet``), and CLIError naming the shards that failed."""
     if show:
         print(f"{summary.sentence()}; manifest: {summary.manifest}", file=sys.stderr)
     if summary.failed:
         names = ", ".join(r.shard.name for r in summary.failed[:3]) + (", ..." if len(summary.failed) > 3 else "")
-        raise CLIError(f"{len(summary.failed):,} of {len(shards):,} shards failed ({shown(names)}); the others are "
+        raise CLIError(f"{len(summary.failed):,} of {total:,} shards failed ({shown(names)}); the others are "
                        "written; fix them and run the same command again to do only those")

@@ -20,14 +20,15 @@ from typing import Any, BinaryIO
 
 import pandas as pd
 
+from .._checks import clip
 from ..cells import is_blank, is_missing, show
 from ..columns import TRACE_COLUMNS
 from .errors import DatasetError, RowError
 from .labels import label_from_reference
 from .read import Progress, read_table
 
-__all__ = ["OLD_ANSWER_COLUMNS", "PromptsFile", "label_answers", "prompt_problem", "read_prompts",
-           "unescape_prompt"]
+__all__ = ["OLD_ANSWER_COLUMNS", "PromptsFile", "answered_frame", "label_answers", "prompt_problem", "read_prompts",
+           "row_errors_text", "unescape_prompt", "unlabeled_message"]
 
 #: Columns of a prompts file that describe its answers: generation replaces the answers, so these would describe
 #: answers no longer in the file (the label would be theirs, the trace theirs). The label is made again from
@@ -174,3 +175,36 @@ def label_answers(answers: Sequence[str], references: Sequence[Any], rows: Seque
             labels.append(None)
             problems.append(RowError(row, "reference", str(exc)))
     return labels, problems
+
+
+def answered_frame(frame: pd.DataFrame, answers: Sequence[str], references: Sequence[Any] | None,
+                   rows: Sequence[int], *, matcher: str = "exact",
+                   tolerance: float = 1e-6) -> tuple[pd.DataFrame, list[RowError]]:
+    """The prompts' rows (:attr:`PromptsFile.frame`) with their generated answers, as ``trace-core generate`` writes
+    them: an ``answer`` column (in place of the input's, else right after ``prompt``) and, when the file has a
+    ``reference`` column, each answer's 0/1 ``label`` (:func:`label_answers`; nullable Int64, empty where the
+    reference cannot label it). Returns the new frame and the labeling problems, each naming its row."""
+    frame = frame.copy()
+    answers = list(answers)
+    if "answer" in frame.columns:
+        frame["answer"] = answers
+    else:  # a prompts-only file: the answer next to its prompt
+        frame.insert(frame.columns.get_loc("prompt") + 1, "answer", answers)
+    problems: list[RowError] = []
+    if references is not None:  # the generated answers' labels; the input's label column was left out on reading
+        labels, problems = label_answers(answers, references, rows, matcher=matcher, tolerance=tolerance)
+        frame["label"] = pd.Series(labels, index=frame.index, dtype="Int64")  # 0/1, empty where unlabeled
+    return frame, problems
+
+
+def row_errors_text(errors: Sequence[Any], shown_rows: int = 3) -> str:
+    """The first ``shown_rows`` row errors, and how many more, for a one-line message (each quotes at most ~60
+    characters of the file)."""
+    more = len(errors) - shown_rows
+    return "; ".join(clip(str(e)) for e in errors[:shown_rows]) + (f"; and {more:,} more" if more > 0 else "")
+
+
+def unlabeled_message(problems: Sequence[RowError], total: int) -> str:
+    """What :func:`answered_frame`'s labeling problems mean, in one line."""
+    return (f"left {len(problems):,} of {total:,} generated answers unlabeled, their `reference` cannot label them "
+            f"({row_errors_text(problems)})")

@@ -8,6 +8,7 @@ with a manifest, resumable after an interruption, with every input row accounted
 - :mod:`~trace_core.scale.stream`: the resumable runner in one process (:func:`run_shards`), built on the
   per-shard step (:func:`process_shard`) that a pool of workers can call as well.
 - :mod:`~trace_core.scale.score`: the per-shard work of ``trace-core score`` (:class:`ShardScorer`).
+- :mod:`~trace_core.scale.generate`: the per-shard work of ``trace-core generate`` (:class:`ShardGenerator`).
 - :mod:`~trace_core.scale.ray_engine`: the same per-shard step on Ray Data, locally or on a cluster
   (:func:`~trace_core.scale.ray_engine.run_shards_ray`; the ``ray`` extra), imported on its own.
 

@@ -1,0 +1,69 @@
+"""``trace-core generate`` over shards: a folder or a glob pattern of prompt files -> one output folder of Parquet
+shards (the rows a one-file run writes: answer, traces, labels against `reference`, beams if asked) with a manifest,
+shard by shard, resuming where an earlier run stopped (:mod:`trace_core.scale`).
+
+Sharded mode is chosen by ``prompts`` alone, as for ``score`` (:func:`~trace_core.cli.score_shards.is_sharded`).
+``--engine`` picks what works the shards: this process (``stream``) or Ray Data actors (``ray``), each actor loading
+the model or connecting to every ``--server`` once; with several servers each actor keeps at most ``--concurrency``
+requests in flight at each server, so a server sees at most workers x ``--concurrency``.
+
+A shard whose prompts cannot be read, or whose requests still fail after their retries (a server down mid-run),
+fails alone: it gets no entry and the same command redoes it. Sampling without ``--seed`` draws anew on every run:
+said on stderr, and the manifest's settings record ``"seed": null``; a rerun still skips the complete shards."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from . import common
+from ._support import CLIError, progress
+from .options import decoding
+from .score_shards import (
+    ModelLoader,
+    check_out_folder,
+    finish_report,
+    model_settings,
+    recorded_command,
+    shard_engine,
+    shard_reporter,
+)
+
+__all__ = ["generate_settings", "generate_shards"]
+
+
+def generate_settings(args: argparse.Namespace, work: Any) -> dict[str, Any]:
+    """What shapes the output shards, as the manifest records them: the model or the servers (addresses without
+    credentials, the served name, tokenizer, endpoint) and the work's decoding and labeling settings."""
+    server = {"server_api": args.server_api} if common.server_urls(args) else {}
+    return {**model_settings(args), **server, **work.settings()}
+
+
+def generate_shards(args: argparse.Namespace) -> None:
+    """Generate the answers of every shard of ``args.prompts`` into the folder ``args.out`` (see the module's
+    docstring)."""
+    from ..data import DatasetError
+    from ..record import ServerError
+    from ..scale import list_shards
+    from ..scale.generate import ShardGenerator
+
+    out = check_out_folder(args.out)
+    runner, engine_options = shard_engine(args)
+    try:
+        shards = list_shards(args.prompts, exclude=out)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    config = decoding(args)
+    if config.do_sample and config.seed is None:
+        print("warning: --sample without --seed: the answers cannot be drawn again (the manifest records "
+              "\"seed\": null); a rerun keeps the complete shards and draws the others anew", file=sys.stderr)
+    show = not args.quiet
+    # Ray's workers draw no bars: each shard's line on the driver is the progress
+    bars = None if engine_options else (lambda total, what: progress(total, what, show))
+    generator = ShardGenerator(ModelLoader.from_args(args), config=config, batch_size=common.request_batch(args),
+                               num_beams=args.beams, matcher=args.matcher, tolerance=args.tolerance, progress=bars)
+    summary = runner(shards, out, generator, settings=generate_settings(args, generator),
+                     command=recorded_command(getattr(args, "argv", [])), skip_errors=(DatasetError, ServerError),
+                     on_shard=shard_reporter(args.quiet), **engine_options)
+    finish_report(summary, len(shards), show=show)
