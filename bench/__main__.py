@@ -17,6 +17,7 @@ BENCHES = {
     "protocol_scale": "features + baselines + TRACE+ + 20-split protocol at 10k / 100k / 1M answers",
     "protocol_floor": "the 20-split protocol vs its floor (one sort per score, one pass per split) and vs scikit-learn",
     "evaluate_memory": "peak memory of evaluate on 1M answers x 64 tokens vs the float32 per-token arrays",
+    "scale_out": "evaluating 1M answers in 20 Parquet shards: one process streaming vs Ray Data with 2 workers",
     "dashboard": "Inspect and Calibrate page update times",
     "load_test": "8 concurrent browser sessions against one server",
     "large_jsonl": "reading and evaluating a 200 MB JSON Lines file: peak memory and time vs json.loads",

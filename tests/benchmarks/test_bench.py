@@ -138,6 +138,16 @@ def test_protocol_floor_bench_runs(capsys):
     assert len(rows) == 1 and len(rows[0]) == 7  # answers, methods, three timings, two ratios
 
 
+def test_scale_out_bench_runs(capsys):
+    from bench.scale_out import main
+
+    main(["--answers", "600", "--shards", "2", "--mean-length", "8", "--engines", "stream"])
+    out = capsys.readouterr().out
+    row = next(line.split() for line in out.splitlines() if line.startswith("stream"))
+    assert row[3] == "1.00x" and float(row[2].replace(",", "")) > 0, out
+    assert "compact per-answer table" in out and "bytes per answer" in out, out
+
+
 def test_evaluate_memory_bench_runs(capsys):
     from bench.evaluate_memory import main
 
