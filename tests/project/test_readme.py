@@ -91,7 +91,9 @@ def test_readme_commands_on_the_bundled_data_run(tmp_path, monkeypatch, capsys):
     ran = []
     for command in readme_commands():
         words = shlex.split(command, comments=True)[1:]
-        inputs = [w for w in words[1:] if not w.startswith("-") and Path(w).suffix in (".csv", ".jsonl", ".txt")]
+        # files by their extension; folders, patterns and addresses by their slash (a shard folder or a server)
+        inputs = [w for w in words[1:] if not w.startswith("-") and (Path(w).suffix in (".csv", ".jsonl", ".txt")
+                                                                     or "/" in w)]
         outputs = {words[i + 1] for i, w in enumerate(words[:-1]) if w in ("--out", "--report", "--tokens")}
         if all((ROOT / w).exists() for w in inputs if w not in outputs):
             assert cli_main(words) == 0, f"`{command}` failed: {capsys.readouterr().err[-2000:]}"
