@@ -18,8 +18,8 @@ from typing import Any
 
 from ._checks import shorten
 
-__all__ = ["SETTINGS", "Setting", "SettingError", "get", "ray_address", "redact_secrets", "secret", "server_keys",
-           "settings_table"]
+__all__ = ["SETTINGS", "Setting", "SettingError", "get", "ray_address", "ray_without_usage_stats", "redact_secrets",
+           "secret", "server_keys", "settings_table"]
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -154,6 +154,12 @@ def ray_address() -> str | None:
     """Ray's own ``RAY_ADDRESS`` (the cluster a Ray driver connects to), read here like every variable; None when
     unset or empty. Not a ``TRACE_*`` setting: Ray defines it, ``--engine ray`` honours it."""
     return os.environ.get("RAY_ADDRESS", "").strip() or None
+
+
+def ray_without_usage_stats() -> None:
+    """Ray's own ``RAY_USAGE_STATS_ENABLED`` set to 0 for a Ray started from this process, unless the user set it:
+    offline by design, a local Ray sends no usage statistics. Not a ``TRACE_*`` setting: Ray defines it."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 def secret(name: str) -> str | None:

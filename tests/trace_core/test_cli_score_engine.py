@@ -135,6 +135,18 @@ def test_a_local_ray_gets_the_workers_as_cpus_no_dashboard_and_is_shut_down(fake
     assert kwargs["include_dashboard"] is False and shutdown[0] == "shutdown"
 
 
+@pytest.mark.parametrize("asked, sent", [(None, "0"), ("1", "1")])
+def test_a_local_ray_sends_no_usage_statistics_unless_asked(fake_ray, monkeypatch, asked, sent):
+    import os
+
+    if asked is None:
+        monkeypatch.delenv("RAY_USAGE_STATS_ENABLED", raising=False)
+    else:
+        monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", asked)
+    with ray_session(workers=1):
+        assert os.environ["RAY_USAGE_STATS_ENABLED"] == sent
+
+
 def test_a_local_ray_defaults_to_every_cpu(fake_ray, monkeypatch):
     monkeypatch.setattr(ray_engine.os, "cpu_count", lambda: 6)
     with ray_session() as workers:

@@ -87,7 +87,8 @@ def ray_session(*, address: str | None = None, workers: int | None = None) -> It
 
     A Ray already started in this process is used as it is (and left running). Otherwise ``address`` (else the
     ``RAY_ADDRESS`` environment variable) names a cluster to connect to; without one a local Ray starts with
-    ``workers`` CPUs (default: this machine's count) and no dashboard. Either is shut down (disconnected) at the
+    ``workers`` CPUs (default: this machine's count), no dashboard and no usage statistics sent
+    (``RAY_USAGE_STATS_ENABLED=0`` unless set). Either is shut down (disconnected) at the
     end. The yielded count is ``workers``, else the CPUs Ray has."""
     ray = import_ray()
     if ray.is_initialized():
@@ -97,6 +98,7 @@ def ray_session(*, address: str | None = None, workers: int | None = None) -> It
     if address:
         ray.init(address=address, logging_level=_LOG_LEVEL, log_to_driver=False)
     else:  # "local": a new instance on this machine even where another one runs
+        env.ray_without_usage_stats()  # offline by design, unless the user asked for them
         ray.init(address="local", num_cpus=workers or os.cpu_count() or 1, include_dashboard=False,
                  logging_level=_LOG_LEVEL, log_to_driver=False)
     try:
