@@ -171,7 +171,8 @@ def data_note(summary: dict[str, Any] | None, *, n: int | None = None, has_entro
 def evaluate(traces: Sequence[Trace], labels: Any, *, config: EvaluationConfig = EvaluationConfig(),
              methods: Sequence[str] | None = None, beam_logprobs: Sequence[Sequence[float]] | None = None,
              embedder: Any = None, contexts: Sequence[str] | None = None,
-             progress: Progress | None = None, relevance: Sequence[np.ndarray] | None = None) -> EvaluationResult:
+             progress: Progress | None = None, relevance: Sequence[np.ndarray] | None = None,
+             split_groups: Any = None) -> EvaluationResult:
     """Run the protocol on recorded traces and 0/1 correctness labels.
 
     Parameters
@@ -190,6 +191,10 @@ def evaluate(traces: Sequence[Trace], labels: Any, *, config: EvaluationConfig =
         token relevances already computed, stands in for the embedder).
     progress : callable, optional
         ``progress(done, total)`` after the scores are computed (``done`` 0) and after each split.
+    split_groups : array-like, shape (n_answers,), optional
+        Each answer's group, e.g. its prompt: every split keeps each group whole in its calibration or its evaluation
+        part, so that no prompt's answers are both calibrated on and evaluated (several answers per prompt would
+        otherwise leak). Not with ``config.stratified``.
 
     Examples
     --------
@@ -208,7 +213,7 @@ def evaluate(traces: Sequence[Trace], labels: Any, *, config: EvaluationConfig =
     result = _evaluate(surprisal, entropy, labels, config=config, methods=methods, traces=traces,
                        beam_logprobs=beam_logprobs, embedder=embedder, contexts=contexts,
                        note=data_note(held, has_entropy=entropy is not None), progress=progress,
-                       relevance=relevance)
+                       relevance=relevance, split_groups=split_groups)
     result.entropy_summary = held
     return result
 
@@ -216,12 +221,12 @@ def evaluate(traces: Sequence[Trace], labels: Any, *, config: EvaluationConfig =
 def evaluate_arrays(surprisal: Ragged, entropy: Ragged | None, labels: Any, *,
                     config: EvaluationConfig = EvaluationConfig(), methods: Sequence[str] | None = None,
                     beam_logprobs: Sequence[Sequence[float]] | None = None,
-                    progress: Progress | None = None) -> EvaluationResult:
+                    progress: Progress | None = None, split_groups: Any = None) -> EvaluationResult:
     """:func:`evaluate` from surprisal and entropy batches (entropy None: chosen-token log-probabilities only; no
     Trace objects, so the semantic baselines are skipped)."""
     note = data_note(None, n=len(surprisal), has_entropy=entropy is not None)
     return _evaluate(surprisal, entropy, labels, config=config, methods=methods, beam_logprobs=beam_logprobs,
-                     note=note, progress=progress)
+                     note=note, progress=progress, split_groups=split_groups)
 
 
 @dataclass
@@ -279,7 +284,8 @@ def _evaluate(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config:
               methods: Sequence[str] | None, traces: Sequence[Trace] | None = None,
               beam_logprobs: Sequence[Sequence[float]] | None = None, embedder: Any = None,
               contexts: Sequence[str] | None = None, note: str = "",
-              progress: Progress | None = None, relevance: Sequence[np.ndarray] | None = None) -> EvaluationResult:
+              progress: Progress | None = None, relevance: Sequence[np.ndarray] | None = None,
+              split_groups: Any = None) -> EvaluationResult:
     if not isinstance(config, EvaluationConfig):
         raise TypeError(f"`config` must be an EvaluationConfig, got {type(config).__name__}")
     from .chunked import chunked_protocol_inputs
@@ -289,12 +295,12 @@ def _evaluate(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config:
     check_finite_scores(inputs, surprisal, entropy)
     certain_tokens = (int(np.count_nonzero(surprisal.values == 0)), int(surprisal.values.shape[0]))
     return _evaluate_checked(inputs, labels, config=config, note=note, certain_tokens=certain_tokens,
-                             progress=progress, stacklevel=4)
+                             progress=progress, stacklevel=4, split_groups=split_groups)
 
 
 def evaluate_scores(inputs: ProtocolInputs, labels: Any, *, config: EvaluationConfig = EvaluationConfig(),
                     certain_tokens: tuple[int, int] = (0, 0), note: str = "",
-                    progress: Progress | None = None) -> EvaluationResult:
+                    progress: Progress | None = None, split_groups: Any = None) -> EvaluationResult:
     """The protocol on every method's per-answer scores (:func:`protocol_inputs`, e.g. computed shard by shard and
     put together): the result :func:`evaluate` gives on the answers those scores came from, with no per-token array.
 
@@ -307,6 +313,8 @@ def evaluate_scores(inputs: ProtocolInputs, labels: Any, *, config: EvaluationCo
         Tokens with probability exactly 1, and all tokens, of the answers (the truncation note; (0, 0): none known).
     note : str
         What the data held (:func:`data_note`).
+    split_groups : array-like, optional
+        As :func:`evaluate` takes it.
     """
     if not isinstance(config, EvaluationConfig):
         raise TypeError(f"`config` must be an EvaluationConfig, got {type(config).__name__}")
@@ -320,12 +328,17 @@ def evaluate_scores(inputs: ProtocolInputs, labels: Any, *, config: EvaluationCo
         if bad.size:
             raise AnswerValueError(int(bad[0]), f"has a non-finite {method} score")
     return _evaluate_checked(inputs, labels, config=config, note=note, certain_tokens=certain_tokens,
-                             progress=progress, stacklevel=3)
+                             progress=progress, stacklevel=3, split_groups=split_groups)
 
 
 def _evaluate_checked(inputs: ProtocolInputs, labels: Any, *, config: EvaluationConfig, note: str,
-                      certain_tokens: tuple[int, int], progress: Progress | None, stacklevel: int) -> EvaluationResult:
+                      certain_tokens: tuple[int, int], progress: Progress | None, stacklevel: int,
+                      split_groups: Any = None) -> EvaluationResult:
     """The split loop on finite scores, with the result's notes (``stacklevel``: the user's call, for warnings)."""
+    from .protocol import split_group_codes
+
+    n = len(next(iter([*inputs.scalar.values(), *inputs.features.values()])))
+    groups = None if split_groups is None else split_group_codes(split_groups, n)
     notes = []
     truncated = truncation_note(*certain_tokens)
     if truncated:
@@ -334,10 +347,14 @@ def _evaluate_checked(inputs: ProtocolInputs, labels: Any, *, config: Evaluation
     extended = extended_needing_entropy(inputs.skipped)
     if extended:
         notes.append(extended_entropy_note(extended))
-    result = _run(inputs, labels, config=config, note=note, progress=progress, stacklevel=stacklevel + 1)
+    result = _run(inputs, labels, config=config, note=note, progress=progress, stacklevel=stacklevel + 1,
+                  groups=groups)
     small = result.sample_note()
     if small:
         notes.append(small)
+    if groups is not None:
+        notes.append(f"each split keeps every one of the {int(groups.max()) + 1:,} answer groups whole (calibrated "
+                     "on or evaluated, never both)")
     result.notes, result.certain_tokens = notes, certain_tokens
     return result
 
@@ -425,7 +442,7 @@ def check_finite_scores(inputs: ProtocolInputs, surprisal: Ragged, entropy: Ragg
 
 
 def _run(inputs: ProtocolInputs, labels: Any, *, config: EvaluationConfig, note: str, progress: Progress | None,
-         stacklevel: int) -> EvaluationResult:
+         stacklevel: int, groups: np.ndarray | None = None) -> EvaluationResult:
     """The split loop on checked labels and finite scores, and the result it makes."""
     from ._checks import check_labels
 
@@ -433,7 +450,7 @@ def _run(inputs: ProtocolInputs, labels: Any, *, config: EvaluationConfig, note:
     n = next(iter([*scalar.values(), *features.values()])).shape[0]
     y = check_labels(labels, "labels", n=n, purpose="evaluation")
     ran = [m for m in wanted if m in scalar or m in features]
-    run = run_splits(y, scalar, features, config=config, methods=ran, progress=progress)
+    run = run_splits(y, scalar, features, config=config, methods=ran, progress=progress, groups=groups)
     if run.skipped_splits == config.n_splits:
         raise NoUsableSplitError("every split left one class only in its calibration or evaluation part; use more "
                                  "answers or stratified splits")

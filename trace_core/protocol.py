@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["MAX_WORKERS", "OUT_OF_FOLD", "THREADS_FROM", "Ascending", "MethodOnSplit", "Part", "SplitRun",
            "draw_splits", "feature_set", "fit_reference", "is_constant", "iter_splits", "map_on_threads",
            "one_blas_thread", "out_of_fold", "probability_metric", "ranking_of_scores", "ranking_part", "run_splits",
-           "stratified_folds", "take_rows", "workers_for"]
+           "split_group_codes", "stratified_folds", "take_rows", "workers_for"]
 
 Progress = Callable[[int, int], None]
 
@@ -85,11 +85,37 @@ def draw_splits(y: np.ndarray, config: EvaluationConfig) -> list[tuple[np.ndarra
     return list(iter_splits(y, config))
 
 
-def iter_splits(y: np.ndarray, config: EvaluationConfig) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def split_group_codes(groups: Any, n: int) -> np.ndarray:
+    """Each answer's group (e.g. its prompt) as a code 0 .. n_groups - 1, in order of first appearance, for
+    :func:`iter_splits`; ValueError naming the first answer whose group is missing (None, NaN), or for a length
+    other than ``n``, or fewer than 2 groups."""
+    import pandas as pd
+
+    values = pd.Series(list(groups) if not isinstance(groups, (np.ndarray, pd.Series)) else groups)
+    if len(values) != n:
+        raise ValueError(f"`split_groups` has {len(values):,} values for {n:,} answers")
+    missing = np.flatnonzero(values.isna().to_numpy())
+    if missing.size:
+        raise ValueError(f"answer {int(missing[0])} has no split group (missing value)")
+    codes, uniques = pd.factorize(values, sort=False)
+    if len(uniques) < 2:
+        raise ValueError(f"`split_groups` holds {len(uniques)} group; splits that keep groups whole need at least 2")
+    return np.asarray(codes, dtype=np.int64)
+
+
+def iter_splits(y: np.ndarray, config: EvaluationConfig,
+                groups: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """:func:`draw_splits` one split at a time (the same pairs, from the same draws): the split loop holds one
-    split's rows, not every split's (16 bytes per answer and split)."""
+    split's rows, not every split's (16 bytes per answer and split).
+
+    ``groups`` (codes from :func:`split_group_codes`): each split puts ``round(fraction * n_groups)`` whole groups in
+    the calibration part (at least one, and at least one left), so that no group (e.g. no prompt) is both calibrated
+    on and evaluated. Not with stratified splits."""
     rng = np.random.default_rng(config.seed)
     n = y.shape[0]
+    if groups is not None:
+        yield from _group_splits(rng, groups, config)
+        return
     for _ in range(config.n_splits):
         if config.stratified:
             cal_parts = []
@@ -104,6 +130,19 @@ def iter_splits(y: np.ndarray, config: EvaluationConfig) -> Iterator[tuple[np.nd
         mask = np.zeros(n, dtype=bool)
         mask[cal] = True
         yield cal, np.flatnonzero(~mask)
+
+
+def _group_splits(rng: np.random.Generator, groups: np.ndarray,
+                  config: EvaluationConfig) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    if config.stratified:
+        raise ValueError("splits that keep groups whole cannot also be stratified; use one or the other")
+    n_groups = int(groups.max()) + 1
+    k = min(max(int(round(config.calibration_fraction * n_groups)), 1), n_groups - 1)
+    for _ in range(config.n_splits):
+        chosen = np.zeros(n_groups, dtype=bool)
+        chosen[rng.permutation(n_groups)[:k]] = True
+        in_cal = chosen[groups]
+        yield np.flatnonzero(in_cal), np.flatnonzero(~in_cal)
 
 
 def fit_reference(F: np.ndarray, y: np.ndarray, *, near: StandardisedLogistic | None = None) -> StandardisedLogistic:
@@ -453,9 +492,10 @@ class _Protocol:
 
 def run_splits(y: np.ndarray, scalar: dict[str, np.ndarray], features: dict[str, np.ndarray], *,
                config: EvaluationConfig, methods: Sequence[str],
-               progress: Progress | None = None) -> SplitRun:
+               progress: Progress | None = None, groups: np.ndarray | None = None) -> SplitRun:
     """Every method in ``methods`` (each in ``scalar`` or ``features``) on every split of ``config``; a split with
-    one class only in a part is skipped and counted. ``y``: 0/1 int64 labels, checked by the caller."""
+    one class only in a part is skipped and counted. ``y``: 0/1 int64 labels, checked by the caller; ``groups``:
+    splits keep each group whole (:func:`iter_splits`)."""
     protocol = _Protocol(y, scalar, features, config)
     uninformative = {m: UNINFORMATIVE for m in methods if m in scalar and is_constant(scalar[m])}
     rows: list[SplitValue] = []
@@ -466,7 +506,7 @@ def run_splits(y: np.ndarray, scalar: dict[str, np.ndarray], features: dict[str,
         progress(0, config.n_splits)
     workers = workers_for(y.shape[0], len(methods))
     with ThreadPoolExecutor(max_workers=workers) as pool, one_blas_thread(workers > 1):
-        for split, (cal, ev) in enumerate(iter_splits(y, config)):
+        for split, (cal, ev) in enumerate(iter_splits(y, config, groups)):
             if not (_both_classes(y[cal]) and _both_classes(y[ev])):
                 skipped += 1
             else:

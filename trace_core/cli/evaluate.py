@@ -40,7 +40,7 @@ def _beams(dataset) -> list[list[float]] | None:
 
 
 def _evaluate_one(traces: list, labels: np.ndarray, beams: list | None, *, title: str, args: argparse.Namespace,
-                  config: Any, methods: list[str] | None, embedder: Any, rows: list[int]):
+                  config: Any, methods: list[str] | None, embedder: Any, rows: list[int], split_groups: Any = None):
     """One evaluation with progress on stderr and the library's warnings as plain lines (skipped splits named with
     their group and the option that avoids them; a truncated distribution is said once for the whole report by
     :func:`_report_warnings`)."""
@@ -57,7 +57,7 @@ def _evaluate_one(traces: list, labels: np.ndarray, beams: list | None, *, title
         warnings.simplefilter("always")
         try:
             result = evaluate(traces, labels, config=config, methods=methods, beam_logprobs=beams, embedder=embedder,
-                              progress=update)
+                              progress=update, split_groups=split_groups)
         except AnswerValueError as exc:  # the library counts answers from 0; the user counts file rows
             raise CLIError(f"{shown(args.data)}: row {rows[exc.index]}: {exc.reason}") from exc
         finally:
@@ -137,7 +137,7 @@ def _embedder(args: argparse.Namespace) -> Any:
 
 
 def _by_group(args: argparse.Namespace, dataset, traces: list, labels: np.ndarray, beams: list | None,
-              rows: list[int], options: dict[str, Any]) -> dict[str, Any]:
+              rows: list[int], options: dict[str, Any], split_groups: np.ndarray | None = None) -> dict[str, Any]:
     """``--group-by``: each value of the column evaluated on its own, then their average; a group with one class
     only, or too few of one class for any split, is skipped with a warning line; CLIError when none is left."""
     from ..evaluate import NoUsableSplitError, average_results
@@ -161,7 +161,8 @@ def _by_group(args: argparse.Namespace, dataset, traces: list, labels: np.ndarra
             groups[title] = _evaluate_one([traces[i] for i in idx], labels[idx],
                                           None if beams is None else [beams[i] for i in idx],
                                           title=f"{clip(args.group_by)} = {clip(key)}",
-                                          rows=[rows[i] for i in idx], **options)
+                                          rows=[rows[i] for i in idx], **options,
+                                          split_groups=None if split_groups is None else split_groups[idx])
         except NoUsableSplitError as exc:  # too few of one class for any split: this group only
             skipped += 1
             print(f"warning: --group-by {shorten(args.group_by)}: skipped the group {shorten(key)}: "
@@ -232,9 +233,25 @@ def _evaluate_file(args: argparse.Namespace, *, config: Any, methods: list[str] 
     beams = _beams(dataset)
     rows = common.row_numbers(dataset)
     options = dict(args=args, config=config, methods=methods, embedder=embedder)
+    groups = _split_groups(args, dataset.frame)
     if args.group_by:
-        return _by_group(args, dataset, traces, labels, beams, rows, options), dataset.label_source
-    return {"": _evaluate_one(traces, labels, beams, title="", rows=rows, **options)}, dataset.label_source
+        return _by_group(args, dataset, traces, labels, beams, rows, options, groups), dataset.label_source
+    return ({"": _evaluate_one(traces, labels, beams, title="", rows=rows, **options, split_groups=groups)},
+            dataset.label_source)
+
+
+def _split_groups(args: argparse.Namespace, frame: pd.DataFrame) -> np.ndarray | None:
+    """``--split-by``: each row's value of that column, which every split keeps whole (None without the option)."""
+    if not getattr(args, "split_by", None):
+        return None
+    if args.split_by not in frame.columns:
+        raise CLIError(f"--split-by: no column {shorten(args.split_by)}; columns are {shorten(list(frame.columns))}")
+    values = frame[args.split_by]
+    missing = np.flatnonzero(values.isna().to_numpy())
+    if missing.size:
+        row = frame["row"].iloc[int(missing[0])] if "row" in frame.columns else int(missing[0]) + 1
+        raise CLIError(f"--split-by {shorten(args.split_by)}: row {row} has no value; every answer needs its group")
+    return values.astype(str).to_numpy()
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -242,6 +259,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from .score_shards import is_sharded, refuse_engine_options
 
     out_format = _check_outputs(args)
+    if getattr(args, "split_by", None) and args.stratified:
+        raise CLIError("--split-by keeps each group whole in every split and cannot also --stratified; use one")
     config = evaluation_config(args)
     options = dict(config=config, methods=_methods(args), embedder=_embedder(args))
     if is_sharded(args.data):

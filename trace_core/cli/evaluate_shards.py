@@ -45,7 +45,7 @@ def _read(args: argparse.Namespace, methods: list[str] | None, embedder: Any) ->
         print(f"evaluating {len(shards):,} shards of {shown(args.data)}, one at a time", file=sys.stderr)
     try:
         return read_compact(shards, methods=methods, matcher=args.matcher, tolerance=args.tolerance,
-                            group_by=args.group_by, embedder=embedder,
+                            group_by=args.group_by, embedder=embedder, split_by=getattr(args, "split_by", None),
                             on_shard=lambda account: _say_shard(account, quiet=args.quiet),
                             engine="ray" if engine else "stream", **engine)
     except UnreadableShardError as exc:  # the result would not be about the data asked for

@@ -150,6 +150,9 @@ def _evaluate_arguments(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="run the semantic baselines with the packaged embedding model (or a local folder)")
     p.add_argument("--group-by", help="also evaluate each value of this column separately (e.g. a task family) "
                                       "and report their average")
+    p.add_argument("--split-by", metavar="COLUMN",
+                   help="keep the answers of each value of this column (e.g. prompt, with several answers per prompt) "
+                        "whole in every split: calibrated on or evaluated, never both (not with --stratified)")
     p.add_argument("--format", choices=["markdown", "csv", "json"],
                    help="output format (default: from --out's extension, else markdown)")
     p.add_argument("--out", help="write the table here instead of standard output (.md, .csv or .json)")

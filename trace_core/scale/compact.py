@@ -47,6 +47,8 @@ class CompactScores:
         The answers' own top-k plan (how many alternatives they store).
     groups : ndarray of object or None
         Each answer's value of a grouping column (as text), when one was asked for.
+    split_groups : ndarray of object or None
+        Each answer's value of the column whose groups every split keeps whole (as text), when one was asked for.
     """
 
     inputs: ProtocolInputs
@@ -59,6 +61,7 @@ class CompactScores:
     has_entropy: bool = True
     top_k: TopKPlan | None = None
     groups: np.ndarray | None = None
+    split_groups: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -72,7 +75,8 @@ class CompactScores:
                              rows=self.rows[positions], shard_names=self.shard_names,
                              certain_tokens=self.certain_tokens, entropy_summary=self.entropy_summary,
                              has_entropy=self.has_entropy, top_k=self.top_k,
-                             groups=None if self.groups is None else self.groups[positions])
+                             groups=None if self.groups is None else self.groups[positions],
+                             split_groups=None if self.split_groups is None else self.split_groups[positions])
 
     def where(self, i: int) -> str:
         """``"a/b.parquet: row 7"``: answer ``i``'s shard and row."""
@@ -82,7 +86,7 @@ class CompactScores:
 def compact_scores(traces: Sequence[Any], labels: Any, *, rows: Sequence[int], shard_name: str,
                    methods: Sequence[str] | None = None, beam_logprobs: Sequence[Sequence[float]] | None = None,
                    embedder: Any = None, groups: Sequence[Any] | None = None, use_entropy: bool = True,
-                   top_k: TopKPlan | None = None) -> CompactScores:
+                   top_k: TopKPlan | None = None, split_groups: Sequence[Any] | None = None) -> CompactScores:
     """One shard's compact table from its usable traces (every one non-empty) and their 0/1 labels.
 
     ``use_entropy=False`` scores them as traces without entropy (the surprisal-only variants), as one pass over
@@ -116,7 +120,11 @@ def compact_scores(traces: Sequence[Any], labels: Any, *, rows: Sequence[int], s
                          certain_tokens=(int(np.count_nonzero(surprisal.values == 0)),
                                          int(surprisal.values.shape[0])),
                          entropy_summary=summary, has_entropy=entropy is not None, top_k=own,
-                         groups=None if groups is None else np.asarray([str(g) for g in groups], dtype=object))
+                         groups=_texts(groups), split_groups=_texts(split_groups))
+
+
+def _texts(values: Sequence[Any] | None) -> np.ndarray | None:
+    return None if values is None else np.asarray([str(v) for v in values], dtype=object)
 
 
 def merge_entropy_summaries(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -175,16 +183,22 @@ def concat_compact(parts: Sequence[CompactScores]) -> CompactScores:
     names = [name for p in parts for name in p.shard_names]
     shard = np.concatenate([p.shard + offset for p, offset in
                             zip(parts, np.cumsum([0] + [len(p.shard_names) for p in parts[:-1]]), strict=True)])
-    groups = None
-    if all(p.groups is not None for p in parts):
-        groups = np.concatenate([p.groups for p in parts if p.groups is not None])
+    groups = _joined([p.groups for p in parts])
+    split_groups = _joined([p.split_groups for p in parts])
     return CompactScores(
         inputs=ProtocolInputs(scalar=scalar, features=features, wanted=wanted, skipped=skipped),
         labels=np.concatenate([p.labels for p in parts]), shard=shard.astype(np.int32),
         rows=np.concatenate([p.rows for p in parts]), shard_names=names,
         certain_tokens=(sum(p.certain_tokens[0] for p in parts), sum(p.certain_tokens[1] for p in parts)),
         entropy_summary=merge_entropy_summaries([p.entropy_summary for p in parts]),
-        has_entropy=all(p.has_entropy for p in parts), top_k=plan, groups=groups)
+        has_entropy=all(p.has_entropy for p in parts), top_k=plan, groups=groups, split_groups=split_groups)
+
+
+def _joined(columns: Sequence[np.ndarray | None]) -> np.ndarray | None:
+    """The parts' per-answer values joined, or None when some part has none."""
+    if any(c is None for c in columns):
+        return None
+    return np.concatenate([c for c in columns if c is not None])
 
 
 def _concat_features(blocks: list[np.ndarray]) -> np.ndarray:

@@ -64,10 +64,11 @@ def _read(shard: Shard, matcher: str, tolerance: float) -> Any:
 
 def shard_scores(shard: Shard, *, methods: Sequence[str] | None = None, matcher: str = "exact",
                  tolerance: float = 1e-6, group_by: str | None = None, embedder: Any = None,
-                 use_entropy: bool = True,
-                 top_k: TopKPlan | None = None) -> tuple[CompactScores | None, ShardAccount, str]:
+                 use_entropy: bool = True, top_k: TopKPlan | None = None,
+                 split_by: str | None = None) -> tuple[CompactScores | None, ShardAccount, str]:
     """One shard's compact table (None when no row of it is usable), its account and its labels' source
-    (``use_entropy``, ``top_k``: as :func:`~trace_core.scale.compact.compact_scores` takes them).
+    (``use_entropy``, ``top_k``: as :func:`~trace_core.scale.compact.compact_scores` takes them; ``split_by``: the
+    column whose groups every split keeps whole, every kept row with a value).
 
     Raises
     ------
@@ -91,26 +92,30 @@ def shard_scores(shard: Shard, *, methods: Sequence[str] | None = None, matcher:
         account.problems.append(f"{shard.name}: {usable.missing_message()}; left out")
     if usable.empty:
         account.problems.append(f"{shard.name}: {usable.empty_message()}")
-    if group_by is not None and group_by not in dataset.frame.columns:
-        raise ValueError(f"{shard.name}: no column {group_by[:200]!r} to group by")
+    for option, column in (("group by", group_by), ("split by", split_by)):
+        if column is not None and column not in dataset.frame.columns:
+            raise ValueError(f"{shard.name}: no column {column[:200]!r} to {option}")
     if not len(usable.keep):
         return None, account, dataset.label_source
     keep = usable.keep
     frame = dataset.frame.iloc[keep]
+    if split_by is not None and frame[split_by].isna().any():
+        row = int(rows[keep][np.flatnonzero(frame[split_by].isna().to_numpy())[0]])
+        raise ValueError(f"{shard.name}: row {row}: no value in {split_by[:200]!r}; every answer needs its group")
     beams = None
     if "beam_logprobs" in frame.columns:
         beams = parse_beam_logprobs(frame["beam_logprobs"], rows[keep].tolist())
     table = compact_scores(gather(dataset.traces, keep), frame["label"].to_numpy(), rows=rows[keep],
                            shard_name=shard.name, methods=methods, beam_logprobs=beams, embedder=embedder,
                            groups=None if group_by is None else frame[group_by].tolist(), use_entropy=use_entropy,
-                           top_k=top_k)
+                           top_k=top_k, split_groups=None if split_by is None else frame[split_by].tolist())
     return table, account, dataset.label_source
 
 
 def read_compact(shards: Sequence[Shard], *, methods: Sequence[str] | None = None, matcher: str = "exact",
                  tolerance: float = 1e-6, group_by: str | None = None, embedder: Any = None,
                  on_shard: Callable[[ShardAccount], None] | None = None, engine: str = "stream",
-                 address: str | None = None, workers: int | None = None) -> ShardedScores:
+                 address: str | None = None, workers: int | None = None, split_by: str | None = None) -> ShardedScores:
     """Every shard's compact table, put together in shard order. ``on_shard(account)`` after each shard (e.g. to
     say it on stderr).
 
@@ -123,7 +128,8 @@ def read_compact(shards: Sequence[Shard], *, methods: Sequence[str] | None = Non
     store different numbers of alternatives per token, the shards scored otherwise are read again (without entropy;
     with the fewest alternatives any answer stores).
     """
-    options = dict(methods=methods, matcher=matcher, tolerance=tolerance, group_by=group_by, embedder=embedder)
+    options = dict(methods=methods, matcher=matcher, tolerance=tolerance, group_by=group_by, embedder=embedder,
+                   split_by=split_by)
     parts: dict[int, CompactScores] = {}
     accounts: list[ShardAccount] = []
     sources: list[str] = []
@@ -206,6 +212,7 @@ def evaluate_table(table: CompactScores, *, config: Any, progress: Callable[[int
 
     result = evaluate_scores(table.inputs, table.labels.astype(np.int64), config=config,
                              certain_tokens=table.certain_tokens,
-                             note=data_note(table.entropy_summary, has_entropy=table.has_entropy), progress=progress)
+                             note=data_note(table.entropy_summary, has_entropy=table.has_entropy), progress=progress,
+                             split_groups=table.split_groups)
     result.entropy_summary = table.entropy_summary
     return result
