@@ -73,3 +73,16 @@ def test_a_shard_that_cannot_be_read_stops_the_evaluation_naming_it(data, capsys
     assert main(["evaluate", str(data / "shards"), "--splits", "2"]) != 0
     err = capsys.readouterr().err
     assert "part-1.parquet" in err and "fix or move that shard" in err
+
+
+def test_scores_out_keeps_the_per_answer_scores_and_a_rerun_gives_the_same_table(data, capsys):
+    args = ["evaluate", str(data / "shards"), "--splits", "3", "--format", "json", "--quiet",
+            "--scores-out", str(data / "scores")]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    manifest = json.loads((data / "scores" / "manifest.json").read_text())
+    assert [e["rows_kept"] for e in manifest["entries"]] == [300, 350, 250]
+    assert main(args) == 0
+    assert capsys.readouterr().out == first
+    assert main(["evaluate", str(data / "all.jsonl"), "--scores-out", str(data / "scores2")]) != 0
+    assert "--scores-out keeps the per-answer scores of a folder" in capsys.readouterr().err

@@ -174,3 +174,56 @@ def test_shards_storing_different_numbers_of_alternatives_give_the_one_file_resu
     got, _ = evaluate_shards(list_shards(str(tmp_path / "s")), config=config)
     assert ("EPR" in got.methods) == (min(ks) >= 2)
     _assert_same_result(got, expected, 1e-9)
+
+
+def test_a_compact_table_reads_back_bit_for_bit(tmp_path):
+    from trace_core.scale.compact_io import compact_bytes, compact_from_bytes
+
+    traces = random_traces(300, seed=3)
+    frame = pd.DataFrame({"prompt": [f"q{i}" for i in range(300)], "answer": [t.answer for t in traces],
+                          "label": np.arange(300) % 2, "task": ["a", "b", "c"] * 100})
+    (tmp_path / "s").mkdir()
+    _write_shards(tmp_path / "s", frame, traces, 1)
+    part = read_compact(list_shards(str(tmp_path / "s")), group_by="task", split_by="prompt").table
+    back, source = compact_from_bytes(compact_bytes(part, label_source="label"))
+    assert source == "label" and back is not None
+    assert (back.inputs.wanted, back.inputs.skipped) == (part.inputs.wanted, part.inputs.skipped)
+    for m, v in part.inputs.scalar.items():
+        np.testing.assert_array_equal(back.inputs.scalar[m], v)
+    for m, F in part.inputs.features.items():
+        np.testing.assert_array_equal(back.inputs.features[m], F)
+        assert back.inputs.features[m].flags.f_contiguous == F.flags.f_contiguous
+    for name in ("labels", "rows", "groups", "split_groups"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(part, name))
+    assert (back.top_k, back.certain_tokens, back.entropy_summary) == (part.top_k, part.certain_tokens,
+                                                                       part.entropy_summary)
+    assert compact_from_bytes(compact_bytes(None, label_source="reference")) == (None, "reference")
+
+
+def test_scores_kept_in_a_folder_are_read_back_and_a_changed_shard_is_redone(tmp_path):
+    traces, y = synthetic_trace_objects(600, seed=9)
+    frame = pd.DataFrame({"prompt": [t.prompt for t in traces], "answer": [t.answer for t in traces], "label": y})
+    (tmp_path / "s").mkdir()
+    _write_shards(tmp_path / "s", frame, traces, 3, fmt="jsonl")
+    shards = list_shards(str(tmp_path / "s"))
+    fresh = read_compact(shards)
+    first = read_compact(shards, scores_out=tmp_path / "scores")
+    assert sorted(p.name for p in (tmp_path / "scores").glob("*.parquet")) == [s.output for s in shards]
+    again = read_compact(shards, scores_out=tmp_path / "scores")
+    for table in (first.table, again.table):
+        for m, v in fresh.table.inputs.scalar.items():
+            np.testing.assert_array_equal(table.inputs.scalar[m], v)
+        assert table.shard_names == fresh.table.shard_names
+    config = EvaluationConfig(n_splits=3)
+    from trace_core.scale.evaluate import evaluate_table
+
+    pd.testing.assert_frame_equal(evaluate_table(again.table, config=config).summary,
+                                  evaluate_table(fresh.table, config=config).summary)
+    entries = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "scores" / "_manifest").glob("*.json")}
+    path = tmp_path / "s" / "part-001.jsonl"
+    path.write_text("\n".join(path.read_text().splitlines()[:-1]) + "\n")  # one row fewer
+    redone = read_compact(shards, scores_out=tmp_path / "scores")
+    assert len(redone.table) == 599
+    changed = [name for name, t in entries.items()
+               if (tmp_path / "scores" / "_manifest" / name).stat().st_mtime_ns != t]
+    assert changed == ["part-001.json"]

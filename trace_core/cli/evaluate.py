@@ -267,6 +267,9 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         results, label_source = evaluate_sharded(args, **options)
     else:
         refuse_engine_options(args)
+        if getattr(args, "scores_out", None):
+            raise CLIError("--scores-out keeps the per-answer scores of a folder or pattern of shards; DATA is one "
+                           "file")
         results, label_source = _evaluate_file(args, **options)
     _report_warnings(results)
     fmt = args.format or out_format or "markdown"

@@ -34,11 +34,12 @@ def _read(args: argparse.Namespace, methods: list[str] | None, embedder: Any) ->
     when one cannot be read."""
     from ..scale import list_shards
     from ..scale.evaluate import UnreadableShardError, read_compact
-    from .score_shards import shard_engine
+    from .score_shards import check_out_folder, recorded_command, shard_engine
 
     _, engine = shard_engine(args)  # checked before any work
+    scores_out = check_out_folder(args.scores_out, option="--scores-out") if args.scores_out else None
     try:
-        shards = list_shards(args.data)
+        shards = list_shards(args.data, exclude=scores_out)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     if not args.quiet:
@@ -47,7 +48,8 @@ def _read(args: argparse.Namespace, methods: list[str] | None, embedder: Any) ->
         return read_compact(shards, methods=methods, matcher=args.matcher, tolerance=args.tolerance,
                             group_by=args.group_by, embedder=embedder, split_by=getattr(args, "split_by", None),
                             on_shard=lambda account: _say_shard(account, quiet=args.quiet),
-                            engine="ray" if engine else "stream", **engine)
+                            engine="ray" if engine else "stream", **engine, scores_out=scores_out,
+                            command=recorded_command(getattr(args, "argv", [])))
     except UnreadableShardError as exc:  # the result would not be about the data asked for
         raise CLIError(f"{exc}; fix or move that shard and run again") from None
     except ValueError as exc:

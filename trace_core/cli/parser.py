@@ -150,6 +150,9 @@ def _evaluate_arguments(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="run the semantic baselines with the packaged embedding model (or a local folder)")
     p.add_argument("--group-by", help="also evaluate each value of this column separately (e.g. a task family) "
                                       "and report their average")
+    p.add_argument("--scores-out", metavar="FOLDER",
+                   help="with a folder or pattern of shards: keep each shard's per-answer scores in this folder "
+                        "(Parquet, with a manifest); a rerun reads the complete ones instead of the shards")
     p.add_argument("--split-by", metavar="COLUMN",
                    help="keep the answers of each value of this column (e.g. prompt, with several answers per prompt) "
                         "whole in every split: calibrated on or evaluated, never both (not with --stratified)")

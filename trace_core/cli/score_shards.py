@@ -87,22 +87,23 @@ def is_sharded(data: str) -> bool:
     return os.path.isdir(data) or (is_pattern(data) and not os.path.exists(data))
 
 
-def check_out_folder(out: str) -> Path:
-    """``--out`` of a sharded run: a folder that exists or can be created (its parent exists and is writable),
-    and not a dataset file name (``scored.jsonl``: most likely a single-file run meant). Checked before any work."""
-    where = f"--out {shown(out)}"
+def check_out_folder(out: str, *, option: str = "--out") -> Path:
+    """``--out`` (or ``option``) of a sharded run: a folder that exists or can be created (its parent exists and is
+    writable), and not a dataset file name (``scored.jsonl``: most likely a single-file run meant). Checked before
+    any work."""
+    where = f"{option} {shown(out)}"
     if not out.strip():
-        raise CLIError("--out: empty; give the output folder of the shards")
+        raise CLIError(f"{option}: empty; give the output folder of the shards")
     path = Path(out)
     if os.path.lexists(out):
         if not path.is_dir():
             raise CLIError(f"{where}: exists and is not a folder; with a folder or pattern of shards as input, "
-                           "--out is the output folder")
+                           f"{option} is the output folder")
         if not os.access(path, os.W_OK):
             raise CLIError(f"{where}: cannot write in this folder")
         return path
     if path.suffix.lower() in DATASET_OUT[0]:
-        raise CLIError(f"{where}: with a folder or pattern of shards as input, --out is a folder (one Parquet file "
+        raise CLIError(f"{where}: with a folder or pattern of shards as input, {option} is a folder (one Parquet file "
                        "per shard), not a file name; give a folder name without a dataset extension")
     parent = path.parent
     if not parent.is_dir():

@@ -10,9 +10,11 @@ without it would not be about the data asked for).
 
 from __future__ import annotations
 
+import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,13 +33,15 @@ SHOWN_PROBLEMS = 3
 @dataclass
 class ShardAccount:
     """What became of one shard's rows: read, kept, and the first problems of those left out (by kind: rejected by
-    the reader, no trace, empty answer), each message prefixed with the shard's name."""
+    the reader, no trace, empty answer), each message prefixed with the shard's name; ``errors``: a
+    :class:`~trace_core.data.RowError` for every row left out."""
 
     shard: str
     read: int
     kept: int
     left_out: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    errors: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -77,7 +81,7 @@ def shard_scores(shard: Shard, *, methods: Sequence[str] | None = None, matcher:
     ValueError
         ``group_by`` is not a column of the shard, or a score is not finite (naming the shard and row).
     """
-    from ..data import parse_beam_logprobs
+    from ..data import RowError, parse_beam_logprobs
     from ..policy import usable_rows
     from ..traces import gather
 
@@ -88,6 +92,11 @@ def shard_scores(shard: Shard, *, methods: Sequence[str] | None = None, matcher:
     left = {"rejected": len(dataset.errors), "no trace": len(usable.missing), "empty": len(usable.empty)}
     account.left_out = {kind: n for kind, n in left.items() if n}
     account.problems = [f"{shard.name}: {e}" for e in dataset.errors[:SHOWN_PROBLEMS]]
+    numbers = rows.tolist()
+    account.errors = sorted([*dataset.errors,
+                             *(RowError(numbers[i], "", "has no trace; left out") for i in usable.missing),
+                             *(RowError(numbers[i], "", "empty answer (no tokens); left out") for i in usable.empty)],
+                            key=lambda e: e.row)
     if usable.missing:
         account.problems.append(f"{shard.name}: {usable.missing_message()}; left out")
     if usable.empty:
@@ -115,13 +124,16 @@ def shard_scores(shard: Shard, *, methods: Sequence[str] | None = None, matcher:
 def read_compact(shards: Sequence[Shard], *, methods: Sequence[str] | None = None, matcher: str = "exact",
                  tolerance: float = 1e-6, group_by: str | None = None, embedder: Any = None,
                  on_shard: Callable[[ShardAccount], None] | None = None, engine: str = "stream",
-                 address: str | None = None, workers: int | None = None, split_by: str | None = None) -> ShardedScores:
+                 address: str | None = None, workers: int | None = None, split_by: str | None = None,
+                 scores_out: str | os.PathLike[str] | None = None, command: str = "") -> ShardedScores:
     """Every shard's compact table, put together in shard order. ``on_shard(account)`` after each shard (e.g. to
     say it on stderr).
 
     ``engine="stream"`` reads the shards one at a time in this process; ``"ray"`` on Ray Data
     (:func:`~trace_core.scale.ray_compact.compact_on_ray`: ``workers`` shards at a time, on a local Ray or the
-    cluster at ``address``), each shard's per-token arrays staying in the worker that read it.
+    cluster at ``address``), each shard's per-token arrays staying in the worker that read it. ``scores_out``: a
+    folder that keeps each shard's compact table (:mod:`~trace_core.scale.compact_io`) with a manifest
+    (``command`` recorded in it), so that a rerun reads the complete ones back instead of the shards.
 
     Raises UnreadableShardError (naming the shard) for a shard that cannot be read. Shards are scored as one pass
     over all their answers would score them: when some shards' traces hold entropy and others' do not, or when they
@@ -133,7 +145,13 @@ def read_compact(shards: Sequence[Shard], *, methods: Sequence[str] | None = Non
     parts: dict[int, CompactScores] = {}
     accounts: list[ShardAccount] = []
     sources: list[str] = []
-    if engine == "ray":
+    if scores_out is not None:
+        computed = _through_folder(shards, options, Path(scores_out), engine=engine, address=address,
+                                   workers=workers, command=command)
+        if on_shard is not None:
+            for _, account, _ in computed:
+                on_shard(account)
+    elif engine == "ray":
         from .ray_compact import compact_on_ray
 
         computed = compact_on_ray(shards, options, address=address, workers=workers,
@@ -181,6 +199,42 @@ def named_shard_scores(shard: Shard, options: dict[str, Any]) -> tuple[CompactSc
         raise UnreadableShardError(f"{shard.name}: {exc}") from None
 
 
+class CompactWork:
+    """The per-shard work of ``evaluate --scores-out``: a shard's compact table (:func:`named_shard_scores`) written
+    as its output file (:mod:`~trace_core.scale.compact_io`), its rows left out as row errors; picklable, so Ray
+    actors run it too."""
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.options = dict(options)
+
+    def __call__(self, shard: Shard) -> Any:
+        import pandas as pd
+
+        from .compact_io import compact_bytes
+        from .stream import ShardOutput
+
+        part, account, source = named_shard_scores(shard, self.options)
+        kept = pd.DataFrame(index=range(0 if part is None else len(part)))
+        return ShardOutput(frame=kept, traces=None, n_read=account.read, errors=account.errors,
+                           data=compact_bytes(part, label_source=source))
+
+
+def _stored_compact(out: Path, results: Sequence[Any]) -> list[tuple[CompactScores | None, ShardAccount, str]]:
+    """Each complete shard's compact table read back from its output file, with its account from its entry."""
+    from .compact_io import compact_from_bytes
+
+    computed = []
+    for result in results:
+        entry = result.entry
+        part, source = compact_from_bytes((out / entry.output).read_bytes())
+        if part is not None:
+            part.shard_names = [result.shard.name]
+        account = ShardAccount(shard=result.shard.name, read=entry.rows_read, kept=entry.rows_kept,
+                               left_out={"left out": entry.rows_rejected} if entry.rows_rejected else {})
+        computed.append((part, account, source))
+    return computed
+
+
 def _reads_other_alternatives(part: CompactScores, plan: TopKPlan) -> bool:
     """Whether a shard scored on its own plan read other alternatives than the whole's ``plan`` has it read."""
     own = part.top_k
@@ -189,6 +243,27 @@ def _reads_other_alternatives(part: CompactScores, plan: TopKPlan) -> bool:
     if plan.reason:  # the whole runs no top-k baseline: only a shard that ran them differs
         return not own.reason
     return own.k != plan.k
+
+
+def _through_folder(shards: Sequence[Shard], options: dict[str, Any], out: Path, *, engine: str,
+                    address: str | None, workers: int | None, command: str) -> list[Any]:
+    """Every shard's compact table by way of the folder ``out`` (written where missing or stale, read back)."""
+    from .stream import run_shards
+
+    settings = {"evaluate": {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in options.items()
+                             if k != "embedder"}, "embedder": options.get("embedder") is not None}
+    runner: Callable[..., Any] = run_shards
+    extra: dict[str, Any] = {}
+    if engine == "ray":
+        from .ray_engine import run_shards_ray
+
+        runner, extra = run_shards_ray, {"address": address, "workers": workers}
+    summary = runner(shards, out, CompactWork(options), settings=settings, command=command, **extra)
+    if summary.failed:  # a Ray worker that died on every try: no table for it, so no result about all the data
+        names = ", ".join(r.shard.name[:80] for r in summary.failed[:5])
+        raise ValueError(f"{len(summary.failed)} shards could not be scored ({names}); run the same command again")
+    by_name = {r.shard.name: r for r in summary.results}
+    return _stored_compact(out, [by_name[s.name] for s in shards])
 
 
 def evaluate_shards(shards: Sequence[Shard], *, config: Any = None, methods: Sequence[str] | None = None,

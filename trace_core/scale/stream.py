@@ -53,6 +53,9 @@ class ShardOutput:
         Every problem with a rejected row, numbered in the input shard (:class:`~trace_core.data.RowError`).
     notes : sequence of str
         Remarks for the caller to pass on (e.g. rows that could not be scored); not errors.
+    data : bytes or None
+        The output file's bytes, when the work writes a format of its own (a compact score table); else the frame
+        and its traces are written as a dataset.
     """
 
     frame: pd.DataFrame
@@ -60,6 +63,7 @@ class ShardOutput:
     n_read: int
     errors: Sequence[Any] = ()
     notes: Sequence[str] = ()
+    data: bytes | None = None
 
 
 #: A shard's work: the input shard -> its output rows. Raising stops the run, unless the error is one of
@@ -149,9 +153,11 @@ def _checked_output(output: Any, shard: Shard) -> ShardOutput:
 
 
 def _output_bytes(output: ShardOutput) -> bytes:
-    """The output shard's Parquet bytes (:func:`trace_core.data.write_dataset`)."""
+    """The output shard's Parquet bytes (:func:`trace_core.data.write_dataset`), or the work's own."""
     from ..data import write_dataset
 
+    if output.data is not None:
+        return output.data
     buffer = io.BytesIO()
     write_dataset(output.frame, buffer, traces=output.traces, format="parquet")
     return buffer.getvalue()
