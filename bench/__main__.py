@@ -21,7 +21,8 @@ BENCHES = {
     "dashboard": "Inspect and Calibrate page update times",
     "load_test": "8 concurrent browser sessions against one server",
     "large_jsonl": "reading and evaluating a 200 MB JSON Lines file: peak memory and time vs json.loads",
-    "read_traces": "read_dataset on 10,000 rows with stored traces (CSV, JSONL) vs pandas.read_csv + json.loads",
+    "read_traces": "read_dataset on 10,000 rows with stored traces (CSV, JSONL, Parquet) vs pandas.read_csv + "
+                   "json.loads / pyarrow read_table + to_pandas",
     "span_cost": "score_rows' riskiest-span columns vs explain_trace on the real model's test answers",
     "localisation": "spikes and peak window against the first wrong token, demo test split (vs random and last token)",
     "server_throughput": "scoring via a vLLM server at concurrency 1/4/16 vs local; bytes of top-20 vs full log-probs",

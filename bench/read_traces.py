@@ -1,13 +1,15 @@
 """Reading a dataset with stored traces: :func:`trace_core.data.read_dataset` against plain parsing.
 
-    python -m bench.read_traces [--rows 10000] [--repeat 3] [--format csv jsonl] [--keep DIR]
+    python -m bench.read_traces [--rows 10000] [--repeat 3] [--format csv jsonl parquet] [--keep DIR]
+    python -m bench.read_traces --file SHARD.parquet [--repeat 3]
 
 Writes a synthetic dataset with :func:`trace_core.write_dataset` (answers of 2-60 tokens, k = 5 alternatives with
-their token texts, entropy, ranks and metadata: the shape of a recorded run, as the Calibrate page loads it), then
-times, in this one process:
+their token texts, entropy, ranks and metadata: the shape of a recorded run, as the Calibrate page loads it), or
+takes the dataset file ``--file`` (e.g. a shard of ``bench.scale_out``), then times, in this one process:
 
 - the baseline: ``pandas.read_csv`` of the CSV plus ``json.loads`` of every trace cell (for JSON Lines,
-  ``json.loads`` of every line): the least any reader that decodes the cells needs;
+  ``json.loads`` of every line; for Parquet, ``pyarrow.parquet.read_table`` and ``to_pandas``): the least any reader
+  that decodes the cells needs;
 - ``read_dataset``: the whole reader, every cell checked and every Trace built.
 
 Printed: the best of ``--repeat`` runs of each, in seconds, and read_dataset's time as a ratio to the baseline.
@@ -28,6 +30,7 @@ from bench._timing import best_of
 
 _VOCABULARY = 5_000  # distinct token strings: real files repeat a tokenizer's vocabulary
 _K = 5
+_FORMATS = ("csv", "jsonl", "parquet")
 
 
 def _traces(n: int, seed: int = 0) -> list:
@@ -77,6 +80,11 @@ def _baseline(path: Path, fmt: str) -> None:
         with open(path, "rb") as f:
             [json.loads(line) for line in f]
         return
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.read_table(path).to_pandas()
+        return
     frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     for column in frame.columns:
         if column in TRACE_COLUMNS:
@@ -87,24 +95,38 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.read_traces", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--format", nargs="+", default=["csv", "jsonl"], choices=["csv", "jsonl"])
+    parser.add_argument("--format", nargs="+", default=["csv", "jsonl", "parquet"], choices=list(_FORMATS))
     parser.add_argument("--keep", type=Path, default=None, help="write the files into this folder and keep them")
+    parser.add_argument("--file", type=Path, default=None, help="time this dataset file instead (format from its "
+                                                                "extension)")
     args = parser.parse_args(argv)
 
-    from trace_core.data import read_dataset
-
     with tempfile.TemporaryDirectory() as tmp:
+        if args.file is not None:
+            from trace_core.data.read import format_from_name
+
+            fmt = format_from_name(args.file.name, None, "file")
+            print(f"{args.file.name}; best of {args.repeat}")
+            _table({fmt: args.file}, args.repeat)
+            return
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         paths = write_files(args.rows, folder, args.format)
         print(f"{args.rows:,} rows, answers of 2-60 tokens, k = {_K} alternatives with top_tokens; best of "
               f"{args.repeat}")
-        print(f"{'format':<7} {'MB':>6} {'baseline s':>11} {'read_dataset s':>15} {'ratio':>7}")
-        for fmt, path in paths.items():
-            base = best_of(functools.partial(_baseline, path, fmt), args.repeat)
-            ours = best_of(functools.partial(read_dataset, path), args.repeat)
-            size = path.stat().st_size / 1e6
-            print(f"{fmt:<7} {size:>6.1f} {base:>11.3f} {ours:>15.3f} {ours / base:>6.2f}x", flush=True)
+        _table(paths, args.repeat)
+
+
+def _table(paths: dict[str, Path], repeat: int) -> None:
+    """Time each file: the baseline, then read_dataset, in this process; one line per file."""
+    from trace_core.data import read_dataset
+
+    print(f"{'format':<7} {'MB':>6} {'baseline s':>11} {'read_dataset s':>15} {'ratio':>7}")
+    for fmt, path in paths.items():
+        base = best_of(functools.partial(_baseline, path, fmt), repeat)
+        ours = best_of(functools.partial(read_dataset, path), repeat)
+        size = path.stat().st_size / 1e6
+        print(f"{fmt:<7} {size:>6.1f} {base:>11.3f} {ours:>15.3f} {ours / base:>6.2f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -24,9 +24,9 @@ from ..cells import CellError, json_cell
 from ..columns import COLUMN_BY_NAME, TraceColumn
 from ..trace import TraceMetadata
 
-__all__ = ["Parsed", "from_lists", "from_text"]
+__all__ = ["VECTOR_COLUMNS", "Parsed", "from_lists", "from_text", "metadatas_of"]
 
-_VECTORS = ("token_ids", "surprisal", "logprobs", "entropy", "ranks")  # the per-token number columns
+VECTOR_COLUMNS = ("token_ids", "surprisal", "logprobs", "entropy", "ranks")  # the per-token number columns
 _COMMA, _MINUS, _DOT, _ZERO = b",-.0"
 _NOT_PLAIN_STRING = re.compile(r'[\\\x00-\x1f]')
 _ARROW = True  # numbers parsed with pyarrow when it is installed
@@ -217,9 +217,24 @@ def fast_metadata(value: str | Mapping[str, Any]) -> TraceMetadata | None:
         return None
 
 
+def metadatas_of(cells: Sequence[str | Mapping[str, Any]]) -> list[TraceMetadata | None]:
+    """Each ``trace_metadata`` cell's :func:`fast_metadata`; a text met again gets the TraceMetadata made for it
+    (rows of one run repeat one metadata: it is parsed once)."""
+    made: dict[str, TraceMetadata | None] = {}
+    out = []
+    for value in cells:
+        if not isinstance(value, str):
+            out.append(fast_metadata(value))
+        elif value in made:
+            out.append(made[value])
+        else:
+            out.append(made.setdefault(value, fast_metadata(value)))
+    return out
+
+
 def _metadatas(present: Mapping[str, list[Any]]) -> list[TraceMetadata | None] | None:
     """Each row's metadata (None where the fast path leaves it to the per-row one), when the chunk has the column."""
-    return [fast_metadata(v) for v in present["trace_metadata"]] if "trace_metadata" in present else None
+    return metadatas_of(present["trace_metadata"]) if "trace_metadata" in present else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -235,7 +250,7 @@ def from_text(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> Pars
         lengths = [len(t) for t in token_lists]
         total = sum(lengths)
         vectors = {name: _text_vector(present[name], COLUMN_BY_NAME[name], lengths, total)
-                   for name in _VECTORS if name in present}
+                   for name in VECTOR_COLUMNS if name in present}
         top_logprobs, k = _text_top_logprobs(present, lengths, total)
         top_ids = _text_top_ids(present, lengths, total, top_logprobs, k)
         top_strings = _text_top_tokens(present, lengths, top_logprobs, k)
@@ -332,7 +347,7 @@ def from_lists(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> Par
         _need(0 not in lengths and set(map(type, _chain(token_lists))) <= {str})
         total = sum(lengths)
         vectors = {name: _list_vector(present[name], COLUMN_BY_NAME[name], lengths, total)
-                   for name in _VECTORS if name in present}
+                   for name in VECTOR_COLUMNS if name in present}
         top_logprobs, top_ids, k = _list_top_k(present, lengths, total)
         top_strings = _list_top_tokens(present, lengths, top_logprobs, k)
     except _NotPlain:

@@ -1,14 +1,14 @@
 """Decoding the trace cells of many rows at once: the reader's fast path.
 
 A chunk of rows is decoded column by column (:mod:`trace_core.data.fastparse`: from CSV text cells, or from the
-decoded lists of JSON Lines records and Parquet), then every check of
-:func:`~trace_core.columns.trace_from_cells` is made on the whole chunk's arrays at once. Only cells in the plain
-form are taken; anything else, and every row that any check would refuse or that needs a rarer rule (alternatives
-dropped below -MAX_NATS, a step whose mass needs its ids looked at, ...), is left to the per-row path (None), which
-decodes it with the codec and names its bad cells exactly. Both paths take each column's dtype and accepted types
-from the codec's column spec; the bounds checked here are the codec's (:mod:`trace_core.logprobs`).
-``tests/trace_core/data/test_fastread.py`` checks that both paths give the same traces and the same errors; a change
-to the codec's rules must be made here too.
+decoded lists of JSON Lines records and Parquet; :func:`~trace_core.data.read_parquet.from_arrow`: from Parquet's
+Arrow arrays), then every check of :func:`~trace_core.columns.trace_from_cells` is made on the whole chunk's arrays
+at once. Only cells in the plain form are taken; anything else, and every row that any check would refuse or that
+needs a rarer rule (alternatives dropped below -MAX_NATS, a step whose mass needs its ids looked at, ...), is left
+to the per-row path (None), which decodes it with the codec and names its bad cells exactly. Both paths take each
+column's dtype and accepted types from the codec's column spec; the bounds checked here are the codec's
+(:mod:`trace_core.logprobs`). ``tests/trace_core/data/test_fastread.py`` checks that both paths give the same traces
+and the same errors; a change to the codec's rules must be made here too.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ..columns import vocab_size_of
 from ..logprobs import ENTROPY_TOLERANCE, MAX_ENTROPY_NATS, MAX_NATS, TOP_K_MASS_TOLERANCE, entropy_from_top_k
 from ..trace import LOGPROB_TOLERANCE, Trace, TraceMetadata
 from .fastparse import Parsed, from_lists, from_text
+from .read_parquet import from_arrow
 
 __all__ = ["FastRow", "build_trace", "decode_chunk", "table_row"]
 
@@ -77,7 +78,9 @@ def decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
     """Decode and check the trace cells of many rows at once.
 
     Two forms are taken: every trace cell a CSV text cell (JSON text), or every one already decoded (a JSON Lines
-    record's lists, a ``trace_metadata`` object; Parquet's lists), column by column.
+    record's lists, a ``trace_metadata`` object; Parquet's lists), column by column. Parquet rows of one record
+    batch are decoded from its Arrow arrays when :func:`~trace_core.data.read_parquet.from_arrow` can, as their
+    lists would be.
 
     Parameters
     ----------
@@ -97,13 +100,13 @@ def decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
     if not raws or "tokens" not in columns or not set(columns) <= _FAST_COLUMNS:
         return None
     with np.errstate(all="ignore"):  # values that overflow here are refused rows: the per-row path reports them
-        kinds = {type(raw.get("tokens")) for raw in raws}
-        if kinds == {str}:
-            parsed = from_text(raws, columns)
-        elif kinds == {list}:
-            parsed = from_lists(raws, columns)
-        else:
-            return None
+        parsed = from_arrow(raws, columns)  # Parquet rows: from their batch's arrays, when that is sure
+        if parsed is None:
+            kinds = {type(raw.get("tokens")) for raw in raws}
+            if kinds == {str}:
+                parsed = from_text(raws, columns)
+            elif kinds == {list}:
+                parsed = from_lists(raws, columns)
         return None if parsed is None else _checked(parsed, strings)
 
 

@@ -6,7 +6,7 @@ rows than ``max_rows``, no data rows.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,8 @@ __all__ = ["MAX_COLUMNS", "MAX_COLUMN_NAME", "Row", "Table", "check_header", "co
            "normalize_columns", "too_many"]
 
 #: One data row as read: (its number, its cells by normalized column name, or None where it could not be parsed).
-Row = tuple[int, dict[str, Any] | None]
+#: The cells are a dict, or for Parquet a mapping that converts its trace cells when they are looked at.
+Row = tuple[int, Mapping[str, Any] | None]
 
 MAX_COLUMNS = 10_000          # columns a table may have (a header is refused beyond it, before it is used)
 MAX_COLUMN_NAME = 1_000       # characters a column name may have

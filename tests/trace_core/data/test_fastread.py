@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import random
 import warnings
 
@@ -172,14 +173,19 @@ def _jsonl(records: list[dict]) -> bytes:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8")
 
 
-def _read(data: bytes, fast: bool, monkeypatch, chunk: int, fmt: str = "csv") -> tuple[object, list]:
+def _read(data: bytes, fast: bool, monkeypatch, chunk: int, fmt: str = "csv", arrow: bool = True,
+          **options) -> tuple[object, list]:
+    """The dataset and its warnings, read on the fast path (``arrow``: Parquet cells from their Arrow arrays when
+    it can; else from their lists, as before from_arrow) or on the per-row path alone."""
     with monkeypatch.context() as m:
         m.setattr(validate, "_CHUNK", chunk)
         if not fast:
             m.setattr(validate, "decode_chunk", lambda *args: None)
+        if not arrow:
+            m.setattr(fastread, "from_arrow", lambda *args: None)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            ds = read_dataset(data, format=fmt)
+            ds = read_dataset(data, format=fmt, **options)
     return ds, [str(w.message) for w in caught]
 
 
@@ -197,9 +203,11 @@ def _same_trace(a: Trace | None, b: Trace | None) -> None:
             assert not x.flags.writeable
 
 
-def _same(data: bytes, monkeypatch, chunk: int, fmt: str = "csv") -> int:
-    fast, fast_warned = _read(data, True, monkeypatch, chunk, fmt)
-    slow, slow_warned = _read(data, False, monkeypatch, chunk, fmt)
+def _same(data: bytes, monkeypatch, chunk: int, fmt: str = "csv", *, lists: bool = False, **options) -> int:
+    """Read ``data`` on the fast path and on the per-row path (``lists``: on the fast path without from_arrow, as
+    before it) and check that both give the same dataset and warnings; the number of row errors."""
+    fast, fast_warned = _read(data, True, monkeypatch, chunk, fmt, **options)
+    slow, slow_warned = _read(data, lists, monkeypatch, chunk, fmt, arrow=not lists, **options)
     assert fast.errors == slow.errors
     assert fast_warned == slow_warned
     assert fast.n_read == slow.n_read and fast.notes == slow.notes
@@ -503,3 +511,306 @@ def test_a_few_records_of_another_form_leave_the_rest_of_their_chunk_on_the_fast
     counts = _counting(monkeypatch)
     assert _same(_jsonl(records), monkeypatch, 256, "jsonl") == 0
     assert counts[0] >= len(records) - 2  # before: the whole chunk of 120 went row by row
+
+
+# --------------------------------------------------------------------------------------------------
+# Parquet: trace cells decoded from their record batch's Arrow arrays (read_parquet.from_arrow)
+# --------------------------------------------------------------------------------------------------
+
+def _arrow_counting(monkeypatch) -> list[int]:
+    """Rows whose trace cells from_arrow decoded from their arrays, and rows of chunks it left to fastparse."""
+    counts = [0, 0]
+    decode = fastread.from_arrow
+
+    def counted(raws, columns):
+        out = decode(raws, columns)
+        counts[out is None] += len(raws)
+        return out
+
+    monkeypatch.setattr(fastread, "from_arrow", counted)
+    return counts
+
+
+def _parquet(records: list[dict], types: dict[str, object]) -> bytes:
+    """The records as a Parquet file, each column of the given Arrow type (else as pyarrow infers it)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    names = list(dict.fromkeys(k for r in records for k in r))
+    arrays = [pa.array([r.get(n) for r in records], type=types.get(n)) for n in names]
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_arrays(arrays, names=names), buffer)
+    return buffer.getvalue()
+
+
+def _clean_records(rng: random.Random, n: int, **options) -> list[dict]:
+    """Records with every trace cell a list (metadata as its JSON text), as write_dataset writes them."""
+    header, rows = _csv(rng, n, **options)
+    records = []
+    for row in rows:
+        record = {}
+        for name, cell in zip(header, row, strict=True):
+            record[name] = cell if name in ("prompt", "answer", "label", "trace_metadata") or not cell \
+                else json.loads(cell)
+            if name in codec.TRACE_COLUMNS and cell == "":
+                record[name] = None
+        records.append(record)
+    return records
+
+
+def _types(records: list[dict], rng: random.Random | None = None) -> dict[str, object]:
+    """Each trace column's Arrow type by the column spec; with ``rng``, some of them swapped for types the fast
+    path takes (float32, small ints, large lists) or leaves to the lists (uint64, float16, bool, decimal, JSON
+    text)."""
+    import pyarrow as pa
+
+    types: dict[str, object] = {c.name: c.arrow_type() for c in codec.COLUMNS if any(c.name in r for r in records)}
+    if rng is None:
+        return types
+    for _ in range(rng.randint(1, 3)):
+        name = rng.choice(list(types))
+        column = codec.COLUMN_BY_NAME[name]
+        if column.element == "float":
+            inner = rng.choice([pa.float32(), pa.float16(), pa.int64(), pa.decimal128(38, 20), pa.float64()])
+        elif column.element == "int":
+            inner = rng.choice([pa.int8(), pa.uint16(), pa.int32(), pa.uint64(), pa.float64(), pa.bool_()])
+        elif column.element == "str":
+            inner = rng.choice([pa.large_string(), pa.string()])
+        else:
+            continue
+        kind = inner
+        for level in range(column.ndim):
+            kind = pa.large_list(kind) if level == 0 and rng.random() < 0.3 else pa.list_(kind)
+        types[name] = kind
+        _fit(records, name, inner)
+    return types
+
+
+def _fit(records: list[dict], name: str, inner) -> None:
+    """Values that the Arrow type ``inner`` can hold (rounded, or made whole numbers), so that the file can be
+    written; the readers then read what it holds."""
+    import pyarrow as pa
+
+    def fit(x):
+        if isinstance(x, list):
+            return [fit(v) for v in x]
+        if x is None or isinstance(x, str):
+            return x
+        if pa.types.is_floating(inner) or pa.types.is_decimal(inner):
+            if pa.types.is_float16(inner):
+                return float(np.float16(x))
+            if pa.types.is_decimal(inner):
+                import decimal
+
+                return decimal.Decimal(repr(float(x))) if math.isfinite(x) and abs(x) < 1e15 else None
+            return float(np.float32(x)) if pa.types.is_float32(inner) else float(x)
+        if pa.types.is_boolean(inner):
+            return bool(x)
+        value = int(x) if math.isfinite(x) else 0
+        if pa.types.is_unsigned_integer(inner) or pa.types.is_int8(inner):
+            value = min(max(value, 0), 127)
+        return value
+
+    for record in records:
+        if record.get(name) is not None and not isinstance(record[name], str):
+            record[name] = fit(record[name])
+
+
+def _oddity(rng: random.Random, records: list[dict], how: str) -> None:
+    """Change one record's trace cells in place, in one of the ways the fast path must leave to the lists."""
+    record = rng.choice(records)
+    lists = [c for c in codec.TRACE_COLUMNS if isinstance(record.get(c), list) and record[c]]
+    if not lists:
+        return
+    name = rng.choice(lists)
+    value = record[name]
+    j = rng.randrange(len(value))
+    if how == "null in list":
+        if isinstance(value[j], list) and value[j]:
+            value[j][rng.randrange(len(value[j]))] = None
+        else:
+            value[j] = None
+    elif how == "null cell":
+        record[name] = None
+    elif how == "no trace":
+        for c in codec.TRACE_COLUMNS:
+            if c in record:
+                record[c] = None
+    elif how == "length":
+        record[name] = value[:-1] if rng.random() < 0.5 else value + value[:1]
+    elif how == "ragged":
+        steps = [c for c in ("top_logprobs", "top_ids", "top_tokens") if isinstance(record.get(c), list)]
+        if steps:
+            step = record[rng.choice(steps)]
+            j = rng.randrange(len(step))
+            step[j] = step[j][:-1] if step[j] and rng.random() < 0.5 else step[j] + step[j][:1] + step[j][:1]
+    elif how == "value":
+        column = codec.COLUMN_BY_NAME[name]
+        if column.element in ("float", "int"):
+            bad = rng.choice([float("nan"), float("inf"), -float("inf"), -0.5, 9999.0, -9999.0, 1e-13, -1e-13, 30.0,
+                              -0.0] if column.element == "float" else [-2, 0, -1, 10**12, 2**62])
+            if isinstance(value[j], list):
+                if value[j]:
+                    value[j][rng.randrange(len(value[j]))] = bad
+            else:
+                value[j] = bad
+    elif how == "unsorted":
+        if name in ("top_logprobs", "top_ids", "top_tokens") and len(value[j]) > 1:
+            value[j] = value[j][::-1]
+    elif how == "empty answer":
+        record["answer"] = ""
+        for c in codec.TRACE_COLUMNS:
+            if isinstance(record.get(c), list):
+                record[c] = []
+
+
+_ODDITIES = ["null in list", "null cell", "no trace", "length", "ragged", "value", "unsorted", "empty answer"]
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_clean_parquet_files_are_read_from_their_arrow_arrays(seed, monkeypatch):
+    """Files as write_dataset writes them: every row's trace cells decoded from the batch's arrays, the same
+    dataset as the per-row path and as the lists' fast path (before from_arrow) give."""
+    pytest.importorskip("pyarrow")
+    rng = random.Random(60_000 + seed)
+    records = _clean_records(rng, rng.randint(1, 70), **_OPTIONS[seed % len(_OPTIONS)])
+    data = _parquet(records, _types(records))
+    chunk = rng.choice([1, 7, 256])
+    counts = _arrow_counting(monkeypatch)
+    assert _same(data, monkeypatch, chunk, "parquet") == 0
+    assert counts == [len(records), 0]
+    assert _same(data, monkeypatch, chunk, "parquet", lists=True) == 0
+
+
+@pytest.mark.parametrize("seed", range(90))
+def test_odd_parquet_files_read_as_before(seed, monkeypatch):
+    """Nulls in lists and cells, lengths that do not match, ragged alternatives, values out of bounds, empty
+    answers, rows without a trace, columns of other Arrow types (JSON text too): the same dataset, errors and
+    warnings as the per-row path and as the lists' fast path give, batches of a few rows too."""
+    pytest.importorskip("pyarrow")
+    from trace_core.data import read_parquet
+
+    rng = random.Random(70_000 + seed)
+    records = _clean_records(rng, rng.randint(5, 60), **_OPTIONS[seed % len(_OPTIONS)])
+    for _ in range(rng.randint(1, 5)):
+        _oddity(rng, records, rng.choice(_ODDITIES))
+    types = _types(records, rng if seed % 3 else None)
+    if seed % 5 == 0:  # a trace column stored as JSON text
+        name = rng.choice([n for n in types if n != "trace_metadata"])
+        types[name] = None
+        for record in records:
+            if record.get(name) is not None:
+                record[name] = json.dumps(record[name], allow_nan=True)
+    data = _parquet(records, types)
+    chunk = rng.choice([1, 3, 16, 256])
+    with monkeypatch.context() as m:
+        m.setattr(read_parquet, "_PARQUET_BATCH", rng.choice([4, 13, 4096]))
+        _same(data, monkeypatch, chunk, "parquet")
+        _same(data, monkeypatch, chunk, "parquet", lists=True)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_bad_values_in_plain_parquet_lists_read_alike(seed, monkeypatch):
+    """NaN, infinities, negative surprisal, values out of bounds or out of order in lists of the plain form: from_arrow
+    decodes every row from the arrays, the checks leave just those rows to the per-row path, which names them."""
+    pytest.importorskip("pyarrow")
+    rng = random.Random(80_000 + seed)
+    records = _clean_records(rng, rng.randint(20, 80), **_OPTIONS[(0, 1, 3)[seed % 3]])
+    for _ in range(rng.randint(1, 6)):
+        _oddity(rng, records, rng.choice(["value", "unsorted"]))
+    data = _parquet(records, _types(records))
+    counts = _arrow_counting(monkeypatch)
+    _same(data, monkeypatch, rng.choice([3, 256]), "parquet")
+    assert counts == [len(records), 0]
+    _same(data, monkeypatch, 256, "parquet", lists=True)
+
+
+@pytest.mark.parametrize("case", ["missing", "logprobs", "both", "struct metadata", "odd metadata", "huge ints",
+                                  "long prompt", "float32", "no columns but tokens", "k of top_ids",
+                                  "k of top_tokens", "metadata in some rows"])
+def test_parquet_columns_of_every_kind_read_as_before(case, monkeypatch):
+    """Optional columns missing, ``logprobs`` instead of (or besides) ``surprisal``, metadata as objects or odd text,
+    ids beyond int64, a row rejected for a long cell in the middle of a chunk (its neighbours are not consecutive in
+    the batch): the same dataset as the per-row path and as the lists' fast path give."""
+    import pyarrow as pa
+
+    rng = random.Random(case)
+    records = _clean_records(rng, 40, **_OPTIONS[0])
+    types = _types(records)
+    options: dict = {}
+    if case == "missing":
+        for record in records:
+            for name in ("entropy", "ranks", "top_tokens", "trace_metadata"):
+                record.pop(name)
+    elif case in ("logprobs", "both"):
+        for record in records:
+            record["logprobs"] = [-x for x in record["surprisal"]]
+            if case == "logprobs":
+                record.pop("surprisal")
+        types["logprobs"] = pa.list_(pa.float64())
+    elif case == "struct metadata":
+        for record in records:
+            record["trace_metadata"] = {"model_id": "m", "source": "imported", "extra": {"vocab_size": 200}}
+        types["trace_metadata"] = None
+    elif case == "odd metadata":
+        for i, record in enumerate(records):
+            record["trace_metadata"] = ['{"extra": {"vocab_size": 2}}', '{"source": "nope"}', "[1]", "",
+                                        '{"a": 1, "a": 2}', record["trace_metadata"]][i % 6]
+    elif case == "huge ints":
+        for record in records:
+            record["token_ids"] = [2**63 + 5] + record["token_ids"][1:]
+        types["token_ids"] = pa.list_(pa.uint64())
+    elif case == "long prompt":
+        records[5]["prompt"] = "x" * 5000
+        options["max_cell_chars"] = 1000
+    elif case in ("k of top_ids", "k of top_tokens"):  # every step of one column one alternative short
+        name = case.split()[-1]
+        for record in records:
+            record[name] = [step[:-1] for step in record[name]]
+    elif case == "metadata in some rows":
+        for record in records[::3]:
+            record["trace_metadata"] = None
+    elif case == "float32":
+        types["surprisal"] = pa.list_(pa.float32())
+        types["top_logprobs"] = pa.list_(pa.list_(pa.float32()))
+        _fit(records, "surprisal", pa.float32())
+        _fit(records, "top_logprobs", pa.float32())
+    else:
+        for record in records:
+            for name in codec.TRACE_COLUMNS:
+                if name not in ("tokens", "surprisal"):
+                    record.pop(name, None)
+    data = _parquet(records, types)
+    counts = _arrow_counting(monkeypatch)
+    n_errors = _same(data, monkeypatch, 256, "parquet", **options)
+    _same(data, monkeypatch, 256, "parquet", lists=True, **options)
+    if case in ("missing", "logprobs", "float32", "no columns but tokens", "long prompt"):
+        assert n_errors == (1 if case == "long prompt" else 0) and counts[0] > 0 and counts[1] == 0
+    if case in ("both", "huge ints", "k of top_ids", "k of top_tokens", "metadata in some rows"):
+        assert counts[1] > 0  # the chunk left to the lists (its rows of each form may then be taken one form each)
+
+
+def test_parquet_records_hold_what_to_pylist_gives():
+    """A Parquet row's cells, converted when they are looked at, equal the record ``to_pylist`` gives, in order."""
+    import pyarrow as pa
+
+    from trace_core.data.read_parquet import ArrowBatch, ArrowRecord, _records
+
+    batch = pa.RecordBatch.from_pydict({
+        "prompt": ["a", None], "surprisal": [[1.5, None], None], "tokens": [["x"], []],
+        "trace_metadata": [{"k": [1, 2]}, None], "top_ids": pa.array([[[1]], [[2, 3]]], pa.list_(pa.list_(pa.uint64())))})
+    rows = _records(batch)
+    assert [dict(r) for r in rows] == batch.to_pylist()
+    assert [list(r) for r in rows] == [list(r) for r in batch.to_pylist()]
+    assert isinstance(rows[0], ArrowRecord) and isinstance(rows[0].batch, ArrowBatch)
+    assert "surprisal" in rows[1] and "nope" not in rows[1] and rows[1].get("nope", 7) == 7
+    assert rows[0]["surprisal"] is rows[0]["surprisal"]  # converted once: the per-row path sees one object
+
+
+def test_read_traces_bench_runs_on_parquet(capsys):
+    pytest.importorskip("pyarrow")
+    from bench.read_traces import main
+
+    main(["--rows", "40", "--repeat", "1", "--format", "parquet"])
+    out = capsys.readouterr().out
+    assert "parquet" in out and "x" in out.splitlines()[-1]
