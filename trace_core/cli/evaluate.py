@@ -39,27 +39,20 @@ def _beams(dataset) -> list[list[float]] | None:
     return parse_beam_logprobs(dataset.frame["beam_logprobs"], common.row_numbers(dataset))
 
 
-def _evaluate_one(traces: list, labels: np.ndarray, beams: list | None, *, title: str, args: argparse.Namespace,
-                  config: Any, methods: list[str] | None, embedder: Any, rows: list[int], split_groups: Any = None):
-    """One evaluation with progress on stderr and the library's warnings as plain lines (skipped splits named with
-    their group and the option that avoids them; a truncated distribution is said once for the whole report by
-    :func:`_report_warnings`)."""
+def protocol_run(call: Any, *, title: str, args: argparse.Namespace, config: Any) -> Any:
+    """``call(progress)`` (one evaluation) with a bar of its splits on stderr and the library's warnings as plain
+    lines: skipped splits named with their group and the option that avoids them (a truncated distribution is said
+    once for the whole report by :func:`_report_warnings`)."""
     import warnings
 
-    from ..evaluate import SkippedSplitsWarning, TruncatedDistributionWarning, evaluate
+    from ..evaluate import SkippedSplitsWarning, TruncatedDistributionWarning
 
-    show = not args.quiet
     where = f" ({title})" if title else ""
-    if show:
-        print(f"scoring {len(traces):,} answers{where}: TRACE features and baselines", file=sys.stderr)
-    update, close = progress(config.n_splits, f"splits{where}", show, unit="split")
+    update, close = progress(config.n_splits, f"splits{where}", not args.quiet, unit="split")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            result = evaluate(traces, labels, config=config, methods=methods, beam_logprobs=beams, embedder=embedder,
-                              progress=update, split_groups=split_groups)
-        except AnswerValueError as exc:  # the library counts answers from 0; the user counts file rows
-            raise CLIError(f"{shown(args.data)}: row {rows[exc.index]}: {exc.reason}") from exc
+            result = call(update)
         finally:
             close()
     plain_warnings(caught, skip=(SkippedSplitsWarning, TruncatedDistributionWarning))
@@ -68,6 +61,25 @@ def _evaluate_one(traces: list, labels: np.ndarray, beams: list | None, *, title
               "class only in their calibration or evaluation part); use --stratified to keep both classes in every "
               "part", file=sys.stderr)
     return result
+
+
+def _evaluate_one(traces: list, labels: np.ndarray, beams: list | None, *, title: str, args: argparse.Namespace,
+                  config: Any, methods: list[str] | None, embedder: Any, rows: list[int], split_groups: Any = None):
+    """One evaluation of a file's answers (:func:`protocol_run`), a bad answer named by its row in the file."""
+    from ..evaluate import evaluate
+
+    if not args.quiet:
+        where = f" ({title})" if title else ""
+        print(f"scoring {len(traces):,} answers{where}: TRACE features and baselines", file=sys.stderr)
+
+    def call(update: Any) -> Any:
+        try:
+            return evaluate(traces, labels, config=config, methods=methods, beam_logprobs=beams, embedder=embedder,
+                            progress=update, split_groups=split_groups)
+        except AnswerValueError as exc:  # the library counts answers from 0; the user counts file rows
+            raise CLIError(f"{shown(args.data)}: row {rows[exc.index]}: {exc.reason}") from exc
+
+    return protocol_run(call, title=title, args=args, config=config)
 
 
 def _report_warnings(results: dict[str, Any]) -> None:

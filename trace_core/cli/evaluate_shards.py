@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import warnings
 from typing import Any
 
 import numpy as np
 
 from .._checks import shorten
-from ._support import CLIError, cli_words, plain_warnings, progress, shown
+from ._support import CLIError, cli_words, shown
 
 __all__ = ["evaluate_sharded"]
 
@@ -57,26 +56,15 @@ def _read(args: argparse.Namespace, methods: list[str] | None, embedder: Any) ->
 
 
 def _one(table: Any, *, title: str, args: argparse.Namespace, config: Any) -> Any:
-    """The protocol on one compact table, with progress on stderr and the library's warnings as plain lines."""
-    from ..evaluate import SkippedSplitsWarning, TruncatedDistributionWarning
+    """The protocol on one compact table (:func:`~trace_core.cli.evaluate.protocol_run`)."""
     from ..scale.evaluate import evaluate_table
+    from .evaluate import protocol_run
 
-    where = f" ({title})" if title else ""
     if not args.quiet:
+        where = f" ({title})" if title else ""
         print(f"evaluating {len(table):,} answers{where}", file=sys.stderr)
-    update, close = progress(config.n_splits, f"splits{where}", not args.quiet, unit="split")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            result = evaluate_table(table, config=config, progress=update)
-        finally:
-            close()
-    plain_warnings(caught, skip=(SkippedSplitsWarning, TruncatedDistributionWarning))
-    if result.skipped_splits:
-        print(f"warning: {title or 'the data'}: {result.skipped_splits} of {config.n_splits} splits skipped (one "
-              "class only in their calibration or evaluation part); use --stratified to keep both classes in every "
-              "part", file=sys.stderr)
-    return result
+    return protocol_run(lambda update: evaluate_table(table, config=config, progress=update), title=title,
+                        args=args, config=config)
 
 
 def _by_group(args: argparse.Namespace, table: Any, config: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from dataclasses import replace
 from hashlib import sha256
 from typing import Any
 
+from .score import LazyModel
 from .shards import Shard
 from .stream import ShardOutput
 
@@ -57,7 +58,7 @@ def beam_column(lm: Any, prompts: Sequence[str], *, num_beams: int, max_new_toke
                                                  max_new_tokens=max_new_tokens, chat_template=chat_template)]
 
 
-class ShardGenerator:
+class ShardGenerator(LazyModel):
     """Generate the answers of one shard of prompts: ``ShardGenerator(load_model, config=...)(shard) ->
     ShardOutput``.
 
@@ -87,12 +88,9 @@ class ShardGenerator:
                  max_cell_chars: int | None = None, progress: ProgressFactory | None = None) -> None:
         from ..trace import DecodingConfig
 
-        if not callable(load_model):
-            raise TypeError(f"`load_model` must be callable, got {type(load_model).__name__}")
         if not isinstance(config, DecodingConfig):
             raise TypeError(f"`config` must be a DecodingConfig, got {type(config).__name__}")
-        self._load_model = load_model
-        self._model: Any = None
+        super().__init__(load_model)
         self.config, self.batch_size, self.num_beams = config, batch_size, num_beams
         self.matcher, self.tolerance = matcher, tolerance
         from .. import settings as env
@@ -110,17 +108,6 @@ class ShardGenerator:
                 "temperature": c.temperature, "top_k": c.top_k, "top_p": c.top_p, "seed": c.seed,
                 "chat_template": c.chat_template, "alternatives": c.n_alternatives, "beams": self.num_beams,
                 "matcher": self.matcher, "tolerance": self.tolerance}
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled (sent to a worker) without a loaded model: each worker loads (or connects) its own, once."""
-        return {**self.__dict__, "_model": None}
-
-    @property
-    def model(self) -> Any:
-        """The model, loaded on first use."""
-        if self._model is None:
-            self._model = self._load_model()
-        return self._model
 
     def _read(self, shard: Shard) -> Any:
         from ..data.prompts import read_prompts

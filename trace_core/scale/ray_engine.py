@@ -30,6 +30,7 @@ This module imports ray only inside its functions: importing it (or :mod:`trace_
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import pickle
@@ -55,7 +56,7 @@ from .stream import (
 )
 
 __all__ = ["INSTALL_HINT", "RETRIES", "RayNotInstalledError", "ShardTask", "import_ray", "pickled_error",
-           "quiet_data_context", "ray_session",
+           "map_shards", "quiet_data_context", "ray_session", "shard_step",
            "run_shards_ray"]
 
 #: How to install the engine: the project's ``ray`` extra.
@@ -112,25 +113,23 @@ def _cpus(ray: Any) -> int:
 
 
 class ShardTask:
-    """Ray Data's callable class of a run: built once per actor, called with one-row batches of shards.
+    """Ray Data's callable class of a run: built once per actor with a per-shard ``step``, called with one-row
+    batches of shards.
 
     Parameters
     ----------
-    out_dir : str
-        The output folder, as every node sees it (an absolute path).
-    work, settings, command, skip_errors
-        As :func:`~trace_core.scale.process_shard` takes them; ``work`` is pickled to each actor once, so a model it
-        loads on its first shard serves that actor's next shards.
+    step : callable(Shard) -> picklable
+        What to do with one shard: for a run, :func:`~trace_core.scale.process_shard` bound to the output folder,
+        the work and the settings (:func:`shard_step`); pickled to each actor once, so a model the work loads on its
+        first shard serves that actor's next shards.
 
     A batch holds the columns ``index``, ``path``, ``name``, ``format`` and ``output`` (:func:`shard_items`); the
-    answer holds ``index``, ``result`` (the pickled :class:`~trace_core.scale.ShardResult`) and ``error`` (an
-    error of the work, pickled, that the driver raises; empty when none).
+    answer holds ``index``, ``result`` (the step's result, pickled) and ``error`` (an error of the step, pickled,
+    that the driver raises; empty when none).
     """
 
-    def __init__(self, out_dir: str, work: ShardWork, settings: Mapping[str, Any], command: str = "",
-                 skip_errors: tuple[type[Exception], ...] = ()) -> None:
-        self.out_dir, self.work, self.settings = out_dir, work, dict(settings)
-        self.command, self.skip_errors = command, tuple(skip_errors)
+    def __init__(self, step: Callable[[Shard], Any]) -> None:
+        self.step = step
 
     def __call__(self, batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
         indices, results, errors = [], [], []
@@ -139,8 +138,7 @@ class ShardTask:
                           format=str(batch["format"][i]), output=str(batch["output"][i]))
             result, error = b"", b""
             try:
-                result = pickle.dumps(process_shard(shard, self.out_dir, self.work, settings=self.settings,
-                                                    command=self.command, skip_errors=self.skip_errors))
+                result = pickle.dumps(self.step(shard))
             except Exception as exc:  # sent back whole: the driver raises it, as the one-process run would
                 error = pickled_error(exc)
             indices.append(int(batch["index"][i]))
@@ -148,6 +146,13 @@ class ShardTask:
             errors.append(error)
         return {"index": np.asarray(indices, dtype=np.int64), "result": np.asarray(results, dtype=object),
                 "error": np.asarray(errors, dtype=object)}
+
+
+def shard_step(out_dir: str, work: ShardWork, settings: Mapping[str, Any], command: str = "",
+               skip_errors: tuple[type[Exception], ...] = ()) -> Callable[[Shard], ShardResult]:
+    """:func:`~trace_core.scale.process_shard` with everything but the shard bound (picklable when ``work`` is)."""
+    return functools.partial(process_shard, out_dir=out_dir, work=work, settings=dict(settings), command=command,
+                             skip_errors=tuple(skip_errors))
 
 
 def pickled_error(exc: Exception) -> bytes:
@@ -191,16 +196,19 @@ def quiet_data_context(ray: Any, errored_blocks: int) -> Iterator[None]:
             logger.setLevel(level)
 
 
-def _results(ray: Any, items: list[dict[str, Any]], task_args: tuple[Any, ...],
-             workers: int) -> Iterator[tuple[int, ShardResult]]:
-    """(position, result) of each shard, in the order Ray finishes them; raises a work's error."""
+def map_shards(ray: Any, shards: Sequence[tuple[int, Shard]], step: Callable[[Shard], Any],
+               workers: int) -> Iterator[tuple[int, Any]]:
+    """(position, ``step(shard)``) of each shard, in the order Ray's actors finish them, ``workers`` at a time, one
+    shard in flight per actor; raises a step's error. Call inside :func:`ray_session` and
+    :func:`quiet_data_context`."""
+    items = shard_items(shards)
     dataset = ray.data.from_items(items, override_num_blocks=len(items))  # a block per shard: each one schedulable
     # Ray 2.60 takes the retry counts only as "remote args", which it marks deprecated (removed in 2.64; the extra
     # pins 2.60; :func:`quiet_data_context` silences the warning). Its default is to restart and retry without end,
     # which a shard that kills its worker every time would never leave.
     # One shard in flight per actor: a worker that dies takes only its own shard's tries with it.
     pool = ray.data.ActorPoolStrategy(size=min(workers, len(items)), max_tasks_in_flight_per_actor=1)
-    dataset = dataset.map_batches(ShardTask, fn_constructor_args=task_args, batch_size=1, batch_format="numpy",
+    dataset = dataset.map_batches(ShardTask, fn_constructor_args=(step,), batch_size=1, batch_format="numpy",
                                   compute=pool, num_cpus=1, max_restarts=RETRIES, max_task_retries=RETRIES)
     for row in dataset.iter_rows():
         if row["error"]:
@@ -258,9 +266,9 @@ def run_shards_ray(shards: Sequence[Shard], out_dir: str | os.PathLike[str], wor
     if todo:
         with ray_session(address=address, workers=workers) as capacity:
             ray = import_ray()
-            task_args = (str(out.resolve()), work, settings, command, tuple(skip_errors))
+            step = shard_step(str(out.resolve()), work, settings, command, tuple(skip_errors))
             with quiet_data_context(ray, errored_blocks=len(todo)):
-                for index, result in _results(ray, shard_items(todo), task_args, capacity):
+                for index, result in map_shards(ray, todo, step, capacity):
                     report(index, result)
         for index, shard in todo:
             if index not in results:

@@ -15,13 +15,34 @@ from typing import Any
 from .shards import Shard
 from .stream import ShardOutput
 
-__all__ = ["ShardScorer"]
+__all__ = ["LazyModel", "ShardScorer"]
 
 #: (total, description) -> (update(done, total) or None, close()): a progress bar, as the command line makes them.
 ProgressFactory = Callable[[int, str], tuple[Any, Callable[[], None]]]
 
 
-class ShardScorer:
+class LazyModel:
+    """A per-shard work holding a model loader: the model loaded on first use and kept for the following shards,
+    and pickled (sent to a worker) without it, so that each worker loads (or connects) its own, once."""
+
+    def __init__(self, load_model: Callable[[], Any]) -> None:
+        if not callable(load_model):
+            raise TypeError(f"`load_model` must be callable, got {type(load_model).__name__}")
+        self._load_model = load_model
+        self._model: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_model": None}
+
+    @property
+    def model(self) -> Any:
+        """The model, loaded on first use."""
+        if self._model is None:
+            self._model = self._load_model()
+        return self._model
+
+
+class ShardScorer(LazyModel):
     """Record the traces of one shard's answers: ``ShardScorer(load_model, ...)(shard) -> ShardOutput``.
 
     Parameters
@@ -51,10 +72,7 @@ class ShardScorer:
     def __init__(self, load_model: Callable[[], Any], *, rescore: bool = False, chat_template: bool = False,
                  n_alternatives: int = 5, batch_size: int = 8, num_beams: int = 0, matcher: str = "exact",
                  tolerance: float = 1e-6, progress: ProgressFactory | None = None) -> None:
-        if not callable(load_model):
-            raise TypeError(f"`load_model` must be callable, got {type(load_model).__name__}")
-        self._load_model = load_model
-        self._model: Any = None
+        super().__init__(load_model)
         self.rescore, self.chat_template, self.n_alternatives = rescore, chat_template, n_alternatives
         self.batch_size, self.num_beams, self.matcher, self.tolerance = batch_size, num_beams, matcher, tolerance
         self._progress = progress
@@ -63,17 +81,6 @@ class ShardScorer:
         """The options that shape the output shards (``batch_size`` and progress do not)."""
         return {"rescore": self.rescore, "chat_template": self.chat_template, "alternatives": self.n_alternatives,
                 "beams": self.num_beams, "matcher": self.matcher, "tolerance": self.tolerance}
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled (sent to a worker) without a loaded model: each worker loads its own, once."""
-        return {**self.__dict__, "_model": None}
-
-    @property
-    def model(self) -> Any:
-        """The model, loaded on first use."""
-        if self._model is None:
-            self._model = self._load_model()
-        return self._model
 
     def _read(self, shard: Shard):
         """The shard's dataset, its reader's warnings about rejected rows kept as row errors (not warned again)."""
