@@ -50,19 +50,13 @@ def flag_sharded(args: argparse.Namespace, calibrator: Any, calibrator_bytes: by
     """Flag every shard of ``args.data`` into the folder ``args.out`` (see the module's docstring).
     ``certified(args, calibrator)``: the threshold ``--max-risk`` certifies on ``--risk-data``."""
     from ..data import DatasetError
-    from ..scale import list_shards
     from ..scale.flag import ShardFlagger, flag_decisions, score_shard
-    from .score_shards import check_out_folder, recorded_command, shard_engine, shard_reporter
+    from .score_shards import recorded_command, shard_reporter, shard_run
 
     if args.tokens:
         raise CLIError("--tokens: not with shards (the output shards hold every flagged answer's trace); run flag "
                        "on one shard's output to get its tokens")
-    out = check_out_folder(args.out)
-    runner, engine_options = shard_engine(args)
-    try:
-        shards = list_shards(args.data, exclude=out)
-    except ValueError as exc:
-        raise CLIError(str(exc)) from None
+    out, runner, engine_options, shards = shard_run(args, args.data)
     threshold = args.threshold
     if args.max_risk is not None and certified is not None:  # --risk-data is checked with the options
         threshold = certified(args, calibrator)

@@ -18,16 +18,15 @@ import sys
 from typing import Any
 
 from . import common
-from ._support import CLIError, progress
+from ._support import progress
 from .options import decoding
 from .score_shards import (
     ModelLoader,
-    check_out_folder,
     finish_report,
     model_settings,
     recorded_command,
-    shard_engine,
     shard_reporter,
+    shard_run,
 )
 
 __all__ = ["generate_settings", "generate_shards"]
@@ -45,15 +44,9 @@ def generate_shards(args: argparse.Namespace) -> None:
     docstring)."""
     from ..data import DatasetError
     from ..record import ServerError
-    from ..scale import list_shards
     from ..scale.generate import ShardGenerator
 
-    out = check_out_folder(args.out)
-    runner, engine_options = shard_engine(args)
-    try:
-        shards = list_shards(args.prompts, exclude=out)
-    except ValueError as exc:
-        raise CLIError(str(exc)) from None
+    out, runner, engine_options, shards = shard_run(args, args.prompts)
     config = decoding(args)
     if config.do_sample and config.seed is None:
         print("warning: --sample without --seed: the answers cannot be drawn again (the manifest records "

@@ -23,7 +23,7 @@ from . import common
 from ._support import DATASET_OUT, CLIError, progress, shown
 
 __all__ = ["ModelLoader", "check_out_folder", "finish_report", "is_sharded", "model_settings", "recorded_command",
-           "refuse_engine_options", "score_shards", "shard_engine", "shard_reporter"]
+           "refuse_engine_options", "score_shards", "shard_engine", "shard_reporter", "shard_run"]
 
 _SHOWN_PROBLEMS = 3  # rejected rows quoted per shard on stderr (all are in its manifest entry)
 # How the shards are worked, not what they hold: left out of the command that the entries record.
@@ -189,18 +189,26 @@ def shard_engine(args: argparse.Namespace) -> tuple[Callable[..., Any], dict[str
     return run_shards_ray, {"address": address, "workers": workers}
 
 
-def score_shards(args: argparse.Namespace) -> None:
-    """Score every shard of ``args.data`` into the folder ``args.out`` (see the module's docstring)."""
-    from ..data import DatasetError
+def shard_run(args: argparse.Namespace, data: str) -> tuple[Path, Callable[..., Any], dict[str, Any], list[Any]]:
+    """What a sharded subcommand that writes a folder checks before any work: the ``--out`` folder, the engine
+    (:func:`shard_engine`: its runner and options) and the shards of ``data`` (none inside the output folder)."""
     from ..scale import list_shards
-    from ..scale.score import ShardScorer
 
     out = check_out_folder(args.out)
     runner, engine_options = shard_engine(args)
     try:
-        shards = list_shards(args.data, exclude=out)
+        shards = list_shards(data, exclude=out)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
+    return out, runner, engine_options, shards
+
+
+def score_shards(args: argparse.Namespace) -> None:
+    """Score every shard of ``args.data`` into the folder ``args.out`` (see the module's docstring)."""
+    from ..data import DatasetError
+    from ..scale.score import ShardScorer
+
+    out, runner, engine_options, shards = shard_run(args, args.data)
     show = not args.quiet
     # Ray's workers draw no bars: each shard's line on the driver is the progress
     bars = None if engine_options else (lambda total, what: progress(total, what, show))
