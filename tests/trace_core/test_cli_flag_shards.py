@@ -79,3 +79,13 @@ def test_tokens_are_refused_with_shards(data, capsys):
     assert main(["flag", str(data / "in"), "--calibrator", str(data / "cal.json"), "--threshold", "0.5",
                  "--out", str(data / "out"), "--tokens", str(data / "t.csv")]) != 0
     assert "--tokens: not with shards" in capsys.readouterr().err
+
+
+def test_a_complete_coverage_run_is_not_read_again(data, capsys):
+    args = ["flag", str(data / "in"), "--calibrator", str(data / "cal.json"), "--coverage", "0.8",
+            "--out", str(data / "out")]
+    assert main(args) == 0
+    assert "reading 3 shards for the answers' probabilities" in capsys.readouterr().err
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "reading 3 shards" not in err and err.count("already complete, skipped") == 3

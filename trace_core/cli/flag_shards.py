@@ -45,12 +45,33 @@ def _flagged_count(folder: Path, summary: Any) -> tuple[int, int]:
     return flagged, written
 
 
+def _decisions(args: argparse.Namespace, shards: list[Any], out: Path, settings: dict[str, Any],
+               calibrator: Any) -> dict[str, Any]:
+    """The flags a ``--coverage`` or ``--target-risk`` gives every shard's rows, decided over all of them
+    (:func:`trace_core.scale.flag.flag_decisions`); nothing to decide when every shard's output is complete."""
+    from ..data import DatasetError
+    from ..scale import stored_result
+    from ..scale.flag import flag_decisions, score_shard
+
+    if all(stored_result(shard, out, settings=settings) is not None for shard in shards):
+        return {}
+    if not args.quiet:
+        print(f"reading {len(shards):,} shards for the answers' probabilities (--coverage and --target-risk are "
+              "decided over all of them)", file=sys.stderr)
+    try:
+        return flag_decisions(shards, partial(score_shard, calibrator=calibrator, matcher=args.matcher,
+                                              tolerance=args.tolerance),
+                              coverage=args.coverage, target_risk=args.target_risk, by=args.by)
+    except (DatasetError, ValueError) as exc:
+        raise CLIError(str(exc)) from None
+
+
 def flag_sharded(args: argparse.Namespace, calibrator: Any, calibrator_bytes: bytes,
                  certified: Any = None) -> None:
     """Flag every shard of ``args.data`` into the folder ``args.out`` (see the module's docstring).
     ``certified(args, calibrator)``: the threshold ``--max-risk`` certifies on ``--risk-data``."""
     from ..data import DatasetError
-    from ..scale.flag import ShardFlagger, flag_decisions, score_shard
+    from ..scale.flag import ShardFlagger
     from .score_shards import recorded_command, shard_reporter, shard_run
 
     if args.tokens:
@@ -60,20 +81,11 @@ def flag_sharded(args: argparse.Namespace, calibrator: Any, calibrator_bytes: by
     threshold = args.threshold
     if args.max_risk is not None and certified is not None:  # --risk-data is checked with the options
         threshold = certified(args, calibrator)
-    decisions = None
-    if args.coverage is not None or args.target_risk is not None:
-        if not args.quiet:
-            print(f"reading {len(shards):,} shards for the answers' probabilities (--coverage and --target-risk "
-                  "are decided over all of them)", file=sys.stderr)
-        try:
-            decisions = flag_decisions(shards, partial(score_shard, calibrator=calibrator, matcher=args.matcher,
-                                                       tolerance=args.tolerance),
-                                       coverage=args.coverage, target_risk=args.target_risk, by=args.by)
-        except (DatasetError, ValueError) as exc:
-            raise CLIError(str(exc)) from None
+    settings = _settings(args, calibrator_bytes, threshold)
+    decisions = _decisions(args, shards, out, settings, calibrator) if threshold is None else None
     work = ShardFlagger(calibrator, threshold=threshold, decisions=decisions, by=args.by, matcher=args.matcher,
                         tolerance=args.tolerance)
-    summary = runner(shards, out, work, settings=_settings(args, calibrator_bytes, threshold),
+    summary = runner(shards, out, work, settings=settings,
                      command=recorded_command(getattr(args, "argv", [])), skip_errors=(DatasetError, ValueError),
                      on_shard=shard_reporter(args.quiet), **engine_options)
     flagged, written = _flagged_count(out, summary)
