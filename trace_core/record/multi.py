@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from .._checks import shorten
 from .addresses import base_url_of
 from .http_policy import ServerError
-from .remote import ServerModel, connect_server
+from .remote import ServerModel, connect_server, map_in_order
 
 __all__ = ["MultiServer", "connect_servers"]
 
@@ -142,20 +141,11 @@ class MultiServer:
         The first failure (in input order) is raised once the calls already running have ended; calls not yet
         started are cancelled (as :meth:`ServerModel.map <trace_core.record.ServerModel.map>` does).
         """
-        items = list(items)
-
         def run(item: _T) -> _R:
             with self.slot() as index:
                 return fn(index, item)
 
-        if len(items) <= 1:
-            return [run(item) for item in items]
-        pool = ThreadPoolExecutor(max_workers=min(self.slots, len(items)), thread_name_prefix="trace-servers")
-        try:
-            futures = [pool.submit(run, item) for item in items]
-            return [f.result() for f in futures]
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        return map_in_order(run, items, workers=self.slots, thread_name="trace-servers")
 
 
 def _check_same_model(servers: tuple[ServerModel, ...]) -> None:

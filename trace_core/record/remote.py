@@ -25,7 +25,7 @@ from .addresses import base_url_of
 from .folders import FolderError, looks_like_path, model_folder, read_json
 from .http_policy import LISTING_BYTES, MAX_TIMEOUT, ServerError, request_json, stream_events
 
-__all__ = ["ServerModel", "connect_server"]
+__all__ = ["ServerModel", "connect_server", "map_in_order"]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -140,15 +140,22 @@ class ServerModel:
         The first failure (in input order) is raised once the calls already running have ended; calls not yet
         started are cancelled.
         """
-        items = list(items)
-        if len(items) <= 1 or self.concurrency == 1:
-            return [fn(item) for item in items]
-        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(items)), thread_name_prefix="trace-server")
-        try:
-            futures = [pool.submit(fn, item) for item in items]
-            return [f.result() for f in futures]
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        return map_in_order(fn, items, workers=self.concurrency, thread_name="trace-server")
+
+
+def map_in_order(fn: Callable[[_T], _R], items: Sequence[_T], *, workers: int, thread_name: str) -> list[_R]:
+    """``[fn(item) for item in items]`` on at most ``workers`` threads, in input order: the first failure (in input
+    order) is raised once the calls already running have ended, and calls not yet started are cancelled. One item,
+    or one worker, runs in the calling thread."""
+    items = list(items)
+    if len(items) <= 1 or workers == 1:
+        return [fn(item) for item in items]
+    pool = ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix=thread_name)
+    try:
+        futures = [pool.submit(fn, item) for item in items]
+        return [f.result() for f in futures]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def connect_server(base_url: str, model: str, *, tokenizer: str | None = None,

@@ -87,12 +87,12 @@ def shard_scores(shard: Shard, *, methods: Sequence[str] | None = None, matcher:
 
     dataset = _read(shard, matcher, tolerance)
     rows = dataset.frame[dataset.row_column].to_numpy()
-    usable = usable_rows(dataset.traces, row_numbers=rows.tolist())
+    numbers = rows.tolist()
+    usable = usable_rows(dataset.traces, row_numbers=numbers)
     account = ShardAccount(shard=shard.name, read=dataset.n_read, kept=len(usable.keep))
     left = {"rejected": len(dataset.errors), "no trace": len(usable.missing), "empty": len(usable.empty)}
     account.left_out = {kind: n for kind, n in left.items() if n}
     account.problems = [f"{shard.name}: {e}" for e in dataset.errors[:SHOWN_PROBLEMS]]
-    numbers = rows.tolist()
     account.errors = sorted([*dataset.errors,
                              *(RowError(numbers[i], "", "has no trace; left out") for i in usable.missing),
                              *(RowError(numbers[i], "", "empty answer (no tokens); left out") for i in usable.empty)],
