@@ -370,3 +370,15 @@ def test_importing_the_package_loads_neither_ray_nor_torch():
     code = ("import sys, trace_core.scale, trace_core.scale.score; "
             "sys.exit(sum(m in sys.modules for m in ('ray', 'torch', 'transformers', 'streamlit')))")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def test_prompt_text_files_are_shards_only_when_prompts_are_asked_for(tmp_path):
+    from trace_core.scale import PROMPT_FORMATS
+
+    (tmp_path / "a.txt").write_text("What is 2 + 2?\n")
+    (tmp_path / "b.txt").write_text("Name a colour.\n")
+    with pytest.raises(ValueError, match="holds no dataset file"):
+        list_shards(str(tmp_path))
+    found = list_shards(str(tmp_path), formats=PROMPT_FORMATS)
+    assert [(s.name, s.format, s.output) for s in found] == [("a.txt", "txt", "a.parquet"),
+                                                              ("b.txt", "txt", "b.parquet")]

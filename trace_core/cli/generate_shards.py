@@ -44,9 +44,10 @@ def generate_shards(args: argparse.Namespace) -> None:
     docstring)."""
     from ..data import DatasetError
     from ..record import ServerError
+    from ..scale import PROMPT_FORMATS
     from ..scale.generate import ShardGenerator
 
-    out, runner, engine_options, shards = shard_run(args, args.prompts)
+    out, runner, engine_options, shards = shard_run(args, args.prompts, formats=PROMPT_FORMATS)
     config = decoding(args)
     if config.do_sample and config.seed is None:
         print("warning: --sample without --seed: the answers cannot be drawn again (the manifest records "

@@ -13,7 +13,7 @@ import os
 import re
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -189,15 +189,17 @@ def shard_engine(args: argparse.Namespace) -> tuple[Callable[..., Any], dict[str
     return run_shards_ray, {"address": address, "workers": workers}
 
 
-def shard_run(args: argparse.Namespace, data: str) -> tuple[Path, Callable[..., Any], dict[str, Any], list[Any]]:
+def shard_run(args: argparse.Namespace, data: str, *,
+              formats: Mapping[str, str] | None = None) -> tuple[Path, Callable[..., Any], dict[str, Any], list[Any]]:
     """What a sharded subcommand that writes a folder checks before any work: the ``--out`` folder, the engine
-    (:func:`shard_engine`: its runner and options) and the shards of ``data`` (none inside the output folder)."""
-    from ..scale import list_shards
+    (:func:`shard_engine`: its runner and options) and the shards of ``data`` (none inside the output folder;
+    ``formats``: the files taken, default the dataset files)."""
+    from ..scale import SHARD_FORMATS, list_shards
 
     out = check_out_folder(args.out)
     runner, engine_options = shard_engine(args)
     try:
-        shards = list_shards(data, exclude=out)
+        shards = list_shards(data, exclude=out, formats=formats or SHARD_FORMATS)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     return out, runner, engine_options, shards

@@ -28,7 +28,7 @@ from .manifest import (
                        write_entry,
                        write_manifest,
 )
-from .shards import SHARD_FORMATS, Shard, is_pattern, list_shards, output_name
+from .shards import PROMPT_FORMATS, SHARD_FORMATS, Shard, is_pattern, list_shards, output_name
 from .stream import (
                      RunSummary,
                      ShardOutput,
@@ -45,6 +45,7 @@ from .stream import (
 __all__ = [
     "ENTRY_FOLDER",
     "MANIFEST_FILE",
+    "PROMPT_FORMATS",
     "SHARD_FORMATS",
     "RunSummary",
     "Shard",

@@ -13,16 +13,19 @@ from __future__ import annotations
 import glob
 import os
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from .._checks import clip
 
-__all__ = ["SHARD_FORMATS", "Shard", "is_pattern", "list_shards", "output_name"]
+__all__ = ["PROMPT_FORMATS", "SHARD_FORMATS", "Shard", "is_pattern", "list_shards", "output_name"]
 
 #: Extension -> format of the files a sharded run reads (``read_dataset`` reads each one).
 SHARD_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl",
                  ".csv": "csv", ".tsv": "csv"}
+#: The files ``generate`` reads prompts from: the dataset files, and text files of one prompt per line.
+PROMPT_FORMATS = {**SHARD_FORMATS, ".txt": "txt"}
 _OUTPUT_SUFFIX = ".parquet"
 _SEPARATOR = "__"
 _GLOB_CHARACTERS = frozenset("*?[")
@@ -93,7 +96,7 @@ def _pattern_root(spec: str) -> Path:
     return Path(*fixed) if fixed else Path(".")
 
 
-def _candidates(spec: str) -> tuple[Path, list[Path], str]:
+def _candidates(spec: str, formats: Mapping[str, str]) -> tuple[Path, list[Path], str]:
     """(root, the files the spec names, what the spec is in words); ValueError when the path does not exist."""
     if is_pattern(spec):
         matched = [Path(p) for p in glob.glob(spec, recursive=True)]
@@ -102,19 +105,19 @@ def _candidates(spec: str) -> tuple[Path, list[Path], str]:
     if os.path.isdir(spec):  # os.path's checks say False for a name too long or with a NUL byte, never raise
         return path, _folder_files(path), "the folder"
     if os.path.isfile(spec):
-        if path.suffix.lower() not in SHARD_FORMATS:
-            raise ValueError(f"{clip(spec)}: not a dataset file (expected {_expected()})")
+        if path.suffix.lower() not in formats:
+            raise ValueError(f"{clip(spec)}: not a dataset file (expected {_expected(formats)})")
         return path.parent, [path], "the file"
     raise ValueError(f"{clip(spec)}: no such file or folder (give a folder, a glob pattern or a dataset file)")
 
 
-def _expected() -> str:
-    return ", ".join(SHARD_FORMATS)
+def _expected(formats: Mapping[str, str]) -> str:
+    return ", ".join(formats)
 
 
-def _shard(path: Path, root: Path) -> Shard:
+def _shard(path: Path, root: Path, formats: Mapping[str, str]) -> Shard:
     name = Path(os.path.relpath(path, root)).as_posix()
-    return Shard(path=path, name=name, format=SHARD_FORMATS[path.suffix.lower()], output=output_name(name))
+    return Shard(path=path, name=name, format=formats[path.suffix.lower()], output=output_name(name))
 
 
 def _check_one_format(shards: list[Shard], spec: str) -> None:
@@ -146,7 +149,8 @@ def _outside(files: list[Path], exclude: str | os.PathLike[str] | None) -> list[
     return [p for p in files if folder not in p.resolve().parents]
 
 
-def list_shards(spec: str | os.PathLike[str], *, exclude: str | os.PathLike[str] | None = None) -> list[Shard]:
+def list_shards(spec: str | os.PathLike[str], *, exclude: str | os.PathLike[str] | None = None,
+                formats: Mapping[str, str] = SHARD_FORMATS) -> list[Shard]:
     """The dataset files a sharded run reads, sorted by name.
 
     Parameters
@@ -157,6 +161,10 @@ def list_shards(spec: str | os.PathLike[str], *, exclude: str | os.PathLike[str]
         Dataset files: ``.parquet``/``.pq``, ``.jsonl``/``.ndjson``/``.json`` (JSON Lines), ``.csv``/``.tsv``;
         other files are ignored. Names are relative to the folder, the pattern's leading folder, or the file's
         folder.
+    exclude : str or path, optional
+        A folder whose files are never shards (the run's output folder, when it lies inside the input).
+    formats : mapping of extension to format
+        The files taken: :data:`SHARD_FORMATS` (default), or :data:`PROMPT_FORMATS` for prompts.
 
     Returns
     -------
@@ -182,12 +190,12 @@ def list_shards(spec: str | os.PathLike[str], *, exclude: str | os.PathLike[str]
     spec = os.fspath(spec)
     if not spec.strip():
         raise ValueError("`spec` is empty: give a folder, a glob pattern or a dataset file")
-    root, files, what = _candidates(spec)
+    root, files, what = _candidates(spec, formats)
     files = _outside(files, exclude)
-    shards = sorted((_shard(p, root) for p in files if p.suffix.lower() in SHARD_FORMATS), key=lambda s: s.name)
+    shards = sorted((_shard(p, root, formats) for p in files if p.suffix.lower() in formats), key=lambda s: s.name)
     if not shards:
         found = "matches nothing" if not files else f"holds no dataset file ({len(files):,} other files)"
-        raise ValueError(f"{clip(spec)}: {what} {found}; expected {_expected()} files")
+        raise ValueError(f"{clip(spec)}: {what} {found}; expected {_expected(formats)} files")
     _check_one_format(shards, spec)
     _check_unique_outputs(shards, spec)
     return shards
