@@ -8,6 +8,7 @@ from typing import Any
 
 from .._checks import check_int
 from ..trace import DecodingConfig, Trace
+from ..traces import TraceTable
 from .backends import Backend, RecordedAnswer, backend_of
 from .build import build_trace
 from .load import LoadedModel
@@ -35,7 +36,7 @@ def generate_trace(lm: LoadedModel | ServerModel, prompt: str, *, config: Decodi
 
 def generate_traces(lm: LoadedModel | ServerModel, prompts: Sequence[str], *, config: DecodingConfig = DecodingConfig(),
                     batch_size: int = 8, generate_kwargs: Mapping[str, Any] | None = None,
-                    progress: Callable[[int, int], None] | None = None) -> list[Trace]:
+                    progress: Callable[[int, int], None] | None = None) -> TraceTable:
     """Generate answers and record each answer's trace in the same pass.
 
     For each step t the trace keeps the chosen token's surprisal ``s_t = -log p_t(y_t)``, the entropy
@@ -61,9 +62,10 @@ def generate_traces(lm: LoadedModel | ServerModel, prompts: Sequence[str], *, co
 
     Returns
     -------
-    list of Trace
-        One per prompt, in order; the answer stops before the first EOS token (EOS is not part of the trace), and
-        ``metadata.extra["finish_reason"]`` says "eos" or "length".
+    TraceTable
+        One answer per prompt, in order (``table[i]`` is its :class:`~trace_core.trace.Trace`; the table goes
+        wherever a list of traces goes); the answer stops before the first EOS token (EOS is not part of the
+        trace), and ``metadata.extra["finish_reason"]`` says "eos" or "length".
 
     Raises
     ------
@@ -89,7 +91,7 @@ def generate_traces(lm: LoadedModel | ServerModel, prompts: Sequence[str], *, co
         traces.extend(job.trace(i, answer) for i, answer in zip(rows, recorded, strict=True))
         if progress is not None:
             progress(len(traces), len(job.prompts))
-    return traces
+    return TraceTable.from_traces(traces)
 
 
 @dataclass(frozen=True)

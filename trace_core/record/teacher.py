@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 from .._checks import check_bool, check_int
 from ..trace import Trace
+from ..traces import TraceTable
 from .backends import backend_of
 from .build import build_trace
 from .load import LoadedModel
@@ -36,7 +37,7 @@ def score_answer(lm: LoadedModel | ServerModel, prompt: str, answer: str | Seque
 def score_answers(lm: LoadedModel | ServerModel, prompts: Sequence[str], answers: Sequence[str | Sequence[int]], *,
                   chat_template: bool = False, n_alternatives: int = 5, batch_size: int = 8,
                   max_logits_bytes: int = _DEFAULT_MAX_LOGITS_BYTES,
-                  progress: Callable[[int, int], None] | None = None) -> list[Trace]:
+                  progress: Callable[[int, int], None] | None = None) -> TraceTable:
     """Record the traces of existing (prompt, answer) pairs by teacher forcing.
 
     The prompt and answer tokens go through the model once (answers of similar length are batched together, right
@@ -67,8 +68,10 @@ def score_answers(lm: LoadedModel | ServerModel, prompts: Sequence[str], answers
 
     Returns
     -------
-    list of Trace
-        In the order of the inputs; ``metadata.source == "teacher_forced"``. An empty answer gives an empty trace.
+    TraceTable
+        In the order of the inputs (``table[i]`` is answer i's :class:`~trace_core.trace.Trace`; the table goes
+        wherever a list of traces goes); ``metadata.source == "teacher_forced"``. An empty answer gives an empty
+        trace.
 
     Raises
     ------
@@ -125,4 +128,4 @@ def score_answers(lm: LoadedModel | ServerModel, prompts: Sequence[str], answers
                                      chat_template=chat_template, prompt_tokens=len(prompt_ids[i]))
         if progress is not None:
             progress(len(results), len(prompts))
-    return [results[i] for i in range(len(prompts))]
+    return TraceTable.from_traces([results[i] for i in range(len(prompts))])

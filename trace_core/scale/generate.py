@@ -114,7 +114,7 @@ class ShardGenerator(LazyModel):
 
         return read_prompts(shard.path, max_bytes=self.max_bytes, max_cell_chars=self.max_cell_chars)
 
-    def _generate(self, prompts: list[str], config: Any, description: str) -> list[Any]:
+    def _generate(self, prompts: list[str], config: Any, description: str) -> Sequence[Any]:
         from ..record import generate_traces
 
         model = self.model  # loaded before the bar starts, so a loading error is not printed after a bar's residue

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .shards import Shard
@@ -91,7 +91,7 @@ class ShardScorer(LazyModel):
             return read_dataset(shard.path, format=shard.format, matcher=self.matcher, tolerance=self.tolerance,
                                 require_label=False)
 
-    def _score(self, prompts: list[str], answers: list[str], description: str) -> list[Any]:
+    def _score(self, prompts: list[str], answers: list[str], description: str) -> Sequence[Any]:
         from ..record import score_answers
 
         model = self.model  # loaded before the bar starts, so a loading error is not printed after a bar's residue

@@ -152,8 +152,8 @@ def test_texts_are_shared_per_id_and_do_not_grow_with_the_vocabulary():
     per_token = {}
     for vocab in (300, 6000):
         lm = random_lm(vocab_size=vocab, hidden=32, layers=1)
-        traces = generate_traces(lm, ["w1 w2 w3", "w4 w5"], config=config)
-        traces.append(score_answer(lm, "w1 w2 w3", traces[0].token_ids, n_alternatives=3))
+        generated = generate_traces(lm, ["w1 w2 w3", "w4 w5"], config=config)
+        traces = [*generated, score_answer(lm, "w1 w2 w3", generated[0].token_ids, n_alternatives=3)]
         # What top_tokens adds per token: one k-tuple of references; equal texts are one string object.
         rows = [row for t in traces for row in t.top_tokens[1:]]
         per_token[vocab] = {sys.getsizeof(row) for row in rows}

@@ -121,6 +121,25 @@ def test_batched_and_chunked_scoring_match_single_pass(lm):
         np.testing.assert_array_equal(one.top_ids[:, 0], many.top_ids[:, 0])
 
 
+def test_recorders_return_a_table_whose_rows_are_the_traces(lm):
+    from trace_core import TraceTable, trace_risk
+
+    config = DecodingConfig(max_new_tokens=8, n_alternatives=3)
+    generated = generate_traces(lm, PROMPTS, config=config, batch_size=1)  # no padding: equal to one call's
+    scored = score_answers(lm, PROMPTS, [t.token_ids for t in generated], n_alternatives=3)
+    for table in (generated, scored):
+        assert isinstance(table, TraceTable) and len(table) == len(PROMPTS)
+        assert table.offsets.tolist() == np.cumsum([0, *(len(t) for t in table)]).tolist()
+    # Each row is the trace one call for that prompt records; a table compares equal to the list of its rows.
+    assert generated == [generate_trace(lm, p, config=config) for p in PROMPTS]
+    assert generated[1] == generate_trace(lm, PROMPTS[1], config=config)
+    np.testing.assert_allclose(scored.surprisal, generated.surprisal, atol=1e-4)
+    # A table goes where a list of traces went: scoring and as a list.
+    np.testing.assert_array_equal(trace_risk(generated), trace_risk(list(generated)))
+    assert [t.answer for t in [*generated, *scored]] == [t.answer for t in generated] * 2
+    assert isinstance(score_answers(lm, [], []), TraceTable) and len(generate_traces(lm, [], config=config)) == 0
+
+
 def test_scoring_text_answers_and_empty_answer(lm):
     traces = score_answers(lm, PROMPTS[:2], [" Paris", ""])
     assert traces[0].answer.strip() == "Paris" and len(traces[0]) >= 1
