@@ -1,6 +1,6 @@
 """Reading a dataset with stored traces: :func:`trace_core.data.read_dataset` against plain parsing.
 
-    python -m bench.read_traces [--rows 10000] [--repeat 3] [--format csv jsonl parquet] [--keep DIR]
+    python -m bench.read_traces [--rows 10000] [--repeat 3] [--format csv jsonl parquet] [--words real] [--keep DIR]
     python -m bench.read_traces --file SHARD.parquet [--repeat 3]
 
 Writes a synthetic dataset with :func:`trace_core.write_dataset` (answers of 2-60 tokens, k = 5 alternatives with
@@ -11,6 +11,9 @@ takes the dataset file ``--file`` (e.g. a shard of ``bench.scale_out``), then ti
   ``json.loads`` of every line; for Parquet, ``pyarrow.parquet.read_table`` and ``to_pandas``): the least any reader
   that decodes the cells needs;
 - ``read_dataset``: the whole reader, every cell checked and every Trace built.
+
+``--words real`` makes one token text in 50 one that JSON escapes (a newline, a quote, a backslash, a tab), as a
+real tokenizer's vocabulary has: then nearly every CSV chunk holds an escaped cell, as the files of real models do.
 
 Printed: the best of ``--repeat`` runs of each, in seconds, and read_dataset's time as a ratio to the baseline.
 """
@@ -33,11 +36,16 @@ _K = 5
 _FORMATS = ("csv", "jsonl", "parquet")
 
 
-def _traces(n: int, seed: int = 0) -> list:
+_ESCAPED = ("\n", ' "', "\\", ".\n\n", "\t")  # token texts that JSON writes with an escape
+
+
+def _traces(n: int, seed: int = 0, real_words: bool = False) -> list:
     from trace_core.trace import Trace, TraceMetadata
 
     rng = np.random.default_rng(seed)
     words = [f"tok{i}" if i % 3 else f" w{i}" for i in range(_VOCABULARY)]
+    if real_words:
+        words = [_ESCAPED[(i // 50) % len(_ESCAPED)] + w if i % 50 == 0 else w for i, w in enumerate(words)]
     meta = TraceMetadata(model_id="bench-model", source="generate", decoding={"do_sample": False},
                          tokenizer="bench-model", extra={"vocab_size": 32_000})
     out = []
@@ -58,11 +66,11 @@ def _traces(n: int, seed: int = 0) -> list:
     return out
 
 
-def write_files(n: int, folder: Path, formats: list[str]) -> dict[str, Path]:
+def write_files(n: int, folder: Path, formats: list[str], real_words: bool = False) -> dict[str, Path]:
     """The synthetic dataset of ``n`` rows, written once per format into ``folder``."""
     from trace_core import write_dataset
 
-    traces = _traces(n)
+    traces = _traces(n, real_words=real_words)
     frame = pd.DataFrame({"prompt": [f"Question {i}?" for i in range(n)],
                           "answer": ["".join(t.tokens) for t in traces],
                           "label": [i % 2 for i in range(n)]})
@@ -97,6 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--format", nargs="+", default=["csv", "jsonl", "parquet"], choices=list(_FORMATS))
     parser.add_argument("--keep", type=Path, default=None, help="write the files into this folder and keep them")
+    parser.add_argument("--words", choices=["plain", "real"], default="plain",
+                        help="real: one token text in 50 has a character that JSON escapes")
     parser.add_argument("--file", type=Path, default=None, help="time this dataset file instead (format from its "
                                                                 "extension)")
     args = parser.parse_args(argv)
@@ -111,9 +121,9 @@ def main(argv: list[str] | None = None) -> None:
             return
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        paths = write_files(args.rows, folder, args.format)
-        print(f"{args.rows:,} rows, answers of 2-60 tokens, k = {_K} alternatives with top_tokens; best of "
-              f"{args.repeat}")
+        paths = write_files(args.rows, folder, args.format, real_words=args.words == "real")
+        print(f"{args.rows:,} rows, answers of 2-60 tokens, k = {_K} alternatives with top_tokens, {args.words} "
+              f"token texts; best of {args.repeat}")
         _table(paths, args.repeat)
 
 

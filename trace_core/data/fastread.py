@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..cells import CellError
-from ..columns import vocab_size_of
+from ..cells import ABSENT, CellError, is_blank
+from ..columns import decode_cell, vocab_size_of
 from ..logprobs import ENTROPY_TOLERANCE, MAX_ENTROPY_NATS, MAX_NATS, TOP_K_MASS_TOLERANCE, entropy_from_top_k
 from ..trace import LOGPROB_TOLERANCE, Trace, TraceMetadata
 from .fastparse import Parsed, from_lists, from_text
@@ -105,9 +105,54 @@ def decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
             kinds = {type(raw.get("tokens")) for raw in raws}
             if kinds == {str}:
                 parsed = from_text(raws, columns)
+                if parsed is None:  # escapes, spaces, exponents...: each cell decoded, then checked together
+                    return _from_decoded_text(raws, columns, strings)
             elif kinds == {list}:
                 parsed = from_lists(raws, columns)
         return None if parsed is None else _checked(parsed, strings)
+
+
+def _from_decoded_text(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
+                       strings: dict[str, str]) -> list[FastRow | None] | None:
+    """Text cells not in the form ``write_dataset`` writes (a token with a quote, a newline or a non-ASCII escape:
+    most real answers): each row's cells decoded as JSON by the per-row decoder's own :func:`decode_cell`, then the
+    rows that have the same cells checked together as decoded lists are. A row whose cell does not decode to a list,
+    or whose answer has no token, is left to the per-row path (None), which names its problem."""
+    groups: dict[tuple[bool, ...], list[tuple[int, dict[str, Any]]]] = {}
+    for i, raw in enumerate(raws):
+        row = _decoded_row(raw, columns)
+        if row is not None:
+            groups.setdefault(tuple(row[c] is None for c in columns), []).append((i, row))
+    out: list[FastRow | None] = [None] * len(raws)
+    for members in groups.values():
+        parsed = from_lists([row for _, row in members], columns)
+        checked = None if parsed is None else _checked(parsed, strings)
+        if checked is not None:
+            for (i, _), fast in zip(members, checked, strict=True):
+                out[i] = fast
+    return out
+
+
+def _decoded_row(raw: Mapping[str, Any], columns: Sequence[str]) -> dict[str, Any] | None:
+    """The row's trace cells decoded (an empty cell: None; ``trace_metadata`` kept as its text, read once per
+    distinct text); None when a cell does not decode to a list or the row has no token."""
+    row: dict[str, Any] = {}
+    for name in columns:
+        value = raw.get(name)
+        if name == "trace_metadata":
+            row[name] = None if is_blank(value) else value
+            continue
+        try:
+            decoded = decode_cell(value, name)
+        except CellError:
+            return None
+        if decoded is ABSENT:
+            row[name] = None
+        elif isinstance(decoded, list):
+            row[name] = decoded
+        else:
+            return None
+    return row if row.get("tokens") else None
 
 
 class _Flags:

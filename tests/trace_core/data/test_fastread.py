@@ -464,6 +464,32 @@ def test_api_shaped_jsonl_takes_the_fast_path(tmp_path, monkeypatch):
     assert counts == [300, 0]
 
 
+@pytest.mark.parametrize("name", ["real_test.csv", "real_sampled_validation.csv", "demo_validation.csv"])
+def test_real_answers_with_escaped_token_texts_take_the_fast_path(name, monkeypatch):
+    """A real model's answers have tokens with quotes, newlines and non-ASCII escapes, which the plain text front
+    end does not split: their cells are decoded one by one and then checked together, every row, as the per-row
+    path reads them."""
+    from pathlib import Path
+
+    data = (Path(__file__).parents[3] / "assets" / "datasets" / name).read_bytes()
+    assert b"\\u" in data or b"\\n" in data or b'\\"' in data  # escapes in the JSON text cells
+    counts = _counting(monkeypatch)
+    assert _same(data, monkeypatch, 256) == 0
+    assert counts[0] > 0 and counts[1] == 0
+
+
+def test_escaped_cells_that_do_not_decode_are_left_to_the_per_row_path(monkeypatch):
+    """In a chunk of escaped cells, a row whose cell is not JSON, is not a list or holds no token goes to the
+    per-row path, which names the cell; the rest of the chunk stays on the fast path."""
+    rng = random.Random(5)
+    header, rows = _csv(rng, 40, **_OPTIONS[4])
+    at = header.index("tokens")
+    rows[3][at], rows[9][at], rows[17][at] = rows[3][at][:-1], "7", "[]"
+    counts = _counting(monkeypatch)
+    assert _same(_bytes(header, rows), monkeypatch, 256) == 3
+    assert counts == [37, 3]
+
+
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_a_file_whose_rows_all_have_traces_reads_into_one_table(fmt, monkeypatch):
     """The reader's checked rows go into one TraceTable with no Trace made per row; a file with a row without a
