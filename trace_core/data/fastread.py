@@ -3,7 +3,9 @@
 A chunk of rows is decoded column by column (:mod:`trace_core.data.fastparse`: from CSV text cells, or from the
 decoded lists of JSON Lines records and Parquet; :func:`~trace_core.data.read_parquet.from_arrow`: from Parquet's
 Arrow arrays), then every check of :func:`~trace_core.columns.trace_from_cells` is made on the whole chunk's arrays
-at once. Only cells in the plain form are taken; anything else, and every row that any check would refuse or that
+at once. CSV cells that the text front end cannot split (escaped token texts, spaces, exponents: most real files)
+are decoded cell by cell with the codec's :func:`~trace_core.columns.decode_cell` and then checked together as
+decoded lists are. A row whose cells do not decode to lists, and every row that any check would refuse or that
 needs a rarer rule (alternatives dropped below -MAX_NATS, a step whose mass needs its ids looked at, ...), is left
 to the per-row path (None), which decodes it with the codec and names its bad cells exactly. Both paths take each
 column's dtype and accepted types from the codec's column spec; the bounds checked here are the codec's
