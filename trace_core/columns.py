@@ -381,7 +381,8 @@ def _alternatives(cells: Mapping[str, Any], n: int) -> tuple[np.ndarray, np.ndar
         top_logprobs = np.zeros((n, 0))
     else:
         _check_sign(top_logprobs, "top_logprobs", nonnegative=False, rule="log-probabilities must be <= 0")
-        unsorted = (np.diff(top_logprobs, axis=1) > 1e-12).any(axis=1)
+        with np.errstate(invalid="ignore"):  # -inf after -inf: NaN, not out of order
+            unsorted = (np.diff(top_logprobs, axis=1) > 1e-12).any(axis=1)
         if unsorted.any():
             i = int(np.flatnonzero(unsorted)[0])
             raise CellError("top_logprobs", f"top_logprobs[{i}] is {show(top_logprobs[i].tolist())}; each row must "

@@ -270,7 +270,7 @@ def _text_cells(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> di
             present[name] = cast("list[str]", cells)  # each cell's type is str, checked above
         elif any(cells):  # some rows have the column, some not: the per-row path
             _not_plain()
-    _need("tokens" in present and not ("logprobs" in present and "surprisal" in present))
+    _need("tokens" in present)
     return present
 
 
@@ -367,7 +367,7 @@ def _list_cells(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> di
             present[name] = cells
         elif kinds != {type(None)}:  # some rows have it, some not, or in another form: the per-row path
             _not_plain()
-    _need("tokens" in present and not ("logprobs" in present and "surprisal" in present))
+    _need("tokens" in present)
     return present
 
 

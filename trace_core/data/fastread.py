@@ -3,11 +3,13 @@
 A chunk of rows is decoded column by column (:mod:`trace_core.data.fastparse`: from CSV text cells, or from the
 decoded lists of JSON Lines records and Parquet; :func:`~trace_core.data.read_parquet.from_arrow`: from Parquet's
 Arrow arrays), then every check of :func:`~trace_core.columns.trace_from_cells` is made on the whole chunk's arrays
-at once. CSV cells that the text front end cannot split (escaped token texts, spaces, exponents: most real files)
-are decoded cell by cell with the codec's :func:`~trace_core.columns.decode_cell` and then checked together as
-decoded lists are. A row whose cells do not decode to lists, and every row that any check would refuse or that
-needs a rarer rule (alternatives dropped below -MAX_NATS, a step whose mass needs its ids looked at, ...), is left
-to the per-row path (None), which decodes it with the codec and names its bad cells exactly. Both paths take each
+at once, the rarer rules included (alternatives below -MAX_NATS dropped, each row keeping the fewest any step has;
+the top-k mass with the chosen token counted when its id shows it is not among them; ``surprisal`` and ``logprobs``
+both given and agreeing). CSV cells that the text front end cannot split (escaped token texts, spaces, exponents:
+most real files) are decoded cell by cell with the codec's :func:`~trace_core.columns.decode_cell` and then checked
+together as decoded lists are. A row that some check refuses, or whose cells do not decode to lists of one shape
+(and an answer with no token), is left to the per-row path (None), which decodes it with the codec and names its
+bad cells exactly. Both paths take each
 column's dtype and accepted types from the codec's column spec; the bounds checked here are the codec's
 (:mod:`trace_core.logprobs`). ``tests/trace_core/data/test_fastread.py`` checks that both paths give the same traces
 and the same errors; a change to the codec's rules must be made here too.
@@ -162,6 +164,7 @@ class _Flags:
 
     def __init__(self, lengths: list[int]) -> None:
         self.n_rows = len(lengths)
+        self.lengths = lengths
         self.owner = np.repeat(np.arange(self.n_rows), lengths)  # each token's row
         self.bad = np.zeros(self.n_rows, dtype=bool)
 
@@ -180,11 +183,11 @@ def _checked(parsed: Parsed, strings: dict[str, str]) -> list[FastRow | None] | 
     surprisal = _check_values(parsed.vectors, flags)
     if surprisal is None:
         return None
-    estimated = _check_steps(parsed, surprisal, flags) if parsed.top_logprobs is not None else None
+    steps = _check_steps(parsed, surprisal, flags) if parsed.top_logprobs is not None else None
     given = parsed.metadatas is not None  # else each row gets TraceMetadata(source="imported"), made once
     metadatas = list(parsed.metadatas) if parsed.metadatas is not None else []
-    _check_vocabulary(parsed, metadatas, lengths, flags)
-    return _fast_rows(parsed, metadatas if given else None, surprisal, estimated, flags.bad, lengths, strings)
+    _check_vocabulary(parsed, metadatas, lengths, flags, None if steps is None else steps.kept)
+    return _fast_rows(parsed, metadatas if given else None, surprisal, steps, flags.bad, lengths, strings)
 
 
 def _check_values(vectors: dict[str, np.ndarray], flags: _Flags) -> np.ndarray | None:
@@ -199,7 +202,10 @@ def _check_values(vectors: dict[str, np.ndarray], flags: _Flags) -> np.ndarray |
     if "logprobs" in vectors:
         logprobs = vectors["logprobs"]
         flags.add((logprobs > LOGPROB_TOLERANCE) | (logprobs < -MAX_NATS))
-        surprisal = 0.0 - logprobs  # +0.0 for a log-prob of 0 (as codec)
+        if surprisal is None:
+            surprisal = 0.0 - logprobs  # +0.0 for a log-prob of 0 (as codec)
+        else:  # both given: they must agree (the codec's test)
+            flags.add(~np.isclose(surprisal, -logprobs, rtol=0.0, atol=1e-6))
     if surprisal is None:
         return None
     if "entropy" in vectors:
@@ -210,37 +216,51 @@ def _check_values(vectors: dict[str, np.ndarray], flags: _Flags) -> np.ndarray |
     return surprisal
 
 
-def _check_steps(parsed: Parsed, surprisal: np.ndarray, flags: _Flags) -> np.ndarray | None:
-    """Flag the rows with a step whose alternatives are out of bounds, unsorted or may hold too much probability;
-    the entropy estimated from the top k when no entropy is given (None otherwise)."""
+@dataclass
+class _Steps:
+    """What the alternatives' checks found: each row's number of alternatives kept (``kept``: those at or above
+    -MAX_NATS at its every step, as the codec keeps them) and the entropy estimated from the top k when no entropy is
+    given (None otherwise; NaN-free only for the rows that keep all k)."""
+
+    kept: np.ndarray
+    estimated: np.ndarray | None
+
+
+def _check_steps(parsed: Parsed, surprisal: np.ndarray, flags: _Flags) -> _Steps:
+    """Flag the rows with a step whose alternatives are NaN or above 0, unsorted, or hold too much probability (the
+    codec's rule, with the same arithmetic: the chosen token counts when its id shows it is not among them).
+    Alternatives below -MAX_NATS, -inf included, have no probability: each row keeps the fewest that any of its steps
+    has above it, as the codec does."""
     top_logprobs, top_ids = parsed.top_logprobs, parsed.top_ids
     assert top_logprobs is not None
-    step_bad = ~np.isfinite(top_logprobs).all(axis=1) | (top_logprobs > LOGPROB_TOLERANCE).any(axis=1)
-    step_bad |= (top_logprobs < -MAX_NATS).any(axis=1)
+    step_bad = np.isnan(top_logprobs).any(axis=1) | (top_logprobs > LOGPROB_TOLERANCE).any(axis=1)
     step_bad |= (np.diff(top_logprobs, axis=1) > 1e-12).any(axis=1)
-    # mass: a step whose alternatives plus the chosen token may hold more than 1 + tolerance is left to the
-    # per-row path unless the chosen token is surely among the alternatives and they hold clearly less
-    alternatives = np.exp(top_logprobs).sum(axis=1)
+    alternatives = np.exp(top_logprobs).sum(axis=1)  # -inf and -9999 add 0
     chosen = np.exp(-surprisal)
-    doubtful = alternatives + chosen > 1.0 + TOP_K_MASS_TOLERANCE - 1e-9
+    doubtful = alternatives + chosen > 1.0 + TOP_K_MASS_TOLERANCE
     if doubtful.any():
         token_ids = parsed.vectors.get("token_ids")
-        if token_ids is None or top_ids is None:
-            among = np.ones(len(surprisal), dtype=bool)
-        else:
+        among = np.ones(len(surprisal), dtype=bool)
+        if token_ids is not None and top_ids is not None:
             ids_known = (token_ids >= 0) & (top_ids >= 0).all(axis=1)
             among = ~ids_known | (top_ids == token_ids[:, None]).any(axis=1)
-        step_bad |= doubtful & ~(among & (alternatives < 1.0 + TOP_K_MASS_TOLERANCE - 1e-9))
+        step_bad |= doubtful & (alternatives + np.where(among, 0.0, chosen) > 1.0 + TOP_K_MASS_TOLERANCE)
     flags.add(step_bad)
+    above = (top_logprobs >= -MAX_NATS).sum(axis=1)
+    starts = np.cumsum([0, *flags.lengths[:-1]])
+    kept = np.minimum.reduceat(above, starts) if above.size else np.zeros(flags.n_rows, dtype=np.int64)
+    estimated = None
     if "entropy" not in parsed.vectors and parsed.k > 0:
-        return entropy_from_top_k(np.where(step_bad[:, None], -1.0, top_logprobs))
-    return None
+        clean = step_bad | (above < parsed.k)  # a row that drops alternatives is estimated on its own
+        estimated = entropy_from_top_k(np.where(clean[:, None], -1.0, top_logprobs))
+    return _Steps(kept=kept, estimated=estimated)
 
 
 def _check_vocabulary(parsed: Parsed, metadatas: list[TraceMetadata | None], lengths: list[int],
-                      flags: _Flags) -> None:
+                      flags: _Flags, kept: np.ndarray | None) -> None:
     """Flag the rows whose ids, ranks or given entropy pass the bounds of their vocabulary size (when their metadata
-    gives it); a metadata whose vocabulary size the codec refuses becomes None (its row: the per-row path)."""
+    gives it; only the ``kept`` alternatives' ids count, as in the codec); a metadata whose vocabulary size the codec
+    refuses becomes None (its row: the per-row path)."""
     n_rows, vectors, top_ids = len(lengths), parsed.vectors, parsed.top_ids
     limits: np.ndarray = np.full(n_rows, np.inf)  # a given entropy's bound where the vocabulary size is known
     vocab = np.full(n_rows, np.iinfo(np.int64).max)  # ids must be below it, ranks at most it
@@ -259,13 +279,16 @@ def _check_vocabulary(parsed: Parsed, metadatas: list[TraceMetadata | None], len
     if "token_ids" in vectors:
         flags.add(vectors["token_ids"] >= per_token)
     if top_ids is not None and parsed.k > 0:
-        flags.add(np.asarray((top_ids >= per_token[:, None]).any(axis=1)))
+        beyond = top_ids >= per_token[:, None]
+        if kept is not None and bool((kept < parsed.k).any()):
+            beyond &= np.arange(parsed.k) < np.repeat(kept, lengths)[:, None]
+        flags.add(np.asarray(beyond.any(axis=1)))
     if "ranks" in vectors:
         flags.add(vectors["ranks"] > per_token)
 
 
 def _fast_rows(parsed: Parsed, metadatas: list[TraceMetadata | None] | None, surprisal: np.ndarray,
-               estimated: np.ndarray | None, bad: np.ndarray, lengths: list[int],
+               steps: _Steps | None, bad: np.ndarray, lengths: list[int],
                strings: dict[str, str]) -> list[FastRow | None]:
     """The FastRow of each row no check refused (None for the others), its arrays views of the chunk's.
     ``metadatas``: each row's, None where the per-row path must read it; None when the chunk has none."""
@@ -274,7 +297,7 @@ def _fast_rows(parsed: Parsed, metadatas: list[TraceMetadata | None] | None, sur
     given = metadatas is not None
     bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
     # Every trace of the chunk has the same entropy source: given, estimated from its top k, or absent.
-    entropies = vectors.get("entropy", estimated)
+    entropies = vectors.get("entropy", None if steps is None else steps.estimated)
     source: dict[str, Any] = {}
     if entropies is None:
         source = {"entropy_source": "absent", "entropy_k": None}
@@ -288,6 +311,7 @@ def _fast_rows(parsed: Parsed, metadatas: list[TraceMetadata | None] | None, sur
         top_ids = np.full((total, k), -1, dtype=np.int64)
     if top_logprobs is None:
         top_logprobs = np.zeros((total, 0))
+    kept = [k] * len(lengths) if steps is None else steps.kept.tolist()
     out: list[FastRow | None] = []
     for i, tokens in enumerate(parsed.token_lists):
         row_meta = metadatas[i] if metadatas is not None else None
@@ -301,7 +325,7 @@ def _fast_rows(parsed: Parsed, metadatas: list[TraceMetadata | None] | None, sur
         if top_strings is not None:
             shared = list(map(strings.setdefault, top_strings[i], top_strings[i]))
             top = tuple(zip(*[iter(shared)] * k, strict=True)) if k else ((),) * n
-        out.append(FastRow(
+        row = FastRow(
             tokens=tuple(map(strings.setdefault, tokens, tokens)),
             token_ids=vectors["token_ids"][a:b],
             surprisal=surprisal[a:b],
@@ -310,5 +334,19 @@ def _fast_rows(parsed: Parsed, metadatas: list[TraceMetadata | None] | None, sur
             top_logprobs=top_logprobs[a:b],
             ranks=vectors["ranks"][a:b] if "ranks" in vectors else None,
             metadata=meta,
-            top_tokens=top))
+            top_tokens=top)
+        out.append(row if kept[i] == k else _dropped(row, kept[i], estimate="entropy" not in vectors))
     return out
+
+
+def _dropped(row: FastRow, k: int, *, estimate: bool) -> FastRow:
+    """The row keeping its first ``k`` alternatives at every step (those after them have no probability), its
+    entropy estimated from them when none was given, and its metadata saying so: what the codec makes of it."""
+    top = None if row.top_tokens is None else tuple(r[:k] for r in row.top_tokens)
+    row = replace(row, top_ids=row.top_ids[:, :k], top_logprobs=row.top_logprobs[:, :k], top_tokens=top)
+    if not estimate:
+        return row
+    if k == 0:
+        return replace(row, entropy=None, metadata=replace(row.metadata, entropy_source="absent", entropy_k=None))
+    return replace(row, entropy=entropy_from_top_k(row.top_logprobs),
+                   metadata=replace(row.metadata, entropy_source="top_k", entropy_k=k))

@@ -363,7 +363,7 @@ def _present(batch: ArrowBatch, pick: _Pick, columns: Sequence[str]) -> dict[str
         if name != "trace_metadata":
             _need(array.null_count == 0 and (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)))
         present[name] = array
-    _need("tokens" in present and not ("logprobs" in present and "surprisal" in present))
+    _need("tokens" in present)
     return present
 
 

@@ -491,6 +491,67 @@ def test_escaped_cells_that_do_not_decode_are_left_to_the_per_row_path(monkeypat
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_alternatives_without_probability_and_near_full_steps_are_checked_on_the_fast_path(fmt, monkeypatch):
+    """Valid rows that need the rarer rules -- alternatives at -inf or -9999 (dropped: each row keeps the fewest any
+    of its steps has, and their ids may pass the vocabulary), steps whose alternatives with the chosen token pass 1
+    while the chosen token is among them -- are checked together, and read as the per-row path reads them; rows
+    that break the mass rule (the chosen token, not among them by id, pushes the step past 1) are its only rows."""
+    rng = random.Random(11)
+    records = []
+    for i in range(60):
+        n, k = rng.randint(1, 6), 4
+        top = [sorted((math.log(rng.uniform(0.01, 0.2)) for _ in range(k)), reverse=True) for _ in range(n)]
+        ids = [[rng.randrange(50) for _ in range(k)] for _ in range(n)]
+        chosen = [row[0] for row in ids]
+        surprisal = [-row[0] for row in top]
+        kind = i % 4
+        if kind == 1:  # a tail with no probability at some steps; its ids beyond the vocabulary
+            for t in rng.sample(range(n), rng.randint(1, n)):
+                cut = rng.randint(1, k)
+                top[t][cut:] = [rng.choice([-math.inf, -9999.0, -1e6])] * (k - cut)
+                ids[t][cut:] = [10**6] * (k - cut)
+        elif kind == 2:  # a near-full step: the chosen token (among them) has most of the mass
+            top[0] = [math.log(0.9), math.log(0.05), math.log(0.03), math.log(0.02)]
+            surprisal[0] = -top[0][0]
+        elif kind == 3:  # the chosen token is not among them by id and pushes the step past 1: refused
+            top[0] = [math.log(0.5), math.log(0.3), math.log(0.1), math.log(0.05)]
+            chosen[0], surprisal[0] = 99, -math.log(0.5)
+        records.append({"prompt": f"q{i}", "answer": "x" * n, "label": i % 2, "tokens": ["x"] * n,
+                        "token_ids": chosen, "surprisal": surprisal, "top_ids": ids, "top_logprobs": top,
+                        "trace_metadata": {"source": "generate", "extra": {"vocab_size": 100}}})
+    if fmt == "jsonl":
+        data = _jsonl(records)
+    else:
+        frame = pd.DataFrame({key: [json.dumps(r[key], separators=(",", ":")) if isinstance(r[key], (list, dict))
+                                    else r[key] for r in records] for key in records[0]})
+        data = frame.to_csv(index=False).encode()
+    counts = _counting(monkeypatch)
+    assert _same(data, monkeypatch, 256, fmt) == 15
+    assert counts == [45, 15]
+    fast, _ = _read(data, True, monkeypatch, 256, fmt)
+    dropped = [t for t in fast.traces if t.top_logprobs.shape[1] < 4]
+    assert dropped and all(t.metadata.entropy_k == t.top_logprobs.shape[1] or t.entropy is None for t in dropped)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_surprisal_and_logprobs_both_given_are_checked_on_the_fast_path(fmt, monkeypatch):
+    """Both columns: rows where they agree (within 1e-6) are taken together; a row where they differ is the only one
+    left to the per-row path, which names it, as without the fast path."""
+    rng = random.Random(4)
+    header, rows = _csv(rng, 30, **_OPTIONS[0])
+    at = header.index("surprisal")
+    header.append("logprobs")
+    for i, row in enumerate(rows):
+        values = json.loads(row[at])
+        logprobs = [-v + (1e-3 if i % 10 == 3 and j == 0 else rng.uniform(-1e-7, 1e-7)) for j, v in enumerate(values)]
+        row.append(json.dumps([min(x, 0.0) for x in logprobs], separators=(",", ":")))
+    data = _bytes(header, rows) if fmt == "csv" else _jsonl(_records(rng, header, rows))
+    counts = _counting(monkeypatch)
+    assert _same(data, monkeypatch, 256, fmt) == 3
+    assert counts == [27, 3]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_a_file_whose_rows_all_have_traces_reads_into_one_table(fmt, monkeypatch):
     """The reader's checked rows go into one TraceTable with no Trace made per row; a file with a row without a
     trace gives a list instead, with None for that row."""
@@ -810,9 +871,9 @@ def test_parquet_columns_of_every_kind_read_as_before(case, monkeypatch):
     counts = _arrow_counting(monkeypatch)
     n_errors = _same(data, monkeypatch, 256, "parquet", **options)
     _same(data, monkeypatch, 256, "parquet", lists=True, **options)
-    if case in ("missing", "logprobs", "float32", "no columns but tokens", "long prompt"):
+    if case in ("missing", "logprobs", "both", "float32", "no columns but tokens", "long prompt"):
         assert n_errors == (1 if case == "long prompt" else 0) and counts[0] > 0 and counts[1] == 0
-    if case in ("both", "huge ints", "k of top_ids", "k of top_tokens", "metadata in some rows"):
+    if case in ("huge ints", "k of top_ids", "k of top_tokens", "metadata in some rows"):
         assert counts[1] > 0  # the chunk left to the lists (its rows of each form may then be taken one form each)
 
 
