@@ -99,7 +99,7 @@ def decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
     -------
     list of FastRow or None, or None
         Per row, its checked trace parts, or None where the row needs the per-row path (:func:`trace_from_cells`),
-        which names any bad cell; None for the whole chunk when its cells are not all in one plain form.
+        which names any bad cell; None when the chunk has no ``tokens`` or a column the fast path does not know.
     """
     if not raws or "tokens" not in columns or not set(columns) <= _FAST_COLUMNS:
         return None
@@ -109,31 +109,49 @@ def decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
             kinds = {type(raw.get("tokens")) for raw in raws}
             if kinds == {str}:
                 parsed = from_text(raws, columns)
-                if parsed is None:  # escapes, spaces, exponents...: each cell decoded, then checked together
-                    return _from_decoded_text(raws, columns, strings)
             elif kinds == {list}:
                 parsed = from_lists(raws, columns)
-        return None if parsed is None else _checked(parsed, strings)
+        if parsed is None:  # escapes, spaces, JSON text among lists, odd rows...: each cell decoded, then checked
+            return _from_decoded(raws, columns, strings)
+        return _checked(parsed, strings)
 
 
-def _from_decoded_text(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
-                       strings: dict[str, str]) -> list[FastRow | None] | None:
-    """Text cells not in the form ``write_dataset`` writes (a token with a quote, a newline or a non-ASCII escape:
-    most real answers): each row's cells decoded as JSON by the per-row decoder's own :func:`decode_cell`, then the
-    rows that have the same cells checked together as decoded lists are. A row whose cell does not decode to a list,
-    or whose answer has no token, is left to the per-row path (None), which names its problem."""
+_SPLITS = 64  # halvings of a chunk, at most, to find the rows whose lists the front end does not take
+
+
+def _taken(rows: list[Mapping[str, Any]], columns: Sequence[str], strings: dict[str, str],
+           budget: list[int]) -> list[FastRow | None]:
+    """Rows of decoded lists in one form, checked together (:func:`from_lists`, then the checks). When the front
+    end does not take them all (a list of another length, a value of another type in some row), the rows are halved
+    and each half tried, while ``budget`` lasts, so that a few odd rows leave only themselves to the per-row path."""
+    parsed = from_lists(rows, columns)
+    if parsed is not None:
+        checked = _checked(parsed, strings)
+        return checked if checked is not None else [None] * len(rows)
+    if len(rows) == 1 or budget[0] <= 0:
+        return [None] * len(rows)
+    budget[0] -= 1
+    half = len(rows) // 2
+    return _taken(rows[:half], columns, strings, budget) + _taken(rows[half:], columns, strings, budget)
+
+
+def _from_decoded(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
+                  strings: dict[str, str]) -> list[FastRow | None]:
+    """Cells that no front end takes for the whole chunk (text cells with a token holding a quote, a newline or a
+    non-ASCII escape, as most real answers have; JSON text among lists; a few odd rows): each row's cells decoded by
+    the per-row decoder's own :func:`decode_cell`, then the rows that have the same cells checked together as
+    decoded lists are (:func:`_taken`). A row whose cell does not decode to a list, or whose answer has no token, is
+    left to the per-row path (None), which names its problem."""
     groups: dict[tuple[bool, ...], list[tuple[int, dict[str, Any]]]] = {}
     for i, raw in enumerate(raws):
         row = _decoded_row(raw, columns)
         if row is not None:
             groups.setdefault(tuple(row[c] is None for c in columns), []).append((i, row))
     out: list[FastRow | None] = [None] * len(raws)
+    budget = [_SPLITS]
     for members in groups.values():
-        parsed = from_lists([row for _, row in members], columns)
-        checked = None if parsed is None else _checked(parsed, strings)
-        if checked is not None:
-            for (i, _), fast in zip(members, checked, strict=True):
-                out[i] = fast
+        for (i, _), fast in zip(members, _taken([row for _, row in members], columns, strings, budget), strict=True):
+            out[i] = fast
     return out
 
 

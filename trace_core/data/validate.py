@@ -173,26 +173,9 @@ def _keep_chunk(kept: ValidRows, pending: list[tuple[int, Any, Rules]], strings:
 
 def _decoded_chunk(raws: list[Any], columns: tuple[str, ...],
                    strings: dict[str, str]) -> list[FastRow | None] | None:
-    """The chunk's trace cells decoded together (:func:`decode_chunk`). When its rows are not all of one form (a
-    record without one of the trace columns, or with it in another form), the rows of each form are decoded together
-    instead, so that a few odd rows do not send their whole chunk to the per-row path."""
-    if not columns:
-        return None
-    fast = decode_chunk(raws, columns, strings)
-    if fast is not None:
-        return fast
-    forms: dict[tuple[type, ...], list[int]] = {}
-    for i, raw in enumerate(raws):
-        forms.setdefault(tuple(type(raw.get(c)) for c in columns), []).append(i)
-    if len(forms) == 1:
-        return None
-    out: list[FastRow | None] = [None] * len(raws)
-    for members in forms.values():
-        decoded = decode_chunk([raws[i] for i in members], columns, strings)
-        if decoded is not None:
-            for i, row in zip(members, decoded, strict=True):
-                out[i] = row
-    return out
+    """The chunk's trace cells decoded and checked together (:func:`decode_chunk`: rows in another form, or odd
+    rows, are taken apart from the rest, so that a few do not send their whole chunk to the per-row path)."""
+    return decode_chunk(raws, columns, strings) if columns else None
 
 
 def _keep_row(kept: ValidRows, number: int, raw: Any, rules: Rules, strings: dict[str, str], fmt: str,

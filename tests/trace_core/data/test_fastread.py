@@ -552,6 +552,27 @@ def test_surprisal_and_logprobs_both_given_are_checked_on_the_fast_path(fmt, mon
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_a_few_malformed_rows_leave_only_themselves_to_the_per_row_path(fmt, monkeypatch):
+    """Rows whose lists the front end cannot take (a list one value short, a text among the ids, a number among the
+    token texts) are found by halving their chunk: their neighbours stay on the fast path; the read is as the
+    per-row path's."""
+    rng = random.Random(8)
+    header, rows = _csv(rng, 200, **_OPTIONS[0])
+    ids, texts = header.index("token_ids"), header.index("tokens")
+    for i, how in ((5, "short"), (77, "text id"), (150, "number token"), (151, "short")):
+        cell = json.loads(rows[i][ids if how != "number token" else texts])
+        if how == "short":
+            cell = cell[:-1]
+        else:
+            cell[0] = "7" if how == "text id" else 7
+        rows[i][ids if how != "number token" else texts] = json.dumps(cell, separators=(",", ":"))
+    data = _bytes(header, rows) if fmt == "csv" else _jsonl(_records(rng, header, rows))
+    counts = _counting(monkeypatch)
+    assert _same(data, monkeypatch, 256, fmt) == 4
+    assert counts == [196, 4]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_a_file_whose_rows_all_have_traces_reads_into_one_table(fmt, monkeypatch):
     """The reader's checked rows go into one TraceTable with no Trace made per row; a file with a row without a
     trace gives a list instead, with None for that row."""
