@@ -545,10 +545,7 @@ def test_surprisal_and_logprobs_both_given_are_checked_on_the_fast_path(fmt, mon
         values = json.loads(row[at])
         logprobs = [-v + (1e-3 if i % 10 == 3 and j == 0 else rng.uniform(-1e-7, 1e-7)) for j, v in enumerate(values)]
         row.append(json.dumps([min(x, 0.0) for x in logprobs], separators=(",", ":")))
-    data = _bytes(header, rows) if fmt == "csv" else _jsonl(_records(rng, header, rows))
-    counts = _counting(monkeypatch)
-    assert _same(data, monkeypatch, 256, fmt) == 3
-    assert counts == [27, 3]
+    assert _fast_and_per_row(header, rows, fmt, rng, monkeypatch) == (3, [27, 3])
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
@@ -566,10 +563,16 @@ def test_a_few_malformed_rows_leave_only_themselves_to_the_per_row_path(fmt, mon
         else:
             cell[0] = "7" if how == "text id" else 7
         rows[i][ids if how != "number token" else texts] = json.dumps(cell, separators=(",", ":"))
+    assert _fast_and_per_row(header, rows, fmt, rng, monkeypatch) == (4, [196, 4])
+
+
+def _fast_and_per_row(header: list[str], rows: list[list[str]], fmt: str, rng: random.Random,
+                      monkeypatch) -> tuple[int, list[int]]:
+    """The rows as a CSV or JSON Lines file, read on both paths alike: its row errors, and the rows the fast path
+    took and left to the per-row path."""
     data = _bytes(header, rows) if fmt == "csv" else _jsonl(_records(rng, header, rows))
     counts = _counting(monkeypatch)
-    assert _same(data, monkeypatch, 256, fmt) == 4
-    assert counts == [196, 4]
+    return _same(data, monkeypatch, 256, fmt), counts
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
