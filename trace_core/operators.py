@@ -177,7 +177,8 @@ def _segment_sum(batch: Ragged, weights: np.ndarray) -> np.ndarray:
     out = np.zeros(len(batch))
     nonempty = batch.lengths > 0
     if nonempty.any():  # each start reduces up to the next given start: exactly its trace, as in the max below
-        out[nonempty] = np.add.reduceat(weights, batch.offsets[:-1][nonempty])
+        with np.errstate(over="ignore"):  # an overflowing sum is inf: the scores' finiteness check names the answer
+            out[nonempty] = np.add.reduceat(weights, batch.offsets[:-1][nonempty])
     return out
 
 
