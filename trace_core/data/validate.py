@@ -165,17 +165,10 @@ def _keep_chunk(kept: ValidRows, pending: list[tuple[int, Any, Rules]], strings:
     if not pending:
         return
     rules = pending[0][2]
-    fast = _decoded_chunk([raw for _, raw, _ in pending], rules.trace_columns, strings)
+    fast = decode_chunk([raw for _, raw, _ in pending], rules.trace_columns, strings)  # None: no trace column
     for i, (number, raw, _) in enumerate(pending):
         _keep_row(kept, number, raw, rules, strings, fmt, csv_columns, None if fast is None else fast[i])
     pending.clear()
-
-
-def _decoded_chunk(raws: list[Any], columns: tuple[str, ...],
-                   strings: dict[str, str]) -> list[FastRow | None] | None:
-    """The chunk's trace cells decoded and checked together (:func:`decode_chunk`: rows in another form, or odd
-    rows, are taken apart from the rest, so that a few do not send their whole chunk to the per-row path)."""
-    return decode_chunk(raws, columns, strings) if columns else None
 
 
 def _keep_row(kept: ValidRows, number: int, raw: Any, rules: Rules, strings: dict[str, str], fmt: str,
