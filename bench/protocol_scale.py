@@ -101,7 +101,7 @@ _PARTS = {
     "predictions": [("scalar_calibration.py", "predict_checked"), ("logistic.py", "__call__")],
     "ranking metrics": [("protocol.py", "ranking_part"), ("protocol.py", "ranking_of_scores"),
                         ("ranking.py", "ranking_metrics")],
-    "Brier and ECE": [("protocol.py", "probability_metric")],
+    "Brier and ECE": [("protocol.py", "probability_metrics")],
     "baselines": [("baselines.py", "baseline_scores")],
     "TRACE's score, TRACE+ and reference features": [("evaluate.py", "_scores")],
     "one sort per score": [("protocol.py", "of")],

@@ -32,7 +32,13 @@ from .logistic import (
     transform_scores,
 )
 from .metrics import RankGroups
-from .metrics.kernels import brier_kernel, ece_of_ascending, ranking_of_groups, stable_argsort
+from .metrics.kernels import (
+    brier_and_ece_of_monotone,
+    brier_kernel,
+    ece_of_ascending,
+    ranking_of_groups,
+    stable_argsort,
+)
 from .paired import FITTED, RAW
 from .registry import METHODS, METRICS, Method
 from .results import CONSTANT_RTOL, SCALAR_CALIBRATORS, UNINFORMATIVE, HeldOut, HeldOutMethod, SplitValue
@@ -42,8 +48,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["MAX_WORKERS", "OUT_OF_FOLD", "THREADS_FROM", "Ascending", "MethodOnSplit", "Part", "SplitRun",
            "draw_splits", "feature_set", "fit_reference", "is_constant", "iter_splits", "map_on_threads",
-           "one_blas_thread", "out_of_fold", "probability_metric", "ranking_of_scores", "ranking_part", "run_splits",
-           "split_group_codes", "stratified_folds", "take_rows", "workers_for"]
+           "one_blas_thread", "out_of_fold", "probability_metric", "probability_metrics", "ranking_of_scores",
+           "ranking_part", "run_splits", "split_group_codes", "stratified_folds", "take_rows", "workers_for"]
 
 Progress = Callable[[int, int], None]
 
@@ -190,6 +196,16 @@ def probability_metric(name: str, y: np.ndarray, prob: np.ndarray, n_bins: int) 
     if name == "ece":
         return ece_of_ascending(y, prob, n_bins)
     raise ValueError(f"no probability metric {name!r}")  # pragma: no cover - the registry lists brier and ece
+
+
+def probability_metrics(names: Sequence[str], y: np.ndarray, prob: np.ndarray, n_bins: int) -> list[float]:
+    """:func:`probability_metric` of each of ``names``, the same numbers; Brier and ECE together take one pass
+    (:func:`~trace_core.metrics.kernels.brier_and_ece_of_monotone`), as the protocol asks for both on every
+    calibrator, method and split."""
+    if len(names) == 2 and set(names) == {"brier", "ece"}:
+        both = dict(zip(("brier", "ece"), brier_and_ece_of_monotone(y, prob, n_bins), strict=True))
+        return [both[m] for m in names]
+    return [probability_metric(m, y, prob, n_bins) for m in names]
 
 
 _blas_lock = threading.Lock()
@@ -407,8 +423,9 @@ class _Protocol:
                probs: dict[str, np.ndarray]) -> list[SplitValue]:
         """One method's metric values on some rows: rankings of the raw score, Brier and ECE per calibrator."""
         out = [SplitValue(part.split, method, m, RAW, ranked[m]) for m in self.ranking]
-        out += [SplitValue(part.split, method, m, c, probability_metric(m, y, p, self.config.n_bins))
-                for c, p in probs.items() for m in self.probability]
+        for c, p in probs.items():
+            metrics = probability_metrics(self.probability, y, p, self.config.n_bins)
+            out += [SplitValue(part.split, method, m, c, v) for m, v in zip(self.probability, metrics, strict=True)]
         return out
 
     def on_split(self, method: str, part: Part) -> MethodOnSplit:

@@ -153,7 +153,7 @@ def preload() -> None:
     import scipy.special  # noqa: F401
 
     from .logistic import fit_logistic_1d, standardised_logistic
-    from .metrics.kernels import RADIX_FROM, ranking_of_groups, stable_argsort
+    from .metrics.kernels import RADIX_FROM, brier_and_ece_of_monotone, ranking_of_groups, stable_argsort
 
     x = np.linspace(-1.0, 1.0, RADIX_FROM)
     y = (np.arange(RADIX_FROM) % 3 == 0).astype(np.int64)
@@ -162,6 +162,7 @@ def preload() -> None:
     IsotonicCalibrator().fit_presorted(x, y)
     ranking_of_groups(np.ones(RADIX_FROM), y[stable_argsort(-x)].astype(np.float64), both_classes=True,
                       singletons=True)
+    brier_and_ece_of_monotone(y, (x + 1.0) / 2.0, 10)
 
 
 def isotonic_runs_loop(x: np.ndarray, y: np.ndarray, eps: float, thresholds: np.ndarray,

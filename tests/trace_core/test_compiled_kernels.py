@@ -143,3 +143,30 @@ def test_the_isotonic_runs_loop_gives_the_numpy_thresholds_bit_for_bit(kind):
     plain, fast = _both(lambda: IsotonicCalibrator().fit(x, y))
     np.testing.assert_array_equal(fast.x_thresholds_, plain.x_thresholds_)
     np.testing.assert_array_equal(fast.y_thresholds_, plain.y_thresholds_)
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 129, 1000, 70_001])
+def test_the_pairwise_loop_sums_as_numpy_does_bit_for_bit(n):
+    pytest.importorskip("numba")
+    from trace_core.metrics.compiled_sums import pairwise_sum
+
+    rng = np.random.default_rng(n)
+    x = rng.normal(size=n) * np.exp(rng.normal(0.0, 8.0, n))  # many magnitudes, both signs: the order shows
+    assert pairwise_sum(x, 0, n) == np.add.reduce(x)
+    assert pairwise_sum(x[::-1], 0, n) == np.add.reduce(x[::-1])
+    if n > 3:
+        assert pairwise_sum(x, 3, n - 3) == np.add.reduce(x[3:])
+
+
+@pytest.mark.parametrize("order", ["ascending", "descending", "shuffled", "on_edges", "one_bin"])
+@pytest.mark.parametrize("n", [1, 2, 9, 300, 20_000])
+@pytest.mark.parametrize("n_bins", [1, 10, 15])
+def test_the_brier_and_ece_loop_gives_the_numpy_numbers_bit_for_bit(order, n, n_bins):
+    rng = np.random.default_rng(n * n_bins)
+    p = {"ascending": np.sort(rng.beta(0.4, 0.4, n)), "descending": np.sort(rng.random(n))[::-1].copy(),
+         "shuffled": rng.random(n), "on_edges": np.sort(np.round(rng.random(n), 1)),
+         "one_bin": np.sort(0.5 + rng.random(n) * 1e-3)}[order]
+    y = (rng.random(n) < p).astype(np.int64)
+    plain, fast = _both(lambda: kernels.brier_and_ece_of_monotone(y, p, n_bins))
+    assert plain == (kernels.brier_kernel(y, p), kernels.ece_of_ascending(y, p, n_bins))
+    assert fast == plain
