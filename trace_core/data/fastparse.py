@@ -20,11 +20,11 @@ from typing import Any, NoReturn, cast
 
 import numpy as np
 
-from ..cells import CellError, json_cell
+from ..cells import ABSENT, CellError, is_int64, json_cell
 from ..columns import COLUMN_BY_NAME, TraceColumn
 from ..trace import TraceMetadata
 
-__all__ = ["VECTOR_COLUMNS", "Parsed", "from_lists", "from_text", "metadatas_of"]
+__all__ = ["VECTOR_COLUMNS", "Parsed", "fast_metadata", "from_lists", "from_text", "metadatas_of"]
 
 VECTOR_COLUMNS = ("token_ids", "surprisal", "logprobs", "entropy", "ranks")  # the per-token number columns
 _COMMA, _MINUS, _DOT, _ZERO = b",-.0"
@@ -207,14 +207,19 @@ def _split_strings(text: str, n: int, k: int | None) -> list[str] | None:
 
 def fast_metadata(value: str | Mapping[str, Any]) -> TraceMetadata | None:
     """The TraceMetadata of a ``trace_metadata`` cell (JSON text, or the object decoded); None when the per-row path
-    would refuse it (it says why)."""
+    would refuse it (it says why). A blank cell is a row without metadata, as in the per-row path."""
     try:
         meta = json_cell(value, "trace_metadata")
+        if meta is ABSENT:
+            return _IMPORTED
         if not isinstance(meta, Mapping):
             return None
         return TraceMetadata.from_dict(meta)
     except (CellError, TypeError, ValueError):
         return None
+
+
+_IMPORTED = TraceMetadata(source="imported")  # a row's metadata when its cell is empty (frozen: shared)
 
 
 def metadatas_of(cells: Sequence[str | Mapping[str, Any]]) -> list[TraceMetadata | None]:
@@ -374,13 +379,24 @@ def _list_cells(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> di
 def _numbers(items: Iterable[Any], column: TraceColumn, count: int) -> np.ndarray:
     """``count`` Python numbers as one array, converted as ``np.array(list, dtype)`` converts them (the per-row
     path); not plain unless each is of a type that needs no per-value check and converts (an int beyond int64, or
-    beyond float64, does not)."""
+    beyond float64, does not), or is an id written as a float (:func:`_integral`)."""
     values = list(items)
-    _need(len(values) == count and set(map(type, values)) <= column.py_types)
+    _need(len(values) == count)
+    kinds = set(map(type, values))
     try:
-        return np.fromiter(values, dtype=column.dtype, count=count)
+        if kinds <= column.py_types:
+            return np.fromiter(values, dtype=column.dtype, count=count)
+        _need(column.element == "int" and kinds <= {int, float})
+        return _integral(values)
     except (OverflowError, ValueError, TypeError):
         _not_plain()
+
+
+def _integral(values: list[float | int]) -> np.ndarray:
+    """Ids written as floats (a float64 Arrow column, ``7.0`` in JSON), taken when each is an integer that fits in
+    int64 by the per-row path's own test (:func:`~trace_core.cells.is_int64`)."""
+    _need(all(map(is_int64, values)))
+    return np.array([int(v) for v in values], dtype=np.int64)
 
 
 def _list_vector(cells: list[Any], column: TraceColumn, lengths: list[int], total: int) -> np.ndarray:

@@ -7,12 +7,13 @@ at once, the rarer rules included (alternatives below -MAX_NATS dropped, each ro
 the top-k mass with the chosen token counted when its id shows it is not among them; ``surprisal`` and ``logprobs``
 both given and agreeing). CSV cells that the text front end cannot split (escaped token texts, spaces, exponents:
 most real files) are decoded cell by cell with the codec's :func:`~trace_core.columns.decode_cell` and then checked
-together as decoded lists are. A row that some check refuses, or whose cells do not decode to lists of one shape
-(and an answer with no token), is left to the per-row path (None), which decodes it with the codec and names its
-bad cells exactly. Both paths take each
-column's dtype and accepted types from the codec's column spec; the bounds checked here are the codec's
+together as decoded lists are; an answer with no token is read on its own (:func:`_empty_answer`). Every valid row
+is accepted here: only a row that some check refuses (a cell that does not decode to lists of one shape is refused
+too) is left to the per-row path (None), which decodes it with the codec to name its bad cells exactly. Both paths
+take each column's dtype and accepted types from the codec's column spec; the bounds checked here are the codec's
 (:mod:`trace_core.logprobs`). ``tests/trace_core/data/test_fastread.py`` checks that both paths give the same traces
-and the same errors; a change to the codec's rules must be made here too.
+and the same errors, and that no valid row reaches the per-row decoder; a change to the codec's rules must be made
+here too.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..cells import ABSENT, CellError, is_blank
 from ..columns import decode_cell, vocab_size_of
 from ..logprobs import ENTROPY_TOLERANCE, MAX_ENTROPY_NATS, MAX_NATS, TOP_K_MASS_TOLERANCE, entropy_from_top_k
 from ..trace import LOGPROB_TOLERANCE, Trace, TraceMetadata
-from .fastparse import Parsed, from_lists, from_text
+from .fastparse import Parsed, fast_metadata, from_lists, from_text
 from .read_parquet import from_arrow
 
 __all__ = ["FastRow", "build_trace", "decode_chunk", "table_row"]
@@ -128,8 +129,10 @@ def _taken(rows: list[Mapping[str, Any]], columns: Sequence[str], strings: dict[
     if parsed is not None:
         checked = _checked(parsed, strings)
         return checked if checked is not None else [None] * len(rows)
-    if len(rows) == 1 or budget[0] <= 0:
-        return [None] * len(rows)
+    if len(rows) == 1:
+        return [None]
+    if budget[0] <= 0:  # the halvings are spent: each row on its own
+        return [fast for row in rows for fast in _taken([row], columns, strings, budget)]
     budget[0] -= 1
     half = len(rows) // 2
     return _taken(rows[:half], columns, strings, budget) + _taken(rows[half:], columns, strings, budget)
@@ -143,11 +146,15 @@ def _from_decoded(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
     decoded lists are (:func:`_taken`). A row whose cell does not decode to a list, or whose answer has no token, is
     left to the per-row path (None), which names its problem."""
     groups: dict[tuple[bool, ...], list[tuple[int, dict[str, Any]]]] = {}
+    out: list[FastRow | None] = [None] * len(raws)
     for i, raw in enumerate(raws):
         row = _decoded_row(raw, columns)
-        if row is not None:
+        if row is None:
+            continue
+        if row["tokens"]:
             groups.setdefault(tuple(row[c] is None for c in columns), []).append((i, row))
-    out: list[FastRow | None] = [None] * len(raws)
+        else:
+            out[i] = _empty_answer(row)
     budget = [_SPLITS]
     for members in groups.values():
         for (i, _), fast in zip(members, _taken([row for _, row in members], columns, strings, budget), strict=True):
@@ -157,7 +164,8 @@ def _from_decoded(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
 
 def _decoded_row(raw: Mapping[str, Any], columns: Sequence[str]) -> dict[str, Any] | None:
     """The row's trace cells decoded (an empty cell: None; ``trace_metadata`` kept as its text, read once per
-    distinct text); None when a cell does not decode to a list or the row has no token."""
+    distinct text); None when a cell does not decode to a list or the row has no ``tokens``. As in the per-row
+    path, a step column given as ``[]``, or given while ``top_logprobs`` is not, holds no alternatives (k = 0)."""
     row: dict[str, Any] = {}
     for name in columns:
         value = raw.get(name)
@@ -174,7 +182,42 @@ def _decoded_row(raw: Mapping[str, Any], columns: Sequence[str]) -> dict[str, An
             row[name] = decoded
         else:
             return None
-    return row if row.get("tokens") else None
+    tokens = row.get("tokens")
+    if tokens is None:
+        return None
+    steps = [name for name in _STEP_COLUMNS if row.get(name) is not None]
+    if steps and "top_logprobs" not in steps:
+        row["top_logprobs"], steps = [], [*steps, "top_logprobs"]
+    for name in steps:
+        if row[name] == []:
+            row[name] = [[] for _ in tokens]
+    return row
+
+
+_STEP_COLUMNS = ("top_logprobs", "top_ids", "top_tokens")
+
+
+def _empty_answer(row: dict[str, Any]) -> FastRow | None:
+    """An answer with no token, read as the per-row path reads it: every trace cell it has an empty list (no
+    alternatives, k = 0); None (the per-row path, which names the problem) for anything else."""
+    if any(value not in (None, []) for name, value in row.items() if name != "trace_metadata"):
+        return None
+    if row.get("surprisal") is None and row.get("logprobs") is None:
+        return None
+    meta = fast_metadata(row.get("trace_metadata") or "")  # a blank cell: the rows' default
+    if meta is None:
+        return None
+    try:
+        vocab_size_of(meta)
+    except CellError:
+        return None
+    given = row.get("entropy") is not None  # an empty list: its metadata's source stands, as in the codec
+    if not given:
+        meta = replace(meta, entropy_source="absent", entropy_k=None)
+    return FastRow(tokens=(), token_ids=np.full(0, -1, dtype=np.int64), surprisal=np.zeros(0),
+                   entropy=np.zeros(0) if given else None, top_ids=np.full((0, 0), -1, dtype=np.int64),
+                   top_logprobs=np.zeros((0, 0)), ranks=np.zeros(0, dtype=np.int64) if row.get("ranks") is not None
+                   else None, metadata=meta, top_tokens=() if row.get("top_tokens") is not None else None)
 
 
 class _Flags:

@@ -173,14 +173,26 @@ def _jsonl(records: list[dict]) -> bytes:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8")
 
 
+def _refusing_only(trace_from_cells):
+    """The per-row decoder, as the reader may use it when the fast path is on: only for rows the fast path's checks
+    refused, to name the problem. A valid row reaching it means the vectorised check did not take a row it should."""
+    def per_row(cells, **kwargs):
+        trace = trace_from_cells(cells, **kwargs)
+        raise AssertionError(f"a valid row went through the per-row path: tokens {trace.tokens[:8]!r}")
+    return per_row
+
+
 def _read(data: bytes, fast: bool, monkeypatch, chunk: int, fmt: str = "csv", arrow: bool = True,
           **options) -> tuple[object, list]:
     """The dataset and its warnings, read on the fast path (``arrow``: Parquet cells from their Arrow arrays when
-    it can; else from their lists, as before from_arrow) or on the per-row path alone."""
+    it can; else from their lists, as before from_arrow) or on the per-row path alone. On the fast path, every
+    valid row must be taken by the vectorised check (the per-row decoder only names the problems of the others)."""
     with monkeypatch.context() as m:
         m.setattr(validate, "_CHUNK", chunk)
         if not fast:
             m.setattr(validate, "decode_chunk", lambda *args: None)
+        else:
+            m.setattr(validate, "trace_from_cells", _refusing_only(validate.trace_from_cells))
         if not arrow:
             m.setattr(fastread, "from_arrow", lambda *args: None)
         with warnings.catch_warnings(record=True) as caught:
@@ -564,6 +576,59 @@ def test_a_few_malformed_rows_leave_only_themselves_to_the_per_row_path(fmt, mon
             cell[0] = "7" if how == "text id" else 7
         rows[i][ids if how != "number token" else texts] = json.dumps(cell, separators=(",", ":"))
     assert _fast_and_per_row(header, rows, fmt, rng, monkeypatch) == (4, [196, 4])
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_rows_of_many_odd_rows_are_each_tried_when_the_halvings_are_spent(fmt, monkeypatch):
+    """A chunk where every other row has a list one value short needs more halvings than a chunk may spend: the
+    rows left then are tried one by one, so every valid row is still checked on the fast path."""
+    rng = random.Random(21)
+    header, rows = _csv(rng, 256, **_OPTIONS[0])
+    ids = header.index("token_ids")
+    for row in rows[1::2]:
+        row[ids] = json.dumps(json.loads(row[ids])[:-1], separators=(",", ":"))
+    assert _fast_and_per_row(header, rows, fmt, rng, monkeypatch) == (128, [128, 128])
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_valid_forms_that_no_front_end_takes_whole_are_checked_on_the_fast_path(fmt, monkeypatch):
+    """Forms the per-row path accepts: an answer with no token (each trace cell an empty list), ids written as
+    floats (``7.0``, as a float64 column holds them), a step column given as ``[]`` or ``top_ids`` without
+    ``top_logprobs`` (no alternatives), a blank metadata cell among given ones. Every row is read on the fast path,
+    as the per-row path reads it; a fraction among the ids is still refused and named."""
+    meta = {"source": "generate", "extra": {"vocab_size": 100}}
+    records = []
+    for i in range(40):
+        n = 1 + i % 4
+        record = {"prompt": f"q{i}", "answer": "x" * n, "label": i % 2, "tokens": ["x"] * n,
+                  "token_ids": list(range(n)), "surprisal": [1.5] * n, "entropy": [2.0] * n,
+                  "top_ids": [[j, 50, 60] for j in range(n)], "top_logprobs": [[-1.5, -2.0, -3.0]] * n,
+                  "top_tokens": [["x", "y", "z"]] * n, "trace_metadata": meta}
+        kind = i % 6
+        if kind == 0:
+            record.update(answer="", tokens=[], token_ids=[], surprisal=[], entropy=[], top_ids=[], top_logprobs=[],
+                          top_tokens=[])
+        elif kind == 1:
+            record.update(token_ids=[float(j) for j in range(n)], top_ids=[[float(j), 50.0, 60.0] for j in range(n)])
+        elif kind == 2:
+            record.update(top_ids=[], top_logprobs=[], top_tokens=[])
+        elif kind == 3:
+            record.update(top_ids=[[] for _ in range(n)], top_logprobs=None, top_tokens=None)
+        elif kind == 4:
+            record["trace_metadata"] = " "
+        records.append(record)
+    records[7]["token_ids"] = [0.5]
+    header = list(records[0])
+    rows = [[json.dumps(r[c], separators=(",", ":")) if isinstance(r[c], (list, dict)) else
+             "" if r[c] is None else str(r[c]) for c in header] for r in records]
+    data = _bytes(header, rows) if fmt == "csv" else _jsonl(records)
+    counts = _counting(monkeypatch)
+    assert _same(data, monkeypatch, 256, fmt) == 1
+    assert counts == [39, 1]
+    fast, _ = _read(data, True, monkeypatch, 256, fmt)
+    empty = fast.traces[0]
+    assert empty.tokens == () and empty.top_logprobs.shape == (0, 0) and empty.metadata.entropy_source == "exact"
+    assert fast.traces[1].token_ids.dtype == np.int64 and fast.traces[2].top_logprobs.shape == (3, 0)
 
 
 def _fast_and_per_row(header: list[str], rows: list[list[str]], fmt: str, rng: random.Random,
