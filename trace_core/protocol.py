@@ -35,6 +35,7 @@ from .metrics import RankGroups
 from .metrics.kernels import (
     brier_and_ece_of_monotone,
     brier_kernel,
+    compiled,
     ece_of_ascending,
     ranking_of_groups,
     stable_argsort,
@@ -49,7 +50,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["MAX_WORKERS", "OUT_OF_FOLD", "THREADS_FROM", "Ascending", "MethodOnSplit", "Part", "SplitRun",
            "draw_splits", "feature_set", "fit_reference", "is_constant", "iter_splits", "map_on_threads",
            "one_blas_thread", "out_of_fold", "probability_metric", "probability_metrics", "ranking_of_scores",
-           "ranking_part", "run_splits", "split_group_codes", "stratified_folds", "take_rows", "workers_for"]
+           "ranking_part", "run_splits", "split_ascending_loop", "split_group_codes", "stratified_folds", "take_rows",
+           "workers_for"]
 
 Progress = Callable[[int, int], None]
 
@@ -242,6 +244,24 @@ def one_blas_thread(active: bool) -> Iterator[None]:
                 _blas_limiter = None
 
 
+def split_ascending_loop(in_cal: np.ndarray, order: np.ndarray, z: np.ndarray, y: np.ndarray,
+                         cal: tuple[np.ndarray, np.ndarray, np.ndarray],
+                         ev: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    """:meth:`Ascending.parts` in one pass (compiled by :func:`~trace_core.metrics.kernels.compiled`): each position
+    of the ascending order, with its ``z`` and label, written to the calibration part's arrays or the evaluation
+    part's (positions, ``z``, int64 labels) by whether its row calibrates."""
+    positions_cal, z_cal, y_cal = cal
+    positions_ev, z_ev, y_ev = ev
+    a = b = 0
+    for i in range(order.shape[0]):
+        if in_cal[order[i]]:
+            positions_cal[a], z_cal[a], y_cal[a] = i, z[i], y[i]
+            a += 1
+        else:
+            positions_ev[b], z_ev[b], y_ev[b] = i, z[i], y[i]
+            b += 1
+
+
 @dataclass(frozen=True)
 class Ascending:
     """A scalar score prepared once for every split: its rows in ascending order of the transformed score ``z``
@@ -266,6 +286,24 @@ class Ascending:
         groups = (None if bool(steps.all())
                   else np.concatenate([np.zeros(1, np.int32), np.cumsum(steps, dtype=np.int32)]))
         return cls(order=order, z=z[order], y=y[order].astype(np.int8), groups=groups, contiguous=contiguous)
+
+    def parts(self, in_cal: np.ndarray, n_cal: int) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray],
+                                                             tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The calibration part (rows where ``in_cal``, ``n_cal`` of them) and the evaluation part in ascending order:
+        each as (its positions in the order, ``z`` there, the 0/1 int64 labels there); with numba in one pass."""
+        loop = compiled(split_ascending_loop)
+        if loop is None:
+            # Positions rather than boolean masks: numpy's masked selection is slow on a random mask, finding the
+            # positions once and gathering is not.
+            mask = in_cal[self.order]
+            keep_cal, keep_ev = np.flatnonzero(mask), np.flatnonzero(~mask)
+            return ((keep_cal, self.z[keep_cal], self.labels(keep_cal)),
+                    (keep_ev, self.z[keep_ev], self.labels(keep_ev)))
+        n_ev = self.order.shape[0] - n_cal
+        cal = (np.empty(n_cal, np.int64), np.empty(n_cal), np.empty(n_cal, np.int64))
+        ev = (np.empty(n_ev, np.int64), np.empty(n_ev), np.empty(n_ev, np.int64))
+        loop(in_cal, self.order, self.z, self.y, cal, ev)
+        return cal, ev
 
     def labels(self, keep: np.ndarray) -> np.ndarray:
         """The 0/1 int64 labels at ``keep`` (ascending positions), as the calibrators and metrics take them."""
@@ -303,13 +341,17 @@ def ranking_part(prep: Ascending, keep: np.ndarray, y_part: np.ndarray) -> dict[
 def ranking_of_scores(score: np.ndarray, y: np.ndarray) -> dict[str, float]:
     """:meth:`~trace_core.metrics.RankGroups.ranking_metrics` of a score fitted on one split (checked, finite) and
     its 0/1 int64 labels, both classes present: one sort, and when every score is distinct (a fitted model's usual
-    case) the groups of one, without counting per distinct value."""
+    case) the groups of one, without counting per distinct value; else the tie groups as runs of that order (CES's
+    scores: the same groups and counts as RankGroups, without its second sort)."""
     order = stable_argsort(score)
     ascending = score[order]
-    if not bool(np.all(ascending[1:] > ascending[:-1])):
-        return RankGroups(score).ranking_metrics(y)
+    steps = ascending[1:] != ascending[:-1]
     pos = y[order].astype(np.float64)
-    return ranking_of_groups(np.ones(score.shape[0]), pos, both_classes=True, singletons=True)
+    if bool(steps.all()):
+        return ranking_of_groups(np.ones(score.shape[0]), pos, both_classes=True, singletons=True)
+    starts = np.flatnonzero(np.concatenate(([True], steps)))
+    total = np.diff(np.append(starts, score.shape[0])).astype(np.float64)
+    return ranking_of_groups(total, np.add.reduceat(pos, starts), both_classes=True)
 
 
 def stratified_folds(y: np.ndarray, folds: int = OUT_OF_FOLD) -> np.ndarray:
@@ -478,14 +520,9 @@ class _Protocol:
         rankings' tie groups all want it); Platt is fitted on the same part (the sums of ``PlattCalibrator.fit`` on
         ``z[cal]``, in another order), started from the previous split's fit."""
         prep, cal, ev = self.prepared[method], part.cal, part.ev
-        # Positions rather than boolean masks: numpy's masked selection is slow on a random mask, finding the
-        # positions once and gathering is not.
-        in_cal = part.in_cal[prep.order]
-        keep_cal, keep_ev = np.flatnonzero(in_cal), np.flatnonzero(~in_cal)
+        (keep_cal, z_cal, y_cal), (keep_ev, z_ev, y_ev) = prep.parts(part.in_cal, cal.shape[0])
         raw = self.scalar[method]
         out = MethodOnSplit(constant=not prep.spread(keep_cal, raw) and is_constant(raw[cal]))
-        z_cal, y_cal = prep.z[keep_cal], prep.labels(keep_cal)
-        z_ev, y_ev = prep.z[keep_ev], prep.labels(keep_ev)
         fitted: dict[str, PlattCalibrator | IsotonicCalibrator] = {
             "platt": PlattCalibrator().fit_checked(z_cal, y_cal, near=self.previous.get(method)),
             "isotonic": IsotonicCalibrator().fit_presorted(z_cal, y_cal)}

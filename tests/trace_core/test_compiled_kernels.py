@@ -170,3 +170,27 @@ def test_the_brier_and_ece_loop_gives_the_numpy_numbers_bit_for_bit(order, n, n_
     plain, fast = _both(lambda: kernels.brier_and_ece_of_monotone(y, p, n_bins))
     assert plain == (kernels.brier_kernel(y, p), kernels.ece_of_ascending(y, p, n_bins))
     assert fast == plain
+
+
+def test_the_platt_loop_gives_the_numpy_probabilities_bit_for_bit():
+    from trace_core.calibrate import PlattCalibrator
+
+    z, y = _skewed(4000, 5)
+    model = PlattCalibrator().fit(z, y.astype(np.int64))
+    x = np.concatenate([z, np.linspace(-800.0, 800.0, 2001)])  # both tails, where the sigmoid rounds to 0 and 1
+    plain, fast = _both(lambda: model.predict_checked(x))
+    np.testing.assert_array_equal(fast, plain)
+
+
+def test_the_split_loop_gives_the_numpy_parts():
+    from trace_core.protocol import Ascending
+
+    rng = np.random.default_rng(4)
+    raw = np.round(rng.normal(size=5000), 2)
+    y = (rng.random(5000) < 0.3).astype(np.int64)
+    prep = Ascending.of(raw, raw, y)
+    in_cal = rng.random(5000) < 0.35
+    plain, fast = _both(lambda: prep.parts(in_cal, int(in_cal.sum())))
+    for want, got in zip([*plain[0], *plain[1]], [*fast[0], *fast[1]], strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
