@@ -1,12 +1,13 @@
 """The fast path's two front ends: a chunk of rows' trace cells turned into arrays, before any check.
 
 CSV cells (JSON text): the numbers of a column's cells are joined and parsed in one call (pyarrow, else numpy), the
-token texts split on their quotes. Decoded cells (a JSON Lines record's lists, Parquet's): each column's values are
-joined into one array. Only cells in the plain form are taken: text as ``write_dataset`` writes it (compact JSON: no
-spaces, no escapes, numbers in JSON's grammar), lists of plain Python numbers and strings. For anything else a front
-end returns None and the chunk goes to the per-row path. Each column's dtype and the Python types it takes as they
-are come from the codec's column spec (:data:`~trace_core.columns.COLUMN_BY_NAME`), as the per-row decoder's do.
-:mod:`trace_core.data.fastread` checks what is parsed here.
+token texts split on their quotes (a token-text cell with an escape, as real vocabularies have, decoded by the codec's
+decoder). Decoded cells (a JSON Lines record's lists, Parquet's): each column's values are joined into one array. Only
+cells in the plain form are taken: number cells as ``write_dataset`` writes them (compact JSON, numbers in JSON's
+grammar), lists of plain Python numbers and strings (ids may be integral floats). For anything else a front end returns
+None and the chunk is decoded cell by cell (:mod:`trace_core.data.fastread`). Each column's dtype and the Python types
+it takes as they are come from the codec's column spec (:data:`~trace_core.columns.COLUMN_BY_NAME`), as the per-row
+decoder's do. :mod:`trace_core.data.fastread` checks what is parsed here.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, NoReturn, cast
 import numpy as np
 
 from ..cells import ABSENT, CellError, is_int64, json_cell
-from ..columns import COLUMN_BY_NAME, TraceColumn
+from ..columns import COLUMN_BY_NAME, TraceColumn, decode_cell
 from ..trace import TraceMetadata
 
 __all__ = ["VECTOR_COLUMNS", "Parsed", "fast_metadata", "from_lists", "from_text", "metadatas_of"]
@@ -253,6 +254,7 @@ def from_text(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> Pars
         present = _text_cells(raws, columns)
         token_lists = _split_tokens(present["tokens"])
         lengths = [len(t) for t in token_lists]
+        _need(0 not in lengths)  # an answer with no token is read on its own
         total = sum(lengths)
         vectors = {name: _text_vector(present[name], COLUMN_BY_NAME[name], lengths, total)
                    for name in VECTOR_COLUMNS if name in present}
@@ -280,15 +282,30 @@ def _text_cells(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> di
 
 
 def _split_tokens(cells: list[str]) -> list[list[str]]:
-    """Each ``tokens`` cell's texts, split on quotes: no cell may hold an escape or a control character."""
-    _need(not _NOT_PLAIN_STRING.search("".join(cells)))
+    """Each ``tokens`` cell's texts, split on quotes; a cell with an escape (a quote, a backslash, a newline in a
+    token: most real answers have one) or in another layout is decoded as the per-row path decodes it."""
+    escaped = bool(_NOT_PLAIN_STRING.search("".join(cells)))
     token_lists = []
     for cell in cells:
-        split_tokens = _split_strings(cell, cell.count('"') // 2, None)
-        if split_tokens is None:
-            _not_plain()
-        token_lists.append(split_tokens)
+        split_tokens = None if escaped and _NOT_PLAIN_STRING.search(cell) else \
+            _split_strings(cell, cell.count('"') // 2, None)
+        token_lists.append(split_tokens if split_tokens is not None else _decoded_strings(cell, "tokens"))
     return token_lists
+
+
+def _decoded_strings(cell: str, name: str, n: int | None = None, k: int = 0) -> list[str]:
+    """A text column's cell decoded by the codec's :func:`~trace_core.columns.decode_cell`: a list of strings
+    (``n`` given: a list of n lists of k strings, flattened); anything else is not plain."""
+    try:
+        value = decode_cell(cell, name)
+    except CellError:
+        _not_plain()
+    _need(type(value) is list)
+    if n is not None:
+        _need(len(value) == n and all(type(step) is list and len(step) == k for step in value))
+        value = list(_chain(value))
+    _need(all(type(text) is str for text in value))
+    return value
 
 
 def _text_vector(cells: list[str], column: TraceColumn, lengths: list[int], total: int) -> np.ndarray:
@@ -327,13 +344,12 @@ def _text_top_tokens(present: dict[str, list[str]], lengths: list[int], top_logp
     if "top_tokens" not in present:
         return None
     cells = present["top_tokens"]
-    _need(top_logprobs is not None and not _NOT_PLAIN_STRING.search("".join(cells)))
+    _need(top_logprobs is not None)
+    escaped = bool(_NOT_PLAIN_STRING.search("".join(cells)))
     top_strings = []
     for cell, n in zip(cells, lengths, strict=True):
-        split_top = _split_strings(cell, n, k)
-        if split_top is None:
-            _not_plain()
-        top_strings.append(split_top)
+        split_top = None if escaped and _NOT_PLAIN_STRING.search(cell) else _split_strings(cell, n, k)
+        top_strings.append(split_top if split_top is not None else _decoded_strings(cell, "top_tokens", n, k))
     return top_strings
 
 

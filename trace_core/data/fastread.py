@@ -5,8 +5,8 @@ decoded lists of JSON Lines records and Parquet; :func:`~trace_core.data.read_pa
 Arrow arrays), then every check of :func:`~trace_core.columns.trace_from_cells` is made on the whole chunk's arrays
 at once, the rarer rules included (alternatives below -MAX_NATS dropped, each row keeping the fewest any step has;
 the top-k mass with the chosen token counted when its id shows it is not among them; ``surprisal`` and ``logprobs``
-both given and agreeing). CSV cells that the text front end cannot split (escaped token texts, spaces, exponents:
-most real files) are decoded cell by cell with the codec's :func:`~trace_core.columns.decode_cell` and then checked
+both given and agreeing). CSV cells that the text front end does not take (number cells with spaces, JSON text of
+another writer) are decoded cell by cell with the codec's :func:`~trace_core.columns.decode_cell` and then checked
 together as decoded lists are; an answer with no token is read on its own (:func:`_empty_answer`). Every valid row
 is accepted here: only a row that some check refuses (a cell that does not decode to lists of one shape is refused
 too) is left to the per-row path (None), which decodes it with the codec to name its bad cells exactly. Both paths
@@ -112,7 +112,7 @@ def decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
                 parsed = from_text(raws, columns)
             elif kinds == {list}:
                 parsed = from_lists(raws, columns)
-        if parsed is None:  # escapes, spaces, JSON text among lists, odd rows...: each cell decoded, then checked
+        if parsed is None:  # spaces, JSON text among lists, odd rows...: each cell decoded, then checked
             return _from_decoded(raws, columns, strings)
         return _checked(parsed, strings)
 
@@ -140,11 +140,11 @@ def _taken(rows: list[Mapping[str, Any]], columns: Sequence[str], strings: dict[
 
 def _from_decoded(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
                   strings: dict[str, str]) -> list[FastRow | None]:
-    """Cells that no front end takes for the whole chunk (text cells with a token holding a quote, a newline or a
-    non-ASCII escape, as most real answers have; JSON text among lists; a few odd rows): each row's cells decoded by
+    """Cells that no front end takes for the whole chunk (number cells with spaces, JSON text among lists, answers
+    with no token, a few odd rows): each row's cells decoded by
     the per-row decoder's own :func:`decode_cell`, then the rows that have the same cells checked together as
-    decoded lists are (:func:`_taken`). A row whose cell does not decode to a list, or whose answer has no token, is
-    left to the per-row path (None), which names its problem."""
+    decoded lists are (:func:`_taken`), an answer with no token on its own. A row whose cell does not decode to a
+    list is left to the per-row path (None), which names its problem."""
     groups: dict[tuple[bool, ...], list[tuple[int, dict[str, Any]]]] = {}
     out: list[FastRow | None] = [None] * len(raws)
     for i, raw in enumerate(raws):

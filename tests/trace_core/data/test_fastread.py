@@ -287,6 +287,29 @@ def test_fast_path_takes_plain_rows():
     assert decoded is not None and all(row is not None for row in decoded)
 
 
+def test_text_cells_with_escaped_token_texts_are_parsed_in_bulk():
+    """A chunk whose token texts have JSON escapes (quotes, backslashes, newlines, as real vocabularies do) or
+    another layout (``", "``) is still taken by the text front end: its numbers parsed in bulk, just those cells
+    decoded by the codec's decoder; a cell that is not a list of strings sends the chunk elsewhere."""
+    rng = random.Random(12)
+    header, rows = _csv(rng, 30, **_OPTIONS[4])  # every word, escaped ones included
+    columns = tuple(c for c in codec.TRACE_COLUMNS if c in header)
+    at, top = header.index("tokens"), header.index("top_tokens")
+    rows[2][at] = json.dumps(json.loads(rows[2][at]))  # ", " between the texts
+    raws = [dict(zip(header, r, strict=True)) for r in rows]
+    assert any("\\" in raw["tokens"] for raw in raws)
+    parsed = fastparse.from_text(raws, columns)
+    assert parsed is not None
+    assert parsed.token_lists == [json.loads(raw["tokens"]) for raw in raws]
+    assert parsed.top_strings == [[text for step in json.loads(raw["top_tokens"]) for text in step] for raw in raws]
+    for broken in ('["a\\"]', '["a", 7]', '{"a": 1}', '[["a"]]'):
+        raws[5] = {**raws[5], "tokens": broken}
+        assert fastparse.from_text(raws, columns) is None
+    raws[5] = dict(zip(header, rows[5], strict=True))
+    raws[9] = {**raws[9], "top_tokens": json.dumps(json.loads(rows[9][top])[:-1])}
+    assert fastparse.from_text(raws, columns) is None
+
+
 @pytest.mark.parametrize("text, integer, plain", [("99999999999999999999", True, False),
     ("-99999999999999999999", True, False), ("9223372036854775807", True, False), ("1.2.3", False, False),
     ("1e5e5", False, False), ("1,2,", False, False), ("1e+5,2E-5,3e05", False, True),
