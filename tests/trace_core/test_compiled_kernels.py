@@ -194,3 +194,15 @@ def test_the_split_loop_gives_the_numpy_parts():
     for want, got in zip([*plain[0], *plain[1]], [*fast[0], *fast[1]], strict=True):
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("distinct", [5, 400, 6000])
+def test_a_fitted_score_s_rankings_equal_rank_groups_bit_for_bit(distinct):
+    from trace_core.metrics import RankGroups
+    from trace_core.protocol import ranking_of_scores
+
+    rng = np.random.default_rng(distinct)
+    score = rng.integers(0, distinct, 6000) / distinct - 0.5  # ties (CES's scores are counts over a part)
+    score[:3] = [-0.0, 0.0, -0.0]  # equal, one group
+    y = (rng.random(6000) < 0.5 + score / 2).astype(np.int64)
+    assert ranking_of_scores(score, y) == RankGroups(score).ranking_metrics(y)
