@@ -190,8 +190,11 @@ def _matrix_texts(texts: list[str], lengths: list[int]) -> tuple[list[str], int]
 
 def _split_strings(text: str, n: int, k: int | None) -> list[str] | None:
     """The strings of one ``tokens`` (``k`` None) or ``top_tokens`` cell with no escapes; None unless it is a list
-    of n strings (of n lists of k strings)."""
+    of n strings (of n lists of k strings). Spaces between the strings (``json.dumps``' ``", "``) are not part of
+    any text: they are dropped."""
     parts = text.split('"')
+    if " " in text:
+        parts[0::2] = [part.replace(" ", "") for part in parts[0::2]]
     seps = parts[2:-1:2]
     if k == 0:
         return [] if text == "[" + ",".join(["[]"] * n) + "]" and n else None
@@ -308,8 +311,14 @@ def _decoded_strings(cell: str, name: str, n: int | None = None, k: int = 0) -> 
     return value
 
 
+def _compact(cells: list[str]) -> list[str]:
+    """Number cells with ``", "`` between values (``json.dumps``' default layout, other writers' too) as compact text:
+    the same numbers, as no number holds a comma; any other space is left for the plain-number check to refuse."""
+    return [cell.replace(", ", ",") if ", " in cell else cell for cell in cells]
+
+
 def _text_vector(cells: list[str], column: TraceColumn, lengths: list[int], total: int) -> np.ndarray:
-    inner = _vector_texts(cells, lengths)
+    inner = _vector_texts(_compact(cells), lengths)
     if inner is None:
         _not_plain()
     return _parsed_numbers(inner, column.dtype, total)
@@ -320,7 +329,7 @@ def _text_top_logprobs(present: dict[str, list[str]], lengths: list[int],
     """The ``top_logprobs`` of every token, (total, k), and k; (None, 0) without the column."""
     if "top_logprobs" not in present:
         return None, 0
-    parsed = _matrix_texts(present["top_logprobs"], lengths)
+    parsed = _matrix_texts(_compact(present["top_logprobs"]), lengths)
     if parsed is None:
         _not_plain()
     inner, k = parsed
@@ -333,7 +342,7 @@ def _text_top_ids(present: dict[str, list[str]], lengths: list[int], total: int,
     if "top_ids" not in present:
         return None
     _need(top_logprobs is not None)
-    parsed = _matrix_texts(present["top_ids"], lengths)
+    parsed = _matrix_texts(_compact(present["top_ids"]), lengths)
     if parsed is None or parsed[1] != k:
         _not_plain()
     return _parsed_numbers(parsed[0], COLUMN_BY_NAME["top_ids"].dtype, total * k).reshape(total, k)

@@ -1,19 +1,18 @@
 """Decoding the trace cells of many rows at once: the reader's fast path.
 
-A chunk of rows is decoded column by column (:mod:`trace_core.data.fastparse`: from CSV text cells, or from the
-decoded lists of JSON Lines records and Parquet; :func:`~trace_core.data.read_parquet.from_arrow`: from Parquet's
-Arrow arrays), then every check of :func:`~trace_core.columns.trace_from_cells` is made on the whole chunk's arrays
-at once, the rarer rules included (alternatives below -MAX_NATS dropped, each row keeping the fewest any step has;
-the top-k mass with the chosen token counted when its id shows it is not among them; ``surprisal`` and ``logprobs``
-both given and agreeing). CSV cells that the text front end does not take (number cells with spaces, JSON text of
-another writer) are decoded cell by cell with the codec's :func:`~trace_core.columns.decode_cell` and then checked
-together as decoded lists are; an answer with no token is read on its own (:func:`_empty_answer`). Every valid row
-is accepted here: only a row that some check refuses (a cell that does not decode to lists of one shape is refused
-too) is left to the per-row path (None), which decodes it with the codec to name its bad cells exactly. Both paths
-take each column's dtype and accepted types from the codec's column spec; the bounds checked here are the codec's
-(:mod:`trace_core.logprobs`). ``tests/trace_core/data/test_fastread.py`` checks that both paths give the same traces
-and the same errors, and that no valid row reaches the per-row decoder; a change to the codec's rules must be made
-here too.
+A chunk of rows is decoded column by column (:mod:`trace_core.data.fastparse`: from CSV text cells, or from the decoded
+lists of JSON Lines records and Parquet; :func:`~trace_core.data.read_parquet.from_arrow`: from Parquet's Arrow arrays),
+then every check of :func:`~trace_core.columns.trace_from_cells` is made on the whole chunk's arrays at once, the rarer
+rules included (alternatives below -MAX_NATS dropped, each row keeping the fewest any step has; the top-k mass with the
+chosen token counted when its id shows it is not among them; ``surprisal`` and ``logprobs`` both given and agreeing).
+CSV cells that the text front end does not take (numbers with other spacing or in another form, JSON text of another
+writer) are decoded cell by cell with the codec's :func:`~trace_core.columns.decode_cell` and then checked together as
+decoded lists are; an answer with no token is read on its own (:func:`_empty_answer`). Every valid row is accepted here:
+only a row that some check refuses (a cell that does not decode to lists of one shape is refused too) is left to the
+per-row path (None), which decodes it with the codec to name its bad cells exactly. Both paths take each column's dtype
+and accepted types from the codec's column spec; the bounds checked here are the codec's (:mod:`trace_core.logprobs`).
+``tests/trace_core/data/test_fastread.py`` checks that both paths give the same traces and the same errors, and that no
+valid row reaches the per-row decoder; a change to the codec's rules must be made here too.
 """
 
 from __future__ import annotations
@@ -140,11 +139,11 @@ def _taken(rows: list[Mapping[str, Any]], columns: Sequence[str], strings: dict[
 
 def _from_decoded(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
                   strings: dict[str, str]) -> list[FastRow | None]:
-    """Cells that no front end takes for the whole chunk (number cells with spaces, JSON text among lists, answers
-    with no token, a few odd rows): each row's cells decoded by
-    the per-row decoder's own :func:`decode_cell`, then the rows that have the same cells checked together as
-    decoded lists are (:func:`_taken`), an answer with no token on its own. A row whose cell does not decode to a
-    list is left to the per-row path (None), which names its problem."""
+    """Cells that no front end takes for the whole chunk (numbers with other spacing or in another form, JSON text
+    among lists, answers with no token, a few odd rows): each row's cells decoded by the per-row decoder's own
+    :func:`decode_cell`, then the rows that have the same cells checked together as decoded lists are
+    (:func:`_taken`), an answer with no token on its own. A row whose cell does not decode to a list is left to the
+    per-row path (None), which names its problem."""
     groups: dict[tuple[bool, ...], list[tuple[int, dict[str, Any]]]] = {}
     out: list[FastRow | None] = [None] * len(raws)
     for i, raw in enumerate(raws):

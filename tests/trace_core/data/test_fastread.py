@@ -288,19 +288,25 @@ def test_fast_path_takes_plain_rows():
 
 
 def test_text_cells_with_escaped_token_texts_are_parsed_in_bulk():
-    """A chunk whose token texts have JSON escapes (quotes, backslashes, newlines, as real vocabularies do) or
-    another layout (``", "``) is still taken by the text front end: its numbers parsed in bulk, just those cells
-    decoded by the codec's decoder; a cell that is not a list of strings sends the chunk elsewhere."""
+    """A chunk whose token texts have JSON escapes (quotes, backslashes, newlines, as real vocabularies do) is
+    still taken by the text front end: its numbers parsed in bulk, just those cells decoded by the codec's decoder;
+    ``json.dumps``' ``", "`` between values is read too. A cell that is not a list of strings sends the chunk
+    elsewhere."""
     rng = random.Random(12)
     header, rows = _csv(rng, 30, **_OPTIONS[4])  # every word, escaped ones included
     columns = tuple(c for c in codec.TRACE_COLUMNS if c in header)
-    at, top = header.index("tokens"), header.index("top_tokens")
-    rows[2][at] = json.dumps(json.loads(rows[2][at]))  # ", " between the texts
+    top = header.index("top_tokens")
+    for name in ("tokens", "top_tokens", "surprisal", "top_logprobs", "top_ids"):  # ", " between the values
+        rows[2][header.index(name)] = json.dumps(json.loads(rows[2][header.index(name)]))
     raws = [dict(zip(header, r, strict=True)) for r in rows]
-    assert any("\\" in raw["tokens"] for raw in raws)
+    assert any("\\" in raw["tokens"] for raw in raws) and ", " in raws[2]["top_logprobs"]
     parsed = fastparse.from_text(raws, columns)
     assert parsed is not None
     assert parsed.token_lists == [json.loads(raw["tokens"]) for raw in raws]
+    for name, values in (("surprisal", parsed.vectors["surprisal"]), ("top_logprobs", parsed.top_logprobs),
+                         ("top_ids", parsed.top_ids)):
+        expected = [x for raw in raws for x in json.loads(raw[name])]
+        assert values.tolist() == expected, name
     assert parsed.top_strings == [[text for step in json.loads(raw["top_tokens"]) for text in step] for raw in raws]
     for broken in ('["a\\"]', '["a", 7]', '{"a": 1}', '[["a"]]'):
         raws[5] = {**raws[5], "tokens": broken}
