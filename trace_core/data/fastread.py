@@ -17,6 +17,7 @@ valid row reaches the per-row decoder; a change to the codec's rules must be mad
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -372,21 +373,21 @@ def _fast_rows(parsed: Parsed, metadatas: list[TraceMetadata | None] | None, sur
     if top_logprobs is None:
         top_logprobs = np.zeros((total, 0))
     kept = [k] * len(lengths) if steps is None else steps.kept.tolist()
+    texts = _shared(parsed.token_lists, strings)
+    top_steps = None
+    if top_strings is not None:  # every step's k texts, the chunk's steps end to end
+        top_texts = _shared(top_strings, strings)
+        top_steps = list(zip(*[iter(top_texts)] * k, strict=True)) if k else [()] * total
     out: list[FastRow | None] = []
-    for i, tokens in enumerate(parsed.token_lists):
+    for i in range(len(lengths)):
         row_meta = metadatas[i] if metadatas is not None else None
         if bad[i] or (given and row_meta is None):
             out.append(None)
             continue
         a, b = bounds[i], bounds[i + 1]
-        n = b - a
         meta = (replace(row_meta, **source) if source else row_meta) if row_meta is not None else default_meta
-        top = None
-        if top_strings is not None:
-            shared = list(map(strings.setdefault, top_strings[i], top_strings[i]))
-            top = tuple(zip(*[iter(shared)] * k, strict=True)) if k else ((),) * n
         row = FastRow(
-            tokens=tuple(map(strings.setdefault, tokens, tokens)),
+            tokens=tuple(texts[a:b]),
             token_ids=vectors["token_ids"][a:b],
             surprisal=surprisal[a:b],
             entropy=None if entropies is None else entropies[a:b],
@@ -394,9 +395,16 @@ def _fast_rows(parsed: Parsed, metadatas: list[TraceMetadata | None] | None, sur
             top_logprobs=top_logprobs[a:b],
             ranks=vectors["ranks"][a:b] if "ranks" in vectors else None,
             metadata=meta,
-            top_tokens=top)
+            top_tokens=None if top_steps is None else tuple(top_steps[a:b]))
         out.append(row if kept[i] == k else _dropped(row, kept[i], estimate="entropy" not in vectors))
     return out
+
+
+def _shared(lists: list[list[str]], strings: dict[str, str]) -> list[str]:
+    """The texts of every row's list, end to end, each replaced by the one object kept for it in ``strings`` (a
+    tokenizer's texts repeat: each is stored once)."""
+    flat = list(itertools.chain.from_iterable(lists))
+    return list(map(strings.setdefault, flat, flat))
 
 
 def _dropped(row: FastRow, k: int, *, estimate: bool) -> FastRow:
