@@ -79,7 +79,7 @@ from .operators import (
     slope,
     window_max_mean,
 )
-from .score import stack_traces
+from .score import as_traces, stack_traces
 from .semantic import mars_confidence, token_relevance_batch, tokensar_confidence
 from .trace import LOGPROB_TOLERANCE, Trace
 
@@ -358,7 +358,7 @@ def compute_baselines(traces: Sequence[Trace], *, beam_logprobs: Sequence[Sequen
         Each answer's token relevances, already computed (:func:`trace_core.semantic.token_relevance_batch`, e.g.
         with a progress bar): the semantic baselines use them instead of an ``embedder``.
     """
-    traces = list(traces)
+    traces = as_traces(traces)
     surprisal, entropy = stack_traces(traces)
     return baseline_scores(surprisal, entropy, names=names, traces=traces, beam_logprobs=beam_logprobs,
                            embedder=embedder, contexts=contexts, relevance=relevance)

@@ -34,6 +34,7 @@ from .scalar_calibration import (
     check_fitted,
     preload,
 )
+from .score import as_traces
 from .trace import Trace
 
 __all__ = ["CALIBRATOR_WORDS", "SCORE_TRANSFORMS", "CalibratorFormatError", "IsotonicCalibrator", "NotFittedError",
@@ -42,14 +43,18 @@ __all__ = ["CALIBRATOR_WORDS", "SCORE_TRANSFORMS", "CalibratorFormatError", "Iso
            "transform_scores", "unfitted_copy"]
 
 
+def _metadata_of(traces: Sequence[Trace]) -> Sequence[Any]:
+    """Each trace's metadata (a table's column: no Trace made per answer; None for an item without one)."""
+    from .traces import TraceTable
+
+    return traces.metadata if isinstance(traces, TraceTable) else [getattr(t, "metadata", None) for t in traces]
+
+
 def _trace_origins(traces: Sequence[Trace]) -> dict[str, list[str]]:
     """The model ids, tokenizers and entropy sources of ``traces`` (sorted, unknown = empty ones left out)."""
     origins: dict[str, set[str]] = {"model_id": set(), "model_digest": set(), "tokenizer": set(),
                                     "entropy_source": set(), "source": set()}
-    from .traces import TraceTable
-
-    metadata = traces.metadata if isinstance(traces, TraceTable) else [getattr(t, "metadata", None) for t in traces]
-    for meta in metadata:
+    for meta in _metadata_of(traces):
         for key, names in origins.items():
             value = getattr(meta, key, "")
             if isinstance(value, str) and value:
@@ -170,16 +175,17 @@ class _FittedOnTraces:
         # A model is identified by its content digest where both sides know it (the same model under two paths is
         # the same model), else by its id.
         fitted_digests, applied_digests = provenance.get("model_digest", []), seen["model_digest"]
+        metadata = _metadata_of(X)
         by_digest = bool(fitted_digests) and bool(applied_digests) and all(
-            getattr(getattr(t, "metadata", None), "model_digest", "") for t in X)
+            getattr(meta, "model_digest", "") for meta in metadata)
         for key, what in (("model_id", "model"), ("entropy_source", "entropy source")):
             fitted_on, applied_to = provenance[key], seen[key]
             other = sorted(set(applied_to) - set(fitted_on))
             if key == "model_id" and by_digest:
                 if set(applied_digests) <= set(fitted_digests):
                     continue
-                other = sorted({t.metadata.model_id or t.metadata.model_digest for t in X
-                                if t.metadata.model_digest not in set(fitted_digests)})
+                other = sorted({meta.model_id or meta.model_digest for meta in metadata
+                                if meta.model_digest not in set(fitted_digests)})
             if fitted_on and other:
                 found.append(f"this calibrator was fitted on traces of {what} {_names(fitted_on)} and is applied to "
                              f"traces of {what} {_names(other)}; its probabilities may be miscalibrated for them")
@@ -258,7 +264,7 @@ class TracePlus(_FittedOnTraces, SavedCalibrator):
                 raise ValueError(f"feature matrix must have shape (n, {len(names)}) for feature set "
                                  f"{self.feature_set!r}, got {F.shape}")
         else:
-            F = feature_matrix(list(X), feature_set=self.feature_set)
+            F = feature_matrix(as_traces(X), feature_set=self.feature_set)
         if not np.isfinite(F).all():
             row = int(np.flatnonzero(~np.isfinite(F).all(axis=1))[0])
             raise AnswerValueError(row, "has a non-finite feature: its trace holds values too large to compute with")
@@ -373,7 +379,7 @@ def method_scores(traces: Sequence[Trace], method: str) -> np.ndarray:
     if method not in flaggable_methods():
         raise ValueError(f"{method!r} cannot be calibrated on traces alone; calibrate one of: "
                          f"{', '.join(flaggable_methods())}")
-    traces = list(traces)
+    traces = as_traces(traces)
     if not traces:
         raise ValueError("no answers to score")
     if spec.kind == "trace":
@@ -457,7 +463,7 @@ class ScoreCalibrator(_FittedOnTraces, SavedCalibrator):
     def fit(self, traces: Sequence[Trace], y: Any) -> ScoreCalibrator:
         """Fit on traces and their 0/1 correctness labels."""
         transform = self._check_params()
-        traces = list(traces)
+        traces = as_traces(traces)
         z = transform_scores(self.score(traces), transform)
         labels = check_fit_labels(y, z.shape[0])
         model = PlattCalibrator(C=self.C) if self.calibrator == "platt" else IsotonicCalibrator()
@@ -471,7 +477,7 @@ class ScoreCalibrator(_FittedOnTraces, SavedCalibrator):
 
     def _drift_features(self, X: Sequence[Trace] | np.ndarray, names: Sequence[str] | None = None, *,
                         z: np.ndarray | None = None) -> tuple[tuple[str, ...], np.ndarray]:
-        traces = list(X)
+        traces = as_traces(X)
         names = self._drift_names(traces) if names is None else tuple(names)
         extras = [n for n in names if n != "score"]
         extra = _extra_columns(traces, extras)
@@ -490,7 +496,7 @@ class ScoreCalibrator(_FittedOnTraces, SavedCalibrator):
         """Probability that each answer is correct, shape (n_answers,). Warns (UserWarning) when the traces come
         from another model or entropy source than those it was fitted on."""
         check_fitted(self, "calibrator_")
-        traces = list(traces)
+        traces = as_traces(traces)
         z = transform_scores(self.score(traces), self.transform_)
         self._check_provenance(traces)
         return self.calibrator_.predict_proba(z)
@@ -536,13 +542,13 @@ def check_drift(calibrator: Any, traces: Sequence[Trace], *, reference: Sequence
     Platt or isotonic calibrator. With ``reference`` (labeled answers that chose a guaranteed threshold): both
     samples compared directly on the calibrator's drift features (answer length and mean surprisal for a bare one).
     """
-    traces = list(traces)
+    traces = as_traces(traces)
     if reference is None:
         if isinstance(calibrator, (TracePlus, ScoreCalibrator)):
             return calibrator.check_drift(traces, alpha=alpha)
         return DriftResult.unavailable("a bare Platt or isotonic calibrator keeps no summary of its calibration "
                                        "answers", n_new=len(traces))
-    reference = list(reference)
+    reference = as_traces(reference)
     if isinstance(calibrator, (TracePlus, ScoreCalibrator)):
         result = calibrator.drift_from(reference, traces, alpha=alpha)
     else:
@@ -557,7 +563,7 @@ def probability_correct(calibrator: Any, traces: Sequence[Trace], *, confidence:
     """Each answer's probability of being correct under any calibrator: TracePlus and ScoreCalibrator read the
     traces; a bare Platt or isotonic calibrator is applied to the TRACE confidence (the surprisal-only variant for
     every answer when some trace holds no entropy; ``confidence``, when the caller has computed it that way)."""
-    traces = list(traces)
+    traces = as_traces(traces)
     if isinstance(calibrator, (TracePlus, ScoreCalibrator)):
         return calibrator.predict_proba(traces)
     if confidence is None:

@@ -51,7 +51,7 @@ from .operators import (
     slope,
     window_max_mean,
 )
-from .score import PAPER_CONFIG, TraceConfig, as_trace_list, risk_from_arrays, stack_traces
+from .score import PAPER_CONFIG, TraceConfig, as_traces, risk_from_arrays, stack_traces
 from .trace import Trace
 
 __all__ = ["FEATURE_SETS", "LOW_PROB_THRESHOLD", "default_feature_set", "feature_matrix", "feature_matrix_from_arrays",
@@ -156,7 +156,7 @@ def feature_matrix(traces: Sequence[Trace], *, feature_set: str = "paper") -> np
         An empty trace, or ``feature_set`` reads entropy and a trace has none (the message names the set and
         suggests ``"surprisal"``).
     """
-    traces = as_trace_list(traces)
+    traces = as_traces(traces)
     surprisal, entropy = stack_traces(traces)
     if entropy is None and needs_entropy(feature_set):
         without = sum(not t.has_entropy for t in traces)

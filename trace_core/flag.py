@@ -24,9 +24,10 @@ from .calibrate import (
     unfitted_copy,
 )
 from .protocol import OUT_OF_FOLD, stratified_folds
-from .score import config_for, explain_trace, trace_confidence, trace_risk
+from .score import as_traces, config_for, explain_trace, trace_confidence, trace_risk
 from .spans import SpanCalibrator, default_span_calibrator, riskiest_span
 from .trace import Trace
+from .traces import TraceTable
 
 __all__ = ["FLAG_BY", "OUT_OF_FOLD", "OUTPUT_COLUMNS", "SPAN_COLUMNS", "FlagScore", "best_flag_score", "flag_scores",
            "out_of_fold_probabilities", "output_collisions", "previous_export", "score_rows", "select_flagged",
@@ -222,7 +223,7 @@ def out_of_fold_probabilities(traces: Sequence[Trace], labels: Any, calibrator: 
     itself.
     """
     folds = check_int(folds, "folds", minimum=2)
-    traces = list(traces)
+    traces = as_traces(traces)
     y = np.asarray(labels).astype(np.int64)
     if y.shape != (len(traces),):
         raise ValueError(f"got {y.shape[0] if y.ndim else 0} labels for {len(traces)} answers")
@@ -233,13 +234,18 @@ def out_of_fold_probabilities(traces: Sequence[Trace], labels: Any, calibrator: 
         if not held.size:
             continue
         rest = np.flatnonzero(fold != k)
-        part = [traces[i] for i in held]
+        part = _subset(traces, held)
         if np.unique(y[rest]).shape[0] < 2:
             out[held] = calibrator.predict_proba(part)
             continue
-        model = unfitted_copy(calibrator).fit([traces[i] for i in rest], y[rest])
+        model = unfitted_copy(calibrator).fit(_subset(traces, rest), y[rest])
         out[held] = model.predict_proba(part)
     return out
+
+
+def _subset(traces: Sequence[Trace], indices: np.ndarray) -> Sequence[Trace]:
+    """The traces at ``indices``: a table's columns gathered at once (no Trace made per answer), else a list."""
+    return traces.take(indices) if isinstance(traces, TraceTable) else [traces[i] for i in indices]
 
 
 def threshold_for_risk(probability: np.ndarray, labels: np.ndarray, target_risk: float) -> float:

@@ -116,6 +116,19 @@ def as_trace_list(traces: Any) -> list[Trace]:
     return traces
 
 
+def as_traces(traces: Any) -> Sequence[Trace]:
+    """Many traces as the functions that take them read them: a :class:`~trace_core.traces.TraceTable` as it is (its
+    columns are read; no Trace is made per answer), anything else as a checked list (:func:`as_trace_list`)."""
+    return traces if isinstance(traces, TraceTable) else as_trace_list(traces)
+
+
+def all_have_entropy(traces: Sequence[Trace]) -> bool:
+    """Whether every trace has per-token entropy (a table's column, when ``traces`` is a table)."""
+    if isinstance(traces, TraceTable):
+        return bool(np.all(traces.has_entropy))
+    return all(t.has_entropy for t in as_trace_list(traces))
+
+
 def stack_traces(traces: Sequence[Trace]) -> tuple[Ragged, Ragged | None]:
     """Surprisal and entropy of many traces as two :class:`Ragged` batches with the same offsets.
 
@@ -194,7 +207,7 @@ def config_for(traces: Sequence[Trace], config: TraceConfig | None = None) -> Tr
     Callers that switch report ``config_for(...).variant`` as the method's name, so the switch is never silent.
     """
     config = PAPER_CONFIG if config is None else _check_config(config)
-    if config.needs_entropy and not all(t.has_entropy for t in as_trace_list(traces)):
+    if config.needs_entropy and not all_have_entropy(traces):
         return dataclasses.replace(config, signal="surprisal")
     return config
 
@@ -248,7 +261,7 @@ def trace_risk(traces: Trace | Sequence[Trace], *, config: TraceConfig = PAPER_C
     """
     config = _check_config(config)
     single = isinstance(traces, Trace)
-    batch = [traces] if isinstance(traces, Trace) else as_trace_list(traces)
+    batch = [traces] if isinstance(traces, Trace) else as_traces(traces)
     surprisal, entropy = stack_traces(batch)
     if config.needs_entropy and entropy is None:
         raise _missing_entropy(sum(not t.has_entropy for t in batch), len(batch))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import traceback
 import warnings
 
 import numpy as np
@@ -103,6 +104,39 @@ def test_evaluate_and_a_calibrator_give_the_same_numbers_on_a_table():
     a, b = TracePlus().fit(traces, y), TracePlus().fit(table, y)
     np.testing.assert_array_equal(a.predict_proba(traces), b.predict_proba(table))
     assert a.provenance_["entropy_source"] == b.provenance_["entropy_source"]
+
+
+def test_calibrators_read_a_table_without_making_a_trace_per_answer(monkeypatch):
+    """Fitting, predicting, the drift and provenance checks and out-of-fold probabilities read a table's columns:
+    the same numbers as on the list of its traces, with no Trace made per answer."""
+    from trace_core.calibrate import ScoreCalibrator, check_drift, probability_correct
+    from trace_core.flag import out_of_fold_probabilities
+
+    traces = [dataclasses.replace(t, metadata=TraceMetadata(model_id="m", model_digest="d"))
+              for t in random_traces(200, seed=5)]
+    y = (np.array([t.surprisal.mean() for t in traces]) < 1.0).astype(int)
+    table = TraceTable.from_traces(traces)
+    made = []
+    real = Trace._from_checked.__func__
+
+    def counted(cls, **parts):
+        made.append("".join(traceback.format_stack(limit=6)))
+        return real(cls, **parts)
+
+    for calibrator in (ScoreCalibrator(method="TRACE"), ScoreCalibrator(method="SeqLogP", calibrator="isotonic"),
+                       TracePlus()):
+        expected = type(calibrator)(**calibrator.get_params()).fit(traces, y)
+        with monkeypatch.context() as m:
+            m.setattr(Trace, "_from_checked", classmethod(counted))
+            fitted = calibrator.fit(table, y)
+            got = probability_correct(fitted, table)
+            drift = check_drift(fitted, table)
+            folds = out_of_fold_probabilities(table, y, fitted)
+        assert not made, made[0] if made else ""
+        np.testing.assert_array_equal(got, probability_correct(expected, traces))
+        np.testing.assert_array_equal(folds, out_of_fold_probabilities(traces, y, expected))
+        assert drift == check_drift(expected, traces)
+        assert fitted.provenance_mismatch(table) == expected.provenance_mismatch(traces) == []
 
 
 @pytest.mark.parametrize("indices", [[3, 0, 0, 7], [], [-1, 2], list(range(9))])
