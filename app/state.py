@@ -56,6 +56,7 @@ INSPECT_TRACE = "inspect_trace"  # Trace | None: the Inspect page's last answer
 COMPARISON = "compare_result"  # Comparison | None: the Compare page's last two answers
 EXAMPLE_USED = "example_used"  # int: the example prompt last copied into the prompt box
 TRACES_FILE_WANTED = "traces_file_wanted"  # bool: the dataset-with-traces file was asked for
+REPORT_WANTED = "report_wanted"  # bool: the Calibrate page's HTML report was asked for
 
 # Widget keys that code also sets.
 PROMPT = "prompt"  # the Inspect page's prompt box (an example fills it)
@@ -439,6 +440,15 @@ def traces_file_wanted() -> bool:
 
 def want_traces_file() -> None:
     _set(TRACES_FILE_WANTED, True)
+
+
+def report_wanted() -> bool:
+    """Whether this session asked for the Calibrate page's HTML report (built with the page from then on)."""
+    return bool(_get(REPORT_WANTED, False))
+
+
+def want_report() -> None:
+    _set(REPORT_WANTED, True)
 
 
 def inspect_trace() -> Trace | None:

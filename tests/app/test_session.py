@@ -181,6 +181,28 @@ def test_calibrate_page_offers_the_traces_download(tiny_model_dirs, files):
     assert "Download the dataset with its 60 traces" in [b.proto.label for b in at.get("download_button")]
 
 
+@pytest.mark.slow
+def test_calibrate_page_builds_the_report_once_asked_for(tiny_model_dirs, files, monkeypatch):
+    """The HTML report is not built on a session's first loads (a sizeable share of them): a Prepare button stands
+    in until clicked; then the download takes its place and stays, the report built with the page."""
+    import trace_core.report
+
+    built = []
+    real = trace_core.report.report_html
+    monkeypatch.setattr(trace_core.report, "report_html", lambda *a, **k: built.append(1) or real(*a, **k))
+    at = start(tiny_model_dirs, "../pages/calibrate.py")
+    calibrate_upload(at, files["labeled"])
+    assert "Download the report (HTML)" not in [b.proto.label for b in at.get("download_button")]
+    assert at.button(key="prepare_report").label == "Prepare the report (HTML)" and not built
+    at.button(key="prepare_report").click().run()
+    assert "Download the report (HTML)" in [b.proto.label for b in at.get("download_button")]
+    assert not [b for b in at.button if b.key == "prepare_report"] and built
+    report = next(b for b in at.get("download_button") if b.proto.label == "Download the report (HTML)")
+    assert report.proto.disabled is False
+    at.run()
+    assert not [b for b in at.button if b.key == "prepare_report"]
+
+
 def test_inspect_never_shows_a_stale_answer_as_current(tiny_model_dirs):
     at = start(tiny_model_dirs)
     generate(at, "Q: 2 + 2 =\nA:")
