@@ -439,10 +439,15 @@ def _steps(cells: list[Any], lengths: list[int]) -> list[list[Any]]:
 
 def _list_top_k(present: dict[str, list[Any]], lengths: list[int],
                 total: int) -> tuple[np.ndarray | None, np.ndarray | None, int]:
-    """``top_logprobs`` and ``top_ids`` of every token, (total, k), and k; None for a column the chunk lacks."""
+    """``top_logprobs`` and ``top_ids`` of every token, (total, k), and k; None for a column the chunk lacks. Ids or
+    texts without ``top_logprobs`` are taken only as steps with no alternative (k = 0), as the per-row path takes
+    them."""
     if "top_logprobs" not in present:
-        _need("top_ids" not in present)
-        return None, None, 0
+        if "top_ids" not in present and "top_tokens" not in present:
+            return None, None, 0
+        if "top_ids" in present:
+            _need(len(_steps(present["top_ids"], lengths)[0]) == 0)
+        return np.zeros((total, 0)), None, 0
     rows = _steps(present["top_logprobs"], lengths)
     k = len(rows[0])
     top_logprobs = _numbers(_chain(rows), COLUMN_BY_NAME["top_logprobs"], total * k).reshape(total, k)

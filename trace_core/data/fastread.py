@@ -165,7 +165,7 @@ def _from_decoded(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
 def _decoded_row(raw: Mapping[str, Any], columns: Sequence[str]) -> dict[str, Any] | None:
     """The row's trace cells decoded (an empty cell: None; ``trace_metadata`` kept as its text, read once per
     distinct text); None when a cell does not decode to a list or the row has no ``tokens``. As in the per-row
-    path, a step column given as ``[]``, or given while ``top_logprobs`` is not, holds no alternatives (k = 0)."""
+    path, a step column given as ``[]`` holds no alternatives (k = 0)."""
     row: dict[str, Any] = {}
     for name in columns:
         value = raw.get(name)
@@ -185,11 +185,8 @@ def _decoded_row(raw: Mapping[str, Any], columns: Sequence[str]) -> dict[str, An
     tokens = row.get("tokens")
     if tokens is None:
         return None
-    steps = [name for name in _STEP_COLUMNS if row.get(name) is not None]
-    if steps and "top_logprobs" not in steps:
-        row["top_logprobs"], steps = [], [*steps, "top_logprobs"]
-    for name in steps:
-        if row[name] == []:
+    for name in _STEP_COLUMNS:
+        if row.get(name) == []:
             row[name] = [[] for _ in tokens]
     return row
 

@@ -658,6 +658,17 @@ def test_valid_forms_that_no_front_end_takes_whole_are_checked_on_the_fast_path(
     empty = fast.traces[0]
     assert empty.tokens == () and empty.top_logprobs.shape == (0, 0) and empty.metadata.entropy_source == "exact"
     assert fast.traces[1].token_ids.dtype == np.int64 and fast.traces[2].top_logprobs.shape == (3, 0)
+    for record in records:  # a file with ids and texts but no top_logprobs column: steps without alternatives
+        n = len(record["tokens"])
+        record.update(top_ids=[[] for _ in range(n)], top_tokens=[[] for _ in range(n)], token_ids=list(range(n)))
+        del record["top_logprobs"]
+    header = list(records[0])
+    rows = [[json.dumps(r[c], separators=(",", ":")) if isinstance(r[c], (list, dict)) else
+             "" if r[c] is None else str(r[c]) for c in header] for r in records]
+    data = _bytes(header, rows) if fmt == "csv" else _jsonl(records)
+    counts[:] = [0, 0]
+    assert _same(data, monkeypatch, 256, fmt) == 0
+    assert counts == [40, 0]
 
 
 def _fast_and_per_row(header: list[str], rows: list[list[str]], fmt: str, rng: random.Random,
