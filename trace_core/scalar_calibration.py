@@ -162,8 +162,8 @@ def preload() -> None:
     """Import what the calibrators load on first use: scipy's sigmoid and its isotonic regression (about half a
     second together on a small machine), and, with numba, the protocol's compiled loops (loaded from their disk
     cache in about a second, or compiled on a first run: several seconds; ``make install`` does it once) by one small
-    fit of each kind. ``import trace_core`` stays
-    light; a server calls this at start-up, on a thread, so that no user's first evaluation waits for them."""
+    call of each. ``import trace_core`` stays light; a server calls this at start-up, on a thread, so that no user's
+    first evaluation waits for them."""
     import scipy.optimize  # noqa: F401
     import scipy.special  # noqa: F401
 
@@ -178,6 +178,12 @@ def preload() -> None:
     ranking_of_groups(np.ones(RADIX_FROM), y[stable_argsort(-x)].astype(np.float64), both_classes=True,
                       singletons=True)
     brier_and_ece_of_monotone(y, (x + 1.0) / 2.0, 10)
+    PlattCalibrator().fit(x, y).predict_proba(x)
+
+    from .protocol import Ascending  # a split's parts, as the protocol takes them
+
+    in_cal = y == 0
+    Ascending.of(x, x, y).parts(in_cal, int(in_cal.sum()))
 
 
 def isotonic_runs_loop(x: np.ndarray, y: np.ndarray, eps: float, thresholds: np.ndarray,

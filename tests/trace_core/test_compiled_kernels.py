@@ -206,3 +206,26 @@ def test_a_fitted_score_s_rankings_equal_rank_groups_bit_for_bit(distinct):
     score[:3] = [-0.0, 0.0, -0.0]  # equal, one group
     y = (rng.random(6000) < 0.5 + score / 2).astype(np.int64)
     assert ranking_of_scores(score, y) == RankGroups(score).ranking_metrics(y)
+
+
+def test_preload_loads_every_compiled_loop():
+    """``preload()`` (a server's start, ``make install``) calls every loop the code compiles, so that no user's first
+    evaluation compiles or loads one: each name given to ``compiled(...)`` in trace_core, read from the sources, is
+    compiled in a fresh process after preload alone, and so is the Brier-and-ECE loop."""
+    import re
+    import subprocess
+    import sys
+
+    pytest.importorskip("numba")
+    root = Path(kernels.__file__).resolve().parents[1]
+    wanted = {name for path in root.rglob("*.py")
+              for name in re.findall(r"\bcompiled\((\w+)\)", path.read_text(encoding="utf-8"))}
+    assert {"platt_loop", "split_ascending_loop", "singletons_loop"} <= wanted
+    code = ("import trace_core.metrics.kernels as k\n"
+            "from trace_core.scalar_calibration import preload\n"
+            "preload()\n"
+            "print(' '.join(f.__name__ for f, c in k._compiled_loops.items() if c is not None and c.signatures))\n"
+            "print(bool(k.compiled_sums().brier_and_ece.signatures))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert wanted <= set(out[0].split())
+    assert out[1] == "True"
