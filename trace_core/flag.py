@@ -27,7 +27,7 @@ from .protocol import OUT_OF_FOLD, stratified_folds
 from .score import as_traces, config_for, explain_trace, trace_confidence, trace_risk
 from .spans import SpanCalibrator, default_span_calibrator, riskiest_span
 from .trace import Trace
-from .traces import TraceTable
+from .traces import gather
 
 __all__ = ["FLAG_BY", "OUT_OF_FOLD", "OUTPUT_COLUMNS", "SPAN_COLUMNS", "FlagScore", "best_flag_score", "flag_scores",
            "out_of_fold_probabilities", "output_collisions", "previous_export", "score_rows", "select_flagged",
@@ -234,18 +234,13 @@ def out_of_fold_probabilities(traces: Sequence[Trace], labels: Any, calibrator: 
         if not held.size:
             continue
         rest = np.flatnonzero(fold != k)
-        part = _subset(traces, held)
+        part = gather(traces, held)
         if np.unique(y[rest]).shape[0] < 2:
             out[held] = calibrator.predict_proba(part)
             continue
-        model = unfitted_copy(calibrator).fit(_subset(traces, rest), y[rest])
+        model = unfitted_copy(calibrator).fit(gather(traces, rest), y[rest])
         out[held] = model.predict_proba(part)
     return out
-
-
-def _subset(traces: Sequence[Trace], indices: np.ndarray) -> Sequence[Trace]:
-    """The traces at ``indices``: a table's columns gathered at once (no Trace made per answer), else a list."""
-    return traces.take(indices) if isinstance(traces, TraceTable) else [traces[i] for i in indices]
 
 
 def threshold_for_risk(probability: np.ndarray, labels: np.ndarray, target_risk: float) -> float:
