@@ -1,6 +1,6 @@
 """Dashboard responsiveness: the time a page takes to update, measured on the real page scripts (Streamlit AppTest).
 
-    python -m bench.dashboard [--tokens 64 512] [--rows 10000] [--repeats 5] [--profile] [--pages inspect calibrate]
+    python -m bench.dashboard [--tokens 64 512] [--rows 10000] [--repeats 5] [--profile [N]] [--pages inspect calibrate]
                               [--no-demo]
 
 Inspect: time from clicking "Generate" to the page with its heatmap, with the model already cached, against
@@ -15,7 +15,8 @@ Calibrate: a synthetic 10,000-row CSV with stored traces (mean 64 tokens): time 
 and the fitted calibrator are on the page, against pandas.read_csv plus json.loads of every trace cell of the same file
 (the least any reader does), then a rerun after changing a plot setting (cached evaluation).
 AppTest runs the page script without a browser, so network and drawing time are not included (the browser load
-test, ``python -m bench.load_test``, measures those). ``--profile`` prints the top functions of each page run.
+test, ``python -m bench.load_test``, measures those). ``--profile`` prints the top 30 functions of each page's first
+run (``--profile N``: the top N).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ APP = str(ROOT / "app" / "main.py")
 os.environ.setdefault("TRACE_DEFAULT_MODEL", "demo")
 
 
-def _timed(fn, profile: bool) -> float:
+def _timed(fn, profile: int) -> float:
     # The page script runs in a thread of its own (AppTest's script runner): a profiler is started in every thread
     # that starts while ``fn`` runs, as well as in this one, and their statistics are printed together.
     profilers: list[cProfile.Profile] = []
@@ -65,7 +66,7 @@ def _timed(fn, profile: bool) -> float:
         stats = pstats.Stats(profilers[0], stream=out)
         for other in profilers[1:]:
             stats.add(other)
-        stats.sort_stats("cumulative").print_stats(30)
+        stats.sort_stats("cumulative").print_stats(profile)
         print(out.getvalue())
     return seconds
 
@@ -136,7 +137,7 @@ def _check(at) -> None:
         raise RuntimeError(f"the page showed an error: {at.error[0].value}")
 
 
-def bench_inspect(model_dir: str, label: str, tokens: int, repeats: int, profile: bool, prompt: str) -> None:
+def bench_inspect(model_dir: str, label: str, tokens: int, repeats: int, profile: int, prompt: str) -> None:
     from trace_core import DecodingConfig, generate_trace, load_model
 
     at = _start(model_dir)
@@ -152,7 +153,7 @@ def bench_inspect(model_dir: str, label: str, tokens: int, repeats: int, profile
         for r in range(repeats):
             # The same prompt each time (the page reruns the model on every click; nothing is cached).
             clock.take()
-            page.append(_timed(lambda: at.get("form_submit_button")[0].click().run(), profile and r == 0))
+            page.append(_timed(lambda: at.get("form_submit_button")[0].click().run(), profile if r == 0 else 0))
             rest.append(page[-1] - clock.take())  # the page run less its own generation
             _check(at)
             bare.append(_timed(lambda: _in_thread(lambda: generate_trace(lm, prompt, config=config)), False))
@@ -195,7 +196,7 @@ def _parse_only(path: Path) -> None:
             [json.loads(cell) for cell in frame[column] if cell]
 
 
-def bench_calibrate(rows: int, repeats: int, profile: bool) -> None:
+def bench_calibrate(rows: int, repeats: int, profile: int) -> None:
     from streamlit.testing.v1 import AppTest
 
     with tempfile.TemporaryDirectory() as folder:
@@ -211,11 +212,11 @@ def bench_calibrate(rows: int, repeats: int, profile: bool) -> None:
             at.radio(key="data_source").set_value("File path").run()
             # Each repeat is a fresh session of the same server process: caches start empty only the first time.
             at.text_input(key="data_path").set_value(str(path))
-            first.append(_timed(at.run, profile and r == 0))
+            first.append(_timed(at.run, profile if r == 0 else 0))
             _check(at)
             assert len(at.get("plotly_chart")) == 3 and at.session_state["calibrator"] is not None
             at.slider(key="n_bins").set_value(12 + r)
-            rerun.append(_timed(at.run, profile and r == 0))
+            rerun.append(_timed(at.run, profile if r == 0 else 0))
             _check(at)
         baseline = min(_timed(lambda: _parse_only(path), False) for _ in range(2))
         print(f"Calibrate: {rows:,} rows with traces ({size:.0f} MB CSV)")
@@ -232,7 +233,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, nargs="+", default=[64, 512])
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile", type=int, nargs="?", const=30, default=0, metavar="N",
+                        help="print the top N functions (default 30) of each page's first run")
     parser.add_argument("--pages", nargs="+", choices=["inspect", "calibrate"], default=["inspect", "calibrate"])
     parser.add_argument("--no-demo", action="store_true", help="skip the bundled demo model's answer")
     args = parser.parse_args(argv)
