@@ -129,6 +129,8 @@ def read_labeled(file: DatasetFile, *, require_label: bool = True,
         st.success(f"{dataset.n_read:,} rows read, all kept.")
     for note in dataset.notes:  # e.g. rows with both trace cells and a `response`
         st.caption(md_literal(note[:1].upper() + note[1:] + "."))
+    if dataset.label_note:  # labels that are likely wrong: every figure below would be too
+        st.warning(md_literal(dataset.label_note[:1].upper() + dataset.label_note[1:] + "."))
     if dataset.n_valid == 0:
         return None
     # "<file>.<labels>": the traces recorded for the file's rows are kept under the file part alone (a trace does not

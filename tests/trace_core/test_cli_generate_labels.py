@@ -103,6 +103,20 @@ def test_the_matcher_and_tolerance_are_the_users(model, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("quiet", [False, True])
+def test_answers_in_sentences_that_exact_matching_labels_wrong_are_named(quiet, model, tmp_path, capsys):
+    path = tmp_path / "p.csv"
+    path.write_text("prompt,reference\nQ: 2 + 2 =,4\nQ: 3 + 4 =,7\nQ: capital of France?,Paris\n", encoding="utf-8")
+    assert _generate(path, tmp_path / "g.csv", *(["--quiet"] if quiet else [])) == 0
+    assert pd.read_csv(tmp_path / "g.csv")["label"].tolist() == [0, 1, 0]  # " 5" is wrong; " It is Paris." too
+    err = [line for line in capsys.readouterr().err.splitlines() if "exact matcher" in line]
+    assert len(err) == 1 and err[0].startswith("warning: "), err
+    assert "1 of the 2 answers" in err[0] and "row 3: ' It is Paris.' against 'Paris'" in err[0], err
+    assert _generate(path, tmp_path / "c.csv", "--matcher", "contains", "--quiet") == 0
+    assert pd.read_csv(tmp_path / "c.csv")["label"].tolist() == [0, 1, 1]
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("quiet", [False, True])
 def test_an_input_label_without_a_reference_is_dropped(quiet, model, tmp_path, capsys):
     path = tmp_path / "p.csv"
     path.write_text("prompt,answer,label,family\nQ: 2 + 2 =,4,1,math\nQ: 3 + 4 =,7,yes,math\n", encoding="utf-8")

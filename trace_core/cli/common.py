@@ -86,6 +86,8 @@ def read_data(path: str, *, require_label: bool, args: argparse.Namespace):
     plain_warnings(caught, skip=(DatasetWarning,))  # the summary below says what DatasetWarning says, once
     if show or dataset.n_rejected:  # --quiet: only the problems (the summary names the rejected rows)
         print(dataset.summary(), file=sys.stderr)
+    elif dataset.label_note:  # --quiet still says that labels are likely wrong
+        print(f"warning: {shown(path)}: {dataset.label_note}", file=sys.stderr)
     if dataset.n_valid == 0:
         raise CLIError(f"{shown(path)}: no valid rows to use")
     return dataset

@@ -59,7 +59,7 @@ def _read_prompts(path: str, args: argparse.Namespace | None = None) -> tuple[pd
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
-    from ..data.prompts import answered_frame, unlabeled_message
+    from ..data.prompts import answered_frame, matcher_hint, unlabeled_message
     from ..record import generate_traces
     from ..scale.generate import beam_column
 
@@ -82,6 +82,9 @@ def cmd_generate(args: argparse.Namespace) -> None:
                                      tolerance=args.tolerance)
     if problems:  # the rows are named; evaluate rejects those rows, naming the label
         print(f"warning: {shown(args.prompts)}: {unlabeled_message(problems, len(traces))}", file=sys.stderr)
+    hint = matcher_hint(frame, references, rows, args.matcher)
+    if hint:
+        print(f"warning: {shown(args.prompts)}: {hint}", file=sys.stderr)
     if args.beams:
         frame["beam_logprobs"] = beam_column(lm, prompts, num_beams=args.beams, max_new_tokens=args.max_new_tokens,
                                              chat_template=args.chat_template)

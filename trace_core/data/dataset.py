@@ -19,7 +19,7 @@ from ..trace import Trace
 from ..traces import TableBuilder, TraceTable
 from .errors import DatasetWarning, RowError
 from .fastread import FastRow, build_trace
-from .labels import check_matcher_options
+from .labels import check_matcher_options, exact_match_hint
 from .read import PathOrBuffer, Progress, Table, read_table
 from .validate import Options, Rules, ValidRows, validate_rows
 
@@ -57,6 +57,10 @@ class LabeledDataset:
     notes : list of str
         Remarks on the kept rows that are not errors, in words (they end the :meth:`summary`): e.g. how many rows
         had both trace cells and a ``response`` (the trace cells were used; see :func:`read_dataset`).
+    label_note : str or None
+        A warning that labels may be wrong, in words (it ends the :meth:`summary`): with the default ``"exact"``
+        matcher, how many answers labeled wrong hold their reference as whole words, as answers written in
+        sentences do (:func:`~trace_core.data.labels.exact_match_hint`); None when there are none.
     """
 
     frame: pd.DataFrame
@@ -66,6 +70,7 @@ class LabeledDataset:
     label_source: str
     row_column: str = "row"
     notes: list[str] = field(default_factory=list)
+    label_note: str | None = None
 
     @property
     def n_valid(self) -> int:
@@ -92,7 +97,8 @@ class LabeledDataset:
     def summary(self, *, max_errors: int = 3) -> str:
         """One line, e.g. ``"1,000 rows read: 997 kept, 3 rejected (row 4: label: 'maybe' is not one of ...)"``.
 
-        The first ``max_errors`` errors are quoted (0: none, only the counts), then the :attr:`notes`.
+        The first ``max_errors`` errors are quoted (0: none, only the counts), then the :attr:`notes` and the
+        :attr:`label_note`.
         """
         check_int(max_errors, "max_errors", minimum=0)
         text = f"{self.n_read:,} rows read: {self.n_valid:,} kept, {self.n_rejected:,} rejected"
@@ -100,7 +106,7 @@ class LabeledDataset:
             shown = "; ".join(str(e) for e in self.errors[:max_errors])
             more = len(self.errors) - max_errors
             text += f" ({shown}{f'; and {more:,} more' if more > 0 else ''})"
-        return "; ".join([text, *self.notes])
+        return "; ".join([text, *self.notes, *([self.label_note] if self.label_note else [])])
 
 
 def read_dataset(source: PathOrBuffer | bytes, *, format: str | None = None, matcher: str = "exact",
@@ -213,7 +219,7 @@ def _dataset(table: Table, rows: ValidRows, rules: Rules, fmt: str) -> LabeledDa
     frame.attrs["trace_core_row_column"] = row_column
     dataset = LabeledDataset(frame=frame, traces=_traces(rows.traces), errors=rows.errors, n_read=rows.n_read,
                              label_source=rules.label_source, row_column=row_column,
-                             notes=_unused_note(rows.unused_responses))
+                             notes=_unused_note(rows.unused_responses), label_note=_label_note(frame, rows, rules))
     if dataset.n_rejected:
         warnings.warn(f"{dataset.summary()}; every problem is listed in LabeledDataset.errors", DatasetWarning,
                       stacklevel=3)
@@ -229,6 +235,13 @@ def _traces(rows: Sequence[Trace | FastRow | None]) -> Sequence[Trace | None]:
             builder.add(row)
         return builder.build()
     return [build_trace(r, prompt=r.prompt, answer=r.answer) if isinstance(r, FastRow) else r for r in rows]
+
+
+def _label_note(frame: pd.DataFrame, rows: ValidRows, rules: Rules) -> str | None:
+    """The note on answers the exact matcher labeled wrong that hold their reference (:func:`exact_match_hint`)."""
+    if rules.label_source != "reference:exact" or "reference" not in frame.columns:
+        return None
+    return exact_match_hint(rows.answers, frame["reference"].tolist(), rows.labels, rows.numbers)
 
 
 def _unused_note(rows: Sequence[int], shown: int = 5) -> list[str]:

@@ -15,7 +15,7 @@ import numpy as np
 from .._checks import check_choice, check_real
 from ..cells import MAX_SHOWN, as_finite_float, is_blank, is_number, show
 
-__all__ = ["MATCHERS", "label_from_reference", "normalize_answer", "parse_label"]
+__all__ = ["MATCHERS", "exact_match_hint", "label_from_reference", "normalize_answer", "parse_label"]
 
 MATCHERS = ("exact", "contains", "numeric", "f1")
 LABEL_EXPECTED = "0/1, true/false, yes/no, correct/incorrect"  # the spellings named in messages
@@ -321,3 +321,34 @@ def label_from_reference(answer: str, reference: object, *, matcher: str = "exac
     if matcher == "contains":
         return int(any(f" {g} " in f" {pred} " for g in golds))
     return int(any(_token_f1(pred.split(), g.split()) >= f1_threshold for g in golds))
+
+
+EXACT_HINT_ROWS = 1000  # answers labeled wrong that :func:`exact_match_hint` looks at: enough to show the pattern
+
+
+def exact_match_hint(answers: Sequence[str], references: Sequence[object], labels: Sequence[int | None],
+                     rows: Sequence[int]) -> str | None:
+    """A note when the exact matcher labeled answers wrong that hold their reference as whole words, else None.
+
+    An instruct model answers in sentences ("The capital of France is Paris."), which the default ``"exact"``
+    matcher labels wrong against the reference "Paris"; left unsaid, such labels make every later figure wrong.
+    The first :data:`EXACT_HINT_ROWS` answers labeled 0 (``labels``: 0, 1 or None for unlabeled) are matched again
+    with ``"contains"``; the note counts those it labels right and quotes the first (its row from ``rows``).
+    """
+    zeros = [i for i, label in enumerate(labels) if label == 0][:EXACT_HINT_ROWS + 1]
+    looked = zeros[:EXACT_HINT_ROWS]
+    hits = []
+    for i in looked:
+        try:
+            if label_from_reference(answers[i], references[i], matcher="contains"):
+                hits.append(i)
+        except (TypeError, ValueError):  # a reference the exact matcher could not use either
+            continue
+    if not hits:
+        return None
+    scope = f"of the first {len(looked):,}" if len(zeros) > len(looked) else f"of the {len(looked):,}"
+    first = hits[0]
+    return (f"{len(hits):,} {scope} answers that the exact matcher labeled wrong hold their reference as whole "
+            f"words (row {rows[first]}: {show(answers[first])} against {show(references[first])}); exact "
+            f"matching suits short answers: for answers written as sentences the contains, numeric or f1 matcher "
+            f"may label them better (read a few labels before choosing)")

@@ -24,11 +24,11 @@ from .._checks import clip
 from ..cells import is_blank, is_missing, show
 from ..columns import TRACE_COLUMNS
 from .errors import DatasetError, RowError
-from .labels import label_from_reference
+from .labels import exact_match_hint, label_from_reference
 from .read import Progress, read_table
 
 __all__ = ["OLD_ANSWER_COLUMNS", "PromptsFile", "answered_frame", "label_answers", "prompt_problem", "read_prompts",
-           "row_errors_text", "unescape_prompt", "unlabeled_message"]
+           "matcher_hint", "row_errors_text", "unescape_prompt", "unlabeled_message"]
 
 #: Columns of a prompts file that describe its answers: generation replaces the answers, so these would describe
 #: answers no longer in the file (the label would be theirs, the trace theirs). The label is made again from
@@ -208,3 +208,14 @@ def unlabeled_message(problems: Sequence[RowError], total: int) -> str:
     """What :func:`answered_frame`'s labeling problems mean, in one line."""
     return (f"left {len(problems):,} of {total:,} generated answers unlabeled, their `reference` cannot label them "
             f"({row_errors_text(problems)})")
+
+
+def matcher_hint(frame: pd.DataFrame, references: Sequence[Any] | None, rows: Sequence[int],
+                 matcher: str) -> str | None:
+    """The note on :func:`answered_frame`'s answers that the exact matcher labeled wrong although they hold their
+    reference as whole words (:func:`~trace_core.data.labels.exact_match_hint`); None when there is none, or the
+    answers were not labeled with ``"exact"``."""
+    if references is None or matcher != "exact":
+        return None
+    labels = [None if pd.isna(v) else int(v) for v in frame["label"]]
+    return exact_match_hint(frame["answer"].tolist(), references, labels, rows)

@@ -126,8 +126,9 @@ class ShardGenerator(LazyModel):
 
     def __call__(self, shard: Shard) -> ShardOutput:
         """Generate one shard: its rows with a prompt, answered, with their traces; the rows without a prompt as
-        errors; a note on answers that their reference cannot label."""
-        from ..data.prompts import answered_frame, unlabeled_message
+        errors; notes on answers that their reference cannot label, or that the exact matcher labeled wrong although
+        they hold their reference."""
+        from ..data.prompts import answered_frame, matcher_hint, unlabeled_message
 
         read = self._read(shard)
         prompts = read.frame["prompt"].astype(str).tolist()
@@ -137,9 +138,12 @@ class ShardGenerator(LazyModel):
         traces = self._generate(prompts, config, f"generating {shard.name}")
         frame, problems = answered_frame(read.frame, [t.answer for t in traces], read.references, read.rows,
                                          matcher=self.matcher, tolerance=self.tolerance)
+        notes = [unlabeled_message(problems, len(traces))] if problems else []
+        hint = matcher_hint(frame, read.references, read.rows, self.matcher)
+        notes += [hint] if hint else []
         if self.num_beams:
             frame["beam_logprobs"] = beam_column(self.model, prompts, num_beams=self.num_beams,
                                                  max_new_tokens=config.max_new_tokens,
                                                  chat_template=config.chat_template)
         return ShardOutput(frame=frame, traces=traces, n_read=read.n_read, errors=list(read.skipped),
-                           notes=[unlabeled_message(problems, len(traces))] if problems else [])
+                           notes=notes)
