@@ -9,6 +9,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
+from itertools import islice
 
 import numpy as np
 
@@ -335,7 +336,7 @@ def exact_match_hint(answers: Sequence[str], references: Sequence[object], label
     The first :data:`EXACT_HINT_ROWS` answers labeled 0 (``labels``: 0, 1 or None for unlabeled) are matched again
     with ``"contains"``; the note counts those it labels right and quotes the first (its row from ``rows``).
     """
-    zeros = [i for i, label in enumerate(labels) if label == 0][:EXACT_HINT_ROWS + 1]
+    zeros = list(islice((i for i, label in enumerate(labels) if label == 0), EXACT_HINT_ROWS + 1))
     looked = zeros[:EXACT_HINT_ROWS]
     hits = []
     for i in looked:
