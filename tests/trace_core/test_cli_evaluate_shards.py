@@ -86,3 +86,21 @@ def test_scores_out_keeps_the_per_answer_scores_and_a_rerun_gives_the_same_table
     assert capsys.readouterr().out == first
     assert main(["evaluate", str(data / "all.jsonl"), "--scores-out", str(data / "scores2")]) != 0
     assert "--scores-out keeps the per-answer scores of a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_shard_whose_answers_in_sentences_the_exact_matcher_labels_wrong_is_named(data, capsys, quiet):
+    shard = data / "shards" / "day2" / "part-2.parquet"
+    frame = pd.read_parquet(shard)
+    frame["reference"] = [f"city{i}" for i in range(len(frame))]
+    frame["answer"] = [f"It is {r}." if i % 2 else r for i, r in enumerate(frame["reference"])]
+    frame.drop(columns=["label"]).to_parquet(shard)
+    for other in (data / "shards" / "day1").iterdir():  # the other shards: labeled by reference, one word each
+        part = pd.read_parquet(other)
+        part["reference"] = np.where(part["label"] == 1, part["answer"], "something else")
+        part.drop(columns=["label"]).to_parquet(other)
+    assert main(["evaluate", str(data / "shards"), "--splits", "2", "--methods", "TRACE",
+                 *(["--quiet"] if quiet else [])]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "exact matcher" in line]
+    assert len(said) == 1, said
+    assert said[0].startswith("warning: day2/part-2.parquet: 125 of the 125 answers that the exact matcher")

@@ -17,10 +17,10 @@ __all__ = ["evaluate_sharded"]
 
 
 def _say_shard(account: Any, *, quiet: bool) -> None:
-    """One line per shard (its rows read and kept; with --quiet only a shard that left rows out), then the first
-    problems of the rows it left out."""
+    """One line per shard (its rows read and kept; with --quiet only a shard with a problem), then its problems: the
+    first of the rows it left out, and a warning that labels are likely wrong."""
     left = ", ".join(f"{n:,} {kind}" for kind, n in account.left_out.items())
-    if quiet and not left:
+    if quiet and not left and not account.problems:
         return
     print(f"{account.shard}: {account.read:,} rows read, {account.kept:,} kept" + (f" ({left} left out)" if left
                                                                                    else ""), file=sys.stderr)

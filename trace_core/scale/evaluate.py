@@ -101,6 +101,8 @@ def shard_scores(shard: Shard, *, methods: Sequence[str] | None = None, matcher:
         account.problems.append(f"{shard.name}: {usable.missing_message()}; left out")
     if usable.empty:
         account.problems.append(f"{shard.name}: {usable.empty_message()}")
+    if dataset.label_note:  # labels likely wrong: answers in sentences under the exact matcher
+        account.problems.append(f"{shard.name}: {dataset.label_note}")
     for option, column in (("group by", group_by), ("split by", split_by)):
         if column is not None and column not in dataset.frame.columns:
             raise ValueError(f"{shard.name}: no column {column[:200]!r} to {option}")
