@@ -18,6 +18,7 @@ import streamlit as st
 
 from trace_core import DecodingConfig, EvaluationConfig, EvaluationResult, Trace, explain_trace, label_from_reference
 from trace_core.data import MATCHERS
+from trace_core.data.labels import exact_match_hint
 from trace_core.evaluate import NoUsableSplitError
 from trace_core.registry import METRICS, method_names
 from trace_core.results import SMALL_CLASS, SMALL_SAMPLE
@@ -90,6 +91,18 @@ def labels_of(traces: Sequence[Trace], references: Sequence[Any], matcher: str) 
         except (TypeError, ValueError):
             out.append(-1)
     return np.asarray(out, dtype=np.int64)
+
+
+def label_hints(traces: Mapping[str, Sequence[Trace]], references: Sequence[Any], labels: Mapping[str, np.ndarray],
+                rows: Sequence[int], matcher: str) -> list[str]:
+    """For each side whose answers the exact matcher labeled wrong although they hold their reference (answers in
+    sentences: every figure of that side would be off), the warning of
+    :func:`~trace_core.data.labels.exact_match_hint`, naming the side."""
+    if matcher != "exact":
+        return []
+    hints = {side: exact_match_hint([t.answer for t in traces[side]], references, labels[side].tolist(), rows)
+             for side in traces}
+    return [f"{side}: {hint}" for side, hint in hints.items() if hint]
 
 
 def side_table(results: dict[str, EvaluationResult | None]) -> pd.DataFrame:
@@ -174,6 +187,7 @@ def dataset_comparison(file: DatasetFile, sides: Sequence[Side]) -> None:
     # the key names the answers evaluated: which prompts both sides answered depends on the other side too
     results, notes = _evaluate_sides(sides, traces, labels, f"|{digest(repr(positions))}|{matcher}", file_key,
                                      matcher)
+    notes += label_hints(traces, references, labels, [read.rows[i] for i in positions], matcher)
     _side_by_side(len(positions), labels, results, notes)
     st.subheader("Where they disagree")
     diff = disagreements(traces, labels, [prompts[i] for i in positions], [read.rows[i] for i in positions])

@@ -14,7 +14,7 @@ from helpers import dashboard
 pytest.importorskip("streamlit")
 pytest.importorskip("torch")
 
-from app.compare_dataset import disagreements, labels_of, side_table  # noqa: E402
+from app.compare_dataset import disagreements, label_hints, labels_of, side_table  # noqa: E402
 from trace_core import DecodingConfig, EvaluationConfig, evaluate, generate_traces, label_from_reference  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,3 +66,21 @@ def test_side_table_and_disagreements_by_hand():
                                   "prompt"]
     assert side_table({"A": None, "B": None}).empty
     assert labels_of([make_trace([0.1])], [object()], "exact").tolist() in ([0], [-1])
+
+
+def test_a_side_whose_sentences_exact_matching_labels_wrong_is_warned_of():
+    from dataclasses import replace
+
+    from helpers import make_trace
+
+    answers = {"A": ["Paris", "Rome", "I think it is Lyon."], "B": ["It is Paris.", "Rome", "It is Lyon."]}
+    traces = {side: [replace(make_trace([0.5]), answer=a) for a in texts] for side, texts in answers.items()}
+    references = ["Paris", "Rome", "Lyon"]
+    labels = {side: labels_of(traces[side], references, "exact") for side in traces}
+    assert labels["A"].tolist() == [1, 1, 0] and labels["B"].tolist() == [0, 1, 0]
+    hints = label_hints(traces, references, labels, [2, 3, 4], "exact")
+    assert len(hints) == 2 and hints[0].startswith("A: the one answer that the exact matcher labeled wrong holds its reference") and "row 4:" in hints[0]
+    assert hints[1].startswith("B: 2 of the 2 answers") and "row 2: 'It is Paris.'" in hints[1]
+    contains = {side: labels_of(traces[side], references, "contains") for side in traces}
+    assert label_hints(traces, references, contains, [2, 3, 4], "contains") == []
+

@@ -349,7 +349,9 @@ def exact_match_hint(answers: Sequence[str], references: Sequence[object], label
         return None
     scope = f"of the first {len(looked):,}" if len(zeros) > len(looked) else f"of the {len(looked):,}"
     first = hits[0]
-    return (f"{len(hits):,} {scope} answers that the exact matcher labeled wrong hold their reference as whole "
-            f"words (row {rows[first]}: {show(answers[first])} against {show(references[first])}); exact "
-            f"matching suits short answers: for answers written as sentences the contains, numeric or f1 matcher "
-            f"may label them better (read a few labels before choosing)")
+    lead = (f"{len(hits):,} {scope} answers that the exact matcher labeled wrong "
+            f"{'holds its' if len(hits) == 1 else 'hold their'}" if len(looked) > 1
+            else "the one answer that the exact matcher labeled wrong holds its")
+    return (f"{lead} reference as whole words (row {rows[first]}: {show(answers[first])} against "
+            f"{show(references[first])}); exact matching suits short answers: for answers written as sentences "
+            f"the contains, numeric or f1 matcher may label them better (read a few labels before choosing)")
