@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint test test-fast run bench clean screenshots results
+.PHONY: install lint test test-fast test-scale run bench clean screenshots results
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,13 +30,17 @@ lint: $(STAMP)
 	$(PY) tools/lint_private_imports.py
 	$(PY) tools/lint_sizes.py
 
-# Everything offline but the browser suite (its own target, below; `.ci/run` runs both).
+# Everything offline but the browser suite and the large runs (their own targets, below; `.ci/run` runs all three).
 test: $(STAMP) lint
-	$(PY) -m pytest -q --ignore=tests/e2e
+	$(PY) -m pytest -q -m "not scale" --ignore=tests/e2e
+
+# The large runs (-m scale): 100,000 answers in shards against one file, a million rows, the memory and floor benches.
+test-scale: $(STAMP)
+	$(PY) -m pytest -q -m scale --ignore=tests/e2e
 
 # The quick loop: no browser, no model training, no long simulations, no vLLM server.
 test-fast: $(STAMP) lint
-	$(PY) -m pytest -q -m "not slow and not e2e" --ignore=tests/engine --ignore=tests/e2e
+	$(PY) -m pytest -q -m "not slow and not e2e and not scale" --ignore=tests/engine --ignore=tests/e2e
 
 # The dashboard in a real browser (Debian's chromium; skipped with the reason where it is missing).
 test-browser: $(STAMP)

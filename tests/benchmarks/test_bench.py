@@ -68,6 +68,7 @@ def test_scoring_throughput_bench_runs(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.scale
 @needs_torch
 def test_trace_memory_bench_runs(capsys):
     from bench.trace_memory import main
@@ -129,6 +130,8 @@ def test_span_cost_bench_runs(capsys):
     assert rows[-1][0] == "all" and int(rows[-1][1].replace(",", "")) == 458 and float(rows[-1][5]) > 0
 
 
+@pytest.mark.slow
+@pytest.mark.scale
 def test_protocol_floor_bench_runs(capsys):
     from bench.protocol_floor import main
 

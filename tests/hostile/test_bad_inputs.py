@@ -346,6 +346,7 @@ def test_million_rows_row_cap_stops_early(million_rows: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.scale
 def test_million_rows_loader_keeps_and_counts_every_valid_row(million_rows: Path) -> None:
     dataset = _read(million_rows)
     assert (dataset.n_read, dataset.n_valid) == (N_MILLION, N_MILLION - len(MILLION_BAD_ROWS))
@@ -355,6 +356,7 @@ def test_million_rows_loader_keeps_and_counts_every_valid_row(million_rows: Path
 
 
 @pytest.mark.slow
+@pytest.mark.scale
 def test_million_rows_cli(million_rows: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["evaluate", str(million_rows), "--quiet"]) == 1
     _, err = _stderr_lines(capsys)

@@ -48,6 +48,7 @@ def _one_file(tmp_path, frame, traces):
 
 
 @pytest.mark.slow
+@pytest.mark.scale
 def test_100000_answers_in_20_shards_give_the_one_file_result_to_1e_9(tmp_path):
     traces, y = synthetic_trace_objects(100_000, seed=5, mean_length=12)
     frame = pd.DataFrame({"prompt": [t.prompt for t in traces], "answer": [t.answer for t in traces], "label": y})
