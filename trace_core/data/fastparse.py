@@ -45,6 +45,7 @@ class Parsed:
     top_strings: list[list[str]] | None  # per row, its T x k texts flattened
     k: int
     metadatas: list[TraceMetadata | None] | None  # None: no trace_metadata column; an item None: the per-row path
+    shared: bool = False  # the texts are already the objects kept for them (the reader's ``strings``)
 
 
 class _NotPlain(Exception):

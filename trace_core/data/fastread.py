@@ -105,7 +105,7 @@ def decode_chunk(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
     if not raws or "tokens" not in columns or not set(columns) <= _FAST_COLUMNS:
         return None
     with np.errstate(all="ignore"):  # values that overflow here are refused rows: the per-row path reports them
-        parsed = from_arrow(raws, columns)  # Parquet rows: from their batch's arrays, when that is sure
+        parsed = from_arrow(raws, columns, strings)  # Arrow rows: from their batch's arrays, when that is sure
         if parsed is None:
             kinds = {type(raw.get("tokens")) for raw in raws}
             if kinds == {str}:
@@ -370,10 +370,10 @@ def _fast_rows(parsed: Parsed, metadatas: list[TraceMetadata | None] | None, sur
     if top_logprobs is None:
         top_logprobs = np.zeros((total, 0))
     kept = [k] * len(lengths) if steps is None else steps.kept.tolist()
-    texts = _shared(parsed.token_lists, strings)
+    texts = _shared(parsed.token_lists, None if parsed.shared else strings)
     top_steps = None
     if top_strings is not None:  # every step's k texts, the chunk's steps end to end
-        top_texts = _shared(top_strings, strings)
+        top_texts = _shared(top_strings, None if parsed.shared else strings)
         top_steps = list(zip(*[iter(top_texts)] * k, strict=True)) if k else [()] * total
     out: list[FastRow | None] = []
     for i in range(len(lengths)):
@@ -397,11 +397,11 @@ def _fast_rows(parsed: Parsed, metadatas: list[TraceMetadata | None] | None, sur
     return out
 
 
-def _shared(lists: list[list[str]], strings: dict[str, str]) -> list[str]:
+def _shared(lists: list[list[str]], strings: dict[str, str] | None) -> list[str]:
     """The texts of every row's list, end to end, each replaced by the one object kept for it in ``strings`` (a
-    tokenizer's texts repeat: each is stored once)."""
+    tokenizer's texts repeat: each is stored once); as they are when ``strings`` is None (they are those objects)."""
     flat = list(itertools.chain.from_iterable(lists))
-    return list(map(strings.setdefault, flat, flat))
+    return flat if strings is None else list(map(strings.setdefault, flat, flat))
 
 
 def _dropped(row: FastRow, k: int, *, estimate: bool) -> FastRow:

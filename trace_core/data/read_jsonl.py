@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..cells import JsonValueError, Repeated, check_surrogates, has_surrogate_escape, loads_checked, show
 from .errors import DatasetError, RowError
+from .jsonl_arrow import ArrowLines
 from .source import Lines, Reporter, Source, cell_too_long
 from .table import MAX_COLUMN_NAME, MAX_COLUMNS, Row, Table, check_header, no_rows, too_many
 
@@ -62,17 +63,49 @@ def _jsonl_rows(lines: Lines, table: Table, max_rows: int | None) -> Iterator[Ro
                            f"{{\"prompt\": \"...\", \"answer\": \"...\", \"label\": 1}}")
 
 
+_BLOCK_ROWS = 8192           # lines read by Arrow together (a multiple of the validator's chunk of 256 rows)...
+_BLOCK_CHARS = 512 * 2**10  # ...or fewer, once they hold this many characters and a whole number of chunks...
+_BLOCK_MAX_CHARS = 8 * 2**20  # ...or this many, whatever the chunks (long lines: a block stays small)
+
+
 def _line_rows(text_lines: Iterable[str], lines: Lines, table: Table, max_rows: int | None,
                counts: _Counts) -> Iterator[Row]:
-    """One row per non-blank line of ``text_lines`` (the lines of ``lines``, numbered by it)."""
+    """One row per non-blank line of ``text_lines`` (the lines of ``lines``, numbered by it), read a block of lines
+    at a time (:func:`_block_rows`); a block never reads past the row that passes ``max_rows``."""
     seen: set[str] = set()
-    max_cell = lines.src.max_cell
+    arrow = ArrowLines(_column_name)
+    block: list[str] = []
+    numbers: list[int] = []
+    size = 0
     for line in text_lines:
         if not line.strip():
             continue
+        block.append(line)
+        numbers.append(lines.number)
+        size += len(line)
+        full = (len(block) >= _BLOCK_ROWS or size >= _BLOCK_MAX_CHARS
+                or (size >= _BLOCK_CHARS and len(block) % 256 == 0))
+        if full or (max_rows is not None and counts.rows + len(block) > max_rows):
+            yield from _block_rows(arrow, block, numbers, table, max_rows, counts, seen, lines.src.max_cell)
+            block, numbers, size = [], [], 0
+    yield from _block_rows(arrow, block, numbers, table, max_rows, counts, seen, lines.src.max_cell)
+
+
+def _block_rows(arrow: ArrowLines, block: list[str], numbers: list[int], table: Table, max_rows: int | None,
+                counts: _Counts, seen: set[str], max_cell: int | None) -> Iterator[Row]:
+    """The rows of a block of non-blank lines: read by Arrow when :meth:`ArrowLines.records
+    <trace_core.data.jsonl_arrow.ArrowLines.records>` is sure to read them as ``json`` does (then every line is an
+    object with the same keys), else line by line."""
+    records = arrow.records(block, max_cell) if block else None
+    for i, (number, line) in enumerate(zip(numbers, block, strict=True)):
         counts.rows += 1
         too_many(max_rows, counts.rows)
-        yield lines.number, _line_row(line, lines.number, table, counts, seen, max_cell)
+        if records is None:
+            yield number, _line_row(line, number, table, counts, seen, max_cell)
+            continue
+        counts.objects += 1
+        _add_columns(table.columns, seen, records[i])
+        yield number, records[i]
 
 
 def _line_row(line: str, number: int, table: Table, counts: _Counts, seen: set[str],
@@ -198,7 +231,7 @@ def _json_array(text: str) -> tuple[list[Any], dict[int, list[Repeated]]]:
     return items, by_item
 
 
-def _add_columns(columns: list[str], seen: set[str], row: dict[str, Any]) -> None:
+def _add_columns(columns: list[str], seen: set[str], row: Mapping[str, Any]) -> None:
     if len(row) > len(seen) or not seen.issuperset(row):
         for key in row:
             if key not in seen:

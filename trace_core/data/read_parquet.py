@@ -22,7 +22,7 @@ from .fastparse import VECTOR_COLUMNS, Parsed, metadatas_of
 from .source import Reporter, Source, cell_too_long, too_big
 from .table import Row, Table, no_rows, normalize_columns, too_many
 
-__all__ = ["ArrowBatch", "ArrowRecord", "from_arrow", "parquet_table"]
+__all__ = ["ArrowBatch", "ArrowRecord", "from_arrow", "parquet_table", "system_pool"]
 
 _PARQUET_BATCH = 4096
 _TRACE_SET = frozenset(TRACE_COLUMNS)
@@ -158,6 +158,14 @@ def _pyarrow() -> tuple[Any, Any]:
     return pa, pq
 
 
+def system_pool() -> Any:
+    """The C library's allocator, for the arrays the fast path makes and drops a chunk at a time: pyarrow's default
+    (mimalloc) keeps what they freed, so a read's resident memory would grow by the largest of them for good."""
+    import pyarrow as pa
+
+    return pa.system_memory_pool()
+
+
 def _is_text(kind: Any) -> bool:
     """A string or binary Arrow type, or a list of them (a Parquet column whose values may be read as dictionaries)."""
     import pyarrow as pa
@@ -280,7 +288,8 @@ def _decline() -> NoReturn:
     raise _Declined
 
 
-def from_arrow(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> Parsed | None:
+def from_arrow(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
+               strings: dict[str, str] | None = None) -> Parsed | None:
     """The trace cells of ``raws``, rows of one record batch (:class:`ArrowRecord`), decoded from the batch's arrays
     (each column's flat values and list lengths), with no Python object per number: the fast path's front end for
     Parquet.
@@ -302,6 +311,9 @@ def from_arrow(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> Par
         The chunk's rows, in order.
     columns : sequence of str
         The trace columns the table has.
+    strings : dict, optional
+        Token text -> the one str object kept for it: each distinct text of the chunk is looked up once, and the
+        texts given are those objects (``Parsed.shared``).
     """
     rows = _batch_rows(raws)
     if rows is None:
@@ -319,13 +331,13 @@ def from_arrow(raws: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> Par
         vectors = {name: _vector(present[name], COLUMN_BY_NAME[name], lengths)
                    for name in VECTOR_COLUMNS if name in present}
         top_logprobs, top_ids, k = _top_k(present, lengths, total)
-        top_strings = _top_tokens(present, lengths, bounds, k) if "top_tokens" in present else None
+        top_strings = _top_tokens(present, lengths, bounds, k, strings) if "top_tokens" in present else None
         _need(top_strings is None or top_logprobs is not None)
         metadatas = _metadatas(present["trace_metadata"]) if "trace_metadata" in present else None
-        token_lists = _split(_texts(tokens.flatten()), bounds)
+        token_lists = _split(_texts(tokens.flatten(), strings), bounds)
     except (_Declined, pa.ArrowException):
         return None
-    return Parsed(token_lists, vectors, top_logprobs, top_ids, top_strings, k, metadatas)
+    return Parsed(token_lists, vectors, top_logprobs, top_ids, top_strings, k, metadatas, shared=strings is not None)
 
 
 def _batch_rows(raws: Sequence[Mapping[str, Any]]) -> tuple[ArrowBatch, _Pick] | None:
@@ -343,9 +355,10 @@ def _batch_rows(raws: Sequence[Mapping[str, Any]]) -> tuple[ArrowBatch, _Pick] |
     if indices == list(range(start, start + count)):
         return batch, lambda array: array.slice(start, count)
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     taken = pa.array(indices, type=pa.int64())
-    return batch, lambda array: array.take(taken)
+    return batch, lambda array: pc.take(array, taken, memory_pool=system_pool())
 
 
 def _present(batch: ArrowBatch, pick: _Pick, columns: Sequence[str]) -> dict[str, Any]:
@@ -370,7 +383,8 @@ def _present(batch: ArrowBatch, pick: _Pick, columns: Sequence[str]) -> dict[str
 def _lengths(array: Any) -> np.ndarray:
     import pyarrow.compute as pc
 
-    return np.asarray(pc.list_value_length(array).to_numpy(zero_copy_only=False), dtype=np.int64)
+    return np.asarray(pc.list_value_length(array, memory_pool=system_pool()).to_numpy(zero_copy_only=False),
+                      dtype=np.int64)
 
 
 def _numbers(values: Any, column: TraceColumn) -> np.ndarray:
@@ -427,23 +441,27 @@ def _top_k(present: dict[str, Any], lengths: np.ndarray,
     return top_logprobs, top_ids, k
 
 
-def _top_tokens(present: dict[str, Any], lengths: np.ndarray, bounds: list[int], k: int) -> list[list[str]]:
+def _top_tokens(present: dict[str, Any], lengths: np.ndarray, bounds: list[int], k: int,
+                strings: dict[str, str] | None) -> list[list[str]]:
     """Each row's T x k alternative texts, flattened."""
     steps, k_texts = _steps(present["top_tokens"], lengths)
     _need(k_texts == k)
     values = steps.flatten()
-    texts = _texts(values) if len(values) else []
+    texts = _texts(values, strings) if len(values) else []
     return _split(texts, [b * k for b in bounds])
 
 
-def _texts(values: Any) -> list[str]:
-    """Strings as Python str, one object per distinct text (the reader shares them anyway)."""
+def _texts(values: Any, strings: dict[str, str] | None) -> list[str]:
+    """Strings as Python str, one object per distinct text: the one ``strings`` keeps for it, when given."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     _need((pa.types.is_string(values.type) or pa.types.is_large_string(values.type)) and values.null_count == 0)
-    encoded = pc.dictionary_encode(values)
-    distinct = np.array(encoded.dictionary.to_pylist(), dtype=object)
+    encoded = pc.dictionary_encode(values, memory_pool=system_pool())
+    distinct_texts = encoded.dictionary.to_pylist()
+    if strings is not None:
+        distinct_texts = list(map(strings.setdefault, distinct_texts, distinct_texts))
+    distinct = np.array(distinct_texts, dtype=object)
     texts: list[str] = distinct[encoded.indices.to_numpy(zero_copy_only=False)].tolist()
     return texts
 

@@ -738,8 +738,8 @@ def _arrow_counting(monkeypatch) -> list[int]:
     counts = [0, 0]
     decode = fastread.from_arrow
 
-    def counted(raws, columns):
-        out = decode(raws, columns)
+    def counted(raws, columns, strings=None):
+        out = decode(raws, columns, strings)
         counts[out is None] += len(raws)
         return out
 
