@@ -97,8 +97,8 @@ class ArrowLines:
         objects only in ``trace_metadata``, with no null but ``entropy_k`` (the keys of an object nested in it come
         in the order of the block's first line). No text cell over ``max_cell``.
         """
-        if not self.available:
-            return None
+        if not self.available or (max_cell is not None and max(map(len, lines)) > max_cell):
+            return None  # a line that long may hold a cell over the bound: the line reader names it, unparsed by Arrow
         import pyarrow as pa
 
         data = "".join(lines).encode("utf-8")
