@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -94,31 +95,34 @@ class ArrowLines:
         (Arrow refuses that), no lone surrogate (refused too), nothing nested over :data:`_MAX_NESTING` deep;
         values of types whose Python value is the ``json`` one: text, int, bool, finite floats (in columns other
         than trace columns none integral, which ``json`` may have read as an int) and lists of them up to 3 deep;
-        objects only in ``trace_metadata``, with no null but ``entropy_k`` (the keys of an object nested in it come
-        in the order of the block's first line). No text cell over ``max_cell``.
+        objects only in ``trace_metadata``, a null in them only where every line gives its key (a missing key reads
+        as a null too; ``entropy_k`` reads alike either way); the keys of an object nested in it come in the order of
+        the block's first line. No line longer than ``max_cell``, when it is given.
         """
         if not self.available or (max_cell is not None and max(map(len, lines)) > max_cell):
             return None  # a line that long may hold a cell over the bound: the line reader names it, unparsed by Arrow
         import pyarrow as pa
 
-        data = "".join(lines).encode("utf-8")
+        text = "".join(lines)
+        data = text.encode("utf-8")
         try:
             _need(_shallow(data))
             if self.schema is not None:  # the block before's columns, when they fit this block
                 with contextlib.suppress(_Declined, pa.ArrowException):
-                    return _read(data, lines, self.schema, self.names, max_cell)
+                    return _read(text, data, lines, self.schema, self.names, max_cell)
             schema = _schema(lines)
-            out = _read(data, lines, schema, self.names, max_cell)
+            out = _read(text, data, lines, schema, self.names, max_cell)
         except (_Declined, pa.ArrowException, ValueError, TypeError):
             return None
         self.schema = schema
         return out
 
 
-def _read(data: bytes, lines: Sequence[str], schema: Any, names: Callable[[str], str],
+def _read(text: str, data: bytes, lines: Sequence[str], schema: Any, names: Callable[[str], str],
           max_cell: int | None) -> list[ArrowRecord]:
-    """The block's records, every line read with ``schema`` (a line with another key, or a value of another type,
-    fails); declined unless :meth:`ArrowLines.records`' conditions hold."""
+    """The block's records (``text``: its lines joined, ``data`` encoded), every line read with ``schema`` (a line
+    with another key, or a value of another type, fails); declined unless :meth:`ArrowLines.records`' conditions
+    hold."""
     import pyarrow as pa
     import pyarrow.json as pj
 
@@ -131,9 +135,11 @@ def _read(data: bytes, lines: Sequence[str], schema: Any, names: Callable[[str],
     normalized = [names(name) for name in raw]
     _need(len(batches) == 1 and batches[0].num_rows == len(lines) and len(set(normalized)) == len(normalized))
     columns = dict(zip(normalized, batches[0].columns, strict=True))
+    nulls: set[str] = set()  # keys of the metadata's objects that are null somewhere: given, or missing?
     for name, column in columns.items():
         _need(column.null_count == 0)
-        _check(column, name, max_cell, 1)
+        _check(column, name, max_cell, 1, nulls)
+    _need(not nulls or _keys_everywhere(text, lines, nulls, _key_nodes(table.schema)))
     lazy = {name: column for name, column in columns.items() if name in _TRACE_SET}
     shared = JsonlBatch(normalized, lazy, lines, dict(zip(normalized, raw, strict=True)))
     plain_names = [name for name in normalized if name not in lazy]
@@ -173,9 +179,9 @@ def _schema(lines: Sequence[str]) -> Any:
                         memory_pool=system_pool()).schema
 
 
-def _check(array: Any, column: str, max_cell: int | None, depth: int) -> None:
+def _check(array: Any, column: str, max_cell: int | None, depth: int, nulls: set[str]) -> None:
     """Decline unless ``array`` (column ``column``'s values at list depth ``depth``) converts to the values ``json``
-    gives."""
+    gives; the keys of ``trace_metadata``'s objects that hold a null are added to ``nulls``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -192,17 +198,18 @@ def _check(array: Any, column: str, max_cell: int | None, depth: int) -> None:
             _need(not pc.any(integral).as_py())  # 1 and 1.0: json keeps them apart
     elif pa.types.is_list(kind):
         _need(depth < _MAX_DEPTH)
-        _check(array.flatten(), column, max_cell, depth + 1)
+        _check(array.flatten(), column, max_cell, depth + 1, nulls)
     elif pa.types.is_struct(kind):
         _need(column == "trace_metadata")
-        _check_metadata(array, top=depth == 1)
+        _check_metadata(array, depth == 1, nulls)
     else:
         _need(pa.types.is_int64(kind) or pa.types.is_boolean(kind) or (pa.types.is_null(kind) and depth > 1))
 
 
-def _check_metadata(array: Any, *, top: bool) -> None:
-    """A ``trace_metadata`` object: fields with no null (but ``entropy_k`` at the top, where a null and a missing
-    key read alike)."""
+def _check_metadata(array: Any, top: bool, nulls: set[str]) -> None:
+    """A ``trace_metadata`` object: each field checked, and each holding a null named in ``nulls`` (Arrow reads a
+    missing key as a null: :func:`_keys_everywhere` tells them apart), but ``entropy_k`` at the top, where a null and
+    a missing key read alike."""
     import pyarrow as pa
 
     for i in range(array.type.num_fields):
@@ -211,5 +218,41 @@ def _check_metadata(array: Any, *, top: bool) -> None:
         if top and field.name in _NULL_AS_ABSENT:
             _need(pa.types.is_null(field.type) or pa.types.is_int64(field.type))
             continue
-        _need(child.null_count == 0)
-        _check(child, "trace_metadata", None, 2 if top else 3)
+        if child.null_count:
+            nulls.add(field.name)
+        _check(child, "trace_metadata", None, 2 if top else 3, nulls)
+
+
+def _key_nodes(schema: Any) -> dict[str, int]:
+    """For each key, how many objects of a line hold it: the record (its columns) and the objects of its
+    ``trace_metadata`` (the only objects a block read by Arrow may hold), by the schema."""
+    import pyarrow as pa
+
+    counts: dict[str, int] = {}
+
+    def add(fields: Any) -> None:
+        for field in fields:
+            counts[field.name] = counts.get(field.name, 0) + 1
+            kind = field.type
+            while pa.types.is_list(kind):
+                kind = kind.value_type
+            if pa.types.is_struct(kind):
+                add(kind)
+
+    add(schema)
+    return counts
+
+
+def _keys_everywhere(text: str, lines: Sequence[str], keys: set[str], nodes: dict[str, int]) -> bool:
+    """Whether every line of ``text`` (``lines`` joined) gives each of ``keys`` in every object whose fields name it
+    (``nodes``), so that a null Arrow read there was written null, not left out. A key is found as ``"key":``, its
+    opening quote not escaped: in valid JSON that is an object's key and nothing else (a key written with an escape
+    is not found, and the block is left to json)."""
+    starts = np.concatenate([[0], np.cumsum([len(line) for line in lines])[:-1]])
+    for key in keys:
+        pattern = re.compile(r'(?<!\\)"' + re.escape(key) + r'"[ \t\r\n]*:')
+        found = np.fromiter((m.start() for m in pattern.finditer(text)), dtype=np.int64)
+        per_line = np.bincount(np.searchsorted(starts, found, side="right") - 1, minlength=len(lines))
+        if not bool((per_line == nodes.get(key, 0)).all()):
+            return False
+    return True

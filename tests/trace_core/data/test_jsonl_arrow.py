@@ -94,14 +94,29 @@ def test_files_written_by_the_tool_are_read_by_arrow(tmp_path, monkeypatch):
     from helpers import labeled_answers
 
     frame, traces = labeled_answers(300, seed=2)
-    # Seeded: a null inside an object nested in the metadata (an unseeded run's seed) sends the block to json
-    meta = TraceMetadata(source="generate", decoding=DecodingConfig(max_new_tokens=8, seed=7).to_dict(), model_id="m",
+    # Unseeded: the decoding settings hold a null (their seed), given on every line
+    meta = TraceMetadata(source="generate", decoding=DecodingConfig(max_new_tokens=8).to_dict(), model_id="m",
                          entropy_source="exact", extra={"run": "a", "batch": 3})
     traces = [t.__class__(**{**t.__dict__, "metadata": meta}) for t in traces]
     path = tmp_path / "own.jsonl"
     write_dataset(frame, path, traces=traces)
     ds, taken = _same(path.read_bytes(), monkeypatch)
-    assert taken == 300 and ds.traces[0].metadata == meta
+    assert taken == 300 and ds.traces[0].metadata == meta and meta.decoding["seed"] is None
+
+
+def test_the_real_models_answers_are_read_by_arrow(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    real = read_dataset(Path(__file__).resolve().parents[3] / "assets" / "datasets" / "real_validation.csv")
+    path = tmp_path / "real.jsonl"  # token texts with escapes, odd Unicode, metadata with nested objects
+    write_dataset(real.frame.drop(columns=[real.row_column]), path, traces=real.traces)
+    ds, taken = _same(path.read_bytes(), monkeypatch)
+    assert taken == ds.n_read == real.n_valid
+
+
+def _unseeded(records: list[dict]) -> None:
+    for x in records:
+        x["trace_metadata"] = {"source": "generate", "decoding": {"max_new_tokens": 8, "seed": None}}
 
 
 def _edit(records: list[dict], how: str) -> list[dict] | bytes:
@@ -157,6 +172,21 @@ def _edit(records: list[dict], how: str) -> list[dict] | bytes:
         return b"\xef\xbb\xbf" + _lines(r)
     elif how == "a nested object":
         r[0]["response"] = {"id": "x"}
+    elif how == "a null nested key left out":  # Arrow reads it null too: the key is looked for on every line
+        _unseeded(r)
+        del r[3]["trace_metadata"]["decoding"]["seed"]
+    elif how == "the key elsewhere in the line":  # a column of that name does not stand for the missing one
+        _unseeded(r)
+        for x in r:
+            x["seed"] = 1
+        del r[3]["trace_metadata"]["decoding"]["seed"]
+    elif how == "the key quoted in a text":
+        _unseeded(r)
+        del r[3]["trace_metadata"]["decoding"]["seed"]
+        r[3]["answer"] = 'x", "seed": null'
+    elif how == "the key written with an escape":
+        _unseeded(r)
+        return _lines(r).replace(b'"seed"', b'"se\\u0065d"', 1)
     return r
 
 
@@ -164,7 +194,8 @@ EDITS = ["int in a float column", "labels as floats", "a null", "a missing key",
          "keys naming one column", "a lone surrogate", "NaN", "a raw control character", "deep nesting",
          "ids as floats", "an id beyond int64", "an empty answer", "trace cells as JSON text", "a bad value",
          "a bad label", "bad labels as numbers", "metadata with a key missing", "metadata extras of other keys", "blank lines and CRLF",
-         "a BOM", "a nested object"]
+         "a BOM", "a nested object", "a null nested key left out", "the key elsewhere in the line",
+         "the key quoted in a text", "the key written with an escape"]
 
 
 @pytest.mark.parametrize("how", EDITS)
