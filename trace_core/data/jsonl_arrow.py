@@ -109,17 +109,16 @@ class ArrowLines:
             _need(_shallow(data))
             if self.schema is not None:  # the block before's columns, when they fit this block
                 with contextlib.suppress(_Declined, pa.ArrowException):
-                    return _read(text, data, lines, self.schema, self.names, max_cell)
+                    return _read(text, data, lines, self.schema, self.names)
             schema = _schema(lines)
-            out = _read(text, data, lines, schema, self.names, max_cell)
+            out = _read(text, data, lines, schema, self.names)
         except (_Declined, pa.ArrowException, ValueError, TypeError):
             return None
         self.schema = schema
         return out
 
 
-def _read(text: str, data: bytes, lines: Sequence[str], schema: Any, names: Callable[[str], str],
-          max_cell: int | None) -> list[ArrowRecord]:
+def _read(text: str, data: bytes, lines: Sequence[str], schema: Any, names: Callable[[str], str]) -> list[ArrowRecord]:
     """The block's records (``text``: its lines joined, ``data`` encoded), every line read with ``schema`` (a line
     with another key, or a value of another type, fails); declined unless :meth:`ArrowLines.records`' conditions
     hold."""
@@ -138,7 +137,7 @@ def _read(text: str, data: bytes, lines: Sequence[str], schema: Any, names: Call
     nulls: set[str] = set()  # keys of the metadata's objects that are null somewhere: given, or missing?
     for name, column in columns.items():
         _need(column.null_count == 0)
-        _check(column, name, max_cell, 1, nulls)
+        _check(column, name, 1, nulls)
     _need(not nulls or _keys_everywhere(text, lines, nulls, _key_nodes(table.schema)))
     lazy = {name: column for name, column in columns.items() if name in _TRACE_SET}
     shared = JsonlBatch(normalized, lazy, lines, dict(zip(normalized, raw, strict=True)))
@@ -179,17 +178,15 @@ def _schema(lines: Sequence[str]) -> Any:
                         memory_pool=system_pool()).schema
 
 
-def _check(array: Any, column: str, max_cell: int | None, depth: int, nulls: set[str]) -> None:
+def _check(array: Any, column: str, depth: int, nulls: set[str]) -> None:
     """Decline unless ``array`` (column ``column``'s values at list depth ``depth``) converts to the values ``json``
-    gives; the keys of ``trace_metadata``'s objects that hold a null are added to ``nulls``."""
+    gives; the keys of ``trace_metadata``'s objects that hold a null are added to ``nulls``. (No text cell is over
+    ``max_cell_chars``: none is longer than its line, which :meth:`ArrowLines.records` bounds.)"""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     kind, pool = array.type, system_pool()
-    if pa.types.is_string(kind):
-        _need(max_cell is None or depth > 1 or len(array) == 0
-              or (pc.max(pc.utf8_length(array, memory_pool=pool)).as_py() or 0) <= max_cell)
-    elif pa.types.is_floating(kind):
+    if pa.types.is_floating(kind):
         _need(pa.types.is_float64(kind))
         finite = pc.is_finite(array, memory_pool=pool)
         _need(pc.all(finite).as_py() is not False)  # NaN, Infinity: json's reading of them is its own
@@ -198,12 +195,13 @@ def _check(array: Any, column: str, max_cell: int | None, depth: int, nulls: set
             _need(not pc.any(integral).as_py())  # 1 and 1.0: json keeps them apart
     elif pa.types.is_list(kind):
         _need(depth < _MAX_DEPTH)
-        _check(array.flatten(), column, max_cell, depth + 1, nulls)
+        _check(array.flatten(), column, depth + 1, nulls)
     elif pa.types.is_struct(kind):
         _need(column == "trace_metadata")
         _check_metadata(array, depth == 1, nulls)
     else:
-        _need(pa.types.is_int64(kind) or pa.types.is_boolean(kind) or (pa.types.is_null(kind) and depth > 1))
+        _need(pa.types.is_string(kind) or pa.types.is_int64(kind) or pa.types.is_boolean(kind)
+              or (pa.types.is_null(kind) and depth > 1))
 
 
 def _check_metadata(array: Any, top: bool, nulls: set[str]) -> None:
@@ -220,7 +218,7 @@ def _check_metadata(array: Any, top: bool, nulls: set[str]) -> None:
             continue
         if child.null_count:
             nulls.add(field.name)
-        _check(child, "trace_metadata", None, 2 if top else 3, nulls)
+        _check(child, "trace_metadata", 2 if top else 3, nulls)
 
 
 def _key_nodes(schema: Any) -> dict[str, int]:

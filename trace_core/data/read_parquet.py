@@ -288,8 +288,7 @@ def _decline() -> NoReturn:
     raise _Declined
 
 
-def from_arrow(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
-               strings: dict[str, str] | None = None) -> Parsed | None:
+def from_arrow(raws: Sequence[Mapping[str, Any]], columns: Sequence[str], strings: dict[str, str]) -> Parsed | None:
     """The trace cells of ``raws``, rows of one record batch (:class:`ArrowRecord`), decoded from the batch's arrays
     (each column's flat values and list lengths), with no Python object per number: the fast path's front end for
     Parquet.
@@ -311,9 +310,9 @@ def from_arrow(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
         The chunk's rows, in order.
     columns : sequence of str
         The trace columns the table has.
-    strings : dict, optional
-        Token text -> the one str object kept for it: each distinct text of the chunk is looked up once, and the
-        texts given are those objects (``Parsed.shared``).
+    strings : dict
+        Token text -> the one str object kept for it (the reader's): each distinct text of the chunk is looked up
+        once, and the texts given are those objects (``Parsed.shared``).
     """
     rows = _batch_rows(raws)
     if rows is None:
@@ -337,7 +336,7 @@ def from_arrow(raws: Sequence[Mapping[str, Any]], columns: Sequence[str],
         token_lists = _split(_texts(tokens.flatten(), strings), bounds)
     except (_Declined, pa.ArrowException):
         return None
-    return Parsed(token_lists, vectors, top_logprobs, top_ids, top_strings, k, metadatas, shared=strings is not None)
+    return Parsed(token_lists, vectors, top_logprobs, top_ids, top_strings, k, metadatas, shared=True)
 
 
 def _batch_rows(raws: Sequence[Mapping[str, Any]]) -> tuple[ArrowBatch, _Pick] | None:
@@ -442,7 +441,7 @@ def _top_k(present: dict[str, Any], lengths: np.ndarray,
 
 
 def _top_tokens(present: dict[str, Any], lengths: np.ndarray, bounds: list[int], k: int,
-                strings: dict[str, str] | None) -> list[list[str]]:
+                strings: dict[str, str]) -> list[list[str]]:
     """Each row's T x k alternative texts, flattened."""
     steps, k_texts = _steps(present["top_tokens"], lengths)
     _need(k_texts == k)
@@ -451,17 +450,15 @@ def _top_tokens(present: dict[str, Any], lengths: np.ndarray, bounds: list[int],
     return _split(texts, [b * k for b in bounds])
 
 
-def _texts(values: Any, strings: dict[str, str] | None) -> list[str]:
-    """Strings as Python str, one object per distinct text: the one ``strings`` keeps for it, when given."""
+def _texts(values: Any, strings: dict[str, str]) -> list[str]:
+    """Strings as Python str, one object per distinct text: the one ``strings`` keeps for it."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     _need((pa.types.is_string(values.type) or pa.types.is_large_string(values.type)) and values.null_count == 0)
     encoded = pc.dictionary_encode(values, memory_pool=system_pool())
     distinct_texts = encoded.dictionary.to_pylist()
-    if strings is not None:
-        distinct_texts = list(map(strings.setdefault, distinct_texts, distinct_texts))
-    distinct = np.array(distinct_texts, dtype=object)
+    distinct = np.array(list(map(strings.setdefault, distinct_texts, distinct_texts)), dtype=object)
     texts: list[str] = distinct[encoded.indices.to_numpy(zero_copy_only=False)].tolist()
     return texts
 

@@ -738,7 +738,7 @@ def _arrow_counting(monkeypatch) -> list[int]:
     counts = [0, 0]
     decode = fastread.from_arrow
 
-    def counted(raws, columns, strings=None):
+    def counted(raws, columns, strings):
         out = decode(raws, columns, strings)
         counts[out is None] += len(raws)
         return out
