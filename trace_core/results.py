@@ -413,13 +413,15 @@ class EvaluationResult:
         return "; ".join(parts) + ". " + self.baselines_note()
 
     def baselines_note(self) -> str:
-        """How many of the known baselines ran, e.g. "Baselines: 18 of 23 ran (20 scalar, 3 fitted on each
-        calibration part: CES, WEPR, Trace Profile)."."""
+        """How many of the known baselines ran and which kind they are, e.g. "Baselines: 18 of 23 ran (15 scalar,
+        3 fitted on each calibration part: CES, WEPR, Trace Profile)."; every count is of those that ran."""
         known = [m for m in METHODS.values() if m.is_baseline]
-        fitted = [m.name for m in known if m.kind == "fitted_baseline"]
-        ran = sum(METHODS[m].is_baseline for m in self.methods)
-        return (f"Baselines: {ran} of {len(known)} ran ({len(known) - len(fitted)} scalar, {len(fitted)} fitted on "
-                f"each calibration part: {', '.join(fitted)}).")
+        ran = [METHODS[m] for m in self.methods if METHODS[m].is_baseline]
+        fitted = [m.name for m in ran if m.kind == "fitted_baseline"]
+        kinds = [f"{len(ran) - len(fitted)} scalar"]
+        if fitted:
+            kinds.append(f"{len(fitted)} fitted on each calibration part: {', '.join(fitted)}")
+        return f"Baselines: {len(ran)} of {len(known)} ran ({', '.join(kinds)})."
 
     def verdict(self, *, calibrator: str | None = None, extra_metric: str | None = None) -> Verdict | None:
         """:func:`trace_core.verdict.verdict` on TRACE+ (or its surprisal-only variant) against the best baseline and

@@ -127,6 +127,49 @@ def test_fit_then_flag_exports_safe_rows(labeled_file, tmp_path):
     assert len(rows) == 120 and any(r["note"] == "'=HYPERLINK(\"http://x\")" for r in rows)
 
 
+@pytest.mark.parametrize("rule", [["--coverage", "0.5"], ["--target-risk", "0.3"], ["--threshold", "1.0"],
+                                  ["--threshold", "0.0"]])
+def test_flag_says_the_error_rate_of_the_kept_and_the_flagged_answers_by_their_labels(labeled_file, tmp_path, rule,
+                                                                                      capsys):
+    import pandas as pd
+
+    calibrator, flagged = tmp_path / "cal.json", tmp_path / "flagged.csv"
+    assert main(["fit", str(labeled_file), "--out", str(calibrator), "--quiet"]) == 0
+    assert main(["flag", str(labeled_file), "--calibrator", str(calibrator), *rule, "--out", str(flagged)]) == 0
+    line = [x for x in capsys.readouterr().err.splitlines() if x.startswith("flagged ")][-1]
+    labels = pd.read_json(labeled_file, lines=True)["label"]
+    out = pd.read_csv(flagged)["label"]  # the flagged rows' labels, as exported
+    sides = []
+    kept_n, kept_right = len(labels) - len(out), int(labels.sum() - out.sum())
+    if kept_n:
+        sides.append(f"{1 - kept_right / kept_n:.1%} among the {kept_n:,} kept")
+    if len(out):
+        sides.append(f"{1 - out.mean():.1%} among the {len(out):,} flagged")
+    assert line == (f"flagged {len(out):,} of {len(labels):,} answers (error rate by the labels: {', '.join(sides)}); "
+                    f"wrote {flagged}")
+
+
+def test_flag_without_labels_says_the_mean_probability_of_the_kept_answers(labeled_file, tmp_path, capsys):
+    import pandas as pd
+
+    calibrator, flagged, unlabeled = tmp_path / "cal.json", tmp_path / "flagged.csv", tmp_path / "unlabeled.jsonl"
+    assert main(["fit", str(labeled_file), "--out", str(calibrator), "--quiet"]) == 0
+    unlabeled.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "label"}) + "\n"
+                                 for line in labeled_file.read_text().splitlines()))
+    assert main(["flag", str(unlabeled), "--calibrator", str(calibrator), "--threshold", "1.0",
+                 "--out", str(flagged), "--quiet"]) == 0
+    assert "(none kept)" in capsys.readouterr().err
+    assert main(["flag", str(unlabeled), "--calibrator", str(calibrator), "--threshold", "0.5",
+                 "--out", str(flagged), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    everything = tmp_path / "all.csv"
+    assert main(["flag", str(unlabeled), "--calibrator", str(calibrator), "--threshold", "1.0",
+                 "--out", str(everything), "--quiet"]) == 0
+    p = pd.read_csv(everything)["probability_correct"]
+    kept = p[p >= 0.5]
+    assert f"(mean P(correct) of the {len(kept):,} kept: {kept.mean():.1%})" in err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["evaluate", "missing.csv"], "missing.csv"),
     (["fit", "{labeled}", "--out", "x.json", "--C", "0"], "--C must be a finite real number > 0, got 0.0"),

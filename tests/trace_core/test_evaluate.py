@@ -165,6 +165,20 @@ def test_both_scalar_calibrators_are_computed_and_the_option_picks_the_shown_one
                                   platt.held_out.methods["TRACE"].probability("isotonic"))
 
 
+@pytest.mark.parametrize("methods, expected", [
+    (["TRACE", "SeqLogP", "MinProb"], "Baselines: 2 of {known} ran (2 scalar)."),
+    (["TRACE", "SeqLogP", "CES"], "Baselines: 2 of {known} ran (1 scalar, 1 fitted on each calibration part: CES)."),
+])
+def test_the_baselines_note_counts_only_those_that_ran(methods, expected):
+    from trace_core import METHODS
+
+    expected = expected.format(known=sum(m.is_baseline for m in METHODS.values()))
+    s, h, y = synthetic_traces(300, seed=3)
+    result = evaluate_arrays(s, h, y, config=EvaluationConfig(n_splits=2), methods=methods)
+    assert result.baselines_note() == expected
+    assert result.caption().endswith(expected)
+
+
 def test_scalar_calibrators_are_fitted_on_the_documented_transform():
     """SeqLogP = exp(sum log p) crowds against 0; calibrated on its log (the registry's transform), Platt matches
     a logistic regression on the summed log-probability."""
