@@ -31,7 +31,7 @@ from .traces import gather
 
 __all__ = ["FLAG_BY", "OUT_OF_FOLD", "OUTPUT_COLUMNS", "SPAN_COLUMNS", "FlagScore", "best_flag_score", "flag_scores",
            "out_of_fold_probabilities", "output_collisions", "previous_export", "score_rows", "select_flagged",
-           "spike_context", "threshold_for_risk", "unscored"]
+           "flag_summary", "spike_context", "threshold_for_risk", "unscored"]
 
 #: The riskiest span's columns (:func:`trace_core.spans.riskiest_span`): its text, kind, character offsets into the
 #: answer's tokens' text (start inclusive, end exclusive) and the span calibrator's probability that it is right.
@@ -258,6 +258,28 @@ def threshold_for_risk(probability: np.ndarray, labels: np.ndarray, target_risk:
     if not ok.any():
         return float("inf")
     return float(p[order][np.flatnonzero(ok)[-1]])
+
+
+def flag_summary(flagged: np.ndarray, probability: np.ndarray, labels: np.ndarray | None) -> str:
+    """What the flagged and the kept answers are like, in words (as the Flag page shows it): with 0/1 ``labels``,
+    each side's error rate by them; without, the kept answers' mean probability of being correct. ``flagged``: a
+    boolean per answer; ``probability``: each answer's probability of being correct.
+
+    >>> flag_summary(np.array([True, False, False]), np.array([0.2, 0.9, 0.7]), np.array([0, 1, 0]))
+    'error rate by the labels: 50.0% among the 2 kept, 100.0% among the 1 flagged'
+    >>> flag_summary(np.array([True, False, False]), np.array([0.2, 0.9, 0.7]), None)
+    'mean P(correct) of the 2 kept: 80.0%'
+    """
+    flagged = np.asarray(flagged, dtype=bool)
+    kept = ~flagged
+    if labels is None:
+        if not kept.any():
+            return "none kept"
+        return f"mean P(correct) of the {int(kept.sum()):,} kept: {float(np.mean(probability[kept])):.1%}"
+    y = np.asarray(labels, dtype=np.float64)
+    sides = [f"{1 - float(y[side].mean()):.1%} among the {int(side.sum()):,} {name}"
+             for name, side in (("kept", kept), ("flagged", flagged)) if side.any()]
+    return "error rate by the labels: " + ", ".join(sides)
 
 
 #: What :func:`select_flagged` can flag by: the answer's probability of being correct, or its riskiest span's.

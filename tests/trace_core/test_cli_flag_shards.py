@@ -36,14 +36,17 @@ def test_the_flags_equal_one_file_flags_and_every_row_is_written(data, rule, cap
     assert main(["flag", str(data / "all.jsonl"), "--calibrator", str(data / "cal.json"), *rule,
                  "--out", str(data / "one.jsonl"), "--quiet"]) == 0
     expected = set(read_dataset(data / "one.jsonl").frame["prompt"])
-    capsys.readouterr()
+    one_line = capsys.readouterr().err
+    readout = one_line[one_line.index(" answers (") + len(" answers ("):one_line.index("); wrote")]
+    assert readout.startswith("error rate by the labels: ")
     assert main(["flag", str(data / "in"), "--calibrator", str(data / "cal.json"), *rule,
                  "--out", str(data / "out")]) == 0
     err = capsys.readouterr().err
     out = _outputs(data / "out")
     assert len(out) == 700 and out["prompt"].is_unique
     assert set(out.loc[out["flagged"], "prompt"]) == expected
-    assert f"flagged {len(expected):,} of 700 answers" in err
+    assert f"flagged {len(expected):,} of 700 answers in " in err
+    assert f"(column `flagged`; {readout}); " in err  # the same rows, the same summary as one file
     manifest = json.loads((data / "out" / "manifest.json").read_text())
     assert manifest["settings"]["calibrator_sha256"] and len(manifest["entries"]) == 3
 
@@ -89,3 +92,16 @@ def test_a_complete_coverage_run_is_not_read_again(data, capsys):
     assert main(args) == 0
     err = capsys.readouterr().err
     assert "reading 3 shards" not in err and err.count("already complete, skipped") == 3
+
+
+def test_with_a_shard_unlabeled_the_summary_gives_the_kept_answers_mean_probability(data, capsys):
+    """The error rates need every shard's labels: one shard without them, and the summary is the kept answers' mean
+    probability of being correct (read back from the written shards)."""
+    unlabeled = read_dataset(data / "in" / "p1.jsonl")
+    write_dataset(unlabeled.frame.drop(columns=["label"]), data / "in" / "p1.jsonl", traces=unlabeled.traces)
+    assert main(["flag", str(data / "in"), "--calibrator", str(data / "cal.json"), "--threshold", "0.6",
+                 "--out", str(data / "out"), "--quiet"]) == 0
+    out = _outputs(data / "out")
+    kept = out.loc[~out["flagged"], "probability_correct"]
+    assert (f"(column `flagged`; mean P(correct) of the {len(kept):,} kept: {kept.mean():.1%}); "
+            in capsys.readouterr().err)

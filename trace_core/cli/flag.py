@@ -79,7 +79,7 @@ def cmd_flag(args: argparse.Namespace) -> None:
     dataset = common.usable(dataset, args.data)
     traces = common.trace_table(dataset)
     calibrator, _ = _load_calibrator(args)
-    from ..flag import score_rows, select_flagged
+    from ..flag import flag_summary, score_rows, select_flagged
 
     scored = score_rows(dataset.frame, traces, calibrator)
     _drift(args, calibrator, traces)
@@ -95,27 +95,13 @@ def cmd_flag(args: argparse.Namespace) -> None:
     flagged_traces = [traces[i] for i in positions]
     # with the trace columns: the export reads back as a dataset and can be scored again
     export_flagged(with_trace_columns(flagged, flagged_traces), args.out, format=fmt)
-    print(f"flagged {len(flagged):,} of {len(dataset.frame):,} answers ({_readout(scored, flagged, labels)}); "
+    readout = flag_summary(scored.index.isin(flagged.index), scored["probability_correct"].to_numpy(), labels)
+    print(f"flagged {len(flagged):,} of {len(dataset.frame):,} answers ({readout}); "
           f"wrote {args.out}", file=sys.stderr)
     if args.tokens:
         rows = flagged[dataset.row_column].tolist() if dataset.row_column in flagged.columns else None
         export_flagged(token_table(flagged_traces, rows), args.tokens, format="csv")
         print(f"wrote the flagged answers' tokens to {args.tokens}", file=sys.stderr)
-
-
-def _readout(scored: Any, flagged: Any, labels: Any) -> str:
-    """What the flagged and the kept answers are like, as the Flag page shows it: with labels, each side's error
-    rate by them; without, the kept answers' mean probability of being correct."""
-    kept = ~scored.index.isin(flagged.index)
-    n_kept, n_flagged = int(kept.sum()), len(flagged)
-    if labels is None:
-        if not n_kept:
-            return "none kept"
-        mean = float(scored.loc[kept, "probability_correct"].mean())
-        return f"mean P(correct) of the {n_kept:,} kept: {mean:.1%}"
-    sides = [f"{1 - float(labels[side].mean()):.1%} among the {count:,} {name}"
-             for name, side, count in (("kept", kept, n_kept), ("flagged", ~kept, n_flagged)) if count]
-    return "error rate by the labels: " + ", ".join(sides)
 
 
 def _drift(args: argparse.Namespace, calibrator: Any, traces: list, reference: list | None = None) -> None:

@@ -29,20 +29,31 @@ def _settings(args: argparse.Namespace, calibrator_bytes: bytes, threshold: floa
             "tolerance": args.tolerance}
 
 
-def _flagged_count(folder: Path, summary: Any) -> tuple[int, int]:
-    """Rows flagged and rows written over every complete output shard (read from their ``flagged`` column)."""
+def _flagged_summary(folder: Path, summary: Any) -> tuple[int, int, str]:
+    """Rows flagged and rows written over every complete output shard (read from their ``flagged`` column), and
+    :func:`~trace_core.flag.flag_summary` of them (by their labels when every such shard has a ``label`` column)."""
+    import numpy as np
     import pyarrow.parquet as pq
 
+    from ..flag import flag_summary
     from ..scale.flag import FLAGGED_COLUMN
 
-    flagged = written = 0
+    flagged, probability, labels = [], [], []
     for result in summary.results:
         if result.entry is None:
             continue
-        column = pq.read_table(folder / result.entry.output, columns=[FLAGGED_COLUMN]).column(0)
-        flagged += int(sum(bool(v) for v in column.to_pylist()))
-        written += len(column)
-    return flagged, written
+        path = folder / result.entry.output
+        labeled = "label" in pq.read_schema(path).names
+        table = pq.read_table(path, columns=[FLAGGED_COLUMN, "probability_correct", *(["label"] if labeled else [])])
+        flagged.append(table.column(FLAGGED_COLUMN).to_numpy(zero_copy_only=False).astype(bool))
+        probability.append(table.column("probability_correct").to_numpy(zero_copy_only=False))
+        labels.append(table.column("label").to_numpy(zero_copy_only=False) if labeled else None)
+    if not flagged:
+        return 0, 0, "no shard written"
+    every = np.concatenate(flagged)
+    given = [part for part in labels if part is not None]
+    y = np.concatenate(given) if len(given) == len(labels) else None
+    return int(every.sum()), len(every), flag_summary(every, np.concatenate(probability), y)
 
 
 def _decisions(args: argparse.Namespace, shards: list[Any], out: Path, settings: dict[str, Any],
@@ -88,8 +99,8 @@ def flag_sharded(args: argparse.Namespace, calibrator: Any, calibrator_bytes: by
     summary = runner(shards, out, work, settings=settings,
                      command=recorded_command(getattr(args, "argv", [])), skip_errors=(DatasetError, ValueError),
                      on_shard=shard_reporter(args.quiet), **engine_options)
-    flagged, written = _flagged_count(out, summary)
-    print(f"flagged {flagged:,} of {written:,} answers in {shown(str(out))} (column `flagged`); "
+    flagged, written, readout = _flagged_summary(out, summary)
+    print(f"flagged {flagged:,} of {written:,} answers in {shown(str(out))} (column `flagged`; {readout}); "
           f"{summary.sentence()}", file=sys.stderr)
     if not args.quiet:
         print("the drift check is not run over shards: run flag on one shard to see it", file=sys.stderr)
