@@ -268,16 +268,18 @@ def _newton_logistic(Xt: np.ndarray, y: np.ndarray, reg: np.ndarray, *, max_iter
         The coefficients, intercept last.
     """
     k, n = Xt.shape
-    if start is None:
-        mean_y = float(y.mean())
-        w = np.zeros(k)
-        w[-1] = math.log(mean_y / (1.0 - mean_y))
-    else:
-        w = np.array(start, dtype=np.float64)
-    u = w @ Xt
+    mean_y = float(y.mean())
+    w = np.zeros(k)
+    w[-1] = math.log(mean_y / (1.0 - mean_y))
     r, weight = np.empty(n), np.empty(n)
     r_new, weight_new = np.empty(n), np.empty(n)
-    value = _loss_terms(u, y, r, weight) + 0.5 * float((reg * w) @ w)
+    value = _loss_terms(w @ Xt, y, r, weight) + 0.5 * float((reg * w) @ w)
+    if start is not None:  # taken only where it is better than the default start (see fit_logistic_1d)
+        w_start = np.array(start, dtype=np.float64)
+        value_start = _loss_terms(w_start @ Xt, y, r_new, weight_new) + 0.5 * float((reg * w_start) @ w_start)
+        if value_start < value:
+            w, value = w_start, value_start
+            r, r_new, weight, weight_new = r_new, r, weight_new, weight
     gtol = tol * max(n, 1)
     eye = np.eye(k)
     step: np.ndarray = np.zeros(k)
@@ -336,14 +338,20 @@ def fit_logistic_1d(z: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 2
     z = np.asarray(z, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     penalty = 1.0 / C
-    if start is None:
-        mean_y = float(y.mean())
-        a, b = 0.0, math.log(mean_y / (1.0 - mean_y))
-    else:
-        a, b = start
+    mean_y = float(y.mean())
+    a, b = 0.0, math.log(mean_y / (1.0 - mean_y))
     e = np.empty(z.shape[0])
     loss, *sums = _point_1d(z, y, a, b, e)
     value = loss + 0.5 * penalty * a * a
+    if start is not None:
+        # A start is taken only where its objective is below the default start's. Another part's fit can be far
+        # out on a flat ridge here (a small part separable along another boundary): some log-odds are then in the
+        # hundreds, their Newton weights underflow, and the line search finds no decrease along the Newton
+        # direction long before the optimum.
+        start_loss, *start_sums = _point_1d(z, y, start[0], start[1], e)
+        if start_loss + 0.5 * penalty * start[0] * start[0] < value:
+            (a, b), sums = start, start_sums
+            value = start_loss + 0.5 * penalty * a * a
     gtol = tol * max(z.shape[0], 1)
     step_a = step_b = 0.0
     trial_sums = sums
