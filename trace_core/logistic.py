@@ -260,7 +260,8 @@ def _newton_logistic(Xt: np.ndarray, y: np.ndarray, reg: np.ndarray, *, max_iter
       Newton step (in the quadratic region, it squares the error) is taken if it raises ``f`` by no more than that
       rounding, and the fit stops; or when no step decreases ``f``; or after ``max_iter`` steps.
 
-    ``start``: coefficients to start from instead (a nearby fit's); the optimum is the same.
+    ``start``: coefficients to start from instead (a nearby fit's), taken only where the objective there is below the
+    default start's (see :func:`fit_logistic_1d`); the optimum is the same.
 
     Returns
     -------
@@ -333,7 +334,8 @@ def fit_logistic_1d(z: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 2
     protocol runs hundreds of these fits).
 
     ``start``: the ``(a, b)`` to start from instead of the intercept-only optimum (a nearby fit's, for a fit on a
-    subset of its rows); the optimum is the same, found in fewer steps.
+    subset of its rows), taken only where the objective there is below the default start's; the optimum is the same,
+    found in fewer steps.
     """
     z = np.asarray(z, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
