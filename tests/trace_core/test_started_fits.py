@@ -96,33 +96,3 @@ def test_a_real_part_whose_previous_split_fit_is_steep():
     assert _platt_objective(warm, x, y) <= _platt_objective(cold, x, y) + 1e-9
     np.testing.assert_allclose(warm.predict_checked(x), cold.predict_checked(x), atol=1e-6)
 
-
-def test_every_split_on_the_real_beam_answers_has_the_cold_fits_platt_values():
-    """SmolLM2's 30 arithmetic answers with beams (6 correct; stratified calibration parts of 10 with 2 correct,
-    often separable by chance), as ``make results`` evaluates them: each split's Platt Brier of the beam baselines is
-    that of a Platt fit from the default start on that split's calibration part (a started fit gave one split a
-    Brier of 1.0 where the optimum gives 0.195)."""
-    from pathlib import Path
-
-    from trace_core import EvaluationConfig, evaluate, read_dataset
-    from trace_core.baselines import compute_baselines
-    from trace_core.data import parse_beam_logprobs
-    from trace_core.logistic import transform_scores
-    from trace_core.metrics import brier_score
-    from trace_core.protocol import draw_splits
-    from trace_core.registry import METHODS
-
-    dataset = read_dataset(Path(__file__).parents[2] / "assets" / "datasets" / "real_beams_test.csv")
-    rows = np.flatnonzero(dataset.frame["family"].to_numpy() == "arithmetic")
-    beams = parse_beam_logprobs(dataset.frame["beam_logprobs"], list(range(len(dataset.frame))))
-    traces, y, beams = [dataset.traces[i] for i in rows], dataset.labels[rows], [beams[i] for i in rows]
-    names = ["Beam Entropy", "Beam-Ratio", "Beam-TailThinness"]
-    config = EvaluationConfig(n_splits=20, stratified=True, metrics=("brier",))
-    result = evaluate(traces, y, config=config, methods=names, beam_logprobs=beams)
-    scores = compute_baselines(traces, beam_logprobs=beams, names=names).scores
-    platt = result.per_split.query("calibrator == 'platt'").set_index(["method", "split"])["value"]
-    for name in names:
-        z = transform_scores(scores[name].to_numpy(), METHODS[name].transform)
-        for split, (cal, ev) in enumerate(draw_splits(y, config)):
-            p = PlattCalibrator().fit_checked(z[cal], y[cal]).predict_checked(z[ev])
-            assert platt[(name, split)] == pytest.approx(brier_score(y[ev], p), abs=1e-9), (name, split)
