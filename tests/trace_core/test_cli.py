@@ -322,3 +322,24 @@ def test_flagged_export_keeps_the_traces_reads_back_and_scores_again_the_same(la
     assert list(table.columns) == ["row", "position", "token", "token_id", "probability", "surprisal", "entropy",
                                    "rank", "alternatives"]
     assert len(table) == sum(len(t) for t in back.traces) and table["row"].nunique() == 60
+
+
+def test_fit_says_how_many_answers_of_each_class_and_warns_when_one_is_rare(labeled_file, tmp_path, capsys):
+    import pandas as pd
+
+    labels = pd.read_json(labeled_file, lines=True)["label"]
+    calibrator = tmp_path / "cal.json"
+    assert main(["fit", str(labeled_file), "--out", str(calibrator), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert (f"fitted TRACE+ (paper) on {len(labels)} answers ({labels.sum()} correct, {len(labels) - labels.sum()} "
+            f"wrong); wrote {calibrator}") in err
+    assert "warning" not in err
+    rare = tmp_path / "rare.jsonl"  # every wrong answer and 3 right ones
+    lines = labeled_file.read_text().splitlines()
+    keep = [line for line, y in zip(lines, labels, strict=True) if y == 0] + [
+        line for line, y in zip(lines, labels, strict=True) if y == 1][:3]
+    rare.write_text("\n".join(keep) + "\n")
+    assert main(["fit", str(rare), "--method", "SeqLogP", "--out", str(calibrator), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert f"on {len(keep)} answers (3 correct, {len(keep) - 3} wrong)" in err
+    assert "warning: a calibrator fitted on fewer than 100 answers, or fewer than 10 of either class" in err

@@ -7,6 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from .._checks import AnswerValueError, shorten
 from . import common
 from ._support import CALIBRATOR_OUT, CLIError, check_not_input, check_out, shown
@@ -60,8 +62,9 @@ def cmd_fit(args: argparse.Namespace) -> None:
         except ValueError as exc:  # the traces lack what the method needs (entropy, top-k alternatives)
             raise CLIError(f"{shown(args.data)}: {exc}") from exc
         Path(args.out).write_text(model.to_json(), encoding="utf-8")
-        print(f"fitted {method} with {CALIBRATOR_WORDS[args.calibrator]} on {model.n_samples_:,} answers; wrote "
-              f"{args.out}", file=sys.stderr)
+        print(f"fitted {method} with {CALIBRATOR_WORDS[args.calibrator]} on {_answers(labels)}; wrote {args.out}",
+              file=sys.stderr)
+        _warn_if_few(labels)
         return
     fitting = default_feature_set(traces)  # "paper", or "surprisal" when the traces hold no entropy
     feature_set = chosen_set or fitting
@@ -76,4 +79,22 @@ def cmd_fit(args: argparse.Namespace) -> None:
     except AnswerValueError as exc:
         raise CLIError(f"{shown(args.data)}: row {common.row_numbers(dataset)[exc.index]}: {exc.reason}") from exc
     Path(args.out).write_text(model.to_json(), encoding="utf-8")
-    print(f"fitted TRACE+ ({feature_set}) on {model.n_samples_:,} answers; wrote {args.out}", file=sys.stderr)
+    print(f"fitted TRACE+ ({feature_set}) on {_answers(labels)}; wrote {args.out}", file=sys.stderr)
+    _warn_if_few(labels)
+
+
+def _answers(labels: np.ndarray) -> str:
+    """How many answers a calibrator was fitted on, and of each class: "328 answers (12 correct, 316 wrong)"."""
+    correct = int(np.sum(labels == 1))
+    return f"{len(labels):,} answers ({correct:,} correct, {len(labels) - correct:,} wrong)"
+
+
+def _warn_if_few(labels: np.ndarray) -> None:
+    """A warning when the answers are too few, or too few of one class, for the probabilities to be trusted (the
+    thresholds under which ``evaluate`` calls its figures unreliable)."""
+    from ..results import SMALL_CLASS, SMALL_SAMPLE
+
+    correct = int(np.sum(labels == 1))
+    if len(labels) < SMALL_SAMPLE or min(correct, len(labels) - correct) < SMALL_CLASS:
+        print(f"warning: a calibrator fitted on fewer than {SMALL_SAMPLE} answers, or fewer than {SMALL_CLASS} "
+              "of either class, gives unreliable probabilities; label more answers", file=sys.stderr)
