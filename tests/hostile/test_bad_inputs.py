@@ -241,7 +241,8 @@ def test_cli_fit_and_flag_name_file_rows(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["fit", str(BAD / "empty_answers.csv"), "--out", str(calibrator)]) == 0
     _, err = _stderr_lines(capsys)
     assert "warning: 2 empty answers (no tokens) left out: rows 4, 7" in err
-    assert err[-1].startswith("fitted TRACE+ (paper) on 7 answers")
+    assert err[-2].startswith("fitted TRACE+ (paper) on 7 answers (")
+    assert err[-1].startswith("warning: a calibrator fitted on fewer than 100 answers")
     # row 2 is rejected, so the empty answers are the 3rd and 6th kept rows: the message must give file rows
     assert main(["flag", str(BAD / "empty_answers.csv"), "--calibrator", str(calibrator), "--threshold", "0.5",
                  "--out", str(tmp_path / "flagged.csv")]) == 1
