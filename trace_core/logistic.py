@@ -351,9 +351,9 @@ def fit_logistic_1d(z: np.ndarray, y: np.ndarray, *, C: float, max_iter: int = 2
         # hundreds, their Newton weights underflow, and the line search finds no decrease along the Newton
         # direction long before the optimum.
         start_loss, *start_sums = _point_1d(z, y, start[0], start[1], e)
-        if start_loss + 0.5 * penalty * start[0] * start[0] < value:
-            (a, b), sums = start, start_sums
-            value = start_loss + 0.5 * penalty * a * a
+        start_value = start_loss + 0.5 * penalty * start[0] * start[0]
+        if start_value < value:
+            (a, b), sums, value = start, start_sums, start_value
     gtol = tol * max(z.shape[0], 1)
     step_a = step_b = 0.0
     trial_sums = sums

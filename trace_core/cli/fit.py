@@ -62,9 +62,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
         except ValueError as exc:  # the traces lack what the method needs (entropy, top-k alternatives)
             raise CLIError(f"{shown(args.data)}: {exc}") from exc
         Path(args.out).write_text(model.to_json(), encoding="utf-8")
-        print(f"fitted {method} with {CALIBRATOR_WORDS[args.calibrator]} on {_answers(labels)}; wrote {args.out}",
-              file=sys.stderr)
-        _warn_if_few(labels)
+        _say_fitted(f"{method} with {CALIBRATOR_WORDS[args.calibrator]}", labels, args.out)
         return
     fitting = default_feature_set(traces)  # "paper", or "surprisal" when the traces hold no entropy
     feature_set = chosen_set or fitting
@@ -79,22 +77,18 @@ def cmd_fit(args: argparse.Namespace) -> None:
     except AnswerValueError as exc:
         raise CLIError(f"{shown(args.data)}: row {common.row_numbers(dataset)[exc.index]}: {exc.reason}") from exc
     Path(args.out).write_text(model.to_json(), encoding="utf-8")
-    print(f"fitted TRACE+ ({feature_set}) on {_answers(labels)}; wrote {args.out}", file=sys.stderr)
-    _warn_if_few(labels)
+    _say_fitted(f"TRACE+ ({feature_set})", labels, args.out)
 
 
-def _answers(labels: np.ndarray) -> str:
-    """How many answers a calibrator was fitted on, and of each class: "328 answers (12 correct, 316 wrong)"."""
-    correct = int(np.sum(labels == 1))
-    return f"{len(labels):,} answers ({correct:,} correct, {len(labels) - correct:,} wrong)"
-
-
-def _warn_if_few(labels: np.ndarray) -> None:
-    """A warning when the answers are too few, or too few of one class, for the probabilities to be trusted (the
-    thresholds under which ``evaluate`` calls its figures unreliable)."""
-    from ..results import SMALL_CLASS, SMALL_SAMPLE
+def _say_fitted(what: str, labels: np.ndarray, out: str) -> None:
+    """The line saying what was fitted on how many answers of each class ("fitted TRACE+ (paper) on 328 answers (12
+    correct, 316 wrong); wrote cal.json"), and a warning when they are too few, or too few of one class, for the
+    probabilities to be trusted (where ``evaluate`` calls its figures unreliable: :func:`small_sample_note`)."""
+    from ..results import SMALL_CLASS, SMALL_SAMPLE, small_sample_note
 
     correct = int(np.sum(labels == 1))
-    if len(labels) < SMALL_SAMPLE or min(correct, len(labels) - correct) < SMALL_CLASS:
+    print(f"fitted {what} on {len(labels):,} answers ({correct:,} correct, {len(labels) - correct:,} wrong); wrote "
+          f"{out}", file=sys.stderr)
+    if small_sample_note(len(labels), correct):
         print(f"warning: a calibrator fitted on fewer than {SMALL_SAMPLE} answers, or fewer than {SMALL_CLASS} "
               "of either class, gives unreliable probabilities; label more answers", file=sys.stderr)
