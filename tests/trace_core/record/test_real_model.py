@@ -56,3 +56,22 @@ def test_without_the_package_the_dashboard_says_so_and_uses_the_demo_model(monke
     assert not at.exception
     assert any("not installed here" in w.value for w in at.sidebar.warning)
     assert at.session_state["lm"].model_id == "assets/demo-model"
+
+
+@pytest.mark.slow
+@pytest.mark.real_model
+@needs_smollm2
+def test_the_command_line_runs_the_default_model_by_its_short_name(tmp_path, monkeypatch, capsys):
+    import json
+
+    from trace_core.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    prompts = tmp_path / "p.csv"
+    prompts.write_text("prompt,reference\nWhat is the capital of France?,Paris\n", encoding="utf-8")
+    out = tmp_path / "o.jsonl"
+    assert main(["generate", str(prompts), "--out", str(out), "--model", "smollm2", "--chat-template",
+                 "--max-new-tokens", "12", "--matcher", "contains", "--quiet"]) == 0
+    (row,) = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert "Paris" in row["answer"] and row["label"] == 1
+    assert row["trace_metadata"]["model_id"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
