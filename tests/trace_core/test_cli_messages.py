@@ -187,3 +187,26 @@ def test_txt_prompts_take_line_breaks_as_escapes_and_keep_their_line_numbers(tmp
     frame, references, numbers = _read_prompts(str(path))
     assert frame["prompt"].tolist() == ["Q: 2 + 2?\nA:", "say \\n literally"] and references is None
     assert numbers == [1, 4]  # the file's line numbers, blank lines counted
+
+
+@pytest.mark.parametrize("has_template, flag, said", [
+    (True, False, True),  # an instruct model given bare prompts: say so, and why its answers may be empty
+    (True, True, False),
+    (False, False, False),  # no template to use: nothing to say
+])
+def test_the_command_line_says_when_a_models_chat_template_goes_unused(has_template, flag, said, capsys):
+    from types import SimpleNamespace
+
+    from trace_core.cli import common
+
+    lm = SimpleNamespace(has_chat_template=has_template)
+    args = SimpleNamespace(chat_template=flag, quiet=False)
+    assert common.template_unused(lm, args) is said
+    common.say_template_unused(lm, args)
+    assert ("prompts go to it bare" in capsys.readouterr().err) is said
+    common.say_template_unused(lm, SimpleNamespace(chat_template=flag, quiet=True))
+    assert capsys.readouterr().err == ""  # a note, left out with --quiet
+    warning = common.empty_answers_warning(["Paris", " \n", ""], lm, args)
+    assert warning.startswith("2 of 3 answers are empty (the model ended its answer at once)")
+    assert ("--chat-template" in warning) is said
+    assert common.empty_answers_warning(["Paris", "42"], lm, args) == ""

@@ -16,7 +16,8 @@ import pandas as pd
 
 from ._support import CLIError, plain_warnings, progress, shown
 
-__all__ = ["load_model", "read_data", "request_batch", "row_numbers", "server_urls", "usable", "write_data"]
+__all__ = ["empty_answers_warning", "load_model", "read_data", "request_batch", "row_numbers",
+           "say_template_unused", "server_urls", "template_unused", "usable", "write_data"]
 
 
 def server_urls(args: argparse.Namespace) -> list[str]:
@@ -59,6 +60,31 @@ def load_model(args: argparse.Namespace):
     # A flag opts in; without it the environment's policy (off by default) applies.
     return load_local_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code or None,
                             allow_pickle_weights=args.allow_pickle_weights or None)
+
+
+def template_unused(lm: Any, args: argparse.Namespace) -> bool:
+    """Whether the model has a chat template that the prompts will not go through (no ``--chat-template``): an
+    instruct model given a bare prompt often ends its answer at once, and its traces are not those of the answers
+    the dashboard gets (which uses the template by default)."""
+    return not getattr(args, "chat_template", False) and bool(getattr(lm, "has_chat_template", False))
+
+
+def say_template_unused(lm: Any, args: argparse.Namespace) -> None:
+    """Before the model runs, a note (unless ``--quiet``) when :func:`template_unused`."""
+    if template_unused(lm, args) and not args.quiet:
+        print("note: the model has a chat template and the prompts go to it bare; an instruct model answers through "
+              "its template (--chat-template, as the dashboard does by default)", file=sys.stderr)
+
+
+def empty_answers_warning(answers: Sequence[str], lm: Any, args: argparse.Namespace) -> str:
+    """The warning on generated answers that are empty (the model ended at once), with the likely cause when
+    :func:`template_unused`; "" when none is."""
+    empty = sum(1 for a in answers if not a.strip())
+    if not empty:
+        return ""
+    cause = ("; the model has a chat template that the prompts did not go through: an instruct model needs it "
+             "(--chat-template)" if template_unused(lm, args) else "")
+    return f"{empty:,} of {len(answers):,} answers are empty (the model ended its answer at once){cause}"
 
 
 def read_data(path: str, *, require_label: bool, args: argparse.Namespace):

@@ -71,6 +71,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
     check_not_input(args.out, [("the prompts file", args.prompts)], written="the generated answers")
     frame, references, rows = _read_prompts(args.prompts, args)
     lm = common.load_model(args)
+    common.say_template_unused(lm, args)
     prompts = frame["prompt"].astype(str).tolist()
     update, close = progress(len(prompts), "generating", not args.quiet)
     try:
@@ -78,6 +79,9 @@ def cmd_generate(args: argparse.Namespace) -> None:
                                  progress=update)
     finally:
         close()
+    empty = common.empty_answers_warning([t.answer for t in traces], lm, args)
+    if empty:
+        print(f"warning: {empty}", file=sys.stderr)
     frame, problems = answered_frame(frame, [t.answer for t in traces], references, rows, matcher=args.matcher,
                                      tolerance=args.tolerance)
     if problems:  # the rows are named; evaluate rejects those rows, naming the label

@@ -31,6 +31,7 @@ def cmd_score(args: argparse.Namespace) -> None:
     todo = [i for i, t in enumerate(traces) if t is None or args.rescore]
     if todo:
         lm = common.load_model(args)
+        common.say_template_unused(lm, args)
         update, close = progress(len(todo), "scoring", not args.quiet)
         try:
             new = score_answers(lm, [str(frame["prompt"].iloc[i]) for i in todo],

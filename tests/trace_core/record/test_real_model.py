@@ -75,3 +75,25 @@ def test_the_command_line_runs_the_default_model_by_its_short_name(tmp_path, mon
     (row,) = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert "Paris" in row["answer"] and row["label"] == 1
     assert row["trace_metadata"]["model_id"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.mark.slow
+@pytest.mark.real_model
+@needs_smollm2
+def test_generate_says_why_an_instruct_model_answered_nothing_without_its_chat_template(tmp_path, capsys):
+    """SmolLM2 given bare prompts ends its answers at once: the command line says so, and why, instead of writing
+    empty answers without a word."""
+    from trace_core.cli import main
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("What is the capital of France?\nWhat is 17 + 25?\n", encoding="utf-8")
+    assert main(["generate", str(prompts), "--out", str(tmp_path / "bare.jsonl"), "--model", "smollm2",
+                 "--max-new-tokens", "8"]) == 0
+    err = capsys.readouterr().err
+    assert "note: the model has a chat template and the prompts go to it bare" in err
+    assert ("warning: 2 of 2 answers are empty (the model ended its answer at once); the model has a chat template "
+            "that the prompts did not go through: an instruct model needs it (--chat-template)") in err
+    assert main(["generate", str(prompts), "--out", str(tmp_path / "chat.jsonl"), "--model", "smollm2",
+                 "--max-new-tokens", "8", "--chat-template"]) == 0
+    err = capsys.readouterr().err
+    assert "chat template" not in err and "empty" not in err
