@@ -77,14 +77,11 @@ def say_template_unused(lm: Any, args: argparse.Namespace) -> None:
 
 
 def empty_answers_warning(answers: Sequence[str], lm: Any, args: argparse.Namespace) -> str:
-    """The warning on generated answers that are empty (the model ended at once), with the likely cause when
-    :func:`template_unused`; "" when none is."""
-    empty = sum(1 for a in answers if not a.strip())
-    if not empty:
-        return ""
-    cause = ("; the model has a chat template that the prompts did not go through: an instruct model needs it "
-             "(--chat-template)" if template_unused(lm, args) else "")
-    return f"{empty:,} of {len(answers):,} answers are empty (the model ended its answer at once){cause}"
+    """The warning on generated answers that are empty (:func:`~trace_core.data.prompts.empty_answers_note`, with
+    :func:`template_unused` as the likely cause); "" when none is."""
+    from ..data.prompts import empty_answers_note
+
+    return empty_answers_note(answers, template_unused=template_unused(lm, args)) or ""
 
 
 def read_data(path: str, *, require_label: bool, args: argparse.Namespace):

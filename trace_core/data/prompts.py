@@ -27,8 +27,8 @@ from .errors import DatasetError, RowError
 from .labels import exact_match_hint, label_from_reference
 from .read import Progress, read_table
 
-__all__ = ["OLD_ANSWER_COLUMNS", "PromptsFile", "answered_frame", "label_answers", "prompt_problem", "read_prompts",
-           "matcher_hint", "row_errors_text", "unescape_prompt", "unlabeled_message"]
+__all__ = ["OLD_ANSWER_COLUMNS", "PromptsFile", "answered_frame", "empty_answers_note", "label_answers",
+           "prompt_problem", "read_prompts", "matcher_hint", "row_errors_text", "unescape_prompt", "unlabeled_message"]
 
 #: Columns of a prompts file that describe its answers: generation replaces the answers, so these would describe
 #: answers no longer in the file (the label would be theirs, the trace theirs). The label is made again from
@@ -208,6 +208,22 @@ def unlabeled_message(problems: Sequence[RowError], total: int) -> str:
     """What :func:`answered_frame`'s labeling problems mean, in one line."""
     return (f"left {len(problems):,} of {total:,} generated answers unlabeled, their `reference` cannot label them "
             f"({row_errors_text(problems)})")
+
+
+def empty_answers_note(answers: Sequence[str], *, template_unused: bool) -> str | None:
+    """The note on generated answers that are empty (the model ended at once), with the likely cause when the
+    model has a chat template that the prompts did not go through (``template_unused``: an instruct model given a
+    bare prompt often answers nothing); None when no answer is empty.
+
+    >>> empty_answers_note(["Paris", ""], template_unused=False)
+    '1 of 2 answers are empty (the model ended its answer at once)'
+    """
+    empty = sum(1 for a in answers if not a.strip())
+    if not empty:
+        return None
+    cause = ("; the model has a chat template that the prompts did not go through: an instruct model needs it "
+             "(--chat-template)" if template_unused else "")
+    return f"{empty:,} of {len(answers):,} answers are empty (the model ended its answer at once){cause}"
 
 
 def matcher_hint(frame: pd.DataFrame, references: Sequence[Any] | None, rows: Sequence[int],

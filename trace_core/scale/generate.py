@@ -126,9 +126,9 @@ class ShardGenerator(LazyModel):
 
     def __call__(self, shard: Shard) -> ShardOutput:
         """Generate one shard: its rows with a prompt, answered, with their traces; the rows without a prompt as
-        errors; notes on answers that their reference cannot label, or that the exact matcher labeled wrong although
-        they hold their reference."""
-        from ..data.prompts import answered_frame, matcher_hint, unlabeled_message
+        errors; notes on answers that are empty, that their reference cannot label, or that the exact matcher labeled
+        wrong although they hold their reference."""
+        from ..data.prompts import answered_frame, empty_answers_note, matcher_hint, unlabeled_message
 
         read = self._read(shard)
         prompts = read.frame["prompt"].astype(str).tolist()
@@ -139,6 +139,10 @@ class ShardGenerator(LazyModel):
         frame, problems = answered_frame(read.frame, [t.answer for t in traces], read.references, read.rows,
                                          matcher=self.matcher, tolerance=self.tolerance)
         notes = [unlabeled_message(problems, len(traces))] if problems else []
+        # (a shard without prompts has no answers: the model is not loaded for it)
+        unused = bool(traces) and not config.chat_template and bool(getattr(self.model, "has_chat_template", False))
+        empty = empty_answers_note([t.answer for t in traces], template_unused=unused)
+        notes += [empty] if empty else []
         hint = matcher_hint(frame, read.references, read.rows, self.matcher)
         notes += [hint] if hint else []
         if self.num_beams:

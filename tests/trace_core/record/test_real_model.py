@@ -97,3 +97,10 @@ def test_generate_says_why_an_instruct_model_answered_nothing_without_its_chat_t
                  "--max-new-tokens", "8", "--chat-template"]) == 0
     err = capsys.readouterr().err
     assert "chat template" not in err and "empty" not in err
+    shards = tmp_path / "shards"  # shard by shard: the same warning, for the shard
+    shards.mkdir()
+    (shards / "a.txt").write_text(prompts.read_text(encoding="utf-8"), encoding="utf-8")
+    assert main(["generate", str(shards), "--out", str(tmp_path / "out"), "--model", "smollm2",
+                 "--max-new-tokens", "8", "--quiet"]) == 0
+    assert ("warning: a.txt: 2 of 2 answers are empty (the model ended its answer at once); the model has a chat "
+            "template that the prompts did not go through") in capsys.readouterr().err
