@@ -274,6 +274,12 @@ class FeatureDrift:
     percentile : float
         Where the new answers sit in the calibration distribution on average, in [0, 1]: the mean over new answers
         of the calibration share below their bin's middle (about 0.5 when drawn alike; higher = larger values).
+    crowded : tuple of float
+        Where the new answers crowd most, as ``(low, high, new_share, expected_share)``: the run of adjacent
+        calibration bins holding the largest excess of new answers over their calibration share, from the
+        calibration ``low`` to ``high`` quantile (in [0, 1]), which holds ``new_share`` of the new answers and
+        ``expected_share`` (= ``high - low``) of the calibration ones. The mean alone can hide a shift: new answers
+        at both ends of the calibration range average out near its middle.
     """
 
     name: str
@@ -282,6 +288,19 @@ class FeatureDrift:
     df: int
     p_value: float
     percentile: float
+    crowded: tuple[float, float, float, float] = (0.0, 1.0, 1.0, 1.0)
+
+    def crowded_words(self) -> str:
+        """:attr:`crowded` in words: "46% of the new answers lie below the 20th percentile of those, where 20% would
+        if drawn alike"."""
+        low, high, share, expected = self.crowded
+        if low <= 0.0:
+            where = f"below the {_ordinal(high)} percentile"
+        elif high >= 1.0:
+            where = f"above the {_ordinal(low)} percentile"
+        else:
+            where = f"between the {_ordinal(low)} and {_ordinal(high)} percentiles"
+        return f"{_percent(share)} of the new answers lie {where} of those, where {_percent(expected)} would if drawn alike"
 
 
 @dataclass(frozen=True)
@@ -350,8 +369,7 @@ class DriftResult:
             return (f"Drift check: no shift detected between the {self.n_new:,} new answers and {self.reference} "
                     f"in {d} feature{'s' if d != 1 else ''} (overall p = {self.p_value:.2g} ≥ {self.alpha:g}).")
         shown = self.shifted[:3]
-        named = ", ".join(f"{f.words} (the new answers sit at the {_ordinal(f.percentile)} percentile of those, on "
-                          "average)" for f in shown)
+        named = ", ".join(f"{f.words} ({f.crowded_words()})" for f in shown)
         more = len(self.shifted) - len(shown)
         named += f" and {more} more feature{'s' if more != 1 else ''}" if more > 0 else ""
         return (f"Drift: the {self.n_new:,} new answers differ from {self.reference} ({self.n_reference:,}) in "
@@ -367,18 +385,40 @@ def _ordinal(share: float) -> str:
     return f"{k}{suffix}"
 
 
+def _percent(share: float) -> str:
+    return f"{100 * share:.0f}%" if share >= 0.01 or share == 0 else "<1%"
+
+
+def _crowded(counts: np.ndarray, new: np.ndarray) -> tuple[float, float, float, float]:
+    """:attr:`FeatureDrift.crowded`: the run of adjacent bins with the largest excess of new answers' share over
+    the calibration share (the maximum-sum run of the differences, the first when several tie)."""
+    expected, observed = counts / counts.sum(), new / max(int(new.sum()), 1)
+    excess = observed - expected
+    best, best_run, start, running = -np.inf, (0, 0), 0, 0.0
+    for j, e in enumerate(excess):
+        if running <= 0.0:
+            start, running = j, 0.0
+        running += float(e)
+        if running > best + 1e-12:
+            best, best_run = running, (start, j)
+    a, b = best_run
+    edges = np.concatenate(([0], np.cumsum(counts))) / counts.sum()  # exactly 0 and 1 at the ends
+    return (float(edges[a]), float(edges[b + 1]), float(observed[a:b + 1].sum()), float(edges[b + 1] - edges[a]))
+
+
 def _test_feature(bins: FeatureBins, n: int, x: np.ndarray, words: str) -> FeatureDrift:
     counts = np.asarray(bins.counts, dtype=np.int64)
     new = np.bincount(bins.bin_of(x), minlength=counts.size)
     # the calibration share below each bin's middle: where a new answer in that bin sits, in calibration terms
     middle = (np.cumsum(counts) - counts / 2.0) / n
     percentile = float(middle[bins.bin_of(x)].mean())
+    crowded = _crowded(counts, new)
     # bins merged until each expects MIN_EXPECTED answers of the smaller sample (decided before looking at x)
     groups = _merge_small(counts.tolist(), MIN_EXPECTED * n / min(n, x.size))
     a = [int(counts[g].sum()) for g in groups]
     b = [int(new[g].sum()) for g in groups]
     statistic, df, p_value = homogeneity_test(a, b)
-    return FeatureDrift(bins.name, words, statistic, df, p_value, percentile)
+    return FeatureDrift(bins.name, words, statistic, df, p_value, percentile, crowded)
 
 
 def drift_check(summary: DriftSummary, values: Any, *, names: Sequence[str] | None = None,

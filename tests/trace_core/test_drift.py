@@ -77,6 +77,25 @@ def test_a_feature_checked_by_hand():
     assert feature.df == 4 and feature.statistic == pytest.approx(expected.statistic)
     assert feature.p_value == pytest.approx(expected.pvalue, rel=1e-8)
     assert result.detected and feature.percentile == pytest.approx(0.95)
+    assert feature.crowded == pytest.approx((0.9, 1.0, 1.0, 0.1))  # every new answer in the top tenth
+    assert feature.crowded_words() == ("100% of the new answers lie above the 90th percentile of those, where 10% "
+                                       "would if drawn alike")
+
+
+def test_new_answers_at_both_ends_are_described_by_where_they_crowd_not_by_their_middling_mean():
+    # calibration 0..99 in ten bins of ten; 60 new answers: 27 at each end (the lowest and highest tenths), 6 at 45.
+    # On average they sit near the 50th percentile, as if drawn alike; they crowd below the 10th and above the 90th
+    new = np.concatenate([np.full(27, 5.0), np.full(6, 45.0), np.full(27, 95.0)])[:, None]
+    result = drift_check(summarize(np.arange(100.0)[:, None], ["x"]), new)
+    (feature,) = result.features
+    assert result.detected and feature.percentile == pytest.approx(0.495)
+    low, high, share, expected = feature.crowded
+    assert (low, high) == pytest.approx((0.0, 0.1)) and share == pytest.approx(0.45) and expected == pytest.approx(0.1)
+    assert "'x' (45% of the new answers lie below the 10th percentile of those, where 10% would if drawn alike)" in \
+        result.sentence()
+    middle = drift_check(summarize(np.arange(100.0)[:, None], ["x"]), np.full((40, 1), 33.0))
+    assert middle.features[0].crowded_words() == ("100% of the new answers lie between the 30th and 40th "
+                                                  "percentiles of those, where 10% would if drawn alike")
 
 
 # --- false alarms and power, measured ----------------------------------------------------------------------------
@@ -125,7 +144,8 @@ def test_the_sentences_name_the_features_and_the_assumption():
     shifted = drift_check(summary, draw(400, rng, length_factor=2.0), words={"log_length": "answer length"})
     text = shifted.sentence()
     assert shifted.detected and text.startswith("Drift: the 400 new answers differ from")
-    assert "answer length (the new answers sit at the" in text and "exchangeable" in text and "looks broken" in text
+    assert "answer length (" in text and "of the new answers lie above the" in text and "would if drawn alike" in text
+    assert "exchangeable" in text and "looks broken" in text
     assert shifted.shifted[0].percentile > 0.6  # longer: higher in the calibration distribution
     same = drift_check(summary, draw(400, rng))
     assert not same.detected and same.sentence().startswith("Drift check: no shift detected")
@@ -213,7 +233,7 @@ def test_a_calibrator_checks_new_answers_against_its_summary(fitted):
     score = calibrator_from_json(fitted["ScoreCalibrator"].to_json())
     assert not score.check_drift(same).detected
     assert {f.name for f in score.check_drift(longer).shifted} >= {"answer_length"}
-    assert "answer length in tokens (the new answers sit at the" in score.check_drift(longer).sentence()
+    assert "answer length in tokens (" in score.check_drift(longer).sentence()
     # against labeled answers directly (a guarantee's): the same features, the guarantee's words
     guarantee = check_drift(model, longer, reference=fitted["traces"])
     assert guarantee.detected and "the labeled answers that chose the threshold" in guarantee.sentence()
