@@ -300,7 +300,8 @@ class FeatureDrift:
             where = f"above the {_ordinal(low)} percentile"
         else:
             where = f"between the {_ordinal(low)} and {_ordinal(high)} percentiles"
-        return f"{_percent(share)} of the new answers lie {where} of those, where {_percent(expected)} would if drawn alike"
+        return (f"{_percent(share)} of the new answers lie {where} of those, where {_percent(expected)} would if "
+                "drawn alike")
 
 
 @dataclass(frozen=True)
