@@ -33,6 +33,7 @@ h3 { font-size: 1.05rem; margin-top: 1.4rem; }
 table { border-collapse: collapse; font-size: 0.85rem; margin: 0.6rem 0; }
 th, td { border: 1px solid #ddd; padding: 0.25rem 0.5rem; text-align: right; white-space: nowrap; }
 th:first-child, td:first-child, th:nth-child(2), td:nth-child(2) { text-align: left; }
+table.paired td { white-space: normal; } .nw { white-space: nowrap; } .scroll { overflow-x: auto; }
 td.best { font-weight: bold; } .note { background: #fff8e1; border-left: 4px solid #f0b400; padding: 0.4rem 0.7rem; }
 .verdict { background: #e8f1fb; border-left: 4px solid #1f77b4; padding: 0.5rem 0.8rem; }
 .small { color: #555; font-size: 0.85rem; } .figures { display: grid; grid-template-columns: 1fr; gap: 0.5rem; }
@@ -59,7 +60,7 @@ def _metrics_table(result: EvaluationResult, calibrator: str) -> str:
         note = result.note(method)
         name = _e(method) + (f' <span class="small">({_e(note)})</span>' if note else "")
         rows.append(f"<tr><td>{name}</td><td>{_e(table.family[method])}</td>{''.join(cells)}</tr>")
-    return f"<table><tr><th>method</th><th>family</th>{head}</tr>{''.join(rows)}</table>"
+    return f"<div class=\"scroll\"><table><tr><th>method</th><th>family</th>{head}</tr>{''.join(rows)}</table></div>"
 
 
 def _paired_table(result: EvaluationResult, calibrator: str) -> str:
@@ -73,9 +74,19 @@ def _paired_table(result: EvaluationResult, calibrator: str) -> str:
         return ""
     head = "".join(f"<th>{_e(METRICS[c].title if c in METRICS else ('minus' if c == 'versus' else c))}</th>"
                    for c in table.columns)
-    body = "".join("<tr>" + "".join(f"<td>{_e(v)}</td>" for v in row) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{_paired_cell(v)}</td>" for v in row) + "</tr>"
                    for row in table.itertuples(index=False))
-    return f"<table><tr>{head}</tr>{body}</table>"
+    # a cell may break before its wins, so that the table fits a laptop's window (a value never breaks)
+    return f'<div class="scroll"><table class="paired"><tr>{head}</tr>{body}</table></div>'
+
+
+def _paired_cell(value: Any) -> str:
+    """A paired-table cell: "mean ± std" kept on one line, "(wins/splits)" free to go to the next."""
+    text = str(value)
+    value_part, wins, rest = text.rpartition(" (")
+    if not wins or not rest.endswith(")"):
+        return f'<span class="nw">{_e(text)}</span>'
+    return f'<span class="nw">{_e(value_part)}</span> <span class="nw">({_e(rest)}</span>'
 
 
 def _figure_methods(result: EvaluationResult) -> list[str]:

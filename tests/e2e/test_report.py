@@ -1,5 +1,5 @@
-"""The HTML report opened in Chromium: its figures draw, nothing errors, nothing is fetched, and a hostile group name
-runs nothing."""
+"""The HTML report opened in Chromium: its figures draw, nothing errors, nothing is fetched, a hostile group name
+runs nothing, and it fits a laptop's window."""
 
 from __future__ import annotations
 
@@ -48,3 +48,33 @@ def test_report_opens_offline_with_every_figure_drawn(browser, tmp_path):
     assert page.locator("h2", has_text=HOSTILE).count() == 1  # shown as text
     assert page.locator(".verdict").count() == 3  # each group and the average
     context.close()
+
+
+@pytest.mark.parametrize("width", [1024, 1366])
+def test_the_report_fits_a_laptop_window(browser, tmp_path, width):
+    """Nothing needs a horizontal scroll of the page: the paired table's wins move under their values."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from helpers import random_traces
+
+    from trace_core import EvaluationConfig, evaluate
+    from trace_core.report import report_html
+
+    traces = random_traces(200, seed=5)
+    y = (np.array([t.surprisal.mean() for t in traces]) < 1.0).astype(int)
+    result = evaluate(traces, y, config=EvaluationConfig(n_splits=20, stratified=True))
+    path = tmp_path / "report.html"
+    path.write_text(report_html({"": result}, title="Report"), encoding="utf-8")
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    try:
+        page.goto(path.as_uri())
+        page.wait_for_selector("table.paired")
+        overflow = page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        assert overflow <= 0, f"the page is {overflow} px wider than a {width} px window"
+        # each paired cell's value stays on one line; its wins may sit under it
+        cells = page.evaluate("""() => [...document.querySelectorAll('table.paired td span.nw:first-child')]
+                                         .map(s => s.getClientRects().length)""")
+        assert cells and max(cells) == 1
+    finally:
+        page.close()
