@@ -256,3 +256,16 @@ def test_the_allow_list_admits_a_packaged_model_by_its_short_name_only(packaged,
     assert not cache.exists()  # refused before the file was found or converted
     monkeypatch.setenv("TRACE_MODEL_ALLOWLIST", "smollm2")
     assert load_model("smollm2", device="cpu", progress=lambda line: None).model_id == "tiny.gguf"
+
+
+def test_the_dashboard_loads_a_packaged_model_typed_by_its_short_name(packaged, cache, tmp_path, monkeypatch):
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.chdir(tmp_path)
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
+    at.run()
+    at.sidebar.radio(key="model_source").set_value("Local folder or cached model id").run()
+    at.sidebar.text_input(key="model_name").set_value("smollm2").run()
+    assert not at.exception and not at.sidebar.error, [html.unescape(e.value) for e in at.sidebar.error]
+    assert any("tiny.gguf" in html.unescape(c.value) for c in at.sidebar.caption)
