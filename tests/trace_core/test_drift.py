@@ -380,3 +380,24 @@ def test_the_flag_page_warns_when_the_answers_drift_and_says_so_briefly_when_not
     assert not at.exception
     warnings = [html.unescape(w.value) for w in at.warning]
     assert any("differ from the labeled answers that chose the threshold" in w for w in warnings), warnings
+
+
+def test_where_new_answers_crowd_is_the_largest_excess_over_every_run_of_bins():
+    """:func:`_crowded` against every run of adjacent bins, on random counts."""
+    from trace_core.drift import _crowded
+
+    rng = np.random.default_rng(8)
+    for _ in range(300):
+        k = int(rng.integers(1, 12))
+        counts, new = rng.integers(1, 60, size=k), rng.integers(0, 60, size=k)
+        if not new.sum():
+            continue
+        expected, observed = counts / counts.sum(), new / new.sum()
+        runs = [(observed[a:b + 1].sum() - expected[a:b + 1].sum(), a, b) for a in range(k) for b in range(a, k)]
+        best = max(r[0] for r in runs)
+        low, high, share, share_expected = _crowded(counts, new)
+        cum = np.concatenate(([0.0], np.cumsum(expected)))
+        a, b = int(np.argmin(np.abs(cum - low))), int(np.argmin(np.abs(cum - high))) - 1
+        assert cum[a] == pytest.approx(low) and cum[b + 1] == pytest.approx(high)
+        assert share - share_expected == pytest.approx(best, abs=1e-9)
+        assert share == pytest.approx(observed[a:b + 1].sum()) and share_expected == pytest.approx(high - low)
