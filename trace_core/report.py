@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .registry import METHODS, METRICS
-from .results import CALIBRATOR_NAMES, EvaluationResult
+from .results import CALIBRATOR_NAMES, EvaluationResult, bold_caption
 
 __all__ = ["report_html"]
 
@@ -133,7 +133,8 @@ def _section(title: str, result: EvaluationResult, calibrator: str, first: bool)
     out += [f'<p class="note">{_e(note)}</p>' for note in result.notes]
     out.append("<h3>Metrics (mean ± std over held-out splits)</h3>")
     out.append(_metrics_table(result, calibrator))
-    out.append(f'<p class="small">{_e(result.caption(calibrator=calibrator))} Bold: the best mean per column.</p>')
+    out.append(f'<p class="small">{_e(result.caption(calibrator=calibrator))} '
+               f'{_e(bold_caption([result.small_sample]))}</p>')
     paired = _paired_table(result, calibrator)
     if paired and result.paired is not None:  # a table only when there is a comparison
         out.append("<h3>Paired differences (method minus the other, per split: mean ± std, wins/splits)</h3>")

@@ -31,8 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["CALIBRATOR_NAMES", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "TRUNCATED_SHARE", "UNINFORMATIVE",
            "EvaluationResult", "HeldOut", "HeldOutMethod", "MetricTable", "SplitValue", "average_results",
-           "extended_entropy_note", "extended_needing_entropy", "report_markdown", "split_frame", "summarise",
-           "truncation_note"]
+           "bold_caption", "extended_entropy_note", "extended_needing_entropy", "report_markdown", "split_frame",
+           "summarise", "truncation_note"]
 
 SCALAR_CALIBRATORS = ("platt", "isotonic")  # how TRACE and the baselines get probabilities (both are computed)
 #: How captions name the calibrators.
@@ -613,6 +613,19 @@ def _notes_block(result: EvaluationResult, shown_later: Sequence[str] = ()) -> s
     return "".join(f"Note: {note}.\n\n" for note in result.notes if note not in shown_later)
 
 
+def bold_caption(small: Sequence[bool]) -> str:
+    """What the bold cells of tables mean, for tables of results of which ``small`` say which are too small to read
+    (:attr:`EvaluationResult.small_sample`: nothing is bolded in those).
+
+    >>> bold_caption([False]), bold_caption([True])[:17]
+    ('Bold: the best mean per column (uninformative scores excluded).', 'Nothing is bolded')
+    """
+    if small and all(small):
+        return "Nothing is bolded: too few answers to tell the best (see the note)."
+    return ("Bold: the best mean per column (uninformative scores excluded"
+            + ("; none in a table of too few answers" if any(small) else "") + ").")
+
+
 def report_markdown(results: Mapping[str, EvaluationResult], *, calibrator: str | None = None) -> str:
     """A results report in Markdown, as ``trace-core evaluate`` prints it.
 
@@ -633,8 +646,8 @@ def report_markdown(results: Mapping[str, EvaluationResult], *, calibrator: str 
     splits = (f"{last.n_splits_used} splits present in every group (of {config.n_splits})" if last.group_note
               else f"{last.n_splits_used} random splits" + (f" (of {config.n_splits})" if last.skipped_splits else ""))
     caption = (f"\nMean ± std over {splits}, {config.calibration_fraction:.0%} calibration, seed {config.seed}. "
-               f"{last.caption(calibrator=calibrator)} ECE with {config.n_bins} bins. Bold: the best mean per column "
-               "(uninformative scores excluded).\n")
+               f"{last.caption(calibrator=calibrator)} ECE with {config.n_bins} bins. "
+               f"{bold_caption([r.small_sample for r in results.values()])}\n")
     if last.uninformative:
         caption += ("Uninformative (constant): " + ", ".join(last.uninformative)
                     + " — the same score for (nearly) every answer; never bolded or chosen as best baseline.\n")

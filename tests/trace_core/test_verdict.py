@@ -300,6 +300,17 @@ def test_a_small_sample_bolds_nothing_and_says_the_figures_are_unreliable():
     (note,) = [n for n in small.notes if n.startswith("Only 40 answers")]
     assert f"fewer than {SMALL_SAMPLE} answers or fewer than {SMALL_CLASS} of either class" in note
     assert note in report_markdown({"": small}) and note in json.dumps(small.to_dict())
+    # the captions say so too, instead of explaining a bold that is not there
+    from trace_core.report import report_html
+
+    for text in (report_markdown({"": small}), report_html({"": small})):
+        assert "Nothing is bolded: too few answers to tell the best (see the note)." in text
+        assert "Bold: the best mean" not in text
     s, h, y = synthetic_traces(400, seed=2)
     large = evaluate_arrays(s, h, y, config=EvaluationConfig(n_splits=4), methods=METHODS)
     assert not large.small_sample and "**" in large.to_markdown() and not any("Only" in n for n in large.notes)
+    for text in (report_markdown({"": large}), report_html({"": large})):
+        assert "Bold: the best mean per column" in text and "Nothing is bolded" not in text
+    mixed = report_markdown({"a": small, "b": large})
+    assert "Bold: the best mean per column (uninformative scores excluded; none in a table of too few answers)." in \
+        mixed
