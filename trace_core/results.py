@@ -491,6 +491,8 @@ class EvaluationResult:
             names = {BEST_BASELINE: "best baseline (chosen on each calibration part)"}
             text += (f"; Brier skill score 1 − Brier/{base:.3f}: "
                      + ", ".join(f"{names.get(m, m)} {v:.3f}" for m, v in scores.items()))
+            if any(v < 0 for v in scores.values()):
+                text += " (below 0: less accurate than giving every answer the share correct as its probability)"
         return text + "."
 
     def to_dict(self) -> dict[str, Any]:

@@ -231,6 +231,7 @@ def test_skill_line_uses_the_base_rate_brier_and_the_best_baseline(spike_results
     groups = list(spike_results.values())[:2]
     assert average.base_rate_brier == pytest.approx(np.mean([r.base_rate_brier for r in groups]))
     assert "mean over the groups" in average.skill_note()
+    assert all(v > 0 for v in skill["brier_skill_score"].values()) and "below 0" not in note  # spikes: skill
 
 
 def test_json_carries_a_structured_verdict(spike_results):
@@ -261,6 +262,12 @@ def test_random_scores_give_the_no_detectable_skill_sentence():
     assert found.best_auroc[2] <= 0.5  # the best method's interval reaches down to 0.5
     text = report_markdown({"": result})
     assert sentence in text and text.count("the data show no detectable skill") == 1
+    # labels independent of the traces: a calibrated probability does no better than the share correct, and where
+    # a score is below 0 the line says what that means
+    scores = result.skill()["brier_skill_score"]
+    below = " (below 0: less accurate than giving every answer the share correct as its probability)"
+    assert (below in result.skill_note()) == any(v < 0 for v in scores.values())
+    assert any(v < 0 for v in scores.values())
 
 
 def test_one_split_gives_no_interval_and_no_skill_claim():
