@@ -21,7 +21,7 @@ from trace_core.data import MATCHERS
 from trace_core.data.labels import exact_match_hint
 from trace_core.evaluate import NoUsableSplitError
 from trace_core.registry import METRICS, method_names
-from trace_core.results import SMALL_CLASS, SMALL_SAMPLE
+from trace_core.small_sample import SMALL_CLASS, SMALL_SAMPLE
 
 from . import state
 from .batch import generate_with_progress, prompts_cached

@@ -17,7 +17,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .registry import METHODS, METRICS
-from .results import CALIBRATOR_NAMES, EvaluationResult, bold_caption
+from .results import CALIBRATOR_NAMES, EvaluationResult
+from .small_sample import bold_caption
 
 __all__ = ["report_html"]
 

@@ -24,6 +24,7 @@ import pandas as pd
 
 from .paired import BEST_BASELINE, FITTED, RAW, PairedComparison, average_paired
 from .registry import METHODS, METRICS, REFERENCE
+from .small_sample import bold_caption, small_sample_note
 from .verdict import Verdict, auroc_skill, best_baseline_values, no_skill_sentence, verdict
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["CALIBRATOR_NAMES", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "TRUNCATED_SHARE", "UNINFORMATIVE",
            "EvaluationResult", "HeldOut", "HeldOutMethod", "MetricTable", "SplitValue", "average_results",
-           "bold_caption", "extended_entropy_note", "extended_needing_entropy", "report_markdown", "split_frame",
+           "extended_entropy_note", "extended_needing_entropy", "report_markdown", "split_frame",
            "summarise", "truncation_note"]
 
 SCALAR_CALIBRATORS = ("platt", "isotonic")  # how TRACE and the baselines get probabilities (both are computed)
@@ -63,37 +64,6 @@ def truncation_note(certain: int, total: int) -> str:
             f"more than {TRUNCATED_SHARE:.0%}): the distribution looks truncated (top-p/top-k sampling, or a server "
             "that returns post-processed log-probabilities), so surprisal-based scores (TRACE, TRACE+, the likelihood "
             "baselines) are not the model's")
-
-
-#: Fewer answers than this, or fewer than :data:`SMALL_CLASS` of either class, and the figures are unreliable: a
-#: split's evaluation part holds about 65% of them, so one answer moves an AUROC by several points; the table then
-#: bolds nothing and the result carries :func:`small_sample_note`.
-SMALL_SAMPLE = 100
-SMALL_CLASS = 10
-
-
-def small_sample_note(n: int, positives: int | None) -> str:
-    """The note on a sample too small to read (see :data:`SMALL_SAMPLE`); "" otherwise. ``positives`` None: the
-    share correct is unknown, and only the number of answers decides.
-
-    >>> small_sample_note(16, 5).split(":")[0]
-    'Only 16 answers (5 correct, 11 wrong)'
-    >>> small_sample_note(400, 120)
-    ''
-    """
-    if positives is None:
-        if n >= SMALL_SAMPLE:
-            return ""
-        counts = ""
-    else:
-        negatives = n - positives
-        if n >= SMALL_SAMPLE and min(positives, negatives) >= SMALL_CLASS:
-            return ""
-        counts = f" ({positives:,} correct, {negatives:,} wrong)"
-    return (f"Only {n:,} answers{counts}: with fewer than {SMALL_SAMPLE} answers "
-            f"or fewer than {SMALL_CLASS} of either class the figures are unreliable (one answer moves a split's "
-            "AUROC by several points), so nothing is bolded as best; read the intervals and the verdict, and label "
-            "more answers")
 
 
 def extended_needing_entropy(skipped: Mapping[str, str]) -> list[str]:
@@ -613,19 +583,6 @@ def _notes_block(result: EvaluationResult, shown_later: Sequence[str] = ()) -> s
     """The result's notes but those ``shown_later`` (a group's that the average repeats), one paragraph each
     (``"Note: …."``), or ""."""
     return "".join(f"Note: {note}.\n\n" for note in result.notes if note not in shown_later)
-
-
-def bold_caption(small: Sequence[bool]) -> str:
-    """What the bold cells of tables mean, for tables of results of which ``small`` say which are too small to read
-    (:attr:`EvaluationResult.small_sample`: nothing is bolded in those).
-
-    >>> bold_caption([False]), bold_caption([True])[:17]
-    ('Bold: the best mean per column (uninformative scores excluded).', 'Nothing is bolded')
-    """
-    if small and all(small):
-        return "Nothing is bolded: too few answers to tell the best (see the note)."
-    return ("Bold: the best mean per column (uninformative scores excluded"
-            + ("; none in a table of too few answers" if any(small) else "") + ").")
 
 
 def report_markdown(results: Mapping[str, EvaluationResult], *, calibrator: str | None = None) -> str:

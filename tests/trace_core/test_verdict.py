@@ -299,7 +299,7 @@ def test_ece_best_baseline_is_chosen_by_calibration_brier_not_by_a_zero_isotonic
 
 
 def test_a_small_sample_bolds_nothing_and_says_the_figures_are_unreliable():
-    from trace_core.results import SMALL_CLASS, SMALL_SAMPLE
+    from trace_core.small_sample import SMALL_CLASS, SMALL_SAMPLE
 
     s, h, y = synthetic_traces(40, seed=2)
     small = evaluate_arrays(s, h, y, config=EvaluationConfig(n_splits=4, stratified=True), methods=METHODS)

@@ -84,7 +84,7 @@ def _say_fitted(what: str, labels: np.ndarray, out: str) -> None:
     """The line saying what was fitted on how many answers of each class ("fitted TRACE+ (paper) on 328 answers (12
     correct, 316 wrong); wrote cal.json"), and a warning when they are too few, or too few of one class, for the
     probabilities to be trusted (where ``evaluate`` calls its figures unreliable: :func:`small_sample_note`)."""
-    from ..results import SMALL_CLASS, SMALL_SAMPLE, small_sample_note
+    from ..small_sample import SMALL_CLASS, SMALL_SAMPLE, small_sample_note
 
     correct = int(np.sum(labels == 1))
     print(f"fitted {what} on {len(labels):,} answers ({correct:,} correct, {len(labels) - correct:,} wrong); wrote "
