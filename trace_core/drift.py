@@ -409,10 +409,11 @@ def _crowded(counts: np.ndarray, new: np.ndarray) -> tuple[float, float, float, 
 
 def _test_feature(bins: FeatureBins, n: int, x: np.ndarray, words: str) -> FeatureDrift:
     counts = np.asarray(bins.counts, dtype=np.int64)
-    new = np.bincount(bins.bin_of(x), minlength=counts.size)
+    where = bins.bin_of(x)
+    new = np.bincount(where, minlength=counts.size)
     # the calibration share below each bin's middle: where a new answer in that bin sits, in calibration terms
     middle = (np.cumsum(counts) - counts / 2.0) / n
-    percentile = float(middle[bins.bin_of(x)].mean())
+    percentile = float(middle[where].mean())
     crowded = _crowded(counts, new)
     # bins merged until each expects MIN_EXPECTED answers of the smaller sample (decided before looking at x)
     groups = _merge_small(counts.tolist(), MIN_EXPECTED * n / min(n, x.size))

@@ -66,7 +66,9 @@ def template_unused(lm: Any, args: argparse.Namespace) -> bool:
     """Whether the model has a chat template that the prompts will not go through (no ``--chat-template``): an
     instruct model given a bare prompt often ends its answer at once, and its traces are not those of the answers
     the dashboard gets (which uses the template by default)."""
-    return not getattr(args, "chat_template", False) and bool(getattr(lm, "has_chat_template", False))
+    from ..data.prompts import template_unused as unused
+
+    return unused(lm, bool(getattr(args, "chat_template", False)))
 
 
 def say_template_unused(lm: Any, args: argparse.Namespace) -> None:

@@ -79,10 +79,11 @@ def cmd_generate(args: argparse.Namespace) -> None:
                                  progress=update)
     finally:
         close()
-    empty = common.empty_answers_warning([t.answer for t in traces], lm, args)
+    answers = [t.answer for t in traces]
+    empty = common.empty_answers_warning(answers, lm, args)
     if empty:
         print(f"warning: {empty}", file=sys.stderr)
-    frame, problems = answered_frame(frame, [t.answer for t in traces], references, rows, matcher=args.matcher,
+    frame, problems = answered_frame(frame, answers, references, rows, matcher=args.matcher,
                                      tolerance=args.tolerance)
     if problems:  # the rows are named; evaluate rejects those rows, naming the label
         print(f"warning: {shown(args.prompts)}: {unlabeled_message(problems, len(traces))}", file=sys.stderr)

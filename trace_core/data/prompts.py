@@ -28,7 +28,8 @@ from .labels import exact_match_hint, label_from_reference
 from .read import Progress, read_table
 
 __all__ = ["OLD_ANSWER_COLUMNS", "PromptsFile", "answered_frame", "empty_answers_note", "label_answers",
-           "prompt_problem", "read_prompts", "matcher_hint", "row_errors_text", "unescape_prompt", "unlabeled_message"]
+           "prompt_problem", "read_prompts", "matcher_hint", "row_errors_text", "template_unused", "unescape_prompt",
+           "unlabeled_message"]
 
 #: Columns of a prompts file that describe its answers: generation replaces the answers, so these would describe
 #: answers no longer in the file (the label would be theirs, the trace theirs). The label is made again from
@@ -208,6 +209,17 @@ def unlabeled_message(problems: Sequence[RowError], total: int) -> str:
     """What :func:`answered_frame`'s labeling problems mean, in one line."""
     return (f"left {len(problems):,} of {total:,} generated answers unlabeled, their `reference` cannot label them "
             f"({row_errors_text(problems)})")
+
+
+def template_unused(model: Any, chat_template: bool) -> bool:
+    """Whether ``model`` has a chat template that prompts given with ``chat_template`` off do not go through (an
+    instruct model given a bare prompt often ends its answer at once).
+
+    >>> from types import SimpleNamespace
+    >>> template_unused(SimpleNamespace(has_chat_template=True), False)
+    True
+    """
+    return not chat_template and bool(getattr(model, "has_chat_template", False))
 
 
 def empty_answers_note(answers: Sequence[str], *, template_unused: bool) -> str | None:

