@@ -191,6 +191,18 @@ def test_quiet_prints_nothing_but_problems(name, content, model, tmp_path, capsy
     assert model == ["Q: 2 + 2 =", "Q: 3 + 4 ="]
 
 
+@pytest.mark.parametrize("options, warned", [(["--sample"], True), (["--sample", "--seed", "3"], False),
+                                             ([], False)])
+def test_sampling_without_a_seed_warns_as_shard_by_shard(options, warned, model, tmp_path, capsys):
+    path = tmp_path / "prompts.txt"
+    path.write_text("Q: 2 + 2 =\n", encoding="utf-8")
+    assert _generate(path, tmp_path / "g.jsonl", "--quiet", *options) == 0
+    err = capsys.readouterr().err
+    assert ("warning: --sample without --seed: the answers cannot be drawn again (their traces record "
+            "\"seed\": null; --seed N draws the same answers again)" in err) is warned
+    assert warned or err == ""
+
+
 def test_the_tiny_model_end_to_end_labels_its_own_answers(tiny_model_dirs, tmp_path, capsys):
     path = tmp_path / "prompts.jsonl"
     path.write_text("\n".join(json.dumps({"prompt": p, "reference": r, "label": 1})

@@ -78,6 +78,15 @@ def say_template_unused(lm: Any, args: argparse.Namespace) -> None:
               "its template (--chat-template, as the dashboard does by default)", file=sys.stderr)
 
 
+def warn_unseeded(config: Any, *, shards: bool) -> None:
+    """The warning on sampling without a seed: such answers cannot be drawn again (shard by shard, a rerun draws the
+    incomplete shards anew)."""
+    if config.do_sample and config.seed is None:
+        where = ("the manifest records \"seed\": null); a rerun keeps the complete shards and draws the others anew"
+                 if shards else "their traces record \"seed\": null; --seed N draws the same answers again)")
+        print(f"warning: --sample without --seed: the answers cannot be drawn again ({where}", file=sys.stderr)
+
+
 def empty_answers_warning(answers: Sequence[str], lm: Any, args: argparse.Namespace) -> str:
     """The warning on generated answers that are empty (:func:`~trace_core.data.prompts.empty_answers_note`, with
     :func:`template_unused` as the likely cause); "" when none is."""

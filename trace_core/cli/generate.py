@@ -73,9 +73,11 @@ def cmd_generate(args: argparse.Namespace) -> None:
     lm = common.load_model(args)
     common.say_template_unused(lm, args)
     prompts = frame["prompt"].astype(str).tolist()
+    config = decoding(args)
+    common.warn_unseeded(config, shards=False)
     update, close = progress(len(prompts), "generating", not args.quiet)
     try:
-        traces = generate_traces(lm, prompts, config=decoding(args), batch_size=common.request_batch(args),
+        traces = generate_traces(lm, prompts, config=config, batch_size=common.request_batch(args),
                                  progress=update)
     finally:
         close()

@@ -14,7 +14,6 @@ said on stderr, and the manifest's settings record ``"seed": null``; a rerun sti
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from . import common
@@ -49,9 +48,7 @@ def generate_shards(args: argparse.Namespace) -> None:
 
     out, runner, engine_options, shards = shard_run(args, args.prompts, formats=PROMPT_FORMATS)
     config = decoding(args)
-    if config.do_sample and config.seed is None:
-        print("warning: --sample without --seed: the answers cannot be drawn again (the manifest records "
-              "\"seed\": null); a rerun keeps the complete shards and draws the others anew", file=sys.stderr)
+    common.warn_unseeded(config, shards=True)
     show = not args.quiet
     # Ray's workers draw no bars: each shard's line on the driver is the progress
     bars = None if engine_options else (lambda total, what: progress(total, what, show))
