@@ -115,7 +115,7 @@ def score_choices(result: EvaluationResult, owner: tuple[Any, ...]) -> state.Sco
         top = fitted.loc[fitted["mean"].idxmin()]
         note = (f"{top['method']} did better (Brier {top['mean']:.3f}) but is fitted per split and cannot be saved as "
                 "a calibrator yet.")
-    return state.ScoreChoices(owner=owner, options=options, note=note)
+    return state.ScoreChoices(owner=owner, options=options, note=note, small_sample=result.small_sample)
 
 
 def flag_score_choice(choices: state.ScoreChoices) -> FlagScore:
@@ -139,7 +139,9 @@ def flag_score_choice(choices: state.ScoreChoices) -> FlagScore:
     notes = []
     if best is not None:
         notes.append(f"{best.name} has the lowest mean Brier over the comparison's held-out parts, so it is the "
-                     "default" + ("; you chose another." if chosen != best else "."))
+                     "default" + ("; you chose another." if chosen != best else ".")
+                     + (" With this few answers that may be chance: another score may do as well (see the note "
+                        "above the table)." if choices.small_sample else ""))
     if choices.note:
         notes.append(choices.note)
     notes.append("The calibrator file records which score it calibrates.")

@@ -165,11 +165,15 @@ class ScoreChoices:
         Each with its held-out Brier (:func:`trace_core.flag.flag_scores`).
     note : str
         A sentence naming a fitted baseline that did better but cannot be saved as a calibrator, or "".
+    small_sample : bool
+        Too few answers to tell the best (:attr:`trace_core.EvaluationResult.small_sample`): the lowest Brier is then
+        only a default.
     """
 
     owner: tuple[Any, ...]
     options: tuple[Any, ...]
     note: str = ""
+    small_sample: bool = False
 
 
 def _get(key: str, default: Any = None) -> Any:
