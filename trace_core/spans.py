@@ -35,7 +35,10 @@ into the text the tokens spell (``"".join(trace.tokens)``, which is the answer f
 
 Span risk (:func:`span_risks`): a token belongs to a span when its characters, without the token's leading and
 trailing whitespace, overlap the span (a token that only holds whitespace belongs to no span; a word split into
-several tokens brings all of them). Per span, over its tokens:
+several tokens brings all of them). A token without text of its own, a byte-level piece that ends inside a multi-byte
+character (the recorders write the character on the token that completes it), counts with the token that completes
+it (:func:`completing_token`): a Japanese or emoji answer's spans hold the tokens that chose each character's first
+bytes too. Per span, over its tokens:
 
 - ``peak_surprisal`` and ``mean_surprisal``: the largest and the mean ``s_t``;
 - ``peak_entropy`` and ``mean_entropy``: the same for ``H_t`` (NaN when the trace has no entropy);
@@ -287,8 +290,28 @@ class SpanRisk:
         return self.span.kind
 
 
+def completing_token(tokens: Sequence[str]) -> np.ndarray:
+    """For each token, the token whose text holds it: itself when its text is not empty; for an empty token (a
+    byte-level piece that ends inside a multi-byte character, which the recorders write on the token that completes
+    it) the next token with text; -1 when no later token has text (an answer cut inside a character).
+
+    Examples
+    --------
+    >>> completing_token(["", "", "\U0001f31f", "", "\u3053", ""]).tolist()
+    [2, 2, 2, 4, 4, -1]
+    """
+    owner = np.empty(len(tokens), dtype=np.int64)
+    nxt = -1
+    for i in range(len(tokens) - 1, -1, -1):
+        if tokens[i] != "":
+            nxt = i
+        owner[i] = nxt
+    return owner
+
+
 def _token_cores(tokens: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Each token's character range without its leading and trailing whitespace (empty for a whitespace token)."""
+    """Each token's character range without its leading and trailing whitespace (empty for a whitespace token); an
+    empty token takes the range of the token that completes it (:func:`completing_token`)."""
     lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
     ends = np.cumsum(lengths)
     starts = ends - lengths
@@ -296,6 +319,11 @@ def _token_cores(tokens: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     trail = np.fromiter((len(t) - len(t.rstrip()) for t in tokens), dtype=np.int64, count=len(tokens))
     core_start = starts + lead
     core_end = np.maximum(ends - trail, core_start)
+    empty = np.flatnonzero(lengths == 0)
+    if empty.size:
+        owner = completing_token(tokens)[empty]
+        has = owner >= 0
+        core_start[empty[has]], core_end[empty[has]] = core_start[owner[has]], core_end[owner[has]]
     return core_start, core_end
 
 
@@ -336,7 +364,8 @@ def span_risks(trace: Trace, *, spans: Sequence[Span] | None = None, explanation
     if explanation is None:
         explanation = explain_trace(trace) if len(trace) else None
     core_start, core_end = _token_cores(trace.tokens)
-    # Non-whitespace token cores are disjoint and in order, so the tokens overlapping a span are a run of them.
+    # Non-whitespace token cores are in order and disjoint but for an empty token's, which equals the core of the
+    # token that completes it, next in this order: the tokens overlapping a span are a run of them.
     keep = np.flatnonzero(core_end > core_start)
     starts, ends = core_start[keep], core_end[keep]
     s = np.asarray(trace.surprisal, dtype=np.float64)[keep]

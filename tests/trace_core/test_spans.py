@@ -16,6 +16,7 @@ from trace_core.spans import (
     SPAN_FEATURES,
     Span,
     SpanCalibrator,
+    completing_token,
     rank_spans,
     riskiest_span,
     segment,
@@ -148,6 +149,45 @@ def test_tokens_that_split_words_map_to_their_span_and_match_a_reference():
     # the sentences' shares add up to the non-whitespace tokens' share of R
     sentence_share = sum(r.risk_share for r in risks if r.kind == "sentence")
     assert sentence_share == pytest.approx(np.delete(exp.contributions, 10).sum() / exp.risk)
+
+
+def test_tokens_without_text_count_with_the_token_that_completes_their_character():
+    # A byte-level tokenizer writes a multi-byte character on the token that completes it; the tokens before it
+    # (empty text) chose its first bytes, and SmolLM2's Japanese and emoji answers put their highest surprisal there.
+    tokens = ["", "\u6771", "", "\u4eac", "\u306f", " Tokyo", " ", "", "", "\U0001f31f", "\u3002", " Yes", "."]
+    rng = np.random.default_rng(3)
+    trace = trace_of(tokens, rng.uniform(0, 4, len(tokens)), rng.uniform(0, 3, len(tokens)))
+    assert completing_token(tokens).tolist() == [1, 1, 3, 3, 4, 5, 6, 9, 9, 9, 10, 11, 12]
+    exp = explain_trace(trace)
+    risks = span_risks(trace)
+    assert [r.span.text for r in risks] == [s.text for s in segment("".join(tokens))]
+    for r in risks:
+        # the character reference's tokens, and each empty token whose completing token is among them
+        with_text = _reference_tokens_of(tokens, r.span)
+        idx = sorted(with_text + [i for i, t in enumerate(tokens) if t == "" and
+                                  next(j for j in range(i, len(tokens)) if tokens[j]) in with_text])
+        assert r.tokens.tolist() == idx
+        assert r.peak_surprisal == pytest.approx(trace.surprisal[idx].max())
+        assert r.mean_surprisal == pytest.approx(trace.surprisal[idx].mean())
+        assert r.peak_entropy == pytest.approx(trace.entropy[idx].max())
+        assert r.risk_share == pytest.approx(exp.contributions[idx].sum() / exp.risk)
+    assert risks[0].tokens.tolist() == list(range(6)) + [7, 8, 9, 10]  # one run but the space: the box is whole
+    # an answer cut inside a character: its last bytes complete nothing and belong to no span
+    cut = trace_of(["Yes", "", ""], [0.1, 2.0, 1.0])
+    assert completing_token(cut.tokens).tolist() == [0, -1, -1]
+    assert [r.tokens.tolist() for r in span_risks(cut)] == [[0]]
+    assert completing_token([]).tolist() == []
+
+
+def test_heatmap_boxes_a_japanese_sentence_once_with_its_byte_level_tokens():
+    from app.heatmap import heatmap_html
+
+    tokens = ["", "\u6771", "", "\u4eac", "\u306f", "", "\u3069", "\u3002"]
+    trace = trace_of(tokens, [1.7, 1.2, 0.2, 1.2, 0.5, 1.5, 0.9, 0.1])
+    (sentence,) = span_risks(trace)
+    html = heatmap_html(trace, spans=[sentence])
+    assert html.count('class="tr-span-rank"') == 1 and html.count("tr-span-first") == 1
+    assert html.count("tr-span-last") == 1 and html.count("tr-span ") + html.count('tr-span"') == len(tokens)
 
 
 def test_ranking_finds_the_wrong_value_and_falls_back_to_sentences():
