@@ -12,7 +12,7 @@ from trace_core import ScoreCalibrator, Trace, TraceExplanation, TracePlus
 from trace_core.calibrate import CALIBRATOR_WORDS
 from trace_core.score import PAPER_CONFIG, SPIKE_MIN_SURPRISAL
 
-from .text import visible_token
+from .text import byte_piece_note, visible_token
 
 #: Answers shorter than this have no "stretch of four tokens": the window term is their whole-answer mean.
 WINDOW = PAPER_CONFIG.window
@@ -104,7 +104,9 @@ def spike_sentence(trace: Trace, exp: TraceExplanation) -> str:
             least = math.floor(100 * math.exp(-SPIKE_MIN_SURPRISAL))
             return f"No token stands out: the model gave every token a probability above {least}%."
         return "No token stands out from the rest of the answer."
-    named = [f"{code(trace.tokens[i])} (token {i + 1})" for i in spikes[:MAX_NAMED]]
+    named = [f"{code(trace.tokens[i])} (token {i + 1}" + (f": {note})" if (note := byte_piece_note(
+        trace.tokens, i, quote=lambda shown: f"<code>'{html.escape(shown)}'</code>")) else ")")
+        for i in spikes[:MAX_NAMED]]
     if len(spikes) > MAX_NAMED:
         named.append(f"{len(spikes) - MAX_NAMED} more")
     if len(spikes) == 1:

@@ -20,7 +20,7 @@ import numpy as np
 from trace_core import SpanRisk, Trace, TraceExplanation, explain_trace
 from trace_core._checks import check_choice, check_int  # noqa: PLC2701 (no public home for these checks yet)
 
-from .text import EMPTY_MARK, NEWLINE_MARK, TAB_MARK, shortened, token_units, visible_token
+from .text import EMPTY_MARK, NEWLINE_MARK, TAB_MARK, byte_piece_note, shortened, token_units, visible_token
 
 SIGNALS = {
     "surprisal": ("Surprisal (nats): how unexpected the chosen token was", 6.0),
@@ -30,6 +30,9 @@ SIGNALS = {
 #: How the top of the colour scale is chosen: a fixed top per signal (answers compare with each other) or this
 #: answer's maximum (small differences inside a confident answer show).
 SCALES = {"fixed": "fixed scale", "answer": "this answer's maximum"}
+#: Under a token's alternatives when one shows U+FFFD: that alternative's bytes end inside a character, which only a
+#: later token would have completed.
+PARTIAL_ALTERNATIVE_NOTE = "\ufffd: an alternative whose bytes end inside a character (a later token completes it)"
 # The smallest top an answer-relative scale takes: a flat answer (all values ~0) stays pale instead of turning its
 # rounding noise into full colour, and nothing divides by zero.
 _ANSWER_FLOOR = {"surprisal": 0.05, "entropy": 0.05, "risk": 1e-6}
@@ -207,7 +210,9 @@ def _card_html(trace: Trace, i: int, card_id: str, p: float, alt_p: Sequence[flo
     if marks:
         head += f'<span class="tr-card-marks">{e(" · ".join(marks))}</span>'
     entropy = trace.entropy
-    rows = [("probability", _percent(p)), ("surprisal", f"{trace.surprisal[i]:.2f} nats"),
+    piece = byte_piece_note(trace.tokens, i)
+    rows = [("text", piece)] if piece else []
+    rows += [("probability", _percent(p)), ("surprisal", f"{trace.surprisal[i]:.2f} nats"),
             ("entropy", f"{entropy[i]:.2f} nats" if entropy is not None else "not recorded")]
     bounds = _entropy_bounds(trace, i)
     if bounds is not None:  # a top-k estimate: the full-vocabulary entropy lies between these
@@ -225,12 +230,15 @@ def _card_html(trace: Trace, i: int, card_id: str, p: float, alt_p: Sequence[flo
         if alt_p is None:  # the callers pass them for a token with alternatives; these are the same values
             alt_p = np.exp(trace.top_logprobs[i]).tolist()
         cells = []
-        for j, label in enumerate(_alternative_labels(trace, i, alternatives)):
+        labels = _alternative_labels(trace, i, alternatives)
+        for j, label in enumerate(labels):
             mark = ' <span class="tr-k">(chosen)</span>' if chosen_row[j] else ""
             cells.append(f'<span class="tr-num">{_percent(alt_p[j])}</span>'
                          f'<span>{_card_code(str(label), 60)}{mark}</span>')
         body += (f'<span class="tr-card-sub">alternatives ({trace.n_alternatives})</span>'
                  f'<span class="tr-card-grid">{"".join(cells)}</span>')
+        if any("\ufffd" in str(label) for label in labels):
+            body += f'<span class="tr-card-note">{e(PARTIAL_ALTERNATIVE_NOTE)}</span>'
     if note:
         body += f'<span class="tr-card-note">{e(str(note))}</span>'
     return f'<span class="tr-card" role="tooltip" id="{card_id}">{head}{body}</span>'

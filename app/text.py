@@ -6,6 +6,9 @@ library messages as sentences. Pure functions: nothing here draws on the page.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
+
+from trace_core.spans import completing_token
 
 #: The longest message (characters, before escaping) an alert or caption shows; user input inside it is shortened
 #: to about 200 characters where it is quoted, so only a message quoting many inputs reaches this.
@@ -79,6 +82,30 @@ def visible_token(token: str) -> str:
     if not _SPECIAL.search(token):
         return token
     return "".join(text for _, text in token_units(token))
+
+
+def byte_piece_note(tokens: Sequence[str], i: int, quote: Callable[[str], str] | None = None) -> str | None:
+    """What token ``i`` is when it has no text of its own (a byte-level piece that ends inside a multi-byte
+    character, written on the token that completes it), in words with that token's text quoted (by ``quote``, which
+    gets it made visible and shortened; default: in single quotes); None for a token with text.
+
+    >>> byte_piece_note(["", "\u3053", "."], 0)
+    "bytes of '\u3053', which token 2 completes"
+    >>> byte_piece_note(["A", ""], 1)
+    'bytes of a character the answer does not finish'
+    """
+    if tokens[i] != "":
+        return None
+    owner = int(completing_token(tokens[i:])[0])
+    if owner < 0:
+        return "bytes of a character the answer does not finish"
+    shown = shortened(visible_token(tokens[i + owner]), 20)
+    return f"bytes of {quote(shown) if quote else repr_quoted(shown)}, which token {i + owner + 1} completes"
+
+
+def repr_quoted(text: str) -> str:
+    """``text`` in single quotes, as the page quotes a token."""
+    return f"'{text}'"
 
 
 def control_safe(text: str) -> str:

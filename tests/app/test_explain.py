@@ -62,7 +62,8 @@ def test_tokens_are_shown_one_way(token, shown):
     trace = Trace(prompt="p", answer=token + " x", token_ids=[1, 2], tokens=(token, " x"), surprisal=[2.0, 0.1],
                   entropy=[1.0, 0.5], top_ids=[], top_logprobs=[])
     out = explain.explain_risk(trace, explanation({"decay": 0.2, "window": 0.5, "length": 0.3}, [0], (0, 2)))
-    assert f"The token that stands out (outlined) is {shown} (token 1)." in out
+    part_of = ": bytes of <code>' x'</code>, which token 2 completes" if token == "" else ""
+    assert f"The token that stands out (outlined) is {shown} (token 1{part_of})." in out
     assert explain.code(token) == shown
 
 
@@ -88,6 +89,17 @@ def test_spike_sentence_reads_for_one_two_three_and_many_tokens():
     assert "' 9'" not in many
     one_token = _named((";",), [0])  # the old sentence read "are ;" here
     assert "The token that stands out (outlined) is <code>';'</code> (token 1)." in one_token
+
+
+def test_a_spike_without_text_names_the_character_it_begins():
+    # SmolLM2's "🌟" is three byte-level tokens; the first two have no text, and the first is the uncertain one
+    tokens = ("", "", "\U0001f31f", "", "\u3053", ".", "", "")
+    out = _named(tokens, [0, 3, 6])
+    assert ("<code>'\u2205'</code> (token 1: bytes of <code>'\U0001f31f'</code>, which token 3 completes), "
+            "<code>'\u2205'</code> (token 4: bytes of <code>'\u3053'</code>, which token 5 completes) and "
+            "<code>'\u2205'</code> (token 7: bytes of a character the answer does not finish)." in out)
+    hostile = _named(("", "<i>x"), [0])
+    assert "bytes of <code>'&lt;i&gt;x'</code>, which token 2 completes" in hostile and "<i>" not in hostile
 
 
 def test_no_spike_says_why():

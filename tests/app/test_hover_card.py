@@ -17,7 +17,7 @@ from helpers import make_trace
 
 pytest.importorskip("plotly")
 
-from app.heatmap import HEATMAP_CSS, heatmap_html  # noqa: E402
+from app.heatmap import HEATMAP_CSS, PARTIAL_ALTERNATIVE_NOTE, heatmap_html  # noqa: E402
 from app.text import control_safe, visible_token  # noqa: E402
 from trace_core import Trace, TraceMetadata, explain_trace  # noqa: E402
 
@@ -148,6 +148,17 @@ def test_card_shows_number_text_probability_surprisal_entropy_rank_and_alternati
     assert probabilities == [f"{q:.1%}" for q in np.exp(trace.top_logprobs[1])] == ["50.0%", "30.0%", "15.0%"]
     # the chosen token's id is the first alternative's here (top_ids[1] = [1, 2, 3], token_ids[1] = 1)
     assert ["(chosen)" in r.text() for r in rows[1::2]] == [True, False, False]
+
+
+def test_a_token_without_text_says_which_character_it_begins_and_partial_alternatives_are_explained():
+    tokens = ["", "\u3053", "!"]
+    trace = _trace(tokens, top_tokens=(("\ufffd", "\ufffd", "K"), ("\u3053", "\u306e", "\ufffd"), ("!", ".", "?")))
+    cards = [card_of(t) for t in tokens_of(heatmap_html(trace, alternatives=lambda t, i: list(t.top_tokens[i])))]
+    grid = [c.text() for c in cards[0].by_class("tr-card-grid")[0].children]
+    assert grid[:2] == ["text", "bytes of '\u3053', which token 2 completes"]
+    assert "text" not in [c.text() for c in cards[1].by_class("tr-card-grid")[0].children]
+    notes = [[n.text() for n in c.by_class("tr-card-note")] for c in cards]
+    assert notes == [[PARTIAL_ALTERNATIVE_NOTE], [PARTIAL_ALTERNATIVE_NOTE], []]
 
 
 def test_card_without_entropy_rank_or_alternatives_says_so():
