@@ -20,7 +20,7 @@ import numpy as np
 from trace_core import SpanRisk, Trace, TraceExplanation, explain_trace
 from trace_core._checks import check_choice, check_int  # noqa: PLC2701 (no public home for these checks yet)
 
-from .text import EMPTY_MARK, NEWLINE_MARK, TAB_MARK, byte_piece_note, shortened, token_units, visible_token
+from .text import NEWLINE_MARK, TAB_MARK, byte_piece_note, shortened, token_units, visible_token
 
 SIGNALS = {
     "surprisal": ("Surprisal (nats): how unexpected the chosen token was", 6.0),
@@ -159,8 +159,8 @@ def token_tooltip(trace: Trace, i: int, alternatives: Sequence[str] | None) -> s
 def _token_html(token: str, limit: int) -> str:
     """A token's text for the heatmap, escaped, at most ``limit`` visible characters: newlines show ``↵`` and still
     break the line, tabs show ``⇥`` and keep some width, escapes are set apart from ordinary text."""
-    if token == "":
-        return f'<span class="tr-mark">{EMPTY_MARK}</span>'
+    if token == "":  # a slim bar (class tr-bytes) instead of a glyph: the text around it keeps its shaping
+        return ""
     parts, used = [], 0
     units = token_units(token)
     total = sum(len(text) for _, text in units)
@@ -283,7 +283,9 @@ def heatmap_html(trace: Trace, *, signal: str = "surprisal", explanation: TraceE
     (:data:`HEATMAP_CSS`); no script.
 
     All text is HTML-escaped; control, bidi and zero-width characters show as :func:`visible_token` shows them (a
-    newline also breaks the line). Tokens longer than ``max_token_chars`` are shortened (the page says by how much).
+    newline also breaks the line). A token without text (bytes of a character that a later token completes) is a
+    slim coloured bar rather than a glyph, so the text around it keeps its shape (Arabic letters still join across
+    it); its card names the character. Tokens longer than ``max_token_chars`` are shortened (the page says by how much).
     ``scale`` is :func:`signal_values`' (``"fixed"`` or ``"answer"``).
     """
     check_int(max_token_chars, "max_token_chars", minimum=1)
@@ -324,6 +326,8 @@ def heatmap_html(trace: Trace, *, signal: str = "surprisal", explanation: TraceE
         if i in spikes:
             classes.append("tr-spike")
             marks.append("spike")
+        if token == "":
+            classes.append("tr-bytes")
         if start <= i < stop:
             classes.append("tr-peak")
             marks.append("peak window")
@@ -339,9 +343,10 @@ def heatmap_html(trace: Trace, *, signal: str = "surprisal", explanation: TraceE
     return "".join(parts)
 
 
-def legend_html(scale: HeatmapScale, *, spans: bool = False) -> str:
+def legend_html(scale: HeatmapScale, *, spans: bool = False, pieces: bool = False) -> str:
     """The colour legend: what the signal means, the ramp, the range it spans and which top was used, and samples of
-    the spike and peak-window marks (and of the riskiest-span box when ``spans``)."""
+    the spike and peak-window marks (and of the riskiest-span box when ``spans``, of the slim bar of a token without
+    text when ``pieces``)."""
     title, _ = SIGNALS[scale.signal]
     stops = ", ".join(ramp(x) for x in np.linspace(0, 1, 6))
     unit = "" if scale.signal == "risk" else " nats"
@@ -351,6 +356,8 @@ def legend_html(scale: HeatmapScale, *, spans: bool = False) -> str:
             f'<span class="tr-legend-range">0 … {top}{unit} ({SCALES[scale.scale]})</span>'
             '<span class="tr-sample tr-spike">spike</span><span class="tr-sample tr-peak">peak window</span>'
             + ('<span class="tr-sample tr-span tr-span-first tr-span-last">riskiest spans</span>' if spans else "")
+            + (f'<span><span class="tr-sample tr-bytes" style="background:{ramp(0.5)}"></span> bytes of the next '
+               'character</span>' if pieces else "")
             + '</div>')
 
 
@@ -371,6 +378,7 @@ HEATMAP_CSS = """
 .tr-span-last {border-right: 2px dashed #c2410c; border-top-right-radius: 4px; border-bottom-right-radius: 4px;}
 .tr-span-rank {color: #c2410c; font: 700 0.65rem system-ui, sans-serif; margin-right: 1px; user-select: none;}
 .tr-mark {opacity: 0.55;}
+.tr-bytes {padding: 1px 0.25em;}
 .tr-esc {opacity: 0.8; font-style: italic;}
 .tr-card {display: none; position: absolute; z-index: 1000; left: 0; top: calc(100% + 6px); box-sizing: border-box;
   width: max-content; min-width: 12rem; max-width: min(20rem, 85vw); padding: 0.45rem 0.6rem;
@@ -395,6 +403,7 @@ HEATMAP_CSS = """
 .tr-legend {display: flex; gap: 0.8rem; align-items: center; flex-wrap: wrap; font-size: 0.85rem; color: #555;}
 .tr-legend-bar {display: inline-block; width: 140px; height: 12px; border-radius: 3px;}
 .tr-sample {border-radius: 3px; padding: 1px 2px;}
+.tr-sample.tr-bytes {padding: 1px 0.25em;}
 </style>
 """
 

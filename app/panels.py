@@ -94,7 +94,8 @@ def answer_details(trace: Trace, row: pd.Series, *, row_column: str, extra: dict
     note = alternatives_note(lm, trace)
     st.caption("Answer (hover or focus a token for its details)")
     boxed = boxed_spans(*ranked_spans(trace, exp))
-    st.html(HEATMAP_CSS + legend_html(signal_values(trace, "surprisal", exp), spans=bool(boxed))
+    st.html(HEATMAP_CSS + legend_html(signal_values(trace, "surprisal", exp), spans=bool(boxed),
+                                      pieces="" in trace.tokens)
             + heatmap_html(trace, signal="surprisal", explanation=exp, alternatives=alternatives_for(lm),
                            alternatives_note=note, spans=boxed))
     if "reference" in row.index and not pd.isna(row["reference"]):

@@ -114,7 +114,8 @@ if trace is not None:
         fine, sentences = ranked_spans(trace, exp)
         boxed = boxed_spans(fine, sentences)
         heatmap = heatmap_cached(trace, lm, (signal, scale, note), lambda: (
-            HEATMAP_CSS + legend_html(signal_values(trace, signal, exp, scale=scale), spans=bool(boxed))
+            HEATMAP_CSS + legend_html(signal_values(trace, signal, exp, scale=scale), spans=bool(boxed),
+                                     pieces="" in trace.tokens)
             + heatmap_html(trace, signal=signal, explanation=exp, alternatives=alternatives, scale=scale,
                            alternatives_note=note, spans=boxed)))
         st.html(heatmap)

@@ -346,7 +346,8 @@ def _one_token_at_a_time(trace, *, signal, scale, alternatives, alternatives_not
     spans = []
     for i, token in enumerate(trace.tokens):
         marks = (["spike"] if i in spikes else []) + (["peak window"] if start <= i < stop else [])
-        classes = " ".join(["tr-tok"] + [{"spike": "tr-spike", "peak window": "tr-peak"}[m] for m in marks])
+        classes = " ".join(["tr-tok"] + (["tr-spike"] if i in spikes else []) + (["tr-bytes"] if token == "" else [])
+                           + (["tr-peak"] if start <= i < stop else []))
         card = card_html(trace, i, f"{prefix}-{i}", marks=marks, note=alternatives_note, limit=max_token_chars,
                          alternatives=alternatives(trace, i) if alternatives is not None else None,
                          risk_share=float(exp.contributions[i]) if signal == "risk" else None)

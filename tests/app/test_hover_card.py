@@ -17,7 +17,7 @@ from helpers import make_trace
 
 pytest.importorskip("plotly")
 
-from app.heatmap import HEATMAP_CSS, PARTIAL_ALTERNATIVE_NOTE, heatmap_html  # noqa: E402
+from app.heatmap import HEATMAP_CSS, PARTIAL_ALTERNATIVE_NOTE, heatmap_html, legend_html, signal_values  # noqa: E402
 from app.text import control_safe, visible_token  # noqa: E402
 from trace_core import Trace, TraceMetadata, explain_trace  # noqa: E402
 
@@ -298,7 +298,13 @@ def test_heatmap_shows_newlines_and_tabs_with_their_marks_and_keeps_the_layout()
     trace = _trace(["a\r\n", "\tb", "c\nd", "", "\u200b"])
     root, _ = parse(heatmap_html(trace))
     nodes = root.by_class("tr-tok")
-    assert [shown_text(n) for n in nodes] == ["a↵", "⇥\u2003b", "c↵d", "∅", "\\u200b"]
+    assert [shown_text(n) for n in nodes] == ["a↵", "⇥\u2003b", "c↵d", "", "\\u200b"]
+    # a token without text is a slim bar, no glyph that would break the shaping of the text around it
+    assert ["tr-bytes" in n.attrs["class"].split() for n in nodes] == [False, False, False, True, False]
+    assert ".tr-bytes {padding: 1px 0.25em;}" in HEATMAP_CSS
+    scale = signal_values(trace, "surprisal")
+    assert "bytes of the next character" in legend_html(scale, pieces=True)
+    assert "bytes of the next character" not in legend_html(scale)
     assert [len(n.find_all(lambda x: x.tag == "br")) for n in nodes] == [1, 0, 1, 0, 0]  # a newline breaks the line
     # the card shows the token the same way, without the layout
     assert [card_of(n).find_all(lambda x: x.tag == "code")[0].text() for n in nodes] == [
