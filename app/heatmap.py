@@ -219,6 +219,9 @@ def _card_html(trace: Trace, i: int, card_id: str, p: float, alt_p: Sequence[flo
         rows.append(("entropy bounds", f"{bounds[0]:.2f} – {bounds[1]:.2f} nats (top-{trace.metadata.entropy_k})"))
     if trace.ranks is not None:
         rows.append(("rank", f"{int(trace.ranks[i]):,}"))
+    whole = _whole_character(trace, i, limit)
+    if whole is not None:
+        rows.append(("whole character", whole))
     if risk_share is not None:
         rows.append(("risk share", f"{risk_share:.3f}"))
     stats = "".join(f'<span class="tr-k">{e(k)}</span><span>{e(v)}</span>' for k, v in rows)
@@ -242,6 +245,19 @@ def _card_html(trace: Trace, i: int, card_id: str, p: float, alt_p: Sequence[flo
     if note:
         body += f'<span class="tr-card-note">{e(str(note))}</span>'
     return f'<span class="tr-card" role="tooltip" id="{card_id}">{head}{body}</span>'
+
+
+def _whole_character(trace: Trace, i: int, limit: int) -> str | None:
+    """For a token that completes a character begun by tokens without text: the probability of the tokens together
+    (the product of theirs: the model's probability of that character there), else None."""
+    first = i
+    while first > 0 and trace.tokens[first - 1] == "":
+        first -= 1
+    if first == i or trace.tokens[i] == "":
+        return None
+    together = float(np.exp(-np.sum(trace.surprisal[first:i + 1])))
+    shown = shortened(visible_token(trace.tokens[i]), min(limit, 20))
+    return f"'{shown}' (tokens {first + 1}–{i + 1}): {_percent(together)}"
 
 
 def _entropy_bounds(trace: Trace, i: int) -> tuple[float, float] | None:

@@ -156,7 +156,12 @@ def test_a_token_without_text_says_which_character_it_begins_and_partial_alterna
     cards = [card_of(t) for t in tokens_of(heatmap_html(trace, alternatives=lambda t, i: list(t.top_tokens[i])))]
     grid = [c.text() for c in cards[0].by_class("tr-card-grid")[0].children]
     assert grid[:2] == ["text", "bytes of '\u3053', which token 2 completes"]
-    assert "text" not in [c.text() for c in cards[1].by_class("tr-card-grid")[0].children]
+    grids = [[c.text() for c in card.by_class("tr-card-grid")[0].children] for card in cards]
+    assert "text" not in grids[1] and "text" not in grids[2]
+    # the token that completes the character gives the character's probability: the two tokens' together
+    together = np.exp(-(trace.surprisal[0] + trace.surprisal[1]))
+    assert grids[1][grids[1].index("whole character") + 1] == f"'\u3053' (tokens 1\u20132): {together:.1%}"
+    assert "whole character" not in grids[0] and "whole character" not in grids[2]
     notes = [[n.text() for n in c.by_class("tr-card-note")] for c in cards]
     assert notes == [[PARTIAL_ALTERNATIVE_NOTE], [PARTIAL_ALTERNATIVE_NOTE], []]
 
