@@ -25,13 +25,13 @@ from .calibrate import (
 )
 from .protocol import OUT_OF_FOLD, stratified_folds
 from .score import as_traces, config_for, explain_trace, trace_confidence, trace_risk
-from .spans import SpanCalibrator, default_span_calibrator, riskiest_span
+from .spans import SpanCalibrator, completing_token, default_span_calibrator, riskiest_span
 from .trace import Trace
 from .traces import gather
 
 __all__ = ["FLAG_BY", "OUT_OF_FOLD", "OUTPUT_COLUMNS", "SPAN_COLUMNS", "FlagScore", "best_flag_score", "flag_scores",
            "out_of_fold_probabilities", "output_collisions", "previous_export", "score_rows", "select_flagged",
-           "flag_summary", "spike_context", "threshold_for_risk", "unscored"]
+           "flag_summary", "spike_context", "spike_groups", "threshold_for_risk", "unscored"]
 
 #: The riskiest span's columns (:func:`trace_core.spans.riskiest_span`): its text, kind, character offsets into the
 #: answer's tokens' text (start inclusive, end exclusive) and the span calibrator's probability that it is right.
@@ -69,25 +69,55 @@ def unscored(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.drop(columns=[c for c in OUTPUT_COLUMNS if c in frame.columns])
 
 
+def spike_groups(tokens: Sequence[str], spikes: Sequence[int] | np.ndarray) -> list[tuple[int, int]]:
+    """The spikes as runs of tokens ``(first, last)``, ascending: a spike token without text (bytes of a character
+    that a later token completes, :func:`trace_core.spans.completing_token`) runs to that token, so that exports show
+    the character it chose; a spike inside an earlier run is part of it.
+
+    >>> spike_groups(["A", "", "\u3053", "!"], [1, 2, 3])
+    [(1, 2), (3, 3)]
+    """
+    owner = completing_token(tokens)
+    groups: list[tuple[int, int]] = []
+    for i in sorted({int(i) for i in spikes}):
+        if groups and i <= groups[-1][1]:
+            continue
+        groups.append((i, int(owner[i]) if tokens[i] == "" and owner[i] >= 0 else i))
+    return groups
+
+
+def _group_text(tokens: Sequence[str], first: int, last: int) -> str:
+    """A run's text; U+FFFD for bytes that no token completes (an answer cut inside a character)."""
+    return "".join(tokens[first:last + 1]) or "\ufffd"
+
+
 def spike_context(trace: Trace, spikes: Sequence[int] | np.ndarray, *, width: int = 3) -> str:
     """The spike tokens in context: ``…the capital is [[Parus]] .…`` (plain text, for tables and exports).
 
-    Each spike is shown with up to ``width`` tokens either side; ``…`` marks the tokens left out. An answer without
-    spikes (nothing stood out, see :func:`trace_core.score.spike_indices`) gives ``""``: an empty cell says that no
-    token was marked, where the answer's start would suggest a mark that is not there.
+    Each spike is shown with up to ``width`` tokens either side; ``…`` marks the tokens left out. A spike without
+    text is marked with the character it begins (:func:`spike_groups`). An answer without spikes (nothing stood out,
+    see :func:`trace_core.score.spike_indices`) gives ``""``: an empty cell says that no token was marked, where the
+    answer's start would suggest a mark that is not there.
     """
     width = check_int(width, "width", minimum=0)
-    marks = set(int(i) for i in spikes)
-    if len(trace) == 0 or not marks:
+    if len(trace) == 0 or not len(spikes):
         return ""
+    groups = spike_groups(trace.tokens, spikes)
+    ends = dict(groups)
     pieces, last = [], -1
-    for i in sorted(marks):
-        lo, hi = max(0, i - width), min(len(trace), i + width + 1)
+    for first, end in groups:
+        lo, hi = max(0, first - width), min(len(trace), end + width + 1)
         if lo > last + 1:
             pieces.append("…")
-        for j in range(max(lo, last + 1), hi):
-            pieces.append(f"[[{trace.tokens[j]}]]" if j in marks else trace.tokens[j])
-        last = hi - 1
+        j = max(lo, last + 1)
+        while j < hi:
+            if j in ends:
+                pieces.append(f"[[{_group_text(trace.tokens, j, ends[j])}]]")
+                hi, j = max(hi, min(len(trace), ends[j] + width + 1)), ends[j] + 1
+            else:
+                pieces.append(trace.tokens[j])
+                j += 1
+        last = max(last, hi - 1)
     if last < len(trace) - 1:
         pieces.append("…")
     return "".join(pieces).replace("\n", "⏎")
@@ -130,7 +160,7 @@ def score_rows(frame: pd.DataFrame, traces: Sequence[Trace], calibrator: Any, *,
     out["trace_risk"] = trace_risk(traces, config=config)
     out["trace_variant"] = config.variant
     out["probability_correct"] = probability
-    out["peak_risk_tokens"] = [" | ".join(t.tokens[i] for i in e.spikes)
+    out["peak_risk_tokens"] = [" | ".join(_group_text(t.tokens, a, b) for a, b in spike_groups(t.tokens, e.spikes))
                                for t, e in zip(traces, explanations, strict=True)]
     out["spike_context"] = [spike_context(t, e.spikes) for t, e in zip(traces, explanations, strict=True)]
     span_calibrator = default_span_calibrator() if span_calibrator is None else span_calibrator

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
 from helpers import make_trace, random_traces
 
-from trace_core import PlattCalibrator, TracePlus, trace_confidence
-from trace_core.flag import score_rows, select_flagged, spike_context, threshold_for_risk
+from trace_core import PlattCalibrator, TracePlus, explain_trace, trace_confidence
+from trace_core.flag import score_rows, select_flagged, spike_context, spike_groups, threshold_for_risk
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +82,25 @@ def test_spike_context_marks_spikes_with_context():
     trace = make_trace([0.1] * 10)
     assert spike_context(trace, [5], width=1) == "…t4 [[t5 ]]t6 …"
     assert spike_context(trace, [0, 9], width=1) == "[[t0 ]]t1 …t8 [[t9 ]]"
+
+
+def test_a_spike_without_text_is_shown_with_the_character_it_begins():
+    # byte-level tokens: "" + "\u3069" spell one character; the last two are bytes the answer never completes
+    tokens = ("\u308c", "\u306f", "", "\u3069", "\u308f", "", "\U0001f31f", "!", "", "")
+    trace = dataclasses.replace(make_trace([0.1] * len(tokens)), tokens=tokens, answer="".join(tokens))
+    assert spike_groups(tokens, [2, 3, 6, 8, 9]) == [(2, 3), (6, 6), (8, 8), (9, 9)]
+    assert spike_context(trace, [2], width=1) == "\u2026\u306f[[\u3069]]\u308f\u2026"
+    assert spike_context(trace, [2, 3], width=1) == "\u2026\u306f[[\u3069]]\u308f\u2026"  # one character, once
+    assert spike_context(trace, [5], width=0) == "\u2026[[\U0001f31f]]\u2026"
+    assert spike_context(trace, [8], width=1) == "\u2026![[\ufffd]]"
+    assert spike_context(trace, [9], width=0) == "\u2026[[\ufffd]]"
+    spiky = dataclasses.replace(trace, surprisal=np.array([0.1, 0.1, 3.0, 0.2, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1]))
+    table = score_rows(pd.DataFrame({"answer": [spiky.answer]}), [spiky],
+                       PlattCalibrator().fit(np.array([0.2, 0.8, 0.3, 0.9]), np.array([0, 1, 0, 1])))
+    spikes = explain_trace(spiky).spikes.tolist()
+    assert 2 in spikes and 3 not in spikes
+    assert table["peak_risk_tokens"].iloc[0].split(" | ")[0] == "\u3069"
+    assert "[[\u3069]]" in table["spike_context"].iloc[0] and "[[]]" not in table["spike_context"].iloc[0]
 
 
 def test_no_spike_gives_empty_cells():
