@@ -20,7 +20,7 @@ from app.panels import active_calibrator_note
 from app.prompts import example_label, prompt_problem, try_prompts
 from app.spans import boxed_spans, ranked_spans, spans_panel
 from app.streaming import stream_answer
-from app.text import md_literal, sentence, visible_token
+from app.text import byte_piece_note, md_literal, sentence, visible_token
 from app.tokenizer_text import alternatives_for, alternatives_note, prompt_as_read
 from trace_core import ScoreCalibrator, TracePlus, explain_trace
 from trace_core.policy import fit_new_tokens
@@ -139,7 +139,9 @@ if trace is not None:
             state.follow("token_index", (trace.prompt, trace.answer, trace.token_ids.tobytes()), first)
             index = st.number_input("Token", 1, len(trace), key="token_index") - 1
             alts = alternatives(trace, index)
-            st.html(f"<p>Token {index + 1}: <code>'{html.escape(visible_token(trace.tokens[index]))}'</code> — "
+            piece = byte_piece_note(trace.tokens, index)
+            st.html(f"<p>Token {index + 1}: <code>'{html.escape(visible_token(trace.tokens[index]))}'</code>"
+                    + (f" ({html.escape(piece)})" if piece else "") + " — "
                     f'probability {np.exp(-trace.surprisal[index]):.1%}'
                     + (f", entropy {trace.entropy[index]:.2f} nats" if trace.has_entropy else "")
                     + (f", rank {int(trace.ranks[index])}" if trace.ranks is not None else "") + "</p>")

@@ -379,3 +379,18 @@ def test_every_page_says_what_a_reload_discards(tiny_model_dirs, files):
         at.switch_page(page).run()
         assert not at.exception
         assert RELOAD_NOTE in [c.value for c in at.sidebar.caption], page
+
+
+def test_token_details_name_the_character_a_token_without_text_begins(tiny_model_dirs):
+    import dataclasses
+
+    at = start(tiny_model_dirs)
+    generate(at, "The quick brown")
+    trace = at.session_state["inspect_trace"]
+    assert len(trace) >= 2
+    tokens = ("", "\u3053", *trace.tokens[2:])  # the first character's bytes split across two tokens
+    at.session_state["inspect_trace"] = dataclasses.replace(trace, tokens=tokens, answer="".join(tokens))
+    at.number_input(key="token_index").set_value(1).run()
+    assert not at.exception, at.exception
+    details = [h.proto.body for h in at.get("html") if "Token 1:" in h.proto.body]
+    assert details and "(bytes of &#x27;\u3053&#x27;, which token 2 completes) — probability" in details[0]
