@@ -6,7 +6,9 @@ answer by how much each token carries its meaning:
 
 * relevance of token t: ``R_t = max(0, 1 - cos(e(c + y), e(c + y_{-t})))``, where ``y = "".join(tokens)`` is the
   answer, ``y_{-t}`` the answer with token t's text removed, ``c`` an optional context (typically the prompt) and
-  ``e`` a mean-pooled, L2-normalised sentence embedding (all-MiniLM-L6-v2 by default);
+  ``e`` a mean-pooled, L2-normalised sentence embedding (all-MiniLM-L6-v2 by default). A token without text (bytes
+  of a character that a later byte-level token completes) takes the relevance of that token: removing its bytes
+  removes the character, as the papers' removal of a token id would garble it; one that no token completes gets 0;
 * TokenSAR: ``r~_t = R_t / sum_u R_u`` (``1 / T`` when all ``R`` are 0), confidence ``exp(-sum_t r~_t * s_t)``;
 * MARS-style: ``w_t = 0.5 / T + 0.5 * r~_t``, confidence ``exp(-sum_t w_t * s_t)``.
 
@@ -30,6 +32,7 @@ import numpy as np
 
 from ._checks import check_int, check_scores
 from .record.embedder import DEFAULT_EMBEDDER_PACKAGE, Embedder, EmbedderUnavailable, check_texts, load_embedder
+from .spans import completing_token
 
 __all__ = [
     "DEFAULT_EMBEDDER_PACKAGE",
@@ -76,8 +79,9 @@ def token_relevance(embedder: Embedder, tokens: Sequence[str], *, context: str =
     Returns
     -------
     np.ndarray of float64, shape (T,)
-        ``R_t`` in [0, 2]; exactly 0 for a token whose removal leaves the text unchanged (an empty piece). Tokens past
-        the model's ``max_length`` (after the context) are truncated away and get about 0.
+        ``R_t`` in [0, 2]; a token without text has the relevance of the token that completes its character
+        (:func:`trace_core.spans.completing_token`), exactly 0 when none does. Tokens past the model's
+        ``max_length`` (after the context) are truncated away and get about 0.
     """
     return token_relevance_batch(embedder, [tokens], contexts=[context], batch_size=batch_size)[0]
 
@@ -160,8 +164,12 @@ def _relevances_of(embedder: Embedder, pending: list[tuple[list[str], list[str]]
         # Cosine of unit vectors is their dot product; renormalise anyway so any encode() output is handled.
         cos = (without @ full) / np.maximum(np.linalg.norm(without, axis=1) * np.linalg.norm(full), 1e-12)
         relevance = np.clip(1.0 - cos, 0.0, None)
-        # Removing an empty piece leaves the text unchanged: relevance is exactly 0, not float noise from padding.
-        relevance[[piece == "" for piece in tokens]] = 0.0
+        # A piece without text is bytes of the character a later token completes: removing it removes that
+        # character, so it takes that token's relevance; bytes no token completes get exactly 0.
+        empty = np.flatnonzero([piece == "" for piece in tokens])
+        if empty.size:
+            owner = completing_token(tokens)[empty]
+            relevance[empty] = np.where(owner >= 0, relevance[np.maximum(owner, 0)], 0.0)
         out.append(relevance)
         start += len(answer_texts)
     return out

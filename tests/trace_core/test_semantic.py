@@ -113,16 +113,29 @@ class BagOfWordsEmbedder:
 
 
 def naive_relevance(embedder, tokens, context=""):
-    """R_t written out one text at a time."""
+    """R_t written out one text at a time; a token without text removed with the rest of its character (up to the
+    next token with text), none when no token completes it."""
     full = embedder.encode([context + "".join(tokens)])[0]
     out = []
     for t in range(len(tokens)):
-        without = embedder.encode([context + "".join(tokens[:t] + tokens[t + 1:])])[0]
+        end = next((u for u in range(t, len(tokens)) if tokens[u]), None)
+        if end is None:
+            out.append(0.0)
+            continue
+        without = embedder.encode([context + "".join(tokens[:t] + tokens[end + 1:])])[0]
         out.append(max(0.0, 1.0 - float(full @ without)))
     return np.array(out)
 
 
 TOKENS = ["The", " capital", " is", " Paris", ""]
+
+
+def test_a_token_without_text_has_the_relevance_of_the_character_it_begins():
+    # byte-level pieces: "" + " Par" spell one unit here as "" + "\u3053" would; the last "" completes nothing
+    tokens = ["The", "", " capital", " is", "", "", " Paris", ""]
+    r = token_relevance(BagOfWordsEmbedder(), tokens, context="Q: capital of France?\n")
+    np.testing.assert_allclose(r, naive_relevance(BagOfWordsEmbedder(), tokens, "Q: capital of France?\n"), atol=1e-6)
+    assert r[1] == r[2] > 0 and r[4] == r[5] == r[6] > 0 and r[7] == 0.0
 
 
 def test_token_relevance_matches_naive_with_one_encode_call():
