@@ -8,8 +8,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from trace_core.spans import completing_token
-
 #: The longest message (characters, before escaping) an alert or caption shows; user input inside it is shortened
 #: to about 200 characters where it is quoted, so only a message quoting many inputs reaches this.
 MAX_MESSAGE = 2_000
@@ -96,16 +94,13 @@ def byte_piece_note(tokens: Sequence[str], i: int, quote: Callable[[str], str] |
     """
     if tokens[i] != "":
         return None
-    owner = int(completing_token(tokens[i:])[0])
-    if owner < 0:
+    # the token that completes it, as trace_core.spans.completing_token finds it (looking no further than that)
+    owner = next((j for j in range(i + 1, len(tokens)) if tokens[j] != ""), None)
+    if owner is None:
         return "bytes of a character the answer does not finish"
-    shown = shortened(visible_token(tokens[i + owner]), 20)
-    return f"bytes of {quote(shown) if quote else repr_quoted(shown)}, which token {i + owner + 1} completes"
-
-
-def repr_quoted(text: str) -> str:
-    """``text`` in single quotes, as the page quotes a token."""
-    return f"'{text}'"
+    shown = shortened(visible_token(tokens[owner]), 20)
+    quoted = quote(shown) if quote else f"'{shown}'"
+    return f"bytes of {quoted}, which token {owner + 1} completes"
 
 
 def control_safe(text: str) -> str:
