@@ -150,7 +150,7 @@ else:
 
 # With each answer's trace columns: the export reads back as a dataset and can be flagged again
 flagged_traces = [data.traces[i] for i in flagged.index]
-export = with_trace_columns(flagged.drop(columns=["spike_context"]), flagged_traces)
+export = with_trace_columns(flagged, flagged_traces)  # the columns of `trace-core flag`'s output
 # What the files hold: these answers scored by this calibrator, the rows flagged (in order) and their probabilities
 content = (data.key, calibrator.to_json(), flagged.index.to_numpy().tobytes(),
            flagged["probability_correct"].to_numpy().tobytes())

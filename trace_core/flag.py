@@ -56,9 +56,9 @@ def output_collisions(columns: Sequence[object]) -> list[str]:
 
 def previous_export(columns: Sequence[object]) -> bool:
     """Whether ``columns`` hold every answer-level output column of :func:`score_rows` (exactly as it names them;
-    exports made before the span columns existed lack those): a flagged export being scored again, whose earlier
-    scores are to be replaced rather than refused as look-alikes."""
-    return set(_ANSWER_COLUMNS) <= {str(c) for c in columns}
+    exports made before the span columns existed lack those, and the dashboard's lacked ``spike_context``): a
+    flagged export being scored again, whose earlier scores are to be replaced rather than refused as look-alikes."""
+    return set(_ANSWER_COLUMNS) - {"spike_context"} <= {str(c) for c in columns}
 
 
 def unscored(frame: pd.DataFrame) -> pd.DataFrame:

@@ -63,15 +63,26 @@ def _csv_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def test_flag_csv_arrives_after_each_threshold_change(server, page):
+def test_flag_csv_arrives_after_each_threshold_change(server, page, tmp_path):
+    from trace_core.cli import main
+
     _calibrated(page, server)
     page.get_by_role("link", name="Flag & export").click()
     wait_idle(page)
     slider = page.locator('.st-key-flag_threshold input[type="range"]')
     slider.press("End")  # threshold 1: every answer, the reference the other files are checked against
     wait_idle(page)
-    reference = _csv_rows(Path(download(page, "Download flagged (CSV)").path()))
-    assert reference and {"row", "prompt", "answer", "probability_correct"} <= set(reference[0])
+    first = tmp_path / "flagged_answers.csv"
+    download(page, "Download flagged (CSV)").save_as(first)
+    reference = _csv_rows(first)
+    assert reference and {"row", "prompt", "answer", "probability_correct", "spike_context"} <= set(reference[0])
+    # the export can be flagged again from the command line, as the page says: its scores replaced, not refused
+    calibrator, again = tmp_path / "cal.json", tmp_path / "again.csv"
+    assert main(["fit", str(ROOT / "assets" / "datasets" / "demo_validation.csv"), "--out", str(calibrator),
+                 "--quiet"]) == 0
+    assert main(["flag", str(first), "--calibrator", str(calibrator), "--coverage", "0.5", "--out", str(again),
+                 "--quiet"]) == 0
+    assert 0 < len(_csv_rows(again)) < len(reference)
     probability = {r["row"]: float(r["probability_correct"]) for r in reference}
 
     def flagged_at(threshold: float) -> set[str]:

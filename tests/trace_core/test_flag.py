@@ -169,3 +169,26 @@ def test_out_of_fold_probabilities_come_from_fits_without_each_answer():
     np.testing.assert_allclose(oof[~rest], by_hand.predict_proba([t for t, r in zip(traces, rest, strict=True) if not r]))
     with pytest.raises(ValueError, match="labels"):
         out_of_fold_probabilities(traces, y[:10], model)
+
+
+def test_an_export_without_the_spikes_in_context_is_flagged_again(tmp_path):
+    # the dashboard's exports left spike_context out; flagging one again replaced nothing and refused the file
+    from trace_core import write_dataset
+    from trace_core.cli import main
+
+    traces = random_traces(40, seed=4)
+    labels = (trace_confidence(traces) > np.median(trace_confidence(traces))).astype(int)
+    data, calibrator = tmp_path / "answers.jsonl", tmp_path / "cal.json"
+    write_dataset(pd.DataFrame({"prompt": [f"q{i}" for i in range(40)], "answer": [t.answer for t in traces],
+                                "label": labels}), data, traces=traces)
+    assert main(["fit", str(data), "--out", str(calibrator), "--quiet"]) == 0
+    first, again = tmp_path / "flagged.csv", tmp_path / "again.csv"
+    assert main(["flag", str(data), "--calibrator", str(calibrator), "--coverage", "0.5", "--out", str(first),
+                 "--quiet"]) == 0
+    old = pd.read_csv(first, dtype=str, keep_default_na=False).drop(columns=["spike_context"])
+    old.to_csv(first, index=False)
+    assert main(["flag", str(first), "--calibrator", str(calibrator), "--threshold", "1.0", "--out", str(again),
+                 "--quiet"]) == 0
+    rescored = pd.read_csv(again)
+    assert len(rescored) == len(old) and "spike_context" in rescored
+    np.testing.assert_allclose(rescored["probability_correct"], old["probability_correct"].astype(float))

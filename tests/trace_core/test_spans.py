@@ -343,6 +343,10 @@ def test_score_rows_adds_the_riskiest_span_and_flags_by_it():
     # an export made before the span columns existed is still recognised and rescored
     old = scored.drop(columns=list(SPAN_COLUMNS))
     assert previous_export(old.columns) and list(unscored(old).columns) == ["answer"]
+    # and one of the dashboard's exports, which left out the spikes in context
+    dashboard = scored.drop(columns=["spike_context"])
+    assert previous_export(dashboard.columns) and list(unscored(dashboard).columns) == ["answer"]
+    assert not previous_export(scored.drop(columns=["peak_risk_tokens"]).columns)
 
 
 def test_cli_flag_writes_the_riskiest_span_columns_spreadsheet_safe(tmp_path):
