@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from trace_core.spans import completing_token_of
+
 #: The longest message (characters, before escaping) an alert or caption shows; user input inside it is shortened
 #: to about 200 characters where it is quoted, so only a message quoting many inputs reaches this.
 MAX_MESSAGE = 2_000
@@ -94,9 +96,8 @@ def byte_piece_note(tokens: Sequence[str], i: int, quote: Callable[[str], str] |
     """
     if tokens[i] != "":
         return None
-    # the token that completes it, as trace_core.spans.completing_token finds it (looking no further than that)
-    owner = next((j for j in range(i + 1, len(tokens)) if tokens[j] != ""), None)
-    if owner is None:
+    owner = completing_token_of(tokens, i)
+    if owner < 0:
         return "bytes of a character the answer does not finish"
     shown = shortened(visible_token(tokens[owner]), 20)
     quoted = quote(shown) if quote else f"'{shown}'"

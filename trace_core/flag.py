@@ -25,7 +25,7 @@ from .calibrate import (
 )
 from .protocol import OUT_OF_FOLD, stratified_folds
 from .score import as_traces, config_for, explain_trace, trace_confidence, trace_risk
-from .spans import SpanCalibrator, completing_token, default_span_calibrator, riskiest_span
+from .spans import SpanCalibrator, completing_token_of, default_span_calibrator, riskiest_span
 from .trace import Trace
 from .traces import gather
 
@@ -71,18 +71,18 @@ def unscored(frame: pd.DataFrame) -> pd.DataFrame:
 
 def spike_groups(tokens: Sequence[str], spikes: Sequence[int] | np.ndarray) -> list[tuple[int, int]]:
     """The spikes as runs of tokens ``(first, last)``, ascending: a spike token without text (bytes of a character
-    that a later token completes, :func:`trace_core.spans.completing_token`) runs to that token, so that exports show
+    that a later token completes, :func:`trace_core.spans.completing_token_of`) runs to that token, so that exports show
     the character it chose; a spike inside an earlier run is part of it.
 
     >>> spike_groups(["A", "", "\u3053", "!"], [1, 2, 3])
     [(1, 2), (3, 3)]
     """
-    owner = completing_token(tokens)
     groups: list[tuple[int, int]] = []
     for i in sorted({int(i) for i in spikes}):
         if groups and i <= groups[-1][1]:
             continue
-        groups.append((i, int(owner[i]) if tokens[i] == "" and owner[i] >= 0 else i))
+        owner = completing_token_of(tokens, i)  # i itself for a token with text
+        groups.append((i, owner if owner >= 0 else i))
     return groups
 
 

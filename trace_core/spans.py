@@ -69,7 +69,8 @@ from .score import TraceExplanation, explain_trace
 from .trace import Trace
 
 __all__ = ["KINDS", "OPENERS", "default_span_calibrator", "SPAN_FEATURES", "Span", "SpanCalibrator", "SpanRisk",
-           "rank_spans", "riskiest_span", "segment", "span_features", "span_risks"]
+           "completing_token", "completing_token_of", "rank_spans", "riskiest_span", "segment", "span_features",
+           "span_risks"]
 
 KINDS = ("sentence", "date", "number", "name")  # the span kinds; "fine" spans are every kind but "sentence"
 
@@ -307,6 +308,15 @@ def completing_token(tokens: Sequence[str]) -> np.ndarray:
             nxt = i
         owner[i] = nxt
     return owner
+
+
+def completing_token_of(tokens: Sequence[str], i: int) -> int:
+    """:func:`completing_token` of token ``i`` alone, looking no further than the next token with text.
+
+    >>> completing_token_of(["", "", "\U0001f31f"], 0), completing_token_of(["A", ""], 1)
+    (2, -1)
+    """
+    return next((j for j in range(i, len(tokens)) if tokens[j] != ""), -1)
 
 
 def _token_cores(tokens: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
