@@ -301,7 +301,9 @@ def heatmap_html(trace: Trace, *, signal: str = "surprisal", explanation: TraceE
     All text is HTML-escaped; control, bidi and zero-width characters show as :func:`visible_token` shows them (a
     newline also breaks the line). A token without text (bytes of a character that a later token completes) is a
     slim coloured bar rather than a glyph, so the text around it keeps its shape (Arabic letters still join across
-    it); its card names the character. Tokens longer than ``max_token_chars`` are shortened (the page says by how much).
+    it); its card names the character. The answer's first strong character sets its direction (``dir="auto"``: an
+    Arabic answer reads right to left); the cards stay left to right. Tokens longer than ``max_token_chars`` are
+    shortened (the page says by how much).
     ``scale`` is :func:`signal_values`' (``"fixed"`` or ``"answer"``).
     """
     check_int(max_token_chars, "max_token_chars", minimum=1)
@@ -325,7 +327,7 @@ def heatmap_html(trace: Trace, *, signal: str = "surprisal", explanation: TraceE
     for rank, span in reversed(list(enumerate(spans, start=1))):  # a token in two boxed spans shows the riskier one
         for t in span.tokens.tolist():
             in_span[t] = (rank, span)
-    parts = ['<div class="tr-heatmap" data-testid="trace-heatmap">']
+    parts = ['<div class="tr-heatmap" data-testid="trace-heatmap" dir="auto">']
     for i, token in enumerate(trace.tokens):
         classes, marks = ["tr-tok"], []
         badge = ""
@@ -400,7 +402,7 @@ HEATMAP_CSS = """
   width: max-content; min-width: 12rem; max-width: min(20rem, 85vw); padding: 0.45rem 0.6rem;
   background: #ffffff; color: #1f1f1f; border: 1px solid #c8c8c8; border-radius: 6px;
   box-shadow: 0 4px 14px rgba(0, 0, 0, 0.18); font: 400 0.8rem/1.45 system-ui, -apple-system, "Segoe UI", sans-serif;
-  white-space: normal; word-break: break-word; text-align: left; cursor: auto;}
+  white-space: normal; word-break: break-word; text-align: left; direction: ltr; unicode-bidi: isolate; cursor: auto;}
 .tr-tok:hover > .tr-card, .tr-tok:focus > .tr-card, .tr-tok:focus-within > .tr-card {display: block;}
 .tr-card code {font-family: ui-monospace, SFMono-Regular, Menlo, monospace; white-space: pre-wrap;
   background: #f1f1f4; border-radius: 3px; padding: 0 0.2em;}

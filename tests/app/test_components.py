@@ -354,7 +354,7 @@ def _one_token_at_a_time(trace, *, signal, scale, alternatives, alternatives_not
         spans.append(f'<span class="{classes}" style="background:{ramp(norm[i])};color:{_text_colour(norm[i])}" '
                      f'data-index="{i}" tabindex="0" aria-describedby="{prefix}-{i}">'
                      f'{_token_html(token, max_token_chars)}{card}</span>')
-    return '<div class="tr-heatmap" data-testid="trace-heatmap">' + "".join(spans) + "</div>"
+    return '<div class="tr-heatmap" data-testid="trace-heatmap" dir="auto">' + "".join(spans) + "</div>"
 
 
 _AWKWARD_TOKENS = ["", " ", "   ", "a\nb", "\r\n", "x\r", "\t", "<img src=x onerror=alert(1)>", "&amp;", "\u202egnp",

@@ -166,6 +166,14 @@ def test_a_token_without_text_says_which_character_it_begins_and_partial_alterna
     assert notes == [[PARTIAL_ALTERNATIVE_NOTE], [PARTIAL_ALTERNATIVE_NOTE], []]
 
 
+def test_an_arabic_answer_reads_right_to_left_and_its_cards_left_to_right():
+    root, _ = parse(heatmap_html(_trace(["\u0645\u0631", "\u062d\u0628\u0627", "."])))
+    (heatmap,) = root.by_class("tr-heatmap")
+    assert heatmap.attrs["dir"] == "auto"  # the answer's first strong character sets the direction
+    card_rule = HEATMAP_CSS[HEATMAP_CSS.index(".tr-card {"):]
+    assert "direction: ltr; unicode-bidi: isolate;" in card_rule[:card_rule.index("}")]
+
+
 def test_card_without_entropy_rank_or_alternatives_says_so():
     trace = _trace(["a", "b"], entropy=False, ranks=False, k=0)
     card = card_of(tokens_of(heatmap_html(trace))[0])
