@@ -44,7 +44,7 @@ from .features import feature_matrix_from_arrays, logit_of_surprisal
 from .fitted_baselines import TOP_K_NEEDS, TopK, TopKPlan, stack_top_logprobs
 from .operators import Ragged, check_paired, segment_max, segment_mean
 from .paired import paired_comparison
-from .protocol import OUT_OF_FOLD, feature_set, is_constant, run_splits, stratified_folds, workers_for
+from .protocol import feature_set, is_constant, run_splits, workers_for
 from .registry import METHODS, METRICS, method_names
 from .results import (
     CONSTANT_RTOL,
@@ -61,6 +61,7 @@ from .results import (
     summarise,
     truncation_note,
 )
+from .splits import OUT_OF_FOLD, stratified_folds
 from .trace import Trace
 
 __all__ = ["AnswerValueError", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "TRUNCATED_SHARE", "UNINFORMATIVE",
@@ -335,7 +336,7 @@ def _evaluate_checked(inputs: ProtocolInputs, labels: Any, *, config: Evaluation
                       certain_tokens: tuple[int, int], progress: Progress | None, stacklevel: int,
                       split_groups: Any = None) -> EvaluationResult:
     """The split loop on finite scores, with the result's notes (``stacklevel``: the user's call, for warnings)."""
-    from .protocol import split_group_codes
+    from .splits import split_group_codes
 
     n = len(next(iter([*inputs.scalar.values(), *inputs.features.values()])))
     groups = None if split_groups is None else split_group_codes(split_groups, n)

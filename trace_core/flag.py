@@ -23,9 +23,9 @@ from .calibrate import (
     probability_correct,
     unfitted_copy,
 )
-from .protocol import OUT_OF_FOLD, stratified_folds
 from .score import as_traces, config_for, explain_trace, trace_confidence, trace_risk
 from .spans import SpanCalibrator, completing_token_of, default_span_calibrator, riskiest_span
+from .splits import OUT_OF_FOLD, stratified_folds
 from .trace import Trace
 from .traces import gather
 

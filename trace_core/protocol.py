@@ -1,22 +1,23 @@
 """The protocol's split loop: every method fitted on each split's calibration part and measured on its evaluation
 part, on the same answers (:func:`trace_core.evaluate.evaluate` prepares the scores and calls :func:`run_splits`).
 
-Each scalar score is sorted once (:class:`Ascending`) and every split's parts are taken in that order: the isotonic
-fit and prediction, the ECE bins (runs of the order) and the rankings (tie groups that are runs) need no sort per
-split. Methods with their own fitted model (TRACE+, the fitted baselines, the reference) are fitted per split.
-From :data:`THREADS_FROM` answers a split's methods run on threads (numpy releases the GIL in the bulk of the work),
-with BLAS on one thread meanwhile.
+The splits are drawn once (:class:`~trace_core.splits.Splits`); then each method runs over all of them, and what it
+keeps for them is made when its run starts and dropped when it ends, so that the memory holds one method's state at a
+time (per thread), not every method's. Each scalar score is sorted once (:class:`Ascending`) and every split's parts
+are taken in that order: the isotonic fit and prediction, the ECE bins (runs of the order) and the rankings (tie
+groups that are runs) need no sort per split. Methods with their own fitted model (TRACE+, the fitted baselines, the
+reference) are fitted per split. From :data:`THREADS_FROM` answers the methods run on threads (numpy releases the GIL
+in the bulk of the work), with BLAS on one thread meanwhile.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,39 +44,36 @@ from .metrics.kernels import (
 from .paired import FITTED, RAW
 from .registry import METHODS, METRICS, Method
 from .results import CONSTANT_RTOL, SCALAR_CALIBRATORS, UNINFORMATIVE, HeldOut, HeldOutMethod, SplitValue
+from .splits import (
+    OUT_OF_FOLD,
+    Part,
+    Splits,
+    both_classes,
+    draw_splits,
+    iter_splits,
+    split_group_codes,
+    stratified_folds,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .evaluate import EvaluationConfig
 
-__all__ = ["MAX_WORKERS", "OUT_OF_FOLD", "THREADS_FROM", "Ascending", "MethodOnSplit", "Part", "SplitRun",
-           "draw_splits", "feature_set", "fit_reference", "is_constant", "iter_splits", "map_on_threads",
+__all__ = ["MAX_WORKERS", "OUT_OF_FOLD", "THREADS_FROM", "Ascending", "MethodOnSplit", "Part", "SplitRun", "Splits",
+           "draw_splits", "feature_set", "fit_reference", "is_constant", "iter_splits",
            "one_blas_thread", "out_of_fold", "probability_metric", "probability_metrics", "ranking_of_scores",
            "ranking_part", "run_splits", "split_ascending_loop", "split_group_codes", "stratified_folds", "take_rows",
            "workers_for"]
 
 Progress = Callable[[int, int], None]
 
-#: The most threads a split's methods run on, and the number of answers from which they do (below it one thread is
+#: The most threads the methods run on, and the number of answers from which they do (below it one thread is
 #: faster: starting threads costs more than the work they share).
 MAX_WORKERS = 8
 THREADS_FROM = 20_000
 
-#: Folds of out-of-fold values: a fitted baseline's on the calibration part (:func:`out_of_fold`), a calibrator's
-#: on the answers it was fitted on (:func:`trace_core.flag.out_of_fold_probabilities`).
-OUT_OF_FOLD = 5
-
-
 def workers_for(n: int, tasks: int) -> int:
     """Threads for ``tasks`` independent passes over ``n`` answers: one below :data:`THREADS_FROM` answers."""
     return min(tasks, os.cpu_count() or 1, MAX_WORKERS) if n >= THREADS_FROM else 1
-
-
-def map_on_threads(fn: Callable[[Any], Any], items: list[Any], *, workers: int) -> list[Any]:
-    """``[fn(x) for x in items]``, on ``workers`` threads when more than one."""
-    if workers <= 1:
-        return [fn(x) for x in items]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(fn, items))
 
 
 def is_constant(scores: Any) -> bool:
@@ -85,72 +83,6 @@ def is_constant(scores: Any) -> bool:
     if x.size < 2 or x.min() == x.max():
         return True
     return bool(x.std() <= CONSTANT_RTOL * max(abs(float(x.mean())), np.finfo(np.float64).tiny))
-
-
-def draw_splits(y: np.ndarray, config: EvaluationConfig) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The protocol's ``config.n_splits`` (calibration rows, evaluation rows) pairs, each ascending, from
-    ``config.seed``; stratified splits keep ``round(fraction * n_class)`` of each class in the calibration part."""
-    return list(iter_splits(y, config))
-
-
-def split_group_codes(groups: Any, n: int) -> np.ndarray:
-    """Each answer's group (e.g. its prompt) as a code 0 .. n_groups - 1, in order of first appearance, for
-    :func:`iter_splits`; ValueError naming the first answer whose group is missing (None, NaN), or for a length
-    other than ``n``, or fewer than 2 groups."""
-    import pandas as pd
-
-    values = pd.Series(list(groups) if not isinstance(groups, (np.ndarray, pd.Series)) else groups)
-    if len(values) != n:
-        raise ValueError(f"`split_groups` has {len(values):,} values for {n:,} answers")
-    missing = np.flatnonzero(values.isna().to_numpy())
-    if missing.size:
-        raise ValueError(f"answer {int(missing[0])} has no split group (missing value)")
-    codes, uniques = pd.factorize(values, sort=False)
-    if len(uniques) < 2:
-        raise ValueError(f"`split_groups` holds {len(uniques)} group; splits that keep groups whole need at least 2")
-    return np.asarray(codes, dtype=np.int64)
-
-
-def iter_splits(y: np.ndarray, config: EvaluationConfig,
-                groups: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """:func:`draw_splits` one split at a time (the same pairs, from the same draws): the split loop holds one
-    split's rows, not every split's (16 bytes per answer and split).
-
-    ``groups`` (codes from :func:`split_group_codes`): each split puts ``round(fraction * n_groups)`` whole groups in
-    the calibration part (at least one, and at least one left), so that no group (e.g. no prompt) is both calibrated
-    on and evaluated. Not with stratified splits."""
-    rng = np.random.default_rng(config.seed)
-    n = y.shape[0]
-    if groups is not None:
-        yield from _group_splits(rng, groups, config)
-        return
-    for _ in range(config.n_splits):
-        if config.stratified:
-            cal_parts = []
-            for cls in (0, 1):
-                idx = np.flatnonzero(y == cls)
-                k = int(round(config.calibration_fraction * idx.shape[0]))
-                cal_parts.append(rng.permutation(idx)[:k])
-            cal = np.sort(np.concatenate(cal_parts))
-        else:
-            k = int(round(config.calibration_fraction * n))
-            cal = np.sort(rng.permutation(n)[:k])
-        mask = np.zeros(n, dtype=bool)
-        mask[cal] = True
-        yield cal, np.flatnonzero(~mask)
-
-
-def _group_splits(rng: np.random.Generator, groups: np.ndarray,
-                  config: EvaluationConfig) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    if config.stratified:
-        raise ValueError("splits that keep groups whole cannot also be stratified; use one or the other")
-    n_groups = int(groups.max()) + 1
-    k = min(max(int(round(config.calibration_fraction * n_groups)), 1), n_groups - 1)
-    for _ in range(config.n_splits):
-        chosen = np.zeros(n_groups, dtype=bool)
-        chosen[rng.permutation(n_groups)[:k]] = True
-        in_cal = chosen[groups]
-        yield np.flatnonzero(in_cal), np.flatnonzero(~in_cal)
 
 
 def fit_reference(F: np.ndarray, y: np.ndarray, *, near: StandardisedLogistic | None = None) -> StandardisedLogistic:
@@ -169,12 +101,6 @@ def take_rows(F: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 def _row_gather(F: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return F[rows]
-
-
-def _both_classes(y: np.ndarray) -> bool:
-    """0/1 labels hold both classes."""
-    positives = int(np.count_nonzero(y))
-    return 0 < positives < y.shape[0]
 
 
 def _order_only(spec: Method) -> bool:
@@ -354,20 +280,6 @@ def ranking_of_scores(score: np.ndarray, y: np.ndarray) -> dict[str, float]:
     return ranking_of_groups(total, np.add.reduceat(pos, starts), both_classes=True)
 
 
-def stratified_folds(y: np.ndarray, folds: int = OUT_OF_FOLD) -> np.ndarray:
-    """Each answer's fold, 0 to ``folds - 1``: each class dealt round the folds in row order, so every fold holds
-    its share of both.
-
-    >>> stratified_folds(np.array([1, 0, 1, 1, 0]), 2).tolist()
-    [0, 0, 1, 0, 1]
-    """
-    fold = np.empty(y.shape[0], dtype=np.int64)
-    for cls in (0, 1):
-        at = np.flatnonzero(y == cls)
-        fold[at] = np.arange(at.shape[0]) % folds
-    return fold
-
-
 def out_of_fold(fit: FitBaseline, F: np.ndarray, y: np.ndarray, full: Fitted) -> tuple[np.ndarray, np.ndarray]:
     """Scores and log-odds of a fitted baseline on its calibration part, each answer's from a fit on the other
     folds (:data:`OUT_OF_FOLD`, stratified by label, in row order), started from the fit on the whole part
@@ -379,35 +291,10 @@ def out_of_fold(fit: FitBaseline, F: np.ndarray, y: np.ndarray, full: Fitted) ->
         if not held.shape[0]:
             continue
         rest = np.flatnonzero(fold != k)
-        model = fit(take_rows(F, rest), y[rest], near=full) if _both_classes(y[rest]) else full
+        model = fit(take_rows(F, rest), y[rest], near=full) if both_classes(y[rest]) else full
         score[held] = model.score(take_rows(F, held))
         log_odds[held] = model.log_odds(score[held])
     return score, log_odds
-
-
-@dataclass(frozen=True)
-class Part:
-    """One split, shared by its methods: the calibration and evaluation rows (ascending), their labels and which
-    rows calibrate."""
-
-    split: int
-    cal: np.ndarray
-    ev: np.ndarray
-    y_cal: np.ndarray
-    y_ev: np.ndarray
-    in_cal: np.ndarray
-    first: bool
-
-    @classmethod
-    def of(cls, split: int, cal: np.ndarray, ev: np.ndarray, y: np.ndarray, *, first: bool) -> Part:
-        in_cal = np.zeros(y.shape[0], dtype=bool)
-        in_cal[cal] = True
-        return cls(split=split, cal=cal, ev=ev, y_cal=y[cal], y_ev=y[ev], in_cal=in_cal, first=first)
-
-    def ev_positions(self) -> np.ndarray:
-        """Each evaluation row's position in ``ev`` (at its row; ``ev`` ascends, so it counts the evaluation rows
-        before it): the held-out values go back to row order by one gather instead of a binary search per row."""
-        return np.cumsum(~self.in_cal) - 1
 
 
 @dataclass
@@ -434,32 +321,53 @@ class SplitRun:
     skipped_splits: int
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """One method's state for every split, made when its run starts and dropped when it ends: a scalar score's
+    ascending order (and its tie groups where the order does not keep them as runs), or a fitted model's features in
+    the layout its fits read."""
+
+    ascending: Ascending | None = None
+    rank_groups: RankGroups | None = None
+    features: np.ndarray | None = None
+
+
 class _Protocol:
-    """Everything the splits share: the labels, each method's score or features, the scalar scores' transforms
-    sorted once, and the metrics asked for. Methods of one split may run on threads: nothing here is written after
-    construction."""
+    """Everything the methods' runs share: the labels, each method's score or features and the metrics asked for.
+    Methods may run on threads, each over every split: nothing here is written after construction but each method's
+    own entry of ``previous``."""
 
     def __init__(self, y: np.ndarray, scalar: dict[str, np.ndarray], features: dict[str, np.ndarray],
                  config: EvaluationConfig) -> None:
-        self.y, self.scalar, self.config = y, scalar, config
-        # A fitted baseline that reads only its features' order gets their ranks (the same scores, cheaper fits).
-        # Column-major: each split's rows are gathered column by column (take_rows) and the fits read columns;
-        # TRACE+'s stay as given, for TracePlus.fit's arithmetic.
-        self.features = {m: F if METHODS[m].kind == "trace_plus"
-                         else np.asfortranarray(feature_ranks(F) if _order_only(METHODS[m]) else F)
-                         for m, F in features.items()}
-        # Calibrators are fitted on each score's documented transform; rankings use the raw score, sorted once. Only
-        # the transform's sorted copy is kept.
-        names = list(scalar)
-        prepared = map_on_threads(lambda m: Ascending.of(scalar[m], transform_scores(scalar[m], METHODS[m].transform),
-                                                         y), names, workers=workers_for(y.shape[0], len(names)))
-        self.prepared = dict(zip(names, prepared, strict=True))
-        self.rank_groups = {m: RankGroups(scalar[m]) for m in scalar if not self.prepared[m].contiguous}
+        self.y, self.scalar, self.features, self.config = y, scalar, features, config
         # Each method's fit on the previous split, a start for its fit on the next (the same optimum in fewer Newton
-        # steps): only that method's task writes its entry, and a split starts after the previous one has finished.
+        # steps): only that method's run writes its entry, split after split.
         self.previous: dict[str, Any] = {}
         self.ranking = [m for m in config.metrics if METRICS[m].on == "score"]
         self.probability = [m for m in config.metrics if METRICS[m].on == "probability"]
+
+    def prepare(self, method: str) -> _Prepared:
+        """A method's state for all its splits. A scalar score: calibrators are fitted on its documented transform
+        and rankings use the raw score, each sorted once (only the transform's sorted copy is kept). A fitted
+        baseline that reads only its features' order gets their ranks (the same scores, cheaper fits), column-major
+        as the fits read them; TRACE+'s features stay as given, for TracePlus.fit's arithmetic."""
+        if method in self.features:
+            F = self.features[method]
+            if METHODS[method].kind != "trace_plus":
+                F = np.asfortranarray(feature_ranks(F) if _order_only(METHODS[method]) else F)
+            return _Prepared(features=F)
+        raw = self.scalar[method]
+        ascending = Ascending.of(raw, transform_scores(raw, METHODS[method].transform), self.y)
+        return _Prepared(ascending=ascending, rank_groups=None if ascending.contiguous else RankGroups(raw))
+
+    def run(self, method: str, splits: Splits, tick: Callable[[], None]) -> list[MethodOnSplit]:
+        """One method on every usable split, in order (``tick()`` after each)."""
+        state = self.prepare(method)
+        out = []
+        for part in splits.parts(self.y):
+            out.append(self.on_split(method, part, state))
+            tick()
+        return out
 
     def values(self, part: Part, method: str, ranked: dict[str, float], y: np.ndarray,
                probs: dict[str, np.ndarray]) -> list[SplitValue]:
@@ -470,16 +378,17 @@ class _Protocol:
             out += [SplitValue(part.split, method, m, c, v) for m, v in zip(self.probability, metrics, strict=True)]
         return out
 
-    def on_split(self, method: str, part: Part) -> MethodOnSplit:
-        """One method on one split."""
-        if method in self.features:
-            return self._own_model(method, part)
-        return self._scalar(method, part)
+    def on_split(self, method: str, part: Part, state: _Prepared) -> MethodOnSplit:
+        """One method on one split (``state``: :meth:`prepare`'s)."""
+        if state.features is not None:
+            return self._own_model(method, part, state.features)
+        assert state.ascending is not None
+        return self._scalar(method, part, state.ascending, state.rank_groups)
 
-    def _own_model(self, method: str, part: Part) -> MethodOnSplit:
+    def _own_model(self, method: str, part: Part, F: np.ndarray) -> MethodOnSplit:
         """A method with its own fitted model: TRACE+, the reference, or a fitted baseline (whose calibration-part
         values, out of fold, choose the best baseline: in-sample they would flatter it against the scalar ones)."""
-        spec, F, out = METHODS[method], self.features[method], MethodOnSplit()
+        spec, out = METHODS[method], MethodOnSplit()
         rows = take_rows if F.flags.f_contiguous else _row_gather
         F_cal, F_ev = rows(F, part.cal), rows(F, part.ev)
         if spec.kind == "fitted_baseline" and spec.fitted is not None:
@@ -506,31 +415,33 @@ class _Protocol:
             out.held = HeldOutMethod(score=raw, probabilities=probs)
         return out
 
-    def _rankings(self, method: str, keep: np.ndarray, y_ascending: np.ndarray, rows: np.ndarray,
-                  y_rows: np.ndarray) -> dict[str, float]:
+    def _rankings(self, prep: Ascending, rank_groups: RankGroups | None, keep: np.ndarray, y_ascending: np.ndarray,
+                  part: Part, *, calibration: bool) -> dict[str, float]:
+        """The rankings on the part's calibration or evaluation rows (``keep``: their ascending positions)."""
         if not self.ranking:
             return {}
-        if self.prepared[method].contiguous:
-            return ranking_part(self.prepared[method], keep, y_ascending)
-        return self.rank_groups[method].ranking_metrics(y_rows, rows)
+        if rank_groups is None:
+            return ranking_part(prep, keep, y_ascending)
+        if calibration:
+            return rank_groups.ranking_metrics(part.y_cal, part.cal)
+        return rank_groups.ranking_metrics(part.y_ev, part.ev)
 
-    def _scalar(self, method: str, part: Part) -> MethodOnSplit:
+    def _scalar(self, method: str, part: Part, prep: Ascending, rank_groups: RankGroups | None) -> MethodOnSplit:
         """TRACE or a scalar baseline: both scalar calibrators fitted on the calibration part's transformed score.
         Each part is taken in ascending score order (the isotonic fit and prediction, the ECE bins and the
         rankings' tie groups all want it); Platt is fitted on the same part (the sums of ``PlattCalibrator.fit`` on
         ``z[cal]``, in another order), started from the previous split's fit."""
-        prep, cal, ev = self.prepared[method], part.cal, part.ev
-        (keep_cal, z_cal, y_cal), (keep_ev, z_ev, y_ev) = prep.parts(part.in_cal, cal.shape[0])
+        (keep_cal, z_cal, y_cal), (keep_ev, z_ev, y_ev) = prep.parts(part.in_cal, part.n_cal)
         raw = self.scalar[method]
-        out = MethodOnSplit(constant=not prep.spread(keep_cal, raw) and is_constant(raw[cal]))
+        out = MethodOnSplit(constant=not prep.spread(keep_cal, raw) and is_constant(raw[part.cal]))
         fitted: dict[str, PlattCalibrator | IsotonicCalibrator] = {
             "platt": PlattCalibrator().fit_checked(z_cal, y_cal, near=self.previous.get(method)),
             "isotonic": IsotonicCalibrator().fit_presorted(z_cal, y_cal)}
         self.previous[method] = fitted["platt"]
         probs = {c: fitted[c].predict_checked(z_ev) for c in SCALAR_CALIBRATORS}
-        ranked = self._rankings(method, keep_ev, y_ev, ev, part.y_ev)
+        ranked = self._rankings(prep, rank_groups, keep_ev, y_ev, part, calibration=False)
         if METHODS[method].kind == "baseline":  # the calibration part's values choose the best baseline
-            on_cal = self._rankings(method, keep_cal, y_cal, cal, part.y_cal)
+            on_cal = self._rankings(prep, rank_groups, keep_cal, y_cal, part, calibration=True)
             out.calibration = self.values(part, method, on_cal, y_cal,
                                           {c: fitted[c].predict_checked(z_cal) for c in SCALAR_CALIBRATORS})
         out.rows = self.values(part, method, ranked, y_ev, probs)
@@ -540,7 +451,7 @@ class _Protocol:
             for c, p in probs.items():
                 in_rows[c] = np.empty_like(p)
                 in_rows[c][places] = p
-            out.held = HeldOutMethod(score=raw[ev], probabilities=in_rows)
+            out.held = HeldOutMethod(score=raw[part.ev], probabilities=in_rows)
         return out
 
 
@@ -549,36 +460,85 @@ def run_splits(y: np.ndarray, scalar: dict[str, np.ndarray], features: dict[str,
                progress: Progress | None = None, groups: np.ndarray | None = None) -> SplitRun:
     """Every method in ``methods`` (each in ``scalar`` or ``features``) on every split of ``config``; a split with
     one class only in a part is skipped and counted. ``y``: 0/1 int64 labels, checked by the caller; ``groups``:
-    splits keep each group whole (:func:`iter_splits`)."""
+    splits keep each group whole (:func:`iter_splits`).
+
+    The splits are drawn once; then each method runs over all of them and its state for them (a scalar score's
+    sorted copy, a fitted baseline's feature ranks) is dropped when it is done, so that only the methods running at
+    the time hold theirs. Methods run on threads from :data:`THREADS_FROM` answers, those with their own fitted model
+    (the longest runs) first. ``progress(done, n_splits)`` is called from this thread with the splits' worth of work
+    done: 0 first, ``n_splits`` last. The values come out in split order, methods in ``methods``' order within a
+    split. Each method's fits start from its own fit on the previous split, so its numbers do not depend on the
+    other methods, nor on the threads."""
+    splits = Splits.draw(y, config, groups)
     protocol = _Protocol(y, scalar, features, config)
     uninformative = {m: UNINFORMATIVE for m in methods if m in scalar and is_constant(scalar[m])}
-    rows: list[SplitValue] = []
-    calibration: list[SplitValue] = []
-    held: HeldOut | None = None
-    skipped = 0
     if progress is not None:
         progress(0, config.n_splits)
-    workers = workers_for(y.shape[0], len(methods))
-    with ThreadPoolExecutor(max_workers=workers) as pool, one_blas_thread(workers > 1):
-        for split, (cal, ev) in enumerate(iter_splits(y, config, groups)):
-            if not (_both_classes(y[cal]) and _both_classes(y[ev])):
-                skipped += 1
-            else:
-                part = Part.of(split, cal, ev, y, first=held is None)
-                # partial binds this split's part: the calls never see a later split's, however late they run
-                runs = list((pool.map if workers > 1 else map)(functools.partial(protocol.on_split, part=part),
-                                                               methods))
-                for method, run in zip(methods, runs, strict=True):
-                    rows += run.rows
-                    calibration += run.calibration
-                    if run.constant:
-                        uninformative[method] = UNINFORMATIVE
-                if part.first:
-                    held = HeldOut(rows=ev, labels=part.y_ev,
-                                   methods={m: r.held for m, r in zip(methods, runs, strict=True)
-                                            if r.held is not None})
-            if progress is not None:
-                progress(split + 1, config.n_splits)
-    return SplitRun(rows=rows, calibration=calibration, held_out=held if held is not None else HeldOut(),
+    runs = _run_methods(protocol, splits, methods, _Ticker(progress, config.n_splits, len(methods), splits.skipped))
+    rows: list[SplitValue] = []
+    calibration: list[SplitValue] = []
+    for k in range(len(splits.used)):
+        for method in methods:
+            rows += runs[method][k].rows
+            calibration += runs[method][k].calibration
+            if runs[method][k].constant:
+                uninformative[method] = UNINFORMATIVE
+    held = HeldOut()
+    if splits.used:
+        first = next(splits.parts(y))
+        held = HeldOut(rows=first.ev, labels=first.y_ev,
+                       methods={m: held_m for m in methods if (held_m := runs[m][0].held) is not None})
+    if progress is not None:
+        progress(config.n_splits, config.n_splits)
+    return SplitRun(rows=rows, calibration=calibration, held_out=held,
                     uninformative={m: uninformative[m] for m in methods if m in uninformative},
-                    skipped_splits=skipped)
+                    skipped_splits=splits.skipped)
+
+
+class _Ticker:
+    """Counts the (method, split) runs done, from any thread, as splits' worth of work for ``progress``."""
+
+    def __init__(self, progress: Progress | None, n_splits: int, n_methods: int, skipped: int) -> None:
+        self.progress, self.n_splits, self.n_methods = progress, n_splits, max(n_methods, 1)
+        self.done = skipped * self.n_methods
+        self.shown = 0
+        self.lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self.lock:
+            self.done += 1
+
+    def tick_and_show(self) -> None:
+        """A run done and reported, on one thread."""
+        self()
+        self.show()
+
+    def show(self) -> None:
+        """Report the splits' worth done, when it has grown (called from the protocol's own thread only)."""
+        splits = min(self.done // self.n_methods, self.n_splits - 1)
+        if self.progress is not None and splits > self.shown:
+            self.shown = splits
+            self.progress(splits, self.n_splits)
+
+
+def _run_methods(protocol: _Protocol, splits: Splits, methods: Sequence[str],
+                 ticker: _Ticker) -> dict[str, list[MethodOnSplit]]:
+    """Each method's run over every split (:meth:`_Protocol.run`), on threads where :func:`workers_for` says."""
+    workers = workers_for(splits.n, len(methods))
+    if workers <= 1:
+        out = {}
+        for method in methods:
+            out[method] = protocol.run(method, splits, ticker.tick_and_show)
+        return out
+    longest_first = sorted(methods, key=lambda m: m in protocol.scalar)
+    with ThreadPoolExecutor(max_workers=workers) as pool, one_blas_thread(True):
+        futures = {m: pool.submit(protocol.run, m, splits, ticker) for m in longest_first}
+        pending = set(futures.values())
+        while pending:
+            _, pending = wait(pending, timeout=0.1, return_when=FIRST_EXCEPTION)
+            ticker.show()
+            if any(f.done() and f.exception() is not None for f in futures.values()):
+                for f in pending:
+                    f.cancel()
+                break
+        return {m: futures[m].result() for m in methods}
