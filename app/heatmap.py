@@ -290,7 +290,9 @@ def heatmap_html(trace: Trace, *, signal: str = "surprisal", explanation: TraceE
     """The answer as coloured token spans, spikes outlined, peak window underlined, each with a hover card.
 
     ``spans`` (riskiest first, e.g. the top of :func:`trace_core.rank_spans`) are boxed with a dashed frame and
-    numbered by rank; each of their tokens' cards names the span and, when known, its probability of being right.
+    numbered by rank, box and number opening at the span's first letter (the spaces its first token starts with stay
+    outside, coloured as that token); each of their tokens' cards names the span and, when known, its probability of
+    being right.
 
     Every token is focusable (``tabindex="0"``); its card (``role="tooltip"``, referenced by ``aria-describedby``)
     opens on hover, on keyboard focus and, on touch screens, on a tap. The card shows the token's number and text, its
@@ -355,10 +357,20 @@ def heatmap_html(trace: Trace, *, signal: str = "surprisal", explanation: TraceE
                           note=alternatives_note, limit=max_token_chars,
                           risk_share=risk[i] if risk is not None else None,
                           chosen_row=chosen_rows[i] if chosen_rows is not None else None)
+        lead = _lead_spaces(token) if badge else ""
+        if lead:  # the box and its number open at the span's first letter, not at the space before it
+            parts.append(f'<span class="tr-lead" style="{styles[i]}">{lead}</span>')
+        text = _token_html(token[len(lead):], max(max_token_chars - len(lead), 1))
         parts.append(f'{badge}<span class="{" ".join(classes)}" style="{styles[i]}" data-index="{i}" tabindex="0" '
-                     f'aria-describedby="{card_id}">{_token_html(token, max_token_chars)}{card}</span>')
+                     f'aria-describedby="{card_id}">{text}{card}</span>')
     parts.append("</div>")
     return "".join(parts)
+
+
+def _lead_spaces(token: str) -> str:
+    """The spaces a token starts with, when letters or marks follow them (a token of spaces only keeps them)."""
+    rest = token.lstrip(" ")
+    return token[:len(token) - len(rest)] if rest else ""
 
 
 def legend_html(scale: HeatmapScale, *, spans: bool = False, pieces: bool = False) -> str:
@@ -394,6 +406,7 @@ HEATMAP_CSS = """
 .tr-span {border-top: 2px dashed #c2410c; border-bottom: 2px dashed #c2410c; border-radius: 0;}
 .tr-span-first {border-left: 2px dashed #c2410c; border-top-left-radius: 4px; border-bottom-left-radius: 4px;}
 .tr-span-last {border-right: 2px dashed #c2410c; border-top-right-radius: 4px; border-bottom-right-radius: 4px;}
+.tr-lead {border-radius: 3px 0 0 3px; padding: 1px 0;}
 .tr-span-rank {color: #c2410c; font: 700 0.65rem system-ui, sans-serif; margin-right: 1px; user-select: none;}
 .tr-mark {opacity: 0.55;}
 .tr-bytes {padding: 1px 0.25em;}

@@ -411,3 +411,26 @@ def test_heatmap_boxes_the_riskiest_spans_and_the_list_ranks_them():
     assert list(frame["kind"]) == ["name"] * len(fine) + ["sentence"] * len(sentences)
     assert frame["rank"].tolist()[:len(fine)] == list(range(1, len(fine) + 1))
     assert heatmap_html(trace, explanation=exp).count("tr-span") == 0  # no spans given, no box
+
+
+def test_a_boxed_span_and_its_number_open_at_its_first_letter_not_at_the_space_before_it():
+    """The badge used to sit before the first token's leading space: "The³ Golden Horde"."""
+    import re
+
+    from app.heatmap import heatmap_html
+    from app.spans import ranked_spans
+
+    tokens = ["The", " Golden", " Horde", " ruled", "."]
+    trace = trace_of(tokens, [0.1, 2.5, 1.9, 0.2, 0.1])
+    fine, _ = ranked_spans(trace, explain_trace(trace))
+    (name,) = [r for r in fine if r.span.text == "Golden Horde"]
+    html = heatmap_html(trace, spans=[name])
+    opening = re.search(r'<span class="tr-lead"[^>]*>( +)</span><sup class="tr-span-rank"[^>]*>1</sup>'
+                        r'<span class="([^"]*)"[^>]*data-index="1"[^>]*>([^<]*)<', html)
+    assert opening is not None, html[:600]
+    lead, classes, text = opening.groups()
+    assert lead == " " and "tr-span-first" in classes.split()
+    assert text == "Golden"  # the space is drawn just before the box, in the token's colour
+    assert html.count('class="tr-lead"') == 1  # only where a box opens
+    visible = re.sub(r'<span class="tr-card".*?</span></span>|<sup[^>]*>\d+</sup>|<[^>]+>', "", html)
+    assert visible.startswith("The Golden Horde ruled.")
