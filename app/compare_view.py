@@ -23,7 +23,7 @@ from trace_core.align import Alignment, align_tokens
 
 from .explain import probability_title
 from .heatmap import card_html, card_id_prefix, ramp, signal_values
-from .text import visible_token
+from .text import text_direction, visible_token
 
 #: The signals the grid can colour by: both have a fixed scale, so the two rows' colours compare.
 GRID_SIGNALS = ("surprisal", "entropy")
@@ -119,7 +119,10 @@ def compare_metrics(a: Trace, b: Trace, calibrator: Any = None, *,
 
 def _cell_text(token: str, limit: int) -> str:
     """A token for one grid cell, escaped, on one line (:func:`app.text.visible_token`: newline and tab as
-    symbols, control and bidi characters as escapes, an empty piece as ∅); long tokens shortened."""
+    symbols, control and bidi characters as escapes); long tokens shortened. A token without text (bytes of a
+    character the next token completes) has none here: its cell is a slim coloured bar, as on the Inspect page."""
+    if token == "":
+        return ""
     shown = visible_token(token)
     if len(shown) > limit:
         shown = shown[:limit] + "…"
@@ -129,6 +132,8 @@ def _cell_text(token: str, limit: int) -> str:
 def _cell(trace: Trace, i: int, side: str, label: str, norm: np.ndarray, spikes: set[int],
           peak: tuple[int, int], alternatives: Alternatives | None, limit: int) -> str:
     classes = ["tc-cell", "tr-tok"]
+    if trace.tokens[i] == "":
+        classes.append("tr-bytes")
     if i in spikes:
         classes.append("tr-spike")
     if peak[0] <= i < peak[1]:
@@ -167,7 +172,8 @@ def aligned_heatmap_html(a: Trace, b: Trace, alignment: Alignment, *, signal: st
     Returns
     -------
     str
-        HTML (``data-testid="compare-heatmap"``): one ``tc-col`` block per column, the first divergence's block
+        HTML (``data-testid="compare-heatmap"``, ``dir`` the answers' direction: :func:`app.text.text_direction`):
+        one ``tc-col`` block per column, the first divergence's block
         marked ``tc-diverge`` with a rule and the word "diverge", blocks whose tokens differ marked ``tc-differs``.
         Spikes and the peak window are marked as on the Inspect page (:data:`app.heatmap.HEATMAP_CSS`).
 
@@ -189,7 +195,10 @@ def aligned_heatmap_html(a: Trace, b: Trace, alignment: Alignment, *, signal: st
                       {int(s) for s in exp.spikes}, exp.peak_window))
 
     names = "".join(f'<span class="tc-cell tc-label">{html.escape(label)}</span>' for label in labels)
-    parts = [COMPARE_CSS, '<div class="tc-grid" data-testid="compare-heatmap">',
+    # The answers' direction (an Arabic answer's columns run right to left), from their text: the row labels and
+    # the cards, which come first in the grid, would decide it for dir="auto".
+    direction = text_direction(a.answer, b.answer)
+    parts = [COMPARE_CSS, f'<div class="tc-grid" data-testid="compare-heatmap" dir="{direction}">',
              f'<div class="tc-col tc-head"><span class="tc-mark"></span>{names}</div>']
     for k, column in enumerate(alignment.columns):
         classes = ["tc-col"]
@@ -214,21 +223,24 @@ COMPARE_CSS = """
 <style>
 .tc-grid {display: flex; flex-wrap: wrap; align-items: flex-start; row-gap: 0.5rem; padding: 0.4rem 0.2rem;
   font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 0.92rem;}
-.tc-col {display: flex; flex-direction: column; margin-right: 1px; border-left: 2px solid transparent;
+.tc-col {display: flex; flex-direction: column; margin-inline-end: 1px; border-inline-start: 2px solid transparent;
   position: relative;}
 .tc-cell {display: block; min-width: 0.7rem; height: 1.55rem; line-height: 1.55rem; margin: 2px 0; padding: 0 1px;
   white-space: pre; border-radius: 3px;}
 .tc-mark {display: block; height: 1rem; line-height: 1rem; font-size: 0.68rem; color: #b91c1c; font-weight: 700;
   font-family: sans-serif;}
-.tc-flag {position: absolute; left: 2px; top: 0; white-space: nowrap;}  /* the label never widens its column */
+/* the label never widens its column */
+.tc-flag {position: absolute; inset-inline-start: 2px; top: 0; white-space: nowrap;}
 .tc-cell.tr-peak {text-underline-offset: 3px;}
 .tc-gap {background: repeating-linear-gradient(135deg, #f1f1f1 0 4px, #fafafa 4px 8px); border: 1px dashed #ccc;
   box-sizing: border-box; min-width: 1.2rem;}
-.tc-head .tc-label {font-family: sans-serif; font-weight: 700; color: #444; padding-right: 0.4rem;}
-.tc-col.tc-diverge {border-left-color: #b91c1c; padding-left: 1px;}
+.tc-head .tc-label {font-family: sans-serif; font-weight: 700; color: #444; padding-inline-end: 0.4rem;}
+.tc-col.tc-diverge {border-inline-start-color: #b91c1c; padding-inline-start: 1px;}
 .tc-col.tc-differs .tc-mark {border-bottom: 2px dotted #9ca3af; height: 0.6rem; margin-bottom: 0.4rem;}
 /* A column (one token wide) is the card's containing block here: the heatmap's "as wide as the container" rule would
    make the card one character wide, so it gets a width of its own. */
 .tc-col .tr-card {width: 20rem; min-width: 12rem; max-width: 85vw; left: 0;}
+.tc-grid[dir="rtl"] .tc-col .tr-card {left: auto; right: 0;}  /* opens towards the rest of the answer */
+.tc-cell.tr-bytes {min-width: 0.35rem;}
 </style>
 """

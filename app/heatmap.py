@@ -244,7 +244,9 @@ def _card_html(trace: Trace, i: int, card_id: str, p: float, alt_p: Sequence[flo
             body += f'<span class="tr-card-note">{e(PARTIAL_ALTERNATIVE_NOTE)}</span>'
     if note:
         body += f'<span class="tr-card-note">{e(str(note))}</span>'
-    return f'<span class="tr-card" role="tooltip" id="{card_id}">{head}{body}</span>'
+    # dir="ltr": the card reads left to right, and the heatmap's dir="auto" takes the answer's direction from the
+    # answer's text alone (an element with its own dir is skipped), not from a card's words
+    return f'<span class="tr-card" role="tooltip" id="{card_id}" dir="ltr">{head}{body}</span>'
 
 
 def _whole_character(trace: Trace, i: int, limit: int) -> str | None:
@@ -404,10 +406,10 @@ HEATMAP_CSS = """
 .tr-spike {outline: 2px solid #3b0764; outline-offset: 1px; font-weight: 700;}
 .tr-peak {text-decoration: underline wavy #3b0764; text-underline-offset: 5px;}
 .tr-span {border-top: 2px dashed #c2410c; border-bottom: 2px dashed #c2410c; border-radius: 0;}
-.tr-span-first {border-left: 2px dashed #c2410c; border-top-left-radius: 4px; border-bottom-left-radius: 4px;}
-.tr-span-last {border-right: 2px dashed #c2410c; border-top-right-radius: 4px; border-bottom-right-radius: 4px;}
-.tr-lead {border-radius: 3px 0 0 3px; padding: 1px 0;}
-.tr-span-rank {color: #c2410c; font: 700 0.65rem system-ui, sans-serif; margin-right: 1px; user-select: none;}
+.tr-span-first {border-inline-start: 2px dashed #c2410c; border-start-start-radius: 4px; border-end-start-radius: 4px;}
+.tr-span-last {border-inline-end: 2px dashed #c2410c; border-start-end-radius: 4px; border-end-end-radius: 4px;}
+.tr-lead {border-start-start-radius: 3px; border-end-start-radius: 3px; padding: 1px 0;}
+.tr-span-rank {color: #c2410c; font: 700 0.65rem system-ui, sans-serif; margin-inline-end: 1px; user-select: none;}
 .tr-mark {opacity: 0.55;}
 .tr-bytes {padding: 1px 0.25em;}
 .tr-esc {opacity: 0.8; font-style: italic;}

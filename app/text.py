@@ -6,6 +6,7 @@ library messages as sentences. Pure functions: nothing here draws on the page.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 
 from trace_core.spans import completing_token_of
@@ -82,6 +83,24 @@ def visible_token(token: str) -> str:
     if not _SPECIAL.search(token):
         return token
     return "".join(text for _, text in token_units(token))
+
+
+def text_direction(*texts: str) -> str:
+    """``"rtl"`` when the first strongly directional character of ``texts`` (read in order) is right to left (Arabic,
+    Hebrew, ...), else ``"ltr"``: the direction an element with ``dir="auto"`` holding that text takes, for layouts
+    whose own labels would otherwise decide it.
+
+    >>> text_direction("1. \u0645\u0631\u062d\u0628\u0627"), text_direction("", "Hello \u0645"), text_direction("42")
+    ('rtl', 'ltr', 'ltr')
+    """
+    for text in texts:
+        for ch in text:
+            kind = unicodedata.bidirectional(ch)
+            if kind == "L":
+                return "ltr"
+            if kind in ("R", "AL"):
+                return "rtl"
+    return "ltr"
 
 
 def byte_piece_note(tokens: Sequence[str], i: int, quote: Callable[[str], str] | None = None) -> str | None:

@@ -172,7 +172,8 @@ if result is not None:
                 model_b = get_model(result.model_b)
             except (ModelLoadError, OSError, ValueError):
                 model_b = None  # its alternatives then show as token ids
-        st.html(HEATMAP_CSS + legend_html(signal_values(a if len(a) else b, signal))
+        st.html(HEATMAP_CSS + legend_html(signal_values(a if len(a) else b, signal),
+                                          pieces="" in a.tokens or "" in b.tokens)
                 + aligned_heatmap_html(a, b, alignment, signal=signal,
                                        alternatives=(alternatives_for(lm), alternatives_for(model_b))))
         st.caption("Top row A, bottom row B; a hatched cell is a gap where the other answer has a token. A dotted line "

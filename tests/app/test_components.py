@@ -425,7 +425,7 @@ def test_card_html_writes_the_known_card():
     card = card_html(trace, 1, "c<1>", alternatives=["  ", "<b>", "x" * 70], marks=("spike", "peak window"),
                      note="ids <only>", risk_share=0.25)
     assert card == (
-        '<span class="tr-card" role="tooltip" id="c<1>">'
+        '<span class="tr-card" role="tooltip" id="c<1>" dir="ltr">'
         '<span class="tr-card-head">Token 2 <code>  </code> <span class="tr-k">(2 spaces)</span></span>'
         '<span class="tr-card-marks">spike · peak window</span>'
         '<span class="tr-card-grid">'
@@ -445,7 +445,7 @@ def test_card_html_writes_the_known_card():
     bare = dataclasses.replace(trace, entropy=None, ranks=None, top_ids=np.zeros((2, 0)), top_logprobs=np.zeros((2, 0)),
                                metadata=TraceMetadata(entropy_source="absent"))
     assert card_html(bare, 0, "c0", alternatives=None) == (
-        '<span class="tr-card" role="tooltip" id="c0"><span class="tr-card-head">Token 1 <code>a</code></span>'
+        '<span class="tr-card" role="tooltip" id="c0" dir="ltr"><span class="tr-card-head">Token 1 <code>a</code></span>'
         '<span class="tr-card-grid"><span class="tr-k">probability</span><span>90.5%</span>'
         '<span class="tr-k">surprisal</span><span>0.10 nats</span>'
         '<span class="tr-k">entropy</span><span>not recorded</span></span></span>')
