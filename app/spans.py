@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import pandas as pd
 import streamlit as st
 
@@ -46,12 +48,34 @@ def spans_frame(fine: list[SpanRisk], sentences: list[SpanRisk]) -> pd.DataFrame
                                        "share of TRACE risk", "tokens", "characters"])
 
 
-def spans_panel(fine: list[SpanRisk], sentences: list[SpanRisk]) -> None:
-    """The list of spans by risk, under the heatmap."""
+def other_script_note(text: str) -> str | None:
+    """A caution when most of ``text``'s letters are not Latin (Japanese, Arabic, Cyrillic, ...): the shipped span
+    calibrator was fitted on English answers and the span rules find names by capital letters, so its probabilities
+    there are guesses. None for a mostly Latin text (or one without letters).
+
+    >>> other_script_note("The capital is Ulaanbaatar.") is None, other_script_note("東京は日本の首都です。") is None
+    (True, False)
+    """
+    letters = [ch for ch in text if ch.isalpha()]
+    if not letters:
+        return None
+    latin = sum(unicodedata.name(ch, "").startswith("LATIN") for ch in letters)
+    if latin >= len(letters) / 2:
+        return None
+    return ("Most of this answer is not in the Latin alphabet. The shipped span calibrator was fitted on English "
+            "answers, and names are found by their capital letters (a script without case has none), so these "
+            "spans and their probabilities of being right are unreliable here.")
+
+
+def spans_panel(fine: list[SpanRisk], sentences: list[SpanRisk], answer: str = "") -> None:
+    """The list of spans by risk, under the heatmap (``answer``: its text, for :func:`other_script_note`)."""
     st.subheader("Spans by risk")
     if not fine and not sentences:
         st.caption("This answer has no span (only whitespace).")
         return
+    caution = other_script_note(answer)
+    if caution:
+        st.warning(caution)
     if fine:
         top = fine[0]
         st.markdown(f"Riskiest name, number or date: **{_escaped(top.span.text)}** ({top.kind}, "

@@ -129,7 +129,7 @@ if trace is not None:
         st.html(explain_risk(trace, exp)
                 + (explain_probability(calibrator, trace, probability) if probability is not None else ""))
 
-        spans_panel(fine, sentences)
+        spans_panel(fine, sentences, trace.answer)
 
         st.plotly_chart(trace_figure(trace, exp), width="stretch", key="trace_chart")
 

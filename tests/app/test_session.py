@@ -394,3 +394,37 @@ def test_token_details_name_the_character_a_token_without_text_begins(tiny_model
     assert not at.exception, at.exception
     details = [h.proto.body for h in at.get("html") if "Token 1:" in h.proto.body]
     assert details and "(bytes of &#x27;\u3053&#x27;, which token 2 completes) — probability" in details[0]
+
+
+def test_spans_of_an_answer_mostly_outside_the_latin_alphabet_carry_a_caution(tiny_model_dirs):
+    """The shipped span calibrator, fitted on English answers, gave a Japanese nonsense sentence "71% likely right"
+    with nothing said; now the span list says its probabilities are unreliable there (and only there)."""
+    import dataclasses
+
+    from app.spans import other_script_note
+
+    at = start(tiny_model_dirs)
+    generate(at, "The quick brown")
+    assert not any("Latin alphabet" in w.value for w in at.warning)
+    trace = at.session_state["inspect_trace"]
+    japanese = ("\u6771\u4eac", "\u306f", "\u3069", "\u3053", "\u3067\u3059", "\u3002")
+    tokens = tuple(japanese[i % len(japanese)] for i in range(len(trace)))
+    at.session_state["inspect_trace"] = dataclasses.replace(trace, tokens=tokens, answer="".join(tokens))
+    at.run()
+    assert not at.exception, at.exception
+    assert [w.value for w in at.warning if "Latin alphabet" in w.value] == [other_script_note("\u6771\u4eac")]
+
+
+@pytest.mark.parametrize("text, caution", [
+    ("The capital of Mongolia is Ulaanbaatar.", False),
+    ("La capitale de la Côte d'Ivoire est Yamoussoukro, Đà Nẵng aussi.", False),
+    ("Tokyo (\u6771\u4eac) is the capital of Japan.", False),  # mostly Latin
+    ("1, 2, 3 … 42!", False),  # no letters
+    ("\u6771\u4eac\u306f\u65e5\u672c\u306e\u9996\u90fd\u3067\u3059\u3002", True),
+    ("\u0645\u0631\u062d\u0628\u0627 \u0628\u0643 \u064a\u0627 \u0635\u062f\u064a\u0642\u064a", True),
+    ("\u041c\u043e\u0441\u043a\u0432\u0430 \u2014 \u0441\u0442\u043e\u043b\u0438\u0446\u0430 \u0420\u043e\u0441\u0441\u0438\u0438.", True),
+])
+def test_the_span_caution_is_for_answers_mostly_outside_the_latin_alphabet(text, caution):
+    from app.spans import other_script_note
+
+    assert (other_script_note(text) is not None) is caution
