@@ -295,8 +295,9 @@ def _evaluate(surprisal: Ragged, entropy: Ragged | None, labels: Any, *, config:
                                      embedder=embedder, contexts=contexts, relevance=relevance)
     check_finite_scores(inputs, surprisal, entropy)
     certain_tokens = (int(np.count_nonzero(surprisal.values == 0)), int(surprisal.values.shape[0]))
+    # the scores were made here for this evaluation: the split loop drops each method's once its run is done
     return _evaluate_checked(inputs, labels, config=config, note=note, certain_tokens=certain_tokens,
-                             progress=progress, stacklevel=4, split_groups=split_groups)
+                             progress=progress, stacklevel=4, split_groups=split_groups, release=True)
 
 
 def evaluate_scores(inputs: ProtocolInputs, labels: Any, *, config: EvaluationConfig = EvaluationConfig(),
@@ -334,8 +335,9 @@ def evaluate_scores(inputs: ProtocolInputs, labels: Any, *, config: EvaluationCo
 
 def _evaluate_checked(inputs: ProtocolInputs, labels: Any, *, config: EvaluationConfig, note: str,
                       certain_tokens: tuple[int, int], progress: Progress | None, stacklevel: int,
-                      split_groups: Any = None) -> EvaluationResult:
-    """The split loop on finite scores, with the result's notes (``stacklevel``: the user's call, for warnings)."""
+                      split_groups: Any = None, release: bool = False) -> EvaluationResult:
+    """The split loop on finite scores, with the result's notes (``stacklevel``: the user's call, for warnings;
+    ``release``: ``inputs`` belongs to this call, and each method's score leaves it once its run is done)."""
     from .splits import split_group_codes
 
     n = len(next(iter([*inputs.scalar.values(), *inputs.features.values()])))
@@ -349,7 +351,7 @@ def _evaluate_checked(inputs: ProtocolInputs, labels: Any, *, config: Evaluation
     if extended:
         notes.append(extended_entropy_note(extended))
     result = _run(inputs, labels, config=config, note=note, progress=progress, stacklevel=stacklevel + 1,
-                  groups=groups)
+                  groups=groups, release=release)
     small = result.sample_note()
     if small:
         notes.append(small)
@@ -443,7 +445,7 @@ def check_finite_scores(inputs: ProtocolInputs, surprisal: Ragged, entropy: Ragg
 
 
 def _run(inputs: ProtocolInputs, labels: Any, *, config: EvaluationConfig, note: str, progress: Progress | None,
-         stacklevel: int, groups: np.ndarray | None = None) -> EvaluationResult:
+         stacklevel: int, groups: np.ndarray | None = None, release: bool = False) -> EvaluationResult:
     """The split loop on checked labels and finite scores, and the result it makes."""
     from ._checks import check_labels
 
@@ -451,7 +453,8 @@ def _run(inputs: ProtocolInputs, labels: Any, *, config: EvaluationConfig, note:
     n = next(iter([*scalar.values(), *features.values()])).shape[0]
     y = check_labels(labels, "labels", n=n, purpose="evaluation")
     ran = [m for m in wanted if m in scalar or m in features]
-    run = run_splits(y, scalar, features, config=config, methods=ran, progress=progress, groups=groups)
+    run = run_splits(y, scalar, features, config=config, methods=ran, progress=progress, groups=groups,
+                     release=release)
     if run.skipped_splits == config.n_splits:
         raise NoUsableSplitError("every split left one class only in its calibration or evaluation part; use more "
                                  "answers or stratified splits")

@@ -338,8 +338,9 @@ class _Protocol:
     own entry of ``previous``."""
 
     def __init__(self, y: np.ndarray, scalar: dict[str, np.ndarray], features: dict[str, np.ndarray],
-                 config: EvaluationConfig) -> None:
-        self.y, self.scalar, self.features, self.config = y, scalar, features, config
+                 config: EvaluationConfig, *, release: bool = False) -> None:
+        self.y, self.scalar, self.features, self.config, self.release = y, scalar, features, config, release
+        self.own_model = frozenset(features)
         # Each method's fit on the previous split, a start for its fit on the next (the same optimum in fewer Newton
         # steps): only that method's run writes its entry, split after split.
         self.previous: dict[str, Any] = {}
@@ -351,7 +352,7 @@ class _Protocol:
         and rankings use the raw score, each sorted once (only the transform's sorted copy is kept). A fitted
         baseline that reads only its features' order gets their ranks (the same scores, cheaper fits), column-major
         as the fits read them; TRACE+'s features stay as given, for TracePlus.fit's arithmetic."""
-        if method in self.features:
+        if method in self.own_model:
             F = self.features[method]
             if METHODS[method].kind != "trace_plus":
                 F = np.asfortranarray(feature_ranks(F) if _order_only(METHODS[method]) else F)
@@ -367,6 +368,8 @@ class _Protocol:
         for part in splits.parts(self.y):
             out.append(self.on_split(method, part, state))
             tick()
+        if self.release:  # each run removes only its own method's entry
+            (self.features if method in self.own_model else self.scalar).pop(method)
         return out
 
     def values(self, part: Part, method: str, ranked: dict[str, float], y: np.ndarray,
@@ -457,10 +460,13 @@ class _Protocol:
 
 def run_splits(y: np.ndarray, scalar: dict[str, np.ndarray], features: dict[str, np.ndarray], *,
                config: EvaluationConfig, methods: Sequence[str],
-               progress: Progress | None = None, groups: np.ndarray | None = None) -> SplitRun:
+               progress: Progress | None = None, groups: np.ndarray | None = None,
+               release: bool = False) -> SplitRun:
     """Every method in ``methods`` (each in ``scalar`` or ``features``) on every split of ``config``; a split with
     one class only in a part is skipped and counted. ``y``: 0/1 int64 labels, checked by the caller; ``groups``:
-    splits keep each group whole (:func:`iter_splits`).
+    splits keep each group whole (:func:`iter_splits`). ``release``: the caller hands ``scalar`` and ``features``
+    over, and each method's entry is removed from them once its run is done (its memory freed if nothing else holds
+    it).
 
     The splits are drawn once; then each method runs over all of them and its state for them (a scalar score's
     sorted copy, a fitted baseline's feature ranks) is dropped when it is done, so that only the methods running at
@@ -470,7 +476,7 @@ def run_splits(y: np.ndarray, scalar: dict[str, np.ndarray], features: dict[str,
     split. Each method's fits start from its own fit on the previous split, so its numbers do not depend on the
     other methods, nor on the threads."""
     splits = Splits.draw(y, config, groups)
-    protocol = _Protocol(y, scalar, features, config)
+    protocol = _Protocol(y, scalar, features, config, release=release)
     uninformative = {m: UNINFORMATIVE for m in methods if m in scalar and is_constant(scalar[m])}
     if progress is not None:
         progress(0, config.n_splits)
@@ -530,7 +536,7 @@ def _run_methods(protocol: _Protocol, splits: Splits, methods: Sequence[str],
         for method in methods:
             out[method] = protocol.run(method, splits, ticker.tick_and_show)
         return out
-    longest_first = sorted(methods, key=lambda m: m in protocol.scalar)
+    longest_first = sorted(methods, key=lambda m: m not in protocol.own_model)
     with ThreadPoolExecutor(max_workers=workers) as pool, one_blas_thread(True):
         futures = {m: pool.submit(protocol.run, m, splits, ticker) for m in longest_first}
         pending = set(futures.values())

@@ -102,3 +102,39 @@ def test_the_kept_splits_are_the_drawn_ones_skipped_ones_counted():
         np.testing.assert_array_equal(part.ev, ev)
         np.testing.assert_array_equal(part.y_ev, y[ev])
         assert part.n_cal == len(cal)
+
+
+@pytest.mark.parametrize("threads_from", [0, 10**9])
+def test_a_released_methods_score_is_freed_after_its_run_and_the_users_inputs_are_left_whole(monkeypatch,
+                                                                                            threads_from):
+    from trace_core.chunked import chunked_protocol_inputs
+    from trace_core.evaluate import evaluate_scores
+    from trace_core.results import split_frame
+
+    monkeypatch.setattr(protocol, "THREADS_FROM", threads_from)
+    s, h, y = synthetic_traces(1500, kind="spike", mean_length=12, seed=5)
+    inputs = chunked_protocol_inputs(s, h)
+    methods = [m for m in inputs.wanted if m in inputs.scalar or m in inputs.features]
+    config = EvaluationConfig(n_splits=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kept = evaluate_scores(inputs, y, config=config)  # the user's inputs: nothing taken from them
+    assert sorted([*inputs.scalar, *inputs.features]) == sorted(methods)
+
+    first = weakref.ref(inputs.scalar["TRACE"])
+    freed_before_last = []
+    on_split = protocol._Protocol.on_split
+
+    def watching(self, method, part, state):
+        if method == methods[-1]:
+            freed_before_last.append(first() is None)
+        return on_split(self, method, part, state)
+
+    monkeypatch.setattr(protocol._Protocol, "on_split", watching)
+    scalar, features = dict(inputs.scalar), dict(inputs.features)
+    inputs = None  # the split loop's dicts now hold the only references
+    run = protocol.run_splits(y, scalar, features, config=config, methods=methods, release=True)
+    assert scalar == {} and features == {} and first() is None
+    if threads_from:  # one thread: TRACE's run ended before the last method's started
+        assert freed_before_last and all(freed_before_last)
+    np.testing.assert_array_equal(split_frame(run.rows)["value"].to_numpy(), kept.per_split["value"].to_numpy())
