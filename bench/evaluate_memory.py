@@ -8,7 +8,8 @@ default method, both calibrators, the paired comparison) on them. Printed, in Mi
 arrays (surprisal and entropy: the least any float per-token store needs), the inputs as loaded, and the peak
 resident memory from just before loading to the end of ``evaluate_arrays`` (so the inputs count), with the peak as
 a ratio to the float32 size (target: at most 2), and the peak above the inputs as loaded (what evaluate itself adds) in
-the same unit. Linux only (reads the peak from /proc/self/status).
+the same unit. Then, in another fresh process, the memory a small evaluation adds (the libraries and compiled loops
+loaded on first use): a fixed part of each peak. Linux only (reads the peak from /proc/self/status).
 """
 
 from __future__ import annotations
@@ -58,6 +59,24 @@ def _child(folder: Path, dtype: str, splits: int) -> dict:
             "stored_dtype": str(surprisal.values.dtype)}
 
 
+def _libraries() -> dict:
+    """The resident memory a small evaluation adds to a fresh process that has imported trace_core: the libraries
+    and compiled loops the protocol loads on first use (numba's, scipy), the same whatever the data size."""
+    import gc
+    import warnings
+
+    from trace_core import EvaluationConfig, evaluate_arrays, synthetic_traces
+
+    surprisal, entropy, labels = synthetic_traces(3_000, mean_length=20, seed=0)
+    gc.collect()
+    before = _status_kib("VmRSS")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        evaluate_arrays(surprisal, entropy, labels, config=EvaluationConfig(n_splits=2, seed=0))
+    gc.collect()
+    return {"libraries_kib": _status_kib("VmRSS") - before}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--answers", type=int, default=1_000_000)
@@ -65,9 +84,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--splits", type=int, default=20)
     parser.add_argument("--dtype", nargs="+", default=["float64", "float32"], choices=["float64", "float32"])
     parser.add_argument("--child", nargs=3, metavar=("FOLDER", "DTYPE", "SPLITS"), help=argparse.SUPPRESS)
+    parser.add_argument("--libraries", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(_child(Path(args.child[0]), args.child[1], int(args.child[2]))))
+        return
+    if args.libraries:
+        print(json.dumps(_libraries()))
         return
 
     import numpy as np
@@ -99,6 +122,13 @@ def main(argv: list[str] | None = None) -> None:
             above = peak - r["loaded_kib"] / 1024
             print(f"{dtype:<10} {r['stored_dtype']:<10} {r['loaded_kib'] / 1024:>11,.0f} {peak:>9,.0f} "
                   f"{peak / float32_mib:>14.2f}x {above / float32_mib:>22.2f}x {r['seconds']:>11.1f}")
+        out = subprocess.run([sys.executable, "-m", "bench.evaluate_memory", "--libraries"], cwd=ROOT,
+                             capture_output=True, text=True, check=False)
+        if out.returncode == 0:
+            libraries = json.loads(out.stdout.strip().splitlines()[-1])["libraries_kib"] / 1024
+            print(f"of each peak, {libraries:,.0f} MiB ({libraries / float32_mib:.2f}x) are the libraries and compiled "
+                  "loops the protocol loads on first use, whatever the data size (a small evaluation in a fresh "
+                  "process adds that much)")
 
 
 if __name__ == "__main__":

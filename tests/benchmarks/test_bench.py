@@ -159,3 +159,5 @@ def test_evaluate_memory_bench_runs(capsys):
     rows = [line.split() for line in out.splitlines() if line.startswith("float")]
     assert [r[0] for r in rows] == ["float64", "float32"] and [r[1] for r in rows] == ["float64", "float32"], out
     assert all(r[-2].endswith("x") for r in rows), out
+    libraries = [line for line in out.splitlines() if line.startswith("of each peak")]
+    assert len(libraries) == 1 and float(libraries[0].split()[3].replace(",", "")) > 0, out
