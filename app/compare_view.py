@@ -172,7 +172,8 @@ def aligned_heatmap_html(a: Trace, b: Trace, alignment: Alignment, *, signal: st
     Returns
     -------
     str
-        HTML (``data-testid="compare-heatmap"``, ``dir`` the answers' direction: :func:`app.text.text_direction`):
+        HTML (``data-testid="compare-heatmap"``, ``dir="rtl"`` when both answers are right to left:
+        :func:`app.text.text_direction`):
         one ``tc-col`` block per column, the first divergence's block
         marked ``tc-diverge`` with a rule and the word "diverge", blocks whose tokens differ marked ``tc-differs``.
         Spikes and the peak window are marked as on the Inspect page (:data:`app.heatmap.HEATMAP_CSS`).
@@ -195,9 +196,11 @@ def aligned_heatmap_html(a: Trace, b: Trace, alignment: Alignment, *, signal: st
                       {int(s) for s in exp.spikes}, exp.peak_window))
 
     names = "".join(f'<span class="tc-cell tc-label">{html.escape(label)}</span>' for label in labels)
-    # The answers' direction (an Arabic answer's columns run right to left), from their text: the row labels and
-    # the cards, which come first in the grid, would decide it for dir="auto".
-    direction = text_direction(a.answer, b.answer)
+    # Right to left when both answers are (an Arabic answer's columns), from their text: the row labels and the
+    # cards, which come first in the grid, would decide it for dir="auto". One grid has one direction, so answers of
+    # two directions (an Arabic one beside an English one) keep left to right, where neither reads backwards.
+    found = {d for d in (text_direction(a.answer), text_direction(b.answer)) if d is not None}
+    direction = "rtl" if found == {"rtl"} else "ltr"
     parts = [COMPARE_CSS, f'<div class="tc-grid" data-testid="compare-heatmap" dir="{direction}">',
              f'<div class="tc-col tc-head"><span class="tc-mark"></span>{names}</div>']
     for k, column in enumerate(alignment.columns):

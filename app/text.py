@@ -85,22 +85,21 @@ def visible_token(token: str) -> str:
     return "".join(text for _, text in token_units(token))
 
 
-def text_direction(*texts: str) -> str:
-    """``"rtl"`` when the first strongly directional character of ``texts`` (read in order) is right to left (Arabic,
-    Hebrew, ...), else ``"ltr"``: the direction an element with ``dir="auto"`` holding that text takes, for layouts
-    whose own labels would otherwise decide it.
+def text_direction(text: str) -> str | None:
+    """``"rtl"`` when the first strongly directional character of ``text`` is right to left (Arabic, Hebrew, ...),
+    ``"ltr"`` when it is left to right, None when there is none (digits, punctuation): the direction an element with
+    ``dir="auto"`` holding that text takes, for layouts whose own labels would otherwise decide it.
 
-    >>> text_direction("1. \u0645\u0631\u062d\u0628\u0627"), text_direction("", "Hello \u0645"), text_direction("42")
-    ('rtl', 'ltr', 'ltr')
+    >>> text_direction("1. \u0645\u0631\u062d\u0628\u0627"), text_direction("Hello \u0645"), text_direction("42")
+    ('rtl', 'ltr', None)
     """
-    for text in texts:
-        for ch in text:
-            kind = unicodedata.bidirectional(ch)
-            if kind == "L":
-                return "ltr"
-            if kind in ("R", "AL"):
-                return "rtl"
-    return "ltr"
+    for ch in text:
+        kind = unicodedata.bidirectional(ch)
+        if kind == "L":
+            return "ltr"
+        if kind in ("R", "AL"):
+            return "rtl"
+    return None
 
 
 def byte_piece_note(tokens: Sequence[str], i: int, quote: Callable[[str], str] | None = None) -> str | None:

@@ -55,3 +55,16 @@ def test_the_compare_grid_takes_the_answers_direction(page, name):
     if expected == "rtl":  # the label column, then the first token's, from the right
         x = page.eval_on_selector_all(".tc-col", "cols => cols.slice(0, 2).map(c => c.getBoundingClientRect().x)")
         assert x[0] > x[1]
+
+
+def test_an_arabic_answer_beside_an_english_one_keeps_the_grid_left_to_right(page):
+    """One grid has one direction: right to left, the English row read backwards (SmolLM2 sampled an English answer
+    beside its greedy Arabic one)."""
+    a = trace_of(ANSWERS["arabic"][0])
+    b = trace_of(ANSWERS["english"][0])
+    for first, second in ((a, b), (b, a)):
+        grid = aligned_heatmap_html(first, second, align_tokens(first.tokens, second.tokens))
+        assert directions(page, grid, ".tc-grid")[0] == "ltr"
+    digits = trace_of(["1", ".", "2"])  # no letters: the other answer decides
+    grid = aligned_heatmap_html(a, digits, align_tokens(a.tokens, digits.tokens))
+    assert directions(page, grid, ".tc-grid")[0] == "rtl"
