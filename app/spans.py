@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import unicodedata
-
 import pandas as pd
 import streamlit as st
 
 from trace_core import Trace, TraceExplanation, rank_spans, span_risks
-from trace_core.spans import SpanRisk, default_span_calibrator
+from trace_core.spans import OTHER_SCRIPT_NOTE, SpanRisk, default_span_calibrator, mostly_other_script
 
 from .text import md_literal, visible_token
 
@@ -49,22 +47,15 @@ def spans_frame(fine: list[SpanRisk], sentences: list[SpanRisk]) -> pd.DataFrame
 
 
 def other_script_note(text: str) -> str | None:
-    """A caution when most of ``text``'s letters are not Latin (Japanese, Arabic, Cyrillic, ...): the shipped span
-    calibrator was fitted on English answers and the span rules find names by capital letters, so its probabilities
-    there are guesses. None for a mostly Latin text (or one without letters).
+    """A caution for an answer mostly outside the Latin alphabet (:func:`trace_core.spans.mostly_other_script`);
+    None for a mostly Latin one (or one without letters).
 
     >>> other_script_note("The capital is Ulaanbaatar.") is None, other_script_note("東京は日本の首都です。") is None
     (True, False)
     """
-    letters = [ch for ch in text if ch.isalpha()]
-    if not letters:
+    if not mostly_other_script(text):
         return None
-    latin = sum(unicodedata.name(ch, "").startswith("LATIN") for ch in letters)
-    if latin >= len(letters) / 2:
-        return None
-    return ("Most of this answer is not in the Latin alphabet. The shipped span calibrator was fitted on English "
-            "answers, and names are found by their capital letters (a script without case has none), so these "
-            "spans and their probabilities of being right are unreliable here.")
+    return f"Most of this answer is not in the Latin alphabet: {OTHER_SCRIPT_NOTE}."
 
 
 def spans_panel(fine: list[SpanRisk], sentences: list[SpanRisk], answer: str = "") -> None:

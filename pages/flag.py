@@ -19,6 +19,7 @@ from app.text import control_safe, md_literal
 from trace_core import ScoreCalibrator, TracePlus
 from trace_core.data import export_flagged, token_table, with_trace_columns
 from trace_core.flag import OUT_OF_FOLD, select_flagged
+from trace_core.spans import other_script_warning
 
 st.title("Flag & export")
 st.caption("Answers the calibrator finds unlikely to be correct, with the tokens that drove the risk, ready to review "
@@ -72,6 +73,8 @@ BY = {"answer": "The answer's probability of being correct", "span": "Its riskie
 by = st.radio("Judge each answer by", list(BY), horizontal=True, key="flag_by", format_func=BY.get,
               disabled=mode == "guarantee", help=SPAN_NOTE)
 by = "answer" if mode == "guarantee" else by  # the guarantee is on the calibrator's probability of the answer
+if by == "span" and (other := other_script_warning(scored["answer"])):
+    st.warning(md_literal(other[0].upper() + other[1:] + "."))
 if mode == "threshold":
     value = st.slider("Flag answers whose probability of being correct is below" if by == "answer" else
                       "Flag answers whose riskiest span's probability of being right is below", 0.0, 1.0, 0.5, 0.01,

@@ -57,6 +57,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,9 +69,9 @@ from .logistic import fit_logistic, sigmoid
 from .score import TraceExplanation, explain_trace
 from .trace import Trace
 
-__all__ = ["KINDS", "OPENERS", "default_span_calibrator", "SPAN_FEATURES", "Span", "SpanCalibrator", "SpanRisk",
-           "completing_token", "completing_token_of", "rank_spans", "riskiest_span", "segment", "span_features",
-           "span_risks"]
+__all__ = ["KINDS", "OPENERS", "OTHER_SCRIPT_NOTE", "default_span_calibrator", "SPAN_FEATURES", "Span",
+           "SpanCalibrator", "SpanRisk", "completing_token", "completing_token_of", "mostly_other_script",
+           "other_script_warning", "rank_spans", "riskiest_span", "segment", "span_features", "span_risks"]
 
 KINDS = ("sentence", "date", "number", "name")  # the span kinds; "fine" spans are every kind but "sentence"
 
@@ -418,6 +419,41 @@ def span_risks(trace: Trace, *, spans: Sequence[Span] | None = None, explanation
                      mean_entropy=mh, risk_share=sh, answer_risk=risk, n_answer_tokens=len(trace), probability=p)
             for k, a, b, ps, ms, ph, mh, sh, p in zip(found.tolist(), lo_list, hi_list, peak_s, mean_s, peak_h,
                                                      mean_h, share, probability, strict=True)]
+
+
+def mostly_other_script(text: str) -> bool:
+    """True when most of ``text``'s letters are not Latin (Japanese, Arabic, Cyrillic, ...): the rules here find
+    names by capital letters and the shipped span calibrator was fitted on English answers, so neither fits such a
+    text. False for a text without letters.
+
+    >>> mostly_other_script("Tokyo (\u6771\u4eac) is the capital."), mostly_other_script("\u6771\u4eac\u306f")
+    (False, True)
+    """
+    letters = [ch for ch in text if ch.isalpha()]
+    latin = sum(unicodedata.name(ch, "").startswith("LATIN") for ch in letters)
+    return latin < len(letters) / 2
+
+
+#: Why spans do not fit answers mostly outside the Latin alphabet (:func:`mostly_other_script`).
+OTHER_SCRIPT_NOTE = ("the shipped span calibrator was fitted on English answers, and names are found by their capital "
+                     "letters (a script without case has none), so spans and their probabilities of being right are "
+                     "unreliable for them")
+
+
+def other_script_warning(answers: Iterable[str]) -> str | None:
+    """``"2 of 5 answers are mostly outside the Latin alphabet: the shipped span calibrator ..."`` when any of
+    ``answers`` is (:func:`mostly_other_script`); None otherwise.
+
+    >>> other_script_warning(["Paris.", "\u6771\u4eac\u306f"]).split(":")[0], other_script_warning(["Paris."])
+    ('1 of 2 answers is mostly outside the Latin alphabet', None)
+    """
+    texts = [str(a) for a in answers]
+    other = sum(mostly_other_script(t) for t in texts)
+    if not other:
+        return None
+    subject = (f"{other:,} of {len(texts):,} answers {'is' if other == 1 else 'are'}" if len(texts) > 1
+               else "the answer is")
+    return f"{subject} mostly outside the Latin alphabet: {OTHER_SCRIPT_NOTE}"
 
 
 def rank_spans(risks: Iterable[SpanRisk], *, level: str = "all") -> list[SpanRisk]:

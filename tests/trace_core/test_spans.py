@@ -349,7 +349,7 @@ def test_score_rows_adds_the_riskiest_span_and_flags_by_it():
     assert not previous_export(scored.drop(columns=["peak_risk_tokens"]).columns)
 
 
-def test_cli_flag_writes_the_riskiest_span_columns_spreadsheet_safe(tmp_path):
+def test_cli_flag_writes_the_riskiest_span_columns_spreadsheet_safe(tmp_path, capsys):
     import csv
 
     import pandas as pd
@@ -387,6 +387,31 @@ def test_cli_flag_writes_the_riskiest_span_columns_spreadsheet_safe(tmp_path):
     assert by_span == everything[:len(by_span)] and len(by_span) == len(rows) - int(np.ceil(0.5 * len(rows)))
     assert main(["flag", str(data), "--calibrator", str(calibrator), "--max-risk", "0.2", "--risk-data", str(data),
                  "--by", "span", "--out", str(flagged)]) == 1  # an error, said in one line
+    assert "Latin alphabet" not in capsys.readouterr().err  # English answers: nothing to caution
+
+
+def test_flag_by_span_cautions_about_answers_mostly_outside_the_latin_alphabet(tmp_path, capsys):
+    import pandas as pd
+
+    from trace_core import write_dataset
+    from trace_core.cli import main
+
+    traces, labels = _answers_with_a_wrong_name(seed=2)
+    japanese = ["", "\u6771", "\u4eac", "\u306f", "\u3069", "\u3053", "\u3002"]
+    traces.append(trace_of(japanese, [2.0, 0.3, 0.4, 0.1, 1.5, 0.2, 0.1], [0.5] * len(japanese)))
+    labels = np.append(labels, [0])
+    frame = pd.DataFrame({"prompt": [t.prompt for t in traces], "answer": [t.answer for t in traces],
+                          "label": labels})
+    data, calibrator, flagged = tmp_path / "answers.jsonl", tmp_path / "cal.json", tmp_path / "flagged.csv"
+    write_dataset(frame, data, traces=traces)
+    assert main(["fit", str(data), "--out", str(calibrator)]) == 0
+    capsys.readouterr()
+    assert main(["flag", str(data), "--calibrator", str(calibrator), "--threshold", "0.5", "--by", "span",
+                 "--out", str(flagged)]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: 1 of {len(traces)} answers is mostly outside the Latin alphabet: the shipped span calibrator" in err
+    assert main(["flag", str(data), "--calibrator", str(calibrator), "--threshold", "0.5", "--out", str(flagged)]) == 0
+    assert "Latin alphabet" not in capsys.readouterr().err  # judged by the answer: spans play no part
 
 
 def test_heatmap_boxes_the_riskiest_spans_and_the_list_ranks_them():

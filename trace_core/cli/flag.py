@@ -83,6 +83,12 @@ def cmd_flag(args: argparse.Namespace) -> None:
 
     scored = score_rows(dataset.frame, traces, calibrator)
     _drift(args, calibrator, traces)
+    if args.by == "span":
+        from ..spans import other_script_warning
+
+        other = other_script_warning(dataset.frame["answer"])
+        if other:
+            print(f"warning: {other}", file=sys.stderr)
     labels = dataset.labels if "label" in dataset.frame.columns else None
     if args.target_risk is not None and labels is None:
         raise CLIError("--target-risk needs labeled answers (a `label` or `reference` column) to measure the risk")
