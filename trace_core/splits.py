@@ -17,8 +17,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["OUT_OF_FOLD", "Part", "Splits", "both_classes", "draw_splits", "iter_splits", "split_group_codes",
            "stratified_folds"]
 
-#: Folds of out-of-fold values: a fitted baseline's on the calibration part (:func:`out_of_fold`), a calibrator's
-#: on the answers it was fitted on (:func:`trace_core.flag.out_of_fold_probabilities`).
+#: Folds of out-of-fold values: a fitted baseline's on the calibration part (:func:`trace_core.protocol.out_of_fold`),
+#: a calibrator's on the answers it was fitted on (:func:`trace_core.flag.out_of_fold_probabilities`).
 OUT_OF_FOLD = 5
 
 
@@ -111,18 +111,12 @@ def stratified_folds(y: np.ndarray, folds: int = OUT_OF_FOLD) -> np.ndarray:
 class Part:
     """One split of one method's run: which rows calibrate, and (computed when first asked) the calibration and
     evaluation rows (ascending) and their labels. A scalar score's split needs only ``in_cal``
-    (:meth:`Ascending.parts`); the rows are gathered for the methods with their own model and the held-out values."""
+    (:meth:`trace_core.protocol.Ascending.parts`); the rows are gathered for the methods with their own model and
+    for the held-out values."""
 
     def __init__(self, split: int, in_cal: np.ndarray, y: np.ndarray, *, first: bool) -> None:
         self.split, self.in_cal, self.y, self.first = split, in_cal, y, first
         self.n_cal = int(np.count_nonzero(in_cal))
-
-    @classmethod
-    def of(cls, split: int, cal: np.ndarray, ev: np.ndarray, y: np.ndarray, *, first: bool) -> Part:
-        """The part whose calibration rows are ``cal`` (``ev``: the others, ascending)."""
-        in_cal = np.zeros(y.shape[0], dtype=bool)
-        in_cal[cal] = True
-        return cls(split, in_cal, y, first=first)
 
     @functools.cached_property
     def cal(self) -> np.ndarray:
