@@ -3,6 +3,7 @@ of one file with the same rows, a resumable run, and rows left out named by shar
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -105,3 +106,19 @@ def test_with_a_shard_unlabeled_the_summary_gives_the_kept_answers_mean_probabil
     kept = out.loc[~out["flagged"], "probability_correct"]
     assert (f"(column `flagged`; mean P(correct) of the {len(kept):,} kept: {kept.mean():.1%}); "
             in capsys.readouterr().err)
+
+
+def test_flag_by_span_over_shards_says_how_many_answers_are_mostly_in_another_script(data, capsys):
+    frame = read_dataset(data / "in" / "p1.jsonl")
+    traces = list(frame.traces)
+    japanese = ["\u6771\u4eac", "\u306f", "\u3069", "\u3053", "\u3002"]
+    traces[0] = dataclasses.replace(traces[0], tokens=tuple(japanese[i % 5] for i in range(len(traces[0]))))
+    traces[0] = dataclasses.replace(traces[0], answer="".join(traces[0].tokens))
+    table = frame.frame[["prompt", "answer", "label"]].copy()
+    table.loc[0, "answer"] = traces[0].answer
+    write_dataset(table, data / "in" / "p1.jsonl", traces=traces)
+    args = ["flag", str(data / "in"), "--calibrator", str(data / "cal.json"), "--threshold", "0.5"]
+    assert main([*args, "--by", "span", "--out", str(data / "out")]) == 0
+    assert "warning: 1 of 700 answers is mostly outside the Latin alphabet: the shipped span" in capsys.readouterr().err
+    assert main([*args, "--out", str(data / "out2")]) == 0
+    assert "Latin alphabet" not in capsys.readouterr().err  # judged by the answer

@@ -77,6 +77,20 @@ def _decisions(args: argparse.Namespace, shards: list[Any], out: Path, settings:
         raise CLIError(str(exc)) from None
 
 
+def _other_script(folder: Path, summary: Any) -> str | None:
+    """:func:`trace_core.spans.other_script_warning` of the answers of every complete output shard (their
+    ``answer`` column: judged by spans, their script matters)."""
+    import pyarrow.parquet as pq
+
+    from ..spans import other_script_warning
+
+    answers: list[str] = []
+    for result in summary.results:
+        if result.entry is not None:
+            answers += pq.read_table(folder / result.entry.output, columns=["answer"]).column("answer").to_pylist()
+    return other_script_warning(answers) if answers else None
+
+
 def flag_sharded(args: argparse.Namespace, calibrator: Any, calibrator_bytes: bytes,
                  certified: Any = None) -> None:
     """Flag every shard of ``args.data`` into the folder ``args.out`` (see the module's docstring).
@@ -100,6 +114,9 @@ def flag_sharded(args: argparse.Namespace, calibrator: Any, calibrator_bytes: by
                      command=recorded_command(getattr(args, "argv", [])), skip_errors=(DatasetError, ValueError),
                      on_shard=shard_reporter(args.quiet), **engine_options)
     flagged, written, readout = _flagged_summary(out, summary)
+    other = _other_script(out, summary) if args.by == "span" else None
+    if other:
+        print(f"warning: {other}", file=sys.stderr)
     print(f"flagged {flagged:,} of {written:,} answers in {shown(str(out))} (column `flagged`; {readout}); "
           f"{summary.sentence()}", file=sys.stderr)
     if not args.quiet:
