@@ -543,8 +543,11 @@ def _run_methods(protocol: _Protocol, splits: Splits, methods: Sequence[str],
         while pending:
             _, pending = wait(pending, timeout=0.1, return_when=FIRST_EXCEPTION)
             ticker.show()
-            if any(f.done() and f.exception() is not None for f in futures.values()):
+            failed = [f for f in futures.values() if f.done() and not f.cancelled() and f.exception() is not None]
+            if failed:  # the first error raised, the runs not started yet cancelled
                 for f in pending:
                     f.cancel()
-                break
+                error = failed[0].exception()
+                assert error is not None
+                raise error
         return {m: futures[m].result() for m in methods}

@@ -62,17 +62,18 @@ def test_progress_comes_from_the_callers_thread_from_zero_to_every_split(monkeyp
 
 
 @pytest.mark.parametrize("threads_from", [0, 10**9])
-def test_a_failing_method_raises_its_error(monkeypatch, threads_from):
+@pytest.mark.parametrize("broken", ["MeanProb", "CES"])  # CES: run early on threads, late in the methods' order
+def test_a_failing_method_raises_its_error(monkeypatch, threads_from, broken):
     monkeypatch.setattr(protocol, "THREADS_FROM", threads_from)
     on_split = protocol._Protocol.on_split
 
     def failing(self, method, part, state):
-        if method == "MeanProb" and part.split == 1:
-            raise RuntimeError("MeanProb broke on split 1")
+        if method == broken and part.split == 1:
+            raise RuntimeError(f"{broken} broke on split 1")
         return on_split(self, method, part, state)
 
     monkeypatch.setattr(protocol._Protocol, "on_split", failing)
-    with pytest.raises(RuntimeError, match="MeanProb broke on split 1"):
+    with pytest.raises(RuntimeError, match=f"{broken} broke on split 1"):
         _evaluate(n=3000)
 
 
