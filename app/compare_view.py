@@ -173,9 +173,8 @@ def aligned_heatmap_html(a: Trace, b: Trace, alignment: Alignment, *, signal: st
     -------
     str
         HTML (``data-testid="compare-heatmap"``, ``dir="rtl"`` when both answers are right to left:
-        :func:`app.text.text_direction`):
-        one ``tc-col`` block per column, the first divergence's block
-        marked ``tc-diverge`` with a rule and the word "diverge", blocks whose tokens differ marked ``tc-differs``.
+        :func:`app.text.text_direction`): one ``tc-col`` block per column, the first divergence's block marked
+        ``tc-diverge`` with a rule and the word "diverge", blocks whose tokens differ marked ``tc-differs``.
         Spikes and the peak window are marked as on the Inspect page (:data:`app.heatmap.HEATMAP_CSS`).
 
     Raises

@@ -437,7 +437,7 @@ def mostly_other_script(text: str) -> bool:
 #: Why spans do not fit answers mostly outside the Latin alphabet (:func:`mostly_other_script`).
 OTHER_SCRIPT_NOTE = ("the shipped span calibrator was fitted on English answers, and names are found by their capital "
                      "letters (a script without case has none), so spans and their probabilities of being right are "
-                     "unreliable for them")
+                     "unreliable for such answers")
 
 
 def other_script_warning(answers: Iterable[str]) -> str | None:
