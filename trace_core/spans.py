@@ -421,6 +421,10 @@ def span_risks(trace: Trace, *, spans: Sequence[Span] | None = None, explanation
                                                      mean_h, share, probability, strict=True)]
 
 
+_ASCII_LETTERS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_NON_ASCII_WORD = re.compile(r"[^\W\x00-\x7f]")  # a word character outside ASCII
+
+
 def mostly_other_script(text: str) -> bool:
     """True when most of ``text``'s letters are not Latin (Japanese, Arabic, Cyrillic, ...): the rules here find
     names by capital letters and the shipped span calibrator was fitted on English answers, so neither fits such a
@@ -429,9 +433,13 @@ def mostly_other_script(text: str) -> bool:
     >>> mostly_other_script("Tokyo (\u6771\u4eac) is the capital."), mostly_other_script("\u6771\u4eac\u306f")
     (False, True)
     """
-    letters = [ch for ch in text if ch.isalpha()]
-    latin = sum(unicodedata.name(ch, "").startswith("LATIN") for ch in letters)
-    return latin < len(letters) / 2
+    if text.isascii():  # every ASCII letter is Latin: the usual English answer, without a pass in Python
+        return False
+    others = [ch for ch in _NON_ASCII_WORD.findall(text) if ch.isalpha()]  # only these are looked at one by one
+    plain = text.encode("ascii", "ignore")
+    ascii_letters = len(plain) - len(plain.translate(None, _ASCII_LETTERS))
+    latin = ascii_letters + sum(unicodedata.name(ch, "").startswith("LATIN") for ch in others)
+    return latin < (ascii_letters + len(others)) / 2
 
 
 #: Why spans do not fit answers mostly outside the Latin alphabet (:func:`mostly_other_script`).

@@ -459,3 +459,21 @@ def test_a_boxed_span_and_its_number_open_at_its_first_letter_not_at_the_space_b
     assert html.count('class="tr-lead"') == 1  # only where a box opens
     visible = re.sub(r'<span class="tr-card".*?</span></span>|<sup[^>]*>\d+</sup>|<[^>]+>', "", html)
     assert visible.startswith("The Golden Horde ruled.")
+
+
+def test_mostly_other_script_counts_letters_as_a_plain_pass_over_every_character_does():
+    """Its fast path (ASCII letters counted in bytes, only non-ASCII word characters looked up) against the
+    definition: a majority of the text's letters (str.isalpha) whose Unicode name is not LATIN."""
+    import unicodedata
+
+    from trace_core.spans import mostly_other_script
+
+    def plain(text):
+        letters = [ch for ch in text if ch.isalpha()]
+        return sum(unicodedata.name(ch, "").startswith("LATIN") for ch in letters) < len(letters) / 2
+
+    rng = random.Random(3)
+    alphabet = "abcXYZ \u00e9\u00e8\u00e7\u00d4\u00df\u0111\u0141 \u6771\u4eac\u306f \u0645\u0631\u062d \u041c\u043e\u0441 12_,.!?\u00b2\u00bd\u0301\u00aa\u0663\U0001d400"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(5000)]
+    assert [mostly_other_script(t) for t in texts] == [plain(t) for t in texts]
+    assert any(mostly_other_script(t) for t in texts) and not all(mostly_other_script(t) for t in texts)
