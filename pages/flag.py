@@ -15,7 +15,7 @@ from app.drift import drift_note, drift_result
 from app.guaranteed import guarantee_choice
 from app.panels import active_calibrator_note, answer_details, load_calibrator_panel, production_calibrator
 from app.spans import SPAN_NOTE, riskiest_span_words
-from app.text import control_safe, md_literal
+from app.text import control_safe, md_literal, sentence
 from trace_core import ScoreCalibrator, TracePlus
 from trace_core.data import export_flagged, token_table, with_trace_columns
 from trace_core.flag import OUT_OF_FOLD, select_flagged
@@ -74,7 +74,7 @@ by = st.radio("Judge each answer by", list(BY), horizontal=True, key="flag_by", 
               disabled=mode == "guarantee", help=SPAN_NOTE)
 by = "answer" if mode == "guarantee" else by  # the guarantee is on the calibrator's probability of the answer
 if by == "span" and (other := other_script_warning(scored["answer"])):
-    st.warning(md_literal(other[0].upper() + other[1:] + "."))
+    st.warning(md_literal(sentence(other)))
 if mode == "threshold":
     value = st.slider("Flag answers whose probability of being correct is below" if by == "answer" else
                       "Flag answers whose riskiest span's probability of being right is below", 0.0, 1.0, 0.5, 0.01,

@@ -29,31 +29,38 @@ def _settings(args: argparse.Namespace, calibrator_bytes: bytes, threshold: floa
             "tolerance": args.tolerance}
 
 
-def _flagged_summary(folder: Path, summary: Any) -> tuple[int, int, str]:
-    """Rows flagged and rows written over every complete output shard (read from their ``flagged`` column), and
-    :func:`~trace_core.flag.flag_summary` of them (by their labels when every such shard has a ``label`` column)."""
+def _flagged_summary(folder: Path, summary: Any, *, by_span: bool = False) -> tuple[int, int, str, str | None]:
+    """Rows flagged and rows written over every complete output shard (read from their ``flagged`` column),
+    :func:`~trace_core.flag.flag_summary` of them (by their labels when every such shard has a ``label`` column),
+    and, when the answers were judged by their spans, :func:`~trace_core.spans.other_script_warning` of their
+    ``answer`` column (read in the same pass)."""
     import numpy as np
     import pyarrow.parquet as pq
 
     from ..flag import flag_summary
     from ..scale.flag import FLAGGED_COLUMN
+    from ..spans import other_script_warning
 
     flagged, probability, labels = [], [], []
+    answers: list[str] = []
     for result in summary.results:
         if result.entry is None:
             continue
         path = folder / result.entry.output
         labeled = "label" in pq.read_schema(path).names
-        table = pq.read_table(path, columns=[FLAGGED_COLUMN, "probability_correct", *(["label"] if labeled else [])])
+        table = pq.read_table(path, columns=[FLAGGED_COLUMN, "probability_correct", *(["label"] if labeled else []),
+                                             *(["answer"] if by_span else [])])
         flagged.append(table.column(FLAGGED_COLUMN).to_numpy(zero_copy_only=False).astype(bool))
         probability.append(table.column("probability_correct").to_numpy(zero_copy_only=False))
         labels.append(table.column("label").to_numpy(zero_copy_only=False) if labeled else None)
+        answers += table.column("answer").to_pylist() if by_span else []
     if not flagged:
-        return 0, 0, "no shard written"
+        return 0, 0, "no shard written", None
     every = np.concatenate(flagged)
     given = [part for part in labels if part is not None]
     y = np.concatenate(given) if len(given) == len(labels) else None
-    return int(every.sum()), len(every), flag_summary(every, np.concatenate(probability), y)
+    other = other_script_warning(answers) if answers else None
+    return int(every.sum()), len(every), flag_summary(every, np.concatenate(probability), y), other
 
 
 def _decisions(args: argparse.Namespace, shards: list[Any], out: Path, settings: dict[str, Any],
@@ -75,20 +82,6 @@ def _decisions(args: argparse.Namespace, shards: list[Any], out: Path, settings:
                               coverage=args.coverage, target_risk=args.target_risk, by=args.by)
     except (DatasetError, ValueError) as exc:
         raise CLIError(str(exc)) from None
-
-
-def _other_script(folder: Path, summary: Any) -> str | None:
-    """:func:`trace_core.spans.other_script_warning` of the answers of every complete output shard (their
-    ``answer`` column: judged by spans, their script matters)."""
-    import pyarrow.parquet as pq
-
-    from ..spans import other_script_warning
-
-    answers: list[str] = []
-    for result in summary.results:
-        if result.entry is not None:
-            answers += pq.read_table(folder / result.entry.output, columns=["answer"]).column("answer").to_pylist()
-    return other_script_warning(answers) if answers else None
 
 
 def flag_sharded(args: argparse.Namespace, calibrator: Any, calibrator_bytes: bytes,
@@ -113,8 +106,7 @@ def flag_sharded(args: argparse.Namespace, calibrator: Any, calibrator_bytes: by
     summary = runner(shards, out, work, settings=settings,
                      command=recorded_command(getattr(args, "argv", [])), skip_errors=(DatasetError, ValueError),
                      on_shard=shard_reporter(args.quiet), **engine_options)
-    flagged, written, readout = _flagged_summary(out, summary)
-    other = _other_script(out, summary) if args.by == "span" else None
+    flagged, written, readout, other = _flagged_summary(out, summary, by_span=args.by == "span")
     if other:
         print(f"warning: {other}", file=sys.stderr)
     print(f"flagged {flagged:,} of {written:,} answers in {shown(str(out))} (column `flagged`; {readout}); "
