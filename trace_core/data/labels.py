@@ -16,7 +16,7 @@ import numpy as np
 from .._checks import check_choice, check_real
 from ..cells import MAX_SHOWN, as_finite_float, is_blank, is_number, show
 
-__all__ = ["MATCHERS", "exact_match_hint", "label_from_reference", "normalize_answer", "parse_label"]
+__all__ = ["MATCHERS", "common_label", "exact_match_hint", "label_from_reference", "normalize_answer", "parse_label"]
 
 MATCHERS = ("exact", "contains", "numeric", "f1")
 LABEL_EXPECTED = "0/1, true/false, yes/no, correct/incorrect"  # the spellings named in messages
@@ -30,6 +30,19 @@ def _show_number(value: object) -> str:
         text = str(value)
         return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "..."
     return show(value.item() if isinstance(value, np.generic) else value)
+
+
+def common_label(value: object) -> int | None:
+    """:func:`parse_label` of a cell in the spellings nearly every file uses: a Python bool, the int 0 or 1, or one of
+    the words (0/1, true/false, ...) in any case and with surrounding whitespace; None for anything else, which
+    :func:`parse_label` decides (and words, when wrong). A reader checks most rows' labels with this alone."""
+    if type(value) is str:
+        return _LABEL_WORDS.get(value.strip().lower())
+    if type(value) is bool:
+        return int(value)
+    if type(value) is int and (value == 0 or value == 1):
+        return value
+    return None
 
 
 def parse_label(value: object) -> int:

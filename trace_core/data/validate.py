@@ -17,7 +17,7 @@ from ..columns import TRACE_COLUMNS, decode_cell, trace_from_cells
 from ..trace import Trace
 from .errors import DatasetError, RowError
 from .fastread import FastRow, decode_chunk, table_row
-from .labels import LABEL_EXPECTED, label_from_reference, parse_label
+from .labels import LABEL_EXPECTED, common_label, label_from_reference, parse_label
 from .responses import trace_from_openai
 from .table import Table, columns_text
 
@@ -166,9 +166,42 @@ def _keep_chunk(kept: ValidRows, pending: list[tuple[int, Any, Rules]], strings:
         return
     rules = pending[0][2]
     fast = decode_chunk([raw for _, raw, _ in pending], rules.trace_columns, strings)  # None: no trace column
+    plain = _plain_cells(pending, rules) if fast is not None else None
     for i, (number, raw, _) in enumerate(pending):
-        _keep_row(kept, number, raw, rules, strings, fmt, csv_columns, None if fast is None else fast[i])
+        row = None if fast is None else fast[i]
+        cells = None if row is None or plain is None else plain[i]
+        if cells is not None:
+            prompt, answer, label = cells
+            try:
+                trace = table_row(row, prompt=prompt, answer=answer)  # type: ignore[arg-type]  # row is set
+            except (TypeError, ValueError):  # the per-row path below names the cell
+                pass
+            else:
+                _append(kept, number, raw, trace, answer, label, fmt, csv_columns)
+                continue
+        _keep_row(kept, number, raw, rules, strings, fmt, csv_columns, row)
     pending.clear()
+
+
+def _plain_cells(pending: list[tuple[int, Any, Rules]], rules: Rules) -> list[tuple[str, str, int] | None] | None:
+    """Per row, its prompt, answer and label when its cells are what nearly every row holds, so that the per-row
+    checks could only accept it: a non-blank text prompt, a text answer, no ``response`` to weigh, and a label in a
+    common spelling (:func:`~trace_core.data.labels.common_label`) or none asked for; None for any other row, which
+    :func:`_keep_row` checks and reports. None for the whole chunk when its labels come from a reference (a matcher
+    decides them)."""
+    if rules.label_source not in ("label", "none"):
+        return None
+    labelled, response = rules.label_source == "label", rules.use_response
+    out: list[tuple[str, str, int] | None] = []
+    for _, raw, _ in pending:
+        prompt, answer = raw.get("prompt"), raw.get("answer")
+        if (type(prompt) is not str or type(answer) is not str or not prompt.strip()
+                or (response and not is_blank(raw.get("response")))):
+            out.append(None)
+            continue
+        label = common_label(raw.get("label")) if labelled else -1
+        out.append(None if label is None else (prompt, answer, label))
+    return out
 
 
 def _keep_row(kept: ValidRows, number: int, raw: Any, rules: Rules, strings: dict[str, str], fmt: str,
@@ -180,6 +213,12 @@ def _keep_row(kept: ValidRows, number: int, raw: Any, rules: Rules, strings: dic
         return
     if unused_response:
         kept.unused_responses.append(number)
+    _append(kept, number, raw, trace, answer, label, fmt, csv_columns)
+
+
+def _append(kept: ValidRows, number: int, raw: Any, trace: Trace | FastRow | None, answer: str | None, label: int,
+            fmt: str, csv_columns: list[str]) -> None:
+    """Keep a valid row: its number, trace, label, answer and non-trace cells."""
     kept.numbers.append(number)
     kept.traces.append(trace)
     kept.labels.append(label)

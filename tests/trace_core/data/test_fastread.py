@@ -1030,3 +1030,97 @@ def test_read_traces_bench_runs_on_parquet(capsys):
     main(["--rows", "40", "--repeat", "1", "--format", "parquet"])
     out = capsys.readouterr().out
     assert "parquet" in out and "x" in out.splitlines()[-1]
+
+
+_PROMPTS = ["Q", " Q ", "", " ", "\t", "\u00a0", "日本語の質問"]
+_ANSWERS = ["A", "", " ", "réponse", "\u2028"]
+_LABELS = ["1", "0", " Yes ", "TRUE", "f", "Correct", "incorrect", "1.0", "-0", "\u22120", "2", "", " ", "maybe",
+           "0.99999999999999999"]
+_JSON_LABELS = [True, False, 0, 1, 1.0, 0.0, 2, -1, None, "1", " no ", "x", [1], {"v": 1}]
+
+
+def _lane_off(monkeypatch, data: bytes, fmt: str, **options) -> tuple[object, list]:
+    """The dataset read with every row's prompt, answer and label checked by the per-row path."""
+    with monkeypatch.context() as m:
+        m.setattr(validate, "_plain_cells", lambda pending, rules: None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ds = read_dataset(data, format=fmt, **options)
+    return ds, [str(w.message) for w in caught]
+
+
+def _same_either_lane(data: bytes, monkeypatch, fmt: str, **options) -> object:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast = read_dataset(data, format=fmt, **options)
+    slow, slow_warned = _lane_off(monkeypatch, data, fmt, **options)
+    assert [str(w.message) for w in caught] == slow_warned
+    assert fast.errors == slow.errors
+    assert fast.n_read == slow.n_read and fast.notes == slow.notes and fast.label_source == slow.label_source
+    pd.testing.assert_frame_equal(fast.frame, slow.frame)
+    assert len(fast.traces) == len(slow.traces)
+    for a, b in zip(fast.traces, slow.traces, strict=True):
+        _same_trace(a, b)
+    return fast
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+@pytest.mark.parametrize("seed", range(12))
+def test_odd_prompt_answer_label_and_response_cells_read_alike(seed, fmt, monkeypatch):
+    """The rows whose prompt, answer and label are plain are kept without the per-row checks (_plain_cells); every
+    other row goes through them. Files with blank, odd and wrong prompts, answers, labels (in every spelling) and
+    ``response`` cells read alike either way: the same rows kept, traces, frames, errors and notes."""
+    rng = random.Random(60_000 + seed)
+    header, rows = _csv(rng, rng.randint(10, 80), **_OPTIONS[seed % len(_OPTIONS)])
+    with_response = seed % 3 == 0
+    if with_response:  # a response cell beside trace cells is not used (the note counts such rows)
+        header.append("response")
+        for row in rows:
+            row.append(rng.choice(["", " ", "{}", '{"choices": []}']))
+    records = _records(rng, header, rows)
+    for row, record in zip(rows, records, strict=True):
+        for name, values in (("prompt", _PROMPTS), ("answer", _ANSWERS), ("label", _LABELS)):
+            if rng.random() < 0.3:
+                row[header.index(name)] = record[name] = rng.choice(values)
+        if fmt == "jsonl" and rng.random() < 0.3:
+            record["label"] = rng.choice(_JSON_LABELS)
+        if fmt == "jsonl" and rng.random() < 0.1:
+            del record[rng.choice(["prompt", "answer", "label"])]
+        if fmt == "jsonl" and rng.random() < 0.05:
+            record["prompt"] = rng.choice([None, 3, ["Q"]])
+    data = _bytes(header, rows) if fmt == "csv" else _jsonl(records)
+    with monkeypatch.context() as m:
+        m.setattr(validate, "_CHUNK", rng.choice([1, 7, 256]))
+        _same_either_lane(data, monkeypatch, fmt)
+        _same_either_lane(data, monkeypatch, fmt, require_label=False)
+
+
+def test_plain_rows_skip_the_per_row_checks(monkeypatch):
+    """A file of plain rows is kept without one per-row check; a row with a spelling outside the common ones is
+    checked on its own (and kept when valid)."""
+    rng = random.Random(3)
+    header, rows = _csv(rng, 40, **_OPTIONS[0])
+    rows[5][header.index("label")] = "1.0"  # valid, but decided by parse_label
+    checked: list[int] = []
+    keep_row = validate._keep_row
+    monkeypatch.setattr(validate, "_keep_row", lambda kept, number, *args: (checked.append(number),
+                                                                           keep_row(kept, number, *args)))
+    ds = read_dataset(_bytes(header, rows), format="csv")
+    assert len(ds.traces) == 40 and not ds.errors
+    assert checked == [ds.frame[ds.row_column].iloc[5]]
+
+
+@pytest.mark.parametrize("value", [*_LABELS, *_JSON_LABELS, np.int64(1), np.bool_(True), 1.0, "YES", "\tn\n",
+                                   "１", "true\u00a0", 10, True, 0])
+def test_common_label_is_parse_label_where_it_answers(value):
+    from trace_core.data.labels import common_label, parse_label
+
+    got = common_label(value)
+    try:
+        expected: int | None = parse_label(value)
+    except ValueError:
+        expected = None
+    if got is not None:
+        assert got == expected and type(got) is int
+    if isinstance(value, str) and expected is not None and value.strip().lower() in ("0", "1", "yes", "true", "n"):
+        assert got == expected  # the words are answered, not left to parse_label
