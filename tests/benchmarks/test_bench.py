@@ -89,6 +89,7 @@ def test_dashboard_bench_runs(capsys, monkeypatch):
     main(["--tokens", "8", "--rows", "120", "--repeats", "1"])
     out = capsys.readouterr().out
     assert out.count("Inspect:") == 2 and "Calibrate: 120 rows" in out, out
+    assert "outside the page: read_dataset" in out, out
 
 
 def test_bench_runner_lists_every_benchmark(capsys):
