@@ -20,7 +20,7 @@ from trace_core.evaluate import SCALAR_CALIBRATORS, AnswerValueError
 from trace_core.figures import legend_stats, reliability_figure, risk_coverage_figure, roc_figure
 from trace_core.policy import METRICS_UNDEFINED, one_class_message
 from trace_core.registry import get_method, method_names
-from trace_core.report import report_html
+from trace_core.report import figure_baselines, report_html
 from trace_core.results import CALIBRATOR_NAMES
 
 st.title("Calibrate and compare")
@@ -108,8 +108,11 @@ if no_skill:
 
 available = [m for m in result.methods if not get_method(m).is_trace]
 state.keep_valid("plot_baselines", available)
-chosen = st.multiselect("Baselines in the plots", available, default=[m for m in ("SeqLogP", "Mean Entropy")
-                                                                       if m in available], key="plot_baselines")
+defaults = [m for m in figure_baselines(result, calibrator) if m in available]
+state.follow("plot_baselines", tuple(defaults), defaults)  # other best baselines: a choice made for others is reset
+chosen = st.multiselect("Baselines in the plots", available, key="plot_baselines",
+                        help="By default the best baselines that the verdict names first (chosen most often on the "
+                             "calibration parts, for Brier and for AUROC), then SeqLogP and Mean Entropy.")
 shown = [*(m for m in result.methods if get_method(m).is_trace), *chosen]  # surprisal-only variants too
 held = result.held_out
 y = held.labels

@@ -20,10 +20,10 @@ from .registry import METHODS, METRICS
 from .results import CALIBRATOR_NAMES, EvaluationResult
 from .small_sample import bold_caption
 
-__all__ = ["report_html"]
+__all__ = ["FIGURE_BASELINES", "figure_baselines", "report_html"]
 
-#: Baselines drawn in the figures beside TRACE and TRACE+ (those that ran), as on the Calibrate page by default; the
-#: best baselines the calibration parts chose most often are added.
+#: Baselines drawn in the figures beside TRACE and TRACE+ (those that ran), after the best baselines the calibration
+#: parts chose most often (:func:`figure_baselines`).
 FIGURE_BASELINES = ("SeqLogP", "Mean Entropy")
 
 _CSS = """
@@ -90,14 +90,24 @@ def _paired_cell(value: Any) -> str:
     return f'<span class="nw">{_e(value_part)}</span> <span class="nw">({_e(rest)}</span>'
 
 
-def _figure_methods(result: EvaluationResult) -> list[str]:
-    trace = [m for m in result.methods if METHODS[m].is_trace][:4]
+def figure_baselines(result: EvaluationResult, calibrator: str = "platt") -> list[str]:
+    """The baselines the figures show beside TRACE and TRACE+ (the report's, and the Calibrate page's by default):
+    for Brier (after ``calibrator``) and AUROC, the verdict's metrics, the baseline that the calibration parts chose
+    most often as TRACE+'s best baseline (the one the verdict names first); then :data:`FIGURE_BASELINES`; only those
+    that ran, each once."""
+    from .paired import BEST_BASELINE
+
     chosen: list[str] = []
-    if result.paired is not None and "chosen" in result.paired.per_split:
-        counts = result.paired.per_split["chosen"].dropna().astype(str).value_counts()
-        chosen = [m for m in counts.index if m in result.methods][:2]
-    baselines = [m for m in (*chosen, *FIGURE_BASELINES) if m in result.methods]
-    return trace + list(dict.fromkeys(baselines))
+    if result.paired is not None:
+        for metric in ("brier", "auroc"):
+            row = result.paired.get("TRACE+", BEST_BASELINE, metric, calibrator)
+            if row is not None and row["chosen_counts"]:
+                chosen.append(next(iter(row["chosen_counts"])))  # most often first
+    return list(dict.fromkeys(m for m in (*chosen, *FIGURE_BASELINES) if m in result.methods))
+
+
+def _figure_methods(result: EvaluationResult, calibrator: str) -> list[str]:
+    return [m for m in result.methods if METHODS[m].is_trace][:4] + figure_baselines(result, calibrator)
 
 
 def _figures(result: EvaluationResult, calibrator: str, title: str, first: bool) -> tuple[str, bool]:
@@ -109,7 +119,7 @@ def _figures(result: EvaluationResult, calibrator: str, title: str, first: bool)
     if held is None or not len(held):
         return "", first
     y = held.labels
-    shown = _figure_methods(result)
+    shown = _figure_methods(result, calibrator)
     probabilities = held.probabilities(calibrator, shown)
     scores = held.scores(shown)
     subtitle = f"{title}: first held-out split" if title else "First held-out split"

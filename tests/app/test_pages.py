@@ -186,6 +186,29 @@ def test_calibrate_switches_calibrator_and_shows_the_paired_comparison(tiny_mode
 
 
 @pytest.mark.slow
+def test_calibrate_plots_the_baselines_the_verdict_compares_with(tiny_model_dirs, monkeypatch, labeled_files):
+    """The plots show, by default, the best baselines that the verdict names first (chosen most often on the
+    calibration parts, for Brier and for AUROC), as the report does, then SeqLogP and Mean Entropy; the reliability
+    figure draws each of them."""
+    at, with_traces = calibrated(tiny_model_dirs, monkeypatch, labeled_files)
+    dataset = read_dataset(with_traces)
+    result = evaluate(dataset.traces, dataset.labels, config=EvaluationConfig(n_splits=3))
+    most = [next(iter(result.paired.get("TRACE+", "best baseline", m, "platt")["chosen_counts"]))
+            for m in ("brier", "auroc")]
+    assert set(most) - {"SeqLogP", "Mean Entropy"}  # the fixture's data: another baseline is chosen
+    assert all(m in result.verdict().sentence for m in most)
+    shown = at.multiselect(key="plot_baselines").value
+    assert shown == list(dict.fromkeys([*most, "SeqLogP", "Mean Entropy"]))
+    figure = json.loads(at.get("plotly_chart")[0].proto.spec)
+    names = " ".join(str(trace.get("name", "")) for trace in figure["data"])
+    assert all(m in names for m in shown), names
+    # The user's own choice stays while the best baselines do not change (another plot setting)
+    at.multiselect(key="plot_baselines").set_value(["MinProb"]).run()
+    at.slider(key="n_bins").set_value(7).run()
+    assert at.multiselect(key="plot_baselines").value == ["MinProb"]
+
+
+@pytest.mark.slow
 def test_calibrate_then_flag_pages(tiny_model_dirs, monkeypatch, labeled_files):
     at, with_traces = calibrated(tiny_model_dirs, monkeypatch, labeled_files)
     assert len(at.get("plotly_chart")) == 3
