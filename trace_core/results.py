@@ -446,8 +446,9 @@ class EvaluationResult:
 
     def skill_note(self, *, calibrator: str | None = None) -> str:
         """``"Base-rate Brier p(1−p) 0.240 (p = 60.2% correct among all 1,430 answers); Brier skill score 1 −
-        Brier/0.240: TRACE+ 0.434, best baseline (chosen on each calibration part) 0.476."``; "" without an
-        accuracy. The score is that of the mean Brier over the splits."""
+        Brier/0.240: TRACE+ 0.434, best baseline (chosen on each calibration part) 0.476."``, then, when AUPRC is
+        measured (and not averaged over groups), its level without skill: the share correct, since correct answers
+        are its positives; "" without an accuracy. The score is that of the mean Brier over the splits."""
         skill = self.skill(calibrator=calibrator)
         base = skill["base_rate_brier"]
         if not np.isfinite(base):
@@ -463,7 +464,11 @@ class EvaluationResult:
                      + ", ".join(f"{names.get(m, m)} {v:.3f}" for m, v in scores.items()))
             if any(v < 0 for v in scores.values()):
                 text += " (below 0: less accurate than giving every answer the share correct as its probability)"
-        return text + "."
+        text += "."
+        if "auprc" in self.config.metrics and not self.group_note:  # its level without skill is the positives' share
+            text += (f" AUPRC takes the correct answers as its positives: a score that ranks them at random gets "
+                     f"about {self.accuracy:.1%}.")
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: config, counts, notes, skill, the summary under both calibrators, the paired comparison and

@@ -232,6 +232,20 @@ def test_skill_line_uses_the_base_rate_brier_and_the_best_baseline(spike_results
     assert average.base_rate_brier == pytest.approx(np.mean([r.base_rate_brier for r in groups]))
     assert "mean over the groups" in average.skill_note()
     assert all(v > 0 for v in skill["brier_skill_score"].values()) and "below 0" not in note  # spikes: skill
+    assert note.endswith(f" AUPRC takes the correct answers as its positives: a score that ranks them at random gets "
+                         f"about {p:.1%}.")
+    assert "AUPRC" not in average.skill_note()  # the groups' shares differ
+
+
+@pytest.mark.parametrize("share", [0.01, 0.3, 0.93])
+def test_auprc_of_a_random_ranking_is_about_the_share_correct(share):
+    """What the skill note says of AUPRC, checked with scikit-learn: random scores average about the share correct."""
+    from sklearn.metrics import average_precision_score
+
+    rng = np.random.default_rng(0)
+    y = (rng.random(20_000) < share).astype(int)
+    values = [average_precision_score(y, rng.random(y.size)) for _ in range(20)]
+    assert np.mean(values) == pytest.approx(y.mean(), rel=0.1, abs=0.003)
 
 
 def test_json_carries_a_structured_verdict(spike_results):
