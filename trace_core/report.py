@@ -93,16 +93,18 @@ def _paired_cell(value: Any) -> str:
 def figure_baselines(result: EvaluationResult, calibrator: str = "platt") -> list[str]:
     """The baselines the figures show beside TRACE and TRACE+ (the report's, and the Calibrate page's by default):
     for Brier (after ``calibrator``) and AUROC, the verdict's metrics, the baseline that the calibration parts chose
-    most often as TRACE+'s best baseline (the one the verdict names first); then :data:`FIGURE_BASELINES`; only those
-    that ran, each once."""
+    most often as the best baseline (the one the verdict names first; the same for every method compared with it);
+    then :data:`FIGURE_BASELINES`; only those that ran, each once."""
     from .paired import BEST_BASELINE
 
     chosen: list[str] = []
-    if result.paired is not None:
-        for metric in ("brier", "auroc"):
-            row = result.paired.get("TRACE+", BEST_BASELINE, metric, calibrator)
-            if row is not None and row["chosen_counts"]:
-                chosen.append(next(iter(row["chosen_counts"])))  # most often first
+    paired = result.paired
+    subjects = [] if paired is None else list(dict.fromkeys(paired.summary["method"]))  # TRACE+ first when it ran
+    for metric in ("brier", "auroc"):  # every subject is compared with the same choice on each split
+        rows = [paired.get(m, BEST_BASELINE, metric, calibrator) for m in subjects] if paired is not None else []
+        counts = next((r["chosen_counts"] for r in rows if r is not None and r["chosen_counts"]), None)
+        if counts:
+            chosen.append(next(iter(counts)))  # most often first
     return list(dict.fromkeys(m for m in (*chosen, *FIGURE_BASELINES) if m in result.methods))
 
 

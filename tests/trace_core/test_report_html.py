@@ -68,3 +68,26 @@ def test_cli_writes_the_report_and_checks_its_name_first(tmp_path, capsys):
     assert main(["evaluate", str(path), "--report", str(tmp_path / "report.pdf")]) == 1
     assert "--report" in capsys.readouterr().err
     assert main(["evaluate", str(path), "--report", str(path)]) == 1  # never over the input
+
+
+def test_figures_show_the_baselines_the_verdict_names_first():
+    """figure_baselines: for Brier and AUROC, the baseline chosen most often on the calibration parts (the first the
+    verdict names), then SeqLogP and Mean Entropy; without TRACE+ the same choice is read from TRACE's comparison."""
+    from trace_core import evaluate_arrays, synthetic_traces
+    from trace_core.report import FIGURE_BASELINES, figure_baselines
+
+    surprisal, entropy, labels = synthetic_traces(600, seed=1)
+    config = EvaluationConfig(n_splits=4)
+    result = evaluate_arrays(surprisal, entropy, labels, config=config)
+    first = [next(iter(result.paired.get("TRACE+", "best baseline", m, "platt")["chosen_counts"]))
+             for m in ("brier", "auroc")]
+    assert all(name in result.verdict().sentence for name in first)
+    assert figure_baselines(result) == list(dict.fromkeys([*first, *FIGURE_BASELINES]))
+    assert set(first) - set(FIGURE_BASELINES)  # this data's best baseline is another one
+    without = evaluate_arrays(surprisal, entropy, labels, config=config,
+                              methods=["TRACE", "MinProb", "SeqLogP", "Max Entropy"])
+    assert "TRACE+" not in without.methods
+    counts = without.paired.get("TRACE", "best baseline", "auroc")["chosen_counts"]
+    assert figure_baselines(without)[0] == next(iter(without.paired.get("TRACE", "best baseline", "brier",
+                                                                        "platt")["chosen_counts"]))
+    assert next(iter(counts)) in figure_baselines(without)
