@@ -27,5 +27,7 @@ def record(url: str, asked: dict[str, tuple[str, dict]], out: Path, requests_nam
             raise SystemExit(f"{endpoint} answered {exc.code}: {exc.read()[:2000]!r}") from exc
         (out / name).write_text(json.dumps(response, indent=2, ensure_ascii=False) + "\n")
         print(f"wrote {out / name}")
-    requests = {name: {"endpoint": endpoint, "body": body} for name, (endpoint, body) in asked.items()}
-    (out / requests_name).write_text(json.dumps(requests, indent=2) + "\n")
+    kept = out / requests_name  # a partial recording (--only) keeps the other responses' requests
+    requests = json.loads(kept.read_text(encoding="utf-8")) if kept.is_file() else {}
+    requests.update({name: {"endpoint": endpoint, "body": body} for name, (endpoint, body) in asked.items()})
+    kept.write_text(json.dumps(requests, indent=2) + "\n")

@@ -2,12 +2,13 @@
 
 A response layout is a :class:`ResponseShape`: how to recognise it and how to read its decoding steps.
 :data:`RESPONSE_SHAPES` lists the layouts read today: OpenAI's chat.completions and legacy completions (which vLLM,
-TGI, Ollama and the llama.cpp server also speak at ``/v1``), and the servers' own layouts: llama.cpp ``/completion``
-with ``n_probs``, Ollama ``/api/generate`` and ``/api/chat`` with ``logprobs``, TGI ``/generate`` with ``details``,
-and vLLM's ``prompt_logprobs`` (an existing answer scored as part of the prompt). Each is one entry there: a
-``detect`` function and a ``parse`` function returning :class:`~trace_core.server_shapes.ParsedResponse` (the typed
-parsers of :mod:`trace_core.server_shapes`, which live recording from a server shares); the steps become a Trace the
-same way for all, here. A response must match exactly one layout.
+TGI, Ollama and the llama.cpp server also speak at ``/v1``), OpenAI's Responses API, and the servers' own layouts:
+llama.cpp ``/completion`` with ``n_probs``, Ollama ``/api/generate`` and ``/api/chat`` with ``logprobs``, TGI
+``/generate`` with ``details``, and vLLM's ``prompt_logprobs`` (an existing answer scored as part of the prompt).
+Each is one entry there: a ``detect`` function and a ``parse`` function returning
+:class:`~trace_core.server_shapes.ParsedResponse` (the typed parsers of :mod:`trace_core.server_shapes`, which live
+recording from a server shares); the steps become a Trace the same way for all, here. A response must match exactly
+one layout.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..server_shapes import ParsedResponse, TokenStep
 from ..server_shapes.llamacpp import detect_llamacpp, hint_llamacpp, parse_llamacpp
 from ..server_shapes.ollama import detect_ollama, hint_ollama, parse_ollama_chat, parse_ollama_generate
 from ..server_shapes.openai import ASK_FOR_LOGPROBS, has_openai_logprobs, openai_logprobs, parse_chat, parse_completions
+from ..server_shapes.responses_api import detect_responses, hint_responses, parse_responses
 from ..server_shapes.tgi import detect_tgi, hint_tgi, parse_tgi
 from ..server_shapes.vllm import detect_vllm_prompt, parse_vllm_prompt
 from ..trace import Trace, TraceMetadata
@@ -71,6 +73,8 @@ RESPONSE_SHAPES: tuple[ResponseShape, ...] = (
                   expects="OpenAI chat.completions (`choices[0].logprobs.content`)"),
     ResponseShape("completions", has_openai_logprobs("tokens"), parse_completions,
                   expects="OpenAI completions (`choices[0].logprobs.tokens`)"),
+    ResponseShape("responses", detect_responses, parse_responses, hint=hint_responses,
+                  expects="OpenAI Responses API (`output[].content[].logprobs` of its `output_text` parts)"),
     ResponseShape("llamacpp_completion", detect_llamacpp, parse_llamacpp, hint=hint_llamacpp,
                   expects="llama.cpp /completion (`completion_probabilities`)"),
     ResponseShape("ollama_generate", detect_ollama("response"), parse_ollama_generate,
@@ -215,6 +219,10 @@ def trace_from_openai(response: Mapping[str, Any], *, prompt: str = "", model_id
       as llama.cpp's ``/v1/completions`` writes it).
     - ``completions``: ``choices[0].logprobs`` is ``{"tokens", "token_logprobs", "top_logprobs": [{token: logprob}
       or null, ...]}``; the answer is ``choices[0].text``.
+    - ``responses``: OpenAI's Responses API asked with ``include: ["message.output_text.logprobs"]``
+      (``"object": "response"``): each ``output_text`` part of the ``message`` items in ``output`` has ``logprobs``
+      in chat's form; the answer is those parts' texts joined, other items (reasoning, tool calls) are not read;
+      ``finish_reason`` is ``stop`` for a completed response and ``length`` for one cut at ``max_output_tokens``.
     - ``llamacpp_completion``: llama.cpp ``/completion`` with ``n_probs``: ``completion_probabilities`` is a list of
       ``{"id", "token", "bytes", "logprob", "top_logprobs": [{"id", "token", "bytes", "logprob"}]}``; the answer is
       ``content``. Older servers (2023-2024) wrote ``{"content", "probs": [{"tok_str", "prob"}]}`` (probabilities, read

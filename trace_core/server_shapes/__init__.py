@@ -9,6 +9,7 @@ both read a layout, and check its numbers (:func:`~trace_core.logprobs.check_log
 * :mod:`.steps` -- :class:`TokenStep`, :class:`Offered`, :class:`ParsedResponse`; :mod:`.fields` -- the field
   readers every parser uses.
 * :mod:`.openai` -- OpenAI chat.completions and legacy completions (also vLLM, TGI, Ollama and llama.cpp at ``/v1``).
+* :mod:`.responses_api` -- OpenAI's Responses API (``/v1/responses``), whose text parts carry chat's ``logprobs``.
 * :mod:`.llamacpp` -- llama.cpp ``/completion`` with ``n_probs``; :mod:`.ollama` -- Ollama ``/api/generate`` and
   ``/api/chat``; :mod:`.tgi` -- TGI ``/generate``; :mod:`.vllm` -- vLLM ``prompt_logprobs``.
 

@@ -328,7 +328,7 @@ def test_answer_tokens_must_agree_with_a_generated_answer():
     ("llamacpp_completion.json", "llamacpp_completion"), ("llamacpp_completion_legacy.json", "llamacpp_completion"),
     ("llamacpp_v1_chat.json", "chat"), ("ollama_generate.json", "ollama_generate"),
     ("ollama_chat.json", "ollama_chat"), ("tgi_generate.json", "tgi_generate"),
-    ("vllm_prompt_logprobs_completions.json", "vllm_prompt_logprobs"),
+    ("vllm_prompt_logprobs_completions.json", "vllm_prompt_logprobs"), ("openai_responses.json", "responses"),
 ])
 def test_each_fixture_matches_exactly_one_layout(name, api):
     assert [s.api for s in RESPONSE_SHAPES if s.detect(load(name))] == [api]
@@ -365,7 +365,8 @@ def test_a_response_matching_no_layout_says_what_was_expected(response, hint):
         trace_from_openai(response)
     message = str(info.value)
     assert message.startswith("response has no choices: expected an OpenAI-style response with a non-empty "
-                              "`choices` list, or one of: llama.cpp /completion (`completion_probabilities`); ")
+                              "`choices` list, or one of: OpenAI Responses API (`output[].content[].logprobs` of its "
+                              "`output_text` parts); llama.cpp /completion (`completion_probabilities`); ")
     assert "TGI /generate (`generated_text` and `details`)" in message and "\n" not in message
     assert (hint is None) == ("it looks like" not in message) and (hint is None or hint in message)
 
@@ -558,6 +559,19 @@ def test_recorded_vllm_chat_imports_with_its_numbers():
         np.testing.assert_allclose(trace.top_logprobs[t], offered[:trace.n_alternatives], atol=1e-12)
 
 
+def test_recorded_vllm_responses_api_imports_as_its_chat_answer():
+    """The same greedy request to one real vLLM server through /v1/responses and /v1/chat/completions: the two
+    layouts import to the same trace, cut answer included."""
+    via_responses = trace_from_openai(load("vllm_responses.json"))
+    via_chat = trace_from_openai(load("vllm_chat.json"))
+    assert via_responses.metadata.extra == {"api": "responses", "finish_reason": "length"}
+    assert via_chat.metadata.extra == {"api": "chat", "finish_reason": "length"}
+    assert (via_responses.tokens, via_responses.top_tokens, via_responses.answer) == (
+        via_chat.tokens, via_chat.top_tokens, via_chat.answer)
+    for name in ("surprisal", "entropy", "top_logprobs", "top_ids", "token_ids"):
+        assert getattr(via_responses, name).tobytes() == getattr(via_chat, name).tobytes(), name
+
+
 def test_recorded_vllm_prompt_logprobs_import_the_answer_span():
     response = load("vllm_prompt_logprobs.json")
     choice = response["choices"][0]
@@ -572,3 +586,97 @@ def test_recorded_vllm_prompt_logprobs_import_the_answer_span():
 def test_recorded_vllm_completions_with_token_ids_are_refused_with_the_reason():
     with pytest.raises(ValueError, match="tokens are token ids .*return_tokens_as_token_ids"):
         trace_from_openai(load("vllm_completions.json"))
+
+
+# --------------------------------------------------------------------------------------------------
+# OpenAI's Responses API (/v1/responses with include: ["message.output_text.logprobs"])
+# --------------------------------------------------------------------------------------------------
+
+RESPONSES_API = "openai_responses.json"
+
+
+def _text_part(response: dict) -> dict:
+    return response["output"][0]["content"][0]
+
+
+def test_responses_api_imports_its_output_text_logprobs():
+    response = load(RESPONSES_API)
+    trace = trace_from_openai(response, prompt="Where?")
+    content = _text_part(response)["logprobs"]
+    check(trace, expected(content_steps(content, ids=False)), token_ids=[-1] * len(content), api="responses")
+    assert trace.answer == "Paris, café." and "".join(trace.tokens) == trace.answer
+    assert trace.metadata.model_id == "gpt-4.1-mini-2025-04-14" and trace.metadata.extra["finish_reason"] == "stop"
+    # the chosen "," is not among its step's alternatives: its mass is added to the estimate (checked in expected)
+    assert b"," not in {bytes(a["bytes"]) for a in content[1]["top_logprobs"]}
+
+
+def test_responses_api_reads_every_output_text_part_and_skips_other_items():
+    response = load(RESPONSES_API)
+    whole = trace_from_openai(response)
+    message = response["output"][0]
+    first, second = copy.deepcopy(_text_part(response)), copy.deepcopy(_text_part(response))
+    first["text"], first["logprobs"] = "Paris,", first["logprobs"][:2]
+    second["text"], second["logprobs"] = " café.", second["logprobs"][2:]
+    message["content"] = [first, second]
+    response["output"] = [{"id": "rs_1", "type": "reasoning", "summary": []}, message,
+                          {"id": "fc_1", "type": "function_call", "name": "f", "arguments": "{}", "call_id": "c"}]
+    split = trace_from_openai(response)
+    assert split == whole and split.answer == "Paris, café."
+
+
+def _with(change):
+    response = load(RESPONSES_API)
+    change(response)
+    return response
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda r: r.update(status="in_progress"), r"^response status is in_progress: the answer is not finished"),
+    (lambda r: r.update(status="failed", error={"code": "server_error", "message": "boom"}),
+     r"^response status is failed: 'boom'; it holds no answer to import$"),
+    (lambda r: r.update(status="cancelled"), r"^response status is cancelled; it holds no answer"),
+    (lambda r: _text_part(r).pop("logprobs"),
+     r'^response has no log-probabilities in output\[0\]\.content\[0\]\.logprobs: ask with include: '
+     r'\["message\.output_text\.logprobs"\]'),
+    (lambda r: _text_part(r).update(logprobs=[]), r"^response has no log-probabilities in output\[0\]"),
+    (lambda r: _text_part(r).update(text=None), r"^output\[0\]\.content\[0\]\.text must be a string"),
+    (lambda r: r["output"][0].update(content=[{"type": "refusal", "refusal": "I can't help with that."}]),
+     r"^output\[0\]\.content\[0\] is a refusal \(\"I can't help with that\.\"\)"),
+    (lambda r: r.update(output=[{"id": "rs_1", "type": "reasoning", "summary": []}]),
+     r"^response has no output_text part in a `message` item"),
+    (lambda r: r["output"][0].update(content="Paris"), r"^output\[0\]\.content must be a list"),
+    (lambda r: _text_part(r)["logprobs"][3].update(logprob=0.5),
+     r"^output\[0\]\.content\[0\]\.logprobs\[3\]\.logprob is 0\.5; expected a log-probability"),
+    (lambda r: _text_part(r)["logprobs"][1]["top_logprobs"][0].update(logprob=-0.01),
+     r"^output\[0\]\.content\[0\]\.logprobs\[1\]\.top_logprobs "),
+])
+def test_bad_responses_api_objects_are_refused_naming_the_field(change, match):
+    with pytest.raises(ValueError, match=match):
+        trace_from_openai(_with(change))
+
+
+def test_a_responses_api_answer_cut_at_max_output_tokens_is_marked_as_cut():
+    cut = _with(lambda r: r.update(status="incomplete", incomplete_details={"reason": "max_output_tokens"}))
+    assert trace_from_openai(cut).metadata.extra["finish_reason"] == "length"  # what the pages call a cut answer
+    other = _with(lambda r: r.update(status="incomplete", incomplete_details=None))
+    assert trace_from_openai(other).metadata.extra["finish_reason"] == "incomplete"
+
+
+def test_a_responses_api_stream_event_says_what_to_import():
+    event = {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0,
+             "delta": "Par", "logprobs": [], "sequence_number": 4}
+    with pytest.raises(ValueError, match=r"it looks like one event of a Responses API stream "
+                                         r"\('response\.output_text\.delta'\): import the finished response"):
+        trace_from_openai(event)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_responses_api_objects_through_read_dataset(tmp_path, fmt):
+    rows = [{"prompt": "Where?", "response": load(RESPONSES_API), "label": 1},
+            {"prompt": "No logprobs", "response": _with(lambda r: _text_part(r).update(logprobs=[])), "label": 0}]
+    with pytest.warns(DatasetWarning, match="rejected"):
+        ds = read_dataset(write_rows(tmp_path, rows, fmt))
+    assert ds.traces[0] == trace_from_openai(load(RESPONSES_API), prompt="Where?")
+    assert ds.frame["answer"].tolist() == ["Paris, café."]
+    assert [(e.row, e.field) for e in ds.errors] == [(2, "response")]
+    assert 'include: ["message.output_text.logprobs"]' in ds.errors[0].message
