@@ -81,6 +81,7 @@ class FakeServer(LocalServer):
         self.max_model_len = max_model_len
         self.max_logprobs = max_logprobs
         self.script: list[tuple] = []  # answers for the next POST requests, consumed in order
+        self.fail_texts: tuple[str, ...] = ()  # a completion whose decoded prompt holds one of these: 500, always
         self.no_prompt_logprobs = False  # answer 400 to prompt_logprobs, as servers that cannot score do
         self.echo_offset = 0  # add this to the echoed prompt ids (a server that tokenizes differently)
         self.required_key: str | None = None
@@ -101,6 +102,14 @@ class FakeServer(LocalServer):
         self._start(_handler(self))
 
     # ------------------------------------------------------------------------------------------------------------
+
+    def failing(self, path: str, body: dict[str, Any]) -> tuple | None:
+        """The error answer for a completion request whose prompt holds one of :attr:`fail_texts` (whichever request
+        of a run it is, unlike :attr:`script`), else None."""
+        if not self.fail_texts or path != "/v1/completions" or not isinstance(body.get("prompt"), list):
+            return None
+        text = self.tokenizer.decode([int(i) for i in body["prompt"]])
+        return ("error", 500, {}, "engine died") if any(t in text for t in self.fail_texts) else None
 
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": self.served_name, "object": "model", "created": 0,
@@ -355,7 +364,7 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 order = server.attempts - 1
                 server.bodies.append(body)
                 server.paths.append(self.path)
-                action = server.script.pop(0) if server.script else None
+                action = server.script.pop(0) if server.script else server.failing(self.path, body)
                 server.in_flight += 1
                 server.max_in_flight = max(server.max_in_flight, server.in_flight)
             counted = True

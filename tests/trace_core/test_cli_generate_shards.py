@@ -110,10 +110,12 @@ def test_shards_equal_a_single_file_run_and_a_rerun_needs_no_server(prompts, tmp
 def test_a_shard_whose_requests_fail_is_redone_by_the_next_run(prompts, tmp_path, tiny_model_dirs, servers, capsys):
     folder, fake = tiny_model_dirs["gpt2"], servers()
     assert _generate(prompts, tmp_path / "clean", [fake.url], folder, "--quiet") == 0
-    # a.jsonl's two requests are answered, c.jsonl's fail (no retries), sub/b.jsonl's are answered
-    fake.script = [None, None, ("error", 500, {}, "engine died"), ("error", 500, {}, "engine died")]
+    # c.jsonl's requests fail (no retries) however many of them are sent before the shard gives up; the others are
+    # answered
+    fake.fail_texts = ("Q: 3 + 4 =", "Numbers: 0 1 2")
     out = tmp_path / "out"
     assert _generate(prompts, out, [fake.url], folder, "--quiet") == 1
+    fake.fail_texts = ()
     err = capsys.readouterr().err.strip().splitlines()
     assert any(line.startswith("warning: [2/3] c.jsonl: failed: ") for line in err), err
     assert err[-1].startswith("error: 1 of 3 shards failed (c.jsonl); the others are written"), err
