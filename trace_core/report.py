@@ -99,12 +99,13 @@ def figure_baselines(result: EvaluationResult, calibrator: str = "platt") -> lis
 
     chosen: list[str] = []
     paired = result.paired
-    subjects = [] if paired is None else list(dict.fromkeys(paired.summary["method"]))  # TRACE+ first when it ran
-    for metric in ("brier", "auroc"):  # every subject is compared with the same choice on each split
-        rows = [paired.get(m, BEST_BASELINE, metric, calibrator) for m in subjects] if paired is not None else []
-        counts = next((r["chosen_counts"] for r in rows if r is not None and r["chosen_counts"]), None)
-        if counts:
-            chosen.append(next(iter(counts)))  # most often first
+    if paired is not None:
+        subjects = list(dict.fromkeys(paired.summary["method"]))  # TRACE+ first when it ran
+        for metric in ("brier", "auroc"):  # every subject is compared with the same choice on each split
+            rows = (paired.get(m, BEST_BASELINE, metric, calibrator) for m in subjects)
+            counts = next((r["chosen_counts"] for r in rows if r is not None and r["chosen_counts"]), None)
+            if counts:
+                chosen.append(next(iter(counts)))  # most often first
     return list(dict.fromkeys(m for m in (*chosen, *FIGURE_BASELINES) if m in result.methods))
 
 
