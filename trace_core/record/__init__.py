@@ -3,7 +3,9 @@
 Both are imported lazily, inside functions, so ``import trace_core`` and ``import trace_core.record`` stay light.
 
 * :mod:`.load` -- :func:`load_model` under the model policy (offline, safetensors only, no remote code, the
-  deployment's allow-list); :mod:`.folders` -- what a model folder holds (shared with :mod:`.embedder`).
+  deployment's allow-list); :mod:`.folders` -- what a model folder holds (shared with :mod:`.embedder`);
+  :mod:`.threads` -- torch's CPU threads: the CPUs the process really has (affinity, cgroup quota) and the count
+  :func:`load_model` applies.
 * :mod:`.tokens` -- :func:`encode_prompt`, :func:`token_pieces`, :func:`alternative_pieces`,
   :func:`context_length`.
 * :mod:`.generate` -- :func:`generate_traces`: generate and record in the same pass.

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import settings
-from .._checks import shorten
+from .._checks import check_int, shorten
 from .folders import (
     FolderError,
     FolderEscapeError,
@@ -28,6 +28,7 @@ from .folders import (
     model_folder,
 )
 from .gguf import converted_folder, gguf_file_of, packaged_model_file
+from .threads import set_torch_threads
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -65,6 +66,7 @@ class LoadedModel:
     model_id: str
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     model_digest: str = ""  # :func:`model_digest` of the folder it was loaded from; "" when unknown
+    threads: int = 0  # torch's intra-op threads once it was loaded (process-wide: the last load sets them); 0: unknown
 
     @property
     def device(self) -> torch.device:
@@ -234,7 +236,7 @@ def check_model_allowed(name_or_path: str | Path) -> None:
 
 def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | Any = "auto",
                local_files_only: bool = True, trust_remote_code: bool | None = None,
-               allow_pickle_weights: bool | None = None,
+               allow_pickle_weights: bool | None = None, threads: int | None = None,
                progress: Callable[[str], None] | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer from a local folder, a GGUF file or the local Hugging Face cache.
 
@@ -259,6 +261,11 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
     allow_pickle_weights : bool or None, default None
         Accept ``pytorch_model.bin`` (pickle) weights when there are no safetensors weights. Loading a pickle can run
         arbitrary code. None: the setting ``TRACE_ALLOW_PICKLE_WEIGHTS`` (off by default).
+    threads : int or None, default None
+        torch's intra-op CPU threads, set for the whole process (torch has one pool; the last load sets it). None:
+        the setting ``TRACE_THREADS``; else, unless the user set ``OMP_NUM_THREADS``, one thread for a small model
+        and the CPUs the process may use (affinity and cgroup quota) for a larger one
+        (:func:`~trace_core.record.threads.choose_threads`).
     progress : callable(str) or None
         Told a line when a GGUF file is being converted (the first load of that file); None writes it to stderr.
 
@@ -266,7 +273,8 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
     -------
     LoadedModel
         The model in eval mode on ``device``, its tokenizer, and ``model_id``: ``str(name_or_path)``, or for a GGUF
-        file its file name (``SmolLM2-135M-Instruct.Q4_1.gguf``), the same wherever it is installed.
+        file its file name (``SmolLM2-135M-Instruct.Q4_1.gguf``), the same wherever it is installed; ``threads``:
+        torch's intra-op thread count once it was loaded.
 
     Raises
     ------
@@ -287,7 +295,10 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
         hub id (``org/name``, which admits only the model of that id from the local Hugging Face cache, never a
         local folder ``./org/name``).
     trace_core.settings.SettingError
-        One of the environment variables above has a value that is not a flag.
+        One of the environment variables above has a value that is not a flag (``TRACE_THREADS``: not a whole
+        number >= 1).
+    ValueError, TypeError
+        ``threads`` is not an int >= 1.
 
     Examples
     --------
@@ -303,6 +314,8 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
         trust_remote_code = settings.get("TRACE_TRUST_REMOTE_CODE")
     if allow_pickle_weights is None:
         allow_pickle_weights = settings.get("TRACE_ALLOW_PICKLE_WEIGHTS")
+    if threads is not None:  # checked before a conversion or a load of minutes, not after
+        threads = check_int(threads, "threads", minimum=1)
     if not name.strip():
         raise ModelNotFoundError("No model given: pass a local model folder or a cached Hugging Face model id.")
     gguf = gguf_file_of(name) or packaged_model_file(name)
@@ -329,11 +342,13 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
             hf_logging.enable_progress_bar()
     model.to(resolved_device)
     model.eval()
+    chosen_threads = set_torch_threads(model, threads)
     if gguf is not None:  # traces record the tokenizer's name: the GGUF file's, not this machine's cache folder
         tokenizer.name_or_path = gguf.name
     # A GGUF file is named by its file name (the same wherever it is installed), a folder or id as given.
     return LoadedModel(model=model, tokenizer=tokenizer, model_id=gguf.name if gguf is not None else name,
-                       model_digest=model_digest(digest_folder) if digest_folder is not None else "")
+                       model_digest=model_digest(digest_folder) if digest_folder is not None else "",
+                       threads=chosen_threads)
 
 
 def _model_source(name: str, folder: ModelFolder | None, *, allow_pickle_weights: bool) -> tuple[str, Path | None]:
