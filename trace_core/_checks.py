@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 __all__ = ["MAX_ECHO", "AnswerValueError", "as_1d", "clip", "check_bool", "check_choice", "check_int", "check_strings",
-           "check_labels", "check_real", "check_scores", "is_number", "set_checked", "shorten", "show"]
+           "check_labels", "check_real", "check_scores", "counted", "is_number", "set_checked", "shorten", "show"]
 
 MAX_ECHO = 200  # characters of user input an error message may quote
 MAX_SHOWN = 60  # characters of a cell quoted in a row error: enough to recognise it, short enough for one line
@@ -62,6 +62,15 @@ def clip(text: str, limit: int = MAX_ECHO) -> str:
     'aaa… (5 characters in all)'
     """
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters in all)"
+
+
+def counted(n: int, singular: str, plural: str | None = None) -> str:
+    """A count with its noun in the right number, for the sentences the command line and the dashboard print.
+
+    >>> counted(1, "row"), counted(2_000, "row"), counted(1, "entry", "entries"), counted(3, "row has", "rows have")
+    ('1 row', '2,000 rows', '1 entry', '3 rows have')
+    """
+    return f"{n:,} {singular if n == 1 else (plural or singular + 's')}"
 
 
 def _number(x: float) -> str:

@@ -237,8 +237,9 @@ def fit_new_tokens(lm: Any, prompt: str, *, max_new_tokens: int, chat_template: 
     if limit is None or n_prompt + max_new_tokens <= limit:
         return ContextFit(max_new_tokens, n_prompt, limit)
     if n_prompt >= limit:
+        # No full stop at the end, as every library message: the page that shows it ends the sentence.
         raise ValueError(f"The prompt is {n_prompt:,} tokens; this model reads at most {limit:,} tokens, prompt and "
-                         "answer together. Shorten the prompt.")
+                         "answer together. Shorten the prompt")
     allowed = limit - n_prompt
     return ContextFit(allowed, n_prompt, limit, f"The answer is limited to {allowed:,} new tokens: this model reads "
                                                  f"at most {limit:,} tokens, prompt and answer together.")

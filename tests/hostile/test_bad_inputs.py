@@ -120,7 +120,7 @@ CASES = [
 
 
 def _summary(case: Case) -> str:
-    return f"{case.n_read:,} rows read: {case.n_kept:,} kept, {case.n_read - case.n_kept:,} rejected"
+    return f"{case.n_read:,} row{'' if case.n_read == 1 else 's'} read: {case.n_kept:,} kept, {case.n_read - case.n_kept:,} rejected"
 
 
 def _read(path: Path, **kwargs: Any) -> LabeledDataset:
@@ -302,7 +302,8 @@ def test_calibrate_page(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
         for problem, (_, _, fragment) in zip(rejected["problem"], case.row_errors, strict=True):
             assert fragment in problem
     else:
-        assert _texts(at.success) == [f"{case.n_read:,} rows read, all kept."]
+        kept = "1 row read, kept." if case.n_read == 1 else f"{case.n_read:,} rows read, all kept."
+        assert _texts(at.success) == [kept]
     for note in case.page_notes:
         assert any(note in text for text in alerts), (note, alerts)
     if case.cli_error:  # the page stops where the command line does

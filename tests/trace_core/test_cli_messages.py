@@ -190,7 +190,7 @@ def test_txt_prompts_take_line_breaks_as_escapes_and_keep_their_line_numbers(tmp
 
 
 @pytest.mark.parametrize("has_template, flag, said", [
-    (True, False, True),  # an instruct model given bare prompts: say so, and why its answers may be empty
+    (True, False, True),  # --no-chat-template on an instruct model: say so, and why its answers may be empty
     (True, True, False),
     (False, False, False),  # no template to use: nothing to say
 ])
@@ -208,5 +208,5 @@ def test_the_command_line_says_when_a_models_chat_template_goes_unused(has_templ
     assert capsys.readouterr().err == ""  # a note, left out with --quiet
     warning = common.empty_answers_warning(["Paris", " \n", ""], lm, args)
     assert warning.startswith("2 of 3 answers are empty (the model ended its answer at once)")
-    assert ("--chat-template" in warning) is said
+    assert ("(leave out --no-chat-template)" in warning) is said
     assert common.empty_answers_warning(["Paris", "42"], lm, args) == ""

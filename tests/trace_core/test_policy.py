@@ -110,6 +110,14 @@ def test_fit_new_tokens_refuses_a_prompt_that_fills_the_context(short_context_lm
         fit_new_tokens(short_context_lm, prompt, max_new_tokens=1)
 
 
+def test_the_prompt_too_long_message_leaves_its_full_stop_to_the_page(short_context_lm):
+    """Pages end a library message with one full stop (the Inspect page's `sentence`, the batch list's "."): a message
+    ending in its own would be shown "Shorten the prompt.."."""
+    with pytest.raises(ValueError) as caught:
+        fit_new_tokens(short_context_lm, " 1" * 40, max_new_tokens=1)
+    assert str(caught.value).endswith("answer together. Shorten the prompt")
+
+
 def test_fit_new_tokens_checks_its_number(short_context_lm):
     with pytest.raises(TypeError, match="`max_new_tokens` must be an int >= 1"):
         fit_new_tokens(short_context_lm, "hi", max_new_tokens=2.5)

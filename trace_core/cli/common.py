@@ -14,10 +14,12 @@ from typing import Any
 
 import pandas as pd
 
+from .._checks import counted
 from ._support import CLIError, plain_warnings, progress, shown
 
-__all__ = ["empty_answers_warning", "load_model", "read_data", "request_batch", "row_numbers",
-           "say_template_unused", "server_urls", "template_unused", "usable", "write_data"]
+__all__ = ["chat_template_setting", "empty_answers_warning", "load_model", "read_data", "request_batch",
+           "resolve_chat_template", "row_numbers", "say_template_unused", "server_applies_template", "server_urls",
+           "template_unused", "usable", "write_data"]
 
 
 def server_urls(args: argparse.Namespace) -> list[str]:
@@ -57,13 +59,47 @@ def load_model(args: argparse.Namespace):
             raise CLIError(f"--server {shown(urls[0])}: {exc}") from exc
     from ..record import load_model as load_local_model
 
-    # A flag opts in; without it the environment's policy (off by default) applies.
+    # A flag opts in; without it the environment's policy (off by default) applies. --threads: None is automatic (a
+    # sharded run's ModelLoader carries no --threads yet: its loads choose automatically).
     return load_local_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code or None,
-                            allow_pickle_weights=args.allow_pickle_weights or None)
+                            allow_pickle_weights=args.allow_pickle_weights or None,
+                            threads=getattr(args, "threads", None))
+
+
+def server_applies_template(args: argparse.Namespace, *, generating: bool) -> bool:
+    """Whether the server wraps each prompt in its own chat template: generating through its chat endpoint
+    (``--server-api chat``); scoring always goes through completions, with the template applied here."""
+    return generating and bool(server_urls(args)) and getattr(args, "server_api", "completions") == "chat"
+
+
+def chat_template_setting(lm: Any, args: argparse.Namespace, *, generating: bool) -> bool:
+    """``--chat-template`` resolved for the model ``lm``, as the traces (and a sharded run's manifest) record it: as
+    given, else on when the model's tokenizer has a chat template (as the dashboard does); always on when the
+    server applies its own (:func:`server_applies_template`). CLIError when ``--chat-template`` is given for a model
+    whose tokenizer has none."""
+    from ..data.prompts import has_chat_template
+
+    given = getattr(args, "chat_template", None)
+    if server_applies_template(args, generating=generating):
+        return True
+    has = has_chat_template(lm)
+    if given is None:
+        return has
+    if given and not has:
+        raise CLIError("--chat-template: the model's tokenizer has no chat template; leave the option out (or give "
+                       "--no-chat-template) to send the prompts as they are")
+    return bool(given)
+
+
+def resolve_chat_template(lm: Any, args: argparse.Namespace, *, generating: bool) -> None:
+    """Set ``args.chat_template`` to :func:`chat_template_setting` once the model is loaded (everything after reads
+    it), with :func:`say_template_unused`'s note."""
+    args.chat_template = chat_template_setting(lm, args, generating=generating)
+    say_template_unused(lm, args)
 
 
 def template_unused(lm: Any, args: argparse.Namespace) -> bool:
-    """Whether the model has a chat template that the prompts will not go through (no ``--chat-template``): an
+    """Whether the model has a chat template that the prompts will not go through (``--no-chat-template``): an
     instruct model given a bare prompt often ends its answer at once, and its traces are not those of the answers
     the dashboard gets (which uses the template by default)."""
     from ..data.prompts import template_unused as unused
@@ -72,10 +108,12 @@ def template_unused(lm: Any, args: argparse.Namespace) -> bool:
 
 
 def say_template_unused(lm: Any, args: argparse.Namespace) -> None:
-    """Before the model runs, a note (unless ``--quiet``) when :func:`template_unused`."""
+    """Before the model runs, a note (unless ``--quiet``) when :func:`template_unused`: the template was turned off
+    for a model that has one."""
     if template_unused(lm, args) and not args.quiet:
-        print("note: the model has a chat template and the prompts go to it bare; an instruct model answers through "
-              "its template (--chat-template, as the dashboard does by default)", file=sys.stderr)
+        print("note: --no-chat-template: the model has a chat template and the prompts go to it bare; an instruct "
+              "model often answers nothing that way (by default the template is used, as the dashboard does)",
+              file=sys.stderr)
 
 
 def warn_unseeded(config: Any, *, shards: bool) -> None:
@@ -178,4 +216,4 @@ def write_data(frame: pd.DataFrame, traces: Sequence[Any] | None, out: str, *, q
 
     write_dataset(frame, out, traces=traces)
     if not quiet:
-        print(f"wrote {len(frame):,} rows to {out}", file=sys.stderr)
+        print(f"wrote {counted(len(frame), 'row')} to {out}", file=sys.stderr)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import shorten
+from .._checks import counted, shorten
 from ._support import CLIError, cli_words, shown
 
 __all__ = ["evaluate_sharded"]
@@ -22,8 +22,8 @@ def _say_shard(account: Any, *, quiet: bool) -> None:
     left = ", ".join(f"{n:,} {kind}" for kind, n in account.left_out.items())
     if quiet and not left and not account.problems:
         return
-    print(f"{account.shard}: {account.read:,} rows read, {account.kept:,} kept" + (f" ({left} left out)" if left
-                                                                                   else ""), file=sys.stderr)
+    print(f"{account.shard}: {counted(account.read, 'row')} read, {account.kept:,} kept"
+          + (f" ({left} left out)" if left else ""), file=sys.stderr)
     for problem in account.problems:
         print(f"warning: {problem}", file=sys.stderr)
 
@@ -42,7 +42,7 @@ def _read(args: argparse.Namespace, methods: list[str] | None, embedder: Any) ->
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     if not args.quiet:
-        print(f"evaluating {len(shards):,} shards of {shown(args.data)}, one at a time", file=sys.stderr)
+        print(f"evaluating {counted(len(shards), 'shard')} of {shown(args.data)}, one at a time", file=sys.stderr)
     try:
         return read_compact(shards, methods=methods, matcher=args.matcher, tolerance=args.tolerance,
                             group_by=args.group_by, embedder=embedder, split_by=getattr(args, "split_by", None),
@@ -62,7 +62,7 @@ def _one(table: Any, *, title: str, args: argparse.Namespace, config: Any) -> An
 
     if not args.quiet:
         where = f" ({title})" if title else ""
-        print(f"evaluating {len(table):,} answers{where}", file=sys.stderr)
+        print(f"evaluating {counted(len(table), 'answer')}{where}", file=sys.stderr)
     return protocol_run(lambda update: evaluate_table(table, config=config, progress=update), title=title,
                         args=args, config=config)
 
@@ -89,8 +89,9 @@ def _by_group(args: argparse.Namespace, table: Any, config: Any) -> dict[str, An
         print(f"warning: --group-by {shorten(args.group_by)}: skipped the group {shorten(key)}: {reason}",
               file=sys.stderr)
     if not results:
-        raise CLIError(f"--group-by {shorten(args.group_by)}: none of the {skipped:,} groups can be evaluated (each "
-                       "has one class only, or too few answers of one class for any split)")
+        none = "its one group cannot" if skipped == 1 else f"none of the {skipped:,} groups can"
+        raise CLIError(f"--group-by {shorten(args.group_by)}: {none} be evaluated (each has one class only, or too few "
+                       "answers of one class for any split)")
     return {**results, "average": average_results(results)}
 
 
@@ -102,8 +103,8 @@ def evaluate_sharded(args: argparse.Namespace, *, config: Any, methods: list[str
     scores = _read(args, methods, embedder)
     table = scores.table
     if not args.quiet:
-        print(f"{scores.rows('read'):,} rows read from {len(scores.accounts):,} shards, {len(table):,} answers kept",
-              file=sys.stderr)
+        print(f"{counted(scores.rows('read'), 'row')} read from {counted(len(scores.accounts), 'shard')}, "
+              f"{counted(len(table), 'answer')} kept", file=sys.stderr)
     message = one_class_message(table.labels, METRICS_UNDEFINED)
     if message:
         raise CLIError(f"{shown(args.data)}: {message}")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._checks import AnswerValueError, shorten
+from .._checks import AnswerValueError, counted, shorten
 from . import common
 from ._support import CALIBRATOR_OUT, CLIError, check_not_input, check_out, shown
 
@@ -87,8 +87,8 @@ def _say_fitted(what: str, labels: np.ndarray, out: str) -> None:
     from ..small_sample import SMALL_CLASS, SMALL_SAMPLE, small_sample_note
 
     correct = int(np.sum(labels == 1))
-    print(f"fitted {what} on {len(labels):,} answers ({correct:,} correct, {len(labels) - correct:,} wrong); wrote "
-          f"{out}", file=sys.stderr)
+    print(f"fitted {what} on {counted(len(labels), 'answer')} ({correct:,} correct, {len(labels) - correct:,} wrong); "
+          f"wrote {out}", file=sys.stderr)
     if small_sample_note(len(labels), correct):
         print(f"warning: a calibrator fitted on fewer than {SMALL_SAMPLE} answers, or fewer than {SMALL_CLASS} "
               "of either class, gives unreliable probabilities; label more answers", file=sys.stderr)

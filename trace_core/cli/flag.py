@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any
 
-from .._checks import shorten
+from .._checks import AnswerValueError, counted, shorten
 from . import common
 from ._support import (
     FLAGGED_OUT,
@@ -79,9 +79,9 @@ def cmd_flag(args: argparse.Namespace) -> None:
     dataset = common.usable(dataset, args.data)
     traces = common.trace_table(dataset)
     calibrator, _ = _load_calibrator(args)
-    from ..flag import flag_summary, score_rows, select_flagged
+    from ..flag import flag_summary, select_flagged
 
-    scored = score_rows(dataset.frame, traces, calibrator)
+    scored = _scored(args, dataset, traces, calibrator)
     _drift(args, calibrator, traces)
     if args.by == "span":
         from ..spans import other_script_warning
@@ -102,7 +102,7 @@ def cmd_flag(args: argparse.Namespace) -> None:
     # with the trace columns: the export reads back as a dataset and can be scored again
     export_flagged(with_trace_columns(flagged, flagged_traces), args.out, format=fmt)
     readout = flag_summary(scored.index.isin(flagged.index), scored["probability_correct"].to_numpy(), labels)
-    print(f"flagged {len(flagged):,} of {len(dataset.frame):,} answers ({readout}); "
+    print(f"flagged {len(flagged):,} of {counted(len(dataset.frame), 'answer')} ({readout}); "
           f"wrote {args.out}", file=sys.stderr)
     if args.tokens:
         rows = flagged[dataset.row_column].tolist() if dataset.row_column in flagged.columns else None
@@ -122,6 +122,17 @@ def _drift(args: argparse.Namespace, calibrator: Any, traces: list, reference: l
     except ValueError as exc:  # a feature the reference answers cannot give (e.g. entropy)
         result = DriftResult.unavailable(cli_words(str(exc)), n_new=len(traces))
     say_drift(result, quiet=args.quiet)
+
+
+def _scored(args: argparse.Namespace, dataset: Any, traces: Any, calibrator: Any) -> Any:
+    """Every row scored (:func:`trace_core.flag.score_rows`); an answer the calibrator cannot score is named by its
+    row in the file."""
+    from ..flag import score_rows
+
+    try:
+        return score_rows(dataset.frame, traces, calibrator)
+    except AnswerValueError as exc:  # the library counts answers from 0; the user counts file rows
+        raise CLIError(f"{shown(args.data)}: row {common.row_numbers(dataset)[exc.index]}: {exc.reason}") from exc
 
 
 def _guaranteed(args: argparse.Namespace, calibrator: Any, traces: list) -> float:
@@ -149,6 +160,8 @@ def _certify(args: argparse.Namespace, calibrator: Any) -> tuple[float, Any]:
     risk = common.usable(common.read_data(args.risk_data, require_label=True, args=args), args.risk_data)
     try:
         probability = probability_correct(calibrator, common.trace_table(risk))
+    except AnswerValueError as exc:  # the library counts answers from 0; the user counts file rows
+        raise CLIError(f"{shown(args.risk_data)}: row {common.row_numbers(risk)[exc.index]}: {exc.reason}") from exc
     except ValueError as exc:  # e.g. a score that needs entropy, on traces without
         raise CLIError(f"{shown(args.risk_data)}: {exc}") from exc
     guarantee = guaranteed_threshold(probability, risk.frame["label"].to_numpy(), max_risk=args.max_risk,

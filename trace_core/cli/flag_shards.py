@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from .._checks import counted
 from ._support import CLIError, shown
 
 __all__ = ["flag_sharded"]
@@ -74,8 +75,8 @@ def _decisions(args: argparse.Namespace, shards: list[Any], out: Path, settings:
     if all(stored_result(shard, out, settings=settings) is not None for shard in shards):
         return {}
     if not args.quiet:
-        print(f"reading {len(shards):,} shards for the answers' probabilities (--coverage and --target-risk are "
-              "decided over all of them)", file=sys.stderr)
+        print(f"reading {counted(len(shards), 'shard')} for the answers' probabilities (--coverage and --target-risk "
+              "are decided over all of them)", file=sys.stderr)
     try:
         return flag_decisions(shards, partial(score_shard, calibrator=calibrator, matcher=args.matcher,
                                               tolerance=args.tolerance),
@@ -109,11 +110,11 @@ def flag_sharded(args: argparse.Namespace, calibrator: Any, calibrator_bytes: by
     flagged, written, readout, other = _flagged_summary(out, summary, by_span=args.by == "span")
     if other:
         print(f"warning: {other}", file=sys.stderr)
-    print(f"flagged {flagged:,} of {written:,} answers in {shown(str(out))} (column `flagged`; {readout}); "
+    print(f"flagged {flagged:,} of {counted(written, 'answer')} in {shown(str(out))} (column `flagged`; {readout}); "
           f"{summary.sentence()}", file=sys.stderr)
     if not args.quiet:
         print("the drift check is not run over shards: run flag on one shard to see it", file=sys.stderr)
     if summary.failed:
         names = ", ".join(shown(r.shard.name) for r in summary.failed[:5])
-        raise CLIError(f"{len(summary.failed)} of {len(shards)} shards failed ({names}); the others are written; fix "
-                       "them and run the same command again to do only those")
+        raise CLIError(f"{len(summary.failed):,} of {counted(len(shards), 'shard')} failed ({names}); the others are "
+                       "written; fix them and run the same command again to do only those")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from .._checks import clip
+from .._checks import AnswerValueError, clip, counted
 from . import common
 from ._support import DATASET_OUT, CLIError, check_not_input, check_out, progress, regular_file, shown
 from .generate_shards import generate_shards
@@ -41,10 +41,10 @@ def _read_prompts(path: str, args: argparse.Namespace | None = None) -> tuple[pd
         close()
     if read.skipped:
         rows = len({e.row for e in read.skipped})
-        print(f"warning: {shown(path)}: skipped {rows:,} of {read.n_read:,} rows ({row_errors_text(read.skipped)})",
-              file=sys.stderr)
+        print(f"warning: {shown(path)}: skipped {rows:,} of {counted(read.n_read, 'row')} "
+              f"({row_errors_text(read.skipped)})", file=sys.stderr)
     if not quiet and p.suffix.lower() not in (".txt", ""):
-        print(f"{read.n_read:,} rows read: {len(read.rows):,} prompts", file=sys.stderr)
+        print(f"{counted(read.n_read, 'row')} read: {counted(len(read.rows), 'prompt')}", file=sys.stderr)
         if read.dropped:
             dropped = read.dropped
             labels = (f"; the generated answers are labeled against `reference` (--matcher "
@@ -71,7 +71,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
     check_not_input(args.out, [("the prompts file", args.prompts)], written="the generated answers")
     frame, references, rows = _read_prompts(args.prompts, args)
     lm = common.load_model(args)
-    common.say_template_unused(lm, args)
+    common.resolve_chat_template(lm, args, generating=True)
     prompts = frame["prompt"].astype(str).tolist()
     config = decoding(args)
     common.warn_unseeded(config, shards=False)
@@ -79,6 +79,9 @@ def cmd_generate(args: argparse.Namespace) -> None:
     try:
         traces = generate_traces(lm, prompts, config=config, batch_size=common.request_batch(args),
                                  progress=update)
+    except AnswerValueError as exc:  # the library counts prompts from 0; the user counts file rows
+        raise CLIError(f"{shown(args.prompts)}: row {rows[exc.index]}: the answer {exc.reason}; shorten the prompt "
+                       "or lower --max-new-tokens") from exc
     finally:
         close()
     answers = [t.answer for t in traces]

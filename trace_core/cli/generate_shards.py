@@ -9,11 +9,15 @@ requests in flight at each server, so a server sees at most workers x ``--concur
 
 A shard whose prompts cannot be read, or whose requests still fail after their retries (a server down mid-run),
 fails alone: it gets no entry and the same command redoes it. Sampling without ``--seed`` draws anew on every run:
-said on stderr, and the manifest's settings record ``"seed": null``; a rerun still skips the complete shards."""
+said on stderr, and the manifest's settings record ``"seed": null``; a rerun still skips the complete shards.
+
+The chat template is settled once, before the shards, as a one-file run settles it, and the manifest records the
+value (:func:`~trace_core.cli.score_shards.template_settings`)."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from . import common
@@ -22,10 +26,13 @@ from .options import decoding
 from .score_shards import (
     ModelLoader,
     finish_report,
+    loaded,
     model_settings,
     recorded_command,
+    say_template_change,
     shard_reporter,
     shard_run,
+    template_settings,
 )
 
 __all__ = ["generate_settings", "generate_shards"]
@@ -47,14 +54,23 @@ def generate_shards(args: argparse.Namespace) -> None:
     from ..scale.generate import ShardGenerator
 
     out, runner, engine_options, shards = shard_run(args, args.prompts, formats=PROMPT_FORMATS)
-    config = decoding(args)
-    common.warn_unseeded(config, shards=True)
     show = not args.quiet
     # Ray's workers draw no bars: each shard's line on the driver is the progress
     bars = None if engine_options else (lambda total, what: progress(total, what, show))
-    generator = ShardGenerator(ModelLoader.from_args(args), config=config, batch_size=common.request_batch(args),
-                               num_beams=args.beams, matcher=args.matcher, tolerance=args.tolerance, progress=bars)
-    summary = runner(shards, out, generator, settings=generate_settings(args, generator),
+    loader = ModelLoader.from_args(args)
+
+    def generator_with(chat_template: bool, load: Callable[[], Any] = loader) -> Any:
+        return ShardGenerator(load, config=decoding(args, chat_template=chat_template),
+                              batch_size=common.request_batch(args), num_beams=args.beams, matcher=args.matcher,
+                              tolerance=args.tolerance, progress=bars)
+
+    settings, lm = template_settings(args, out, shards, lambda v: generate_settings(args, generator_with(v)), loader,
+                                     generating=True)
+    say_template_change(out, shards, settings)
+    generator = generator_with(args.chat_template, loaded(lm, loader, engine_options))
+    del lm  # on Ray each worker loads its own: the driver keeps none
+    common.warn_unseeded(generator.config, shards=True)
+    summary = runner(shards, out, generator, settings=settings,
                      command=recorded_command(getattr(args, "argv", [])), skip_errors=(DatasetError, ServerError),
                      on_shard=shard_reporter(args.quiet), **engine_options)
     finish_report(summary, len(shards), show=show)

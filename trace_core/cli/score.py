@@ -8,8 +8,9 @@ import argparse
 import json
 import sys
 
+from .._checks import counted
 from . import common
-from ._support import DATASET_OUT, check_not_input, check_out, progress
+from ._support import DATASET_OUT, CLIError, check_not_input, check_out, progress, shown
 from .score_shards import is_sharded, refuse_engine_options, score_shards
 
 __all__ = ["cmd_score"]
@@ -18,6 +19,7 @@ __all__ = ["cmd_score"]
 def cmd_score(args: argparse.Namespace) -> None:
     from ..policy import usable_rows
     from ..record import beam_logprobs, score_answers
+    from ..scale.score import over_context_message
 
     if is_sharded(args.data):
         score_shards(args)
@@ -31,13 +33,21 @@ def cmd_score(args: argparse.Namespace) -> None:
     todo = [i for i, t in enumerate(traces) if t is None or args.rescore]
     if todo:
         lm = common.load_model(args)
-        common.say_template_unused(lm, args)
+        common.resolve_chat_template(lm, args, generating=False)
+        prompts = [str(frame["prompt"].iloc[i]) for i in todo]
+        answers = [str(frame["answer"].iloc[i]) for i in todo]
         update, close = progress(len(todo), "scoring", not args.quiet)
         try:
-            new = score_answers(lm, [str(frame["prompt"].iloc[i]) for i in todo],
-                                [str(frame["answer"].iloc[i]) for i in todo], chat_template=args.chat_template,
+            new = score_answers(lm, prompts, answers, chat_template=args.chat_template,
                                 n_alternatives=args.alternatives, batch_size=common.request_batch(args),
                                 progress=update)
+        except ValueError as exc:  # the library counts the answers it was given from 0; the user counts file rows
+            rows = common.row_numbers(dataset)
+            message = over_context_message(lm, prompts, answers, [rows[i] for i in todo],
+                                           chat_template=args.chat_template)
+            if message is None:
+                raise
+            raise CLIError(f"{shown(args.data)}: {message}") from exc
         finally:
             close()
         for i, trace in zip(todo, new, strict=True):
@@ -47,7 +57,8 @@ def cmd_score(args: argparse.Namespace) -> None:
             frame["beam_logprobs"] = [json.dumps(b) for b in beam_logprobs(
                 lm, frame["prompt"].astype(str).tolist(), num_beams=args.beams, chat_template=args.chat_template)]
     if not args.quiet:
-        print(f"recorded {len(todo):,} traces; {len(traces) - len(todo):,} rows already had one", file=sys.stderr)
+        had = len(traces) - len(todo)
+        print(f"recorded {counted(len(todo), 'trace')}; {counted(had, 'row')} already had one", file=sys.stderr)
     unscorable = usable_rows(traces, row_numbers=common.row_numbers(dataset)).empty_message(left_out=False)
     if unscorable:
         print(f"warning: {unscorable}", file=sys.stderr)

@@ -18,12 +18,14 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from .._checks import counted
 from ..settings import redact_secrets
 from . import common
 from ._support import DATASET_OUT, CLIError, progress, shown
 
-__all__ = ["ModelLoader", "check_out_folder", "finish_report", "is_sharded", "model_settings", "recorded_command",
-           "refuse_engine_options", "score_shards", "shard_engine", "shard_reporter", "shard_run"]
+__all__ = ["TEMPLATE_DEFAULT", "ModelLoader", "check_out_folder", "finish_report", "is_sharded", "loaded",
+           "model_settings", "recorded_command", "refuse_engine_options", "say_template_change", "score_shards",
+           "shard_engine", "shard_reporter", "shard_run", "template_settings"]
 
 _SHOWN_PROBLEMS = 3  # rejected rows quoted per shard on stderr (all are in its manifest entry)
 # How the shards are worked, not what they hold: left out of the command that the entries record.
@@ -50,6 +52,7 @@ class ModelLoader:
     alternatives: int
     full_distribution: bool
     server_api: str
+    threads: int | None = None  # torch's CPU threads for a local model (not a setting of the shards: same answers)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ModelLoader:
@@ -133,8 +136,8 @@ def shard_reporter(quiet: bool):
             return
         if not quiet:
             what = ("already complete, skipped" if result.status == "skipped" else
-                    f"{entry.rows_read:,} rows read: {entry.rows_kept:,} kept, {entry.rows_rejected:,} rejected "
-                    f"-> {entry.output}")
+                    f"{counted(entry.rows_read, 'row')} read: {entry.rows_kept:,} kept, "
+                    f"{entry.rows_rejected:,} rejected -> {entry.output}")
             print(f"[{index}/{total}] {shard.name}: {what}", file=sys.stderr)
         for problem in result.problems[:_SHOWN_PROBLEMS]:
             print(f"rejected: {problem}", file=sys.stderr)
@@ -205,6 +208,78 @@ def shard_run(args: argparse.Namespace, data: str, *,
     return out, runner, engine_options, shards
 
 
+#: The settings' mark of a chat template resolved from the model's tokenizer (neither --chat-template nor
+#: --no-chat-template given).
+TEMPLATE_DEFAULT = "chat_template_default"
+_TEMPLATE_KEYS = ("chat_template", TEMPLATE_DEFAULT)
+
+
+def _stored_settings(out: Path, shard: Any) -> dict[str, Any] | None:
+    """The settings that the manifest entry of ``shard`` in ``out`` records (None without an entry)."""
+    from ..scale.manifest import read_entry
+
+    entry = read_entry(out, shard.output)
+    return None if entry is None else entry.settings
+
+
+def template_settings(args: argparse.Namespace, out: Path, shards: Sequence[Any],
+                      settings_of: Callable[[bool], dict[str, Any]], loader: Callable[[], Any], *,
+                      generating: bool) -> tuple[dict[str, Any], Any]:
+    """A sharded run's settings (``settings_of(chat_template)``) with ``--chat-template`` resolved as a one-file run
+    resolves it (:func:`~trace_core.cli.common.chat_template_setting`), and the model when it was loaded for that
+    (else None); ``args.chat_template`` is set to the value.
+
+    An option given is stored as given. The default depends on the model's tokenizer, so the settings also mark it
+    (``"chat_template_default": true``): a shard that an earlier run of the same command completed tells the value
+    without loading the model (a rerun of complete shards needs no model), and a folder made before the template
+    became the default (which stored ``false`` without the mark) is never taken for this run's: its shards are made
+    again (:func:`say_template_change`)."""
+    from ..scale.manifest import plain_settings
+
+    given = getattr(args, "chat_template", None)
+    lm, value = None, given
+    if given is None:
+        if common.server_applies_template(args, generating=generating):
+            value = True
+        else:
+            stored = [_stored_settings(out, shard) for shard in shards]
+            value = next((v for v in (True, False)
+                          if plain_settings({**settings_of(v), TEMPLATE_DEFAULT: True}) in stored), None)
+        if value is None:  # no earlier run of this command to tell: the model's tokenizer does
+            lm = loader()
+            value = common.chat_template_setting(lm, args, generating=generating)
+    args.chat_template = bool(value)
+    settings = settings_of(args.chat_template)
+    return ({**settings, TEMPLATE_DEFAULT: True} if given is None else settings), lm
+
+
+def say_template_change(out: Path, shards: Sequence[Any], settings: Mapping[str, Any]) -> None:
+    """A warning naming the shards in ``out`` made with another chat-template setting and otherwise the same: they
+    do not match this run's settings, so they are made again, never mixed with this run's shards (e.g. a folder made
+    before the model's chat template became the default)."""
+    from ..scale.manifest import plain_settings
+
+    settings = plain_settings(settings)
+    rest = {k: v for k, v in settings.items() if k not in _TEMPLATE_KEYS}
+    other: list[tuple[str, dict[str, Any]]] = []
+    for shard in shards:
+        stored = _stored_settings(out, shard)
+        if stored is not None and stored != settings and {
+                k: v for k, v in stored.items() if k not in _TEMPLATE_KEYS} == rest:
+            other.append((shard.name, stored))
+    if not other:
+        return
+    names = ", ".join(name for name, _ in other[:3]) + (", ..." if len(other) > 3 else "")
+    state = "on" if settings["chat_template"] else "off"
+    was = "was" if len(other) == 1 else "were"
+    first = other[0][1]
+    keep = ("" if TEMPLATE_DEFAULT in first or any(s != first for _, s in other) else
+            f"; give {'--chat-template' if first.get('chat_template') else '--no-chat-template'} to keep them")
+    print(f"warning: {shown(str(out))}: {counted(len(other), 'shard')} ({shown(names)}) {was} made with another "
+          f"chat-template setting (e.g. by a run before the model's chat template became the default); this run has "
+          f"the template {state} and makes them again{keep}", file=sys.stderr)
+
+
 def score_shards(args: argparse.Namespace) -> None:
     """Score every shard of ``args.data`` into the folder ``args.out`` (see the module's docstring)."""
     from ..data import DatasetError
@@ -214,14 +289,30 @@ def score_shards(args: argparse.Namespace) -> None:
     show = not args.quiet
     # Ray's workers draw no bars: each shard's line on the driver is the progress
     bars = None if engine_options else (lambda total, what: progress(total, what, show))
-    scorer = ShardScorer(ModelLoader.from_args(args), rescore=args.rescore, chat_template=args.chat_template,
-                         n_alternatives=args.alternatives, batch_size=common.request_batch(args), num_beams=args.beams,
-                         matcher=args.matcher, tolerance=args.tolerance, progress=bars)
-    settings = {**model_settings(args), **scorer.settings()}
+    loader = ModelLoader.from_args(args)
+
+    def scorer_with(chat_template: bool, load: Callable[[], Any] = loader) -> Any:
+        return ShardScorer(load, rescore=args.rescore, chat_template=chat_template, n_alternatives=args.alternatives,
+                           batch_size=common.request_batch(args), num_beams=args.beams, matcher=args.matcher,
+                           tolerance=args.tolerance, progress=bars)
+
+    settings, lm = template_settings(args, out, shards, lambda v: {**model_settings(args), **scorer_with(v).settings()},
+                                     loader, generating=False)
+    say_template_change(out, shards, settings)
+    scorer = scorer_with(args.chat_template, loaded(lm, loader, engine_options))
+    del lm  # on Ray each worker loads its own: the driver keeps none
     command = recorded_command(getattr(args, "argv", []))
     summary = runner(shards, out, scorer, settings=settings, command=command, skip_errors=(DatasetError,),
                      on_shard=shard_reporter(args.quiet), **engine_options)
     finish_report(summary, len(shards), show=show)
+
+
+def loaded(lm: Any, loader: Callable[[], Any], engine_options: Mapping[str, Any]) -> Callable[[], Any]:
+    """What a shard's work loads its model with: the model the driver loaded already (:func:`template_settings`)
+    when the shards run in this process, else ``loader`` (Ray's workers each load their own)."""
+    if lm is None or engine_options:
+        return loader
+    return lambda: lm
 
 
 def finish_report(summary: Any, total: int, *, show: bool) -> None:
@@ -230,5 +321,5 @@ def finish_report(summary: Any, total: int, *, show: bool) -> None:
         print(f"{summary.sentence()}; manifest: {summary.manifest}", file=sys.stderr)
     if summary.failed:
         names = ", ".join(r.shard.name for r in summary.failed[:3]) + (", ..." if len(summary.failed) > 3 else "")
-        raise CLIError(f"{len(summary.failed):,} of {total:,} shards failed ({shown(names)}); the others are "
+        raise CLIError(f"{len(summary.failed):,} of {counted(total, 'shard')} failed ({shown(names)}); the others are "
                        "written; fix them and run the same command again to do only those")

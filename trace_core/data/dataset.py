@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .. import settings
-from .._checks import check_bool, check_int
+from .._checks import check_bool, check_int, counted
 from ..columns import TRACE_COLUMNS
 from ..trace import Trace
 from ..traces import TableBuilder, TraceTable
@@ -101,7 +101,7 @@ class LabeledDataset:
         :attr:`label_note`.
         """
         check_int(max_errors, "max_errors", minimum=0)
-        text = f"{self.n_read:,} rows read: {self.n_valid:,} kept, {self.n_rejected:,} rejected"
+        text = f"{counted(self.n_read, 'row')} read: {self.n_valid:,} kept, {self.n_rejected:,} rejected"
         if self.errors and max_errors:
             shown = "; ".join(str(e) for e in self.errors[:max_errors])
             more = len(self.errors) - max_errors

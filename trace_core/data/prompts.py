@@ -28,8 +28,8 @@ from .labels import exact_match_hint, label_from_reference
 from .read import Progress, read_table
 
 __all__ = ["OLD_ANSWER_COLUMNS", "PromptsFile", "answered_frame", "empty_answers_note", "label_answers",
-           "prompt_problem", "read_prompts", "matcher_hint", "row_errors_text", "template_unused", "unescape_prompt",
-           "unlabeled_message"]
+           "has_chat_template", "prompt_problem", "read_prompts", "matcher_hint", "row_errors_text", "template_unused",
+           "unescape_prompt", "unlabeled_message"]
 
 #: Columns of a prompts file that describe its answers: generation replaces the answers, so these would describe
 #: answers no longer in the file (the label would be theirs, the trace theirs). The label is made again from
@@ -150,7 +150,10 @@ def read_prompts(source: str | Path | bytes | BinaryIO, *, name: str | None = No
     problems = sorted(table.errors + skipped, key=lambda e: e.row)
     if not kept:
         shown_problems = "; ".join(str(e) for e in problems[:3])
-        raise DatasetError(f"no row has a prompt ({shown_problems})")
+        # a row the reader refused (a cell over max_cell_chars, bad JSON) may have a prompt: "no prompt" would be
+        # untrue of it, and its own error says what is wrong
+        what = "a prompt" if not table.errors else "a prompt that can be read"
+        raise DatasetError(f"no row has {what} ({shown_problems})")
     columns = [c for c in table.columns if c not in old]
     if table.frame is not None:  # Parquet: pyarrow's typed columns, as the dataset reader keeps them
         frame = table.frame(columns).iloc[[n - 1 for n in numbers]].reset_index(drop=True)
@@ -206,9 +209,32 @@ def row_errors_text(errors: Sequence[Any], shown_rows: int = 3) -> str:
 
 
 def unlabeled_message(problems: Sequence[RowError], total: int) -> str:
-    """What :func:`answered_frame`'s labeling problems mean, in one line."""
-    return (f"left {len(problems):,} of {total:,} generated answers unlabeled, their `reference` cannot label them "
+    """What :func:`answered_frame`'s labeling problems mean, in one line.
+
+    >>> unlabeled_message([RowError(3, "reference", "is missing")], 1)
+    'left 1 of 1 generated answer unlabeled, its `reference` cannot label it (row 3: reference: is missing)'
+    """
+    them = "its `reference` cannot label it" if len(problems) == 1 else "their `reference` cannot label them"
+    return (f"left {len(problems):,} of {_count(total, 'generated answer')} unlabeled, {them} "
             f"({row_errors_text(problems)})")
+
+
+def _count(n: int, singular: str) -> str:
+    """``"1 answer"``, ``"2 answers"``."""
+    return f"{n:,} {singular}{'' if n == 1 else 's'}"
+
+
+def has_chat_template(model: Any) -> bool:
+    """Whether ``model`` (a loaded model, or a model server with its local tokenizer) has a chat template.
+
+    >>> from types import SimpleNamespace
+    >>> has_chat_template(SimpleNamespace(tokenizer=SimpleNamespace(chat_template="{{ messages }}")))
+    True
+    """
+    given = getattr(model, "has_chat_template", None)
+    if given is not None:
+        return bool(given)
+    return bool(getattr(getattr(model, "tokenizer", None), "chat_template", None))
 
 
 def template_unused(model: Any, chat_template: bool) -> bool:
@@ -219,7 +245,7 @@ def template_unused(model: Any, chat_template: bool) -> bool:
     >>> template_unused(SimpleNamespace(has_chat_template=True), False)
     True
     """
-    return not chat_template and bool(getattr(model, "has_chat_template", False))
+    return not chat_template and has_chat_template(model)
 
 
 def empty_answers_note(answers: Sequence[str], *, template_unused: bool) -> str | None:
@@ -228,14 +254,15 @@ def empty_answers_note(answers: Sequence[str], *, template_unused: bool) -> str 
     bare prompt often answers nothing); None when no answer is empty.
 
     >>> empty_answers_note(["Paris", ""], template_unused=False)
-    '1 of 2 answers are empty (the model ended its answer at once)'
+    '1 of 2 answers is empty (the model ended its answer at once)'
     """
     empty = sum(1 for a in answers if not a.strip())
     if not empty:
         return None
     cause = ("; the model has a chat template that the prompts did not go through: an instruct model needs it "
-             "(--chat-template)" if template_unused else "")
-    return f"{empty:,} of {len(answers):,} answers are empty (the model ended its answer at once){cause}"
+             "(leave out --no-chat-template)" if template_unused else "")
+    verb = "is" if empty == 1 else "are"
+    return f"{empty:,} of {_count(len(answers), 'answer')} {verb} empty (the model ended its answer at once){cause}"
 
 
 def matcher_hint(frame: pd.DataFrame, references: Sequence[Any] | None, rows: Sequence[int],

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._checks import check_int
+from .._checks import AnswerValueError, check_int
 from ..trace import DecodingConfig, Trace
 from ..traces import TraceTable
 from .backends import Backend, RecordedAnswer, backend_of
@@ -70,7 +70,8 @@ def generate_traces(lm: LoadedModel | ServerModel, prompts: Sequence[str], *, co
     Raises
     ------
     ValueError
-        A prompt plus ``config.max_new_tokens`` does not fit the model's context, a prompt is empty after
+        A prompt plus ``config.max_new_tokens`` does not fit the model's context (an
+        :class:`~trace_core.evaluate.AnswerValueError` with the prompt's 0-based position), a prompt is empty after
         tokenization, or ``generate_kwargs`` asks for a multi-sequence decoding method.
 
     Examples
@@ -132,7 +133,9 @@ def prepare_generation(lm: LoadedModel | ServerModel, prompts: Sequence[str], co
         if limit is not None and len(ids) + config.max_new_tokens > limit:
             # Past its last position a model fails deep inside torch (IndexError); say why instead.
             size = f"about {len(ids):,} tokens (estimated locally)" if server_template else f"{len(ids):,} tokens"
-            raise ValueError(f"prompt {i} is {size} and max_new_tokens is {config.max_new_tokens:,}, "
-                             f"but the model reads at most {limit:,} tokens, prompt and answer together")
+            # AnswerValueError: a caller that knows the prompts' file rows names the row (the command line does)
+            raise AnswerValueError(i, f"cannot be generated: its prompt is {size} and `max_new_tokens` is "
+                                      f"{config.max_new_tokens:,}, but the model reads at most {limit:,} tokens, "
+                                      "prompt and answer together")
     return GenerationJob(backend=backend, prompts=prompts, encoded=encoded, options=options,
                          server_template=server_template, config=config)

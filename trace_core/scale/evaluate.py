@@ -263,7 +263,9 @@ def _through_folder(shards: Sequence[Shard], options: dict[str, Any], out: Path,
     summary = runner(shards, out, CompactWork(options), settings=settings, command=command, **extra)
     if summary.failed:  # a Ray worker that died on every try: no table for it, so no result about all the data
         names = ", ".join(r.shard.name[:80] for r in summary.failed[:5])
-        raise ValueError(f"{len(summary.failed)} shards could not be scored ({names}); run the same command again")
+        n = len(summary.failed)
+        raise ValueError(f"{n:,} shard{'' if n == 1 else 's'} could not be scored ({names}); run the same command "
+                         "again")
     by_name = {r.shard.name: r for r in summary.results}
     return _stored_compact(out, [by_name[s.name] for s in shards])
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .._checks import AnswerValueError
 from .shards import Shard
 from .stream import ShardOutput
 
@@ -103,7 +104,10 @@ def score_shard(shard: Shard, calibrator: Any, *, matcher: str = "exact",
     errors += [RowError(rows[i], "", "empty answer (no tokens): cannot be scored") for i in usable.empty]
     keep = usable.keep
     traces = gather(dataset.traces, keep)
-    scored = score_rows(frame.iloc[keep].reset_index(drop=True), traces, calibrator)
+    try:
+        scored = score_rows(frame.iloc[keep].reset_index(drop=True), traces, calibrator)
+    except AnswerValueError as exc:  # named by the shard's row, not by the answer's position among those kept
+        raise ValueError(f"{shard.name}: row {rows[int(keep[exc.index])]}: {exc.reason}") from None
     return scored, traces, dataset.n_read, sorted(errors, key=lambda e: e.row)
 
 

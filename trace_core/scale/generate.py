@@ -21,6 +21,7 @@ from dataclasses import replace
 from hashlib import sha256
 from typing import Any
 
+from .._checks import AnswerValueError
 from .score import LazyModel
 from .shards import Shard
 from .stream import ShardOutput
@@ -135,7 +136,10 @@ class ShardGenerator(LazyModel):
         config = self.config
         if config.do_sample:  # greedy answers draw nothing: the seed stays as given
             config = replace(config, seed=shard_seed(config.seed, shard.name))
-        traces = self._generate(prompts, config, f"generating {shard.name}")
+        try:
+            traces = self._generate(prompts, config, f"generating {shard.name}")
+        except AnswerValueError as exc:  # named by the shard's row, not by the prompt's position among its prompts
+            raise ValueError(f"{shard.name}: row {read.rows[exc.index]}: the answer {exc.reason}") from None
         answers = [t.answer for t in traces]
         frame, problems = answered_frame(read.frame, answers, read.references, read.rows,
                                          matcher=self.matcher, tolerance=self.tolerance)

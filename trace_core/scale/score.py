@@ -15,10 +15,27 @@ from typing import Any
 from .shards import Shard
 from .stream import ShardOutput
 
-__all__ = ["LazyModel", "ShardScorer"]
+__all__ = ["LazyModel", "ShardScorer", "over_context_message"]
 
 #: (total, description) -> (update(done, total) or None, close()): a progress bar, as the command line makes them.
 ProgressFactory = Callable[[int, str], tuple[Any, Callable[[], None]]]
+
+
+def over_context_message(lm: Any, prompts: Sequence[str], answers: Sequence[str], rows: Sequence[Any], *,
+                          chat_template: bool) -> str | None:
+    """The rows whose prompt and answer do not fit the model's context
+    (:func:`~trace_core.policy.rows_over_context`), named by ``rows`` (each pair's row number in its file), in one
+    line; None when every pair fits. What a caller says when :func:`~trace_core.record.score_answers` refused the
+    answers: the library names its first such answer by its 0-based position in the list it was given."""
+    from ..policy import rows_over_context, rows_text
+    from ..record import context_length
+
+    over = rows_over_context(lm, prompts, answers, chat_template=chat_template)
+    if not over:
+        return None
+    which = "the row" if len(over) == 1 else "those rows"
+    return (f"{rows_text([rows[i] for i in over])}: prompt and answer do not fit the model's context "
+            f"({context_length(lm):,} tokens, prompt and answer together); shorten them or leave {which} out")
 
 
 class LazyModel:
@@ -111,14 +128,24 @@ class ShardScorer(LazyModel):
         frame = dataset.frame
         traces = list(dataset.traces)
         todo = [i for i, t in enumerate(traces) if t is None or self.rescore]
+        rows = frame[dataset.row_column].tolist()
         if todo:
-            new = self._score([str(frame["prompt"].iloc[i]) for i in todo],
-                              [str(frame["answer"].iloc[i]) for i in todo], f"scoring {shard.name}")
+            prompts = [str(frame["prompt"].iloc[i]) for i in todo]
+            answers = [str(frame["answer"].iloc[i]) for i in todo]
+            try:
+                new = self._score(prompts, answers, f"scoring {shard.name}")
+            except ValueError:  # named by the shard's rows, not by positions in the list scored
+                if self._model is None:  # the model did not load: nothing was scored
+                    raise
+                message = over_context_message(self._model, prompts, answers, [rows[i] for i in todo],
+                                               chat_template=self.chat_template)
+                if message is None:
+                    raise
+                raise ValueError(f"{shard.name}: {message}") from None
             for i, trace in zip(todo, new, strict=True):
                 traces[i] = trace
             if self.num_beams:
                 frame = self._with_beams(frame)
-        rows = frame[dataset.row_column].tolist()
         unscorable = usable_rows(traces, row_numbers=rows).empty_message(left_out=False)
         return ShardOutput(frame=frame, traces=traces, n_read=dataset.n_read, errors=list(dataset.errors),
                            notes=[unscorable] if unscorable else [])

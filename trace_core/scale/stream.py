@@ -131,7 +131,8 @@ class RunSummary:
         n = len(self.results)
         text = (f"{n:,} shard{'' if n == 1 else 's'}: {self.done:,} written, {self.skipped:,} already complete"
                 + (f", {len(self.failed):,} failed" if self.failed else ""))
-        return (f"{text}; {self.rows('read'):,} rows read: {self.rows('kept'):,} kept, "
+        read = self.rows("read")
+        return (f"{text}; {read:,} row{'' if read == 1 else 's'} read: {self.rows('kept'):,} kept, "
                 f"{self.rows('rejected'):,} rejected")
 
 
@@ -287,9 +288,9 @@ def run_shards(shards: Sequence[Shard], out_dir: str | os.PathLike[str], work: S
     ...     frame = pd.read_csv(shard.path)
     ...     return ShardOutput(frame=frame, traces=None, n_read=len(frame))
     >>> run_shards(list_shards(root / "in"), root / "out", work, settings={}).sentence()
-    '1 shard: 1 written, 0 already complete; 1 rows read: 1 kept, 0 rejected'
+    '1 shard: 1 written, 0 already complete; 1 row read: 1 kept, 0 rejected'
     >>> run_shards(list_shards(root / "in"), root / "out", work, settings={}).sentence()
-    '1 shard: 0 written, 1 already complete; 1 rows read: 1 kept, 0 rejected'
+    '1 shard: 0 written, 1 already complete; 1 row read: 1 kept, 0 rejected'
     """
     out, settings = start_run(shards, out_dir, settings)
     results = []

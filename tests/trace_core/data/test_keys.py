@@ -61,7 +61,7 @@ def test_a_key_given_twice_rejects_that_jsonl_row_by_its_line_number(tmp_path):
 
 def test_a_file_whose_only_record_gives_a_key_twice_keeps_its_columns(tmp_path):
     path = write_lines(tmp_path / "one.jsonl", ['{"prompt": "Q", "answer": "a", "label": 1, "label": 0}'])
-    with pytest.warns(DatasetWarning, match="1 rows read: 0 kept, 1 rejected"):
+    with pytest.warns(DatasetWarning, match="1 row read: 0 kept, 1 rejected"):
         ds = trace_core.read_dataset(path)
     assert ds.n_valid == 0 and [(e.row, e.field) for e in ds.errors] == [(1, "label")]
 

@@ -70,10 +70,10 @@ def test_the_command_line_runs_the_default_model_by_its_short_name(tmp_path, mon
     prompts = tmp_path / "p.csv"
     prompts.write_text("prompt,reference\nWhat is the capital of France?,Paris\n", encoding="utf-8")
     out = tmp_path / "o.jsonl"
-    assert main(["generate", str(prompts), "--out", str(out), "--model", "smollm2", "--chat-template",
+    assert main(["generate", str(prompts), "--out", str(out), "--model", "smollm2",  # its chat template by default
                  "--max-new-tokens", "12", "--matcher", "contains", "--quiet"]) == 0
     (row,) = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-    assert "Paris" in row["answer"] and row["label"] == 1
+    assert "Paris" in row["answer"] and row["label"] == 1 and row["trace_metadata"]["chat_template"] is True
     assert row["trace_metadata"]["model_id"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -81,26 +81,26 @@ def test_the_command_line_runs_the_default_model_by_its_short_name(tmp_path, mon
 @pytest.mark.real_model
 @needs_smollm2
 def test_generate_says_why_an_instruct_model_answered_nothing_without_its_chat_template(tmp_path, capsys):
-    """SmolLM2 given bare prompts ends its answers at once: the command line says so, and why, instead of writing
-    empty answers without a word."""
+    """SmolLM2 given bare prompts (--no-chat-template) ends its answers at once: the command line says so, and why,
+    instead of writing empty answers without a word; by default it answers through its template."""
     from trace_core.cli import main
 
     prompts = tmp_path / "p.txt"
     prompts.write_text("What is the capital of France?\nWhat is 17 + 25?\n", encoding="utf-8")
     assert main(["generate", str(prompts), "--out", str(tmp_path / "bare.jsonl"), "--model", "smollm2",
-                 "--max-new-tokens", "8"]) == 0
+                 "--max-new-tokens", "8", "--no-chat-template"]) == 0
     err = capsys.readouterr().err
-    assert "note: the model has a chat template and the prompts go to it bare" in err
+    assert "note: --no-chat-template: the model has a chat template and the prompts go to it bare" in err
     assert ("warning: 2 of 2 answers are empty (the model ended its answer at once); the model has a chat template "
-            "that the prompts did not go through: an instruct model needs it (--chat-template)") in err
+            "that the prompts did not go through: an instruct model needs it (leave out --no-chat-template)") in err
     assert main(["generate", str(prompts), "--out", str(tmp_path / "chat.jsonl"), "--model", "smollm2",
-                 "--max-new-tokens", "8", "--chat-template"]) == 0
+                 "--max-new-tokens", "8"]) == 0
     err = capsys.readouterr().err
     assert "chat template" not in err and "empty" not in err
     shards = tmp_path / "shards"  # shard by shard: the same warning, for the shard
     shards.mkdir()
     (shards / "a.txt").write_text(prompts.read_text(encoding="utf-8"), encoding="utf-8")
     assert main(["generate", str(shards), "--out", str(tmp_path / "out"), "--model", "smollm2",
-                 "--max-new-tokens", "8", "--quiet"]) == 0
+                 "--max-new-tokens", "8", "--no-chat-template", "--quiet"]) == 0
     assert ("warning: a.txt: 2 of 2 answers are empty (the model ended its answer at once); the model has a chat "
             "template that the prompts did not go through") in capsys.readouterr().err

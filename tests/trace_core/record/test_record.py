@@ -20,6 +20,7 @@ from trace_core import (  # noqa: E402
     score_answer,
     score_answers,
 )
+from trace_core.evaluate import AnswerValueError  # noqa: E402
 from trace_core.record import beam_logprobs, encode_prompt, token_pieces  # noqa: E402
 
 PROMPTS = ["Q: What is 12 plus 7? A:", "The capital of France is", "Unicode: café"]
@@ -347,8 +348,10 @@ def test_inputs_past_the_model_context_are_refused_with_a_message(tiny_models):
     limit = context_length(tiny_gpt2)
     assert limit is not None
     long_prompt = "1" * (limit + 10)
-    with pytest.raises(ValueError, match=r"prompt 0 is .* at most"):
+    with pytest.raises(AnswerValueError, match=r"answer 0 \(0-based position in the input\) cannot be generated: "
+                                               r"its prompt is .* at most") as caught:
         generate_traces(tiny_gpt2, [long_prompt], config=DecodingConfig(max_new_tokens=4))
+    assert caught.value.index == 0  # a caller that knows the file's rows names the row (the command line does)
     with pytest.raises(ValueError, match=r"answer 1: .* at most"):
         score_answers(tiny_gpt2, ["Q: 1", "Q: 2"], ["2", "3" * (limit + 10)])
 
