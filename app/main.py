@@ -9,9 +9,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # streamlit puts app/ on the path, the pages import app.*
     sys.path.insert(0, str(ROOT))
 
+from trace_core.settings import openmp_passive_wait  # noqa: E402
+
+# Before anything imports torch: OpenMP reads its wait policy once (docs/performance.md, "threads").
+openmp_passive_wait()
+
 import streamlit as st  # noqa: E402
 
-from app import services, state  # noqa: E402
+from app import downloads, services, state  # noqa: E402
 from app.sidebar import sidebar  # noqa: E402
 from app.text import md_literal  # noqa: E402
 from trace_core import settings  # noqa: E402
@@ -27,6 +32,7 @@ except settings.SettingError as exc:
 
 services.preload_in_background()  # scipy, while the user picks a file
 state.keep_widgets()  # before any page: what the user set on another page stays set
+downloads.begin_run()  # a download clicked from now on gets the file this run draws, not an earlier run's
 pages = st.navigation([
     st.Page(ROOT / "pages" / "inspect.py", title="Inspect", icon=":material/search:", default=True),
     st.Page(ROOT / "pages" / "calibrate.py", title="Calibrate", icon=":material/tune:"),

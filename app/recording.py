@@ -6,6 +6,7 @@ the ones recorded in this session; rows that do not fit the model's context are 
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -172,35 +173,21 @@ TRACE_FORMATS = {"csv": ("CSV", "text/csv"), "jsonl": ("JSON Lines", "applicatio
                  "parquet": ("Parquet", "application/vnd.apache.parquet")}
 
 
-@st.fragment
 def traces_download(rows: DatasetTraces, name: str) -> None:
-    """A format choice and a button that downloads the whole dataset with its trace columns (written once per format
-    and set of traces, see :mod:`app.downloads`). The file reads back unchanged with ``read_dataset``.
-
-    A fragment: choosing a format reruns only this part, not the page's evaluation and plots, and a fragment's
-    rerun keeps the button's file until it draws the new one, even when the next choice cuts it short.
-
-    Writing the file takes seconds for tens of thousands of answers, so a session's first page loads do not write
-    it: a "Prepare" button stands in for the download until clicked; from then on, in this session, the file is
-    written with the page (in the format chosen) and the download button is there to click."""
+    """One button per format that downloads the whole dataset with its trace columns, written when clicked (seconds
+    for tens of thousands of answers: page loads do not pay for it; see :mod:`app.downloads`). The file reads back
+    unchanged with ``read_dataset``. A button per format, not a choice and one button: a click right after a change
+    of format would have been for the file of the format before."""
     present = rows.present()
     n = len(present)
-    cols = st.columns([2, 3], vertical_alignment="bottom")
-    # streamlit's radio stub uses typing.Never, which Python 3.10 lacks: mypy then takes the empty-options overload
-    fmt: str = cols[0].radio("Traces file", list(TRACE_FORMATS), horizontal=True,  # type: ignore[assignment]
-                             key="trace_format", format_func=lambda f: TRACE_FORMATS[f][0])
-    slot = cols[1].empty()  # the Prepare button, replaced by the download once clicked
-    if not state.traces_file_wanted():
-        if not slot.button(f"Prepare the dataset with its {n:,} traces for download", key="prepare_traces",
-                              disabled=n == 0, help="Writes the file (seconds for tens of thousands of answers); "
-                                                    "the download button then takes its place."):
-            return
-        state.want_traces_file()
+    cols = st.columns([3, 1, 1, 1], vertical_alignment="center")
+    cols[0].markdown(f"Download the dataset with its {n:,} traces:")
     # The traces are the file's and the ones recorded for it with the model (rows.key): which rows have one says
     # which recorded traces are in.
-    content = (rows.key, fmt, present.tobytes())
-    download_button(slot, f"Download the dataset with its {n:,} traces", lambda: rows.to_bytes(fmt),
-                    content=content, file_name=f"{PurePath(name).stem}_traces.{fmt}", mime=TRACE_FORMATS[fmt][1],
-                    key="download_traces", disabled=n == 0,
-                    help="Every row, with the traces stored in the file or recorded in this session; rows without "
-                         "a trace have empty trace cells.")
+    content = (rows.key, present.tobytes())
+    for col, (fmt, (shown, mime)) in zip(cols[1:], TRACE_FORMATS.items(), strict=True):
+        download_button(col, shown, functools.partial(rows.to_bytes, fmt), content=(*content, fmt),
+                        file_name=f"{PurePath(name).stem}_traces.{fmt}", mime=mime, key=f"download_traces_{fmt}",
+                        disabled=n == 0,
+                        help="Every row, with the traces stored in the file or recorded in this session; rows "
+                             "without a trace have empty trace cells.")

@@ -55,8 +55,7 @@ SESSION_COPY = "session_copy__"  # + a slot: (key, value): this session's copy o
 INSPECT_TRACE = "inspect_trace"  # Trace | None: the Inspect page's last answer
 COMPARISON = "compare_result"  # Comparison | None: the Compare page's last two answers
 EXAMPLE_USED = "example_used"  # int: the example prompt last copied into the prompt box
-TRACES_FILE_WANTED = "traces_file_wanted"  # bool: the dataset-with-traces file was asked for
-REPORT_WANTED = "report_wanted"  # bool: the Calibrate page's HTML report was asked for
+SESSION_FILES = "session_files"  # app.downloads.SessionFiles: what each download button was last drawn for
 
 # Widget keys that code also sets.
 PROMPT = "prompt"  # the Inspect page's prompt box (an example fills it)
@@ -66,7 +65,7 @@ PROMPT = "prompt"  # the Inspect page's prompt box (an example fills it)
 KEPT_WIDGETS = (
     # Calibrate (and the dataset choice it shares with Flag & export)
     "data_source", "demo_dataset", "data_path", "matcher", "n_splits", "fraction", "eval_seed", "stratified",
-    "semantic", "scalar_calibrator", "plot_baselines", "bin_strategy", "n_bins", "trace_format", "flag_score",
+    "semantic", "scalar_calibrator", "plot_baselines", "bin_strategy", "n_bins", "flag_score",
     # Inspect
     PROMPT, "example", "signal", "colour_scale", "token_index",
     # Flag & export
@@ -411,6 +410,15 @@ def scored(key: str, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
     return cache[key]
 
 
+def session_files(create: Callable[[], Any]) -> Any:
+    """The session's :class:`app.downloads.SessionFiles`, made by ``create()`` on first use."""
+    files = _get(SESSION_FILES)
+    if files is None:
+        files = create()
+        _set(SESSION_FILES, files)
+    return files
+
+
 def remembered(slot: str, of: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
     """``compute()``, kept in the session under ``slot`` while ``of`` holds the same objects (compared by identity,
     text by value: a kept upload's bytes are one object across reruns, so nothing large is hashed again)."""
@@ -435,24 +443,6 @@ def heatmap_choice() -> tuple[str, str]:
     """Inspect's "Colour by" and "Colour scale" choices as last set (the defaults before the page draws them): the
     streamed heatmap is drawn above those widgets, with their values."""
     return _get("signal", "surprisal"), _get("colour_scale", "fixed")
-
-
-def traces_file_wanted() -> bool:
-    """Whether this session asked for the dataset-with-traces file (:func:`app.recording.traces_download`)."""
-    return bool(_get(TRACES_FILE_WANTED, False))
-
-
-def want_traces_file() -> None:
-    _set(TRACES_FILE_WANTED, True)
-
-
-def report_wanted() -> bool:
-    """Whether this session asked for the Calibrate page's HTML report (built with the page from then on)."""
-    return bool(_get(REPORT_WANTED, False))
-
-
-def want_report() -> None:
-    _set(REPORT_WANTED, True)
 
 
 def inspect_trace() -> Trace | None:

@@ -155,8 +155,9 @@ calibrator_json = model.to_json()
 download_button(cols[0], "Download calibrator (JSON)", lambda: calibrator_json.encode("utf-8"),
                 content=(rows.key, calibrator_json), file_name=calibrator_file_name(score),
                 mime="application/json", key="download_calibrator")
-cols[1].download_button("Download results table (CSV)", result.summary.to_csv(index=False),
-                        file_name="trace_results.csv", mime="text/csv", key="download_results")
+download_button(cols[1], "Download results table (CSV)", lambda: result.summary.to_csv(index=False).encode("utf-8"),
+                content=(rows.key, repr(config), bool(semantic)), file_name="trace_results.csv", mime="text/csv",
+                key="download_results")
 
 
 def report_file() -> bytes:
@@ -165,17 +166,9 @@ def report_file() -> bytes:
                        provenance={"score": score.name, **(getattr(model, "provenance_", None) or {})}).encode("utf-8")
 
 
-# Building the report (its figures above all) is a sizeable share of a first load: it waits for a Prepare click,
-# then is built with the page for the rest of the session, as the traces file is.
-report_slot = st.empty()
-if state.report_wanted() or report_slot.button(
-        "Prepare the report (HTML)", key="prepare_report",
-        help="Builds one self-contained file of the tables, the verdict, interactive figures, settings and versions; "
-             "the download button then takes its place."):
-    state.want_report()
-    download_button(report_slot, "Download the report (HTML)", report_file,
-                    content=(rows.key, repr(config), bool(semantic), calibrator, score.name),
-                    file_name="trace_report.html", mime="text/html", key="download_report",
-                    help="One self-contained file: the tables, the verdict, interactive figures, settings and "
-                         "versions.")
+# The report (its figures above all) is built when clicked, not with every run of the page.
+download_button(st, "Download the report (HTML)", report_file,
+                content=(rows.key, repr(config), bool(semantic), calibrator, score.name),
+                file_name="trace_report.html", mime="text/html", key="download_report",
+                help="One self-contained file: the tables, the verdict, interactive figures, settings and versions.")
 traces_download(rows, picked.name)

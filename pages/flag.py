@@ -151,21 +151,21 @@ else:
     st.caption("Long texts are cut in the table: select a row to read its prompt and reference in full, with the "
                "answer's heatmap and label.")
 
-# With each answer's trace columns: the export reads back as a dataset and can be flagged again
-flagged_traces = [data.traces[i] for i in flagged.index]
-export = with_trace_columns(flagged, flagged_traces)  # the columns of `trace-core flag`'s output
 # What the files hold: these answers scored by this calibrator, the rows flagged (in order) and their probabilities
 content = (data.key, calibrator.to_json(), flagged.index.to_numpy().tobytes(),
            flagged["probability_correct"].to_numpy().tobytes())
 
 
 def exported(fmt: str) -> bytes:
+    """The flagged rows with each answer's trace columns (those of `trace-core flag`'s output): the file reads back
+    as a dataset and can be flagged again."""
     buffer = io.BytesIO()
-    export_flagged(export, buffer, format=fmt)
+    export_flagged(with_trace_columns(flagged, [data.traces[i] for i in flagged.index]), buffer, format=fmt)
     return buffer.getvalue()
 
 
-# The files are written with the page (once per content), not when clicked: see app.downloads.
+# Each file is made when clicked, for the settings the page shows once it has run with the user's last change
+# (app.downloads): a click right after a change never gets the previous setting's rows.
 cols = st.columns(2)
 download_button(cols[0], "Download flagged (CSV)", lambda: exported("csv"), content=content,
                 file_name="flagged_answers.csv", mime="text/csv", key="download_csv", disabled=not len(flagged))
@@ -176,7 +176,8 @@ download_button(cols[1], "Download flagged (JSONL)", lambda: exported("jsonl"), 
 
 def tokens_csv() -> bytes:
     buffer = io.BytesIO()
-    export_flagged(token_table(flagged_traces, flagged[row_column].tolist()), buffer, format="csv")
+    export_flagged(token_table([data.traces[i] for i in flagged.index], flagged[row_column].tolist()), buffer,
+                   format="csv")
     return buffer.getvalue()
 
 

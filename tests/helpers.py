@@ -75,6 +75,13 @@ def dashboard(page: str | None = None, *, model: str | Path | None = None, no_mo
     return at
 
 
+def downloaded(at, key: str) -> bytes:
+    """The file download button ``key`` gives when clicked now (:class:`app.downloads.SessionFiles`: an AppTest has no
+    server to ask)."""
+    files = at.session_state["session_files"]
+    return files.file(key, name=files.drawn_name(key), wait=0)
+
+
 def flag_page_after_calibrate():
     """An AppTest of the dashboard on the Flag & export page, after Calibrate evaluated the demo validation split
     (3 splits) and made its calibrator active."""

@@ -10,7 +10,7 @@ import io
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import dashboard, labeled_answers, random_traces
+from helpers import dashboard, downloaded, labeled_answers, random_traces
 
 pytest.importorskip("streamlit")
 pytest.importorskip("torch")
@@ -169,22 +169,20 @@ def test_calibrate_downloads_the_dataset_with_its_recorded_traces(tiny_model_dir
 def test_calibrate_page_offers_the_traces_download(tiny_model_dirs, files):
     at = start(tiny_model_dirs, "../pages/calibrate.py")
     calibrate_upload(at, files["labeled"])
-    # the file is not written on the first loads: a Prepare button stands in until clicked, then the download stays
-    assert "Download the dataset with its 60 traces" not in [b.proto.label for b in at.get("download_button")]
-    assert at.button(key="prepare_traces").label == "Prepare the dataset with its 60 traces for download"
-    at.button(key="prepare_traces").click().run()
-    assert "Download the dataset with its 60 traces" in [b.proto.label for b in at.get("download_button")]
-    assert not [b for b in at.button if b.key == "prepare_traces"]  # the download took the button's place
-    assert at.radio(key="trace_format").options == ["CSV", "JSON Lines", "Parquet"]
-    at.radio(key="trace_format").set_value("jsonl").run()  # asked for once: every format is then written
-    assert not [b for b in at.button if b.key == "prepare_traces"]
-    assert "Download the dataset with its 60 traces" in [b.proto.label for b in at.get("download_button")]
+    # a button per format; each file is written when clicked, not with the page
+    assert "Download the dataset with its 60 traces:" in [m.value for m in at.markdown]
+    buttons = {b.proto.label: b for b in at.get("download_button")}
+    assert {"CSV", "JSON Lines", "Parquet"} <= set(buttons)
+    for fmt in ("csv", "jsonl", "parquet"):
+        back = read_dataset(io.BytesIO(downloaded(at, f"download_traces_{fmt}")), format=fmt)
+        assert [t.answer for t in back.traces] == [t.answer for t in files["traces"]]
+        assert all(np.allclose(a.surprisal, b.surprisal) for a, b in zip(back.traces, files["traces"], strict=True))
+        assert back.labels.tolist() == files["y"].tolist()
 
 
 @pytest.mark.slow
-def test_calibrate_page_builds_the_report_once_asked_for(tiny_model_dirs, files, monkeypatch):
-    """The HTML report is not built on a session's first loads (a sizeable share of them): a Prepare button stands
-    in until clicked; then the download takes its place and stays, the report built with the page."""
+def test_calibrate_page_builds_the_report_when_clicked(tiny_model_dirs, files, monkeypatch):
+    """The HTML report (a sizeable share of a first load) is built when its button is clicked, not with the page."""
     import trace_core.report
 
     built = []
@@ -192,15 +190,11 @@ def test_calibrate_page_builds_the_report_once_asked_for(tiny_model_dirs, files,
     monkeypatch.setattr(trace_core.report, "report_html", lambda *a, **k: built.append(1) or real(*a, **k))
     at = start(tiny_model_dirs, "../pages/calibrate.py")
     calibrate_upload(at, files["labeled"])
-    assert "Download the report (HTML)" not in [b.proto.label for b in at.get("download_button")]
-    assert at.button(key="prepare_report").label == "Prepare the report (HTML)" and not built
-    at.button(key="prepare_report").click().run()
-    assert "Download the report (HTML)" in [b.proto.label for b in at.get("download_button")]
-    assert not [b for b in at.button if b.key == "prepare_report"] and built
     report = next(b for b in at.get("download_button") if b.proto.label == "Download the report (HTML)")
-    assert report.proto.disabled is False
+    assert report.proto.disabled is False and not built
     at.run()
-    assert not [b for b in at.button if b.key == "prepare_report"]
+    assert not built
+    assert downloaded(at, "download_report").startswith(b"<!DOCTYPE html>") and built == [1]
 
 
 def test_inspect_never_shows_a_stale_answer_as_current(tiny_model_dirs):
@@ -212,7 +206,7 @@ def test_inspect_never_shows_a_stale_answer_as_current(tiny_model_dirs):
     generate(at, "Q: " + "zq " * 600 + "\nA:")  # too long for the model: an error
     assert not at.exception and at.error
     assert at.session_state["inspect_trace"] is None
-    assert not at.get("html")  # no heatmap of the previous answer under the error
+    assert not [h for h in at.get("html") if "tr-tok" in h.proto.body]  # no previous heatmap under the error
 
 
 def test_alternatives_of_another_models_trace_show_ids_with_a_note(tiny_model_dirs):

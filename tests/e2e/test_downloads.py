@@ -1,8 +1,8 @@
-"""End-to-end: a download clicked straight after a setting changed arrives, every time, and is a whole export made
-for one state of the settings: the one the button was drawn for, or the new one (never a mix, never empty).
+"""End-to-end: a download clicked straight after a setting changed arrives, every time, and is the file of the
+new setting: the rows the page shows once it has run with the change (never the previous setting's, never a mix).
 
-The click is made without waiting for the rerun the change started, so it can reach the server before, during or
-after that rerun, and the browser may still hold the button of the run before.
+The click is made without waiting for the rerun the change started, so it reaches the server while that rerun is
+requested or going, and the browser still holds the button of the run before.
 """
 
 from __future__ import annotations
@@ -89,25 +89,41 @@ def test_flag_csv_arrives_after_each_threshold_change(server, page, tmp_path):
         return {row for row, p in probability.items() if p < threshold}
 
     button = page.get_by_role("button", name="Download flagged (CSV)")
-    lost, mixed, changed = [], [], 0
+    lost, wrong, changed = [], [], 0
     for i in range(ROUNDS):
         before = float(slider.input_value())
         slider.press("ArrowLeft")  # down by one step, and click at once
         after = round(before - 0.01, 2)
         got, why = _click_for_download(page, button)
+        wait_idle(page)
+        shown = _flagged_count(page)
         if got is None:
             lost.append((i, why))
         else:
             rows = _csv_rows(Path(got.path()))
             exported = {r["row"] for r in rows}
-            states = [t for t in (before, after) if exported == flagged_at(t)]
-            if not rows or not states or list(rows[0]) != list(reference[0]):
-                mixed.append((i, before, after, len(rows)))
+            if exported != flagged_at(after) or len(rows) != shown or list(rows[0]) != list(reference[0]):
+                wrong.append((i, after, len(rows), len(flagged_at(after)), shown))
             changed += flagged_at(before) != flagged_at(after)
-        wait_idle(page)
     assert not lost, f"{len(lost)} of {ROUNDS} downloads lost: {lost}"
-    assert not mixed, f"files that match neither threshold: {mixed}"
+    assert not wrong, f"files that are not the new setting's rows (round, threshold, rows, expected, shown): {wrong}"
     assert changed >= ROUNDS // 2  # most changes changed the file: the test measured something
+
+    # A change of mode, clicked at once: the file of the new mode's rows.
+    modes = page.locator(".st-key-flag_mode")
+    for i in range(4):
+        mode = "Coverage" if i % 2 == 0 else "Probability threshold"
+        modes.get_by_text(mode, exact=True).click()
+        got, why = _click_for_download(page, button)
+        wait_idle(page)
+        assert got is not None, why
+        assert len(_csv_rows(Path(got.path()))) == _flagged_count(page), mode
+
+
+def _flagged_count(page) -> int:
+    """The Flag page's "Flagged N of M" count."""
+    metric = page.locator('[data-testid="stMetric"]').filter(has_text="Flagged").first
+    return int(metric.locator('[data-testid="stMetricValue"]').inner_text().split(" of ")[0].replace(",", ""))
 
 
 def _traces_file(path: Path, name: str) -> tuple[str, int]:
@@ -125,24 +141,19 @@ def _traces_file(path: Path, name: str) -> tuple[str, int]:
     return "csv", len(rows)
 
 
-def test_calibrate_traces_download_arrives_after_each_format_change(server, page):
+def test_calibrate_traces_downloads_arrive_in_their_format_clicked_one_after_another(server, page):
     _calibrated(page, server)
-    page.get_by_role("button", name=re.compile(r"^Prepare the dataset with its [\d,]+ traces for download$")).click()
-    name = re.compile(r"^Download the dataset with its [\d,]+ traces$")
-    expected = _traces_file(Path((first := download(page, name)).path()), first.suggested_filename)[1]
-    button = page.get_by_role("button", name=name)
-    choices = page.locator(".st-key-trace_format")
+    label = {"csv": "CSV", "jsonl": "JSON Lines", "parquet": "Parquet"}
+    expected = _traces_file(Path((first := download(page, re.compile("^CSV$"))).path()), first.suggested_filename)[1]
     lost, wrong = [], []
     for i in range(ROUNDS):
-        before, after = ("csv", "jsonl") if i % 2 == 0 else ("jsonl", "csv")
-        choices.get_by_text("JSON Lines" if after == "jsonl" else "CSV", exact=True).click()
-        got, why = _click_for_download(page, button)
+        fmt = ("jsonl", "csv")[i % 2]  # no wait between clicks
+        got, why = _click_for_download(page, page.get_by_role("button", name=label[fmt], exact=True))
         if got is None:
             lost.append((i, why))
         else:
-            fmt, n = _traces_file(Path(got.path()), got.suggested_filename)
-            if fmt not in (before, after) or n != expected:
+            shown, n = _traces_file(Path(got.path()), got.suggested_filename)
+            if shown != fmt or n != expected:
                 wrong.append((i, got.suggested_filename, n))
-        wait_idle(page)
     assert not lost, f"{len(lost)} of {ROUNDS} downloads lost: {lost}"
-    assert not wrong, f"files that are not a whole export: {wrong}"
+    assert not wrong, f"files that are not a whole export in the format clicked: {wrong}"
