@@ -74,6 +74,21 @@ def describe_calibrator(active: state.ActiveCalibrator) -> str:
     return "; ".join(parts)
 
 
+def other_model(model: Any, lm: Any) -> list[str]:
+    """The models a calibrator was fitted on, when the sidebar's model ``lm`` is none of them (by content digest where
+    both record one, else by id); empty when it is one, or when either is unknown (no model loaded, a calibrator
+    without provenance)."""
+    provenance = getattr(model, "provenance_", None) or {}
+    fitted = [str(m) for m in provenance.get("model_id", []) if m]
+    if lm is None or not fitted:
+        return []
+    digests = [str(d) for d in provenance.get("model_digest", []) if d]
+    digest_of = getattr(lm, "model_digest", "")
+    if digests and digest_of:
+        return [] if digest_of in digests else fitted
+    return [] if getattr(lm, "model_id", None) in fitted else fitted
+
+
 def scored_out_of_fold(data: state.Answers, calibrator: Any) -> pd.DataFrame:
     """:func:`scored_rows` with ``probability_correct`` from :func:`trace_core.flag.out_of_fold_probabilities`: for
     the answers ``calibrator`` was fitted on, whose error rates its own probabilities would flatter."""

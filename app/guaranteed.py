@@ -31,9 +31,7 @@ def labeled_for_guarantee(active: state.ActiveCalibrator) -> tuple[np.ndarray, n
                "**not** fitted on (for example the other half of your labeled data).")
     handed = state.calibrated_data()
     other = OTHER_SPLIT.get(PurePath(handed.name).stem) if handed is not None else None
-    if other is not None:  # a bundled split was calibrated on: offer its other split first
-        state.preset("risk_demo_dataset", other)
-    picked = pick_dataset_file("risk")
+    picked = pick_dataset_file("risk", prefer=other)  # a bundled split was calibrated on: its other split first
     if picked is None:
         return None
     read = read_labeled(picked, matcher_key="risk_matcher")

@@ -13,6 +13,7 @@ from trace_core.data import MATCHERS
 from . import state
 from .keys import digest
 from .services import (
+    bundled_answers_of,
     data_folder,
     dataset_limits,
     demo_datasets,
@@ -21,7 +22,7 @@ from .services import (
     read_cached,
     read_local_file,
 )
-from .text import md_literal
+from .text import counted, md_literal
 
 FILE_TYPES = ["csv", "tsv", "jsonl", "json", "ndjson", "parquet"]
 
@@ -42,16 +43,26 @@ class DatasetFile:
     by_path: bool = False
 
 
-def pick_dataset_file(role: str = "calibrate", *, prompts: bool = False) -> DatasetFile | None:
+def pick_dataset_file(role: str = "calibrate", *, prompts: bool = False,
+                      prefer: str | None = None) -> DatasetFile | None:
     """The "Data" choice (a demo dataset, an upload, or, when TRACE_LOCAL_FILES allows, a path inside the data
     folder); None, with a message on the page, until there is a file to read.
 
     ``role`` names the page's choice ("calibrate", "flag"): each has its own widgets and its own kept upload, so an
     upload survives visits to other pages (it is used until the user uploads another or forgets it). With
     ``prompts``, the help says that a table of prompts without answers is answered first (:mod:`app.batch`).
+
+    The bundled datasets are offered with the sidebar model's own answers first, and the choice starts on them (or
+    on the bundled dataset ``prefer`` names) and returns to them whenever the sidebar's model changes: a page never
+    starts on another model's answers.
     """
     prefix = "" if role == "calibrate" else f"{role}_"
-    demos = demo_datasets()
+    lm = state.model()
+    model_id = lm.model_id if lm is not None else None
+    demos = demo_datasets(model_id)  # the sidebar model's own answers first
+    if demos:  # the choice starts on them (or on ``prefer``) again whenever the sidebar's model is another model's
+        first = prefer if prefer in demos else next(iter(demos))
+        state.follow(f"{prefix}demo_dataset", (bundled_answers_of(model_id), prefer), first)
     options = (["Demo dataset"] if demos else []) + ["Upload a file"] + (["File path"] if local_files_allowed() else [])
     if state.kept_upload(role) is not None:
         state.preset(f"{prefix}data_source", "Upload a file")  # back on the page: show what was uploaded
@@ -121,12 +132,12 @@ def read_labeled(file: DatasetFile, *, require_label: bool = True,
         st.error(md_literal(f"{file.name}: {NOT_A_DATASET}"))
         return None
     if dataset.n_rejected:
-        st.warning(f"{dataset.n_read:,} rows read: {dataset.n_valid:,} kept, {dataset.n_rejected:,} rejected.")
+        st.warning(f"{counted(dataset.n_read, 'row')} read: {dataset.n_valid:,} kept, {dataset.n_rejected:,} rejected.")
         with st.expander("Rejected rows and why"):
             st.dataframe(pd.DataFrame([{"row": e.row, "column": e.field, "problem": e.message}
                                        for e in dataset.errors]), hide_index=True)
     else:
-        st.success(f"{dataset.n_read:,} rows read, all kept.")
+        st.success(f"{counted(dataset.n_read, 'row')} read, " + ("kept." if dataset.n_read == 1 else "all kept."))
     for note in dataset.notes:  # e.g. rows with both trace cells and a `response`
         st.caption(md_literal(note[:1].upper() + note[1:] + "."))
     if dataset.label_note:  # labels that are likely wrong: every figure below would be too

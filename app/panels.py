@@ -10,12 +10,13 @@ import pandas as pd
 import streamlit as st
 
 from trace_core import EvaluationResult, Trace, explain_trace
+from trace_core._checks import clip  # noqa: PLC2701 (the library's message helpers have no public home yet)
 from trace_core.calibrate import load_calibrator
 from trace_core.flag import FlagScore, best_flag_score, flag_scores
 from trace_core.registry import METHODS
 
 from . import state
-from .calibrators import describe_calibrator, fit_calibrator_cached, fitted_calibrator
+from .calibrators import describe_calibrator, fit_calibrator_cached, fitted_calibrator, other_model
 from .heatmap import HEATMAP_CSS, heatmap_html, legend_html, signal_values
 from .keys import digest
 from .spans import boxed_spans, ranked_spans
@@ -64,19 +65,32 @@ def load_calibrator_panel() -> None:
 
 def offer_calibrator(candidate: state.ActiveCalibrator) -> None:
     """The calibrator the Calibrate page fitted: made active when there is none or the active one was not chosen by
-    the user (it was this page's earlier fit); a loaded or chosen one is replaced only with the button."""
+    the user (it was this page's earlier fit), and it was fitted on the sidebar model's answers; a loaded or chosen
+    one is replaced, and one of another model's answers made active, only with the button."""
     active = state.active_calibrator()
+    lm = state.model()
+    others = other_model(candidate.model, lm)
     if active is not None and active.key == candidate.key:
         st.caption(f"It is the active calibrator, used by {USED_BY}.")
-    elif active is None or not active.pinned:
+        return
+    if (active is None or not active.pinned) and not others:
         state.set_calibrator(candidate)
         st.caption(f"It is now the active calibrator, used by {USED_BY}.")
-    else:
+        return
+    if others:
+        names = ", ".join(repr(clip(m, 80)) for m in others[:3]) + (" and others" if len(others) > 3 else "")
+        sidebar = clip(lm.model_id, 80) if lm is not None else ""  # others is empty without a model
+        still = ("No calibrator is active." if active is None else
+                 f"The active calibrator is still {describe_calibrator(active)}.")
+        st.info(md_literal(f"This calibrator was fitted on answers of {names}, not of the sidebar's model "
+                           f"'{sidebar}', so it was not made active: its probabilities for that model's answers may "
+                           f"be miscalibrated. {still}"))
+    elif active is not None:
         st.info(f"The active calibrator is another one: {md_literal(describe_calibrator(active))}. It stays in use "
                 "until you choose the one fitted here.")
-        if st.button("Use the calibrator fitted here", key="use_fitted_calibrator"):
-            state.set_calibrator(dataclasses.replace(candidate, pinned=True))
-            st.rerun()
+    if st.button("Use the calibrator fitted here", key="use_fitted_calibrator"):
+        state.set_calibrator(dataclasses.replace(candidate, pinned=True))
+        st.rerun()
 
 
 def answer_details(trace: Trace, row: pd.Series, *, row_column: str, extra: dict[str, Any] | None = None) -> None:

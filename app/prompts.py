@@ -4,12 +4,11 @@ answered."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from trace_core import settings
 
-from .services import DATASETS, DEMO_MODEL
+from .services import DATASETS, bundled_answers_of
 
 
 def prompt_problem(prompt: str) -> str | None:
@@ -38,12 +37,12 @@ def try_prompts(model_id: str | None = None) -> list[dict[str, Any]]:
     The bundled demo model gets its own examples (its "Q: ... A:" format); any other model gets the real model's
     (``real_try_prompts.json``, from SmolLM2-135M-Instruct's validation answers), labelled only when it is that
     model, since another model's answers may differ."""
-    if model_id is not None and Path(model_id) == DEMO_MODEL:
+    if bundled_answers_of(model_id) == "demo":
         return _examples("try_prompts.json") or []
     real = _examples("real_try_prompts.json")
     if not real:
         return []
-    if model_id == real.get("model"):
+    if bundled_answers_of(model_id) == "real":
         return real["examples"]
     return [{k: v for k, v in e.items() if k not in ("label", "kind")} for e in real["examples"]]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
+import json
 import threading
 import warnings
 from collections.abc import Callable
@@ -140,10 +141,32 @@ def check_server_allowed(base_url: str) -> None:
     raise ValueError(f"'{clip(url)}' is not among the model servers this dashboard may use (TRACE_MODEL_SERVERS)")
 
 
-def demo_datasets() -> dict[str, Path]:
-    """The bundled labeled datasets, by name: the demo model's, then SmolLM2-135M-Instruct's greedy answers."""
+@functools.cache
+def real_model_id() -> str | None:
+    """The model id that SmolLM2-135M-Instruct's bundled answers record (its GGUF file's name), or None without
+    them."""
+    path = DATASETS / "real_summary.json"
+    return json.loads(path.read_text(encoding="utf-8")).get("model") if path.exists() else None
+
+
+def bundled_answers_of(model_id: str | None) -> str | None:
+    """Which bundled answers (and "Try these" examples) are the model's own: ``"demo"`` for the bundled demo model,
+    ``"real"`` for SmolLM2-135M-Instruct (the packaged GGUF file), None for any other model or none."""
+    if model_id is None:
+        return None
+    if model_id == DEMO_MODEL_ID or Path(model_id).resolve() == DEMO_MODEL.resolve():
+        return "demo"
+    return "real" if model_id == real_model_id() else None
+
+
+def demo_datasets(model_id: str | None = None) -> dict[str, Path]:
+    """The bundled labeled datasets, by name: the answers of the model ``model_id`` first (the demo model's
+    ``demo_*``, SmolLM2-135M-Instruct's ``real_*``), so that a page starts on the answers of the model being looked at;
+    for another model (or none) SmolLM2's, the default model's, first."""
+    demo = sorted(DATASETS.glob("demo_*.csv"))
     real = [DATASETS / f"real_{split}.csv" for split in ("validation", "test")]
-    return {p.stem: p for p in [*sorted(DATASETS.glob("demo_*.csv")), *real] if p.exists()}
+    ordered = [*demo, *real] if bundled_answers_of(model_id) == "demo" else [*real, *demo]
+    return {p.stem: p for p in ordered if p.exists()}
 
 
 #: How many datasets the process keeps read, for every session together; they also hold at most TRACE_MAX_DATA_MB
