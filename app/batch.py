@@ -25,7 +25,7 @@ from trace_core.record import ServerError
 from . import state
 from .inputs import DatasetFile
 from .keys import digest, model_key
-from .text import md_literal
+from .text import counted, md_literal
 
 #: Prompts per generate call.
 BATCH_SIZE = 8
@@ -119,14 +119,15 @@ def answered(file: DatasetFile) -> DatasetFile | None:
         st.error(md_literal(f"{file.name}: {exc}"))
         return None
     n = len(read.rows)
-    st.info(f"{md_literal(file.name)} holds {n:,} prompts and no answers: answer them with the sidebar's model, then "
-            "evaluate the answers." + ("" if read.references is not None else
+    them = "it" if n == 1 else "them"
+    st.info(f"{md_literal(file.name)} holds {counted(n, 'prompt')} and no answers: answer {them} with the sidebar's "
+            "model, then evaluate the answers." + ("" if read.references is not None else
                                        " Give the file a `reference` column (the gold answers) to label them: "
                                        "without labels there is nothing to calibrate. `trace-core generate` answers "
                                        "a prompts file without references."))
-    if read.skipped:
+    if read.skipped:  # no prompt, or one the reader refused (a cell over TRACE_MAX_CELL_MB): each says why
         count = len({e.row for e in read.skipped})
-        st.warning(f"{count:,} {'row has' if count == 1 else 'rows have'} no prompt and are left out: "
+        st.warning(f"{counted(count, 'row is', 'rows are')} left out: "
                    + md_literal("; ".join(str(e) for e in read.skipped[:3]))
                    + (f"; and {len(read.skipped) - 3:,} more." if len(read.skipped) > 3 else "."))
     if read.dropped:
@@ -143,11 +144,15 @@ def answered(file: DatasetFile) -> DatasetFile | None:
     store, failed = state.generated_answers(key)
     prompts = read.frame["prompt"].astype(str).tolist()
     waiting = [i for i in range(n) if i not in store and i not in failed]
+    if failed and not waiting and not store:  # nothing to evaluate: the reason is the error, not an empty file
+        st.error(f"No prompt of {md_literal(file.name)} can be answered: " + _unanswered(read.rows, failed) + ".")
+        return None
     if failed:
-        st.warning(f"{len(failed):,} prompts fill the model's context and get no answer: "
-                   + md_literal("; ".join(f"row {read.rows[i]}: {why}" for i, why in list(failed.items())[:3])) + ".")
+        st.warning(f"{counted(len(failed), 'prompt fills', 'prompts fill')} the model's context and "
+                   f"{'gets' if len(failed) == 1 else 'get'} no answer: " + _unanswered(read.rows, failed) + ".")
     if waiting:
-        label = (f"Generate {len(waiting):,} answers with the sidebar's model" if not store
+        label = (f"Generate {counted(len(waiting), 'answer')} with the sidebar's model" if not store
+                 else "Generate the last answer" if len(waiting) == 1
                  else f"Generate the other {len(waiting):,} answers")
         st.caption(f"Decoding: the sidebar's ({'sampled' if config.do_sample else 'greedy'}, at most "
                    f"{config.max_new_tokens} new tokens). Answers are kept as they are generated: Stop keeps them.")
@@ -156,8 +161,17 @@ def answered(file: DatasetFile) -> DatasetFile | None:
                                    stop_key="stop_generate_answers")
         if not store:
             return None
-        st.warning(f"{len(store):,} of {n:,} prompts are answered; the results below are of those.")
+        st.warning(f"{len(store):,} of {n:,} prompts {'is' if len(store) == 1 else 'are'} answered; the results below "
+                   f"are of {'that one' if len(store) == 1 else 'those'}.")
     return state.generated_file((*key, len(store)), lambda: _answered_file(read, dict(store), file.name))
+
+
+def _unanswered(rows: Sequence[int], failed: dict[int, str], shown: int = 3) -> str:
+    """The prompts that got no answer, each with its row in the file and why (at most ``shown``; the rest counted),
+    as Markdown-safe text."""
+    listed = "; ".join(f"row {rows[i]:,}: {why[:1].lower()}{why[1:].rstrip('.')}"
+                       for i, why in list(failed.items())[:shown])
+    return md_literal(listed) + (f"; and {len(failed) - shown:,} more" if len(failed) > shown else "")
 
 
 #: One generation job: (label shown on the bar, "" for none; model; decoding; positions waiting; its answers store;
@@ -184,7 +198,8 @@ def generate_with_progress(prompts: Sequence[str], jobs: Sequence[Job], *, stop_
     except (ServerError, ValueError, RuntimeError) as exc:  # one line; the answers before it are kept
         bar.empty()
         kept = sum(len(job[4]) for job in jobs)
-        st.error(md_literal(f"Generation stopped: {exc}" + (f" ({kept:,} answers before it are kept)." if kept
-                                                           else "")))
+        st.error(md_literal(f"Generation stopped: {exc}" + (f" ({counted(kept, 'answer')} before it "
+                                                            f"{'is' if kept == 1 else 'are'} kept)." if kept
+                                                            else "")))
         return
     st.rerun()

@@ -30,7 +30,7 @@ from .evaluation import evaluate_cached
 from .heatmap import HEATMAP_CSS, legend_html, signal_values
 from .inputs import DatasetFile
 from .keys import digest, model_key
-from .text import control_safe, md_literal
+from .text import control_safe, counted, md_literal
 from .tokenizer_text import alternatives_for
 
 #: The most prompts one comparison answers (each is answered twice).
@@ -69,7 +69,7 @@ def generate_panel(sides: Sequence[Side], prompts: Sequence[str], n: int, file_k
     if total == 0:
         return True
     answered = sum(n - len(w) for w in waiting.values())
-    label = (f"Answer {n:,} prompts with A and with B" if answered == 0 else
+    label = (f"Answer {counted(n, 'prompt')} with A and with B" if answered == 0 else
              f"Answer the other {total:,} ({answered:,} of {2 * n:,} answers kept)")
     if not st.button(label, type="primary", key="compare_dataset_run"):
         return False
@@ -178,8 +178,10 @@ def dataset_comparison(file: DatasetFile, sides: Sequence[Side]) -> None:
         return
     failed = {side.label: {i for i in _store(side, file_key)[1] if i < n} for side in sides}
     if any(failed.values()):
-        st.warning(f"{sum(len(f) for f in failed.values()):,} prompts fill a model's context and get no answer; they "
-                   "are left out of both sides.")
+        n_failed = len(set().union(*failed.values()))  # a prompt too long for both models is one prompt
+        st.warning(f"{counted(n_failed, 'prompt fills', 'prompts fill')} a model's context and "
+                   f"{'gets no answer; it is' if n_failed == 1 else 'get no answer; they are'} left out of both "
+                   "sides.")
     positions = [i for i in range(n) if not any(i in f for f in failed.values())]
     traces = {side.label: [_store(side, file_key)[0][i] for i in positions] for side in sides}
     references = [read.references[i] for i in positions]
@@ -213,9 +215,9 @@ def _evaluate_sides(sides: Sequence[Side], traces: Mapping[str, Sequence[Trace]]
                                 "`contains`, numbers `numeric`)" if matcher == "exact" else ""))
         elif result is not None and result.small_sample:  # too few answers, or of one class, to read its figures
             right = int(round(result.accuracy * result.n_answers))
-            notes.append(f"{side.label}'s figures are unreliable: {result.n_answers:,} answers ({right:,} right, "
-                         f"{result.n_answers - right:,} wrong), fewer than {SMALL_SAMPLE:,} answers or than "
-                         f"{SMALL_CLASS:,} of either class")
+            notes.append(f"{side.label}'s figures are unreliable: {counted(result.n_answers, 'answer')} "
+                         f"({right:,} right, {result.n_answers - right:,} wrong), fewer than {SMALL_SAMPLE:,} answers "
+                         f"or than {SMALL_CLASS:,} of either class")
     return results, notes
 
 
@@ -228,7 +230,7 @@ def _side_by_side(n: int, labels: Mapping[str, np.ndarray], results: dict[str, E
     a_right = int(((labels["A"] == 1) & (labels["B"] == 0)).sum())
     b_right = int(((labels["A"] == 0) & (labels["B"] == 1)).sum())
     st.subheader("Side by side")
-    st.markdown(f"On {n:,} prompts, **A** is right on {int((labels['A'] == 1).sum()):,} "
+    st.markdown(f"On {counted(n, 'prompt')}, **A** is right on {int((labels['A'] == 1).sum()):,} "
                 f"({accuracy['A']:.1%}) and **B** on {int((labels['B'] == 1).sum()):,} ({accuracy['B']:.1%}); "
                 f"they disagree on {a_right + b_right:,}: A right and B wrong on {a_right:,}, B right and A wrong on "
                 f"{b_right:,}.")

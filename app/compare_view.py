@@ -239,10 +239,13 @@ COMPARE_CSS = """
 .tc-head .tc-label {font-family: sans-serif; font-weight: 700; color: #444; padding-inline-end: 0.4rem;}
 .tc-col.tc-diverge {border-inline-start-color: #b91c1c; padding-inline-start: 1px;}
 .tc-col.tc-differs .tc-mark {border-bottom: 2px dotted #9ca3af; height: 0.6rem; margin-bottom: 0.4rem;}
-/* A column (one token wide) is the card's containing block here: the heatmap's "as wide as the container" rule would
-   make the card one character wide, so it gets a width of its own. */
-.tc-col .tr-card {width: 20rem; min-width: 12rem; max-width: 85vw; left: 0;}
-.tc-grid[dir="rtl"] .tc-col .tr-card {left: auto; right: 0;}  /* opens towards the rest of the answer */
+/* Without anchor positioning a column (one token wide) is the card's containing block: the card gets a width of its
+   own and opens towards the rest of the answer. With it, the card is fixed to the window as on Inspect
+   (app.heatmap.HEATMAP_CSS). */
+@supports not ((anchor-scope: --a) and (position-anchor: --a)) {
+  .tc-col .tr-card {width: 20rem; min-width: 12rem; max-width: 85vw; left: 0;}
+  .tc-grid[dir="rtl"] .tc-col .tr-card {left: auto; right: 0;}
+}
 .tc-cell.tr-bytes {min-width: 0.35rem;}
 </style>
 """

@@ -89,9 +89,9 @@ def unfinished_note(trace: Trace) -> str | None:
         return ("The answer is only whitespace" + (", cut at the token limit" if cut else "") + ": there is no "
                 "answer to score, so read TRACE confidence and the TRACE+ probability as saying nothing about one.")
     if cut:
-        return (f"The answer was cut at the token limit ({len(trace)} new tokens): TRACE confidence and the TRACE+ "
-                "probability score the tokens written so far, not a finished answer. Raise Max new tokens in the "
-                "sidebar's Decoding and generate again.")
+        return (f"The answer was cut at the token limit ({len(trace)} new token{'' if len(trace) == 1 else 's'}): "
+                "TRACE confidence and the TRACE+ probability score the tokens written so far, not a finished "
+                "answer. Raise Max new tokens in the sidebar's Decoding and generate again.")
     return None
 
 
@@ -102,7 +102,8 @@ def spike_sentence(trace: Trace, exp: TraceExplanation) -> str:
         if len(trace) and float(np.max(trace.surprisal)) < SPIKE_MIN_SURPRISAL:
             # No spike because every surprisal is below the floor: every probability is above exp(-floor).
             least = math.floor(100 * math.exp(-SPIKE_MIN_SURPRISAL))
-            return f"No token stands out: the model gave every token a probability above {least}%."
+            return (f"No token stands out: the model gave every token a probability above {least}%. That does not "
+                    "make the answer right: a confident mistake has no spike.")
         return "No token stands out from the rest of the answer."
     named = [f"{code(trace.tokens[i])} (token {i + 1}" + (f": {note})" if (note := byte_piece_note(
         trace.tokens, i, quote=lambda shown: f"<code>'{html.escape(shown)}'</code>")) else ")")

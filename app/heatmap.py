@@ -394,8 +394,10 @@ def legend_html(scale: HeatmapScale, *, spans: bool = False, pieces: bool = Fals
 
 
 # The card is placed under its token. Where the browser has anchor positioning with scoped anchor names, the card is
-# positioned against the whole heatmap instead and pushed left as far as needed to stay inside it (a token near the
-# right edge); elsewhere it hangs from the token's left edge, at most 20rem (and 85% of the screen) wide.
+# fixed to the window and anchored to its token: under it, or above it where it would run past the window's bottom
+# (flip-block: a token low in the window), and pushed left as far as needed to stay inside the window (a token near
+# the right edge); fixed, it is also never cut by a scrolling box around the heatmap. Elsewhere it hangs from the
+# token's left edge, at most 20rem (and 85% of the screen) wide.
 HEATMAP_CSS = """
 <style>
 .tr-heatmap {position: relative; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 0.95rem;
@@ -430,8 +432,9 @@ HEATMAP_CSS = """
 .tr-card-note {display: block; margin-top: 0.35rem; color: #7a4b00; font-style: italic;}
 @supports (anchor-scope: --a) and (position-anchor: --a) {
   .tr-tok {position: static; anchor-name: --tr-tok; anchor-scope: --tr-tok;}
-  .tr-card {position-anchor: --tr-tok; top: calc(anchor(bottom) + 6px);
-    width: min(20rem, 100%); min-width: 0; max-width: none; left: max(0px, min(anchor(left), 100% - min(20rem, 100%)));}
+  .tr-card {position: fixed; position-anchor: --tr-tok; top: calc(anchor(bottom) + 6px);
+    width: min(20rem, 100% - 16px); min-width: 0; max-width: none;
+    left: clamp(8px, anchor(left), 100% - min(20rem, 100% - 16px) - 8px); position-try-fallbacks: flip-block;}
 }
 .tr-legend {display: flex; gap: 0.8rem; align-items: center; flex-wrap: wrap; font-size: 0.85rem; color: #555;}
 .tr-legend-bar {display: inline-block; width: 140px; height: 12px; border-radius: 3px;}

@@ -15,6 +15,9 @@ SPAN_NOTE = ("Spans are cut by fixed rules (sentences; dates, numbers and names 
              "being right comes from the span calibrator shipped with the package, fitted on SmolLM2-135M's "
              "paragraphs about countries: it ranks spans better than chance there but is no sharper than the base "
              "rate (docs/results.md), so read it as a ranking, and fit your own for another model or task.")
+#: What the table's ranks count: two rankings, each from 1, the first numbered as the boxes on the answer are.
+RANK_NOTE = ("Names, numbers and dates are ranked among themselves, riskiest first (the boxes on the answer carry "
+             "these numbers); sentences are ranked among sentences.")
 
 
 @st.cache_resource(show_spinner=False)
@@ -71,7 +74,11 @@ def spans_panel(fine: list[SpanRisk], sentences: list[SpanRisk], answer: str = "
         top = fine[0]
         st.markdown(f"Riskiest name, number or date: **{_escaped(top.span.text)}** ({top.kind}, "
                     f"{top.probability:.0%} likely right, peak surprisal {top.peak_surprisal:.2f} nats).")
+    both = bool(fine and sentences)
+    if both:  # two rankings in one table, each from 1: say so, or the second 1 reads as a tie
+        st.caption(RANK_NOTE)
     st.dataframe(spans_frame(fine, sentences), hide_index=True, width="stretch", column_config={
+        "rank": st.column_config.NumberColumn("rank in group" if both else "rank"),
         "probability right": st.column_config.ProgressColumn("probability right", min_value=0.0, max_value=1.0,
                                                              format="percent"),
         "peak surprisal": st.column_config.NumberColumn(format="%.2f"),

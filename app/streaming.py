@@ -58,7 +58,7 @@ def stream_answer(lm: Any, prompt: str, config: DecodingConfig) -> None:
                 if not len(trace) or time.monotonic() < next_draw:
                     continue
                 shown = signal if signal != "entropy" or trace.has_entropy else "surprisal"
-                page = (HEATMAP_CSS + f"<p>Writing… {len(trace):,} tokens</p>"
+                page = (HEATMAP_CSS + f"<p>Writing… {len(trace):,} token{'' if len(trace) == 1 else 's'}</p>"
                         + heatmap_html(trace, signal=shown, alternatives=alternatives,
                                        scale=scale if shown != "risk" else "fixed"))
                 view.html(page)

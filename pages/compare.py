@@ -27,6 +27,8 @@ from trace_core.record import ServerError
 SAME_MODEL = "Same model, other decoding"
 OTHER_MODEL = "Another model"
 ONE_PROMPT, DATASET = "One prompt", "A dataset of prompts"
+#: B's temperature when it samples, until the user sets another.
+SAMPLED_TEMPERATURE = 0.7
 
 st.title("Compare two answers")
 st.caption("The same prompt answered twice — greedy against sampled, two decoding settings, or two models — with the "
@@ -46,14 +48,16 @@ else:
 left, right = st.columns(2)
 with left:
     st.markdown("**A** — the sidebar's model and decoding")
-    st.caption(f"{describe_decoding(config_a)} · at most {config_a.max_new_tokens} new tokens")
+    st.caption(f"{describe_decoding(config_a)} · at most {config_a.max_new_tokens} new "
+               f"token{'' if config_a.max_new_tokens == 1 else 's'}")
 with right:
     mode = st.radio("**B** — the other answer", [SAME_MODEL, OTHER_MODEL], key="compare_mode", horizontal=True)
     if mode == SAME_MODEL:
         sample = st.toggle("Sample (instead of greedy)", value=True, key="compare_sample")
         # two inputs a row: in half the page, three would cut their labels mid-word ("Temperatu re") at 800 px
         c1, c2 = st.columns(2)
-        temperature = c1.number_input("Temperature", 0.05, 5.0, 1.5, 0.05, key="compare_temperature",
+        # 0.7: a small model sampled much hotter writes gibberish within a few tokens, which compares nothing
+        temperature = c1.number_input("Temperature", 0.05, 5.0, SAMPLED_TEMPERATURE, 0.05, key="compare_temperature",
                                       disabled=not sample)
         top_p = c2.number_input("Top-p", 0.05, 1.0, 1.0, 0.05, key="compare_top_p", disabled=not sample)
         top_k = c1.number_input("Top-k (0 = off)", 0, 1000, 0, key="compare_top_k", disabled=not sample)

@@ -105,6 +105,15 @@ def _title(subtitle: str | None) -> dict[str, Any]:
     return dict(title=dict(text=plotly_text(subtitle), x=0.01, xanchor="left", font=dict(size=13, color="#555")))
 
 
+def _labels_fit(fig: go.Figure) -> go.Figure:
+    """``fig`` with margins that grow to hold its tick labels and axis titles. Plotly.js leaves that off by default
+    and only plotly.py's default template turns it on: under another default (Streamlit sets its own when the
+    dashboard imports it) a figure written to HTML has its labels cut at the edge (".8" for "0.8")."""
+    fig.update_xaxes(automargin=True)
+    fig.update_yaxes(automargin=True)
+    return fig
+
+
 def _legend_below(y: float = -0.3) -> dict[str, Any]:
     """A horizontal legend under the plot: entries quoting mean ± std are long and wrap into rows, which above the
     plot would run into the title."""
@@ -199,7 +208,7 @@ def reliability_figure(y: np.ndarray, probabilities: dict[str, np.ndarray], *, n
     fig.update_xaxes(range=[0, 1], row=2, col=1, title="predicted probability of a correct answer")
     fig.update_yaxes(range=[0, 1.02], row=1, col=1, title="observed accuracy")
     fig.update_yaxes(title="answers", row=2, col=1)
-    return fig
+    return _labels_fit(fig)
 
 
 def risk_coverage_figure(y: np.ndarray, scores: dict[str, np.ndarray], *,
@@ -220,7 +229,7 @@ def risk_coverage_figure(y: np.ndarray, scores: dict[str, np.ndarray], *,
     fig.update_layout(height=440, margin=dict(l=10, r=10, t=60 if subtitle else 30, b=10),
                       xaxis_title="coverage (share of answers kept)", yaxis_title="risk (error rate among kept)",
                       legend=_legend_below(), **_title(subtitle))
-    return fig
+    return _labels_fit(fig)
 
 
 def roc_figure(y: np.ndarray, scores: dict[str, np.ndarray], *, legend_stats: Mapping[str, str] | None = None,
@@ -238,4 +247,4 @@ def roc_figure(y: np.ndarray, scores: dict[str, np.ndarray], *, legend_stats: Ma
                       xaxis_title="false positive rate (wrong answers accepted)",
                       yaxis_title="true positive rate (correct answers accepted)", legend=_legend_below(),
                       **_title(subtitle))
-    return fig
+    return _labels_fit(fig)

@@ -4,6 +4,7 @@ kept through Stop and reruns, labeled against `reference`, then evaluated like a
 from __future__ import annotations
 
 import html
+import io
 from pathlib import Path
 
 import numpy as np
@@ -13,11 +14,12 @@ import pytest
 pytest.importorskip("streamlit")
 pytest.importorskip("torch")
 
+from helpers import downloaded  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from app.batch import is_prompts_file  # noqa: E402
 from app.inputs import DatasetFile  # noqa: E402
-from trace_core import DecodingConfig, generate_traces  # noqa: E402
+from trace_core import DecodingConfig, generate_traces, read_dataset  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app" / "main.py")
@@ -58,7 +60,7 @@ def test_calibrate_answers_a_prompts_file_then_evaluates_the_answers(prompts_fil
     path, frame = prompts_file
     at = calibrate(path, monkeypatch)
     assert any("holds 39 prompts and no answers" in html.unescape(i.value) for i in at.info)
-    assert any("1 row has no prompt" in w.value and "row 6" in html.unescape(w.value) for w in at.warning)
+    assert any("1 row is left out: row 6: prompt: is empty" in html.unescape(w.value) for w in at.warning)
     assert any("label" in html.unescape(c.value) for c in at.caption)  # the input's labels are of other answers
     assert not at.get("plotly_chart")  # nothing to evaluate before the answers exist
     at.button(key="generate_answers").click().run()
@@ -80,8 +82,9 @@ def test_calibrate_answers_a_prompts_file_then_evaluates_the_answers(prompts_fil
     assert data.labels.tolist() == labels and 0 < sum(labels) < len(labels)
     assert data.frame["prompts_row"].tolist() == [n for n in range(1, 41) if n != 6]
     # the answered dataset downloads with its traces and reads back as a dataset
-    at.button(key="prepare_traces").click().run()
-    assert "Download the dataset with its 39 traces" in [b.label for b in at.get("download_button")]
+    assert "Download the dataset with its 39 traces:" in [m.value for m in at.markdown]
+    back = read_dataset(io.BytesIO(downloaded(at, "download_traces_jsonl")), format="jsonl")
+    assert len(back.frame) == 39 and back.labels.tolist() == labels
 
 
 @pytest.mark.slow

@@ -54,7 +54,7 @@ def test_compare_aligns_greedy_and_sampled_answers(server, page, tmp_path):
     wait_idle(page)
     page.get_by_role("link", name="Compare").click()
     wait_idle(page)
-    # The first wrong "try these" answer: sampled at the page's default temperature (1.5, seed 0) the model writes
+    # The first wrong "try these" answer: sampled at the page's default temperature (0.7, seed 0) the model writes
     # another digit at the step it slips on.
     page.get_by_label("Prompt", exact=True).fill(_first_wrong_example())
     page.get_by_role("button", name="Compare").click()
