@@ -38,7 +38,7 @@ def sidebar() -> None:
             lm, error = _local_model(source)
         state.set_model(lm, error)
         if lm is not None and source != SERVER_LABEL:  # no code span: character references would show as typed
-            threads = getattr(lm, "threads", 0)  # torch's CPU threads (TRACE_THREADS, else chosen at load)
+            threads = getattr(lm, "threads", 0)  # torch's CPU threads its recording runs on (record.threads)
             st.caption(f"Loaded: {md_literal(lm.model_id) if source != DEMO_LABEL else 'demo-model'} · "
                        f"vocabulary {lm.vocab_size:,} · {lm.device}"
                        + (f" · {threads} CPU thread{'s' if threads > 1 else ''}" if threads else ""))

@@ -114,7 +114,7 @@ def _worker(spec: dict[str, Any]) -> None:
                       "parameters": parameters, "model": shown}), flush=True)
     for line in sys.stdin:
         command = json.loads(line)
-        torch.set_num_threads(command["threads"])
+        lm.threads = command["threads"]  # what each recording call sets in the thread that runs the model
         if command["task"] == "warm":  # the first calls' one-off costs, outside any timing
             run("stream", 4), run("generate", 4)
             print("{}", flush=True)

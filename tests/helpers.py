@@ -75,6 +75,22 @@ def dashboard(page: str | None = None, *, model: str | Path | None = None, no_mo
     return at
 
 
+def calibrate_by_path(path: Path, monkeypatch, timeout: float = 300):
+    """An AppTest of the dashboard on the Calibrate page with the file ``path`` given by path (TRACE_LOCAL_FILES on,
+    its folder the data folder). The script must not have raised."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("TRACE_LOCAL_FILES", "1")
+    monkeypatch.setenv("TRACE_DATA_DIR", str(path.parent))
+    at = AppTest.from_file(APP, default_timeout=timeout)
+    at.run()
+    at.switch_page("../pages/calibrate.py").run()
+    at.radio(key="data_source").set_value("File path").run()
+    at.text_input(key="data_path").set_value(str(path)).run()
+    assert not at.exception
+    return at
+
+
 def downloaded(at, key: str) -> bytes:
     """The file download button ``key`` gives when clicked now (:class:`app.downloads.SessionFiles`: an AppTest has no
     server to ask)."""

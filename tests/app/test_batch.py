@@ -14,15 +14,13 @@ import pytest
 pytest.importorskip("streamlit")
 pytest.importorskip("torch")
 
-from helpers import downloaded  # noqa: E402
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from helpers import calibrate_by_path, downloaded  # noqa: E402
 
 from app.batch import is_prompts_file  # noqa: E402
 from app.inputs import DatasetFile  # noqa: E402
 from trace_core import DecodingConfig, generate_traces, read_dataset  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-APP = str(ROOT / "app" / "main.py")
 
 
 @pytest.fixture
@@ -33,18 +31,6 @@ def prompts_file(tmp_path):
     path = tmp_path / "prompts.csv"
     frame.to_csv(path, index=False)
     return path, frame
-
-
-def calibrate(path: Path, monkeypatch) -> AppTest:
-    monkeypatch.setenv("TRACE_LOCAL_FILES", "1")
-    monkeypatch.setenv("TRACE_DATA_DIR", str(path.parent))
-    at = AppTest.from_file(APP, default_timeout=300)
-    at.run()
-    at.switch_page("../pages/calibrate.py").run()
-    at.radio(key="data_source").set_value("File path").run()
-    at.text_input(key="data_path").set_value(str(path)).run()
-    assert not at.exception
-    return at
 
 
 def test_a_table_without_answers_is_a_prompts_file(tmp_path):
@@ -58,7 +44,7 @@ def test_a_table_without_answers_is_a_prompts_file(tmp_path):
 @pytest.mark.slow
 def test_calibrate_answers_a_prompts_file_then_evaluates_the_answers(prompts_file, monkeypatch):
     path, frame = prompts_file
-    at = calibrate(path, monkeypatch)
+    at = calibrate_by_path(path, monkeypatch)
     assert any("holds 39 prompts and no answers" in html.unescape(i.value) for i in at.info)
     assert any("1 row is left out: row 6: prompt: is empty" in html.unescape(w.value) for w in at.warning)
     assert any("label" in html.unescape(c.value) for c in at.caption)  # the input's labels are of other answers
@@ -92,7 +78,7 @@ def test_stop_keeps_the_answers_and_the_rest_can_be_generated_later(prompts_file
     from app import batch, state
 
     path, _ = prompts_file
-    at = calibrate(path, monkeypatch)
+    at = calibrate_by_path(path, monkeypatch)
     lm = at.session_state["lm"]
     assert list(at.session_state[state.GENERATED].values()) == [({}, {})]  # nothing generated yet
     # as if Stop came after the first batch: the store holds 8 answers

@@ -13,13 +13,11 @@ import pytest
 pytest.importorskip("streamlit")
 pytest.importorskip("torch")
 
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from helpers import calibrate_by_path  # noqa: E402
 
 from app import state  # noqa: E402
 from app.text import counted  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-APP = str(ROOT / "app" / "main.py")
 # Far past the demo model's context of 256 tokens (its tokenizer reads this one character a token or so).
 LONG = "Q: " + "x" * 5_000 + "\nA:"
 
@@ -29,25 +27,13 @@ def _write(path: Path, prompts: list[str]) -> Path:
     return path
 
 
-def _calibrate(path: Path, monkeypatch) -> AppTest:
-    monkeypatch.setenv("TRACE_LOCAL_FILES", "1")
-    monkeypatch.setenv("TRACE_DATA_DIR", str(path.parent))
-    at = AppTest.from_file(APP, default_timeout=300)
-    at.run()
-    at.switch_page("../pages/calibrate.py").run()
-    at.radio(key="data_source").set_value("File path").run()
-    at.text_input(key="data_path").set_value(str(path)).run()
-    assert not at.exception
-    return at
-
-
 def _texts(elements) -> list[str]:
     return [html.unescape(e.value) for e in elements]
 
 
 @pytest.mark.slow
 def test_a_file_whose_only_prompt_fills_the_context_says_so_not_that_a_file_is_empty(tmp_path, monkeypatch):
-    at = _calibrate(_write(tmp_path / "big.jsonl", [LONG]), monkeypatch)
+    at = calibrate_by_path(_write(tmp_path / "big.jsonl", [LONG]), monkeypatch)
     assert at.button(key="generate_answers").label == "Generate 1 answer with the sidebar's model"
     assert any("holds 1 prompt and no answers: answer it" in t for t in _texts(at.info))
     at.button(key="generate_answers").click().run()
@@ -62,7 +48,7 @@ def test_a_file_whose_only_prompt_fills_the_context_says_so_not_that_a_file_is_e
 
 @pytest.mark.slow
 def test_a_prompt_that_fills_the_context_is_named_and_the_others_are_answered(tmp_path, monkeypatch):
-    at = _calibrate(_write(tmp_path / "mixed.jsonl", ["Q: What is 2 plus 2?\nA:", LONG, "Q: What is 1 plus 3?\nA:"]),
+    at = calibrate_by_path(_write(tmp_path / "mixed.jsonl", ["Q: What is 2 plus 2?\nA:", LONG, "Q: What is 1 plus 3?\nA:"]),
                     monkeypatch)
     at.button(key="generate_answers").click().run()
     assert not at.exception and not any("empty" in t for t in _texts(at.error))
@@ -78,13 +64,13 @@ def test_a_prompt_that_fills_the_context_is_named_and_the_others_are_answered(tm
 def test_a_prompt_over_the_cell_limit_is_named_with_the_limit(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACE_MAX_CELL_MB", "1")
     huge = "Q: " + "x" * (2 * 2**20) + "\nA:"  # 2 MiB: over the 1 MiB a cell may hold
-    at = _calibrate(_write(tmp_path / "big2mb.jsonl", ["Q: What is 2 plus 2?\nA:", huge]), monkeypatch)
+    at = calibrate_by_path(_write(tmp_path / "big2mb.jsonl", ["Q: What is 2 plus 2?\nA:", huge]), monkeypatch)
     warnings = _texts(at.warning)
     assert any(t.startswith("1 row is left out: row 2: prompt: is 2,097,158 characters long; a cell may hold at most "
                             "1,048,576 (TRACE_MAX_CELL_MB") for t in warnings), warnings
     assert at.button(key="generate_answers").label == "Generate 1 answer with the sidebar's model"
 
-    only = _calibrate(_write(tmp_path / "only.jsonl", [huge]), monkeypatch)
+    only = calibrate_by_path(_write(tmp_path / "only.jsonl", [huge]), monkeypatch)
     errors = _texts(only.error)
     assert errors == ["only.jsonl: no row has a prompt that can be read (row 1: prompt: is 2,097,158 characters "
                       "long; a cell may hold at most 1,048,576 (TRACE_MAX_CELL_MB, or "

@@ -28,7 +28,7 @@ from .folders import (
     model_folder,
 )
 from .gguf import converted_folder, gguf_file_of, packaged_model_file
-from .threads import set_torch_threads
+from .threads import model_threads
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -66,7 +66,7 @@ class LoadedModel:
     model_id: str
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     model_digest: str = ""  # :func:`model_digest` of the folder it was loaded from; "" when unknown
-    threads: int = 0  # torch's intra-op threads once it was loaded (process-wide: the last load sets them); 0: unknown
+    threads: int = 0  # torch's intra-op threads each recording call runs on (record.threads); 0: torch's own
 
     @property
     def device(self) -> torch.device:
@@ -262,10 +262,10 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
         Accept ``pytorch_model.bin`` (pickle) weights when there are no safetensors weights. Loading a pickle can run
         arbitrary code. None: the setting ``TRACE_ALLOW_PICKLE_WEIGHTS`` (off by default).
     threads : int or None, default None
-        torch's intra-op CPU threads, set for the whole process (torch has one pool; the last load sets it). None:
-        the setting ``TRACE_THREADS``; else, unless the user set ``OMP_NUM_THREADS``, one thread for a small model
-        and the CPUs the process may use (affinity and cgroup quota) for a larger one
-        (:func:`~trace_core.record.threads.choose_threads`).
+        torch's intra-op CPU threads for each recording call with this model (set in the thread that runs it, for
+        that call; the rest of the process keeps torch's own). None: the setting ``TRACE_THREADS``; else, unless the
+        user set ``OMP_NUM_THREADS``, one thread for a small model and the CPUs the process may use (affinity and
+        cgroup quota) for a larger one (:func:`~trace_core.record.threads.choose_threads`).
     progress : callable(str) or None
         Told a line when a GGUF file is being converted (the first load of that file); None writes it to stderr.
 
@@ -274,7 +274,7 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
     LoadedModel
         The model in eval mode on ``device``, its tokenizer, and ``model_id``: ``str(name_or_path)``, or for a GGUF
         file its file name (``SmolLM2-135M-Instruct.Q4_1.gguf``), the same wherever it is installed; ``threads``:
-        torch's intra-op thread count once it was loaded.
+        the intra-op thread count its recording calls run on.
 
     Raises
     ------
@@ -342,7 +342,7 @@ def load_model(name_or_path: str | Path, *, device: str = "auto", dtype: str | A
             hf_logging.enable_progress_bar()
     model.to(resolved_device)
     model.eval()
-    chosen_threads = set_torch_threads(model, threads)
+    chosen_threads = model_threads(model, threads)
     if gguf is not None:  # traces record the tokenizer's name: the GGUF file's, not this machine's cache folder
         tokenizer.name_or_path = gguf.name
     # A GGUF file is named by its file name (the same wherever it is installed), a folder or id as given.

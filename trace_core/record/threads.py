@@ -12,14 +12,16 @@ torch's default threads, 1.28 s with one thread, the same answers; ``python -m b
   else every available CPU.
 * :func:`choose_threads` -- the count a load uses: the caller's, else ``TRACE_THREADS``, else none when the user set
   ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` (torch already follows them), else the automatic one.
-* :func:`set_torch_threads` -- applies it (process-wide: torch has one intra-op pool per process).
+* :func:`model_threads` -- the count a loaded model records with (``LoadedModel.threads``), and
+  :func:`torch_threads` -- applies it around each recording call, in the thread that runs the model.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,7 @@ from .. import settings
 from .._checks import check_int
 
 __all__ = ["SMALL_MODEL_PARAMETERS", "automatic_threads", "available_cpus", "cgroup_cpu_limit", "choose_threads",
-           "set_torch_threads"]
+           "model_threads", "torch_threads"]
 
 #: Models with at most this many parameters decode on one intra-op thread. On a shared 2-core machine,
 #: SmolLM2-135M-Instruct (134.5 M) generated as fast on one thread as on two when idle (0.96-0.98x) and 3.1-3.9x
@@ -209,17 +211,32 @@ def choose_threads(parameters: int, threads: int | None = None) -> int | None:
     return automatic_threads(parameters)
 
 
-def set_torch_threads(model: Any, threads: int | None = None) -> int:
-    """Set torch's intra-op threads for recording with ``model`` (:func:`choose_threads` of its parameter count)
-    and return the count torch then uses.
+def model_threads(model: Any, threads: int | None = None) -> int:
+    """The intra-op thread count recording with ``model`` runs on: :func:`choose_threads` of its parameter count, or
+    torch's own count when that leaves it to torch (the user's ``OMP_NUM_THREADS``)."""
+    import torch
 
-    torch keeps one intra-op pool per process, so the last load decides for every model of the process. The
-    inter-op pool is left alone: ``generate`` and teacher forcing run no inter-op work.
+    chosen = choose_threads(sum(p.numel() for p in model.parameters()), threads)
+    return int(chosen if chosen is not None else torch.get_num_threads())
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``count`` while the block runs, then set back (``count`` 0: left alone).
+
+    torch keeps the count per thread (OpenMP's setting is the calling thread's), so a recording call sets it in the
+    thread that runs the model, for that call only: the sentence-embedding model of the semantic baselines, or
+    another session's work, keeps torch's own count. The inter-op pool is left alone: ``generate`` and teacher
+    forcing run no inter-op work.
     """
     import torch
 
-    parameters = sum(p.numel() for p in model.parameters())
-    chosen = choose_threads(parameters, threads)
-    if chosen is not None and chosen != torch.get_num_threads():
-        torch.set_num_threads(chosen)
-    return int(torch.get_num_threads())
+    before = torch.get_num_threads()
+    if count < 1 or count == before:
+        yield
+        return
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

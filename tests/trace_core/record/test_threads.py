@@ -154,23 +154,48 @@ def torch_threads():
     torch.set_num_threads(before)
 
 
-def test_load_model_applies_the_choice(tiny_model_dirs, torch_threads, no_thread_variables):
+def test_load_model_records_the_choice(tiny_model_dirs, torch_threads, no_thread_variables):
     from trace_core import load_model
 
     torch = torch_threads
     torch.set_num_threads(3)
     lm = load_model(tiny_model_dirs["gpt2"], device="cpu")  # a tiny model: one thread
-    assert lm.threads == 1 and torch.get_num_threads() == 1
-    lm = load_model(tiny_model_dirs["gpt2"], device="cpu", threads=2)
-    assert lm.threads == 2 and torch.get_num_threads() == 2
+    assert lm.threads == 1 and torch.get_num_threads() == 3  # the process keeps its count
+    assert load_model(tiny_model_dirs["gpt2"], device="cpu", threads=2).threads == 2
     no_thread_variables.setenv("TRACE_THREADS", "3")
     assert load_model(tiny_model_dirs["gpt2"], device="cpu").threads == 3
     no_thread_variables.delenv("TRACE_THREADS")
     no_thread_variables.setenv("OMP_NUM_THREADS", "2")
-    torch.set_num_threads(4)  # as if OMP_NUM_THREADS had been read at start: left alone
+    torch.set_num_threads(4)  # as if OMP_NUM_THREADS had been read at start: torch's own count is used
     assert load_model(tiny_model_dirs["gpt2"], device="cpu").threads == 4
     with pytest.raises(ValueError, match="`threads`"):
         load_model(tiny_model_dirs["gpt2"], device="cpu", threads=0)
+
+
+def test_each_recording_call_runs_on_the_models_threads_then_gives_them_back(tiny_model_dirs, torch_threads,
+                                                                             no_thread_variables):
+    """generate, stream (on its own thread) and teacher forcing run the model on ``lm.threads``; the caller's count
+    is back afterwards, so other torch work of the process (the semantic baselines' embedder) keeps its own."""
+    from trace_core import DecodingConfig, generate_traces, load_model, score_answers
+    from trace_core.record import stream_trace
+
+    torch = torch_threads
+    torch.set_num_threads(2)
+    lm = load_model(tiny_model_dirs["gpt2"], device="cpu", threads=1)
+    seen = []
+    forward = lm.model.forward
+
+    def counting(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return forward(*args, **kwargs)
+
+    lm.model.forward = counting
+    config = DecodingConfig(max_new_tokens=3)
+    generate_traces(lm, ["Q: 2 + 2 =", "Q: 1 + 3 ="], config=config)
+    list(stream_trace(lm, "Q: 2 + 2 =", config=config))
+    score_answers(lm, ["Q: 2 + 2 ="], [" 4"])
+    assert seen and set(seen) == {1}
+    assert torch.get_num_threads() == 2
 
 
 def test_the_cli_passes_threads_to_the_load(monkeypatch):

@@ -27,6 +27,7 @@ import numpy as np
 from ...trace import DecodingConfig
 from .. import stats
 from ..load import LoadedModel, torch_module
+from ..threads import torch_threads
 from .base import RecordedAnswer
 
 __all__ = ["HuggingFaceBackend", "generation_config"]
@@ -187,7 +188,7 @@ class HuggingFaceBackend:
         if not _acquire(lm.lock, stop):
             return []  # stopped while another caller had the model
         try:
-            with torch.no_grad():
+            with torch.no_grad(), torch_threads(lm.threads):
                 if config.seed is not None:
                     torch.manual_seed(config.seed + seed_offset)
                 out = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
@@ -230,7 +231,7 @@ class HuggingFaceBackend:
         chunk = max(1, min(width, max_logits_bytes // (4 * n * vocab)))
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         chunks: list[tuple[np.ndarray, ...]] = []
-        with lm.lock, torch.no_grad():
+        with lm.lock, torch.no_grad(), torch_threads(lm.threads):
             if chunk >= width:
                 cache = None
             else:
@@ -288,7 +289,7 @@ class HuggingFaceBackend:
                    do_sample=False, length_penalty=0.0, early_stopping=True, output_scores=True,
                    return_dict_in_generate=True, pad_token_id=_pad_id(lm.model, lm.tokenizer),
                    temperature=None, top_k=None, top_p=None)
-        with lm.lock, torch.no_grad():
+        with lm.lock, torch.no_grad(), torch_threads(lm.threads):
             out = lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=gen)
         return sorted(out.sequences_scores.float().cpu().tolist(), reverse=True)
 
