@@ -19,9 +19,9 @@ file of the previous settings, while the page, a moment later, shows the new one
 Without the first guard a click can also come too late for the second: Streamlit forgets the previous run's deferred
 files when the next run ends, and a busy browser may still click the previous run's button then (it fails).
 
-The file is made once per content: clicking again reuses it. A button whose file name depends on the settings (the
-calibrator's file is named after its score) gives no file when clicked right after a change of name: the browser
-would save the new content under the old name. A click on the redrawn button gets it.
+The last file made is kept (one per session): clicking it again reuses it. A button whose file name depends on the
+settings (the calibrator's file is named after its score) gives no file when clicked right after a change of name:
+the browser would save the new content under the old name. A click on the redrawn button gets it.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ class SessionFiles:
         data = drawn.make()
         with self._lock:
             if self._drawn.get(key) is drawn:  # not replaced while it was being made
-                self._made[key] = (drawn.content, data)
+                self._made = {key: (drawn.content, data)}  # one file kept per session: files can be tens of MB
         return data
 
 
@@ -166,8 +166,8 @@ def download_button(where: Any, label: str, make: Callable[[], bytes], *, conten
     """``where.download_button(label, ...)`` (``where``: ``st`` or a container) whose file is ``make()``, made when
     clicked, for the settings of the latest complete run (see the module's docstring).
 
-    ``content`` is a key of everything the file depends on (strings, bytes, numbers, tuples): the file is made again
-    only when it changes. A disabled button offers no file.
+    ``content`` is a key of everything the file depends on (strings, bytes, numbers, tuples): a click on the button
+    whose file was made last, with the same content, reuses it. A disabled button offers no file.
     """
     files = _session_files()
     name = kwargs.get("file_name")
