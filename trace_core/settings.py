@@ -223,9 +223,33 @@ def redact_secrets(text: str) -> str:
         names.update(variable for _, variable in server_keys())
     values = sorted({v for v in (os.environ.get(n) for n in names) if v}, key=len, reverse=True)
     for value in values:  # longest first: a key that contains another is hidden whole
-        text = text.replace(value, "***")
+        text = _hide_cut_key(text.replace(value, "***"), value)
     for pattern, replacement in _CREDENTIAL_SHAPES:
         text = pattern.sub(replacement, text)
+    return text
+
+
+# What a cut leaves after the text it kept: this project's marks ("…", "...") or the end of the text, possibly
+# after the closing quote of a repr.
+_CUT_END = re.compile(r"""['"]?(?:…|\.\.\.|$)""")
+#: The shortest start of a key that a cut may leave and that is still hidden (three characters tell nothing).
+_KEY_START = 4
+
+
+def _hide_cut_key(text: str, value: str) -> str:
+    """``text`` with any start of ``value`` (at least :data:`_KEY_START` characters) that a cut ended hidden: a message
+    shortened before it was redacted would otherwise show a key minus its last characters."""
+    if len(value) <= _KEY_START:
+        return text
+    head = value[:_KEY_START]
+    at = text.find(head)
+    while at != -1:
+        size = _KEY_START
+        while size < len(value) and at + size < len(text) and text[at + size] == value[size]:
+            size += 1
+        if _CUT_END.match(text, at + size):
+            text = text[:at] + "***" + text[at + size:]
+        at = text.find(head, at + 1)
     return text
 
 
