@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -20,10 +21,16 @@ from .drift import EXTRA_FEATURES, DriftSummary, FeatureBins
 from .features import FEATURE_SETS
 from .trace import ENTROPY_SOURCES
 
-__all__ = ["INNER_FIELDS", "MAX_ABS", "MIN_SCALE", "FieldChecker", "converted_fields", "kind_of"]
+__all__ = ["INNER_FIELDS", "MAX_ABS", "MAX_CENTRE", "MIN_SAMPLES", "MIN_SCALE", "FieldChecker", "converted_fields",
+           "kind_of"]
 
 MIN_SCALE = 1e-12  # fit writes std if std > 1e-12 else 1.0: a smaller scale would blow up (x - mean) / scale
 MAX_ABS = 1e150  # a larger coefficient or intercept cannot come from a fit, and its products overflow
+#: The largest feature or score mean and scale a fit can write: features are nats, log-lengths and shares, and scores
+#: sums of them; beyond this every standardised value is ~0 or huge, so every probability is the same or 0 or 1.
+MAX_CENTRE = 1e9
+#: A fit writes at least two answers (both classes); a file saying fewer was not written by one.
+MIN_SAMPLES = 2
 
 _PROVENANCE_LISTS = ("model_id", "tokenizer", "entropy_source")
 _PROVENANCE_KEYS = (*_PROVENANCE_LISTS, "feature_set", "n_rows", "date", "version")
@@ -68,6 +75,9 @@ class FieldChecker:
             x = -math.inf if value < 0 else math.inf
         if not math.isfinite(x):
             self.fail(field, f"must be a finite number, got {x!r}")
+            return None
+        if x != 0.0 and abs(x) < sys.float_info.min:  # subnormal: no fit writes one, and it loses precision
+            self.fail(field, f"must be 0 or a normal number (at least {sys.float_info.min:.3g} in size), got {x!r}")
             return None
         if abs(x) > bound:
             self.fail(field, f"must be at most {bound:g} in size, got {x!r}")
@@ -274,9 +284,9 @@ def _platt_fields(c: FieldChecker, obj: Mapping[str, Any], out: dict[str, Any]) 
         if key in obj:
             out[key] = c.number(obj[key], key)
     if "mean" in obj:
-        out["mean"] = c.number(obj["mean"], "mean", bound=math.inf)
+        out["mean"] = c.number(obj["mean"], "mean", bound=MAX_CENTRE)
     if "scale" in obj:
-        out["scale"] = c.number(obj["scale"], "scale", minimum=MIN_SCALE, bound=math.inf)
+        out["scale"] = c.number(obj["scale"], "scale", minimum=MIN_SCALE, bound=MAX_CENTRE)
 
 
 def _isotonic_fields(c: FieldChecker, obj: Mapping[str, Any], out: dict[str, Any]) -> None:
@@ -317,7 +327,7 @@ def _score_fields(c: FieldChecker, obj: Mapping[str, Any], out: dict[str, Any]) 
         out["provenance"] = _provenance(c, obj["provenance"], "ScoreCalibrator")
     if "drift_summary" in obj:
         out["drift_summary"] = _drift_summary(c, obj["drift_summary"], ("score", *EXTRA_FEATURES))
-    out["n_samples"] = (c.integer(obj["n_samples"], "n_samples", minimum=0, maximum=10**15)
+    out["n_samples"] = (c.integer(obj["n_samples"], "n_samples", minimum=MIN_SAMPLES, maximum=10**15)
                         if "n_samples" in obj else 0)
 
 
@@ -344,11 +354,11 @@ def _traceplus_fields(c: FieldChecker, obj: Mapping[str, Any], out: dict[str, An
                 out["feature_names"] = tuple(names)
     d = len(expected) if expected is not None else None
     if "mean" in obj:
-        out["mean"] = c.numbers(obj["mean"], "mean", length=d, bound=math.inf)
+        out["mean"] = c.numbers(obj["mean"], "mean", length=d, bound=MAX_CENTRE)
     if "coef" in obj:
         out["coef"] = c.numbers(obj["coef"], "coef", length=d)
     if "scale" in obj:
-        out["scale"] = c.numbers(obj["scale"], "scale", length=d, minimum=MIN_SCALE, bound=math.inf)
+        out["scale"] = c.numbers(obj["scale"], "scale", length=d, minimum=MIN_SCALE, bound=MAX_CENTRE)
     if "intercept" in obj:
         out["intercept"] = c.number(obj["intercept"], "intercept")
     if "provenance" in obj:
@@ -356,7 +366,7 @@ def _traceplus_fields(c: FieldChecker, obj: Mapping[str, Any], out: dict[str, An
     if "drift_summary" in obj and expected is not None:  # an unknown feature set is reported already
         out["drift_summary"] = _drift_summary(c, obj["drift_summary"], tuple(expected) + tuple(
             n for n in EXTRA_FEATURES if n not in expected))
-    out["n_samples"] = (c.integer(obj["n_samples"], "n_samples", minimum=0, maximum=10**15)
+    out["n_samples"] = (c.integer(obj["n_samples"], "n_samples", minimum=MIN_SAMPLES, maximum=10**15)
                         if "n_samples" in obj else 0)
 
 

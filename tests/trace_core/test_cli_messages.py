@@ -27,18 +27,26 @@ def labeled(tmp_path):
 
 
 @pytest.mark.parametrize("argv, option", [
-    (["evaluate", "{data}", "--splits", "0"], "--splits must be an int >= 1, got 0"),
+    (["evaluate", "{data}", "--splits", "0"], "--splits must be an int in [1, 1000], got 0"),
+    (["evaluate", "{data}", "--splits", "100000000"], "--splits must be an int in [1, 1000], got 100000000"),
     (["evaluate", "{data}", "--calibration-fraction", "1.5"], "--calibration-fraction must be"),
-    (["evaluate", "{data}", "--bins", "0"], "--bins must be an int >= 1"),
+    (["evaluate", "{data}", "--bins", "0"], "--bins must be an int in [1, 1000]"),
+    (["evaluate", "{data}", "--bins", "5000"], "--bins must be an int in [1, 1000]"),
     (["fit", "{data}", "--out", "c.json", "--C", "-1"], "--C must be a finite real number > 0"),
     (["flag", "{data}", "--calibrator", "c.json", "--threshold", "2", "--out", "f.csv"], "--threshold must be"),
     (["flag", "{data}", "--calibrator", "c.json", "--coverage", "0", "--out", "f.csv"], "--coverage must be"),
     (["generate", "{data}", "--model", "m", "--out", "g.jsonl", "--max-new-tokens", "0"], "--max-new-tokens must"),
     (["generate", "{data}", "--model", "m", "--out", "g.jsonl", "--top-p", "0"], "--top-p must"),
     (["generate", "{data}", "--model", "m", "--out", "g.jsonl", "--seed", "-1"], "--seed must"),
-    (["score", "{data}", "--model", "m", "--out", "g.jsonl", "--batch-size", "0"], "--batch-size must be an int >= 1"),
+    (["score", "{data}", "--model", "m", "--out", "g.jsonl", "--batch-size", "0"], "--batch-size must be an int in [1, 100000]"),
     (["score", "{data}", "--model", "m", "--out", "g.jsonl", "--alternatives", "-1"], "--alternatives must"),
-    (["score", "{data}", "--model", "m", "--out", "g.jsonl", "--beams", "1"], "--beams must be an int >= 2"),
+    (["score", "{data}", "--model", "m", "--out", "g.jsonl", "--beams", "1"], "--beams must be an int in [2, 64]"),
+    (["score", "{data}", "--model", "m", "--out", "g.jsonl", "--alternatives", "1001"], "--alternatives must"),
+    (["generate", "{data}", "--model", "m", "--out", "g.jsonl", "--max-new-tokens", str(2**53)], "--max-new-tokens must"),
+    (["generate", "{data}", "--server", "http://127.0.0.1:9", "--server-model", "m", "--out", "g.jsonl", "--retries",
+      "1000"], "--retries must be an int in [0, 20]"),
+    (["generate", "{data}", "--server", "http://127.0.0.1:9", "--server-model", "m", "--out", "g.jsonl", "--timeout",
+      "1e9"], "--timeout must"),
     (["evaluate", "{data}", "--tolerance", "-1"], "--tolerance must"),
 ])
 def test_bad_options_are_named_as_options_before_any_work(argv, option, labeled, tmp_path, capsys, monkeypatch):

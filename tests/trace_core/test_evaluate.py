@@ -310,7 +310,7 @@ def test_a_transform_that_ties_distinct_scores_ranks_by_the_raw_score(monkeypatc
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"n_splits": 0}, "`n_splits` must be an int >= 1"),
+    ({"n_splits": 0}, "`n_splits` must be an int in \\[1, 1000\\]"),
     ({"calibration_fraction": 1.0}, r"`calibration_fraction` must be a finite real number in \(0, 1\), got 1.0"),
     ({"scalar_calibrator": "beta"}, "`scalar_calibrator` must be one of 'platt', 'isotonic'"),
     ({"metrics": ("accuracy",)}, "unknown metrics"),
@@ -322,9 +322,9 @@ def test_config_validation(kwargs, match):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"n_splits": 2.5}, "`n_splits` must be an int >= 1, got 2.5"),
-    ({"n_bins": 2.5}, "`n_bins` must be an int >= 1, got 2.5"),  # as bin_probabilities says
-    ({"n_splits": True}, "`n_splits` must be an int >= 1, got True"),
+    ({"n_splits": 2.5}, "`n_splits` must be an int in \\[1, 1000\\], got 2.5"),
+    ({"n_bins": 2.5}, "`n_bins` must be an int in \\[1, 1000\\], got 2.5"),  # as bin_probabilities says
+    ({"n_splits": True}, "`n_splits` must be an int in \\[1, 1000\\], got True"),
     ({"calibration_fraction": "0.3"}, "`calibration_fraction` must be a finite real number"),
     ({"stratified": 1}, "`stratified` must be True or False"),
     ({"metrics": "auroc"}, "`metrics` must be a sequence of metric names"),

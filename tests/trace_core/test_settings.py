@@ -73,11 +73,24 @@ def test_ints_parse_whole_numbers_at_least_one(monkeypatch, name):
     assert get(name) == SETTINGS[name].default
 
 
-@pytest.mark.parametrize("raw", ["0", "-5", "1.5", "1e3", "ten", "0x10"])
+@pytest.mark.parametrize("raw", ["0", "-5", "1.5", "1e3", "ten", "0x10", "1000000001", str(2**43)])
 def test_bad_ints_are_errors_naming_variable_and_value(monkeypatch, raw):
     monkeypatch.setenv("TRACE_MAX_ROWS", raw)
-    with pytest.raises(SettingError, match=rf"TRACE_MAX_ROWS='{re.escape(raw)}': expected a whole number >= 1"):
+    with pytest.raises(SettingError, match=rf"TRACE_MAX_ROWS='{re.escape(raw)}': expected a whole number from 1 to "
+                                           r"1,000,000,000"):
         get("TRACE_MAX_ROWS")
+
+
+@pytest.mark.parametrize("name", [n for n, s in SETTINGS.items() if s.kind == "int"])
+def test_every_number_setting_has_a_bound_that_holds(monkeypatch, name):
+    setting = SETTINGS[name]
+    assert setting.default is None or 1 <= setting.default <= setting.maximum
+    monkeypatch.setenv(name, str(setting.maximum))
+    assert get(name) == setting.maximum
+    for raw in (str(setting.maximum + 1), str(2**53), str(2**63)):
+        monkeypatch.setenv(name, raw)
+        with pytest.raises(SettingError, match=f"{name}='{raw}': expected a whole number from 1 to "):
+            get(name)
 
 
 def test_setting_error_is_a_value_error():
@@ -122,7 +135,7 @@ def test_settings_table_lists_every_setting_once_with_kind_and_default():
     assert rows["TRACE_LOCAL_FILES"][:2] == ["on/off", "off"]
     assert rows["TRACE_DATA_DIR"][:2] == ["folder", "unset"]
     assert rows["TRACE_TRUST_REMOTE_CODE"][:2] == ["on/off", "off"]
-    assert rows["TRACE_MAX_ROWS"][:2] == ["number", "100,000"]
+    assert rows["TRACE_MAX_ROWS"][:2] == ["number, 1 to 1,000,000,000", "100,000"]
     assert rows["TRACE_MODEL_ALLOWLIST"][:2] == ["list", "unset"]
     assert all(rows[name][2] == s.help for name, s in SETTINGS.items())
 

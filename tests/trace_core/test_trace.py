@@ -91,12 +91,12 @@ def test_metadata_validation():
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    ({"max_new_tokens": 0}, ValueError, "`max_new_tokens` must be an int >= 1, got 0"),
+    ({"max_new_tokens": 0}, ValueError, "`max_new_tokens` must be an int in \\[1, 1048576\\], got 0"),
     ({"temperature": 0.0}, ValueError, r"`temperature` must be a finite real number > 0, got 0\.0"),
     ({"top_p": 1.5}, ValueError, r"`top_p` must be a finite real number in \(0, 1\], got 1\.5"),
-    ({"top_k": -1}, ValueError, "`top_k` must be an int >= 0"),
+    ({"top_k": -1}, ValueError, "`top_k` must be an int in \\[0, 2147483647\\]"),
     # A value of the wrong type is a TypeError (the shared rule of trace_core._checks), also for 2.5 as an int.
-    ({"n_alternatives": 2.5}, TypeError, "`n_alternatives` must be an int >= 0, got 2.5"),
+    ({"n_alternatives": 2.5}, TypeError, "`n_alternatives` must be an int in \\[0, 1000\\], got 2.5"),
     ({"seed": "7"}, TypeError, "`seed` must be an int in \\[0, 9223372036854775807\\]"),
     ({"temperature": "hot"}, TypeError, "`temperature` must be a finite real number"),
     ({"do_sample": 1}, TypeError, "`do_sample` must be True or False"),

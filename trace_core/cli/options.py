@@ -60,18 +60,19 @@ def check_options(args: argparse.Namespace) -> None:
 
     _check_model_choice(args)
     if getattr(args, "server", None):
-        check_int(args.concurrency, "concurrency", minimum=1)
-        check_int(args.retries, "max_retries", minimum=0)
-        check_real(args.timeout, "timeout", minimum=0, low_open=True)
+        check_int(args.concurrency, "concurrency", minimum=1, maximum=1024)
+        check_int(args.retries, "max_retries", minimum=0, maximum=20)
+        check_real(args.timeout, "timeout", minimum=0, maximum=86_400, low_open=True)
     if hasattr(args, "max_new_tokens"):
         decoding(args, chat_template=False)  # the numbers; the template is resolved once the model is known
     if hasattr(args, "splits"):
         evaluation_config(args)
-    for option, keyword, minimum in (("batch_size", "batch_size", 1), ("alternatives", "n_alternatives", 0)):
+    for option, keyword, minimum, maximum in (("batch_size", "batch_size", 1, 100_000),
+                                              ("alternatives", "n_alternatives", 0, 1_000)):
         if hasattr(args, option):
-            check_int(getattr(args, option), keyword, minimum=minimum)
+            check_int(getattr(args, option), keyword, minimum=minimum, maximum=maximum)
     if getattr(args, "beams", 0):  # 0 is off; beams need at least 2
-        check_int(args.beams, "num_beams", minimum=2)
+        check_int(args.beams, "num_beams", minimum=2, maximum=64)
     if hasattr(args, "C"):
         check_real(args.C, "C", minimum=0, low_open=True)
     if hasattr(args, "tolerance"):
