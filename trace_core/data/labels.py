@@ -112,6 +112,12 @@ _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")  # "1,000", "-12,345.
 # optional thousands separators, optional decimals and exponent. "1,234.5" -> 1234.5; ".5" -> 0.5.
 _NUMBER = re.compile(r"(?:(?<![\w.])[-+])?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?")
 _SEPARATOR = re.compile(r"\s*\|\|\s*")  # between the references of one string: "a || b", "a||b"
+# Case folding writes the Turkish capital "İ" as "i" and a combining dot above, which NFKC keeps: an "i" has its dot
+# already, so "İstanbul" is "istanbul".
+_DOTTED_I = "i\u0307"
+# Numbers joined into something that is not one number: a time or ratio ("3:45", "1:2", "3/4", "12:30:00") or a
+# date ("2024-05-01", "05/01/2024"); the numeric matcher reads none of their numbers ("pages 2-3" stays 2 and 3).
+_COMPOUND = re.compile(r"\d+(?:[:/]\d+)+|\d+(?:-\d+){2,}")
 
 
 def _is_punctuation(ch: str) -> bool:
@@ -140,7 +146,8 @@ def normalize_answer(text: str) -> str:
     characters deleted, the articles a/an/the removed as whole words, whitespace collapsed.
 
     1. NFKC, Unicode case folding (``str.casefold``: "STRASSE" and "straße" are both "strasse"), NFKC again (so
-       that normalising twice changes nothing); the minus signs U+2212, U+2012, U+2013, U+FE63, U+FF0D become "-".
+       that normalising twice changes nothing), the dot above that folding gives the Turkish "İ" dropped ("İstanbul"
+       is "istanbul"); the minus signs U+2212, U+2012, U+2013, U+FE63, U+FF0D become "-".
     2. Numbers -- decimal digits (any script) joined by single "." or "," -- stay one word: a "." between digits
        stays ("5.9", "1.2.3"); commas that group thousands are dropped ("1,000" -> "1000", "1,234.5" -> "1234.5"),
        other commas separate numbers ("1,2,3" -> "1 2 3"). A "-" right before a number is its sign, and a "."
@@ -161,7 +168,14 @@ def normalize_answer(text: str) -> str:
     >>> normalize_answer("It is \u22125.9, not 1,000 or 1,2,3.")
     'it is -5.9 not 1000 or 1 2 3'
     """
+    return _normalized(text, drop_articles=True)
+
+
+def _normalized(text: str, *, drop_articles: bool) -> str:
+    """:func:`normalize_answer`, with or without its last step's articles (a reference that is only an article,
+    such as the multiple-choice letter "A", is compared with its article kept)."""
     text = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold()).translate(_MINUS_SIGNS)
+    text = text.replace(_DOTTED_I, "i")
     parts, end, last = [], 0, ""  # last: the last character written so far
     for match in _NUMBER_RUN.finditer(text):
         gap = _drop_punctuation(text[end:match.start()])
@@ -175,7 +189,8 @@ def normalize_answer(text: str) -> str:
         end, last = match.end(), number[-1]
     parts.append(_drop_punctuation(text[end:]))
     # NFKC once more: a deleted mark may leave a letter and a combining accent side by side ("s\u2010\u0301").
-    return " ".join(_ARTICLES.sub(" ", unicodedata.normalize("NFKC", "".join(parts))).split())
+    text = unicodedata.normalize("NFKC", "".join(parts))
+    return " ".join((_ARTICLES.sub(" ", text) if drop_articles else text).split())
 
 
 _DIGIT_LIKE = "\x00"  # stands for a superscript, fraction, circled digit...: NFKC would make digits of it
@@ -192,12 +207,18 @@ def _numeric_text(text: str) -> str:
     return unicodedata.normalize("NFKC", text).translate(_MINUS_SIGNS)
 
 
+def _without_compounds(text: str) -> str:
+    """``text`` (after :func:`_numeric_text`) with every time, ratio and date replaced by a character that stops a
+    number touching it from being read."""
+    return _COMPOUND.sub(_DIGIT_LIKE, text)
+
+
 def _parse_number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
 def _last_number(text: str) -> float | None:
-    text = _numeric_text(text)
+    text = _without_compounds(_numeric_text(text))
     found = [m.group() for m in _NUMBER.finditer(text)  # "10²" is not 10
              if _DIGIT_LIKE not in text[max(m.start() - 1, 0):m.end() + 1]]
     return _parse_number(found[-1]) if found else None
@@ -253,8 +274,10 @@ def label_from_reference(answer: str, reference: object, *, matcher: str = "exac
     reference : str, number or sequence
         The gold answer. Several acceptable answers may be given as a sequence, or in one string separated by
         ``||`` (with or without spaces around it); the answer is correct when it matches any of them. Blank pieces
-        (empty or whitespace text, None, NaN: "a||b||" is "a" and "b") are ignored, and so, for the text matchers,
-        are pieces empty after normalisation ("the" in "the||b") as long as one piece is left.
+        (empty or whitespace text, None, NaN: "a||b||" is "a" and "b") are ignored. A piece empty after
+        normalisation is an article: the exact matcher compares it with the article kept (the multiple-choice
+        letter "A" matches "a)" and not "b"); contains and f1 skip it ("the" in "the||b") as long as one piece is
+        left.
     matcher : {"exact", "contains", "numeric", "f1"}
         The texts are compared after :func:`normalize_answer` (case folded, punctuation and articles removed,
         numbers kept whole: "5.9", "-5", "1,000" -> "1000").
@@ -266,7 +289,8 @@ def label_from_reference(answer: str, reference: object, *, matcher: str = "exac
           is within ``tolerance`` (absolute) of a reference number; an answer without a number is wrong.
           Digits are decimal digits of any script (after NFKC: "\uff15" is 5); superscripts, subscripts, fractions
           and other characters that only look like digits are not ("x\u00b2", "\u00bd" hold no number), and a
-          number touching one is not read ("10\u00b2" holds no number). The minus signs of :func:`normalize_answer`
+          number touching one is not read ("10\u00b2" holds no number). Times, ratios and dates ("3:45", "3/4",
+          "2024-05-01") are not numbers: none of their parts is read. The minus signs of :func:`normalize_answer`
           count as "-".
           References that are not numbers are skipped, as long as one is a number.
         - ``"f1"``: SQuAD token F1 between the normalized texts is ``>= f1_threshold``.
@@ -324,17 +348,24 @@ def label_from_reference(answer: str, reference: object, *, matcher: str = "exac
         found = _last_number(answer)
         return int(found is not None and any(abs(found - g) <= tolerance for g in gold))
     # A piece that normalises to nothing ("a" in "a||b") cannot be matched: skipped, as long as one is left.
-    golds = [norm for norm in (normalize_answer(r if isinstance(r, str) else str(r)) for r in references) if norm]
+    texts = [r if isinstance(r, str) else str(r) for r in references]
+    golds = [(norm, True) for norm in map(normalize_answer, texts) if norm]
+    if matcher == "exact":  # "A", "an": an option's letter, compared with its article kept
+        golds += [(norm, False) for text in texts if not normalize_answer(text)
+                  for norm in [_normalized(text, drop_articles=False)] if norm]
     if not golds:
         ref = references[0] if len(references) == 1 else reference
         which = "" if len(references) == 1 else "every reference in "
-        raise ValueError(f"{which}{show(ref)} is empty after normalisation (lower case, no punctuation or articles)")
-    pred = normalize_answer(answer)
+        letter = any(_normalized(text, drop_articles=False) for text in texts)
+        raise ValueError(f"{which}{show(ref)} is empty after normalisation (lower case, no punctuation or articles)"
+                         + ("; an option letter such as 'A' is matched by the exact matcher only (every answer "
+                            "with the word 'a' would contain it)" if letter else ""))
+    preds = {drop: _normalized(answer, drop_articles=drop) for drop in {drop for _, drop in golds}}
     if matcher == "exact":
-        return int(pred in golds)
+        return int(any(preds[drop] == g for g, drop in golds))
     if matcher == "contains":
-        return int(any(f" {g} " in f" {pred} " for g in golds))
-    return int(any(_token_f1(pred.split(), g.split()) >= f1_threshold for g in golds))
+        return int(any(f" {g} " in f" {preds[drop]} " for g, drop in golds))
+    return int(any(_token_f1(preds[drop].split(), g.split()) >= f1_threshold for g, drop in golds))
 
 
 EXACT_HINT_ROWS = 1000  # answers labeled wrong that :func:`exact_match_hint` looks at: enough to show the pattern

@@ -122,13 +122,26 @@ def test_empty_alternatives_are_skipped(reference):
 ])
 def test_only_empty_alternatives_is_an_error(reference, match):
     with pytest.raises(ValueError, match=match):
-        label("b", reference)
+        label("b", reference, "contains")
+    if "holds no reference" in match:
+        with pytest.raises(ValueError, match=match):
+            label("b", reference)
+
+
+@pytest.mark.parametrize("answer, reference, expected", [
+    ("A", "A", 1), ("a)", "A", 1), ("B", "A", 0), ("The answer is A", "A", 0), ("an", "An", 1), ("the", "a||the", 1),
+    ("b", "a||the||", 0), ("B", "A||B", 1), ("A", "A||B", 1), ("C", "A||B", 0), ("The", "The", 1),
+])
+def test_an_option_letter_or_article_is_an_exact_reference(answer, reference, expected):
+    """A multiple-choice reference "A" is only an article once normalised: the exact matcher compares it with its
+    article kept, and contains refuses it (every answer with the word "a" would contain it)."""
+    assert label(answer, reference) == expected
 
 
 def test_reference_of_only_empty_alternatives_is_a_row_error_naming_the_row():
     text = "prompt,answer,reference\np1,b,a||b||\np2,b,a||the\np3,c,b||c\n"
     with pytest.warns(Warning, match="rejected"):
-        ds = read_dataset(_upload(text, "data.csv"))
+        ds = read_dataset(_upload(text, "data.csv"), matcher="contains")
     assert ds.frame["prompt"].tolist() == ["p1", "p3"] and ds.labels.tolist() == [1, 1]
     assert [(e.row, e.field) for e in ds.errors] == [(2, "reference")]
     assert str(ds.errors[0]).startswith("row 2: reference: every reference in 'a||the' is empty after normalisation")
@@ -271,3 +284,21 @@ def test_group_with_too_few_of_one_class_for_any_split_is_skipped(tmp_path, caps
     skipped = [line for line in captured.err.splitlines() if "skipped the group" in line]
     assert len(skipped) == 1 and "'hard'" in skipped[0] and "every split left one class only" in skipped[0]
     assert "### family = mixed" in captured.out and "### family = hard" not in captured.out
+
+
+@pytest.mark.parametrize("answer, reference, matcher", [
+    ("istanbul", "İstanbul", "exact"), ("İSTANBUL", "istanbul", "exact"), ("I went to İzmir", "izmir", "contains"),
+])
+def test_the_turkish_dotted_capital_i_is_an_i(answer, reference, matcher):
+    assert label(answer, reference, matcher) == 1
+    assert normalize_answer("İstanbul") == "istanbul"
+
+
+@pytest.mark.parametrize("answer, reference, expected", [
+    ("2024-05-01", "1", 0), ("On 2024-05-01.", "2024", 0), ("It is 3:45", "45", 0), ("It is 3:45", "3", 0),
+    ("12:30:00", "0", 0), ("3/4", "4", 0), ("05/01/2024", "2024", 0), ("a ratio of 1:2", "2", 0),
+    ("pages 2-3", "3", 1), ("3:45, so 7", "7", 1), ("-5", "-5", 1), ("about 5.75", "5.75", 1),
+])
+def test_times_ratios_and_dates_are_not_numbers(answer, reference, expected):
+    """The numeric matcher reads the last number; the parts of a time, ratio or date are not numbers of their own."""
+    assert label(answer, reference, "numeric") == expected
