@@ -95,6 +95,8 @@ CASES = [
         (2, "surprisal", "not valid JSON (Expecting ',' delimiter at char 9): '[0.1, 0.2'"),
         (4, "tokens", "not valid JSON (Expecting value at char 1)"),
         (6, "entropy", "is 0.5; expected a list"))),
+    Case("lone_surrogates.jsonl", file_error=("no row could be read: 3 rows rejected, none kept (the first: row 1: "
+                                              "prompt: holds '\\ud800': half of a UTF-16 surrogate pair",)),
     Case("malformed_lines.jsonl", n_read=6, kept=_all_but(6, 2, 3), row_errors=(
         (2, "", "not valid JSON (Expecting ',' delimiter"), (3, "", "is [1, 2, 3]; expected a JSON object"))),
     Case("ragged_rows.csv", n_read=10, kept=_all_but(10, 2, 5), row_errors=(

@@ -52,12 +52,12 @@ def _paths(files, target, link):
     return given, original
 
 
-def _run(capsys, argv, original, what):
+def _run(capsys, argv, original, what, option="--out"):
     before = original.read_bytes()
     assert main([str(a) for a in argv]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
-    assert err[0].startswith("error: --out ") and f": is {what} (" in err[0], err
+    assert err[0].startswith(f"error: {option} ") and f": is {what} (" in err[0], err
     assert original.read_bytes() == before
 
 
@@ -106,6 +106,20 @@ def test_flag_never_writes_over_its_dataset_or_its_calibrator(files, capsys, lin
     calibrator = given if target == "calibrator" else files["calibrator"]
     _run(capsys, ["flag", data, "--calibrator", calibrator, "--threshold", "1.0", "--out", out, "--quiet"],
          files[target], "the input file" if target == "labeled_json" else "--calibrator")
+
+
+@pytest.mark.parametrize("link", LINKS)
+@pytest.mark.parametrize("target", ["labeled_csv", "risk_data"])
+def test_flag_never_writes_its_tokens_over_the_dataset_or_the_risk_data(files, capsys, link, target):
+    """--tokens is checked like --out, and named as itself in the refusal."""
+    files["risk_data"] = files["tmp"] / "risk.csv"
+    shutil.copyfile(files["labeled_csv"], files["risk_data"])
+    given, tokens = _paths(files, target, link)
+    data = given if target == "labeled_csv" else files["labeled_json"]
+    risk = given if target == "risk_data" else files["risk_data"]
+    _run(capsys, ["flag", data, "--calibrator", files["calibrator"], "--max-risk", "0.3", "--risk-data", risk,
+                  "--out", files["tmp"] / "flagged.csv", "--tokens", tokens, "--quiet"],
+         files[target], "the input file" if target == "labeled_csv" else "--risk-data", option="--tokens")
 
 
 def test_another_out_still_works(files, tmp_path):

@@ -91,15 +91,16 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def check_not_input(out: str | None, inputs: Sequence[tuple[str, str | None]], *, written: str) -> None:
-    """A one-line :class:`CLIError` when ``out`` names one of ``inputs`` ((what it is, path) pairs): the same file,
-    through a symlink or a hard link. No command writes over a file it reads; checked before any work, so the input
-    is left byte for byte as it was."""
+def check_not_input(out: str | None, inputs: Sequence[tuple[str, str | None]], *, written: str,
+                    option: str = "--out") -> None:
+    """A one-line :class:`CLIError` when ``out`` (given as ``option``) names one of ``inputs`` ((what it is, path)
+    pairs): the same file, through a symlink or a hard link. No command writes over a file it reads; checked before
+    any work, so the input is left byte for byte as it was."""
     if not out:
         return
     for what, given in inputs:
         if given and _same_file(out, given):
-            raise CLIError(f"--out {shown(out)}: is {what} ({shown(given)}); it would be replaced by {written}: "
+            raise CLIError(f"{option} {shown(out)}: is {what} ({shown(given)}); it would be replaced by {written}: "
                            "write it to another file")
 
 

@@ -64,7 +64,8 @@ def cmd_flag(args: argparse.Namespace) -> None:
     if args.tokens:
         check_out(args.tokens, TOKENS_OUT, option="--tokens")
         check_not_input(args.tokens, [("the input file", args.data), ("--calibrator", args.calibrator),
-                                      ("--out", args.out)], written="the flagged answers' tokens")
+                                      ("--out", args.out), ("--risk-data", args.risk_data)],
+                        written="the flagged answers' tokens", option="--tokens")
     dataset = common.read_data(args.data, require_label=False, args=args)
     if previous_export(dataset.frame.columns):  # a flagged export scored again: its earlier scores are replaced
         dataset = dataclasses.replace(dataset, frame=unscored(dataset.frame))

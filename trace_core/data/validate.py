@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .._checks import counted
 from ..cells import ABSENT, CellError, is_blank, is_int64, is_missing, json_cell, show
 from ..columns import TRACE_COLUMNS, decode_cell, trace_from_cells
 from ..trace import Trace
@@ -149,6 +150,9 @@ def _validate_pass(table: Table, fmt: str, options: Options,
     _keep_chunk(kept, pending, strings, fmt, csv_columns)
     final = fixed or _rules_for(table.columns, table.hint, options)  # the rows are read: the columns are complete
     if isinstance(final, DatasetError):
+        if not table.columns and table.errors:  # JSON Lines rows that could not be parsed bring no columns
+            raise DatasetError(f"no row could be read: {counted(len(table.errors), 'row')} rejected, none kept "
+                               f"(the first: {table.errors[0]})")
         raise final
     if stale or (used and rules != final):
         return None

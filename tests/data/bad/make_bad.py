@@ -166,6 +166,9 @@ SMALL: dict[str, Callable[[], bytes]] = {
     "mismatched_lengths.csv": mismatched_lengths,
     "malformed_json.csv": malformed_json,
     "malformed_lines.jsonl": malformed_lines,
+    # Every prompt holds half of a surrogate pair (JSON allows the escape, Unicode has no such character).
+    "lone_surrogates.jsonl": lambda: "".join(f'{{"prompt": "Q{i} \\ud800", "answer": "a", "label": {i % 2}}}\n'
+                                             for i in range(1, 4)).encode(),
     "duplicate_columns.csv": lambda: _csv([["prompt", "answer", "label", "Label"], ["Q1", "a", "1", "0"],
                                            ["Q2", "b", "0", "1"]]),
     "ragged_rows.csv": ragged_rows,
