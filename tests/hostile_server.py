@@ -9,6 +9,9 @@ misbehaves on requests as ``get_mode`` / ``post_mode`` say:
 * ``"echo-key"``: 200, plain text quoting the request's ``Authorization`` header;
 * ``"echo-key-json"``: 400 with a JSON error message quoting it;
 * ``"drip"``: the status line, headers and body one byte every ``drip_seconds`` (at most ``drip_bytes`` bytes);
+* ``"drip-close"``: an HTTP/1.0-style answer (``Connection: close``, no Content-Length: the body ends when the
+  connection closes) whose head comes at once and whose body drips one byte every ``drip_seconds`` (at most
+  ``drip_bytes``); ``"drip-chunked"`` the same with a chunked body, one byte a chunk;
 * ``"huge"``: a JSON body of ``huge_bytes`` bytes without Content-Length (connection close);
 * ``"declared"``: Content-Length of 10 GB, then a few bytes;
 * ``"endless"``: a chunked body that never ends (until ``endless_bytes`` have been sent, or the client leaves);
@@ -23,10 +26,12 @@ misbehaves on requests as ``get_mode`` / ``post_mode`` say:
   ``"sse-bad-json"`` a sane chunk, then ``data: {"choices": [``; ``"sse-not-sse"`` a line that is no event field;
   ``"sse-endless"`` keep-alive comments without end (until ``endless_bytes``); ``"sse-more"`` a thousand sane
   one-token chunks (more than asked); ``"sse-drip"`` sane chunks every
-  ``drip_seconds``; ``"sse-error"`` vLLM's mid-stream error event; ``"sse-cut"`` a sane chunk, then the end of the
+  ``drip_seconds``; ``"sse-drip-close"`` / ``"sse-drip-chunked"`` a sane stream dripped as ``"drip-close"`` /
+  ``"drip-chunked"`` drip their bodies; ``"sse-error"`` vLLM's mid-stream error event; ``"sse-cut"`` a sane chunk, then the end of the
   body with neither finish_reason nor ``[DONE]``; ``"sse-after-finish"`` tokens after the closing chunk.
 
-Every request is logged in ``requests`` as (method, path, headers dict); ``sent`` counts body bytes written. Loops
+Every request is logged in ``requests`` as (method, path, headers dict); ``sent`` counts body bytes written and
+``active`` the answers being written now. Loops
 are bounded in bytes and time, so a client that keeps reading ends too.
 """
 
@@ -35,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -60,8 +66,19 @@ class HostileServer(LocalServer):
         self.impossible: dict[str, Any] = {}
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.sent = 0
+        self.active = 0  # answers being written now (a dripping one ends early once the client has closed)
         self.lock = threading.Lock()
         self._start(_handler(self))
+
+    def use_tls(self, certificate: str, key: str) -> None:
+        """Serve HTTPS from now on, with this certificate and its key (PEM files)."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(certificate, key)
+        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+
+    @property
+    def tls_url(self) -> str:
+        return self.url.replace("http://", "https://", 1)
 
     def keys_seen(self) -> list[str]:
         """The Authorization headers received, in order (missing ones left out)."""
@@ -107,10 +124,15 @@ def _handler(server: HostileServer) -> type[BaseHTTPRequestHandler]:
         def _serve(self, mode: str) -> None:
             with server.lock:
                 server.requests.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
+                server.active += 1
             # the client may leave: what it should do with a hostile answer
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError,
-                                     OSError):
-                getattr(self, "_" + mode.replace("-", "_"))()
+            try:
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError,
+                                         OSError):
+                    getattr(self, "_" + mode.replace("-", "_"))()
+            finally:
+                with server.lock:
+                    server.active -= 1
 
         def _send(self, status: int, body: bytes, content_type: str = "application/json",
                   headers: dict[str, str] | None = None) -> None:
@@ -164,11 +186,38 @@ def _handler(server: HostileServer) -> type[BaseHTTPRequestHandler]:
                 time.sleep(server.drip_seconds)
             self.close_connection = True
 
-        def _head(self, name: str, value: str) -> None:
-            """The head of a 200 JSON answer with one more header (how its body is delimited, or not)."""
+        def _drip_close(self) -> None:
+            """An HTTP/1.0-style answer: the head at once, with neither Content-Length nor chunks (the body ends when
+            the connection closes), then the body one byte every ``drip_seconds``."""
+            self.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n")
+            self._dripped(self._good(), chunked=False)
+
+        def _drip_chunked(self) -> None:
+            """The head at once (chunked, ``Connection: close``), then the body one byte a chunk every
+            ``drip_seconds``."""
+            self._head("Transfer-Encoding", "chunked", close=True)
+            self._dripped(self._good(), chunked=True)
+
+        def _dripped(self, body: bytes, *, chunked: bool) -> None:
+            """Write ``body`` one byte every ``drip_seconds`` (at most ``drip_bytes`` bytes, counted in
+            ``server.sent``), as it is or one byte a chunk; then close the connection."""
+            self.close_connection = True
+            for i in range(min(len(body), server.drip_bytes)):
+                byte = body[i:i + 1]
+                self.wfile.write(b"1\r\n%s\r\n" % byte if chunked else byte)
+                self.wfile.flush()
+                with server.lock:
+                    server.sent += 1
+                time.sleep(server.drip_seconds)
+
+        def _head(self, name: str, value: str, *, kind: str = "application/json", close: bool = False) -> None:
+            """The head of a 200 answer (JSON unless ``kind`` says otherwise) with one more header (how its body is
+            delimited, or not), and ``Connection: close`` with ``close``."""
             self.send_response(200)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", kind)
             self.send_header(name, value)
+            if close:
+                self.send_header("Connection", "close")
             self.end_headers()
 
         def _counted(self, data: bytes) -> None:
@@ -280,6 +329,23 @@ def _handler(server: HostileServer) -> type[BaseHTTPRequestHandler]:
                 self._sse_event(chunk())
                 time.sleep(server.drip_seconds)
             self.close_connection = True
+
+        def _sse_drip_close(self) -> None:
+            """A stream that ends when the connection closes (no chunks), dripped one byte every
+            ``drip_seconds``."""
+            self.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+            self._dripped(self._sse_body(), chunked=False)
+
+        def _sse_drip_chunked(self) -> None:
+            """A chunked stream (``Connection: close``) dripped one byte a chunk every ``drip_seconds``."""
+            self._head("Transfer-Encoding", "chunked", kind="text/event-stream", close=True)
+            self._dripped(self._sse_body(), chunked=True)
+
+        @staticmethod
+        def _sse_body() -> bytes:
+            """A sane stream's events: one token, the closing chunk, ``data: [DONE]``."""
+            events = [json.dumps(chunk()).encode(), json.dumps(chunk(finish="length", tokens=0)).encode(), b"[DONE]"]
+            return b"".join(b"data: " + event + b"\n\n" for event in events)
 
         def _sse_error(self) -> None:
             self._sse_start()

@@ -2,8 +2,9 @@
 
 * one request per answer; 429, 5xx, timeouts and connection errors are retried with exponential backoff
   (``Retry-After`` honoured up to a cap);
-* ``timeout`` is an overall deadline for one attempt: connecting, sending and reading every byte of the answer (a
-  server that drips its answer is cut off at the deadline, not at each read);
+* ``timeout`` is an overall deadline for one attempt: connecting, sending and reading every byte of the answer,
+  however its end is marked (Content-Length, chunks, or the connection's close); a server that drips its answer is
+  cut off at the deadline, not at each read;
 * redirects are never followed: a 3xx answer is an error naming where it pointed, so the API key goes only to the
   address given (the dashboard checks that address against its allow-list);
 * the answer's size is capped by what was asked (:func:`response_limit`: tokens x log-probabilities per token x
@@ -191,14 +192,12 @@ class _TooLarge(Exception):
 
 def _once(method: str, url: str, data: bytes | None, timeout: float, api_key_env: str | None,
           max_bytes: int) -> Any:
-    """One attempt: the JSON answer, or _Retryable / ServerError. ``timeout`` bounds the whole attempt: a watchdog
-    shuts the socket at the deadline, whatever stage the exchange is at."""
-    conn, expired, watchdog, late = _connection(url, timeout)
+    """One attempt: the JSON answer, or _Retryable / ServerError. ``timeout`` bounds the whole attempt
+    (:class:`_Attempt`)."""
+    attempt = _Attempt(url, timeout)
     try:
-        response = _sent(conn, method, url, data, api_key_env, "application/json", expired, late)
-        raw = _read_limited(response, max_bytes, cut=False)
-        if expired.is_set():
-            raise late
+        response = _sent(attempt, method, url, data, api_key_env, "application/json")
+        raw = _read_limited(response, max_bytes, cut=False, attempt=attempt)
     except _TooLarge:
         raise ServerError(f"the model server's answer is larger than {max_bytes:,} bytes, more than the log-"
                           "probabilities asked for can take; is the server sending something else? (ask for fewer "
@@ -206,45 +205,80 @@ def _once(method: str, url: str, data: bytes | None, timeout: float, api_key_env
     except (ServerError, _Retryable):
         raise
     except TimeoutError:
-        raise late from None
+        raise attempt.late from None
     except (http.client.HTTPException, OSError, ValueError) as exc:  # ValueError: a malformed chunked body
-        if expired.is_set():
-            raise late from None
+        if attempt.expired.is_set():
+            raise attempt.late from None
         raise _Retryable(_reason_text(exc)) from None
     finally:
-        watchdog.cancel()
-        conn.close()
+        attempt.close()
     return _json_answer(raw)
 
 
-def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, threading.Event, threading.Timer,
-                                                     _Retryable]:
-    """A connection to ``url``'s host, not yet opened, with its watchdog started: at ``timeout`` seconds it sets the
-    returned event and shuts the socket, whatever stage the exchange is at; and the error a missed deadline is."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme == "https":
-        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-            parts.hostname or "", parts.port, timeout=timeout, context=ssl.create_default_context())
-    else:
-        conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
-    expired = threading.Event()
+class _Attempt:
+    """One attempt's connection to ``url``'s host under its deadline: at ``timeout`` seconds a watchdog sets
+    ``expired`` and shuts the socket, whatever stage the exchange is at; ``late`` is the error a missed deadline is.
 
-    def expire() -> None:
-        expired.set()
-        sock = conn.sock
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+    The socket is kept here from the moment it is connected: ``http.client`` hands it to the response and forgets it
+    (``conn.sock = None``) when the answer ends by closing the connection (HTTP/1.0 style, ``Connection: close``),
+    and the socket's own timeout bounds each ``recv`` only, so without it a body dripped a byte at a time would run
+    past the deadline for as long as the server cares to drip."""
 
-    late = _Retryable(f"no complete answer within {timeout:g} s", late=timeout)
-    watchdog = threading.Timer(timeout, expire)
-    watchdog.daemon = True
-    watchdog.start()
-    return conn, expired, watchdog, late
+    def __init__(self, url: str, timeout: float) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme == "https":
+            self.conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                parts.hostname or "", parts.port, timeout=timeout, context=ssl.create_default_context())
+        else:
+            self.conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+        self.timeout = timeout
+        self.expired = threading.Event()
+        self.late = _Retryable(f"no complete answer within {timeout:g} s", late=timeout)
+        self.response: http.client.HTTPResponse | None = None
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._watchdog = threading.Timer(timeout, self._expire)
+        self._watchdog.daemon = True
+        self._watchdog.start()
+
+    def open(self) -> None:
+        """Connect and keep the socket (shut at once if the deadline passed while connecting)."""
+        self.conn.connect()
+        with self._lock:
+            self._sock = self.conn.sock
+            expired = self.expired.is_set()
+        if expired:
+            _shut(self._sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired.set()
+            held = (self._sock, self.conn.sock)  # conn.sock: the socket being connected, if any
+        for sock in held:
+            _shut(sock)
+
+    def close(self) -> None:
+        """Stop the watchdog (waiting for it if it is shutting the socket now), then close the answer, the
+        connection and the socket, whichever of them holds it now."""
+        self._watchdog.cancel()
+        self._watchdog.join()
+        if self.response is not None:
+            self.response.close()
+        self.conn.close()
+        if self._sock is not None:
+            self._sock.close()
 
 
-def _sent(conn: http.client.HTTPConnection, method: str, url: str, data: bytes | None, api_key_env: str | None,
-          accept: str, expired: threading.Event, late: _Retryable) -> http.client.HTTPResponse:
+def _shut(sock: socket.socket | None) -> None:
+    """Shut ``sock`` both ways, so that a read blocked on it in another thread returns at once. The plain socket's
+    call, also for a TLS socket: its own ``shutdown`` would drop the TLS state under that read."""
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _sent(attempt: _Attempt, method: str, url: str, data: bytes | None, api_key_env: str | None,
+          accept: str) -> http.client.HTTPResponse:
     """Send the request and read the answer's status: the response of a 2xx answer that is not compressed; a
     redirect, a compressed answer or a refusal raise ServerError, 429 and 5xx _Retryable."""
     headers = {"Accept": accept, "Accept-Encoding": "identity"}
@@ -253,16 +287,15 @@ def _sent(conn: http.client.HTTPConnection, method: str, url: str, data: bytes |
     key = _api_key(api_key_env)
     if key:
         headers["Authorization"] = f"Bearer {key}"
-    conn.request(method, urllib.parse.urlsplit(url).path or "/", body=data, headers=headers)
-    response = conn.getresponse()
+    attempt.open()
+    attempt.conn.request(method, urllib.parse.urlsplit(url).path or "/", body=data, headers=headers)
+    response = attempt.response = attempt.conn.getresponse()
     status = response.status
     if 300 <= status < 400:
         raise ServerError(_redirect_message(url, response.getheader("Location")))
     encoding = (response.getheader("Content-Encoding") or "identity").strip().lower()
     if status >= 400:
-        message = _error_message(_read_limited(response, _ERROR_BYTES, cut=True), response.reason)
-        if expired.is_set():
-            raise late
+        message = _error_message(_read_limited(response, _ERROR_BYTES, cut=True, attempt=attempt), response.reason)
         if status == 429 or status >= 500:
             raise _Retryable(message, status=status, retry_after=_retry_after(response.headers))
         raise RefusedError(f"the model server refused the request (HTTP {status}): {message}", status=status,
@@ -277,53 +310,48 @@ def _sent(conn: http.client.HTTPConnection, method: str, url: str, data: bytes |
 def _stream_once(url: str, data: bytes, timeout: float, api_key_env: str | None, max_bytes: int,
                  max_line_bytes: int) -> Iterator[tuple[str, Any]]:
     """One streamed attempt (see :func:`stream_events`); failures before the first event read as _once's."""
-    conn, expired, watchdog, late = _connection(url, timeout)
+    attempt = _Attempt(url, timeout)
     try:
-        response = _stream_opened(conn, url, data, api_key_env, expired, late)
+        response = _stream_opened(attempt, url, data, api_key_env)
         kind = (response.getheader("Content-Type") or "").split(";")[0].strip().lower()
         if kind != "text/event-stream":  # not a stream: the whole answer at once, read as _once reads it
-            yield "whole", _whole_answer(response, max_bytes, expired, late)
+            yield "whole", _whole_answer(response, max_bytes, attempt)
             return
-        for event in _sse_events(response, expired, timeout, max_bytes, max_line_bytes):
+        for event in _sse_events(response, attempt, max_bytes, max_line_bytes):
             yield "event", event
     finally:
-        watchdog.cancel()
-        conn.close()
+        attempt.close()
 
 
-def _stream_opened(conn: http.client.HTTPConnection, url: str, data: bytes, api_key_env: str | None,
-                   expired: threading.Event, late: _Retryable) -> http.client.HTTPResponse:
+def _stream_opened(attempt: _Attempt, url: str, data: bytes, api_key_env: str | None) -> http.client.HTTPResponse:
     """The streamed request sent and its status read (:func:`_sent`), a failure to connect or send as _Retryable."""
     try:
-        return _sent(conn, "POST", url, data, api_key_env, "text/event-stream", expired, late)
+        return _sent(attempt, "POST", url, data, api_key_env, "text/event-stream")
     except (ServerError, _Retryable):
         raise
     except TimeoutError:
-        raise late from None
+        raise attempt.late from None
     except (http.client.HTTPException, OSError, ValueError) as exc:
-        if expired.is_set():
-            raise late from None
+        if attempt.expired.is_set():
+            raise attempt.late from None
         raise _Retryable(_reason_text(exc)) from None
 
 
-def _whole_answer(response: http.client.HTTPResponse, max_bytes: int, expired: threading.Event,
-                  late: _Retryable) -> Any:
+def _whole_answer(response: http.client.HTTPResponse, max_bytes: int, attempt: _Attempt) -> Any:
     """The JSON of an answer to a streamed request that came as one body."""
     try:
-        raw = _read_limited(response, max_bytes, cut=False)
+        raw = _read_limited(response, max_bytes, cut=False, attempt=attempt)
     except _TooLarge:
         raise ServerError(f"the model server's answer is larger than {max_bytes:,} bytes, more than the "
                           "log-probabilities asked for can take; is the server sending something else?") from None
     except (http.client.HTTPException, OSError, ValueError) as exc:
-        if expired.is_set():
-            raise late from None
+        if attempt.expired.is_set():
+            raise attempt.late from None
         raise _Retryable(_reason_text(exc)) from None
-    if expired.is_set():
-        raise late
     return _json_answer(raw)
 
 
-def _sse_events(response: http.client.HTTPResponse, expired: threading.Event, timeout: float, max_bytes: int,
+def _sse_events(response: http.client.HTTPResponse, attempt: _Attempt, max_bytes: int,
                 max_line_bytes: int) -> Iterator[Any]:
     """The JSON of each ``data:`` event of a server-sent event stream, until ``data: [DONE]`` or the end of the
     answer (a missing [DONE] is judged by the reader of the events); the stream capped as a whole and line by
@@ -331,7 +359,7 @@ def _sse_events(response: http.client.HTTPResponse, expired: threading.Event, ti
     events, total = 0, 0
     lines: list[str] = []
     while True:
-        line = _stream_line(response, expired, timeout, events, max_line_bytes)
+        line = _stream_line(response, attempt, events, max_line_bytes)
         total += len(line)
         if len(line) > max_line_bytes:
             raise ServerError(f"a line of the model server's stream is longer than {max_line_bytes:,} bytes, "
@@ -364,25 +392,25 @@ def _sse_events(response: http.client.HTTPResponse, expired: threading.Event, ti
         yield event
 
 
-def _stream_line(response: http.client.HTTPResponse, expired: threading.Event, timeout: float, events: int,
-                 max_line_bytes: int) -> bytes:
+def _stream_line(response: http.client.HTTPResponse, attempt: _Attempt, events: int, max_line_bytes: int) -> bytes:
     """The stream's next line, at most ``max_line_bytes + 1`` bytes (b"" at its end); a missed deadline or a broken
-    connection is a ServerError (nothing is retried once events have come)."""
+    connection is a ServerError. A stream is not retried once its status has come: someone is watching it, and a
+    server too slow for one deadline is not faster for the next."""
     try:
         line = response.readline(max_line_bytes + 1)
     except (TimeoutError, http.client.HTTPException, OSError, ValueError) as exc:
-        if expired.is_set():
-            raise ServerError(_stream_late(timeout, events)) from None
+        if attempt.expired.is_set():
+            raise _stream_late(attempt, events) from None
         raise ServerError(f"the model server's stream broke after {events:,} events: "
                           f"{_reason_text(exc)}") from None
-    if expired.is_set():
-        raise ServerError(_stream_late(timeout, events))
+    if attempt.expired.is_set():
+        raise _stream_late(attempt, events)
     return line
 
 
-def _stream_late(timeout: float, events: int) -> str:
-    return (f"the model server's stream did not end within {timeout:g} s (after {events:,} events); raise `timeout` "
-            "if it is busy, or check the server")
+def _stream_late(attempt: _Attempt, events: int) -> ServerError:
+    return ServerError(f"the model server's stream did not end within {attempt.timeout:g} s (after {events:,} "
+                       "events); raise `timeout` if it is busy, or check the server")
 
 
 def _sse_text(line: bytes, events: int) -> str:
@@ -413,15 +441,17 @@ def _stream_event(payload: str) -> Any:
     return event
 
 
-def _read_limited(response: http.client.HTTPResponse, limit: int, *, cut: bool) -> bytearray:
-    """The body, at most ``limit`` bytes: more raises _TooLarge (or, with ``cut``, is left unread). A declared
-    ``Content-Length`` over the limit is refused before anything is read."""
+def _read_limited(response: http.client.HTTPResponse, limit: int, *, cut: bool, attempt: _Attempt) -> bytearray:
+    """The body, at most ``limit`` bytes: more raises _TooLarge (or, with ``cut``, is left unread), a missed deadline
+    the attempt's ``late``. A declared ``Content-Length`` over the limit is refused before anything is read."""
     declared = response.getheader("Content-Length") or ""
     if not cut and declared.strip().isdigit() and (len(declared.strip()) > 19 or int(declared) > limit):
         raise _TooLarge
     body = bytearray()
     while len(body) <= limit:
         chunk = response.read(min(1 << 16, limit + 1 - len(body)))
+        if attempt.expired.is_set():  # what came may be cut short by the watchdog: never an answer
+            raise attempt.late
         if not chunk:
             return body
         body += chunk
