@@ -105,7 +105,7 @@ def group_panel(frame: pd.DataFrame, kept: Sequence[Trace], labels: np.ndarray, 
                          column_order=["method", "family", *metric_columns(result.config.metrics), "note"])
             found = result.verdict(calibrator=calibrator)
             if found is not None:
-                st.info(md_literal(" ".join(t for t in (found.sentence, found.auroc_sentence) if t), limit=5_000))
+                st.info(md_literal(found.paragraph(), limit=5_000))
             no_skill = result.no_skill_sentence()
             if no_skill:
                 st.warning(md_literal(no_skill))

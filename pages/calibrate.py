@@ -100,7 +100,7 @@ st.dataframe(paired_frame(result, calibrator), hide_index=True, key="paired_tabl
              column_config={"metric": st.column_config.TextColumn("metric", pinned=True)})
 verdict = result.verdict(calibrator=calibrator)  # TRACE+ against the best baseline and the reference
 if verdict is not None:
-    st.info(md_literal(" ".join(t for t in (verdict.sentence, verdict.auroc_sentence) if t), limit=5_000))
+    st.info(md_literal(verdict.paragraph(), limit=5_000))
     st.caption(md_literal(verdict.rule()))
 no_skill = result.no_skill_sentence()
 if no_skill:

@@ -157,7 +157,7 @@ def _section(title: str, result: EvaluationResult, calibrator: str, first: bool)
                    f"{_e(result.paired.chosen_note(calibrator=calibrator))}.</p>")
     found = result.verdict(calibrator=calibrator)
     if found is not None:
-        text = " ".join(t for t in (found.sentence, found.auroc_sentence) if t)
+        text = found.paragraph()
         out.append(f'<p class="verdict">{_e(text)}</p><p class="small">{_e(found.rule())}</p>')
     no_skill = result.no_skill_sentence()
     if no_skill:

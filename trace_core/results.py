@@ -576,8 +576,9 @@ def _paired_block(result: EvaluationResult, calibrator: str, caption: str) -> st
         found = result.verdict(calibrator=calibrator)
         if found is not None:
             text += f"\n{found.sentence}\n"
-            if found.auroc_sentence:
-                text += f"{found.auroc_sentence}\n"
+            for extra in (found.strongest_sentence, found.auroc_sentence):
+                if extra:
+                    text += f"{extra}\n"
     no_skill = result.no_skill_sentence()
     if no_skill:
         text += f"\n{no_skill}\n"

@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .paired import BEST_BASELINE, FITTED, RAW, PairedComparison, chosen_text, count_text, signif
+from .paired import BEST_BASELINE, FITTED, RAW, TIE_TOLERANCE, PairedComparison, chosen_text, count_text, signif
 from .registry import METHODS, METRICS, REFERENCE
 
-__all__ = ["CONFIDENCE", "MIN_EFFECT", "Verdict", "VerdictEntry", "auroc_skill", "best_baseline_values",
-           "no_skill_sentence", "reference_sentence", "t_interval", "verdict", "verdict_word"]
+__all__ = ["CONFIDENCE", "LOPSIDED", "MIN_EFFECT", "Verdict", "VerdictEntry", "auroc_skill", "best_baseline_values",
+           "lopsided_note", "no_skill_sentence", "outcome", "reference_sentence", "t_interval", "verdict",
+           "verdict_word"]
 
 #: Level of the verdict's intervals over splits.
 CONFIDENCE = 0.95
@@ -125,13 +126,81 @@ class VerdictEntry:
 
 
 _OPPONENT = {BEST_BASELINE: "the best baseline", REFERENCE: "the supervised likelihood reference"}
-_VERB = {"beats": ("beats", "beats it"), "loses": ("loses to", "loses to it"), "ties": ("ties", "ties it")}
+# What each kind of outcome is called: (first phrase, before the opponent's name; the same about "it" later on).
+_PHRASES = {
+    "beats": ("beats {name}", "beats it"),
+    "loses": ("loses to {name}", "loses to it"),
+    "better": ("is detectably but negligibly better than {name}", "detectably but negligibly better than it"),
+    "worse": ("is detectably but negligibly worse than {name}", "detectably but negligibly worse than it"),
+    "unclear": ("cannot be told apart from {name}", "cannot be told apart from it"),
+}
+#: Share of the splits won (or lost) from which an outcome whose interval holds 0 gets a sentence saying why those
+#: wins are no win.
+LOPSIDED = 0.8
+
+
+def outcome(entry: VerdictEntry) -> str:
+    """What an entry says, in more detail than its word: ``"beats"``, ``"loses"``; for a tie, ``"better"`` /
+    ``"worse"`` (the interval excludes 0 but the difference is under the minimum effect: detectable and negligible)
+    or ``"unclear"`` (the interval holds 0, or there is none)."""
+    if entry.word != "ties":
+        return entry.word
+    if not (math.isfinite(entry.low) and math.isfinite(entry.high)) or entry.low <= 0 <= entry.high:
+        return "unclear"
+    return "better" if (entry.low > 0) == METRICS[entry.metric].higher_is_better else "worse"
 
 
 def _interval_text(mean: float, low: float, high: float) -> str:
     if not (math.isfinite(low) and math.isfinite(high)):
         return f"{signif(mean)}, no interval from one split"
     return f"{signif(mean)}, {CONFIDENCE:.0%} CI {signif(low)} to {signif(high)}"
+
+
+def _part(entry: VerdictEntry, chosen: str = "") -> str:
+    """``"AUROC (+0.0123, 95% CI … , wins 14 of 20 splits)"``; a negligible difference names the minimum effect."""
+    text = f"{METRICS[entry.metric].label} ({_interval_text(entry.mean, entry.low, entry.high)}"
+    if outcome(entry) in ("better", "worse"):
+        text += f", under the minimum effect of {entry.min_effect:g}"
+    return text + f", wins {count_text(entry.wins, entry.n_splits)}" + (f"; chosen: {chosen}" if chosen else "") + ")"
+
+
+def _clause(name: str, entries: list[VerdictEntry], chosen: dict[int, str]) -> str:
+    """The opponent's part of the sentence: its entries grouped by :func:`outcome`, in their order."""
+    by_kind: dict[str, list[tuple[int, VerdictEntry]]] = {}
+    for i, e in enumerate(entries):
+        by_kind.setdefault(outcome(e), []).append((i, e))
+    pieces = []
+    for i, (kind, group) in enumerate(by_kind.items()):
+        verb = _PHRASES[kind][0].format(name=name) if i == 0 else _PHRASES[kind][1]
+        pieces.append(f"{verb} on " + " and on ".join(_part(e, chosen.get(j, "")) for j, e in group))
+    return " and ".join(pieces)
+
+
+def _lopsided(entry: VerdictEntry) -> str | None:
+    """For an outcome whose interval holds 0 although nearly every split went one way, ``"better than the best
+    baseline on Brier in 20 of 20 splits"``; None otherwise."""
+    if outcome(entry) != "unclear" or not (math.isfinite(entry.low) and math.isfinite(entry.high)):
+        return None
+    most = max(entry.wins, entry.losses)
+    if entry.n_splits < 2 or most < LOPSIDED * entry.n_splits:
+        return None
+    side = "better" if entry.wins >= entry.losses else "worse"
+    return (f"{side} than {_OPPONENT.get(entry.versus, entry.versus)} on {METRICS[entry.metric].label} in "
+            f"{count_text(most, entry.n_splits)}")
+
+
+def lopsided_note(method: str, entries: Sequence[VerdictEntry]) -> str | None:
+    """One sentence on why splits that nearly all go one way are not called a win or a loss when the interval holds
+    0: the splits reuse the same answers. None when no entry is like that."""
+    found = [text for e in entries if (text := _lopsided(e))]
+    if not found:
+        return None
+    listed = ", ".join(found[:-1]) + (" and " if len(found) > 1 else "") + found[-1]
+    called = ("none of these is called a win or a loss" if len(found) > 1 else
+              f"this is not called a {'win' if found[0].startswith('better') else 'loss'}")
+    return (f"{method} is {listed}, yet {called}: the splits reuse the same answers, so they agree with each other "
+            "more than independent samples would, and the interval, corrected for that overlap, still holds 0 (more "
+            "answers would narrow it).")
 
 
 @dataclass
@@ -153,6 +222,9 @@ class Verdict:
         Whether some informative method's AUROC interval lies above 0.5 (None: no AUROC values).
     test_train_ratio : float or None
         The interval's overlap correction (see :func:`t_interval`); None: plain t-intervals.
+    strongest : list of VerdictEntry
+        Per metric, TRACE+ against the baseline with the best mean over the splits (``versus`` its name), chosen
+        after the fact; left out where that baseline was the best baseline of every split.
     """
 
     method: str
@@ -161,6 +233,7 @@ class Verdict:
     best_auroc: tuple[str, float, float, float] | None = None
     skill_detected: bool | None = None
     test_train_ratio: float | None = None
+    strongest: list[VerdictEntry] = field(default_factory=list)
 
     def get(self, versus: str, metric: str) -> VerdictEntry | None:
         return next((e for e in self.entries if e.versus == versus and e.metric == metric), None)
@@ -170,36 +243,43 @@ class Verdict:
         entry = self.get(versus, metric)
         return None if entry is None else entry.word
 
-    def _clause(self, versus: str, entries: list[VerdictEntry]) -> str:
+    def _opponent_clause(self, versus: str, entries: list[VerdictEntry]) -> str:
         name = _OPPONENT.get(versus, versus)
         shared = versus == BEST_BASELINE and all(e.chosen == entries[0].chosen for e in entries)
         if shared and entries[0].chosen:
             name += f" ({chosen_text(entries[0].chosen, entries[0].chosen_unit, limit=3)})"
-
-        def part(e: VerdictEntry) -> str:
-            text = (f"{METRICS[e.metric].label} ({_interval_text(e.mean, e.low, e.high)}, "
-                    f"wins {count_text(e.wins, e.n_splits)}")
-            if versus == BEST_BASELINE and not shared and e.chosen:
-                text += f"; chosen: {chosen_text(e.chosen, e.chosen_unit, limit=3)}"
-            return text + ")"
-
-        by_word: dict[str, list[VerdictEntry]] = {}
-        for e in entries:
-            by_word.setdefault(e.word, []).append(e)
-        pieces = []
-        for i, (word, group) in enumerate(by_word.items()):
-            verb = _VERB[word][0] + f" {name}" if i == 0 else _VERB[word][1]
-            pieces.append(f"{verb} on " + " and on ".join(part(e) for e in group))
-        return " and ".join(pieces)
+        chosen = ({i: chosen_text(e.chosen, e.chosen_unit, limit=3) for i, e in enumerate(entries) if e.chosen}
+                  if versus == BEST_BASELINE and not shared else {})
+        return _clause(name, entries, chosen)
 
     @property
     def sentence(self) -> str:
-        """One sentence, ``"TRACE+ loses to the best baseline (SeqLogP in 14 of 20 splits, MinProb in 6) on Brier
-        (+0.0123, 95% CI +0.00800 to +0.0166, wins 0 of 20 splits) and ties it on AUROC (…); it ties the supervised
-        likelihood reference on …"``. It says what the numbers say, never why."""
+        """``"TRACE+ loses to the best baseline (SeqLogP in 14 of 20 splits, MinProb in 6) on Brier (+0.0123, 95% CI
+        +0.00800 to +0.0166, wins 0 of 20 splits) and cannot be told apart from it on AUROC (…); it …"``, then, for
+        an outcome whose interval holds 0 although nearly every split went one way, why that is no win. It says what
+        the numbers say, never why."""
         opponents = list(dict.fromkeys(e.versus for e in self.entries))
-        clauses = [self._clause(v, [e for e in self.entries if e.versus == v]) for v in opponents]
-        return f"{self.method} " + "; it ".join(clauses) + "."
+        clauses = [self._opponent_clause(v, [e for e in self.entries if e.versus == v]) for v in opponents]
+        note = lopsided_note(self.method, self.entries)
+        return f"{self.method} " + "; it ".join(clauses) + "." + (f" {note}" if note else "")
+
+    @property
+    def strongest_sentence(self) -> str | None:
+        """The baseline with the best mean in the table, per metric, chosen after seeing the evaluation parts (so
+        the comparison favours it), with TRACE+'s difference and wins against it; None when it is the best
+        baseline of every split already (nothing new to say) or when there is none."""
+        if not self.strongest:
+            return None
+        by_name: dict[str, list[VerdictEntry]] = {}
+        for e in self.strongest:
+            by_name.setdefault(e.versus, []).append(e)
+        clauses = [_clause(name, entries, {}) for name, entries in by_name.items()]
+        return ("Against the strongest baseline of the table, picked after seeing the evaluation parts (so the "
+                f"comparison favours it): {self.method} " + "; it ".join(clauses) + ".")
+
+    def paragraph(self) -> str:
+        """:attr:`sentence`, :attr:`strongest_sentence` and :attr:`auroc_sentence`: what a page or report shows."""
+        return " ".join(t for t in (self.sentence, self.strongest_sentence, self.auroc_sentence) if t)
 
     @property
     def auroc_sentence(self) -> str | None:
@@ -218,8 +298,8 @@ class Verdict:
         return no_skill_sentence(self.best_auroc) if self.skill_detected is False else None
 
     def text(self) -> str:
-        """:attr:`sentence`, then :attr:`auroc_sentence` and :attr:`no_skill_sentence` where there are."""
-        return " ".join(t for t in (self.sentence, self.auroc_sentence, self.no_skill_sentence) if t)
+        """:meth:`paragraph`, then :attr:`no_skill_sentence` where there is one."""
+        return " ".join(t for t in (self.paragraph(), self.no_skill_sentence) if t)
 
     def rule(self) -> str:
         """How the words were decided, for a caption."""
@@ -244,7 +324,9 @@ class Verdict:
             "comparisons": [e.to_dict() for e in self.entries],
             "auroc": {name: interval(v) for name, v in self.auroc.items()},
             "skill_detected": self.skill_detected,
-            "sentence": self.sentence, "auroc_sentence": self.auroc_sentence,
+            "strongest": [e.to_dict() for e in self.strongest],
+            "sentence": self.sentence, "strongest_sentence": self.strongest_sentence,
+            "auroc_sentence": self.auroc_sentence,
             "no_skill_sentence": self.no_skill_sentence}
         if self.best_auroc is not None:
             out["best_auroc"] = {"method": self.best_auroc[0], **interval(self.best_auroc[1:])}
@@ -356,7 +438,36 @@ def verdict(paired: PairedComparison, *, values: pd.DataFrame | None = None, cal
             if not reference.empty:
                 out.auroc[REFERENCE] = _auroc_interval(reference.to_numpy(), ratio)
         out.best_auroc, out.skill_detected = auroc_skill(values, test_train_ratio=ratio, uninformative=uninformative)
+    if values is not None and not values.empty and BEST_BASELINE in opponents:
+        out.strongest = [e for metric in wanted
+                         if (e := _strongest(paired, values, method, metric, calibrator, ratio, uninformative))]
     return out
+
+
+def _strongest(paired: PairedComparison, values: pd.DataFrame, method: str, metric: str, calibrator: str,
+               ratio: float | None, uninformative: Sequence[str]) -> VerdictEntry | None:
+    """``method`` against the baseline whose mean ``metric`` over the splits is best (chosen after the fact), as a
+    :class:`VerdictEntry`; None without baselines, or when that baseline was the best baseline of every split."""
+    spec = METRICS[metric]
+    present = [m for m in dict.fromkeys(values["method"]) if m in METHODS and METHODS[m].is_baseline
+               and m not in set(uninformative)]
+    own = _series(values, method, metric, calibrator)
+    means = {m: float(v.mean()) for m in present if not (v := _series(values, m, metric, calibrator)).dropna().empty}
+    if own.dropna().empty or not means:
+        return None
+    name = (max if spec.higher_is_better else min)(means, key=lambda m: means[m])
+    row = paired.get(method, BEST_BASELINE, metric, calibrator)
+    counts = dict(row.get("chosen_counts") or {}) if row is not None else {}
+    if counts and set(counts) == {name}:
+        return None
+    diff = (own - _series(values, name, metric, calibrator)).dropna().to_numpy()
+    if diff.shape[0] == 0:
+        return None
+    mean, low, high = t_interval(diff, test_train_ratio=ratio)
+    signed = diff if spec.higher_is_better else -diff
+    wins, ties = int(np.sum(signed > TIE_TOLERANCE)), int(np.sum(np.abs(diff) <= TIE_TOLERANCE))
+    return VerdictEntry(name, metric, verdict_word(metric, mean, low, high), mean, low, high, wins, ties,
+                        int(diff.shape[0]) - wins - ties, int(diff.shape[0]), MIN_EFFECT.get(metric, 0.0))
 
 
 def auroc_skill(values: pd.DataFrame, *, test_train_ratio: float | None = None,

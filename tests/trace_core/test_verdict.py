@@ -129,7 +129,7 @@ def test_a_large_win_beats_and_words_are_per_opponent_and_metric():
     assert found.word(REFERENCE, "auroc") == "ties" and found.word(REFERENCE, "brier") == "loses"
     assert found.sentence.startswith("TRACE+ beats the best baseline (SeqLogP in 20 of 20 splits) on Brier (-0.0")
     assert "; it loses to the supervised likelihood reference on Brier (+0.0300" in found.sentence
-    assert " and ties it on AUROC (" in found.sentence
+    assert " and cannot be told apart from it on AUROC (" in found.sentence
     assert found.sentence.count(".") - found.sentence.count("0.") <= 1  # one sentence
 
 
@@ -335,3 +335,60 @@ def test_a_small_sample_bolds_nothing_and_says_the_figures_are_unreliable():
     mixed = report_markdown({"a": small, "b": large})
     assert "Bold: the best mean per column (uninformative scores excluded; none in a table of too few answers)." in \
         mixed
+
+
+# What is said: plain words for each outcome, next to the numbers
+
+
+def test_a_detectable_but_negligible_difference_is_called_that_not_a_tie():
+    rng = np.random.default_rng(4)
+    small = 0.004 + rng.normal(0, 0.0003, 20)  # AUROC +0.004 (better), Brier +0.004 (worse): excluded 0, tiny
+    _, found = _verdict({(BEST_BASELINE, "auroc"): small, (BEST_BASELINE, "brier"): small}, calibration_fraction=0.35)
+    assert found.word(BEST_BASELINE, "auroc") == "ties" and found.word(BEST_BASELINE, "brier") == "ties"  # the rule
+    assert found.sentence.startswith("TRACE+ is detectably but negligibly worse than the best baseline (SeqLogP in 20 "
+                                     "of 20 splits) on Brier (+0.00"), found.sentence
+    assert "under the minimum effect of 0.005, wins 0 of 20 splits)" in found.sentence
+    assert " and detectably but negligibly better than it on AUROC (+0.00" in found.sentence
+    assert "under the minimum effect of 0.01, wins 20 of 20 splits)" in found.sentence
+    assert " ties " not in found.sentence and "not called a" not in found.sentence
+
+
+def test_a_wide_interval_with_every_split_won_says_in_one_sentence_why_it_is_no_win():
+    wide = np.linspace(0.03, 0.125, 20)  # every split won, mean 0.0775, sd 0.029: the corrected interval holds 0
+    _, found = _verdict({(BEST_BASELINE, "auroc"): wide}, calibration_fraction=0.35)
+    entry = found.get(BEST_BASELINE, "auroc")
+    assert entry.word == "ties" and entry.low < 0 < entry.high and entry.wins == 20
+    assert "TRACE+ cannot be told apart from the best baseline" in found.sentence
+    assert found.sentence.endswith(
+        "TRACE+ is better than the best baseline on AUROC in 20 of 20 splits, yet this is not called a win: the "
+        "splits reuse the same answers, so they agree with each other more than independent samples would, and the "
+        "interval, corrected for that overlap, still holds 0 (more answers would narrow it)."), found.sentence
+    _, narrow = _verdict({(BEST_BASELINE, "auroc"): np.linspace(-0.05, 0.05, 20)}, calibration_fraction=0.35)
+    assert "not called a" not in narrow.sentence  # half the splits each way: nothing to explain
+
+
+def test_the_strongest_baseline_of_the_table_is_named_with_the_difference_against_it():
+    """The per-split choice on small calibration parts may pick weaker baselines; the verdict also names the
+    baseline with the best mean in the table, chosen after the fact, with TRACE+'s difference and wins against it."""
+    d = np.full(20, 0.05)
+    picks = ["SeqLogP", "MinProb"] * 10  # each split's other baseline is 0.1 worse on its evaluation part
+    ev, cal = _case({(BEST_BASELINE, "auroc"): d}, chosen=picks)
+    minprob_rows = ev["method"] == "MinProb"  # far stronger than TRACE+ on every split
+    ev.loc[minprob_rows, "value"] = 0.8 + np.random.default_rng(2).normal(0, 0.003, int(minprob_rows.sum()))
+    paired = paired_comparison(ev, cal, methods=METHODS, metrics=["auroc"])
+    found = verdict(paired, values=ev, calibration_fraction=0.35)
+    own = ev[ev["method"] == "TRACE+"].set_index("split")["value"]
+    minprob = ev[ev["method"] == "MinProb"].set_index("split")["value"]
+    expected = (own - minprob).to_numpy()
+    [strongest] = found.strongest
+    assert strongest.versus == "MinProb" and strongest.mean == pytest.approx(expected.mean())
+    assert strongest.word == "loses" and strongest.wins == 0 and strongest.losses == 20
+    assert found.strongest_sentence.startswith(
+        "Against the strongest baseline of the table, picked after seeing the evaluation parts (so the comparison "
+        f"favours it): TRACE+ loses to MinProb on AUROC ({expected.mean():+.3g}"), found.strongest_sentence
+    assert found.strongest_sentence in found.paragraph() and found.to_dict()["strongest"][0]["versus"] == "MinProb"
+
+
+def test_no_strongest_sentence_when_every_split_chose_that_baseline():
+    _, found = _verdict({(BEST_BASELINE, "auroc"): np.full(20, 0.05)}, calibration_fraction=0.35)
+    assert found.strongest == [] and found.strongest_sentence is None
