@@ -231,7 +231,8 @@ def redact_secrets(text: str) -> str:
         names.update(variable for _, variable in server_keys())
     values = sorted({v for v in (os.environ.get(n) for n in names) if v}, key=len, reverse=True)
     for value in values:  # longest first: a key that contains another is hidden whole
-        text = _hide_cut_key(text.replace(value, "***"), value)
+        # Case ignored: a key quoted as a file's column name comes back lower-cased from the reader.
+        text = _hide_cut_key(re.sub(re.escape(value), "***", text, flags=re.IGNORECASE), value)
     for pattern, replacement in _CREDENTIAL_SHAPES:
         text = pattern.sub(replacement, text)
     return text
@@ -249,15 +250,15 @@ def _hide_cut_key(text: str, value: str) -> str:
     shortened before it was redacted would otherwise show a key minus its last characters."""
     if len(value) <= _KEY_START:
         return text
-    head = value[:_KEY_START]
-    at = text.find(head)
-    while at != -1:
-        size = _KEY_START
-        while size < len(value) and at + size < len(text) and text[at + size] == value[size]:
+    head = re.compile(re.escape(value[:_KEY_START]), re.IGNORECASE)
+    found = head.search(text)
+    while found is not None:
+        at, size = found.start(), _KEY_START
+        while size < len(value) and at + size < len(text) and text[at + size].lower() == value[size].lower():
             size += 1
         if _CUT_END.match(text, at + size):
             text = text[:at] + "***" + text[at + size:]
-        at = text.find(head, at + 1)
+        found = head.search(text, at + 1)
     return text
 
 

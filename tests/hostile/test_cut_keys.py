@@ -140,3 +140,10 @@ def test_the_dashboard_never_shows_a_cut_key(echo, tiny_model_dirs, monkeypatch)
     assert not at.exception, [e.value for e in at.exception]
     errors = [html.unescape(e.value) for e in at.error]
     assert errors and all(SHOWN not in e for e in errors), errors
+
+
+def test_a_key_in_another_case_is_hidden_too(monkeypatch):
+    """A key quoted as a file's column name comes back lower-cased from the reader."""
+    monkeypatch.setenv("OPENAI_API_KEY", "PlainSecretValue123")
+    assert redact_secrets("found columns ['plainsecretvalue123']") == "found columns ['***']"
+    assert redact_secrets("ß" * 3 + " PLAINSECRETVAL… (40 characters in all)") == "ß" * 3 + " ***… (40 characters in all)"

@@ -18,6 +18,7 @@ from helpers import labeled_answers
 from trace_core.data import DatasetWarning, read_dataset, write_dataset
 from trace_core.scale import (
     ENTRY_FOLDER,
+    LOCK_FILE,
     MANIFEST_FILE,
     ShardOutput,
     file_digest,
@@ -282,7 +283,8 @@ def test_resume_after_the_process_is_killed_mid_run(tmp_path):
     killed = subprocess.run([sys.executable, str(worker), str(tmp_path / "in"), str(out)], env=env,
                             capture_output=True, timeout=60)
     assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
-    assert sorted(os.listdir(out)) == [ENTRY_FOLDER, "part-0.parquet"]  # the first shard only; no manifest yet
+    # the first shard only; no manifest yet; the killed run's lock file, which the next run takes over
+    assert sorted(os.listdir(out)) == [LOCK_FILE, ENTRY_FOLDER, "part-0.parquet"]
     # what a kill during the next shard's writes leaves: a temporary file and an output without its entry
     (out / ".part-2.parquet.abc.tmp").write_bytes(b"half")
     (out / "part-2.parquet").write_bytes(b"PAR1 cut short")
@@ -293,7 +295,7 @@ def test_resume_after_the_process_is_killed_mid_run(tmp_path):
                          settings={"kind": "read"}, command="test")
     assert worked == ["part-2.jsonl", "sub/part-1.jsonl", "sub/part-3.jsonl"]  # not the complete first shard
     assert (resumed.done, resumed.skipped) == (3, 1)
-    assert not any(p.name.endswith(".tmp") for p in out.rglob("*"))
+    assert not any(p.name.endswith(".tmp") for p in out.rglob("*")) and not (out / LOCK_FILE).exists()
     got, manifest = _rows(out)
     assert sorted(got) == sorted(ids) and len(got) == len(set(got))  # every input row exactly once
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import counted, shorten
+from ..settings import redact_secrets
 from ._support import CLIError, cli_words, shown
 
 __all__ = ["evaluate_sharded"]
@@ -25,7 +26,7 @@ def _say_shard(account: Any, *, quiet: bool) -> None:
     print(f"{account.shard}: {counted(account.read, 'row')} read, {account.kept:,} kept"
           + (f" ({left} left out)" if left else ""), file=sys.stderr)
     for problem in account.problems:
-        print(f"warning: {problem}", file=sys.stderr)
+        print(f"warning: {redact_secrets(problem)}", file=sys.stderr)
 
 
 def _read(args: argparse.Namespace, methods: list[str] | None, embedder: Any) -> Any:
@@ -33,12 +34,12 @@ def _read(args: argparse.Namespace, methods: list[str] | None, embedder: Any) ->
     when one cannot be read."""
     from ..scale import list_shards
     from ..scale.evaluate import UnreadableShardError, read_compact
-    from .score_shards import check_out_folder, recorded_command, shard_engine
+    from .score_shards import check_out_folder, recorded_command, say_skipped, shard_engine
 
     _, engine = shard_engine(args)  # checked before any work
     scores_out = check_out_folder(args.scores_out, option="--scores-out") if args.scores_out else None
     try:
-        shards = list_shards(args.data, exclude=scores_out)
+        shards = list_shards(args.data, exclude=scores_out, on_skip=say_skipped)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     if not args.quiet:

@@ -4,7 +4,9 @@ Parquet shards holding every usable row with its scores and a ``flagged`` column
 
 A threshold (``--threshold``, or certified on ``--risk-data`` by ``--max-risk``) is applied shard by shard. A
 ``--coverage`` or ``--target-risk`` is decided over every shard's answers first (a pass that keeps only their
-probabilities), then the shards are written. The drift check is not run over shards (it compares every answer's
+probabilities), then the shards are written; the decision (how many answers it flags, a digest of each shard's flags
+and of the inputs) is one of the settings the manifest records, so a resumed run after an input changed decides
+again and writes what a clean run writes. The drift check is not run over shards (it compares every answer's
 features at once); run ``flag`` on a sample file to see it."""
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def _flagged_summary(folder: Path, summary: Any, *, by_span: bool = False) -> tu
     for result in summary.results:
         if result.entry is None:
             continue
-        path = folder / result.entry.output
+        path = folder / result.shard.output  # the shard's own output (its entry was checked to name it)
         labeled = "label" in pq.read_schema(path).names
         table = pq.read_table(path, columns=[FLAGGED_COLUMN, "probability_correct", *(["label"] if labeled else []),
                                              *(["answer"] if by_span else [])])
@@ -64,44 +66,103 @@ def _flagged_summary(folder: Path, summary: Any, *, by_span: bool = False) -> tu
     return int(every.sum()), len(every), flag_summary(every, np.concatenate(probability), y), other
 
 
+def _decided(shards: list[Any], decisions: dict[str, Any], digests: list[str]) -> dict[str, Any]:
+    """What a ``--coverage`` or ``--target-risk`` decided over every shard, as the settings record it: the answers
+    flagged of all, a digest of each shard's flags, and a digest of the inputs they were decided on (each shard's
+    name and SHA-256). A shard's output depends on every other shard's rows, so a resumed run whose decision differs
+    redoes every shard, and one whose inputs changed decides again: the folder is what a clean run writes."""
+    import numpy as np
+
+    flags = hashlib.sha256()
+    for shard in shards:
+        mask = np.asarray(decisions[shard.name], dtype=bool)
+        flags.update(f"{shard.name}\t{len(mask)}\n".encode("utf-8", "surrogateescape"))
+        flags.update(np.packbits(mask).tobytes())
+    flagged = sum(int(np.count_nonzero(decisions[s.name])) for s in shards)
+    answers = sum(len(decisions[s.name]) for s in shards)
+    return {"flagged": flagged, "answers": answers, "flags_sha256": flags.hexdigest(),
+            "inputs_sha256": _inputs_digest([s.name for s in shards], digests)}
+
+
+def _inputs_digest(names: list[str], digests: list[str]) -> str:
+    text = "".join(f"{name}\t{digest}\n" for name, digest in zip(names, digests, strict=True))
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _stored_decision(shards: list[Any], out: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
+    """The decision an earlier run recorded, when every shard's output is complete with it and it was decided on
+    exactly these inputs (else None: it is decided again)."""
+    from ..scale import read_entry, stored_result
+
+    found = [read_entry(out, shard.output) for shard in shards]
+    entries = [e for e in found if e is not None]
+    if len(entries) != len(shards):
+        return None
+    decided = entries[0].settings.get("decided")
+    if not isinstance(decided, dict) or any(e.settings.get("decided") != decided for e in entries):
+        return None
+    if any(stored_result(shard, out, settings={**settings, "decided": decided}) is None for shard in shards):
+        return None
+    names = [shard.name for shard in shards]
+    if decided.get("inputs_sha256") != _inputs_digest(names, [e.input_sha256 for e in entries]):
+        return None
+    return decided
+
+
 def _decisions(args: argparse.Namespace, shards: list[Any], out: Path, settings: dict[str, Any],
-               calibrator: Any) -> dict[str, Any]:
+               calibrator: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """The flags a ``--coverage`` or ``--target-risk`` gives every shard's rows, decided over all of them
-    (:func:`trace_core.scale.flag.flag_decisions`); nothing to decide when every shard's output is complete."""
+    (:func:`trace_core.scale.flag.flag_decisions`), and the decision as the settings record it (:func:`_decided`);
+    no flags to make when every shard's output is complete with the decision an earlier run made on these inputs."""
     from ..data import DatasetError
-    from ..scale import stored_result
+    from ..scale import file_digest
     from ..scale.flag import flag_decisions, score_shard
 
-    if all(stored_result(shard, out, settings=settings) is not None for shard in shards):
-        return {}
+    stored = _stored_decision(shards, out, settings)
+    if stored is not None:
+        return {}, stored
     if not args.quiet:
         print(f"reading {counted(len(shards), 'shard')} for the answers' probabilities (--coverage and --target-risk "
               "are decided over all of them)", file=sys.stderr)
     try:
-        return flag_decisions(shards, partial(score_shard, calibrator=calibrator, matcher=args.matcher,
-                                              tolerance=args.tolerance),
-                              coverage=args.coverage, target_risk=args.target_risk, by=args.by)
+        decisions = flag_decisions(shards, partial(score_shard, calibrator=calibrator, matcher=args.matcher,
+                                                   tolerance=args.tolerance),
+                                   coverage=args.coverage, target_risk=args.target_risk, by=args.by)
     except (DatasetError, ValueError) as exc:
         raise CLIError(str(exc)) from None
+    return decisions, _decided(shards, decisions, [file_digest(shard.path)[1] for shard in shards])
 
 
 def flag_sharded(args: argparse.Namespace, calibrator: Any, calibrator_bytes: bytes,
                  certified: Any = None) -> None:
-    """Flag every shard of ``args.data`` into the folder ``args.out`` (see the module's docstring).
-    ``certified(args, calibrator)``: the threshold ``--max-risk`` certifies on ``--risk-data``."""
-    from ..data import DatasetError
-    from ..scale.flag import ShardFlagger
-    from .score_shards import recorded_command, shard_reporter, shard_run
+    """Flag every shard of ``args.data`` into the folder ``args.out`` (see the module's docstring), the folder's
+    lock held from before the first shard is read to the end. ``certified(args, calibrator)``: the threshold
+    ``--max-risk`` certifies on ``--risk-data``."""
+    from .score_shards import locked, shard_run
 
     if args.tokens:
         raise CLIError("--tokens: not with shards (the output shards hold every flagged answer's trace); run flag "
                        "on one shard's output to get its tokens")
     out, runner, engine_options, shards = shard_run(args, args.data)
+    with locked(out):
+        _flag_locked(args, calibrator, calibrator_bytes, certified, (out, runner, engine_options, shards))
+
+
+def _flag_locked(args: argparse.Namespace, calibrator: Any, calibrator_bytes: bytes, certified: Any,
+                 run: tuple[Path, Any, dict[str, Any], list[Any]]) -> None:
+    from ..data import DatasetError
+    from ..scale.flag import ShardFlagger
+    from .score_shards import recorded_command, shard_reporter
+
+    out, runner, engine_options, shards = run
     threshold = args.threshold
     if args.max_risk is not None and certified is not None:  # --risk-data is checked with the options
         threshold = certified(args, calibrator)
     settings = _settings(args, calibrator_bytes, threshold)
-    decisions = _decisions(args, shards, out, settings, calibrator) if threshold is None else None
+    decisions = None
+    if threshold is None:
+        decisions, decided = _decisions(args, shards, out, settings, calibrator)
+        settings = {**settings, "decided": decided}
     work = ShardFlagger(calibrator, threshold=threshold, decisions=decisions, by=args.by, matcher=args.matcher,
                         tolerance=args.tolerance)
     summary = runner(shards, out, work, settings=settings,
@@ -110,6 +171,8 @@ def flag_sharded(args: argparse.Namespace, calibrator: Any, calibrator_bytes: by
     flagged, written, readout, other = _flagged_summary(out, summary, by_span=args.by == "span")
     if other:
         print(f"warning: {other}", file=sys.stderr)
+    if summary.unlisted:
+        print(f"warning: {shown(str(out))}: {summary.unlisted_sentence()}", file=sys.stderr)
     print(f"flagged {flagged:,} of {counted(written, 'answer')} in {shown(str(out))} (column `flagged`; {readout}); "
           f"{summary.sentence()}", file=sys.stderr)
     if not args.quiet:

@@ -27,6 +27,7 @@ from .score_shards import (
     ModelLoader,
     finish_report,
     loaded,
+    locked,
     model_settings,
     recorded_command,
     say_template_change,
@@ -47,13 +48,20 @@ def generate_settings(args: argparse.Namespace, work: Any) -> dict[str, Any]:
 
 def generate_shards(args: argparse.Namespace) -> None:
     """Generate the answers of every shard of ``args.prompts`` into the folder ``args.out`` (see the module's
-    docstring)."""
-    from ..data import DatasetError
-    from ..record import ServerError
+    docstring), the folder's lock held from before the model loads to the end."""
     from ..scale import PROMPT_FORMATS
-    from ..scale.generate import ShardGenerator
 
     out, runner, engine_options, shards = shard_run(args, args.prompts, formats=PROMPT_FORMATS)
+    with locked(out):
+        _generate_locked(args, out, runner, engine_options, shards)
+
+
+def _generate_locked(args: argparse.Namespace, out: Any, runner: Callable[..., Any], engine_options: dict[str, Any],
+                     shards: list[Any]) -> None:
+    from ..data import DatasetError
+    from ..record import ServerError
+    from ..scale.generate import ShardGenerator
+
     show = not args.quiet
     # Ray's workers draw no bars: each shard's line on the driver is the progress
     bars = None if engine_options else (lambda total, what: progress(total, what, show))

@@ -13,7 +13,8 @@ import os
 import re
 import shlex
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,9 @@ from ..settings import redact_secrets
 from . import common
 from ._support import DATASET_OUT, CLIError, progress, shown
 
-__all__ = ["TEMPLATE_DEFAULT", "ModelLoader", "check_out_folder", "finish_report", "is_sharded", "loaded",
-           "model_settings", "recorded_command", "refuse_engine_options", "say_template_change", "score_shards",
-           "shard_engine", "shard_reporter", "shard_run", "template_settings"]
+__all__ = ["TEMPLATE_DEFAULT", "ModelLoader", "check_out_folder", "finish_report", "is_sharded", "loaded", "locked",
+           "model_settings", "recorded_command", "refuse_engine_options", "say_skipped", "say_template_change",
+           "score_shards", "shard_engine", "shard_reporter", "shard_run", "template_settings"]
 
 _SHOWN_PROBLEMS = 3  # rejected rows quoted per shard on stderr (all are in its manifest entry)
 # How the shards are worked, not what they hold: left out of the command that the entries record.
@@ -132,7 +133,8 @@ def shard_reporter(quiet: bool):
     def report(result: Any, index: int, total: int) -> None:
         shard, entry = result.shard, result.entry
         if result.status == "failed":
-            print(f"warning: [{index}/{total}] {shown(shard.name)}: failed: {result.error}", file=sys.stderr)
+            print(f"warning: [{index}/{total}] {shown(shard.name)}: failed: {redact_secrets(result.error)}",
+                  file=sys.stderr)
             return
         if not quiet:
             what = ("already complete, skipped" if result.status == "skipped" else
@@ -140,13 +142,13 @@ def shard_reporter(quiet: bool):
                     f"{entry.rows_rejected:,} rejected -> {entry.output}")
             print(f"[{index}/{total}] {shard.name}: {what}", file=sys.stderr)
         for problem in result.problems[:_SHOWN_PROBLEMS]:
-            print(f"rejected: {problem}", file=sys.stderr)
+            print(f"rejected: {redact_secrets(problem)}", file=sys.stderr)
         if len(result.problems) > _SHOWN_PROBLEMS:
             more = len(result.problems) - _SHOWN_PROBLEMS
             print(f"rejected: {shard.name}: and {more:,} more (all in {shown(entry.output)}'s manifest entry)",
                   file=sys.stderr)
         for note in result.notes:
-            print(f"warning: {note}", file=sys.stderr)
+            print(f"warning: {redact_secrets(note)}", file=sys.stderr)
     return report
 
 
@@ -197,15 +199,35 @@ def shard_run(args: argparse.Namespace, data: str, *,
     """What a sharded subcommand that writes a folder checks before any work: the ``--out`` folder, the engine
     (:func:`shard_engine`: its runner and options) and the shards of ``data`` (none inside the output folder;
     ``formats``: the files taken, default the dataset files)."""
-    from ..scale import SHARD_FORMATS, list_shards
+    from ..scale import SHARD_FORMATS, check_output_names, list_shards
 
     out = check_out_folder(args.out)
     runner, engine_options = shard_engine(args)
     try:
-        shards = list_shards(data, exclude=out, formats=formats or SHARD_FORMATS)
+        shards = list_shards(data, exclude=out, formats=formats or SHARD_FORMATS, on_skip=say_skipped)
+        check_output_names(shards)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     return out, runner, engine_options, shards
+
+
+def say_skipped(line: str) -> None:
+    """:func:`~trace_core.scale.list_shards`'s ``on_skip``: a file left out, said as a warning line on stderr."""
+    print(f"warning: {redact_secrets(line)}", file=sys.stderr)
+
+
+@contextmanager
+def locked(out: Path) -> Iterator[Path]:
+    """Hold the output folder's lock (:func:`~trace_core.scale.lock.folder_lock`) for a whole sharded command, taken
+    before any work (a model loaded, a shard read): a second command writing the same folder meanwhile is refused
+    in one line."""
+    from ..scale.lock import FolderInUseError, folder_lock
+
+    try:
+        with folder_lock(out):
+            yield out
+    except FolderInUseError as exc:
+        raise CLIError(str(exc)) from None
 
 
 #: The settings' mark of a chat template resolved from the model's tokenizer (neither --chat-template nor
@@ -281,11 +303,18 @@ def say_template_change(out: Path, shards: Sequence[Any], settings: Mapping[str,
 
 
 def score_shards(args: argparse.Namespace) -> None:
-    """Score every shard of ``args.data`` into the folder ``args.out`` (see the module's docstring)."""
+    """Score every shard of ``args.data`` into the folder ``args.out`` (see the module's docstring), the folder's
+    lock held from before the model loads to the end."""
+    out, runner, engine_options, shards = shard_run(args, args.data)
+    with locked(out):
+        _score_locked(args, out, runner, engine_options, shards)
+
+
+def _score_locked(args: argparse.Namespace, out: Path, runner: Callable[..., Any], engine_options: dict[str, Any],
+                  shards: list[Any]) -> None:
     from ..data import DatasetError
     from ..scale.score import ShardScorer
 
-    out, runner, engine_options, shards = shard_run(args, args.data)
     show = not args.quiet
     # Ray's workers draw no bars: each shard's line on the driver is the progress
     bars = None if engine_options else (lambda total, what: progress(total, what, show))
@@ -317,6 +346,8 @@ def loaded(lm: Any, loader: Callable[[], Any], engine_options: Mapping[str, Any]
 
 def finish_report(summary: Any, total: int, *, show: bool) -> None:
     """A sharded run's last line on stderr (not with ``--quiet``), and CLIError naming the shards that failed."""
+    if summary.unlisted:
+        print(f"warning: {shown(str(summary.manifest.parent))}: {summary.unlisted_sentence()}", file=sys.stderr)
     if show:
         print(f"{summary.sentence()}; manifest: {summary.manifest}", file=sys.stderr)
     if summary.failed:

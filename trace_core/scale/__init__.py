@@ -3,6 +3,7 @@ with a manifest, resumable after an interruption, with every input row accounted
 
 - :mod:`~trace_core.scale.shards`: a folder, a glob pattern or a file -> the input shards, each with its output
   name (:func:`list_shards`).
+- :mod:`~trace_core.scale.lock`: one run at a time per output folder (:func:`folder_lock`).
 - :mod:`~trace_core.scale.manifest`: the per-shard entries and the combined ``manifest.json``; atomic writes;
   when a shard counts as complete (:func:`is_complete`).
 - :mod:`~trace_core.scale.stream`: the resumable runner in one process (:func:`run_shards`), built on the
@@ -16,6 +17,7 @@ Importing this package imports neither ray (the Ray engine imports it inside its
 reaches the model through :mod:`trace_core.record`, lazily).
 """
 
+from .lock import LOCK_FILE, FolderInUseError, folder_lock
 from .manifest import (
                        ENTRY_FOLDER,
                        MANIFEST_FILE,
@@ -28,7 +30,16 @@ from .manifest import (
                        write_entry,
                        write_manifest,
 )
-from .shards import PROMPT_FORMATS, SHARD_FORMATS, Shard, is_pattern, list_shards, output_name
+from .shards import (
+                     PROMPT_FORMATS,
+                     SHARD_FORMATS,
+                     Shard,
+                     SkippedFileWarning,
+                     check_output_names,
+                     is_pattern,
+                     list_shards,
+                     output_name,
+)
 from .stream import (
                      RunSummary,
                      ShardOutput,
@@ -44,17 +55,22 @@ from .stream import (
 
 __all__ = [
     "ENTRY_FOLDER",
+    "LOCK_FILE",
     "MANIFEST_FILE",
     "PROMPT_FORMATS",
     "SHARD_FORMATS",
+    "FolderInUseError",
     "RunSummary",
     "Shard",
     "ShardEntry",
     "ShardOutput",
     "ShardResult",
     "ShardWork",
+    "SkippedFileWarning",
+    "check_output_names",
     "file_digest",
     "finish_run",
+    "folder_lock",
     "is_complete",
     "is_pattern",
     "list_shards",

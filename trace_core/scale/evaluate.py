@@ -228,7 +228,7 @@ def _stored_compact(out: Path, results: Sequence[Any]) -> list[tuple[CompactScor
     computed = []
     for result in results:
         entry = result.entry
-        part, source = compact_from_bytes((out / entry.output).read_bytes())
+        part, source = compact_from_bytes((out / result.shard.output).read_bytes())  # its entry names it (checked)
         if part is not None:
             part.shard_names = [result.shard.name]
         account = ShardAccount(shard=result.shard.name, read=entry.rows_read, kept=entry.rows_kept,

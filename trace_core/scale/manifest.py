@@ -12,9 +12,13 @@ written whole or not at all (:func:`write_atomic`: a temporary file in the same 
 temporary files left by an interrupted run start with ``.`` and end ``.tmp`` and are removed by
 :func:`remove_leftovers` when the next run starts.
 
-A shard is complete (:func:`is_complete`) when its entry exists, names the same input (name, size, SHA-256) and the
-same settings, and its output file exists with the SHA-256 the entry records. Anything else (no entry, a changed
-input or settings, an output cut short or missing) makes the shard run again.
+A shard is complete (:func:`is_complete`) when its entry exists, names the same input (name, size, SHA-256), the
+same settings and the output file the shard's name gives (never another shard's, nor a path out of the folder), and
+that output file exists with the SHA-256 the entry records. Anything else (no entry, a changed input or settings, an
+entry naming another output, an output cut short or missing) makes the shard run again.
+
+Every text written into an entry or the manifest (the command, rejected rows' messages, failure reasons) passes
+through :func:`~trace_core.settings.redact_secrets` first: a reason may quote a file's columns or a server's reply.
 """
 
 from __future__ import annotations
@@ -22,21 +26,31 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ENTRY_FOLDER", "MANIFEST_FILE", "MANIFEST_VERSION", "ShardEntry", "entry_path", "file_digest",
-           "is_complete", "plain_settings", "read_entry", "remove_leftovers", "write_atomic", "write_entry",
-           "write_manifest"]
+from ..settings import redact_secrets
+
+__all__ = ["ENTRY_FOLDER", "MANIFEST_FILE", "MANIFEST_VERSION", "MAX_OUTPUT_BYTES", "ShardEntry", "entry_path",
+           "file_digest", "is_complete", "listed_outputs", "output_problem", "plain_settings", "read_entry",
+           "remove_leftovers", "write_atomic", "write_entry", "write_manifest"]
 
 ENTRY_FOLDER = "_manifest"
 MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 1
 _TEMP_PREFIX, _TEMP_SUFFIX = ".", ".tmp"
 _CHUNK = 1 << 20
+# A file name's limit in bytes on common file systems, and what a temporary file adds to its target's name
+# (:func:`write_atomic`: the prefix, "." + a process id of up to 10 digits + "-" + 8 hex digits, the suffix).
+_NAME_MAX = 255
+_TEMP_EXTRA = len(_TEMP_PREFIX) + 1 + 10 + 1 + 8 + len(_TEMP_SUFFIX)
+#: The longest output file name (UTF-8 bytes) a run can write: its temporary file's name must fit the file system.
+MAX_OUTPUT_BYTES = _NAME_MAX - _TEMP_EXTRA
+_MANIFEST_HEAD = re.compile(rb'\s*\{\s*"manifest_version"\s*:')  # how write_manifest's document starts
 
 
 @dataclass(frozen=True)
@@ -179,7 +193,11 @@ def write_entry(out_dir: str | os.PathLike[str], entry: ShardEntry) -> Path:
     """Write a shard's entry (atomically); call it only once the output shard is in place."""
     path = entry_path(out_dir, entry.output)
     path.parent.mkdir(exist_ok=True)
-    write_atomic(path, (json.dumps(entry.to_json(), indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+    data = entry.to_json()
+    data["command"] = redact_secrets(entry.command)
+    data["rejected"] = [{k: redact_secrets(v) if isinstance(v, str) else v for k, v in problem.items()}
+                        for problem in entry.rejected]
+    write_atomic(path, (json.dumps(data, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
     return path
 
 
@@ -192,21 +210,38 @@ def read_entry(out_dir: str | os.PathLike[str], output: str) -> ShardEntry | Non
         return None
 
 
+def output_problem(entry: ShardEntry, output: str) -> str | None:
+    """Why ``entry`` cannot be the entry of the output shard ``output`` (the name the project derives for the shard,
+    :func:`~trace_core.scale.output_name`), or None: an entry that names another file (another shard's output, or a
+    path out of the folder) is never believed."""
+    if entry.output == output and Path(output).name == output and output not in ("", ".", ".."):
+        return None
+    return (f"its manifest entry names the output {str(entry.output)[:120]!r}, not {output[:120]!r}; the entry is "
+            "disregarded and the shard made again")
+
+
 def is_complete(entry: ShardEntry | None, out_dir: str | os.PathLike[str], *, input_name: str, input_size: int,
-                input_sha256: str, settings: Mapping[str, Any]) -> bool:
-    """Whether a shard's output is complete: ``entry`` exists, names this input (name, size and digest) and these
-    settings, and its output file exists with the size and digest it records (the output is read to check)."""
+                input_sha256: str, settings: Mapping[str, Any], output: str | None = None) -> bool:
+    """Whether a shard's output is complete: ``entry`` exists, names this input (name, size and digest), these
+    settings and the shard's own output file (``output``; default the name derived from ``input_name``), and that
+    file exists with the size and digest it records (the output is read to check)."""
     if entry is None:
+        return False
+    if output is None:
+        from .shards import output_name
+
+        output = output_name(input_name)
+    if output_problem(entry, output) is not None:
         return False
     if (entry.input, entry.input_size, entry.input_sha256) != (input_name, input_size, input_sha256):
         return False
     if entry.settings != plain_settings(settings):
         return False
-    output = Path(out_dir) / entry.output
+    path = Path(out_dir) / output
     try:
-        if not output.is_file() or output.stat().st_size != entry.output_size:
+        if not path.is_file() or path.stat().st_size != entry.output_size:
             return False
-        return file_digest(output) == (entry.output_size, entry.output_sha256)
+        return file_digest(path) == (entry.output_size, entry.output_sha256)
     except OSError:
         return False
 
@@ -214,6 +249,7 @@ def is_complete(entry: ShardEntry | None, out_dir: str | os.PathLike[str], *, in
 def _brief(entry: ShardEntry) -> dict[str, Any]:
     """An entry as the combined manifest lists it: every field but the rejected rows, and where its file is."""
     fields_ = {k: v for k, v in entry.to_json().items() if k != "rejected"}
+    fields_["command"] = redact_secrets(entry.command)
     return {**fields_, "entry": f"{ENTRY_FOLDER}/{entry_path('.', entry.output).name}"}
 
 
@@ -223,12 +259,44 @@ def write_manifest(out_dir: str | os.PathLike[str], entries: Iterable[ShardEntry
     """Write ``OUT/manifest.json`` (atomically): the run's settings, version and command, the totals, every
     complete shard's entry in the order given (the shards' order) without its list of rejected rows (that stays in
     the shard's entry file, named by ``"entry"``, so the combined file stays small whatever was rejected), and the
-    shards that failed (input name -> why; they have no entry and run again next time)."""
+    shards that failed (input name -> why; they have no entry and run again next time). Every text is written
+    without secrets (:func:`~trace_core.settings.redact_secrets`)."""
     entries = list(entries)
     totals = {key: sum(getattr(e, key) for e in entries) for key in ("rows_read", "rows_kept", "rows_rejected")}
-    document = {"manifest_version": MANIFEST_VERSION, "trace_core": version, "command": command,
+    document = {"manifest_version": MANIFEST_VERSION, "trace_core": version, "command": redact_secrets(command),
                 "settings": plain_settings(settings), "shards": len(entries), **totals,
-                "entries": [_brief(e) for e in entries], "failed": dict(failed or {})}
+                "entries": [_brief(e) for e in entries],
+                "failed": {redact_secrets(str(k)): redact_secrets(str(v)) for k, v in (failed or {}).items()}}
     path = Path(out_dir) / MANIFEST_FILE
     write_atomic(path, (json.dumps(document, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
     return path
+
+
+def listed_outputs(folder: str | os.PathLike[str]) -> set[str] | None:
+    """The output files that ``folder``'s ``manifest.json`` lists, when the folder holds one written by a sharded
+    run (None otherwise): a folder read as input is read as its manifest describes it, never with the outputs of
+    shards an earlier run had and this one did not. ValueError when the project's manifest is damaged."""
+    path = Path(folder) / MANIFEST_FILE
+    if not is_manifest_file(path):
+        return None
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        listed = {str(e["output"]) for e in document["entries"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{str(path)[:200]}: a damaged manifest ({str(exc)[:120]}); run the command that wrote the "
+                         "folder again, or remove the file") from None
+    return listed
+
+
+def is_manifest_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a ``manifest.json`` that a sharded run wrote (its name, and its first field): bookkeeping
+    of an output folder, never a shard."""
+    path = Path(path)
+    if path.name != MANIFEST_FILE:
+        return False
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(256)
+    except OSError:
+        return False
+    return _MANIFEST_HEAD.match(head) is not None

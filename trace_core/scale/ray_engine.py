@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from .. import settings as env
+from .lock import folder_lock
 from .shards import Shard
 from .stream import (
     RunSummary,
@@ -248,6 +249,16 @@ def run_shards_ray(shards: Sequence[Shard], out_dir: str | os.PathLike[str], wor
     RayNotInstalledError
         When shards are left to work and Ray is not installed.
     """
+    with folder_lock(out_dir):
+        return _run_locked(shards, out_dir, work, settings=settings, command=command, skip_errors=skip_errors,
+                           on_shard=on_shard, address=address, workers=workers)
+
+
+def _run_locked(shards: Sequence[Shard], out_dir: str | os.PathLike[str], work: ShardWork, *,
+                settings: Mapping[str, Any], command: str, skip_errors: tuple[type[Exception], ...],
+                on_shard: Callable[[ShardResult, int, int], None] | None, address: str | None,
+                workers: int | None) -> RunSummary:
+    """:func:`run_shards_ray`'s run, the output folder's lock held."""
     out, settings = start_run(shards, out_dir, settings)
     results: dict[int, ShardResult] = {}
     todo: list[tuple[int, Shard]] = []

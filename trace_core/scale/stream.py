@@ -20,10 +20,14 @@ from typing import Any
 
 import pandas as pd
 
+from ..settings import redact_secrets
+from .lock import folder_lock
 from .manifest import (
+    MANIFEST_FILE,
     ShardEntry,
     file_digest,
     is_complete,
+    output_problem,
     plain_settings,
     read_entry,
     remove_leftovers,
@@ -31,7 +35,7 @@ from .manifest import (
     write_entry,
     write_manifest,
 )
-from .shards import Shard
+from .shards import SHARD_FORMATS, Shard, check_output_names
 
 __all__ = ["RunSummary", "ShardOutput", "ShardResult", "ShardWork", "finish_run", "process_shard", "run_shards",
            "slim_result", "start_run", "stored_result"]
@@ -106,6 +110,9 @@ class RunSummary:
 
     results: list[ShardResult] = field(default_factory=list)
     manifest: Path | None = None
+    #: Dataset files in the output folder that the manifest does not list (the outputs of input shards no longer in
+    #: the run, or of shards that failed this time): left in place, and left out when the folder is read as input.
+    unlisted: list[str] = field(default_factory=list)
 
     def _count(self, status: str) -> int:
         return sum(r.status == status for r in self.results)
@@ -134,6 +141,16 @@ class RunSummary:
         read = self.rows("read")
         return (f"{text}; {read:,} row{'' if read == 1 else 's'} read: {self.rows('kept'):,} kept, "
                 f"{self.rows('rejected'):,} rejected")
+
+    def unlisted_sentence(self) -> str | None:
+        """One line about :attr:`unlisted` (None when there is none)."""
+        if not self.unlisted:
+            return None
+        n = len(self.unlisted)
+        names = ", ".join(name[:80] for name in self.unlisted[:3]) + (", ..." if n > 3 else "")
+        return (f"{n:,} file{'' if n == 1 else 's'} not in the manifest ({names}): the output of a shard this run does "
+                f"not have (its input removed) or that failed now; kept, but reading the folder leaves "
+                f"{'it' if n == 1 else 'them'} out")
 
 
 def _version() -> str:
@@ -169,13 +186,15 @@ def _rejected(errors: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 def _stored(shard: Shard, out_dir: str | os.PathLike[str],
-            settings: Mapping[str, Any]) -> tuple[int, str, ShardResult | None]:
-    """The input's size and digest, and its "skipped" result when an earlier run completed it (else None)."""
+            settings: Mapping[str, Any]) -> tuple[int, str, ShardResult | None, str | None]:
+    """The input's size and digest, its "skipped" result when an earlier run completed it (else None), and why its
+    entry was disregarded when the entry names another output file than the shard's own (else None)."""
     size, digest = file_digest(shard.path)
     stored = read_entry(out_dir, shard.output)
-    if is_complete(stored, out_dir, input_name=shard.name, input_size=size, input_sha256=digest, settings=settings):
-        return size, digest, ShardResult(shard=shard, status="skipped", entry=stored)
-    return size, digest, None
+    if is_complete(stored, out_dir, input_name=shard.name, input_size=size, input_sha256=digest, settings=settings,
+                   output=shard.output):
+        return size, digest, ShardResult(shard=shard, status="skipped", entry=stored), None
+    return size, digest, None, None if stored is None else output_problem(stored, shard.output)
 
 
 def stored_result(shard: Shard, out_dir: str | os.PathLike[str], *,
@@ -184,6 +203,12 @@ def stored_result(shard: Shard, out_dir: str | os.PathLike[str], *,
     (:func:`~trace_core.scale.manifest.is_complete`), else None: what a driver asks before it sends a shard to a
     worker (:func:`process_shard` asks again, so a shard completed meanwhile is not redone)."""
     return _stored(shard, out_dir, settings)[2]
+
+
+def _failure(exc: BaseException) -> str:
+    """Why a shard failed, in the words of its error, without secrets (a reason may quote a file's columns or a
+    server's reply), redacted whole before anything cuts it."""
+    return redact_secrets(str(exc).strip()) or type(exc).__name__
 
 
 def process_shard(shard: Shard, out_dir: str | os.PathLike[str], work: ShardWork, *, settings: Mapping[str, Any],
@@ -211,13 +236,13 @@ def process_shard(shard: Shard, out_dir: str | os.PathLike[str], work: ShardWork
     -------
     ShardResult
     """
-    size, digest, stored = _stored(shard, out_dir, settings)
+    size, digest, stored, disregarded = _stored(shard, out_dir, settings)
     if stored is not None:
         return stored
     try:
         output = _checked_output(work(shard), shard)
     except skip_errors as exc:
-        return ShardResult(shard=shard, status="failed", error=str(exc).strip() or type(exc).__name__)
+        return ShardResult(shard=shard, status="failed", error=_failure(exc))
     data = _output_bytes(output)
     write_atomic(Path(out_dir) / shard.output, data)
     entry = ShardEntry(input=shard.name, input_size=size, input_sha256=digest, rows_read=int(output.n_read),
@@ -228,11 +253,13 @@ def process_shard(shard: Shard, out_dir: str | os.PathLike[str], work: ShardWork
     write_entry(out_dir, entry)
     return ShardResult(shard=shard, status="done", entry=entry,
                        problems=tuple(f"{shard.name}: {e}" for e in output.errors),
-                       notes=tuple(f"{shard.name}: {n}" for n in output.notes))
+                       notes=tuple(f"{shard.name}: {n}" for n in [*([disregarded] if disregarded else []),
+                                                                    *output.notes]))
 
 
 def _check_shards(shards: Sequence[Shard], out_dir: Path) -> None:
-    """No shard inside the output folder (a rerun would read outputs as inputs) and no output name twice."""
+    """No shard inside the output folder (a rerun would read outputs as inputs), no output name twice, and none too
+    long to write (:func:`~trace_core.scale.shards.check_output_names`)."""
     root = out_dir.resolve()
     outputs: dict[str, str] = {}
     for shard in shards:
@@ -244,6 +271,7 @@ def _check_shards(shards: Sequence[Shard], out_dir: Path) -> None:
             raise ValueError(f"the shards {outputs[shard.output.lower()][:80]} and {shard.name[:80]} would both be "
                              f"written to {shard.output[:80]}")
         outputs[shard.output.lower()] = shard.name
+    check_output_names(shards)
 
 
 def slim_result(result: ShardResult) -> ShardResult:
@@ -261,7 +289,9 @@ def run_shards(shards: Sequence[Shard], out_dir: str | os.PathLike[str], work: S
     The temporary files an interrupted run left are removed first; each shard then goes through
     :func:`process_shard` (complete shards are skipped, others redone from the start), holding one shard's rows at a
     time; at the end ``OUT/manifest.json`` lists every complete shard's entry. A process killed at any point loses
-    at most the shard it was working on, which the next run redoes.
+    at most the shard it was working on, which the next run redoes. The run holds the folder's lock
+    (:func:`~trace_core.scale.lock.folder_lock`) from start to end: a second run writing the same folder meanwhile
+    is refused (:class:`~trace_core.scale.lock.FolderInUseError`) before any work.
 
     Parameters
     ----------
@@ -292,14 +322,15 @@ def run_shards(shards: Sequence[Shard], out_dir: str | os.PathLike[str], work: S
     >>> run_shards(list_shards(root / "in"), root / "out", work, settings={}).sentence()
     '1 shard: 0 written, 1 already complete; 1 row read: 1 kept, 0 rejected'
     """
-    out, settings = start_run(shards, out_dir, settings)
-    results = []
-    for index, shard in enumerate(shards, start=1):
-        result = process_shard(shard, out, work, settings=settings, command=command, skip_errors=skip_errors)
-        if on_shard is not None:
-            on_shard(result, index, len(shards))
-        results.append(slim_result(result))
-    return finish_run(results, out, settings=settings, command=command)
+    with folder_lock(out_dir):
+        out, settings = start_run(shards, out_dir, settings)
+        results = []
+        for index, shard in enumerate(shards, start=1):
+            result = process_shard(shard, out, work, settings=settings, command=command, skip_errors=skip_errors)
+            if on_shard is not None:
+                on_shard(result, index, len(shards))
+            results.append(slim_result(result))
+        return finish_run(results, out, settings=settings, command=command)
 
 
 def start_run(shards: Sequence[Shard], out_dir: str | os.PathLike[str],
@@ -323,4 +354,11 @@ def finish_run(results: Sequence[ShardResult], out_dir: str | os.PathLike[str], 
     summary.manifest = write_manifest(out_dir, [r.entry for r in summary.results if r.entry is not None],
                                       settings=settings, version=_version(), command=command,
                                       failed={r.shard.name: r.error for r in summary.failed})
+    summary.unlisted = _unlisted(Path(out_dir), {r.shard.output for r in summary.results if r.entry is not None})
     return summary
+
+
+def _unlisted(out: Path, listed: set[str]) -> list[str]:
+    """The dataset files at the top of ``out`` that are not among ``listed`` (the complete shards' outputs)."""
+    return sorted(p.name for p in out.iterdir() if p.suffix.lower() in SHARD_FORMATS and p.name not in listed
+                  and p.name != MANIFEST_FILE and not p.name.startswith((".", "_")) and p.is_file())
