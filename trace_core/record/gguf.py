@@ -10,29 +10,41 @@ The cache lives under ``TRACE_CACHE_DIR`` (default ``~/.cache/trace-core``) in `
 SHA-256 of the file's content, so a changed file is converted again and a renamed one is not. A conversion writes into
 a temporary folder beside the final one and renames it into place when complete: a failed conversion leaves nothing
 behind, and a process that finds the folder finds it whole. Two processes converting the same file take turns on a
-lock file; the second finds the first's folder.
+lock file (``.<sha256>.lock``), removed when the conversion ends; the kernel drops a killed process's lock, and the
+next conversion removes the temporary folders (``.<sha256>-*``) of any file whose lock nobody holds.
 
-A GGUF file is untrusted input like any weights: it must be a regular file that starts with the GGUF magic bytes;
-transformers refuses architectures it does not support; a truncated or malformed file is one
-:class:`~trace_core.record.ModelLoadError` line naming the file. Chat templates from the file are rendered by
-transformers' sandboxed Jinja environment, as for any tokenizer.
+A GGUF file is untrusted input like any weights: it must be a regular file that starts with the GGUF magic bytes; its
+header is read within bounds before anything converts it (:mod:`.gguf_header`: counts, lengths, tensor sizes and
+places against the file, layers against the tensors); the model its metadata describes is counted on torch's meta
+device and refused when larger than its tensors; transformers refuses architectures it does not support. Each
+refusal is one :class:`~trace_core.record.ModelLoadError` line naming the file. Chat templates from the file are
+rendered by transformers' sandboxed Jinja environment, as for any tokenizer.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .. import settings
 from .._checks import clip, shorten
+from .gguf_header import GGUFHeader, read_header
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["GGUF_DTYPE", "PACKAGED_MODELS", "converted_folder", "gguf_cache_dir", "gguf_file_of", "is_converted",
            "packaged_gguf", "packaged_install", "packaged_model_file"]
@@ -42,6 +54,8 @@ GGUF_DTYPE = "float32"
 _MAGIC = b"GGUF"
 _PROVENANCE = "trace_gguf.json"
 _CHUNK = 1 << 20
+#: Values a model may hold beyond its file's tensors (buffers such as rotary tables), on top of a quarter more.
+_SLACK = 1 << 24
 
 
 #: GGUF models that come from a package registry, by short name: (Python package, file in its folder, what it is).
@@ -171,8 +185,10 @@ def converted_folder(path: str | Path, *, progress: Callable[[str], None] | None
     Raises
     ------
     ModelLoadError
-        Not a regular file, not a GGUF file, a truncated or malformed one, an architecture transformers cannot load,
-        the ``gguf`` package missing, or the cache folder not writable: one line naming the file.
+        Not a regular file, not a GGUF file, a truncated or malformed one, a header that breaks a bound
+        (:mod:`.gguf_header`), metadata that builds a model larger than the file's tensors, an architecture
+        transformers cannot load, the ``gguf`` package missing, or the cache folder not writable: one line naming
+        the file.
 
     Examples
     --------
@@ -195,15 +211,17 @@ def converted_folder(path: str | Path, *, progress: Callable[[str], None] | None
     target = _target(path, digest)
     if target.is_dir():
         return target
+    read_header(path)  # refused from its header before the cache is touched
     say = progress if progress is not None else _to_stderr
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with _lock(target.parent / f".{digest}.lock"):
             if target.is_dir():  # another process converted it while this one waited
                 return target
+            _sweep(target.parent, digest)
             say(f"converting {path.name} once into a {GGUF_DTYPE} safetensors folder in {target.parent} "
                 "(a minute or two; later loads take seconds)")
-            work = Path(tempfile.mkdtemp(prefix=f".{digest[:16]}-", dir=target.parent))
+            work = Path(tempfile.mkdtemp(prefix=f".{digest}-", dir=target.parent))
             try:
                 _convert(path, work, digest)
                 os.chmod(work, 0o755)  # mkdtemp's folder is private; a cache is read like any model folder
@@ -223,11 +241,8 @@ def _convert(path: Path, out: Path, digest: str) -> None:
     """Dequantise ``path`` with transformers and save it in ``out`` (float32 safetensors, tokenizer, provenance)."""
     from .load import ModelLoadError, torch_module
 
+    header = read_header(path)
     torch = torch_module()
-    try:
-        import gguf  # noqa: F401 - transformers needs it; say so in our words
-    except ImportError:
-        raise ModelLoadError(f"loading {shorten(path.name)} needs the gguf package: pip install gguf") from None
     import transformers
 
     hf_logging = transformers.utils.logging
@@ -236,8 +251,12 @@ def _convert(path: Path, out: Path, digest: str) -> None:
     hf_logging.disable_progress_bar()
     options: dict[str, Any] = dict(gguf_file=path.name, local_files_only=True, trust_remote_code=False)
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), **options)
-        model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), dtype=torch.float32, **options)
+        with _memoised_gguf():
+            tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), **options)
+            described = transformers.AutoConfig.from_pretrained(str(path.parent), **options)
+            _check_model_size(torch, transformers, described, header, path)
+            model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), config=described,
+                                                                      dtype=torch.float32, **options)
         model.hf_quantizer = None  # type: ignore[assignment]  # torch types Module attributes as tensors or modules; dequantised already: save_pretrained refuses a model that still names one
         for config in (model.config, getattr(model, "generation_config", None)):
             if config is not None and hasattr(config, "quantization_config"):
@@ -260,6 +279,53 @@ def _convert(path: Path, out: Path, digest: str) -> None:
     provenance = {"source": path.name, "bytes": path.stat().st_size, "sha256": digest, "dtype": GGUF_DTYPE,
                   "transformers": transformers.__version__}
     (out / _PROVENANCE).write_text(json.dumps(provenance, indent=1), encoding="utf-8")
+
+
+def _check_model_size(torch: Any, transformers: Any, config: Any, header: GGUFHeader, path: Path) -> None:
+    """Refuse metadata that builds a model larger than the file's tensors could fill (a few small tensors and an
+    ``embedding_length`` of 8,192 would allocate gigabytes before the shapes are compared). The model is built on
+    torch's meta device, which allocates nothing, and its parameters and buffers counted."""
+    from .load import ModelLoadError
+
+    with torch.device("meta"):
+        skeleton = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    built = sum(p.numel() for p in skeleton.parameters()) + sum(b.numel() for b in skeleton.buffers())
+    held = header.elements
+    if built > held * 5 // 4 + _SLACK:
+        raise ModelLoadError(f"GGUF file {shorten(path.name)} could not be converted (its metadata builds a model of "
+                             f"{built:,} values but its tensors hold {held:,})")
+
+
+#: The conversion's memo of gguf's reader and tensor-name map (see :func:`_memoised_gguf`): users and originals.
+_MEMO: dict[str, Any] = {"users": 0}
+_MEMO_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _memoised_gguf() -> Iterator[None]:
+    """gguf's ``GGUFReader`` and ``get_tensor_name_map`` memoised while the block runs.
+
+    transformers' loader parses the file's metadata once for the tokenizer, once for the config and once for the
+    weights (a Python object per metadata value: seconds for a real vocabulary, each time), and builds the name map
+    of all layers once per submodule, which grows with the square of the layer count (a 200-layer file took over
+    ten minutes). Both objects are only read, so one of each serves all three; the memo goes with the last block.
+    """
+    import gguf
+
+    with _MEMO_LOCK:
+        if _MEMO["users"] == 0:
+            for name in ("GGUFReader", "get_tensor_name_map"):
+                _MEMO[name] = getattr(gguf, name)
+                setattr(gguf, name, functools.lru_cache(maxsize=8)(_MEMO[name]))
+        _MEMO["users"] += 1
+    try:
+        yield
+    finally:
+        with _MEMO_LOCK:
+            _MEMO["users"] -= 1
+            if _MEMO["users"] == 0:
+                for name in ("GGUFReader", "get_tensor_name_map"):
+                    setattr(gguf, name, _MEMO.pop(name))
 
 
 def _target(path: Path, digest: str) -> Path:
@@ -286,18 +352,80 @@ def _digest(path: Path) -> str:
 
 @contextlib.contextmanager
 def _lock(file: Path) -> Iterator[None]:
-    """An exclusive lock on ``file`` for as long as the block runs (POSIX; elsewhere none is taken)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
+    """An exclusive lock on ``file`` for as long as the block runs, the file removed at the end (POSIX; elsewhere
+    none is taken).
+
+    The kernel drops a dead process's lock, so a lock file that a killed conversion left never blocks; it is removed
+    by the next conversion of that file or by :func:`_sweep`.
+    """
+    if fcntl is None:  # pragma: no cover - not POSIX
         yield
         return
-    with open(file, "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    handle = _acquire(file, wait=True)
+    assert handle is not None  # waiting always ends holding it
+    try:
+        yield
+    finally:
+        _release(handle, file)
+
+
+def _acquire(file: Path, *, wait: bool) -> BinaryIO | None:
+    """A handle holding the lock on ``file`` (created if missing); None when ``wait`` is False and another process
+    holds it. A lock file removed while this one waited (its holder is done) is not held: it locks the new one."""
+    assert fcntl is not None
+    while True:
+        handle = open(file, "a+b")  # noqa: SIM115 - held past this function, closed by _release
         try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            handle.close()
+            return None
+        except BaseException:
+            handle.close()
+            raise
+        try:
+            held, named = os.fstat(handle.fileno()), os.stat(file)
+            if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
+                return handle
+        except FileNotFoundError:
+            pass
+        handle.close()
+
+
+def _release(handle: BinaryIO, file: Path) -> None:
+    """Remove the lock file while still holding it, then let it go (closing releases the lock)."""
+    with contextlib.suppress(OSError):
+        file.unlink()
+    handle.close()
+
+
+#: What conversions leave in the cache folder by the digest of their file: lock files and temporary folders.
+_LEFT = re.compile(r"\.([0-9a-f]{64})(?:\.lock|-.+)")
+
+
+def _sweep(folder: Path, digest: str) -> None:
+    """Remove what killed conversions left in the cache ``folder``: the temporary folders of ``digest`` (the caller
+    holds its lock, so nobody is writing them), and those of any other file whose lock nobody holds, with its lock
+    file. A conversion under way holds its lock, so its folder stays (POSIX; elsewhere nothing is swept)."""
+    if fcntl is None:  # pragma: no cover - not POSIX
+        return
+    left: dict[str, list[Path]] = {}
+    with contextlib.suppress(OSError):
+        for entry in folder.iterdir():
+            if (found := _LEFT.fullmatch(entry.name)) is not None:
+                left.setdefault(found.group(1), []).append(entry)
+    for other, entries in left.items():
+        stale = [e for e in entries if e.is_dir() and not e.is_symlink()]
+        if other == digest:
+            for entry in stale:
+                shutil.rmtree(entry, ignore_errors=True)
+            continue
+        lock = folder / f".{other}.lock"
+        handle = _acquire(lock, wait=False)
+        if handle is not None:
+            for entry in stale:
+                shutil.rmtree(entry, ignore_errors=True)
+            _release(handle, lock)
 
 
 def _to_stderr(line: str) -> None:
