@@ -25,6 +25,7 @@ import numpy as np
 from ..cells import show
 from ..logprobs import MAX_NATS, entropy_from_top_k, too_much_mass
 from ..server_shapes import ParsedResponse, TokenStep
+from ..server_shapes.agreement import checked_offers, spelling_problem
 from ..server_shapes.llamacpp import detect_llamacpp, hint_llamacpp, parse_llamacpp
 from ..server_shapes.ollama import detect_ollama, hint_ollama, parse_ollama_chat, parse_ollama_generate
 from ..server_shapes.openai import ASK_FOR_LOGPROBS, has_openai_logprobs, openai_logprobs, parse_chat, parse_completions
@@ -137,18 +138,24 @@ def _answer_text(parsed: ParsedResponse, pieces: list[str]) -> str:
     if not parsed.steps and parsed.text:
         raise ValueError(f"the answer is non-empty ({show(parsed.text)}) but the response has no token "
                          f"log-probabilities ({parsed.tokens_at} is empty): {ASK_FOR_LOGPROBS}")
+    problem = spelling_problem(parsed, pieces)
+    if problem:
+        raise ValueError(problem)
     return "".join(pieces) if parsed.text is None else parsed.text
 
 
 def _kept_alternatives(parsed: ParsedResponse) -> tuple[list[list[_Kept]], list[bool]]:
     """Each step's alternatives with a probability (an alternative below -MAX_NATS, -inf or the -9999 servers write
-    for it, has none: dropped), most likely first; and whether the chosen token is among them (by id when the
-    response gives ids, else by bytes). A step whose probabilities add up to more than 1 is refused."""
+    for it, has none: dropped), most likely first, a token listed twice with one log-probability kept once; and
+    whether the chosen token is among them (by id when the response gives ids, else by bytes). A step that lists a
+    token twice with two log-probabilities, or the chosen token with another than its own
+    (:func:`~trace_core.server_shapes.agreement.checked_offers`), or whose probabilities add up to more than 1, is
+    refused."""
     by_id = parsed.by_id
     alternatives = [sorted(((alt.text, alt.token_id if by_id else alt.raw, alt.logprob,
-                             alt.token_id if by_id else -1) for alt in step.offered if alt.logprob >= -MAX_NATS),
+                             alt.token_id if by_id else -1) for alt in offered if alt.logprob >= -MAX_NATS),
                            key=lambda alt: -alt[2])
-                    for step in parsed.steps]
+                    for offered in checked_offers(parsed)]
     offers_chosen = [(step.token_id if by_id else step.raw) in {key for _, key, _, _ in alts}
                      for step, alts in zip(parsed.steps, alternatives, strict=True)]
     for t, (step, alts, among) in enumerate(zip(parsed.steps, alternatives, offers_chosen, strict=True)):
@@ -276,10 +283,20 @@ def trace_from_openai(response: Mapping[str, Any], *, prompt: str = "", model_id
     probability above ``1 + TOP_K_MASS_TOLERANCE`` (0.01, for rounding) is refused; so is a response with a non-empty
     answer text and no tokens. Every message names the field and the step.
 
+    Agreement (:mod:`trace_core.server_shapes.agreement`): what a response says twice must agree. A token's ``bytes``
+    must be those of its text (or the text a lossy or byte form of them, e.g. ``""`` or U+FFFD for part of a
+    character); a step that lists a token twice with two log-probabilities (by id when the response gives ids, else
+    by bytes), or the chosen token with another log-probability than its own (beyond 1e-6), is refused, a token
+    listed twice with one log-probability kept once; and the tokens must spell the answer text, allowing what real
+    servers write differently: tokens whose text is unknown (bytes left out or U+FFFD, special tokens), the whole
+    text's surrounding whitespace, and, unless the answer was cut at its length, up to 64 characters more on either
+    side at the end (an end-of-answer token, a stop sequence); beside reasoning or tool calls the text need only be
+    within what the tokens spell.
+
     Token texts come from each token's ``bytes`` when present (decoded incrementally as UTF-8, so a character split
     across tokens is carried by the token that completes it and the others are ""), else from its text (where the
     legacy OpenAI ``"bytes:\\xe6\\x97"`` and old llama.cpp ``"byte: \\xe6"`` forms are understood). The answer is the
-    response's text when present, even if it differs from the joined tokens; otherwise the joined tokens.
+    response's text when present (which the tokens spell, as above); otherwise the joined tokens.
 
     Parameters
     ----------

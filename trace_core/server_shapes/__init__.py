@@ -7,7 +7,8 @@ recording from a server (:mod:`trace_core.record.backends.server_steps`) maps th
 both read a layout, and check its numbers (:func:`~trace_core.logprobs.check_logprob`), alike.
 
 * :mod:`.steps` -- :class:`TokenStep`, :class:`Offered`, :class:`ParsedResponse`; :mod:`.fields` -- the field
-  readers every parser uses.
+  readers every parser uses; :mod:`.agreement` -- whether what a response says twice agrees (a token's bytes and
+  text, a step's alternatives and chosen token, the tokens and the answer text), for both readers.
 * :mod:`.openai` -- OpenAI chat.completions and legacy completions (also vLLM, TGI, Ollama and llama.cpp at ``/v1``).
 * :mod:`.responses_api` -- OpenAI's Responses API (``/v1/responses``), whose text parts carry chat's ``logprobs``.
 * :mod:`.llamacpp` -- llama.cpp ``/completion`` with ``n_probs``; :mod:`.ollama` -- Ollama ``/api/generate`` and

@@ -12,9 +12,10 @@ from typing import Any
 
 from .._checks import is_number, show
 from ..trace import LOGPROB_TOLERANCE
+from .agreement import bytes_agree
 
 __all__ = ["MAX_TOKEN_ID", "byte_list", "check_prob", "field_of", "is_int", "is_list", "object_at", "list_at",
-           "streamed", "string_at", "token_bytes", "token_id_at"]
+           "streamed", "string_at", "token_bytes", "token_id_at", "token_raw"]
 
 _BYTES_TOKEN = re.compile(r"bytes:((?:\\x[0-9a-fA-F]{2})+)")
 #: The largest token id read (int64).
@@ -34,10 +35,29 @@ def byte_list(value: object, where: str) -> bytes | None:
     """A token's ``bytes`` field (a list of ints 0..255) as bytes; None when it is null."""
     if value is None:
         return None
+    if isinstance(value, (list, tuple)) and set(map(type, value)) <= {int}:  # what JSON gives, checked in C
+        try:
+            return bytes(value)
+        except ValueError:  # an int outside 0..255
+            pass
     if (isinstance(value, Sequence) and not isinstance(value, (str, bytes))
             and all(isinstance(b, int) and not isinstance(b, bool) and 0 <= b <= 255 for b in value)):
         return bytes(value)
     raise ValueError(f"{where} must be a list of ints 0..255 or null, got {show(value)}")
+
+
+def token_raw(text: str, value: object, where: str) -> bytes:
+    """A token's bytes: its ``bytes`` field ``value`` (named ``where``) when it has one, which must be the bytes of its
+    text ``text`` (:func:`~.agreement.bytes_agree`: the bytes are taken as the truth where the text shows them
+    lossily); else read from the text (:func:`token_bytes`)."""
+    raw = byte_list(value, where)
+    if raw is None:
+        return token_bytes(text)
+    if raw != text.encode("utf-8", "replace") and not bytes_agree(text, raw):
+        raise ValueError(f"{where} is {show(list(raw))} ({show(raw.decode('utf-8', 'replace'))}) but the token is "
+                         f"{show(text)}; expected the token's own bytes (its UTF-8, or the bytes it shows only in "
+                         "part when it is part of a character)")
+    return raw
 
 
 def check_prob(value: object, where: str, *, chosen: bool = False) -> float:

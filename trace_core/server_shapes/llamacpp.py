@@ -10,7 +10,7 @@ from typing import Any
 
 from .._checks import show
 from ..logprobs import check_logprob
-from .fields import byte_list, check_prob, field_of, list_at, object_at, streamed, string_at, token_id_at
+from .fields import check_prob, field_of, list_at, object_at, streamed, string_at, token_id_at, token_raw
 from .steps import Offered, ParsedResponse, TokenStep
 
 __all__ = ["detect_llamacpp", "hint_llamacpp", "parse_llamacpp"]
@@ -32,10 +32,11 @@ def _llama_token(item: Mapping[str, Any], where: str, *, post_sampling: bool, ch
     value, expected = ("prob", _LLAMA_POST_ENTRY) if post_sampling else ("logprob", _LLAMA_ENTRY)
     check = check_prob if post_sampling else check_logprob
     text = string_at(field_of(item, "token", where, expected), f"{where}.token")
-    raw = byte_list(item.get("bytes"), f"{where}.bytes")  # whole, where `token` is cut to valid UTF-8
+    # whole, where `token` is cut to valid UTF-8
+    raw = text.encode("utf-8") if item.get("bytes") is None else token_raw(text, item["bytes"], f"{where}.bytes")
     number = check(field_of(item, value, where, expected), f"{where}.{value}", chosen=chosen)
     token_id = token_id_at(field_of(item, "id", where, expected), f"{where}.id")
-    return Offered(text, text.encode("utf-8") if raw is None else raw, number, token_id)
+    return Offered(text, raw, number, token_id)
 
 
 def _llama_step(entry: Mapping[str, Any], at: str, *, post_sampling: bool) -> TokenStep:
@@ -101,7 +102,7 @@ def parse_llamacpp(response: Mapping[str, Any]) -> ParsedResponse:
     if form != "logprob":  # the sampler's probabilities (after temperature, top-k, top-p), not the model's
         extra["post_sampling_probs"] = True
     alternatives = {"logprob": "top_logprobs", "prob": "top_probs", "legacy": "probs"}[form]
-    return ParsedResponse(steps=tuple(steps), text=response.get("content"), extra=extra,
+    return ParsedResponse(steps=tuple(steps), text=response.get("content"), extra=extra, text_at="content",
                           tokens_at="completion_probabilities",
                           alternatives_at=f"completion_probabilities[{{}}].{alternatives}")
 

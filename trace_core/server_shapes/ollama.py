@@ -8,13 +8,16 @@ from typing import Any
 
 from .._checks import show
 from .fields import streamed
-from .openai import content_steps
+from .openai import besides_text, content_steps
 from .steps import ParsedResponse
 
 __all__ = ["detect_ollama", "hint_ollama", "parse_ollama_chat", "parse_ollama_generate"]
 
 
-def _ollama_parser(text_of: Callable[[Mapping[str, Any]], object]) -> Callable[[Mapping[str, Any]], ParsedResponse]:
+def _ollama_parser(text_of: Callable[[Mapping[str, Any]], object], text_at: str,
+                   holder: Callable[[Mapping[str, Any]], object]) -> Callable[[Mapping[str, Any]], ParsedResponse]:
+    """The parser of the endpoint whose answer is ``text_of(response)``, at ``text_at``, beside the ``thinking`` and
+    ``tool_calls`` of ``holder(response)``."""
     def parse(response: Mapping[str, Any]) -> ParsedResponse:
         """Ollama (0.12.11 or later) with ``logprobs: true``: ``logprobs`` is a list of ``{token, logprob, bytes,
         top_logprobs: [{token, logprob, bytes}]}``."""
@@ -28,7 +31,8 @@ def _ollama_parser(text_of: Callable[[Mapping[str, Any]], object]) -> Callable[[
         steps = content_steps(logprobs, "logprobs")
         extra = {"finish_reason": response["done_reason"]} if isinstance(response.get("done_reason"), str) else {}
         return ParsedResponse(steps=steps, text=text_of(response), extra=extra, tokens_at="logprobs",
-                              alternatives_at="logprobs[{}].top_logprobs")
+                              alternatives_at="logprobs[{}].top_logprobs", text_at=text_at,
+                              text_within=besides_text(holder(response), None))
     return parse
 
 
@@ -40,9 +44,9 @@ def _ollama_chat_text(response: Mapping[str, Any]) -> object:
 
 
 #: ``/api/generate``: the answer is ``response``.
-parse_ollama_generate = _ollama_parser(lambda r: r["response"])
+parse_ollama_generate = _ollama_parser(lambda r: r["response"], "response", lambda r: r)
 #: ``/api/chat``: the answer is ``message.content``.
-parse_ollama_chat = _ollama_parser(_ollama_chat_text)
+parse_ollama_chat = _ollama_parser(_ollama_chat_text, "message.content", lambda r: r.get("message"))
 
 
 def detect_ollama(text_key: str) -> Callable[[Mapping[str, Any]], bool]:

@@ -14,10 +14,10 @@ from typing import Any
 
 from .._checks import show
 from ..logprobs import check_logprob
-from .fields import byte_list, is_int, is_list, list_at, token_bytes, token_id_at
+from .fields import is_int, is_list, list_at, token_bytes, token_id_at, token_raw
 from .steps import Offered, ParsedResponse, TokenStep
 
-__all__ = ["ASK_FOR_LOGPROBS", "answer_choice", "completion_lists", "completion_steps", "content_steps",
+__all__ = ["ASK_FOR_LOGPROBS", "answer_choice", "besides_text", "completion_lists", "completion_steps", "content_steps",
            "has_openai_logprobs", "openai_logprobs", "parse_chat", "parse_completion_logprobs", "parse_completions"]
 
 #: What to ask a server for when its response has no log-probabilities.
@@ -25,6 +25,8 @@ ASK_FOR_LOGPROBS = "ask the server for logprobs=true (and top_logprobs=k)"
 _CHUNK_OBJECTS = ("chat.completion.chunk",)
 _JOIN_CHUNKS = "join the stream's chunks into one response first"
 _TOKEN_ID_TEXT = re.compile(r"token_id:-?\d+")
+#: Fields of a chat message besides ``content`` whose text the answer's tokens spell too.
+_BESIDES_TEXT = ("reasoning_content", "reasoning", "thinking", "tool_calls")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -111,9 +113,9 @@ def _offered(alt: object, where: str) -> Offered:
     """One alternative, ``{"token", "logprob", "bytes"}`` (with an ``id`` where the server adds one)."""
     if not isinstance(alt, Mapping) or not isinstance(alt.get("token"), str):
         raise ValueError(f"{where} must be an object with a string `token`, got {show(alt)}")
-    raw = byte_list(alt.get("bytes"), f"{where}.bytes")
+    raw = token_raw(alt["token"], alt.get("bytes"), f"{where}.bytes")
     lp = check_logprob(alt.get("logprob"), f"{where}.logprob")
-    return Offered(alt["token"], token_bytes(alt["token"]) if raw is None else raw, lp, _optional_id(alt, where))
+    return Offered(alt["token"], raw, lp, _optional_id(alt, where))
 
 
 def content_steps(content: object, where: str, *, start: int = 0) -> tuple[TokenStep, ...]:
@@ -127,11 +129,10 @@ def content_steps(content: object, where: str, *, start: int = 0) -> tuple[Token
         if not isinstance(entry, Mapping) or not isinstance(entry.get("token"), str):
             raise ValueError(f"{at} must be an object with a string `token`, got {show(entry)}")
         lp = check_logprob(entry.get("logprob"), f"{at}.logprob", chosen=True)
-        raw = byte_list(entry.get("bytes"), f"{at}.bytes")
+        raw = token_raw(entry["token"], entry.get("bytes"), f"{at}.bytes")
         listed = entry.get("top_logprobs")
         offered = tuple(_offered(alt, f"{at}.top_logprobs[{j}]") for j, alt in enumerate(listed or []))
-        steps.append(TokenStep(entry["token"], token_bytes(entry["token"]) if raw is None else raw, lp,
-                               offered if is_list(listed) else None, _optional_id(entry, at)))
+        steps.append(TokenStep(entry["token"], raw, lp, offered if is_list(listed) else None, _optional_id(entry, at)))
     return tuple(steps)
 
 
@@ -145,10 +146,22 @@ def parse_chat(response: Mapping[str, Any]) -> ParsedResponse:
         raise ValueError(f"{choice_at}.logprobs.content is null: " + ASK_FOR_LOGPROBS)
     steps = content_steps(content, f"{choice_at}.logprobs.content")
     message = choice.get("message")
-    text = message.get("content") if isinstance(message, Mapping) else choice.get("text")
+    if isinstance(message, Mapping):
+        text, text_at = message.get("content"), f"{choice_at}.message.content"
+    else:
+        text, text_at = choice.get("text"), f"{choice_at}.text"
     return ParsedResponse(steps=steps, text=text, extra=_openai_extra(response, choice),
                           tokens_at=f"{choice_at}.logprobs.content",
-                          alternatives_at=f"{choice_at}.logprobs.content[{{}}].top_logprobs")
+                          alternatives_at=f"{choice_at}.logprobs.content[{{}}].top_logprobs", text_at=text_at,
+                          text_within=besides_text(message, choice.get("finish_reason")))
+
+
+def besides_text(message: object, finish_reason: object) -> bool:
+    """Whether a chat message holds more than its ``content`` that its tokens spell too: reasoning (vLLM's
+    ``reasoning_content`` or ``reasoning``, Ollama's ``thinking``) or tool calls."""
+    if finish_reason == "tool_calls":
+        return True
+    return isinstance(message, Mapping) and any(message.get(key) for key in _BESIDES_TEXT)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -210,4 +223,4 @@ def parse_completions(response: Mapping[str, Any]) -> ParsedResponse:
                          "or --server) or save responses without that option")
     return ParsedResponse(steps=completion_steps(tokens, token_logprobs, tops, where), text=choice.get("text"),
                           extra=_openai_extra(response, choice), tokens_at=f"{where}.tokens",
-                          alternatives_at=f"{where}.top_logprobs[{{}}]")
+                          alternatives_at=f"{where}.top_logprobs[{{}}]", text_at=f"{choice_at}.text")

@@ -99,4 +99,8 @@ def parse_responses(response: Mapping[str, Any]) -> ParsedResponse:
     return ParsedResponse(steps=tuple(steps), text="".join(texts), extra=extra,
                           tokens_at=f"{first}.logprobs" if one else "the output_text parts' logprobs",
                           alternatives_at=f"{first}.logprobs[{{}}].top_logprobs" if one
-                          else "answer token {}'s top_logprobs")
+                          else "answer token {}'s top_logprobs",
+                          text_at=f"{first}.text" if one else "the output_text parts' texts",
+                          # reasoning or a tool call beside the message: a server may list their tokens too
+                          text_within=any(isinstance(item, Mapping) and item.get("type") != "message"
+                                          for item in response["output"]))

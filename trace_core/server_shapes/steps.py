@@ -51,6 +51,9 @@ class TokenStep:
         The chosen token's id when the response gives it.
     rank : int or None
         The chosen token's 1-based rank when the response gives it.
+    special : bool
+        The response marks the token special (TGI's ``special``: an end-of-answer token), which the answer text leaves
+        out.
     """
 
     text: str
@@ -59,6 +62,7 @@ class TokenStep:
     alternatives: tuple[Offered, ...] | None = None
     token_id: int | None = None
     rank: int | None = None
+    special: bool = False
 
     @property
     def offered(self) -> tuple[Offered, ...]:
@@ -87,6 +91,11 @@ class ParsedResponse:
         The position of step 0 in the response's list, for messages (``alternatives_at.format(offset + i)``).
     ranked : bool
         Whether the layout gives the chosen tokens' ranks (:attr:`ranks`).
+    text_at : str
+        Where the answer text is in the response, for messages (``"choices[0].message.content"``).
+    text_within : bool
+        The text is only part of what the tokens spell: the message also holds reasoning or tool calls, which the
+        tokens spell too.
     """
 
     steps: tuple[TokenStep, ...]
@@ -96,6 +105,8 @@ class ParsedResponse:
     alternatives_at: str = "step {}'s alternatives"
     step_offset: int = 0
     ranked: bool = False
+    text_at: str = "the answer text"
+    text_within: bool = False
 
     @property
     def by_id(self) -> bool:

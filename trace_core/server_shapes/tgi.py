@@ -43,10 +43,12 @@ def parse_tgi(response: Mapping[str, Any]) -> ParsedResponse:
         chosen = _tgi_token(token, f"details.tokens[{i}]", chosen=True)
         offered = None if tops is None else tuple(_tgi_token(alt, f"details.top_tokens[{i}][{j}]", chosen=False)
                                                   for j, alt in enumerate(list_at(tops[i], f"details.top_tokens[{i}]")))
-        steps.append(TokenStep(chosen.text, chosen.raw, chosen.logprob, offered, chosen.token_id))
+        steps.append(TokenStep(chosen.text, chosen.raw, chosen.logprob, offered, chosen.token_id,
+                               special=token.get("special") is True))
     extra = {"finish_reason": details["finish_reason"]} if isinstance(details.get("finish_reason"), str) else {}
     return ParsedResponse(steps=tuple(steps), text=response.get("generated_text"), extra=extra,
-                          tokens_at="details.tokens", alternatives_at="details.top_tokens[{}]")
+                          tokens_at="details.tokens", alternatives_at="details.top_tokens[{}]",
+                          text_at="generated_text")
 
 
 def detect_tgi(response: Mapping[str, Any]) -> bool:

@@ -141,7 +141,7 @@ def test_choose_threads_refuses_bad_counts(no_thread_variables):
     with pytest.raises(TypeError, match="`threads`"):
         choose_threads(1_000, threads=2.0)
     no_thread_variables.setenv("TRACE_THREADS", "0")
-    with pytest.raises(SettingError, match="TRACE_THREADS='0': expected a whole number >= 1"):
+    with pytest.raises(SettingError, match="TRACE_THREADS='0': expected a whole number from 1 to 4,096"):
         choose_threads(1_000)
 
 

@@ -20,6 +20,8 @@ import numpy as np
 
 from ..._checks import clip, shorten
 from ...logprobs import entropy_from_top_k, too_much_mass, top_k_entropy_bounds
+from ...server_shapes import TokenStep
+from ...server_shapes.agreement import unique_offers
 from ...server_shapes.openai import content_steps, parse_completion_logprobs
 from ...server_shapes.vllm import prompt_logprob_step
 from ..http_policy import ServerError
@@ -147,9 +149,32 @@ def completion_rows(choice: dict[str, Any], offset: int, vocab_size: int) -> tup
     for t, (token, step) in enumerate(zip(ids, read, strict=True), start=offset):
         if step.alternatives is None:
             raise ServerError(f"the server gave no alternatives for answer token {t} (`top_logprobs`)")
-        table = {_token_id(alt.text, f"top_logprobs[{t}]", vocab_size): alt.logprob for alt in step.alternatives}
+        table = _table(step, token, vocab_size, at=f"top_logprobs[{t}]", ids_at=f"top_logprobs[{t}]")
         rows.append(ServerStep.of(table, token, step.logprob, None))
     return ids, rows
+
+
+def _table(step: TokenStep, token: int, vocab_size: int, *, at: str, ids_at: str,
+           with_chosen: bool = False) -> dict[int, float]:
+    """A step's alternatives (``at`` in messages, their ids ``ids_at``) as ``{id: log-prob}``; ``with_chosen``: with
+    the chosen token's (``token``) own when it is not among them. An id listed twice with one log-probability is kept
+    once; twice with two (``"token_id:5"`` and ``"token_id:05"``), or the chosen token listed with another
+    log-probability than its own, is refused (:func:`~trace_core.server_shapes.agreement.unique_offers`), as the
+    file importer refuses it."""
+    offered = step.offered
+    keys = [_token_id(alt.text, ids_at, vocab_size) for alt in offered]
+    lps = [alt.logprob for alt in offered]
+    try:
+        unique_offers(keys, lps, token, step.logprob, where=f"the server's {at}",
+                      name=lambda j: f"the token id {keys[j]}")
+    except ValueError as exc:
+        raise ServerError(str(exc)) from None
+    table: dict[int, float] = {}
+    for key, lp in zip(keys, lps, strict=True):
+        table.setdefault(key, lp)
+    if with_chosen:
+        table.setdefault(token, step.logprob)
+    return table
 
 
 def chat_rows(choice: dict[str, Any], offset: int, vocab_size: int) -> tuple[list[int], list[ServerStep]]:
@@ -169,11 +194,9 @@ def chat_rows(choice: dict[str, Any], offset: int, vocab_size: int) -> tuple[lis
             raise ServerError(f"the server gave no alternatives for answer token {t} (`top_logprobs`)")
         at = f"logprobs.content[{t}]"
         token = _token_id(step.text, f"{at}.token", vocab_size)
-        table: dict[int, float] = {}
-        for alt in step.alternatives:
-            table.setdefault(_token_id(alt.text, f"{at}.top_logprobs.token", vocab_size), alt.logprob)
-        table.setdefault(token, step.logprob)
         ids.append(token)
+        table = _table(step, token, vocab_size, at=f"{at}.top_logprobs", ids_at=f"{at}.top_logprobs.token",
+                       with_chosen=True)
         rows.append(ServerStep.of(table, token, step.logprob, None))
     return ids, rows
 
