@@ -37,21 +37,8 @@ LATE = r"did not answer in full within 2 s \(1 attempt\)"
 STREAM_LATE = r"stream did not end within 2 s \(after 0 events\)"  # a stream is not retried
 
 
-@pytest.fixture
-def hostile():
-    servers: list[HostileServer] = []
-
-    def make(**modes) -> HostileServer:
-        server = HostileServer(**modes)
-        server.drip_seconds, server.drip_bytes = DRIP_SECONDS, DRIP_BYTES  # a failing client ends too, in 20 s
-        servers.append(server)
-        return server
-
-    try:
-        yield make
-    finally:
-        for server in servers:
-            server.stop()
+# Set on every server the `hostile` fixture (tests/hostile/conftest.py) makes: a failing client ends too, in 20 s.
+HOSTILE_ATTRIBUTES = {"drip_seconds": DRIP_SECONDS, "drip_bytes": DRIP_BYTES}
 
 
 def _watchdogs() -> list[threading.Thread]:

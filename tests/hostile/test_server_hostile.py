@@ -14,8 +14,6 @@ import pytest
 
 pytest.importorskip("torch")
 
-from hostile_server import HostileServer  # noqa: E402
-
 from trace_core import DecodingConfig, generate_traces, read_dataset, score_answers  # noqa: E402
 from trace_core.cli import main  # noqa: E402
 from trace_core.record import ServerError, connect_server, http_policy, remote  # noqa: E402
@@ -23,22 +21,6 @@ from trace_core.record.addresses import base_url_of  # noqa: E402
 
 KEY = "sk-test-Zq81hidden0Secret4Key"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def hostile():
-    servers: list[HostileServer] = []
-
-    def make(**modes) -> HostileServer:
-        server = HostileServer(**modes)
-        servers.append(server)
-        return server
-
-    try:
-        yield make
-    finally:
-        for server in servers:
-            server.stop()
 
 
 @pytest.fixture
