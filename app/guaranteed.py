@@ -67,7 +67,10 @@ def labeled_for_guarantee(active: state.ActiveCalibrator) -> tuple[np.ndarray, n
 def guarantee_choice(active: state.ActiveCalibrator, new: state.Answers | None = None) -> RiskGuarantee | None:
     """The settings of the guarantee (alpha, delta), the labeled answers, and the guarantee it gives, stated on the
     page with the drift check of the ``new`` answers against the labeled ones (the guarantee assumes they are drawn
-    alike); None (with the reason) when there is none to flag with."""
+    alike); None (with the reason) until there are labeled answers to choose with. A guarantee that certifies no
+    threshold is returned too, with a warning naming the confident wrong answers that stop it (by their rows) and
+    the labeled answers it would need: the page then flags every answer (keeping none is the only choice
+    guaranteed)."""
     cols = st.columns(2)
     max_risk = cols[0].slider("Largest error rate among the answers kept (α)", 0.01, 0.5, 0.1, 0.01,
                               key="flag_max_risk")
@@ -79,12 +82,12 @@ def guarantee_choice(active: state.ActiveCalibrator, new: state.Answers | None =
     if labeled is None:
         return None
     guarantee = guaranteed_threshold(labeled[0], labeled[1], max_risk=float(max_risk), delta=float(delta))
+    risk = labeled[2]
     if guarantee.threshold is None:
-        st.warning(md_literal(guarantee.sentence()))
-        return None
-    st.success(md_literal(guarantee.sentence()))
+        st.warning(md_literal(guarantee.sentence(risk.frame[risk.row_column].tolist())))
+    else:
+        st.success(md_literal(guarantee.sentence()))
     if new is not None:
-        risk = labeled[2]
         drift_note(drift_result(active.model, new.traces, key=(new.key, risk.key, active.key),
                                 reference=risk.traces))
     return guarantee

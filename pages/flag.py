@@ -18,7 +18,7 @@ from app.spans import SPAN_NOTE, riskiest_span_words
 from app.text import control_safe, md_literal, sentence
 from trace_core import ScoreCalibrator, TracePlus
 from trace_core.data import export_flagged, token_table, with_trace_columns
-from trace_core.flag import OUT_OF_FOLD, select_flagged
+from trace_core.flag import OUT_OF_FOLD, flag_every, select_flagged
 from trace_core.spans import other_script_warning
 
 st.title("Flag & export")
@@ -87,7 +87,9 @@ elif mode == "guarantee":
     guarantee = guarantee_choice(active, data)
     if guarantee is None:
         st.stop()
-    flagged = select_flagged(scored, threshold=guarantee.threshold)
+    # no threshold certified: keeping none is the only choice guaranteed, so every answer is flagged
+    flagged = (flag_every(scored) if guarantee.threshold is None
+               else select_flagged(scored, threshold=guarantee.threshold))
 elif labels is None:
     st.info("Target risk needs labeled answers (a `label` or `reference` column) to measure the error rate; these "
             "answers have none. Flag by probability threshold or coverage instead.")

@@ -31,7 +31,7 @@ from .traces import gather
 
 __all__ = ["FLAG_BY", "OUT_OF_FOLD", "OUTPUT_COLUMNS", "SPAN_COLUMNS", "FlagScore", "best_flag_score", "flag_scores",
            "out_of_fold_probabilities", "output_collisions", "previous_export", "score_rows", "select_flagged",
-           "flag_summary", "spike_context", "spike_groups", "threshold_for_risk", "unscored"]
+           "flag_every", "flag_summary", "spike_context", "spike_groups", "threshold_for_risk", "unscored"]
 
 #: The riskiest span's columns (:func:`trace_core.spans.riskiest_span`): its text, kind, character offsets into the
 #: answer's tokens' text (start inclusive, end exclusive) and the span calibrator's probability that it is right.
@@ -346,3 +346,11 @@ def select_flagged(scored: pd.DataFrame, *, threshold: float | None = None, cove
         flagged = p < threshold
     order = np.argsort(p[flagged], kind="stable")
     return scored[flagged].iloc[order]
+
+
+def flag_every(scored: pd.DataFrame) -> pd.DataFrame:
+    """Every row of ``scored`` (from :func:`score_rows`), least likely to be correct first, as
+    :func:`select_flagged` orders them: what a guarantee that certifies no threshold flags (keeping none is the only
+    choice it guarantees)."""
+    p = scored[FLAG_BY["answer"]].to_numpy(dtype=np.float64)
+    return scored.iloc[np.argsort(np.where(np.isnan(p), 1.0, p), kind="stable")]

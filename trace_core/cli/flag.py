@@ -80,7 +80,7 @@ def cmd_flag(args: argparse.Namespace) -> None:
     dataset = common.usable(dataset, args.data)
     traces = common.trace_table(dataset)
     calibrator, _ = _load_calibrator(args)
-    from ..flag import flag_summary, select_flagged
+    from ..flag import flag_summary
 
     scored = _scored(args, dataset, traces, calibrator)
     _drift(args, calibrator, traces)
@@ -93,11 +93,7 @@ def cmd_flag(args: argparse.Namespace) -> None:
     labels = dataset.labels if "label" in dataset.frame.columns else None
     if args.target_risk is not None and labels is None:
         raise CLIError("--target-risk needs labeled answers (a `label` or `reference` column) to measure the risk")
-    threshold = args.threshold
-    if args.max_risk is not None:  # the threshold that Learn-then-Test certifies on --risk-data
-        threshold = _guaranteed(args, calibrator, traces)
-    flagged = select_flagged(scored, threshold=threshold, coverage=args.coverage, target_risk=args.target_risk,
-                             labels=labels, by=args.by)
+    flagged = _select(args, scored, labels, calibrator, traces)
     positions = scored.index.get_indexer(flagged.index)
     flagged_traces = [traces[i] for i in positions]
     # with the trace columns: the export reads back as a dataset and can be scored again
@@ -136,22 +132,45 @@ def _scored(args: argparse.Namespace, dataset: Any, traces: Any, calibrator: Any
         raise CLIError(f"{shown(args.data)}: row {common.row_numbers(dataset)[exc.index]}: {exc.reason}") from exc
 
 
-def _guaranteed(args: argparse.Namespace, calibrator: Any, traces: list) -> float:
-    """The threshold certified on ``--risk-data`` (:func:`_certified`), and the drift check of the new answers
-    (``traces``) against the labeled ones (what the guarantee assumes)."""
-    threshold, risk = _certify(args, calibrator)
+def _select(args: argparse.Namespace, scored: Any, labels: Any, calibrator: Any, traces: list) -> Any:
+    """The rows to flag: by ``--threshold``, ``--coverage`` or ``--target-risk``, or below the threshold
+    ``--max-risk`` certifies on ``--risk-data``; every row when none is certified (keeping none is the only choice
+    guaranteed)."""
+    from ..flag import flag_every, select_flagged
+
+    threshold = args.threshold
+    if args.max_risk is not None:  # the threshold that Learn-then-Test certifies on --risk-data
+        guarantee = _guaranteed(args, calibrator, traces)
+        if guarantee.threshold is None:
+            return flag_every(scored)
+        threshold = guarantee.threshold
+    return select_flagged(scored, threshold=threshold, coverage=args.coverage, target_risk=args.target_risk,
+                          labels=labels, by=args.by)
+
+
+def _guaranteed(args: argparse.Namespace, calibrator: Any, traces: list) -> Any:
+    """The guarantee on ``--risk-data`` (:func:`_certify`): when it certifies no threshold, a warning that names the
+    confident wrong answers that stop it (by their rows) and the labeled answers it would need; and the drift check
+    of the new answers (``traces``) against the labeled ones (what the guarantee assumes)."""
+    guarantee, risk = _certify(args, calibrator)
+    if guarantee.threshold is None:
+        print(f"warning: {shown(args.risk_data)}: {guarantee.sentence(common.row_numbers(risk))}", file=sys.stderr)
     _drift(args, calibrator, traces, common.trace_table(risk))
-    return threshold
+    return guarantee
 
 
 def _certified(args: argparse.Namespace, calibrator: Any) -> float:
-    """The threshold certified on ``--risk-data``, said on stderr (over shards: no drift check)."""
-    return _certify(args, calibrator)[0]
+    """The threshold certified on ``--risk-data``, said on stderr (over shards: no drift check); CLIError, naming
+    what stops it and what it would need, when none is."""
+    guarantee, risk = _certify(args, calibrator)
+    if guarantee.threshold is None:
+        raise CLIError(f"{shown(args.risk_data)}: {guarantee.sentence(common.row_numbers(risk))}")
+    return guarantee.threshold
 
 
-def _certify(args: argparse.Namespace, calibrator: Any) -> tuple[float, Any]:
-    """The threshold certified on ``--risk-data`` (:func:`trace_core.guarantee.guaranteed_threshold`), with the
-    guarantee said on stderr, and the labeled dataset; CLIError, saying what it would need, when none can be."""
+def _certify(args: argparse.Namespace, calibrator: Any) -> tuple[Any, Any]:
+    """The guarantee on ``--risk-data`` (:func:`trace_core.guarantee.guaranteed_threshold`), said on stderr when it
+    certifies a threshold, and the labeled dataset."""
     from ..calibrate import probability_correct
     from ..guarantee import guaranteed_threshold
 
@@ -167,8 +186,6 @@ def _certify(args: argparse.Namespace, calibrator: Any) -> tuple[float, Any]:
         raise CLIError(f"{shown(args.risk_data)}: {exc}") from exc
     guarantee = guaranteed_threshold(probability, risk.frame["label"].to_numpy(), max_risk=args.max_risk,
                                      delta=args.delta)
-    if guarantee.threshold is None:
-        raise CLIError(f"{shown(args.risk_data)}: {guarantee.sentence()}")
-    if not args.quiet:
+    if guarantee.threshold is not None and not args.quiet:
         print(guarantee.sentence(), file=sys.stderr)
-    return guarantee.threshold, risk
+    return guarantee, risk
