@@ -239,6 +239,29 @@ def test_cli_flags_every_answer_when_a_small_risk_set_certifies_nothing(files, c
     assert len(flagged) == len(new_traces) and flagged["probability_correct"].is_monotonic_increasing
 
 
+def test_sharded_flag_flags_every_answer_when_nothing_certifies(files, capsys):
+    """Over shards too: the output is written, every answer flagged, and the reason said as a warning."""
+    import shutil
+
+    import pandas as pd
+
+    from trace_core.cli import main
+
+    small_path, _, _ = files["small"]
+    new_path, new_traces, _ = files["new"]
+    shards = files["folder"] / "shards"
+    shards.mkdir()
+    shutil.copy(new_path, shards / "a.jsonl")
+    out = files["folder"] / "flagged"
+    assert main(["flag", str(shards), "--calibrator", str(files["calibrator"]), "--risk-data", str(small_path),
+                 "--max-risk", "0.02", "--delta", "0.05", "--out", str(out), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "warning:" in err and "No threshold can be guaranteed" in err and "keeping none" in err, err
+    flagged = pd.read_parquet(out / "a.parquet")
+    assert len(flagged) == len(new_traces) and flagged["flagged"].all()
+    assert f"flagged {len(new_traces):,} of {len(new_traces):,} answers" in err
+
+
 def test_cli_names_the_confident_wrong_rows_that_stop_the_guarantee(files, capsys):
     import pandas as pd
 

@@ -159,12 +159,12 @@ def _guaranteed(args: argparse.Namespace, calibrator: Any, traces: list) -> Any:
     return guarantee
 
 
-def _certified(args: argparse.Namespace, calibrator: Any) -> float:
-    """The threshold certified on ``--risk-data``, said on stderr (over shards: no drift check); CLIError, naming
-    what stops it and what it would need, when none is."""
+def _certified(args: argparse.Namespace, calibrator: Any) -> float | None:
+    """The threshold certified on ``--risk-data``, said on stderr (over shards: no drift check); None, with a warning
+    naming what stops it and what it would need, when none is (every answer is then flagged)."""
     guarantee, risk = _certify(args, calibrator)
     if guarantee.threshold is None:
-        raise CLIError(f"{shown(args.risk_data)}: {guarantee.sentence(common.row_numbers(risk))}")
+        print(f"warning: {shown(args.risk_data)}: {guarantee.sentence(common.row_numbers(risk))}", file=sys.stderr)
     return guarantee.threshold
 
 

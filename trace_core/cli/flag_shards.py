@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 import sys
 from functools import partial
 from pathlib import Path
@@ -156,11 +157,15 @@ def _flag_locked(args: argparse.Namespace, calibrator: Any, calibrator_bytes: by
 
     out, runner, engine_options, shards = run
     threshold = args.threshold
+    keep_none = False
     if args.max_risk is not None and certified is not None:  # --risk-data is checked with the options
         threshold = certified(args, calibrator)
+        keep_none = threshold is None  # nothing certified: flagging every answer is the guaranteed choice
     settings = _settings(args, calibrator_bytes, threshold)
     decisions = None
-    if threshold is None:
+    if keep_none:
+        settings, threshold = {**settings, "keep_none": True}, math.inf
+    elif threshold is None:
         decisions, decided = _decisions(args, shards, out, settings, calibrator)
         settings = {**settings, "decided": decided}
     work = ShardFlagger(calibrator, threshold=threshold, decisions=decisions, by=args.by, matcher=args.matcher,
