@@ -136,7 +136,9 @@ def test_a_long_bad_list_gets_one_line_not_one_per_value(fitted):
 
 @pytest.mark.parametrize("kind, field, value, fragment", [
     ("PlattCalibrator", "intercept", float("nan"), "'intercept' must be a finite number, got nan"),
-    ("PlattCalibrator", "scale", 5e-324, "'scale' must be > 1e-12, got 5e-324"),
+    ("PlattCalibrator", "scale", 5e-324, "'scale' must be 0 or a normal number"),
+    ("PlattCalibrator", "scale", 1e-200, "'scale' must be > 1e-12, got 1e-200"),
+    ("PlattCalibrator", "mean", 1e300, "'mean' must be at most 1e+09 in size"),
     ("PlattCalibrator", "coef", "1.5", "'coef' must be a number, got '1.5' (a string)"),
     ("PlattCalibrator", "mean", [0.1], "'mean' must be a number, got [0.1] (a list)"),
     ("PlattCalibrator", "params", {"C": float("-inf")}, "'params.C' must be a finite number, got -inf"),
