@@ -75,6 +75,23 @@ def dashboard(page: str | None = None, *, model: str | Path | None = None, no_mo
     return at
 
 
+def server_dashboard(url: str, tokenizer: str | Path, page: str | None = None, *, served: str = "tiny"):
+    """An AppTest of the dashboard whose sidebar model is the server at ``url`` (serving ``served``, its tokenizer the
+    local folder ``tokenizer``), on ``page`` (default Inspect); the sidebar must have connected without an error."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    at.sidebar.radio(key="model_source").set_value("Model server (OpenAI-compatible)").run()
+    at.sidebar.text_input(key="server_url").set_value(url)
+    at.sidebar.text_input(key="server_model").set_value(served)
+    at.sidebar.text_input(key="server_tokenizer").set_value(str(tokenizer)).run()
+    if page:
+        at.switch_page(page).run()
+    assert not at.exception and not at.sidebar.error, ([e.value for e in at.exception], list(at.sidebar.error))
+    return at
+
+
 def calibrate_by_path(path: Path, monkeypatch, timeout: float = 300):
     """An AppTest of the dashboard on the Calibrate page with the file ``path`` given by path (TRACE_LOCAL_FILES on,
     its folder the data folder). The script must not have raised."""

@@ -10,7 +10,6 @@ import html
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -19,7 +18,6 @@ from trace_core.settings import redact_secrets
 
 KEY = "plainsecretvalue123"
 SHOWN = KEY[:4]  # no four characters of the key in a row may be shown
-ROOT = Path(__file__).resolve().parents[2]
 # Paddings that put every cut of the project's messages (60, 160 and 200 characters, with and without a repr's
 # quote) inside the key, and some that keep it whole.
 PADS = sorted({p for cut in (50, 60, 160, 200) for p in range(cut - len(KEY), cut + 2, 3)} | {0, 181})
@@ -125,16 +123,11 @@ def test_the_command_line_never_shows_a_cut_key(mode, echo, tiny_model_dirs, tmp
 
 def test_the_dashboard_never_shows_a_cut_key(echo, tiny_model_dirs, monkeypatch):
     pytest.importorskip("streamlit")
-    from streamlit.testing.v1 import AppTest
+    from helpers import server_dashboard
 
     monkeypatch.setenv("TRACE_SERVER_KEYS", f"{_url(echo)}=OPENAI_API_KEY")
     _Echo.mode, _Echo.pad = "stream", 181
-    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
-    at.run()
-    at.sidebar.radio(key="model_source").set_value("Model server (OpenAI-compatible)").run()
-    at.sidebar.text_input(key="server_url").set_value(_url(echo))
-    at.sidebar.text_input(key="server_model").set_value("tiny")
-    at.sidebar.text_input(key="server_tokenizer").set_value(str(tiny_model_dirs["gpt2"])).run()
+    at = server_dashboard(_url(echo), tiny_model_dirs["gpt2"])
     at.text_area(key="prompt").set_value("hi")
     at.get("form_submit_button")[0].click().run()
     assert not at.exception, [e.value for e in at.exception]

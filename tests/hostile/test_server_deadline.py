@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -26,7 +25,6 @@ from trace_core import DecodingConfig, generate_traces, score_answers  # noqa: E
 from trace_core.cli import main  # noqa: E402
 from trace_core.record import ServerError, connect_server, http_policy, stream_trace  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 FRAMINGS = ["close", "chunked"]
 TIMEOUT = 2.0
 #: Well above the deadline and closing, well below the server's whole drip (DRIP_BYTES x DRIP_SECONDS = 20 s).
@@ -206,7 +204,7 @@ def test_the_command_line_is_cut_off_at_the_deadline(command, framing, hostile, 
 @pytest.mark.parametrize("framing", FRAMINGS)
 def test_inspect_ends_with_the_deadlines_error(framing, hostile, tiny_model_dirs, monkeypatch):
     pytest.importorskip("streamlit")
-    from streamlit.testing.v1 import AppTest
+    from helpers import server_dashboard
 
     import trace_core.record
     from app import services
@@ -218,13 +216,7 @@ def test_inspect_ends_with_the_deadlines_error(framing, hostile, tiny_model_dirs
     server = hostile()
     server.drip_bytes = 3 * DRIP_BYTES  # a minute of dripping: far beyond a page run that keeps the deadline
     try:
-        at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
-        at.run()
-        at.sidebar.radio(key="model_source").set_value("Model server (OpenAI-compatible)").run()
-        at.sidebar.text_input(key="server_url").set_value(server.url)
-        at.sidebar.text_input(key="server_model").set_value("tiny")
-        at.sidebar.text_input(key="server_tokenizer").set_value(str(tiny_model_dirs["gpt2"])).run()
-        assert not at.exception and not at.sidebar.error
+        at = server_dashboard(server.url, tiny_model_dirs["gpt2"])
         server.post_mode = f"sse-drip-{framing}"
         at.text_area(key="prompt").set_value("hi")
         started = time.monotonic()

@@ -8,11 +8,12 @@ import html
 import json
 import time
 import tracemalloc
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch")
+
+from helpers import server_dashboard  # noqa: E402
 
 from trace_core import DecodingConfig, generate_traces, read_dataset, score_answers  # noqa: E402
 from trace_core.cli import main  # noqa: E402
@@ -20,7 +21,6 @@ from trace_core.record import ServerError, connect_server, http_policy, remote  
 from trace_core.record.addresses import base_url_of  # noqa: E402
 
 KEY = "sk-test-Zq81hidden0Secret4Key"
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -376,18 +376,7 @@ def test_cli_server_option_messages_are_the_users_words(hostile, tiny_model_dirs
 
 def _server_session(server, tiny_model_dirs, page=None):
     """A dashboard session whose sidebar model is ``server`` (serving "tiny"), on ``page`` (default Inspect)."""
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
-    at.run()
-    at.sidebar.radio(key="model_source").set_value("Model server (OpenAI-compatible)").run()
-    at.sidebar.text_input(key="server_url").set_value(server.url)
-    at.sidebar.text_input(key="server_model").set_value("tiny")
-    at.sidebar.text_input(key="server_tokenizer").set_value(str(tiny_model_dirs["gpt2"])).run()
-    if page:
-        at.switch_page(page).run()
-    assert not at.exception and not at.sidebar.error
-    return at
+    return server_dashboard(server.url, tiny_model_dirs["gpt2"], page)
 
 
 @pytest.mark.slow
