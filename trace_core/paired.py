@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .verdict import Verdict
 
 __all__ = ["BEST_BASELINE", "CHOSEN_BY", "FITTED", "RAW", "TIE_TOLERANCE", "PairedComparison", "average_paired",
-           "chosen_by", "chosen_text", "count_text", "paired_comparison", "signif"]
+           "chosen_by", "chosen_text", "count_text", "paired_comparison", "signif", "split_outcomes"]
 
 BEST_BASELINE = "best baseline"
 TIE_TOLERANCE = 1e-12
@@ -233,7 +233,9 @@ class _Wide:
     columns: dict[str, np.ndarray]
 
 
-def _outcomes(diff: np.ndarray, higher_is_better: bool) -> tuple[int, int, int]:
+def split_outcomes(diff: np.ndarray, higher_is_better: bool) -> tuple[int, int, int]:
+    """(wins, ties, losses) of per-split differences ``method - versus``: a win is better in the metric's direction
+    by more than :data:`TIE_TOLERANCE`, a tie within it."""
     signed = diff if higher_is_better else -diff
     ties = int(np.sum(np.abs(diff) <= TIE_TOLERANCE))
     wins = int(np.sum(signed > TIE_TOLERANCE))
@@ -256,7 +258,7 @@ def _summarise(per_split: pd.DataFrame, chosen_counts: dict[tuple, dict[str, int
         finite = np.isfinite(difference[at])
         diff = difference[at][finite]
         n = int(diff.shape[0])
-        wins, ties, losses = _outcomes(diff, METRICS[key[2]].higher_is_better)
+        wins, ties, losses = split_outcomes(diff, METRICS[key[2]].higher_is_better)
         counts: dict[str, int] = {}
         if key[1] == BEST_BASELINE and n:
             if chosen_counts is not None:

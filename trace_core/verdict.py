@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .paired import BEST_BASELINE, FITTED, RAW, TIE_TOLERANCE, PairedComparison, chosen_text, count_text, signif
+from .paired import BEST_BASELINE, FITTED, RAW, PairedComparison, chosen_text, count_text, signif, split_outcomes
 from .registry import METHODS, METRICS, REFERENCE
 
 __all__ = ["CONFIDENCE", "LOPSIDED", "MIN_EFFECT", "Verdict", "VerdictEntry", "auroc_skill", "best_baseline_values",
@@ -464,10 +464,9 @@ def _strongest(paired: PairedComparison, values: pd.DataFrame, method: str, metr
     if diff.shape[0] == 0:
         return None
     mean, low, high = t_interval(diff, test_train_ratio=ratio)
-    signed = diff if spec.higher_is_better else -diff
-    wins, ties = int(np.sum(signed > TIE_TOLERANCE)), int(np.sum(np.abs(diff) <= TIE_TOLERANCE))
-    return VerdictEntry(name, metric, verdict_word(metric, mean, low, high), mean, low, high, wins, ties,
-                        int(diff.shape[0]) - wins - ties, int(diff.shape[0]), MIN_EFFECT.get(metric, 0.0))
+    wins, ties, losses = split_outcomes(diff, spec.higher_is_better)
+    return VerdictEntry(name, metric, verdict_word(metric, mean, low, high), mean, low, high, wins, ties, losses,
+                        int(diff.shape[0]), MIN_EFFECT.get(metric, 0.0))
 
 
 def auroc_skill(values: pd.DataFrame, *, test_train_ratio: float | None = None,

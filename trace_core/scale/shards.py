@@ -199,10 +199,6 @@ def _bookkeeping(path: Path) -> bool:
     return path.name == LOCK_FILE or is_manifest_file(path)
 
 
-def _inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
-
-
 def _links_checked(files: list[Path], root: Path, formats: Mapping[str, str],
                    say: Callable[[str], None]) -> list[Path]:
     """``files`` without the symbolic links among them that lead out of ``root`` or to a file the folder would not
@@ -219,7 +215,7 @@ def _links_checked(files: list[Path], root: Path, formats: Mapping[str, str],
             continue
         name = clip(Path(os.path.relpath(path, root)).as_posix(), 120)
         target = os.path.realpath(path)
-        inside = target != real_root and _inside(target, real_root)
+        inside = target != real_root and Path(target).is_relative_to(real_root)
         if not inside or not _visible(Path(os.path.relpath(target, real_root))) or (
                 Path(target).suffix.lower() not in formats or _bookkeeping(Path(target))):
             where = "outside" if not inside else "that is not a dataset file of"
