@@ -12,6 +12,7 @@ from trace_core.data import MATCHERS
 
 from . import state
 from .keys import digest
+from .review import review_panel
 from .services import (
     bundled_answers_of,
     data_folder,
@@ -123,7 +124,9 @@ def read_labeled(file: DatasetFile, *, require_label: bool = True,
             matcher = st.selectbox("Label answers against their `reference` with", MATCHERS,  # type: ignore[assignment]
                                    key=matcher_key,
                                    help="exact: normalised exact match; contains: the reference appears in the "
-                                        "answer; numeric: the answer's last number equals it; f1: token F1 >= 0.5.")
+                                        "answer; claim: it appears in the answer's claim (its 'Answer:' line or "
+                                        "first sentence, without asides such as ', which ...'); numeric: the "
+                                        "answer's last number equals it; f1: token F1 >= 0.5.")
             dataset = _read(file, matcher, require_label, f"{matcher_key}.matched")
     except DatasetError as exc:
         st.error(md_literal(f"{file.name}: {NOT_A_DATASET if file.by_path else exc}"))
@@ -146,7 +149,10 @@ def read_labeled(file: DatasetFile, *, require_label: bool = True,
         return None
     # "<file>.<labels>": the traces recorded for the file's rows are kept under the file part alone (a trace does not
     # depend on how its answer is labeled), results under both (app.recording.dataset_traces)
-    return dataset, f"{digest(file.data, file.name)}.{digest(matcher)}"
+    key = f"{digest(file.data, file.name)}.{digest(matcher)}"
+    if dataset.label_source.startswith("reference"):  # labels a matcher made: reviewed, flipped by hand
+        return review_panel(dataset, key, matcher, matcher_key)
+    return dataset, key
 
 
 def _read(file: DatasetFile, matcher: str, require_label: bool, slot: str) -> LabeledDataset:

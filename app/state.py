@@ -56,6 +56,7 @@ INSPECT_TRACE = "inspect_trace"  # Trace | None: the Inspect page's last answer
 COMPARISON = "compare_result"  # Comparison | None: the Compare page's last two answers
 EXAMPLE_USED = "example_used"  # int: the example prompt last copied into the prompt box
 SESSION_FILES = "session_files"  # app.downloads.SessionFiles: what each download button was last drawn for
+LABEL_FLIPS = "label_flips"  # {data key: frozenset of row positions}: labels corrected by hand on the review panel
 
 # Widget keys that code also sets.
 PROMPT = "prompt"  # the Inspect page's prompt box (an example fills it)
@@ -354,6 +355,15 @@ def keep_upload(role: str, data: bytes, name: str) -> None:
 def kept_upload(role: str) -> tuple[bytes, str] | None:
     """The file last uploaded under ``role`` in this session (bytes and name), if any."""
     return st.session_state.get(UPLOADS, {}).get(role)
+
+
+def label_flips(data_key: str) -> frozenset[int]:
+    """The row positions (0..n_valid-1) whose labels were flipped by hand for the dataset read as ``data_key``."""
+    return _get(LABEL_FLIPS, {}).get(data_key, frozenset())
+
+
+def set_label_flips(data_key: str, flips: frozenset[int]) -> None:
+    _set(LABEL_FLIPS, {**_get(LABEL_FLIPS, {}), data_key: flips})
 
 
 def forget_upload(role: str) -> None:

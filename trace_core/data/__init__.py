@@ -39,6 +39,7 @@ Trace), ``validate`` (rows checked one by one), ``dataset`` (:func:`read_dataset
 
 from ..columns import TRACE_COLUMNS, parse_beam_logprobs, traces_to_columns
 from ..logprobs import entropy_from_top_k
+from .claim import claim_text
 from .dataset import LabeledDataset, read_dataset
 from .errors import DatasetError, DatasetWarning, RowError
 from .export import export_flagged, sanitize_cell, token_table, with_trace_columns
@@ -46,6 +47,7 @@ from .labels import MATCHERS, label_from_reference, normalize_answer, parse_labe
 from .prompts import PromptsFile, label_answers, read_prompts
 from .read import FORMATS
 from .responses import trace_from_openai
+from .review import FLIPPED_COLUMN, flip_labels, matched_span
 from .write import write_dataset
 
 __all__ = [
@@ -54,14 +56,18 @@ __all__ = [
     "read_prompts",
     "DatasetError",
     "DatasetWarning",
+    "FLIPPED_COLUMN",
     "FORMATS",
     "LabeledDataset",
     "MATCHERS",
     "RowError",
     "TRACE_COLUMNS",
+    "claim_text",
     "entropy_from_top_k",
     "export_flagged",
+    "flip_labels",
     "label_from_reference",
+    "matched_span",
     "normalize_answer",
     "parse_beam_logprobs",
     "parse_label",

@@ -15,10 +15,11 @@ import numpy as np
 
 from .._checks import check_choice, check_real
 from ..cells import MAX_SHOWN, as_finite_float, is_blank, is_number, show
+from .claim import claim_text, split_hyphens
 
 __all__ = ["MATCHERS", "common_label", "exact_match_hint", "label_from_reference", "normalize_answer", "parse_label"]
 
-MATCHERS = ("exact", "contains", "numeric", "f1")
+MATCHERS = ("exact", "contains", "claim", "numeric", "f1")
 LABEL_EXPECTED = "0/1, true/false, yes/no, correct/incorrect"  # the spellings named in messages
 _LABEL_WORDS = {"1": 1, "0": 0, "true": 1, "false": 0, "yes": 1, "no": 0, "correct": 1, "incorrect": 0,
                 "y": 1, "n": 0, "t": 1, "f": 0}
@@ -217,11 +218,29 @@ def _parse_number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-def _last_number(text: str) -> float | None:
+def _last_number_match(text: str) -> tuple[re.Match | None, str]:
+    """The numeric matcher's last number in ``text`` (None when there is none) and the text it was found in."""
     text = _without_compounds(_numeric_text(text))
-    found = [m.group() for m in _NUMBER.finditer(text)  # "10²" is not 10
+    found = [m for m in _NUMBER.finditer(text)  # "10²" is not 10
              if _DIGIT_LIKE not in text[max(m.start() - 1, 0):m.end() + 1]]
-    return _parse_number(found[-1]) if found else None
+    return (found[-1] if found else None), text
+
+
+def _last_number(text: str) -> float | None:
+    match, _ = _last_number_match(text)
+    return _parse_number(match.group()) if match else None
+
+
+def last_number_span(text: str) -> tuple[int, int] | None:
+    """Where the numeric matcher's last number is in ``text`` (its last occurrence as written when normalising
+    changed the text's length); None when there is none."""
+    match, read = _last_number_match(text)
+    if match is None:
+        return None
+    if len(read) == len(text):
+        return match.start(), match.end()
+    start = text.rfind(match.group())
+    return None if start < 0 else (start, start + len(match.group()))
 
 
 def _reference_number(reference: object) -> float | None:
@@ -235,7 +254,7 @@ def _reference_number(reference: object) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _references(reference: object) -> list[object]:
+def reference_pieces(reference: object) -> list[object]:
     """The acceptable answers: a str split on "||" (any whitespace around it), a sequence's items, or the value;
     blank pieces (empty or whitespace text, None, NaN) are dropped."""
     if isinstance(reference, str):
@@ -278,13 +297,17 @@ def label_from_reference(answer: str, reference: object, *, matcher: str = "exac
         normalisation is an article: the exact matcher compares it with the article kept (the multiple-choice
         letter "A" matches "a)" and not "b"); contains and f1 skip it ("the" in "the||b") as long as one piece is
         left.
-    matcher : {"exact", "contains", "numeric", "f1"}
+    matcher : {"exact", "contains", "claim", "numeric", "f1"}
         The texts are compared after :func:`normalize_answer` (case folded, punctuation and articles removed,
         numbers kept whole: "5.9", "-5", "1,000" -> "1000").
 
         - ``"exact"``: the normalized answer equals the normalized reference.
         - ``"contains"``: the normalized reference occurs in the normalized answer as whole words, so a number
-          only as a whole number ("5" is not in "5.9", "-5", "1,500" or "x5").
+          only as a whole number ("5" is not in "5.9", "-5", "1,500" or "x5"); a hyphen between letters also
+          separates words ("English-speaking" holds "English").
+        - ``"claim"``: ``contains`` over the answer's claim only (:func:`~trace_core.data.claim.claim_text`: its
+          "Answer:" line, else its first sentence, without asides such as ", which ..." or "between X and Y"), so
+          "Bahamiskat, which is a mix of English" does not hold "English".
         - ``"numeric"``: the last number in the answer (signs, decimals, exponents and thousands commas allowed)
           is within ``tolerance`` (absolute) of a reference number; an answer without a number is wrong.
           Digits are decimal digits of any script (after NFKC: "\uff15" is 5); superscripts, subscripts, fractions
@@ -332,7 +355,7 @@ def label_from_reference(answer: str, reference: object, *, matcher: str = "exac
     check_matcher_options(matcher, tolerance, f1_threshold)
     if not isinstance(answer, str):
         raise TypeError(f"`answer` must be a str, got {type(answer).__name__}")
-    references = _references(reference)
+    references = reference_pieces(reference)
     if not references:
         raise ValueError(f"{show(reference)} holds no reference" if isinstance(reference, str)
                          else "is an empty list of references")
@@ -360,11 +383,14 @@ def label_from_reference(answer: str, reference: object, *, matcher: str = "exac
         raise ValueError(f"{which}{show(ref)} is empty after normalisation (lower case, no punctuation or articles)"
                          + ("; an option letter such as 'A' is matched by the exact matcher only (every answer "
                             "with the word 'a' would contain it)" if letter else ""))
+    if matcher in ("contains", "claim"):  # hyphens between letters also split words: "English-speaking"
+        text = claim_text(answer) if matcher == "claim" else answer
+        haystacks = {f" {normalize_answer(t)} " for t in (text, split_hyphens(text))}
+        needles = {n for t in texts for n in (normalize_answer(t), normalize_answer(split_hyphens(t))) if n}
+        return int(any(f" {n} " in h for n in needles for h in haystacks))
     preds = {drop: _normalized(answer, drop_articles=drop) for drop in {drop for _, drop in golds}}
     if matcher == "exact":
         return int(any(preds[drop] == g for g, drop in golds))
-    if matcher == "contains":
-        return int(any(f" {g} " in f" {preds[drop]} " for g, drop in golds))
     return int(any(_token_f1(preds[drop].split(), g.split()) >= f1_threshold for g, drop in golds))
 
 

@@ -189,7 +189,7 @@ def test_unusable_references_raise(reference, matcher, match):
 
 
 def test_matcher_options_are_validated():
-    assert MATCHERS == ("exact", "contains", "numeric", "f1")
+    assert MATCHERS == ("exact", "contains", "claim", "numeric", "f1")
     with pytest.raises(ValueError, match="`matcher` must be one of"):
         label_from_reference("a", "a", matcher="fuzzy")
     with pytest.raises(ValueError, match=r"`f1_threshold` must be .*\[0, 1\].*got 1\.5"):
