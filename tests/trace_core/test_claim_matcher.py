@@ -29,10 +29,9 @@ from trace_core.data import (
     ("Let me think. 3 apples and 4 more.\nAnswer: Paris", "Paris", 1, 1),  # the Answer: line is the claim
     ("Paris is nice.\nAnswer: Lyon", "Paris", 1, 0),
     ("St. John's is the capital of Antigua and Barbuda.", "St. John's", 1, 1),  # "St." ends no sentence
-    # hyphens between letters split words, for both matchers
-    ("It is an English-speaking country.", "English", 1, 1),
-    ("The capital is Porto Novo.", "Porto-Novo", 1, 1),
-    ("The capital is Porto-Novo.", "Porto Novo", 1, 1),
+    # a hyphen joins words (SQuAD's normalisation): splitting them measured worse on the hand labels
+    ("Cameroon has a relatively English-speaking population.", "English", 0, 0),
+    ("The capital is Porto-Novo.", "Porto-Novo", 1, 1),
     ("Brazil's capital is Brasilia.", "Brasília || Brasilia", 1, 1),
 ])
 def test_claim_and_contains(answer, reference, contains, claim):
@@ -59,7 +58,7 @@ def test_claim_text_edges():
 @pytest.mark.parametrize(("answer", "reference", "matcher", "span"), [
     ("The capital is Paris.", "paris", "contains", (15, 20)),
     ("The capital is PARIS, France.", "Lyon || Paris", "contains", (15, 20)),
-    ("An English-speaking land.", "English", "contains", (3, 10)),
+    ("The capital is Porto-Novo.", "Porto-Novo", "contains", (15, 25)),
     ("It is Bahamiskat, which is a mix of English.", "English", "claim", None),
     ("It is English, which is a mix of English.", "English", "claim", (6, 13)),
     ("2 + 3 = 5.", "5", "numeric", (8, 9)),

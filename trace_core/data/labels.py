@@ -15,7 +15,7 @@ import numpy as np
 
 from .._checks import check_choice, check_real
 from ..cells import MAX_SHOWN, as_finite_float, is_blank, is_number, show
-from .claim import claim_text, split_hyphens
+from .claim import claim_text
 
 __all__ = ["MATCHERS", "common_label", "exact_match_hint", "label_from_reference", "normalize_answer", "parse_label"]
 
@@ -303,8 +303,8 @@ def label_from_reference(answer: str, reference: object, *, matcher: str = "exac
 
         - ``"exact"``: the normalized answer equals the normalized reference.
         - ``"contains"``: the normalized reference occurs in the normalized answer as whole words, so a number
-          only as a whole number ("5" is not in "5.9", "-5", "1,500" or "x5"); a hyphen between letters also
-          separates words ("English-speaking" holds "English").
+          only as a whole number ("5" is not in "5.9", "-5", "1,500" or "x5"); a hyphen joins words as any
+          punctuation does ("English-speaking" is one word, which does not hold "English").
         - ``"claim"``: ``contains`` over the answer's claim only (:func:`~trace_core.data.claim.claim_text`: its
           "Answer:" line, else its first sentence, without asides such as ", which ..." or "between X and Y"), so
           "Bahamiskat, which is a mix of English" does not hold "English".
@@ -383,14 +383,13 @@ def label_from_reference(answer: str, reference: object, *, matcher: str = "exac
         raise ValueError(f"{which}{show(ref)} is empty after normalisation (lower case, no punctuation or articles)"
                          + ("; an option letter such as 'A' is matched by the exact matcher only (every answer "
                             "with the word 'a' would contain it)" if letter else ""))
-    if matcher in ("contains", "claim"):  # hyphens between letters also split words: "English-speaking"
-        text = claim_text(answer) if matcher == "claim" else answer
-        haystacks = {f" {normalize_answer(t)} " for t in (text, split_hyphens(text))}
-        needles = {n for t in texts for n in (normalize_answer(t), normalize_answer(split_hyphens(t))) if n}
-        return int(any(f" {n} " in h for n in needles for h in haystacks))
+    if matcher == "claim":
+        answer = claim_text(answer)
     preds = {drop: _normalized(answer, drop_articles=drop) for drop in {drop for _, drop in golds}}
     if matcher == "exact":
         return int(any(preds[drop] == g for g, drop in golds))
+    if matcher in ("contains", "claim"):
+        return int(any(f" {g} " in f" {preds[drop]} " for g, drop in golds))
     return int(any(_token_f1(preds[drop].split(), g.split()) >= f1_threshold for g, drop in golds))
 
 

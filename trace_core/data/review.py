@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .claim import claim_text, find_span, split_hyphens
+from .claim import claim_text, find_span
 from .dataset import LabeledDataset
 from .labels import last_number_span, reference_pieces
 
@@ -37,7 +37,6 @@ def matched_span(answer: str, reference: object, matcher: str) -> tuple[int, int
     if matcher == "numeric":
         return last_number_span(answer)
     forms = [str(r) for r in reference_pieces(reference)]
-    forms += [split_hyphens(f) for f in forms]
     if matcher == "claim":
         claim = claim_text(answer)
         start = answer.find(claim.rstrip(" .")) if claim.strip() else -1
