@@ -59,9 +59,9 @@ def _row(dataset: LabeledDataset, position: int, matcher: str, data_key: str, fl
     frame = dataset.frame
     answer, reference = str(frame["answer"].iat[position]), frame["reference"].iat[position]
     label = int(frame["label"].iat[position])
-    cols = st.columns([1, 2, 8, 3, 1], vertical_alignment="center")
+    cols = st.columns([0.9, 1.3, 7, 2.5, 1.1], vertical_alignment="center")
     cols[0].caption(f"row {int(frame[dataset.row_column].iat[position]):,}")
-    cols[1].markdown(("✅ right" if label else "❌ wrong") + (" *(corrected)*" if flipped else ""))
+    cols[1].markdown((":green[**right**]" if label else ":red[**wrong**]") + (" *(corrected)*" if flipped else ""))
     try:
         span = matched_span(answer, reference, matcher)
     except (TypeError, ValueError):
@@ -69,6 +69,7 @@ def _row(dataset: LabeledDataset, position: int, matcher: str, data_key: str, fl
     cols[2].html(f"<div style='font-size:0.9em'>{marked_answer(answer, span)}</div>")
     cols[3].caption(md_literal(shortened(str(reference), 120)))
     cols[4].button("Flip", key=f"flip.{data_key}.{position}", on_click=_flip, args=(data_key, position),
+                   width="stretch",
                    help="Mark this answer " + ("wrong" if label else "right") + " (click again to undo)")
 
 
