@@ -49,7 +49,8 @@ import numpy as np
 
 from ._checks import check_int, check_labels, check_real, check_scores, clip
 
-__all__ = ["GRID", "METHOD", "RiskGuarantee", "fallback_starts", "guaranteed_threshold", "needed"]
+__all__ = ["GRID", "METHOD", "RiskGuarantee", "fallback_starts", "guaranteed_threshold", "guaranteed_thresholds",
+           "needed"]
 
 #: The thresholds tested, strictest first (fixed before any data is seen, as Learn-then-Test requires).
 GRID = np.round(np.linspace(1.0, 0.0, 1001), 3)
@@ -229,6 +230,39 @@ def guaranteed_threshold(probability: Any, labels: Any, *, max_risk: float, delt
     # answers less confident than every kept calibration answer are not kept on the strength of an empty gap
     same = int(np.searchsorted(kept, kept[last], side="left"))
     return RiskGuarantee(float(GRID[same]), max_risk, delta, n, int(kept[last]), int(errors[last]), need)
+
+
+def guaranteed_thresholds(probability: Any, labels: Any, groups: Any, *, max_risk: float,
+                          delta: float = 0.1) -> dict[str, RiskGuarantee]:
+    """One certified threshold per group (:func:`guaranteed_threshold` on each group's answers at level
+    ``delta / G`` for ``G`` groups), by group (as ``str``).
+
+    By the union bound the ``G`` guarantees hold together with probability at least ``1 - delta``: then the error
+    rate among the kept new answers of every group is at most ``max_risk``, so also among all of them. A group whose
+    threshold is None keeps none of its answers. Use it when groups differ (task families, languages, customers):
+    one pooled threshold can keep too many errors of a weak group while the pooled rate holds.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> p = rng.random(4000)
+    >>> group = np.where(np.arange(4000) % 2 == 0, "easy", "hard")
+    >>> y = (rng.random(4000) < np.where(group == "easy", p ** 0.5, p ** 2)).astype(int)
+    >>> found = guaranteed_thresholds(p, y, group, max_risk=0.2, delta=0.1)
+    >>> found["easy"].threshold < found["hard"].threshold, found["easy"].delta
+    (True, 0.05)
+    """
+    delta = check_real(delta, "delta", minimum=0, maximum=1, low_open=True, high_open=True)
+    p = check_scores(probability, "probability", probability=True)
+    y = check_labels(labels, "labels", n=p.shape[0])
+    keys = np.asarray([str(g) for g in groups], dtype=object)
+    if keys.shape[0] != p.shape[0]:
+        raise ValueError(f"`groups` has {keys.shape[0]:,} values for {p.shape[0]:,} answers; one per answer is needed")
+    names = sorted(set(keys.tolist()))
+    if not names:
+        raise ValueError("no answers to certify a threshold on")
+    return {name: guaranteed_threshold(p[keys == name], y[keys == name], max_risk=max_risk, delta=delta / len(names))
+            for name in names}
 
 
 def _fallback(p_values: np.ndarray, starts: np.ndarray, share: float) -> int | None:

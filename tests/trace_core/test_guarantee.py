@@ -304,3 +304,56 @@ def test_cli_checks_the_guarantee_options(files, capsys, args, expected):
     assert main(["flag", str(files["new"][0]), "--calibrator", str(files["calibrator"]), "--out", str(out),
                  *args]) != 0
     assert expected in capsys.readouterr().err and not out.exists()
+
+
+def test_cli_group_by_certifies_each_group_and_keeps_by_its_threshold(files, capsys):
+    """flag --group-by COLUMN: one threshold per group of --risk-data at delta / groups; each new answer is kept by
+    its group's; a group of the new answers without labeled answers is flagged whole, and said."""
+    import pandas as pd
+
+    from trace_core import TracePlus, write_dataset
+    from trace_core.cli import main
+    from trace_core.data import read_dataset
+    from trace_core.guarantee import guaranteed_thresholds
+
+    folder = files["folder"]
+
+    def grouped(key, name, names):
+        path, traces, y = files[key]
+        frame = read_dataset(path).frame.drop(columns=["row"])
+        frame["family"] = [names[i % len(names)] for i in range(len(frame))]
+        write_dataset(frame, folder / name, traces=traces)
+        return folder / name, traces, y, frame["family"].to_numpy()
+
+    risk_path, risk_traces, risk_y, risk_groups = grouped("risk", "risk_g.jsonl", ["a", "b"])
+    new_path, new_traces, _, new_groups = grouped("new", "new_g.jsonl", ["a", "b", "c"])
+    out = folder / "flagged_g.csv"
+    assert main(["flag", str(new_path), "--calibrator", str(files["calibrator"]), "--risk-data", str(risk_path),
+                 "--max-risk", "0.15", "--delta", "0.1", "--group-by", "family", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    calibrator = TracePlus.from_json(files["calibrator"].read_text(encoding="utf-8"))
+    found = guaranteed_thresholds(calibrator.predict_proba(risk_traces), risk_y, risk_groups, max_risk=0.15,
+                                  delta=0.1)
+    assert set(found) == {"a", "b"} and all(g.delta == 0.05 for g in found.values())
+    assert "family = 'a': Keeping answers" in err or "warning: family = 'a':" in err
+    assert "1 group(s)" in err and "(e.g. 'c')" in err and "all flagged" in err
+    p_new = calibrator.predict_proba(new_traces)
+    limits = {k: (g.threshold if g.threshold is not None else np.inf) for k, g in found.items()}
+    expected = sum(p < limits.get(g, np.inf) for p, g in zip(p_new, new_groups, strict=True))
+    flagged = pd.read_csv(out)
+    assert len(flagged) == expected
+    assert (flagged["family"] == "c").sum() == (new_groups == "c").sum()
+
+
+def test_cli_group_by_needs_max_risk_and_one_file(files, capsys):
+    from trace_core.cli import main
+
+    new_path, _, _ = files["new"]
+    out = files["folder"] / "x.csv"
+    assert main(["flag", str(new_path), "--calibrator", str(files["calibrator"]), "--threshold", "0.5",
+                 "--group-by", "family", "--out", str(out)]) == 1
+    assert "--group-by is for --max-risk" in capsys.readouterr().err
+    risk_path, _, _ = files["risk"]
+    assert main(["flag", str(new_path), "--calibrator", str(files["calibrator"]), "--risk-data", str(risk_path),
+                 "--max-risk", "0.2", "--group-by", "family", "--out", str(out)]) == 1
+    assert "has no column 'family'" in capsys.readouterr().err

@@ -53,6 +53,9 @@ def cmd_flag(args: argparse.Namespace) -> None:
         raise CLIError("--by span cannot be used with --max-risk: the guarantee is on the answers' probability of "
                        "being correct")
     if is_sharded(args.data):
+        if getattr(args, "guarantee_by", None):
+            raise CLIError("--group-by works on one file, not on a folder of shards: flag each group's shards with "
+                           "its own --risk-data, or join the shards into one file")
         from .flag_shards import flag_sharded
 
         flag_sharded(args, *_load_calibrator(args), certified=_certified)
@@ -139,6 +142,8 @@ def _select(args: argparse.Namespace, scored: Any, labels: Any, calibrator: Any,
     from ..flag import flag_every, select_flagged
 
     threshold = args.threshold
+    if args.max_risk is not None and getattr(args, "guarantee_by", None):  # one threshold per group
+        return _select_by_group(args, scored, calibrator, traces)
     if args.max_risk is not None:  # the threshold that Learn-then-Test certifies on --risk-data
         guarantee = _guaranteed(args, calibrator, traces)
         if guarantee.threshold is None:
@@ -146,6 +151,42 @@ def _select(args: argparse.Namespace, scored: Any, labels: Any, calibrator: Any,
         threshold = guarantee.threshold
     return select_flagged(scored, threshold=threshold, coverage=args.coverage, target_risk=args.target_risk,
                           labels=labels, by=args.by)
+
+
+def _select_by_group(args: argparse.Namespace, scored: Any, calibrator: Any, traces: list) -> Any:
+    """The rows below their group's certified threshold (:func:`trace_core.guarantee.guaranteed_thresholds` on
+    ``--risk-data``), every row of a group with none; each group's guarantee (or why there is none) on stderr."""
+    import numpy as np
+
+    from ..guarantee import guaranteed_thresholds
+
+    column = args.guarantee_by
+    if column not in scored.columns:
+        raise CLIError(f"--group-by: {shown(args.data)} has no column {shorten(column)}")
+    risk, probability = _risk_probability(args, calibrator)
+    if column not in risk.frame.columns:
+        raise CLIError(f"--group-by: {shown(args.risk_data)} has no column {shorten(column)}")
+    found = guaranteed_thresholds(probability, risk.frame["label"].to_numpy(), risk.frame[column].astype(str),
+                                  max_risk=args.max_risk, delta=args.delta)
+    rows = common.row_numbers(risk)
+    for name, guarantee in found.items():
+        where = np.flatnonzero(risk.frame[column].astype(str).to_numpy() == name)
+        said = guarantee.sentence([rows[i] for i in where])
+        if guarantee.threshold is None:
+            print(f"warning: {column} = {shorten(name)}: {said}", file=sys.stderr)
+        elif not args.quiet:
+            print(f"{column} = {shorten(name)}: {said}", file=sys.stderr)
+    groups = scored[column].astype(str)
+    unseen = sorted(set(groups) - set(found))
+    if unseen:
+        print(f"warning: --group-by {shorten(column)}: {len(unseen):,} group(s) of {shown(args.data)} have no labeled "
+              f"answers in {shown(args.risk_data)} (e.g. {shorten(unseen[0])}); their answers are all flagged",
+              file=sys.stderr)
+    _drift(args, calibrator, traces, common.trace_table(risk))
+    limits = {name: g.threshold for name, g in found.items() if g.threshold is not None}
+    keep = np.array([p >= limits.get(g, np.inf) for p, g in zip(scored["probability_correct"], groups, strict=True)],
+                    dtype=bool)
+    return scored[~keep]
 
 
 def _guaranteed(args: argparse.Namespace, calibrator: Any, traces: list) -> Any:
@@ -171,8 +212,19 @@ def _certified(args: argparse.Namespace, calibrator: Any) -> float | None:
 def _certify(args: argparse.Namespace, calibrator: Any) -> tuple[Any, Any]:
     """The guarantee on ``--risk-data`` (:func:`trace_core.guarantee.guaranteed_threshold`), said on stderr when it
     certifies a threshold, and the labeled dataset."""
-    from ..calibrate import probability_correct
     from ..guarantee import guaranteed_threshold
+
+    risk, probability = _risk_probability(args, calibrator)
+    guarantee = guaranteed_threshold(probability, risk.frame["label"].to_numpy(), max_risk=args.max_risk,
+                                     delta=args.delta)
+    if guarantee.threshold is not None and not args.quiet:
+        print(guarantee.sentence(), file=sys.stderr)
+    return guarantee, risk
+
+
+def _risk_probability(args: argparse.Namespace, calibrator: Any) -> tuple[Any, Any]:
+    """``--risk-data`` read (labeled, usable rows) and the calibrator's P(correct) of each of its answers."""
+    from ..calibrate import probability_correct
 
     if os.path.realpath(args.risk_data) == os.path.realpath(args.data):
         print(f"warning: --risk-data {shown(args.risk_data)} is the file being flagged: the guarantee is for new "
@@ -184,8 +236,4 @@ def _certify(args: argparse.Namespace, calibrator: Any) -> tuple[Any, Any]:
         raise CLIError(f"{shown(args.risk_data)}: row {common.row_numbers(risk)[exc.index]}: {exc.reason}") from exc
     except ValueError as exc:  # e.g. a score that needs entropy, on traces without
         raise CLIError(f"{shown(args.risk_data)}: {exc}") from exc
-    guarantee = guaranteed_threshold(probability, risk.frame["label"].to_numpy(), max_risk=args.max_risk,
-                                     delta=args.delta)
-    if guarantee.threshold is not None and not args.quiet:
-        print(guarantee.sentence(), file=sys.stderr)
-    return guarantee, risk
+    return risk, probability

@@ -83,6 +83,13 @@ def check_options(args: argparse.Namespace) -> None:
         check_real(args.coverage, "coverage", minimum=0, maximum=1, low_open=True)
     if getattr(args, "target_risk", None) is not None:
         check_real(args.target_risk, "target_risk", minimum=0, maximum=1)
+    _check_guarantee_options(args)
+
+
+def _check_guarantee_options(args: argparse.Namespace) -> None:
+    """``--max-risk`` with its ``--delta``, ``--risk-data`` and ``--group-by``: each only with the others it needs."""
+    from .._checks import check_real
+
     if getattr(args, "max_risk", None) is not None:
         check_real(args.max_risk, "max_risk", minimum=0, maximum=1, low_open=True, high_open=True)
         check_real(args.delta, "delta", minimum=0, maximum=1, low_open=True, high_open=True)
@@ -91,3 +98,5 @@ def check_options(args: argparse.Namespace) -> None:
                            "to choose the guaranteed threshold")
     elif getattr(args, "risk_data", None):
         raise CLIError("--risk-data is for --max-risk (a guaranteed error rate); give --max-risk ALPHA too")
+    if getattr(args, "guarantee_by", None) and getattr(args, "max_risk", None) is None:
+        raise CLIError("--group-by is for --max-risk (a guaranteed error rate per group); give --max-risk ALPHA too")

@@ -230,6 +230,11 @@ def _flag_arguments(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--delta", type=float, default=0.1,
                    help="with --max-risk: the chance the guarantee fails, over the draw of --risk-data (default "
                         "%(default)g)")
+    p.add_argument("--group-by", dest="guarantee_by", metavar="COLUMN",
+                   help="with --max-risk: certify a threshold for each value of this column of --risk-data (each at "
+                        "DELTA / groups, so that all hold together) and keep each answer by its group's threshold; "
+                        "a group with no certified threshold, or no labeled answers, is flagged whole (one file, "
+                        "not shards)")
     p.add_argument("--by", choices=["answer", "span"], default="answer",
                    help="judge each answer by its probability of being correct (default) or by its riskiest span's "
                         "probability of being right (the riskiest_span_* columns; not with --max-risk)")
