@@ -334,6 +334,10 @@ def _shown(path: Path) -> str:
 def _has_column(path: Path) -> bool:
     import csv
 
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return TOKEN_COLUMN in pq.read_schema(path).names
     with open(path, newline="", encoding="utf-8") as handle:
         return TOKEN_COLUMN in next(csv.reader(handle), [])
 

@@ -148,7 +148,7 @@ def family_summary(frame: pd.DataFrame, traces) -> dict:
                  "median_tokens": float(lengths[group.index].median()),
                  "hit_max_new_tokens": int((ends[group.index] == "length").sum()),
                  "wrong_located": int(wrong["first_wrong_token"].notna().sum()), "wrong": int(len(wrong))}
-        if family == "short_facts":
+        if family in ("short_facts", "fact_paragraphs"):
             relation = group["detail"].str.split().str[0]
             tier = group["detail"].str.extract(r"tier=(\d)")[0]
             entry["by_relation"] = {r: [round(float(g.mean()), 4), int(len(g))]
@@ -161,7 +161,7 @@ def family_summary(frame: pd.DataFrame, traces) -> dict:
                                    for r in rt.LONG_RELATIONS}
             entry["fact_missing"] = {r: int(group["detail"].str.contains(rf"missing=\S*{r}").sum())
                                      for r in rt.LONG_RELATIONS}
-        else:
+        elif family != "element_names":
             entry["by_kind"] = {k: [round(float(g.mean()), 4), int(len(g))]
                                 for k, g in group["label"].groupby(group["detail"])}
         out[family] = entry
