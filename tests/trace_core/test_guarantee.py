@@ -357,3 +357,26 @@ def test_cli_group_by_needs_max_risk_and_one_file(files, capsys):
     assert main(["flag", str(new_path), "--calibrator", str(files["calibrator"]), "--risk-data", str(risk_path),
                  "--max-risk", "0.2", "--group-by", "family", "--out", str(out)]) == 1
     assert "has no column 'family'" in capsys.readouterr().err
+
+
+def test_cli_warns_when_the_labeled_answers_repeat_prompts(files, capsys):
+    """Several answers to one prompt are not independent, as the guarantee's binomial tests assume: said."""
+    from trace_core import write_dataset
+    from trace_core.cli import main
+    from trace_core.data import read_dataset
+
+    risk_path, risk_traces, _ = files["risk"]
+    frame = read_dataset(risk_path).frame.drop(columns=["row"])
+    frame["prompt"] = [f"Q{i // 4}" for i in range(len(frame))]  # four answers per prompt
+    repeated = files["folder"] / "repeated.jsonl"
+    write_dataset(frame, repeated, traces=risk_traces)
+    new_path, _, _ = files["new"]
+    assert main(["flag", str(new_path), "--calibrator", str(files["calibrator"]), "--risk-data", str(repeated),
+                 "--max-risk", "0.2", "--out", str(files["folder"] / "f.csv")]) == 0
+    err = capsys.readouterr().err
+    assert f"{len(frame) - len(frame) // 4:,} answers repeat an earlier answer's prompt" in err
+    assert "keep one answer per prompt" in err
+    risk_path, _, _ = files["risk"]  # distinct prompts: no such warning
+    assert main(["flag", str(new_path), "--calibrator", str(files["calibrator"]), "--risk-data", str(risk_path),
+                 "--max-risk", "0.2", "--out", str(files["folder"] / "g.csv")]) == 0
+    assert "repeat an earlier answer's prompt" not in capsys.readouterr().err
