@@ -10,7 +10,7 @@ import numpy as np
 import streamlit as st
 
 from trace_core.calibrate import probability_correct
-from trace_core.guarantee import RiskGuarantee, guaranteed_threshold
+from trace_core.guarantee import RiskGuarantee, guaranteed_threshold, repeated_prompts_note
 
 from . import state
 from .drift import drift_note, drift_result
@@ -83,6 +83,9 @@ def guarantee_choice(active: state.ActiveCalibrator, new: state.Answers | None =
         return None
     guarantee = guaranteed_threshold(labeled[0], labeled[1], max_risk=float(max_risk), delta=float(delta))
     risk = labeled[2]
+    repeated = repeated_prompts_note(risk.frame["prompt"]) if "prompt" in risk.frame.columns else None
+    if repeated:
+        st.warning(md_literal(repeated[:1].upper() + repeated[1:] + "."))
     if guarantee.threshold is None:
         st.warning(md_literal(guarantee.sentence(risk.frame[risk.row_column].tolist())))
     else:

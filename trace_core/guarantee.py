@@ -50,7 +50,7 @@ import numpy as np
 from ._checks import check_int, check_labels, check_real, check_scores, clip
 
 __all__ = ["GRID", "METHOD", "RiskGuarantee", "fallback_starts", "guaranteed_threshold", "guaranteed_thresholds",
-           "needed"]
+           "needed", "repeated_prompts_note"]
 
 #: The thresholds tested, strictest first (fixed before any data is seen, as Learn-then-Test requires).
 GRID = np.round(np.linspace(1.0, 0.0, 1001), 3)
@@ -263,6 +263,22 @@ def guaranteed_thresholds(probability: Any, labels: Any, groups: Any, *, max_ris
         raise ValueError("no answers to certify a threshold on")
     return {name: guaranteed_threshold(p[keys == name], y[keys == name], max_risk=max_risk, delta=delta / len(names))
             for name in names}
+
+
+def repeated_prompts_note(prompts: Sequence[Any]) -> str | None:
+    """A warning when labeled answers share prompts, else None: the guarantee's binomial tests count every answer
+    as independent, and answers to one prompt are not (``bench/guarantee_real.py``: with four answers per prompt the
+    level is missed)."""
+    seen: set[Any] = set()
+    repeated = 0
+    for prompt in prompts:
+        repeated += prompt in seen
+        seen.add(prompt)
+    if not repeated:
+        return None
+    return (f"{repeated:,} labeled answers repeat an earlier answer's prompt; the guarantee counts every labeled "
+            "answer as independent, and answers to one prompt are not, so its level is not assured: keep one answer "
+            "per prompt (e.g. the greedy one)")
 
 
 def _fallback(p_values: np.ndarray, starts: np.ndarray, share: float) -> int | None:

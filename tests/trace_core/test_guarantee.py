@@ -374,9 +374,16 @@ def test_cli_warns_when_the_labeled_answers_repeat_prompts(files, capsys):
     assert main(["flag", str(new_path), "--calibrator", str(files["calibrator"]), "--risk-data", str(repeated),
                  "--max-risk", "0.2", "--out", str(files["folder"] / "f.csv")]) == 0
     err = capsys.readouterr().err
-    assert f"{len(frame) - len(frame) // 4:,} answers repeat an earlier answer's prompt" in err
+    assert f"{len(frame) - len(frame) // 4:,} labeled answers repeat an earlier answer's prompt" in err
     assert "keep one answer per prompt" in err
     risk_path, _, _ = files["risk"]  # distinct prompts: no such warning
     assert main(["flag", str(new_path), "--calibrator", str(files["calibrator"]), "--risk-data", str(risk_path),
                  "--max-risk", "0.2", "--out", str(files["folder"] / "g.csv")]) == 0
     assert "repeat an earlier answer's prompt" not in capsys.readouterr().err
+
+
+def test_repeated_prompts_note_counts_repeats_only():
+    from trace_core.guarantee import repeated_prompts_note
+
+    assert repeated_prompts_note(["a", "b", "c"]) is None and repeated_prompts_note([]) is None
+    assert repeated_prompts_note(["a", "b", "a", "a"]).startswith("2 labeled answers repeat")

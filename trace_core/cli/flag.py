@@ -223,8 +223,10 @@ def _certify(args: argparse.Namespace, calibrator: Any) -> tuple[Any, Any]:
 
 
 def _risk_probability(args: argparse.Namespace, calibrator: Any) -> tuple[Any, Any]:
-    """``--risk-data`` read (labeled, usable rows) and the calibrator's P(correct) of each of its answers."""
+    """``--risk-data`` read (labeled, usable rows) and the calibrator's P(correct) of each of its answers; a warning
+    when its answers repeat prompts (the guarantee assumes independent answers)."""
     from ..calibrate import probability_correct
+    from ..guarantee import repeated_prompts_note
 
     if os.path.realpath(args.risk_data) == os.path.realpath(args.data):
         print(f"warning: --risk-data {shown(args.risk_data)} is the file being flagged: the guarantee is for new "
@@ -236,9 +238,7 @@ def _risk_probability(args: argparse.Namespace, calibrator: Any) -> tuple[Any, A
         raise CLIError(f"{shown(args.risk_data)}: row {common.row_numbers(risk)[exc.index]}: {exc.reason}") from exc
     except ValueError as exc:  # e.g. a score that needs entropy, on traces without
         raise CLIError(f"{shown(args.risk_data)}: {exc}") from exc
-    repeated = int(risk.frame["prompt"].duplicated().sum()) if "prompt" in risk.frame.columns else 0
-    if repeated:  # bench/guarantee_real.py: with 4 answers per prompt the level is missed (13.5% of draws, delta 10%)
-        print(f"warning: {shown(args.risk_data)}: {repeated:,} answers repeat an earlier answer's prompt; the "
-              "guarantee counts every labeled answer as independent, and answers to one prompt are not, so its "
-              "level is not assured: keep one answer per prompt (e.g. the greedy one)", file=sys.stderr)
+    note = repeated_prompts_note(risk.frame["prompt"]) if "prompt" in risk.frame.columns else None
+    if note:
+        print(f"warning: {shown(args.risk_data)}: {note}", file=sys.stderr)
     return risk, probability
