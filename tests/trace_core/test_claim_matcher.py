@@ -88,3 +88,12 @@ def test_flipped_labels_survive_a_round_trip(tmp_path):
     write_dataset(dataset.frame, tmp_path / "reviewed.csv")
     again = read_dataset(tmp_path / "reviewed.csv")
     assert again.labels.tolist() == [1, 1] and again.frame[FLIPPED_COLUMN].astype(str).tolist() == ["False", "True"]
+
+
+def test_matched_span_of_claim_skips_hedges_and_asides():
+    answer = "Located between Africa and Europe, it is in Africa, which borders Europe."
+    assert matched_span(answer, "Europe", "claim") is None  # only in a hedge and an aside
+    start, end = matched_span(answer, "Africa", "claim")
+    assert answer[start:end] == "Africa" and start > answer.index("Europe")  # the one outside the hedge
+    assert matched_span("Reasoning here.\nFinal answer: Paris", "Paris", "claim") == (30, 35)
+    assert claim_text("I reanswer: no. It is Paris.") == "I reanswer: no."  # "answer:" must start a word

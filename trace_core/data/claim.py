@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["claim_text", "find_span"]
+__all__ = ["claim_region", "claim_text", "find_span", "hedged_spans"]
 
-_ANSWER_LINE = re.compile(r"(?:final\s+)?answer\s*:\s*(?P<rest>[^\n]*)", re.IGNORECASE)
+_ANSWER_LINE = re.compile(r"\b(?:final\s+)?answer\s*:\s*(?P<rest>[^\n]*)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'“‘(]?[A-Z0-9])|\n")
 _NOT_AN_END = re.compile(r"(?:\b(?:St|Dr|Mr|Mrs|Ms|No|e\.g|i\.e|vs|etc)|\b[A-Z])\.$")
 _ASIDE = re.compile(r",\s*(?:which|who|whom|where|with|while|whereas|although|making)\b|\b(?:a|an)\s+(?:mix|blend|"
@@ -33,16 +33,34 @@ _ASIDE = re.compile(r",\s*(?:which|who|whom|where|with|while|whereas|although|ma
 _BETWEEN = re.compile(r"\bbetween\b[^,.;:!?\n]*?\band\b(?:\s+(?:the\s+)?[\w'’-]+){1,3}", re.IGNORECASE)
 
 
-def _first_sentence(text: str) -> str:
+def _first_sentence_end(text: str) -> int:
+    """Where the first sentence of ``text`` ends (its length when it has one sentence)."""
     start = 0
     for match in _SENTENCE_END.finditer(text):
         head = text[:match.start()].rstrip()
         if match.group() != "\n" and _NOT_AN_END.search(head):
             continue
         if head[start:].strip():
-            return head
+            return len(head)
         start = match.end()
-    return text
+    return len(text)
+
+
+def claim_region(answer: str) -> tuple[int, int]:
+    """Where the claim is in ``answer``: (start, end) of its "Answer:" line's text or its first sentence, cut before
+    the first aside (see the module docstring)."""
+    lines = list(_ANSWER_LINE.finditer(answer))
+    if lines and lines[-1].group("rest").strip():
+        start, end = lines[-1].start("rest"), lines[-1].end("rest")
+    else:
+        start, end = 0, _first_sentence_end(answer)
+    aside = _ASIDE.search(answer, start, end)
+    return start, (aside.start() if aside else end)
+
+
+def hedged_spans(text: str) -> list[tuple[int, int]]:
+    """The "between X and Y" stretches of ``text``: two candidates, a claim of neither."""
+    return [(m.start(), m.end()) for m in _BETWEEN.finditer(text)]
 
 
 def claim_text(answer: str) -> str:
@@ -59,25 +77,24 @@ def claim_text(answer: str) -> str:
     >>> claim_text("St. John's is the capital. It is small.")
     "St. John's is the capital."
     """
-    lines = list(_ANSWER_LINE.finditer(answer))
-    text = lines[-1].group("rest") if lines and lines[-1].group("rest").strip() else _first_sentence(answer)
-    aside = _ASIDE.search(text)
-    if aside:
-        text = text[:aside.start()]
-    return _BETWEEN.sub(" ", text)
+    start, end = claim_region(answer)
+    return _BETWEEN.sub(" ", answer[start:end])
 
 
-def find_span(answer: str, forms: list[str]) -> tuple[int, int] | None:
+def find_span(answer: str, forms: list[str], skip: list[tuple[int, int]] | None = None) -> tuple[int, int] | None:
     """Where the first of ``forms`` occurs in ``answer`` as whole words, case-insensitively, with any run of spaces,
-    hyphens or punctuation matching any other (for showing what a text matcher found); None when none occurs as
-    written (a match that needed accents folded or articles dropped is not shown)."""
+    hyphens or punctuation matching any other, outside the ``skip`` stretches (for showing what a text matcher
+    found); None when none occurs as written (a match that needed accents folded or articles dropped is not shown)."""
     best: tuple[int, int] | None = None
     for form in forms:
         words = re.findall(r"\w+", form)
         if not words:
             continue
         pattern = r"(?<!\w)" + r"[\W_]+".join(map(re.escape, words)) + r"(?!\w)"
-        found = re.search(pattern, answer, re.IGNORECASE)
-        if found and (best is None or found.start() < best[0]):
-            best = (found.start(), found.end())
+        for found in re.finditer(pattern, answer, re.IGNORECASE):
+            if any(found.start() < end and start < found.end() for start, end in skip or ()):
+                continue
+            if best is None or found.start() < best[0]:
+                best = (found.start(), found.end())
+            break
     return best

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .claim import claim_text, find_span
+from .claim import claim_region, find_span, hedged_spans
 from .dataset import LabeledDataset
 from .labels import last_number_span, reference_pieces
 
@@ -38,11 +38,9 @@ def matched_span(answer: str, reference: object, matcher: str) -> tuple[int, int
         return last_number_span(answer)
     forms = [str(r) for r in reference_pieces(reference)]
     if matcher == "claim":
-        claim = claim_text(answer)
-        start = answer.find(claim.rstrip(" .")) if claim.strip() else -1
-        if start < 0:
-            return None
-        found = find_span(answer[start:start + len(claim)], forms)
+        start, end = claim_region(answer)
+        region = answer[start:end]
+        found = find_span(region, forms, skip=hedged_spans(region))
         return None if found is None else (start + found[0], start + found[1])
     return find_span(answer, forms)
 
