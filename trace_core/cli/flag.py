@@ -168,14 +168,14 @@ def _select_by_group(args: argparse.Namespace, scored: Any, calibrator: Any, tra
         raise CLIError(f"--group-by: {shown(args.risk_data)} has no column {shorten(column)}")
     found = guaranteed_thresholds(probability, risk.frame["label"].to_numpy(), risk.frame[column].astype(str),
                                   max_risk=args.max_risk, delta=args.delta)
-    rows = common.row_numbers(risk)
+    rows, named = common.row_numbers(risk), shorten(column)[1:-1]  # the column as typed, bounded
     for name, guarantee in found.items():
         where = np.flatnonzero(risk.frame[column].astype(str).to_numpy() == name)
         said = guarantee.sentence([rows[i] for i in where])
         if guarantee.threshold is None:
-            print(f"warning: {column} = {shorten(name)}: {said}", file=sys.stderr)
+            print(f"warning: {named} = {shorten(name)}: {said}", file=sys.stderr)
         elif not args.quiet:
-            print(f"{column} = {shorten(name)}: {said}", file=sys.stderr)
+            print(f"{named} = {shorten(name)}: {said}", file=sys.stderr)
     groups = scored[column].astype(str)
     unseen = sorted(set(groups) - set(found))
     if unseen:
