@@ -16,11 +16,13 @@ from trace_core import EvaluationConfig, EvaluationResult, LabeledDataset, Trace
 @st.cache_data(show_spinner="Running the evaluation protocol…", max_entries=8)
 def evaluate_cached(_traces: Sequence[Trace], labels: np.ndarray, config: EvaluationConfig, methods: tuple[str, ...],
                     key: str, _beams: Sequence[Sequence[float]] | None = None, _semantic: Any = None,
-                    semantic: bool = False) -> tuple[EvaluationResult, list[str]]:
+                    semantic: bool = False,
+                    split_groups: tuple[str, ...] | None = None) -> tuple[EvaluationResult, list[str]]:
     """The protocol on a dataset; ``key`` identifies the traces (they are not hashed by Streamlit): the file's digest
     and the recording model's :func:`app.keys.model_key` (``DatasetTraces.key``), never the model's name alone, since
     the cache is shared by every session; ``semantic`` says whether ``_semantic`` is given (the semantic baselines
-    run): the answers' token relevances (a list, one array per answer, :mod:`app.semantic`) or an embedder.
+    run): the answers' token relevances (a list, one array per answer, :mod:`app.semantic`) or an embedder;
+    ``split_groups`` (one value per answer, e.g. its prompt): every split keeps a group's answers on one side.
 
     Returns the result and the warnings it raised (e.g. skipped splits), for the page to show; each caller gets its
     own copy (``st.cache_data``), so no session sees another's changes.
@@ -30,8 +32,8 @@ def evaluate_cached(_traces: Sequence[Trace], labels: np.ndarray, config: Evalua
         relevance = _semantic if semantic and isinstance(_semantic, list) else None
         embedder = _semantic if semantic and relevance is None else None
         result = evaluate(TraceTable.from_traces(_traces), labels, config=config, methods=list(methods),
-                          beam_logprobs=_beams, embedder=embedder,
-                          relevance=relevance)  # no contexts: as the command line
+                          beam_logprobs=_beams, embedder=embedder, relevance=relevance,  # no contexts: as the CLI
+                          split_groups=None if split_groups is None else list(split_groups))
     return result, [str(w.message) for w in caught]
 
 

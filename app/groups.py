@@ -42,9 +42,11 @@ def group_columns(frame: pd.DataFrame) -> list[str]:
 
 def evaluate_groups(values: pd.Series, kept: Sequence[Trace], labels: np.ndarray, config: EvaluationConfig,
                     methods: tuple[str, ...], key: str, beams: Sequence[Sequence[float]] | None, embedder: Any,
-                    column: str) -> tuple[dict[str, EvaluationResult], list[str]]:
+                    column: str, split_groups: tuple[str, ...] | None = None,
+                    ) -> tuple[dict[str, EvaluationResult], list[str]]:
     """Each group's result (titled ``"<column> = <value>"``, in sorted order), then their average under
-    ``"average"``; and the groups left out with why (one class only, no usable split)."""
+    ``"average"``; and the groups left out with why (one class only, no usable split). ``split_groups``: as
+    :func:`app.evaluation.evaluate_cached`'s, one per kept answer."""
     results: dict[str, EvaluationResult] = {}
     left_out: list[str] = []
     values = values.astype(str).to_numpy()
@@ -60,7 +62,8 @@ def evaluate_groups(values: pd.Series, kept: Sequence[Trace], labels: np.ndarray
             semantic = [embedder[i] for i in rows] if isinstance(embedder, list) else embedder  # relevances: sliced
             result, _ = evaluate_cached([kept[i] for i in rows], y, config, methods, f"{key}|{column}={value}",
                                         [beams[i] for i in rows] if beams is not None else None, semantic,
-                                        embedder is not None)
+                                        embedder is not None,
+                                        None if split_groups is None else tuple(split_groups[i] for i in rows))
         except (NoUsableSplitError, ValueError) as exc:
             left_out.append(f"{title}: {exc}")
             continue
@@ -72,7 +75,7 @@ def evaluate_groups(values: pd.Series, kept: Sequence[Trace], labels: np.ndarray
 
 def group_panel(frame: pd.DataFrame, kept: Sequence[Trace], labels: np.ndarray, config: EvaluationConfig,
                 methods: tuple[str, ...], key: str, beams: Sequence[Sequence[float]] | None, embedder: Any,
-                calibrator: str) -> None:
+                calibrator: str, split_groups: tuple[str, ...] | None = None) -> None:
     """A choice of column, then per group (and their average) the metrics table, the verdict on TRACE+ and, for a
     group, the reliability diagram of TRACE+ and TRACE on its first held-out split. ``frame``: the kept rows."""
     columns = group_columns(frame)
@@ -85,7 +88,8 @@ def group_panel(frame: pd.DataFrame, kept: Sequence[Trace], labels: np.ndarray, 
                                "model), as `trace-core evaluate --group-by` does, and average over the groups.")
     if column == "(none)":
         return
-    results, left_out = evaluate_groups(frame[column], kept, labels, config, methods, key, beams, embedder, column)
+    results, left_out = evaluate_groups(frame[column], kept, labels, config, methods, key, beams, embedder, column,
+                                        split_groups)
     for why in left_out:
         st.warning(md_literal(f"Left out of the groups: {why}."))
     if not results:

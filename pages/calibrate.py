@@ -38,19 +38,29 @@ if problem:
     st.error(sentence(problem))
     st.stop()
 
+prompts = dataset.frame["prompt"].iloc[rows.usable.keep].astype(str)
+repeated = bool(prompts.duplicated().any())  # several answers to one prompt: not independent
 with st.form("protocol"):
     cols = st.columns(4)
     n_splits = cols[0].slider("Random splits", 2, 50, 20, key="n_splits")
     fraction = cols[1].slider("Calibration share", 0.1, 0.8, 0.35, 0.05, key="fraction")
     seed = cols[2].number_input("Seed", 0, 10_000, 0, key="eval_seed")
     stratified = cols[3].checkbox("Stratified splits", key="stratified")
+    by_prompt = repeated and st.checkbox(
+        "Keep each prompt's answers together", value=True, key="split_by_prompt",
+        help="Some prompts have several answers here; they share the prompt's difficulty, so a split that fits on "
+             "some and scores others would flatter every method. Each split keeps a prompt's answers on one side "
+             "(as `trace-core evaluate --split-by prompt`); not with stratified splits.")
     semantic = st.toggle("Semantic baselines (TokenSAR, MARS-style)", key="semantic",
                          help="Weigh each token by its relevance to the answer, from a sentence-embedding model "
                               "(all-MiniLM-L6-v2, run locally). Slower: every answer is embedded token by token.")
     st.form_submit_button("Run", type="primary")
 
+if by_prompt and stratified:
+    st.caption("Stratified splits are off while each prompt's answers are kept together: one or the other.")
 config = EvaluationConfig(n_splits=int(n_splits), calibration_fraction=float(fraction), seed=int(seed),
-                          stratified=bool(stratified))
+                          stratified=bool(stratified) and not by_prompt)
+split_groups = tuple(prompts) if by_prompt else None
 try:
     beams, beam_problem = parse_beams(dataset, rows.usable.keep)
     if beam_problem:
@@ -63,7 +73,7 @@ try:
         else:  # the answers' token relevances, with a progress bar and a Stop (None when stopped)
             model_for_semantic = relevance_panel(kept, rows.key, model)
     result, notes = evaluate_cached(kept, labels, config, tuple(method_names()), rows.key, beams, model_for_semantic,
-                                    model_for_semantic is not None)
+                                    model_for_semantic is not None, split_groups)
 except AnswerValueError as exc:  # the library counts kept answers from 0; the user counts file rows
     st.error(md_literal(f"Row {rows.usable.rows([int(rows.usable.keep[exc.index])])[0]}: {exc.reason}."))
     st.stop()
@@ -142,12 +152,12 @@ with tabs[2]:
     st.caption("Curves: the first held-out split. Legend: AUROC as in the table, mean ± std over the splits.")
 
 group_panel(dataset.frame.iloc[rows.usable.keep].reset_index(drop=True), kept, labels, config,
-            tuple(method_names()), rows.key, beams, model_for_semantic, calibrator)
+            tuple(method_names()), rows.key, beams, model_for_semantic, calibrator, split_groups)
 
 st.subheader("Calibrator for production")
 handed = rows.hand_off(picked.name)
 state.set_calibrated_data(handed)
-choices = score_choices(result, (rows.key, repr(config), bool(semantic)))
+choices = score_choices(result, (rows.key, repr(config), bool(semantic), bool(by_prompt)))
 state.set_score_choices(choices)
 score, model = production_calibrator(handed, choices)
 cols = st.columns(2)
