@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import build_real
 from . import real_more as rm
 from . import real_tasks as rt
 from .build_real import default_model, family_summary, model_digest
@@ -56,10 +57,6 @@ def problems_of(split: str, families: list[str], quick: bool) -> dict[str, list[
             for f, problems in out.items()}
 
 
-def label_of(problem: rt.Problem, answer: str) -> tuple[int, str, int | None]:
-    return rm.label_of(problem, answer) if problem.family in rm.FAMILIES else rt.label_of(problem, answer)
-
-
 def record(lm, problems: list[rt.Problem], family: str, *, copies: int, temperature: float, seed: int,
            batch_size: int):
     """Traces of ``copies`` answers to each problem (greedy when ``temperature`` is 0), problem by problem."""
@@ -74,19 +71,10 @@ def record(lm, problems: list[rt.Problem], family: str, *, copies: int, temperat
 
 
 def frame_of(problems: list[rt.Problem], traces, copies: int, first_sample: int) -> pd.DataFrame:
-    rows = []
-    for i, trace in enumerate(traces):
-        problem = problems[i // copies]
-        label, detail, position = label_of(problem, trace.answer)
-        token = rt.first_wrong_token_of(trace.tokens, trace.answer, position)
-        rows.append({"prompt": problem.prompt, "answer": trace.answer, "reference": problem.reference,
-                     "label": label, "family": problem.family, "detail": detail, "split": problem.split,
-                     "subject": problem.subject, "sample": first_sample + i % copies,
-                     "first_wrong_char": position, "first_wrong_token": token})
-    frame = pd.DataFrame(rows)
-    for column in ("first_wrong_char", "first_wrong_token"):
-        frame[column] = frame[column].astype("Int64")
-    return frame
+    """The rows of ``copies`` answers to each problem (in ``traces``' order), with their subject and sample number."""
+    asked = [problems[i // copies] for i in range(len(traces))]
+    return build_real.frame_of(asked, traces, {"subject": [p.subject for p in asked],
+                                               "sample": [first_sample + i % copies for i in range(len(traces))]})
 
 
 def build_split(lm, split: str, args: argparse.Namespace) -> tuple[pd.DataFrame, list, dict]:
@@ -125,13 +113,11 @@ def relabel(path: Path) -> tuple[pd.DataFrame, object]:
     frame = dataset.frame.drop(columns=[dataset.row_column])
     problems = {(p.prompt, p.split): p for split in frame["split"].unique()
                 for items in problems_of(split, list(FAMILIES), False).values() for p in items}
-    for i, (prompt, split, answer) in enumerate(zip(frame["prompt"], frame["split"], frame["answer"], strict=True)):
-        label, detail, position = label_of(problems[(prompt, split)], answer)
-        frame.loc[i, ["label", "detail"]] = [label, detail]
-        frame.loc[i, "first_wrong_char"] = position
-        frame.loc[i, "first_wrong_token"] = rt.first_wrong_token_of(dataset.traces[i].tokens, answer, position)
-    for column in ("first_wrong_char", "first_wrong_token"):
-        frame[column] = frame[column].astype("Int64")
+    rows = [rt.labeled(problems[(prompt, split)], dataset.traces[i].tokens, answer) for i, (prompt, split, answer)
+            in enumerate(zip(frame["prompt"], frame["split"], frame["answer"], strict=True))]
+    columns = ("label", "detail", "first_wrong_char", "first_wrong_token")
+    for column, values in zip(columns, zip(*rows, strict=True), strict=True):
+        frame[column] = pd.Series(values, index=frame.index, dtype="Int64" if column.startswith("first") else None)
     write_dataset(frame, path, traces=dataset.traces)
     return frame, dataset.traces
 

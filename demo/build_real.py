@@ -123,14 +123,15 @@ def record(lm, problems: list[rt.Problem], family: str, *, sample: bool, seed: i
     return generate_traces(lm, [p.prompt for p in problems], config=config, batch_size=batch_size)
 
 
-def frame_of(problems: list[rt.Problem], traces) -> pd.DataFrame:
-    """The dataset rows (without trace columns) of answered problems, labeled."""
+def frame_of(problems: list[rt.Problem], traces, extra: dict[str, list] | None = None) -> pd.DataFrame:
+    """The dataset rows (without trace columns) of answered problems, labeled (:func:`real_tasks.labeled`);
+    ``extra``: more columns, one value per row, placed before the first wrong character and token."""
     rows = []
-    for problem, trace in zip(problems, traces, strict=True):
-        label, detail, position = rt.label_of(problem, trace.answer)
-        token = rt.first_wrong_token_of(trace.tokens, trace.answer, position)
+    for i, (problem, trace) in enumerate(zip(problems, traces, strict=True)):
+        label, detail, position, token = rt.labeled(problem, trace.tokens, trace.answer)
         rows.append({"prompt": problem.prompt, "answer": trace.answer, "reference": problem.reference,
                      "label": label, "family": problem.family, "detail": detail, "split": problem.split,
+                     **{name: values[i] for name, values in (extra or {}).items()},
                      "first_wrong_char": position, "first_wrong_token": token})
     frame = pd.DataFrame(rows)
     for column in ("first_wrong_char", "first_wrong_token"):

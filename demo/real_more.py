@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from . import real_tasks as rt
 
-__all__ = ["ELEMENTS", "FAMILIES", "MAX_NEW_TOKENS", "element_problems", "fact_paragraph_problems", "label_of",
+__all__ = ["ELEMENTS", "FAMILIES", "MAX_NEW_TOKENS", "element_problems", "fact_paragraph_problems",
            "small_arithmetic_problems"]
 
 FAMILIES = ("element_names", "fact_paragraphs")
@@ -93,27 +93,6 @@ def fact_paragraph_problems(split: str, *, n: int | None = None) -> list[rt.Prob
     if n is not None and n < len(mine):
         mine = sorted(rt._rng("fact_paragraphs", split, 0).sample(mine, n), key=lambda item: item[0])
     return [make() for _, make in mine]
-
-
-def label_of(problem: rt.Problem, answer: str) -> tuple[int, str, int | None]:
-    """(label, detail, first wrong character or None), as ``real_tasks.label_of`` does for its families; a
-    paragraph is judged on its one fact (a fact left out is wrong and not located); an element name is not
-    located."""
-    from trace_core.data.labels import label_from_reference
-
-    if problem.family == "fact_paragraphs":
-        relation = problem.detail.split()[0]
-        verdicts = rt.judge_facts(answer, rt.countries()[problem.subject], [relation])
-        label = int(all(v.status == "right" for v in verdicts))
-        _, position = rt.locate_first_wrong(verdicts)
-        return label, f"{problem.detail} {rt.fact_detail(verdicts)}", None if label else position
-    if label_from_reference(answer, problem.reference, matcher=problem.matcher):
-        return 1, problem.detail, None
-    if problem.matcher == "numeric":
-        from bench.localisation import first_wrong_char
-
-        return 0, problem.detail, first_wrong_char(answer, problem.reference)
-    return 0, problem.detail, None
 
 
 def small_arithmetic_problems(split: str) -> list[rt.Problem]:

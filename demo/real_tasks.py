@@ -63,7 +63,8 @@ from .tasks import draw_distinct
 __all__ = ["ARITHMETIC_SIZES", "COUNTRIES", "DEFAULT_ARITHMETIC_SIZES", "FAMILIES", "FactVerdict", "JUDGED_RELATIONS",
            "LONG_RELATIONS", "LONG_TIERS",
            "Problem", "RELATIONS", "arithmetic_problems", "countries", "country_fact_problems", "fact_detail",
-           "first_wrong_token_of", "judge_facts", "label_of", "locate_first_wrong", "reference_of", "sentence_spans",
+           "first_wrong_token_of", "judge_facts", "label_of", "labeled", "locate_first_wrong", "reference_of",
+           "sentence_spans",
            "short_fact_problems", "split_of", "WORD_KINDS", "word_problems"]
 
 FAMILIES = ("short_facts", "arithmetic", "word_problems", "country_facts")
@@ -722,17 +723,20 @@ def fact_detail(verdicts: Sequence[FactVerdict]) -> str:
 def label_of(problem: Problem, answer: str) -> tuple[int, str, int | None]:
     """(label, detail, first wrong character or None) of ``answer`` to ``problem``.
 
-    - short facts: ``contains`` over the reference's forms; for a wrong capital, currency or language answer, the
-      first wrong character is the value's start found as in :func:`judge_facts` (None for continents).
+    - short facts: the problem's matcher over the reference's forms; for a wrong capital, currency or language
+      answer, the first wrong character is the value's start found as in :func:`judge_facts` (None for continents
+      and for any subject that is not a country, such as an element).
     - arithmetic and word problems: ``numeric`` on the last number; the first wrong character is where the last
       number departs from the reference (``bench.localisation.first_wrong_char``).
-    - country facts: 1 only when :func:`judge_facts` finds both facts (:data:`LONG_RELATIONS`) right; the detail names
-      the wrong (and missing) facts; the first wrong character is the start of the first wrong fact's value.
+    - paragraphs (matcher ``"facts"``): 1 only when :func:`judge_facts` finds every asked fact right (both of
+      :data:`LONG_RELATIONS` for country facts; the one named first in the detail otherwise); the detail names the
+      wrong (and missing) facts; the first wrong character is the start of the first wrong fact's value.
     """
     from trace_core.data.labels import label_from_reference
 
-    if problem.family == "country_facts":
-        verdicts = judge_facts(answer, countries()[problem.subject], LONG_RELATIONS)
+    if problem.matcher == "facts":
+        relations = LONG_RELATIONS if problem.family == "country_facts" else [problem.detail.split()[0]]
+        verdicts = judge_facts(answer, countries()[problem.subject], relations)
         label = int(all(v.status == "right" for v in verdicts))
         _, position = locate_first_wrong(verdicts)
         return label, f"{problem.detail} {fact_detail(verdicts)}", None if label else position
@@ -744,7 +748,14 @@ def label_of(problem: Problem, answer: str) -> tuple[int, str, int | None]:
 
         return 0, problem.detail, first_wrong_char(answer, problem.reference)
     relation = problem.detail.split()[0]
-    if relation == "continent":
+    if relation not in JUDGED_RELATIONS:  # a continent, or an element's name
         return 0, problem.detail, None
     _, position = locate_first_wrong(judge_facts(answer, countries()[problem.subject], [relation]))
     return 0, problem.detail, position
+
+
+def labeled(problem: Problem, tokens: Sequence[str], answer: str) -> tuple[int, str, int | None, int | None]:
+    """(label, detail, first wrong character, first wrong token) of an answer and its tokens (:func:`label_of`,
+    then :func:`first_wrong_token_of`): one row's labelling, for every builder."""
+    label, detail, position = label_of(problem, answer)
+    return label, detail, position, first_wrong_token_of(tokens, answer, position)

@@ -47,9 +47,8 @@ def test_labels_and_first_wrong_tokens_follow_the_documented_rules(shipped):
         trace = data.traces[i]
         assert trace is not None and trace.answer == row["answer"] and trace.has_entropy
         assert "".join(trace.tokens) == trace.answer
-        label, detail, position = bl.label_of(problem, trace.answer)
+        label, detail, _, token = rt.labeled(problem, trace.tokens, trace.answer)
         assert (int(row["label"]), row["detail"], row["reference"]) == (label, detail, problem.reference), i
-        token = rt.first_wrong_token_of(trace.tokens, trace.answer, position)
         stored = row["first_wrong_token"]
         assert (None if pd.isna(stored) else int(stored)) == token, i
 
