@@ -85,7 +85,7 @@ def guarantee_choice(active: state.ActiveCalibrator, new: state.Answers | None =
     risk = labeled[2]
     repeated = repeated_prompts_note(risk.frame["prompt"]) if "prompt" in risk.frame.columns else None
     if repeated:
-        st.warning(md_literal(repeated[:1].upper() + repeated[1:] + "."))
+        st.warning(md_literal(sentence(repeated)))
     if guarantee.threshold is None:
         st.warning(md_literal(guarantee.sentence(risk.frame[risk.row_column].tolist())))
     else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import io
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -46,13 +47,11 @@ def _flip(data_key: str, position: int) -> None:
 
 def _shown_rows(dataset: LabeledDataset, flips: frozenset[int], choice: str) -> list[int]:
     labels = dataset.labels
-    if choice == "labeled right":
-        return [i for i in range(len(labels)) if labels[i] == 1]
-    if choice == "labeled wrong":
-        return [i for i in range(len(labels)) if labels[i] == 0]
     if choice == "corrected":
         return sorted(flips)
-    return list(range(len(labels)))
+    if choice == "all":
+        return list(range(len(labels)))
+    return np.flatnonzero(labels == (1 if choice == "labeled right" else 0)).tolist()
 
 
 def _row(dataset: LabeledDataset, position: int, matcher: str, data_key: str, flipped: bool) -> None:

@@ -261,19 +261,17 @@ def guaranteed_thresholds(probability: Any, labels: Any, groups: Any, *, max_ris
     names = sorted(set(keys.tolist()))
     if not names:
         raise ValueError("no answers to certify a threshold on")
-    return {name: guaranteed_threshold(p[keys == name], y[keys == name], max_risk=max_risk, delta=delta / len(names))
-            for name in names}
+    masks = {name: keys == name for name in names}
+    return {name: guaranteed_threshold(p[mask], y[mask], max_risk=max_risk, delta=delta / len(names))
+            for name, mask in masks.items()}
 
 
 def repeated_prompts_note(prompts: Sequence[Any]) -> str | None:
     """A warning when labeled answers share prompts, else None: the guarantee's binomial tests count every answer
     as independent, and answers to one prompt are not (``bench/guarantee_real.py``: with four answers per prompt the
     level is missed)."""
-    seen: set[Any] = set()
-    repeated = 0
-    for prompt in prompts:
-        repeated += prompt in seen
-        seen.add(prompt)
+    prompts = list(prompts)
+    repeated = len(prompts) - len(set(prompts))
     if not repeated:
         return None
     return (f"{repeated:,} labeled answers repeat an earlier answer's prompt; the guarantee counts every labeled "

@@ -166,11 +166,12 @@ def _select_by_group(args: argparse.Namespace, scored: Any, calibrator: Any, tra
     risk, probability = _risk_probability(args, calibrator)
     if column not in risk.frame.columns:
         raise CLIError(f"--group-by: {shown(args.risk_data)} has no column {shorten(column)}")
-    found = guaranteed_thresholds(probability, risk.frame["label"].to_numpy(), risk.frame[column].astype(str),
+    labeled_groups = risk.frame[column].astype(str).to_numpy()
+    found = guaranteed_thresholds(probability, risk.frame["label"].to_numpy(), labeled_groups,
                                   max_risk=args.max_risk, delta=args.delta)
     rows, named = common.row_numbers(risk), shorten(column)[1:-1]  # the column as typed, bounded
     for name, guarantee in found.items():
-        where = np.flatnonzero(risk.frame[column].astype(str).to_numpy() == name)
+        where = np.flatnonzero(labeled_groups == name)
         said = guarantee.sentence([rows[i] for i in where])
         if guarantee.threshold is None:
             print(f"warning: {named} = {shorten(name)}: {said}", file=sys.stderr)
@@ -183,10 +184,8 @@ def _select_by_group(args: argparse.Namespace, scored: Any, calibrator: Any, tra
               f"answers in {shown(args.risk_data)} (e.g. {shorten(unseen[0])}); their answers are all flagged",
               file=sys.stderr)
     _drift(args, calibrator, traces, common.trace_table(risk))
-    limits = {name: g.threshold for name, g in found.items() if g.threshold is not None}
-    keep = np.array([p >= limits.get(g, np.inf) for p, g in zip(scored["probability_correct"], groups, strict=True)],
-                    dtype=bool)
-    return scored[~keep]
+    limits = groups.map({name: g.threshold for name, g in found.items() if g.threshold is not None})
+    return scored[~(scored["probability_correct"] >= limits.fillna(np.inf))]  # no threshold: flagged
 
 
 def _guaranteed(args: argparse.Namespace, calibrator: Any, traces: list) -> Any:

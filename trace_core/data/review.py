@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from .._checks import counted
 from .claim import claim_region, find_span, hedged_spans
 from .dataset import LabeledDataset
 from .labels import last_number_span, reference_pieces
@@ -67,5 +68,5 @@ def flip_labels(dataset: LabeledDataset, rows: Iterable[int]) -> LabeledDataset:
     flipped[picked] = True
     frame["label"] = np.where(flipped, 1 - frame["label"].to_numpy(), frame["label"].to_numpy()).astype(np.int64)
     frame[FLIPPED_COLUMN] = flipped
-    note = f"{len(picked):,} label{'' if len(picked) == 1 else 's'} corrected by hand"
+    note = f"{counted(len(picked), 'label')} corrected by hand"
     return dataclasses.replace(dataset, frame=frame, notes=[*dataset.notes, note])
