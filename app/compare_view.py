@@ -1,7 +1,7 @@
 """Rendering two answers to one prompt side by side: the aligned token grid (escaped HTML) and their numbers.
 
 Pure functions: nothing here draws on the page. The grid is a row of small two-cell column blocks (answer A on top,
-answer B below, one block per :class:`trace_core.align.Alignment` column) that wraps like text, so a long answer
+answer B below, one block per :class:`trace_core.traces.align.Alignment` column) that wraps like text, so a long answer
 never needs a horizontal scroll bar. Every token is HTML-escaped and its control and bidi characters are shown as
 escapes.
 """
@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from trace_core import DecodingConfig, ScoreCalibrator, Trace, TracePlus, explain_trace
-from trace_core.align import Alignment, align_tokens
+from trace_core.traces.align import Alignment, align_tokens
 
 from .explain import probability_title
 from .heatmap import card_html, card_id_prefix, ramp, signal_values

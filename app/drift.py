@@ -1,6 +1,6 @@
 """The drift check on Flag & export: a warning when the answers being flagged look drawn differently from the
 calibration answers (or from the labeled answers a guarantee rests on), a small caption when they do not
-(:mod:`trace_core.drift`)."""
+(:mod:`trace_core.calibration.drift`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import streamlit as st
 
 from trace_core import Trace
-from trace_core.calibrate import check_drift
-from trace_core.drift import DriftResult
+from trace_core.calibration.calibrators import check_drift
+from trace_core.calibration.drift import DriftResult
 
 from . import state
 from .text import md_literal

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from trace_core import ScoreCalibrator, Trace, TraceExplanation, TracePlus
-from trace_core.calibrate import CALIBRATOR_WORDS
-from trace_core.score import PAPER_CONFIG, SPIKE_MIN_SURPRISAL
+from trace_core.calibration.calibrators import CALIBRATOR_WORDS
+from trace_core.methods.risk import PAPER_CONFIG, SPIKE_MIN_SURPRISAL
 
 from .text import byte_piece_note, visible_token
 

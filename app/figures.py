@@ -1,5 +1,6 @@
 """The Plotly figure of one answer: surprisal and entropy over token positions. The evaluation's figures
-(reliability, risk–coverage, ROC, each method's colour) are :mod:`trace_core.figures`, shared with the HTML report.
+(reliability, risk–coverage, ROC, each method's colour) are :mod:`trace_core.report.figures`, shared with the HTML
+report.
 """
 
 from __future__ import annotations

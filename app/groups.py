@@ -13,9 +13,9 @@ import streamlit as st
 
 from trace_core import EvaluationConfig, EvaluationResult, Trace
 from trace_core.data import TRACE_COLUMNS
-from trace_core.evaluate import NoUsableSplitError
-from trace_core.figures import reliability_figure
-from trace_core.results import average_results
+from trace_core.evaluation.results import average_results
+from trace_core.evaluation.run import NoUsableSplitError
+from trace_core.report.figures import reliability_figure
 
 from .evaluation import evaluate_cached
 from .tables import metric_columns, metrics_frame

@@ -1,6 +1,6 @@
 """Flag & export's guaranteed mode: the labeled answers that choose the threshold (a file of answers the calibrator was
 not fitted on), their P(correct) under the active calibrator, and the guarantee Learn-then-Test certifies on them
-(:mod:`trace_core.guarantee`)."""
+(:mod:`trace_core.flagging.guarantee`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import PurePath
 import numpy as np
 import streamlit as st
 
-from trace_core.calibrate import probability_correct
-from trace_core.guarantee import RiskGuarantee, guaranteed_threshold, repeated_prompts_note
+from trace_core.calibration.calibrators import probability_correct
+from trace_core.flagging.guarantee import RiskGuarantee, guaranteed_threshold, repeated_prompts_note
 
 from . import state
 from .drift import drift_note, drift_result

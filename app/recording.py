@@ -19,7 +19,7 @@ import streamlit as st
 from trace_core import LabeledDataset, LoadedModel, Trace, score_answers, write_dataset
 from trace_core.policy import Usable, rows_over_context, usable_rows
 from trace_core.record import ServerError, context_length
-from trace_core.traces import TraceTable, gather
+from trace_core.traces.table import TraceTable, gather
 
 from . import state
 from .downloads import download_button

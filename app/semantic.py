@@ -14,7 +14,7 @@ import numpy as np
 import streamlit as st
 
 from trace_core import Trace
-from trace_core.semantic import token_relevance_batch
+from trace_core.methods.semantic import token_relevance_batch
 
 from . import state
 

@@ -22,7 +22,7 @@ from typing import Any
 import streamlit as st
 
 from trace_core import LabeledDataset, LoadedModel, load_model, read_dataset, settings
-from trace_core._checks import clip  # noqa: PLC2701 (the library's argument checks have no public home yet)
+from trace_core.checks import clip  # noqa: PLC2701 (the library's argument checks have no public home yet)
 from trace_core.record import check_model_allowed
 
 from .keys import digest
@@ -37,7 +37,7 @@ def preload_in_background() -> threading.Thread:
     global _preloading
     with _preload_lock:
         if _preloading is None:
-            from trace_core.calibrate import preload
+            from trace_core.calibration.calibrators import preload
 
             _preloading = threading.Thread(target=preload, name="trace-preload", daemon=True)
             _preloading.start()
@@ -271,14 +271,14 @@ def read_local_file(path_text: str) -> tuple[bytes, str]:
 
 @st.cache_resource(show_spinner="Loading the sentence-embedding model…", max_entries=1)
 def _embedder() -> Any:
-    from trace_core.semantic import load_embedder
+    from trace_core.methods.semantic import load_embedder
 
     return load_embedder()
 
 
 def embedder() -> tuple[Any, str | None]:
     """The packaged sentence-embedding model of the semantic baselines, or (None, why not): once per process."""
-    from trace_core.semantic import EmbedderUnavailable
+    from trace_core.methods.semantic import EmbedderUnavailable
 
     try:
         return _embedder(), None

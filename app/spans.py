@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from trace_core import Trace, TraceExplanation, rank_spans, span_risks
-from trace_core.spans import OTHER_SCRIPT_NOTE, SpanRisk, default_span_calibrator, mostly_other_script
+from trace_core.methods.spans import OTHER_SCRIPT_NOTE, SpanRisk, default_span_calibrator, mostly_other_script
 
 from .text import md_literal, visible_token
 
@@ -50,7 +50,7 @@ def spans_frame(fine: list[SpanRisk], sentences: list[SpanRisk]) -> pd.DataFrame
 
 
 def other_script_note(text: str) -> str | None:
-    """A caution for an answer mostly outside the Latin alphabet (:func:`trace_core.spans.mostly_other_script`);
+    """A caution for an answer mostly outside the Latin alphabet (:func:`trace_core.methods.spans.mostly_other_script`);
     None for a mostly Latin one (or one without letters).
 
     >>> other_script_note("The capital is Ulaanbaatar.") is None, other_script_note("東京は日本の首都です。") is None

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         Trace,
         TracePlus,
     )
-    from trace_core.traces import TraceTable
+    from trace_core.traces.table import TraceTable
 
     Calibrator = TracePlus | ScoreCalibrator | PlattCalibrator | IsotonicCalibrator
 
@@ -118,7 +118,7 @@ class Answers:
             labels = np.array(self.labels, dtype=np.int64)  # a copy: the page's array stays the page's
             labels.setflags(write=False)
             object.__setattr__(self, "labels", labels)
-        from trace_core.traces import TraceTable
+        from trace_core.traces.table import TraceTable
 
         object.__setattr__(self, "traces", TraceTable.from_traces(self.traces))
 
@@ -161,8 +161,8 @@ class ScoreChoices:
     owner : tuple
         What the comparison was of (the answers' key, the protocol's settings): the choice returns to the default
         when it changes.
-    options : tuple of trace_core.flag.FlagScore
-        Each with its held-out Brier (:func:`trace_core.flag.flag_scores`).
+    options : tuple of trace_core.flagging.flag.FlagScore
+        Each with its held-out Brier (:func:`trace_core.flagging.flag.flag_scores`).
     note : str
         A sentence naming a fitted baseline that did better but cannot be saved as a calibrator, or "".
     small_sample : bool

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from trace_core import EvaluationResult
-from trace_core.registry import METRICS
+from trace_core.methods.registry import METRICS
 
 
 def metrics_frame(result: EvaluationResult, calibrator: str | None = None) -> pd.DataFrame:
@@ -28,8 +28,8 @@ def paired_frame(result: EvaluationResult, calibrator: str | None = None) -> pd.
     reference, ``"+0.012 ± 0.004 (18/20)"`` cells: one row per metric (its title from the registry), one column per
     difference (``"TRACE+ − best baseline"``, ``"TRACE+ − reference"``, ...), so that the table fits the page's width
     (six metric columns of such cells did not, at 1,400 px)."""
-    from trace_core.paired import BEST_BASELINE
-    from trace_core.registry import REFERENCE
+    from trace_core.evaluation.paired import BEST_BASELINE
+    from trace_core.methods.registry import REFERENCE
 
     if result.paired is None:
         return pd.DataFrame()

@@ -10,8 +10,8 @@ import unicodedata
 from collections.abc import Callable, Sequence
 
 # counted is the app's too: one rule for "1 row", "2 rows" in every sentence the tool prints
-from trace_core._checks import counted as counted  # noqa: PLC2701 (the library's message helpers have no public home yet)
-from trace_core.spans import completing_token_of
+from trace_core.checks import counted as counted  # noqa: PLC2701 (the library's message helpers have no public home yet)
+from trace_core.methods.spans import completing_token_of
 
 #: The longest message (characters, before escaping) an alert or caption shows; user input inside it is shortened
 #: to about 200 characters where it is quoted, so only a message quoting many inputs reaches this.

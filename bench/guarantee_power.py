@@ -1,12 +1,12 @@
-"""Validity and power of the flagging guarantee (:mod:`trace_core.guarantee`) over redrawn calibration sets.
+"""Validity and power of the flagging guarantee (:mod:`trace_core.flagging.guarantee`) over redrawn calibration sets.
 
     python -m bench.guarantee_power [--draws N] [--quick] [--populations NAME ...] [--n N ...] [--alpha A ...]
                                     [--delta D ...] [--jobs J]
 
 Each *population* is a large pool of (P(correct), label) pairs; a calibration set is ``n`` answers drawn from it with
 replacement (so it is exactly a sample from the pool), and the pool gives the truth: the selective risk and the
-coverage of every threshold of :data:`trace_core.guarantee.GRID`, and the *oracle* coverage (the largest coverage of
-a grid threshold whose risk is at most alpha). Populations:
+coverage of every threshold of :data:`trace_core.flagging.guarantee.GRID`, and the *oracle* coverage (the largest
+coverage of a grid threshold whose risk is at most alpha). Populations:
 
 ``spike``
     The synthetic ``spike`` traces (:func:`trace_core.synthetic_traces`, mean length 64) with 4% of the right
@@ -28,11 +28,11 @@ a grid threshold whose risk is at most alpha). Populations:
     SmolLM2-135M-Instruct's bundled test answers (``assets/datasets/real_test.csv``) scored by TRACE+ fitted on its
     validation answers; drawn at their own size only (a bootstrap: the 458 answers are the population).
 
-Procedures: ``fallback`` is the shipped :func:`trace_core.guarantee.guaranteed_threshold`; ``fixed sequence`` is one
-fixed sequence at level delta from the strictest threshold keeping ``needed(alpha, delta)`` answers, stopping at its
-first failure; ``SGR`` is the binary search of Geifman and El-Yaniv (2017) over the grid, each of its
-``ceil(log2 m)`` tests at ``delta / ceil(log2 m)``; ``Bonferroni starts`` runs a fixed sequence from each of the
-shipped starts at ``delta / K`` each (what the fallback improves on: it hands a passed start's level on).
+Procedures: ``fallback`` is the shipped :func:`trace_core.flagging.guarantee.guaranteed_threshold`; ``fixed sequence``
+is one fixed sequence at level delta from the strictest threshold keeping ``needed(alpha, delta)`` answers, stopping at
+its first failure; ``SGR`` is the binary search of Geifman and El-Yaniv (2017) over the grid, each of its ``ceil(log2
+m)`` tests at ``delta / ceil(log2 m)``; ``Bonferroni starts`` runs a fixed sequence from each of the shipped starts at
+``delta / K`` each (what the fallback improves on: it hands a passed start's level on).
 
 Columns: *violations* is the share of draws whose certified threshold has a true risk above alpha (a draw that
 certifies nothing keeps nothing and cannot violate), with its standard error; *ok* says it is at most delta plus 3
@@ -53,7 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trace_core.guarantee import GRID, fallback_starts, guaranteed_threshold, needed
+from trace_core.flagging.guarantee import GRID, fallback_starts, guaranteed_threshold, needed
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "assets" / "datasets"
@@ -114,7 +114,7 @@ def spike_population(size: int = 200_000, *, confident: float = 0.04, fit: int =
     """Synthetic spike traces scored by TRACE+ fitted on ``fit`` other answers; ``confident``: the share of right
     answers labeled wrong although their traces look right (confident mistakes)."""
     from trace_core import TracePlus, synthetic_traces
-    from trace_core.features import feature_matrix_from_arrays
+    from trace_core.methods.features import feature_matrix_from_arrays
 
     def draw(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         surprisal, entropy, y = synthetic_traces(n, kind="spike", mean_length=64, seed=seed)

@@ -6,8 +6,9 @@
 TRACE+ is fitted on the validation answers (default ``assets/datasets/real_large_validation.parquet``) and gives
 P(correct) for every test answer (``real_large_test.parquet``). Each draw splits the test *prompts* at random into
 two halves (a prompt's answers stay together: they are not independent): the guarantee
-(:func:`trace_core.guarantee.guaranteed_threshold`, the procedure ``trace-core flag --max-risk`` runs) is computed on
-the first half's labeled answers, and the threshold it certifies is applied to the second half, as to new answers.
+(:func:`trace_core.flagging.guarantee.guaranteed_threshold`, the procedure ``trace-core flag --max-risk`` runs) is
+computed on the first half's labeled answers, and the threshold it certifies is applied to the second half, as to new
+answers.
 
 ``--answers greedy`` uses only each prompt's greedy answer (one per prompt: independent answers, as the guarantee
 assumes); ``--answers all`` uses every answer, greedy and sampled, although the answers to one prompt are not
@@ -48,7 +49,7 @@ def oracle_kept(p: np.ndarray, y: np.ndarray, alpha: float) -> float:
 
 def draws(p: np.ndarray, y: np.ndarray, groups: np.ndarray, alpha: float, delta: float, n_draws: int,
           seed: int = 0) -> dict[str, float]:
-    from trace_core.guarantee import guaranteed_threshold
+    from trace_core.flagging.guarantee import guaranteed_threshold
 
     rng = np.random.default_rng(seed)
     names = np.unique(groups)

@@ -63,7 +63,7 @@ def _sklearn_split(inputs, y: np.ndarray, cal: np.ndarray, ev: np.ndarray) -> No
     from sklearn.preprocessing import StandardScaler
 
     from trace_core import METHODS
-    from trace_core.logistic import transform_scores
+    from trace_core.methods.logistic import transform_scores
 
     for method, score in inputs.scalar.items():
         z = transform_scores(score, METHODS[method].transform)
@@ -84,8 +84,8 @@ _FIRST_CALL = """
 import time
 import numpy as np
 from trace_core import EvaluationConfig, synthetic_traces
-from trace_core.evaluate import protocol_inputs
-from trace_core.protocol import run_splits
+from trace_core.evaluation.run import protocol_inputs
+from trace_core.evaluation.protocol import run_splits
 surprisal, entropy, labels = synthetic_traces(2000, kind="spike", mean_length=16, seed=0)
 y = np.asarray(labels, dtype=np.int64)
 inputs = protocol_inputs(surprisal, entropy)
@@ -117,9 +117,9 @@ def _first_call() -> str:
 def _protocol(y: np.ndarray, inputs, config, methods: list[str]) -> None:
     """What :func:`~trace_core.evaluate_arrays` does after the scores: the split loop, the paired comparison and
     the summary."""
-    from trace_core.paired import paired_comparison
-    from trace_core.protocol import run_splits
-    from trace_core.results import split_frame, summarise
+    from trace_core.evaluation.paired import paired_comparison
+    from trace_core.evaluation.protocol import run_splits
+    from trace_core.evaluation.results import split_frame, summarise
 
     run = run_splits(y, inputs.scalar, inputs.features, config=config, methods=methods)
     per_split = split_frame(run.rows)
@@ -150,8 +150,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from trace_core import EvaluationConfig, synthetic_traces
-    from trace_core.evaluate import protocol_inputs
-    from trace_core.protocol import draw_splits
+    from trace_core.evaluation.protocol import draw_splits
+    from trace_core.evaluation.run import protocol_inputs
 
     config = EvaluationConfig(n_splits=args.splits)
     if not args.no_first_call:

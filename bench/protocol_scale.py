@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--mean-length", type=float, default=64.0)
     parser.add_argument("--splits", type=int, default=20)
-    from trace_core.synthetic import KINDS
+    from trace_core.traces.synthetic import KINDS
 
     parser.add_argument("--kind", default="spike", choices=list(KINDS))
     parser.add_argument("--cost-of", nargs="+", default=[], metavar="METHOD",
@@ -77,7 +77,7 @@ def _profile(surprisal, entropy, labels, config) -> None:
 
     from trace_core import evaluate_arrays
 
-    protocol_module = sys.modules["trace_core.protocol"]
+    protocol_module = sys.modules["trace_core.evaluation.protocol"]
     threads_from = protocol_module.THREADS_FROM
     protocol_module.THREADS_FROM = sys.maxsize  # methods serially: the profiler sees every call
     profiler = cProfile.Profile()
@@ -97,13 +97,13 @@ def _profile(surprisal, entropy, labels, config) -> None:
 _PARTS = {
     "Platt fits": [("logistic.py", "fit_logistic_1d")],
     "TRACE+, reference and fitted-baseline fits": [("logistic.py", "standardised_logistic")],
-    "isotonic fits": [("scalar_calibration.py", "fit_presorted")],
-    "predictions": [("scalar_calibration.py", "predict_checked"), ("logistic.py", "__call__")],
+    "isotonic fits": [("scalar.py", "fit_presorted")],
+    "predictions": [("scalar.py", "predict_checked"), ("logistic.py", "__call__")],
     "ranking metrics": [("protocol.py", "ranking_part"), ("protocol.py", "ranking_of_scores"),
                         ("ranking.py", "ranking_metrics")],
     "Brier and ECE": [("protocol.py", "probability_metrics")],
     "baselines": [("baselines.py", "baseline_scores")],
-    "TRACE's score, TRACE+ and reference features": [("evaluate.py", "_scores")],
+    "TRACE's score, TRACE+ and reference features": [("run.py", "_scores")],
     "one sort per score": [("protocol.py", "of")],
     "paired comparison and summary": [("paired.py", "paired_comparison"), ("results.py", "summarise")],
 }
@@ -113,7 +113,7 @@ def _print_shares(stats: dict) -> None:
     def cumulative(file: str, function: str) -> float:
         return sum(v[3] for (path, _, name), v in stats.items() if path.endswith(file) and name == function)
 
-    total = cumulative("evaluate.py", "evaluate_arrays")
+    total = cumulative("run.py", "evaluate_arrays")
     parts = {part: sum(cumulative(f, fn) for f, fn in pairs) for part, pairs in _PARTS.items()}
     parts["the rest (gathers of each split's parts, checks, Python overhead)"] = total - sum(parts.values())
     print(f"\nby part ({total:.2f} s under the profiler, one thread):")

@@ -40,7 +40,7 @@ _ESCAPED = ("\n", ' "', "\\", ".\n\n", "\t")  # token texts that JSON writes wit
 
 
 def _traces(n: int, seed: int = 0, real_words: bool = False) -> list:
-    from trace_core.trace import Trace, TraceMetadata
+    from trace_core.traces.trace import Trace, TraceMetadata
 
     rng = np.random.default_rng(seed)
     words = [f"tok{i}" if i % 3 else f" w{i}" for i in range(_VOCABULARY)]

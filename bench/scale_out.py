@@ -39,8 +39,8 @@ def write_shards(folder: Path, answers: int, shards: int, mean_length: float) ->
 
     from trace_core import synthetic_traces
     from trace_core.data import write_dataset
-    from trace_core.trace import TraceMetadata
-    from trace_core.traces import TraceTable
+    from trace_core.traces.table import TraceTable
+    from trace_core.traces.trace import TraceMetadata
 
     tokens = 0
     bounds = np.linspace(0, answers, shards + 1).astype(int)

@@ -3,11 +3,11 @@
     python -m bench.span_cost [--copies 20] [--repeats 3]
 
 The real model's test answers (``assets/datasets/real_test.csv``, 458 answers, 1 to 160 tokens) repeated
-``--copies`` times are scored by :func:`trace_core.flag.score_rows` with a TRACE+ calibrator fitted on them. Printed
-per family and overall, best of ``--repeats``: the time of the span part (:func:`trace_core.segment`,
+``--copies`` times are scored by :func:`trace_core.flagging.flag.score_rows` with a TRACE+ calibrator fitted on them.
+Printed per family and overall, best of ``--repeats``: the time of the span part (:func:`trace_core.segment`,
 :func:`trace_core.span_risks` and the span calibrator, per answer), of ``explain_trace`` for the same answers (the
-answer-level work the span part sits beside), and of the whole ``score_rows``; the ratios are against
-``explain_trace`` in the same run.
+answer-level work the span part sits beside), and of the whole ``score_rows``; the ratios are against ``explain_trace``
+in the same run.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ def main(argv: list[str] | None = None) -> None:
     import pandas as pd
 
     from trace_core import TracePlus, explain_trace, read_dataset, riskiest_span
-    from trace_core.flag import score_rows
-    from trace_core.spans import default_span_calibrator
+    from trace_core.flagging.flag import score_rows
+    from trace_core.methods.spans import default_span_calibrator
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=ROOT / "assets" / "datasets" / "real_test.csv")

@@ -203,7 +203,7 @@ FEATURE_SETS = {"peak surprisal": ("peak_surprisal",),
 def cross_validated_loss(risks: list, y: np.ndarray, groups: np.ndarray, features, folds: int = 5) -> float:
     """Mean log-loss of a span calibrator on held-out answers: answers dealt into ``folds`` folds (seed 0)."""
     from trace_core import SpanCalibrator
-    from trace_core.spans import SPAN_FEATURES
+    from trace_core.methods.spans import SPAN_FEATURES
 
     rng = np.random.default_rng(0)
     answers = np.unique(groups)
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> None:
           "judgements (a span overlapping a wrong fact's value is wrong; a span inside a right fact's clause is "
           "right; spans about nothing the judge checked are left out; rules in `bench/spans.py`). The span "
           f"calibrator is fitted on the {len(y)} labelled spans of {args.fit.name} ({int((y == 0).sum())} wrong) "
-          "and is the one the dashboard ships (`trace_core/span_calibrator.json`).\n")
+          "and is the one the dashboard ships (`trace_core/methods/span_calibrator.json`).\n")
     print("Feature set of the span calibrator, chosen on " + args.fit.name + " alone by 5-fold cross-validation "
           "grouped by answer (mean log-loss of the held-out folds): "
           + "; ".join(f"{name} {loss:.4f}" + (" (chosen)" if name == chosen else "") for name, loss in cv.items())

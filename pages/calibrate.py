@@ -16,12 +16,12 @@ from app.services import embedder
 from app.tables import metric_columns, metrics_frame, paired_frame
 from app.text import md_literal, sentence
 from trace_core import EvaluationConfig
-from trace_core.evaluate import SCALAR_CALIBRATORS, AnswerValueError
-from trace_core.figures import legend_stats, reliability_figure, risk_coverage_figure, roc_figure
+from trace_core.evaluation.results import CALIBRATOR_NAMES
+from trace_core.evaluation.run import SCALAR_CALIBRATORS, AnswerValueError
+from trace_core.methods.registry import get_method, method_names
 from trace_core.policy import METRICS_UNDEFINED, one_class_message
-from trace_core.registry import get_method, method_names
-from trace_core.report import figure_baselines, report_html
-from trace_core.results import CALIBRATOR_NAMES
+from trace_core.report.figures import legend_stats, reliability_figure, risk_coverage_figure, roc_figure
+from trace_core.report.html import figure_baselines, report_html
 
 st.title("Calibrate and compare")
 st.caption("Upload answers labeled correct or wrong (or with a reference answer). TRACE+ is fitted on a calibration "

@@ -20,9 +20,9 @@ from app.services import get_model
 from app.text import md_literal, sentence
 from app.tokenizer_text import alternatives_for
 from trace_core import DecodingConfig, ModelLoadError, ScoreCalibrator, TracePlus, generate_trace, settings
-from trace_core.align import divergence_summary
 from trace_core.policy import fit_new_tokens
 from trace_core.record import ServerError
+from trace_core.traces.align import divergence_summary
 
 SAME_MODEL = "Same model, other decoding"
 OTHER_MODEL = "Another model"

@@ -18,8 +18,8 @@ from app.spans import SPAN_NOTE, riskiest_span_words
 from app.text import control_safe, md_literal, sentence
 from trace_core import ScoreCalibrator, TracePlus
 from trace_core.data import export_flagged, token_table, with_trace_columns
-from trace_core.flag import OUT_OF_FOLD, flag_every, select_flagged
-from trace_core.spans import other_script_warning
+from trace_core.flagging.flag import OUT_OF_FOLD, flag_every, select_flagged
+from trace_core.methods.spans import other_script_warning
 
 st.title("Flag & export")
 st.caption("Answers the calibrator finds unlikely to be correct, with the tokens that drove the risk, ready to review "

@@ -4,9 +4,7 @@
 recorded (``trace_core.record``).
 """
 
-from .align import Alignment, align_tokens, divergence_summary
-from .baselines import BASELINES, Baseline, BaselineScores, compute_baselines
-from .calibrate import (
+from trace_core.calibration.calibrators import (
     IsotonicCalibrator,
     NotFittedError,
     PlattCalibrator,
@@ -17,8 +15,9 @@ from .calibrate import (
     load_calibrator,
     transform_scores,
 )
-from .calibrator_io import CalibratorFormatError
-from .data import (
+from trace_core.calibration.drift import DriftResult, DriftSummary, drift_check, drift_two_sample
+from trace_core.calibration.reading import CalibratorFormatError
+from trace_core.data import (
     DatasetError,
     LabeledDataset,
     RowError,
@@ -29,10 +28,35 @@ from .data import (
     trace_from_openai,
     write_dataset,
 )
-from .drift import DriftResult, DriftSummary, drift_check, drift_two_sample
-from .evaluate import EvaluationConfig, EvaluationResult, average_results, evaluate, evaluate_arrays
-from .features import FEATURE_SETS, feature_matrix, feature_matrix_from_arrays, feature_names
-from .metrics import (
+from trace_core.evaluation.paired import PairedComparison, paired_comparison
+from trace_core.evaluation.results import report_markdown
+from trace_core.evaluation.run import EvaluationConfig, EvaluationResult, average_results, evaluate, evaluate_arrays
+from trace_core.evaluation.verdict import Verdict, reference_sentence, verdict
+from trace_core.methods.baselines import BASELINES, Baseline, BaselineScores, compute_baselines
+from trace_core.methods.features import FEATURE_SETS, feature_matrix, feature_matrix_from_arrays, feature_names
+from trace_core.methods.operators import (
+    Ragged,
+    decayed_mean,
+    first_k_mean,
+    last_k_mean,
+    length_normalized_sum,
+    segment_max,
+    segment_mean,
+    segment_var,
+    slope,
+    window_max_mean,
+)
+from trace_core.methods.registry import METHODS, METRICS, REFERENCE, Method, MetricSpec, get_method, method_names
+from trace_core.methods.risk import (
+    TraceConfig,
+    TraceExplanation,
+    explain_trace,
+    spike_indices,
+    trace_confidence,
+    trace_risk,
+)
+from trace_core.methods.spans import Span, SpanCalibrator, SpanRisk, rank_spans, riskiest_span, segment, span_risks
+from trace_core.metrics import (
     UndefinedMetricWarning,
     auprc,
     aurc,
@@ -49,20 +73,7 @@ from .metrics import (
     tpr_at_fpr,
     wilson_interval,
 )
-from .operators import (
-    Ragged,
-    decayed_mean,
-    first_k_mean,
-    last_k_mean,
-    length_normalized_sum,
-    segment_max,
-    segment_mean,
-    segment_var,
-    slope,
-    window_max_mean,
-)
-from .paired import PairedComparison, paired_comparison
-from .record import (
+from trace_core.record import (
     LoadedModel,
     ModelLoadError,
     ModelNotAllowedError,
@@ -79,14 +90,10 @@ from .record import (
     score_answers,
     stream_trace,
 )
-from .registry import METHODS, METRICS, REFERENCE, Method, MetricSpec, get_method, method_names
-from .results import report_markdown
-from .score import TraceConfig, TraceExplanation, explain_trace, spike_indices, trace_confidence, trace_risk
-from .spans import Span, SpanCalibrator, SpanRisk, rank_spans, riskiest_span, segment, span_risks
-from .synthetic import synthetic_traces
-from .trace import DecodingConfig, Trace, TraceMetadata
-from .traces import TraceTable
-from .verdict import Verdict, reference_sentence, verdict
+from trace_core.traces.align import Alignment, align_tokens, divergence_summary
+from trace_core.traces.synthetic import synthetic_traces
+from trace_core.traces.table import TraceTable
+from trace_core.traces.trace import DecodingConfig, Trace, TraceMetadata
 
 __version__ = "0.1.0"
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import main
+from trace_core.cli import main
 
 sys.exit(main())

@@ -158,7 +158,7 @@ def usable_rows(traces: Sequence[Any], *, row_numbers: Sequence[Any] | None = No
     >>> u.keep.tolist(), u.missing_message()
     ([2], '1 row has no trace (row 10)')
     """
-    from .traces import TraceTable
+    from trace_core.traces.table import TraceTable
 
     if not isinstance(traces, TraceTable):  # a table's rows are read from its columns (no Trace made per row)
         traces = list(traces)
@@ -187,7 +187,7 @@ def rows_over_context(lm: Any, prompts: Sequence[str], answers: Sequence[str], *
     Tokenized as :func:`trace_core.record.score_answers` does (the prompt as the model sees it, the answer without
     special tokens). Empty when the model does not state its context length.
     """
-    from .record import context_length, encode_prompt
+    from trace_core.record import context_length, encode_prompt
 
     limit = context_length(lm)
     if limit is None or not len(prompts):
@@ -226,8 +226,8 @@ def fit_new_tokens(lm: Any, prompt: str, *, max_new_tokens: int, chat_template: 
 
     Past its last position a model fails inside its forward pass, so the answer is stopped there instead.
     """
-    from ._checks import check_int
-    from .record import context_length, encode_prompt
+    from trace_core.checks import check_int
+    from trace_core.record import context_length, encode_prompt
 
     max_new_tokens = check_int(max_new_tokens, "max_new_tokens", minimum=1)
     limit = context_length(lm)

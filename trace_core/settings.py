@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ._checks import shorten
+from trace_core.checks import shorten
 
 __all__ = ["SETTINGS", "Setting", "SettingError", "get", "ray_address", "ray_without_usage_stats", "redact_secrets",
            "openmp_passive_wait", "secret", "server_keys", "settings_table", "user_thread_variable"]

@@ -20,7 +20,7 @@ from app.calibrators import fitted_calibrator  # noqa: E402
 from app.compare_view import Comparison  # noqa: E402
 from app.services import DEMO_MODEL, get_model  # noqa: E402
 from trace_core import DecodingConfig, Trace, TracePlus  # noqa: E402
-from trace_core.align import align_tokens, divergence_summary  # noqa: E402
+from trace_core.traces.align import align_tokens, divergence_summary  # noqa: E402
 
 PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "compare.py")
 RESULT = "compare_result"

@@ -15,7 +15,7 @@ pytest.importorskip("streamlit")
 from app.compare_view import Comparison, aligned_heatmap_html, compare_metrics, describe_decoding  # noqa: E402
 from app.heatmap import ramp  # noqa: E402
 from trace_core import DecodingConfig, Trace, TraceMetadata, TracePlus, trace_confidence  # noqa: E402
-from trace_core.align import align_tokens  # noqa: E402
+from trace_core.traces.align import align_tokens  # noqa: E402
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 

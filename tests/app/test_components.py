@@ -19,8 +19,8 @@ from app.heatmap import heatmap_html, legend_html, ramp, signal_values  # noqa: 
 from app.tables import metric_columns, metrics_frame  # noqa: E402
 from app.text import sentence  # noqa: E402
 from trace_core import EvaluationConfig, Trace, TraceMetadata, evaluate, explain_trace, reliability_table  # noqa: E402
-from trace_core.figures import legend_stats, method_colour, reliability_figure, risk_coverage_figure, roc_figure  # noqa: E402
-from trace_core.registry import METHODS, METRICS, method_names  # noqa: E402
+from trace_core.methods.registry import METHODS, METRICS, method_names  # noqa: E402
+from trace_core.report.figures import legend_stats, method_colour, reliability_figure, risk_coverage_figure, roc_figure  # noqa: E402
 
 
 def _bars(fig):

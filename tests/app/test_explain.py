@@ -11,7 +11,7 @@ import pytest
 from helpers import make_trace, random_traces
 
 from trace_core import Trace, TracePlus, explain_trace
-from trace_core.score import SPIKE_MIN_SURPRISAL, TraceExplanation
+from trace_core.methods.risk import SPIKE_MIN_SURPRISAL, TraceExplanation
 
 explain = pytest.importorskip("app.explain")
 

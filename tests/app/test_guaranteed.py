@@ -14,8 +14,8 @@ from helpers import flag_page_after_calibrate  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from trace_core import read_dataset  # noqa: E402
-from trace_core.calibrate import probability_correct  # noqa: E402
-from trace_core.guarantee import guaranteed_threshold  # noqa: E402
+from trace_core.calibration.calibrators import probability_correct  # noqa: E402
+from trace_core.flagging.guarantee import guaranteed_threshold  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DATASETS = ROOT / "assets" / "datasets"

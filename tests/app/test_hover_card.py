@@ -330,7 +330,7 @@ def test_card_shows_the_entropy_bounds_of_a_top_k_estimate():
     from helpers import make_trace
 
     from app.heatmap import heatmap_html
-    from trace_core.trace import TraceMetadata
+    from trace_core.traces.trace import TraceMetadata
 
     trace = make_trace([0.1, 2.0, 0.3], [0.5, 1.5, 0.4])
     meta = TraceMetadata(entropy_source="top_k", entropy_k=5,

@@ -18,8 +18,8 @@ from app.figures import trace_figure  # noqa: E402
 from app.heatmap import heatmap_html  # noqa: E402
 from app.state import CALIBRATED_DATA, Answers  # noqa: E402
 from trace_core import EvaluationConfig, Trace, evaluate, read_dataset, write_dataset  # noqa: E402
-from trace_core.figures import reliability_figure, risk_coverage_figure, roc_figure  # noqa: E402
-from trace_core.registry import METRICS  # noqa: E402
+from trace_core.methods.registry import METRICS  # noqa: E402
+from trace_core.report.figures import reliability_figure, risk_coverage_figure, roc_figure  # noqa: E402
 
 HOSTILE = ["<img src=x onerror=alert(1)>", "<script>alert(2)</script>", "$x$", ":red[x]", "a\u202eb", "\x07",
            "javascript:alert(3)", "x" * 10_000]
@@ -267,7 +267,7 @@ def test_calibrate_records_missing_traces_and_reports_bad_rows(tiny_model_dirs, 
 
 def test_flag_measures_the_calibrate_answers_with_out_of_fold_probabilities(tiny_model_dirs, monkeypatch,
                                                                             labeled_files):
-    from trace_core.flag import out_of_fold_probabilities
+    from trace_core.flagging.flag import out_of_fold_probabilities
 
     at, _ = calibrated(tiny_model_dirs, monkeypatch, labeled_files)
     active = at.session_state["calibrator"]
@@ -405,7 +405,7 @@ def test_a_flagged_export_opens_on_flag_and_is_scored_again(tiny_model_dirs, mon
 def test_calibrate_offers_any_score_for_flagging_defaulting_to_the_lowest_brier(tiny_model_dirs, monkeypatch,
                                                                                  labeled_files):
     from trace_core import ScoreCalibrator, TracePlus
-    from trace_core.flag import best_flag_score, flag_scores
+    from trace_core.flagging.flag import best_flag_score, flag_scores
 
     at, with_traces = calibrated(tiny_model_dirs, monkeypatch, labeled_files)
     dataset = read_dataset(with_traces)
@@ -443,7 +443,7 @@ def test_calibrate_offers_any_score_for_flagging_defaulting_to_the_lowest_brier(
         assert model.get_params() == expected.get_params() and model.score_name == best.name
         assert f"Active calibrator:** {best.name}" in html.unescape(at.caption[1].value)
         (scored,) = at.session_state["scored"].values()
-        from trace_core.flag import out_of_fold_probabilities
+        from trace_core.flagging.flag import out_of_fold_probabilities
 
         np.testing.assert_allclose(np.sort(scored["probability_correct"].to_numpy()), np.sort(
             out_of_fold_probabilities(list(dataset.traces), dataset.labels, model)))
@@ -466,7 +466,7 @@ def test_flag_judges_answers_by_their_riskiest_span_on_request(tiny_model_dirs, 
     by_span = at.dataframe[0].value
     assert by_span["riskiest_span_probability"].is_monotonic_increasing
     (scored,) = at.session_state["scored"].values()
-    from trace_core.flag import select_flagged
+    from trace_core.flagging.flag import select_flagged
 
     expected = select_flagged(scored, coverage=0.8, by="span")
     assert by_span["riskiest_span_text"].tolist() == expected["riskiest_span_text"].tolist()
@@ -482,7 +482,7 @@ def test_inspect_boxes_and_lists_the_answers_spans(tiny_model_dirs, monkeypatch)
     trace = at.session_state["inspect_trace"]
     from app.text import visible_token
     from trace_core import rank_spans, span_risks
-    from trace_core.spans import default_span_calibrator
+    from trace_core.methods.spans import default_span_calibrator
 
     risks = span_risks(trace, calibrator=default_span_calibrator())
     expected = [r.span.text for r in rank_spans(risks, level="fine") + rank_spans(risks, level="sentence")]

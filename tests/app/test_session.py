@@ -183,11 +183,11 @@ def test_calibrate_page_offers_the_traces_download(tiny_model_dirs, files):
 @pytest.mark.slow
 def test_calibrate_page_builds_the_report_when_clicked(tiny_model_dirs, files, monkeypatch):
     """The HTML report (a sizeable share of a first load) is built when its button is clicked, not with the page."""
-    import trace_core.report
+    import trace_core.report.html
 
     built = []
-    real = trace_core.report.report_html
-    monkeypatch.setattr(trace_core.report, "report_html", lambda *a, **k: built.append(1) or real(*a, **k))
+    real = trace_core.report.html.report_html
+    monkeypatch.setattr(trace_core.report.html, "report_html", lambda *a, **k: built.append(1) or real(*a, **k))
     at = start(tiny_model_dirs, "../pages/calibrate.py")
     calibrate_upload(at, files["labeled"])
     report = next(b for b in at.get("download_button") if b.proto.label == "Download the report (HTML)")
@@ -256,7 +256,7 @@ def test_semantic_baselines_run_when_switched_on(tiny_model_dirs, files):
 def test_semantic_baselines_stop_keeps_what_is_embedded_and_continue_goes_on(tiny_model_dirs, files):
     from app import state
     from app.services import embedder
-    from trace_core.semantic import token_relevance_batch
+    from trace_core.methods.semantic import token_relevance_batch
 
     model, why = embedder()
     if model is None:

@@ -91,7 +91,7 @@ def _recorded(at):
 
 def _own_table(traces, labels):
     from app.tables import metrics_frame
-    from trace_core.registry import method_names
+    from trace_core.methods.registry import method_names
 
     config = EvaluationConfig(n_splits=SPLITS, calibration_fraction=0.35, seed=0, stratified=False)
     return metrics_frame(evaluate(traces, labels, config=config, methods=list(method_names())), "platt")
@@ -114,7 +114,7 @@ def test_two_sessions_with_two_servers_of_one_name_each_see_their_own_results(ti
     pd.testing.assert_frame_equal(table_a, _own_table(traces_a, labels), check_dtype=False)
     assert not table_a.equals(table_b)
     for session, traces in ((session_a, traces_a), (session_b, traces_b)):  # each its own calibrator
-        from trace_core.calibrate import unfitted_copy
+        from trace_core.calibration.calibrators import unfitted_copy
 
         model = session.session_state[CALIBRATOR].model  # the score each session's comparison chose
         own = unfitted_copy(model).fit(traces, labels)

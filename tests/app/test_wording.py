@@ -14,7 +14,7 @@ pytest.importorskip("streamlit")
 
 from app.explain import explain_risk, unfinished_note  # noqa: E402
 from trace_core import TraceMetadata, explain_trace  # noqa: E402
-from trace_core.score import SPIKE_MIN_SURPRISAL  # noqa: E402
+from trace_core.methods.risk import SPIKE_MIN_SURPRISAL  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 

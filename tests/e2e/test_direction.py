@@ -11,7 +11,7 @@ from conftest import skip_unless_ready
 from app.compare_view import aligned_heatmap_html
 from app.heatmap import HEATMAP_CSS, heatmap_html
 from trace_core import Trace, TraceMetadata
-from trace_core.align import align_tokens
+from trace_core.traces.align import align_tokens
 
 pytest.importorskip("playwright.sync_api")
 skip_unless_ready()

@@ -24,8 +24,8 @@ def test_report_opens_offline_with_every_figure_drawn(browser, tmp_path):
     from helpers import random_traces
 
     from trace_core import EvaluationConfig, evaluate
-    from trace_core.report import report_html
-    from trace_core.results import average_results
+    from trace_core.evaluation.results import average_results
+    from trace_core.report.html import report_html
 
     traces = random_traces(200, seed=4)
     y = (np.array([t.surprisal.mean() for t in traces]) < 1.0).astype(int)
@@ -58,7 +58,7 @@ def _report(tmp_path: Path, n_splits: int) -> Path:
     from helpers import random_traces
 
     from trace_core import EvaluationConfig, evaluate
-    from trace_core.report import report_html
+    from trace_core.report.html import report_html
 
     traces = random_traces(200, seed=5)
     y = (np.array([t.surprisal.mean() for t in traces]) < 1.0).astype(int)

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from trace_core._checks import clip, shorten, show
+from trace_core.checks import clip, shorten, show
 from trace_core.settings import redact_secrets
 
 KEY = "plainsecretvalue123"

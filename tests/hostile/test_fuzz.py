@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trace_core.data import DatasetError, read_dataset, trace_from_openai
-from trace_core.operators import decayed_mean, slope, window_max_mean
+from trace_core.methods.operators import decayed_mean, slope, window_max_mean
 
 pytestmark = pytest.mark.filterwarnings("ignore::trace_core.data.DatasetWarning")  # rejected rows are expected here
 

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from helpers import synthetic_trace_objects
 
-from trace_core.calibrate import TracePlus
+from trace_core.calibration.calibrators import TracePlus
 from trace_core.cli import main
 from trace_core.data import read_dataset, write_dataset
 from trace_core.scale import (

@@ -75,7 +75,7 @@ def test_flag_page_says_when_a_calibrator_needs_entropy_the_answers_lack(tmp_pat
 
     from app.state import CALIBRATED_DATA, CALIBRATOR, ActiveCalibrator, Answers
     from trace_core import TracePlus, read_dataset, synthetic_traces
-    from trace_core.trace import Trace
+    from trace_core.traces.trace import Trace
 
     surprisal, entropy, y = synthetic_traces(200, seed=1)
     with_entropy = [Trace(prompt="q", answer="a" * len(s), token_ids=np.full(len(s), -1), tokens=("a",) * len(s),

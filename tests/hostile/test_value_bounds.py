@@ -1,4 +1,4 @@
-"""Bounds on the values the readers accept (trace_core.logprobs' MAX_NATS, TOP_K_MASS_TOLERANCE,
+"""Bounds on the values the readers accept (trace_core.traces.logprobs' MAX_NATS, TOP_K_MASS_TOLERANCE,
 MAX_ENTROPY_NATS, ENTROPY_TOLERANCE), and the response importer's choice of answer.
 
 Each impossible value is checked through the library (``trace_from_openai``) and through ``read_dataset`` on a small
@@ -18,13 +18,13 @@ import pytest
 
 from trace_core import read_dataset
 from trace_core.data import DatasetWarning, trace_from_openai, write_dataset
-from trace_core.logprobs import (
+from trace_core.traces.logprobs import (
     ENTROPY_TOLERANCE,
     MAX_ENTROPY_NATS,
     MAX_NATS,
     TOP_K_MASS_TOLERANCE,
 )
-from trace_core.logprobs import (
+from trace_core.traces.logprobs import (
     __all__ as LOGPROBS_ALL,
 )
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trace_core import align
-from trace_core.align import Alignment, align_tokens, divergence_summary
+from trace_core.traces import align
+from trace_core.traces.align import Alignment, align_tokens, divergence_summary
 
 token = st.one_of(st.text(alphabet="ab 7<\u202e\n", max_size=3), st.sampled_from(["", "xy", " 76", "é"]))
 tokens = st.lists(token, max_size=25)

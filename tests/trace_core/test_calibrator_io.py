@@ -12,8 +12,8 @@ import pytest
 from helpers import random_traces
 
 from trace_core import IsotonicCalibrator, PlattCalibrator, TracePlus, calibrator_from_json, trace_confidence
-from trace_core.calibrate import load_calibrator
-from trace_core.calibrator_io import MAX_CALIBRATOR_BYTES
+from trace_core.calibration.calibrators import load_calibrator
+from trace_core.calibration.reading import MAX_CALIBRATOR_BYTES
 
 PAGE = Path(__file__).resolve().parents[2] / "pages" / "flag.py"
 
@@ -288,7 +288,7 @@ def test_flag_page_refuses_hostile_calibrators_and_keeps_the_previous_one(fitted
 def _from(traces, **meta):
     import dataclasses
 
-    from trace_core.trace import TraceMetadata
+    from trace_core.traces.trace import TraceMetadata
 
     return [dataclasses.replace(t, metadata=TraceMetadata(**meta)) for t in traces]
 

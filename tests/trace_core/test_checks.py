@@ -1,4 +1,4 @@
-"""trace_core._checks: the one set of input checks (wrong type -> TypeError, out of range -> ValueError)."""
+"""trace_core.checks: the one set of input checks (wrong type -> TypeError, out of range -> ValueError)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from trace_core._checks import (
+from trace_core.checks import (
     MAX_ECHO,
     as_1d,
     check_bool,

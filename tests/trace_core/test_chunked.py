@@ -9,10 +9,10 @@ import pytest
 from helpers import random_traces
 
 from trace_core import EvaluationConfig, TraceTable, evaluate, evaluate_arrays, synthetic_traces
-from trace_core.chunked import answer_ranges, chunked_protocol_inputs
-from trace_core.evaluate import protocol_inputs
-from trace_core.operators import Ragged, float64
-from trace_core.score import stack_traces
+from trace_core.evaluation.chunked import answer_ranges, chunked_protocol_inputs
+from trace_core.evaluation.run import protocol_inputs
+from trace_core.methods.operators import Ragged, float64
+from trace_core.methods.risk import stack_traces
 
 
 def _same_inputs(a, b) -> None:
@@ -79,7 +79,7 @@ def test_float32_inputs_are_kept_and_read_as_float64():
 
 
 def test_evaluate_on_a_table_is_unchanged_by_chunking(monkeypatch):
-    import trace_core.chunked as chunked
+    import trace_core.evaluation.chunked as chunked
 
     traces = random_traces(300, seed=6)
     labels = np.random.default_rng(6).integers(0, 2, size=300)

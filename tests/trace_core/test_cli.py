@@ -12,8 +12,8 @@ import pytest
 
 from trace_core.cli import main
 from trace_core.data import read_dataset, write_dataset
-from trace_core.synthetic import synthetic_traces
-from trace_core.trace import Trace
+from trace_core.traces.synthetic import synthetic_traces
+from trace_core.traces.trace import Trace
 
 
 @pytest.fixture
@@ -272,7 +272,7 @@ def test_group_by_reports_skipped_splits_per_group_as_plain_lines(labeled_file, 
 
 
 def test_evaluate_on_traces_without_entropy_says_what_the_data_held(tmp_path, capsys):
-    from trace_core.trace import TraceMetadata
+    from trace_core.traces.trace import TraceMetadata
 
     s, _, y = synthetic_traces(150, kind="surprisal_spike", mean_length=20, seed=4)
     traces = [Trace(prompt=f"q{i}", answer="".join(f" w{j}" for j in range(len(si))), token_ids=np.arange(len(si)),

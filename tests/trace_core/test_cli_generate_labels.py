@@ -16,7 +16,7 @@ from helpers import make_trace
 
 from trace_core.cli import common, main
 from trace_core.data import TRACE_COLUMNS, label_from_reference, read_dataset, write_dataset
-from trace_core.trace import Trace
+from trace_core.traces.trace import Trace
 
 # What the stand-in model answers to each prompt.
 ANSWERS = {"Q: 2 + 2 =": " 5", "Q: 3 + 4 =": " 7", "Q: capital of France?": " It is Paris.", "Q: 10 / 4 =": " 2.5"}

@@ -13,7 +13,7 @@ from helpers import make_trace, synthetic_trace_objects
 from trace_core import EvaluationConfig, evaluate, write_dataset
 from trace_core.cli import main
 from trace_core.cli._support import cli_words, plain_warnings
-from trace_core.evaluate import AnswerValueError
+from trace_core.evaluation.run import AnswerValueError
 from trace_core.policy import usable_rows
 
 
@@ -116,7 +116,7 @@ def test_overflowing_values_name_the_answer_and_the_cli_names_the_file_row(label
     # The command line maps the position to the file's row (the reader bounds values, so inject the failure).
     import sys
 
-    evaluate_module = sys.modules["trace_core.evaluate"]  # the package's `evaluate` is the function
+    evaluate_module = sys.modules["trace_core.evaluation.run"]
 
     def failing(traces, labels, **kwargs):
         raise AnswerValueError(2, "makes SeqLogP's score non-finite")

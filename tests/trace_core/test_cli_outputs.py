@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from helpers import synthetic_trace_objects
 
-from trace_core.calibrate import TracePlus
+from trace_core.calibration.calibrators import TracePlus
 from trace_core.cli import common, generate, main
 from trace_core.data import write_dataset
-from trace_core.trace import Trace
+from trace_core.traces.trace import Trace
 
 
 def _traces(n: int = 40) -> tuple[list[Trace], np.ndarray]:
@@ -179,7 +179,7 @@ def test_flag_refuses_input_columns_named_like_its_output(columns, files, capsys
     def no_scoring(*args, **kwargs):
         raise AssertionError("scored before the columns were checked")
 
-    monkeypatch.setattr("trace_core.flag.score_rows", no_scoring)
+    monkeypatch.setattr("trace_core.flagging.flag.score_rows", no_scoring)
     assert main(_flag(files, str(out), data=str(data))) == 1
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(f"error: {data}: has column(s) ") and "rename them" in err

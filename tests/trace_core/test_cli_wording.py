@@ -113,7 +113,7 @@ def test_flag_names_an_answer_it_cannot_score_by_its_row(labeled, tmp_path, caps
     the first row is rejected, so position 2 of the rows kept is the file's row 4."""
     import importlib
 
-    from trace_core.evaluate import AnswerValueError
+    from trace_core.evaluation.run import AnswerValueError
 
     assert main(["fit", str(labeled / "all.jsonl"), "--out", str(tmp_path / "cal.json"), "--quiet"]) == 0
     frame = pd.read_json(labeled / "all.jsonl", lines=True)
@@ -126,7 +126,7 @@ def test_flag_names_an_answer_it_cannot_score_by_its_row(labeled, tmp_path, caps
     def failing(frame, traces, calibrator):
         raise AnswerValueError(2, "has a non-finite feature")
 
-    monkeypatch.setattr(importlib.import_module("trace_core.flag"), "score_rows", failing)
+    monkeypatch.setattr(importlib.import_module("trace_core.flagging.flag"), "score_rows", failing)
     target, out = (tmp_path / "in", tmp_path / "out") if sharded else (data, tmp_path / "flagged.csv")
     assert main(["flag", str(target), "--calibrator", str(tmp_path / "cal.json"), "--threshold", "0.5", "--out",
                  str(out), "--quiet"]) == 1

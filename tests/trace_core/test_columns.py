@@ -1,4 +1,4 @@
-"""The trace-column codec (trace_core.columns) and the response importers' table (trace_core.data.responses):
+"""The trace-column codec (trace_core.traces.columns) and the response importers' table (trace_core.data.responses):
 one registry of columns, one tolerance for log-prob signs shared with Trace, and errors that name the right column.
 
 The tests marked "regression" use only the public API, so they can be run against an older trace_core too.
@@ -20,7 +20,7 @@ from trace_core.data import (
     traces_to_columns,
     write_dataset,
 )
-from trace_core.trace import LOGPROB_TOLERANCE
+from trace_core.traces.trace import LOGPROB_TOLERANCE
 
 
 def read_jsonl_rows(*rows: dict):
@@ -104,7 +104,7 @@ def test_regression_huge_integer_and_non_list_rows_are_row_errors_not_crashes():
 # --------------------------------------------------------------------------------------------------
 
 def test_one_registry_gives_the_column_names_and_what_is_written():
-    from trace_core.columns import COLUMNS
+    from trace_core.traces.columns import COLUMNS
 
     assert TRACE_COLUMNS == tuple(c.name for c in COLUMNS) == (
         "tokens", "token_ids", "surprisal", "logprobs", "entropy", "top_ids", "top_logprobs", "top_tokens", "ranks",
@@ -122,7 +122,7 @@ def test_arrow_types_come_from_the_registry(tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    from trace_core.columns import COLUMNS
+    from trace_core.traces.columns import COLUMNS
 
     trace = read_jsonl_rows(trace_row(top_logprobs=[[-0.1], [-0.2]], top_tokens=[["a"], ["b"]],
                                       ranks=[1, 2])).traces[0]
@@ -141,7 +141,7 @@ def test_arrow_types_come_from_the_registry(tmp_path):
 
 
 def test_a_trace_error_the_reader_misses_is_reported_against_its_own_column():
-    from trace_core.columns import _column_named_in
+    from trace_core.traces.columns import _column_named_in
 
     assert _column_named_in("`top_logprobs` must be log-probabilities (<= 0, not NaN)") == "top_logprobs"
     assert _column_named_in("`tokens[3]` must be a str, got int") == "tokens"

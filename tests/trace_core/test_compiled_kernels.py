@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import trace_core.metrics.kernels as kernels
-from trace_core import logistic
-from trace_core.fitted_baselines import FITTED_BASELINES, ces_confidence, feature_ranks
-from trace_core.logistic import fit_logistic, fit_logistic_1d, standardised_logistic
+from trace_core.methods import logistic
+from trace_core.methods.fitted_baselines import FITTED_BASELINES, ces_confidence, feature_ranks
+from trace_core.methods.logistic import fit_logistic, fit_logistic_1d, standardised_logistic
 
 REFERENCE = Path(__file__).resolve().parents[1] / "data" / "protocol_reference.json"
 
@@ -134,7 +134,7 @@ def test_the_radix_sort_gives_numpy_s_stable_order(n):
 
 @pytest.mark.parametrize("kind", ["normal", "near_ties", "rounded"])
 def test_the_isotonic_runs_loop_gives_the_numpy_thresholds_bit_for_bit(kind):
-    from trace_core.calibrate import IsotonicCalibrator
+    from trace_core.calibration.calibrators import IsotonicCalibrator
 
     rng = np.random.default_rng(7)
     x = {"normal": rng.normal(size=3000), "near_ties": 0.5 + rng.integers(0, 12, 3000) * 2.2e-16,
@@ -173,7 +173,7 @@ def test_the_brier_and_ece_loop_gives_the_numpy_numbers_bit_for_bit(order, n, n_
 
 
 def test_the_platt_loop_gives_the_numpy_probabilities_bit_for_bit():
-    from trace_core.calibrate import PlattCalibrator
+    from trace_core.calibration.calibrators import PlattCalibrator
 
     z, y = _skewed(4000, 5)
     model = PlattCalibrator().fit(z, y.astype(np.int64))
@@ -183,7 +183,7 @@ def test_the_platt_loop_gives_the_numpy_probabilities_bit_for_bit():
 
 
 def test_the_split_loop_gives_the_numpy_parts():
-    from trace_core.protocol import Ascending
+    from trace_core.evaluation.protocol import Ascending
 
     rng = np.random.default_rng(4)
     raw = np.round(rng.normal(size=5000), 2)
@@ -198,8 +198,8 @@ def test_the_split_loop_gives_the_numpy_parts():
 
 @pytest.mark.parametrize("distinct", [5, 400, 6000])
 def test_a_fitted_score_s_rankings_equal_rank_groups_bit_for_bit(distinct):
+    from trace_core.evaluation.protocol import ranking_of_scores
     from trace_core.metrics import RankGroups
-    from trace_core.protocol import ranking_of_scores
 
     rng = np.random.default_rng(distinct)
     score = rng.integers(0, distinct, 6000) / distinct - 0.5  # ties (CES's scores are counts over a part)
@@ -222,7 +222,7 @@ def test_preload_loads_every_compiled_loop():
               for name in re.findall(r"\bcompiled\((\w+)\)", path.read_text(encoding="utf-8"))}
     assert {"platt_loop", "split_ascending_loop", "singletons_loop"} <= wanted
     code = ("import trace_core.metrics.kernels as k\n"
-            "from trace_core.scalar_calibration import preload\n"
+            "from trace_core.calibration.scalar import preload\n"
             "preload()\n"
             "print(' '.join(f.__name__ for f, c in k._compiled_loops.items() if c is not None and c.signatures))\n"
             "print(bool(k.compiled_sums().brier_and_ece.signatures))")

@@ -1,4 +1,4 @@
-"""The drift check (trace_core.drift): its p-values against scipy, its false-alarm rate and power measured by
+"""The drift check (trace_core.calibration.drift): its p-values against scipy, its false-alarm rate and power measured by
 simulation, the summary a calibrator keeps (bounded, checked on load, absent from older files), the command line's
 line and the Flag page's warning."""
 
@@ -13,8 +13,8 @@ import pytest
 from helpers import flag_page_after_calibrate, synthetic_trace_objects
 
 from trace_core import TracePlus, calibrator_from_json
-from trace_core.calibrate import ScoreCalibrator, check_drift
-from trace_core.drift import (
+from trace_core.calibration.calibrators import ScoreCalibrator, check_drift
+from trace_core.calibration.drift import (
     ALPHA,
     BINS,
     MIN_ANSWERS,
@@ -384,7 +384,7 @@ def test_the_flag_page_warns_when_the_answers_drift_and_says_so_briefly_when_not
 
 def test_where_new_answers_crowd_is_the_largest_excess_over_every_run_of_bins():
     """:func:`_crowded` against every run of adjacent bins, on random counts."""
-    from trace_core.drift import _crowded
+    from trace_core.calibration.drift import _crowded
 
     rng = np.random.default_rng(8)
     for _ in range(300):

@@ -7,8 +7,9 @@ import pandas as pd
 import pytest
 from helpers import random_traces
 
-from trace_core.calibrate import TracePlus
-from trace_core.evaluate import (
+from trace_core.calibration.calibrators import TracePlus
+from trace_core.evaluation.protocol import draw_splits
+from trace_core.evaluation.run import (
     EvaluationConfig,
     EvaluationResult,
     HeldOut,
@@ -17,11 +18,10 @@ from trace_core.evaluate import (
     evaluate_arrays,
     method_names,
 )
-from trace_core.features import feature_matrix_from_arrays
+from trace_core.methods.features import feature_matrix_from_arrays
+from trace_core.methods.operators import Ragged
 from trace_core.metrics import auroc
-from trace_core.operators import Ragged
-from trace_core.protocol import draw_splits
-from trace_core.synthetic import synthetic_traces
+from trace_core.traces.synthetic import synthetic_traces
 
 FAST = EvaluationConfig(n_splits=5)
 
@@ -184,10 +184,10 @@ def test_scalar_calibrators_are_fitted_on_the_documented_transform():
     a logistic regression on the summed log-probability."""
     from sklearn.linear_model import LogisticRegression
 
+    from trace_core.evaluation.protocol import draw_splits as splits_of
+    from trace_core.methods.operators import segment_mean
+    from trace_core.methods.registry import METHODS
     from trace_core.metrics import brier_score
-    from trace_core.operators import segment_mean
-    from trace_core.protocol import draw_splits as splits_of
-    from trace_core.registry import METHODS
 
     s, h, y = synthetic_traces(1500, kind="length", mean_length=60, seed=4)
     config = EvaluationConfig(n_splits=1, metrics=("brier",))
@@ -204,7 +204,7 @@ def test_scalar_calibrators_are_fitted_on_the_documented_transform():
 def test_methods_on_threads_give_the_very_numbers_of_one_thread(monkeypatch):
     import importlib
 
-    module = importlib.import_module("trace_core.protocol")
+    module = importlib.import_module("trace_core.evaluation.protocol")
     s, h, y = synthetic_traces(3000, kind="spike", mean_length=12, seed=2)
     config = EvaluationConfig(n_splits=3)
     monkeypatch.setattr(module, "THREADS_FROM", 0)
@@ -221,7 +221,7 @@ def test_overlapping_threaded_evaluations_restore_the_blas_threads():
     import importlib
 
     threadpoolctl = pytest.importorskip("threadpoolctl")
-    module = importlib.import_module("trace_core.protocol")
+    module = importlib.import_module("trace_core.evaluation.protocol")
 
     def blas_threads():
         return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
@@ -243,9 +243,9 @@ def test_isotonic_values_of_every_split_equal_scikit_learn_fitted_on_that_split(
     which the protocol sums them (each part in ascending score order)."""
     from sklearn.isotonic import IsotonicRegression
 
-    from trace_core.baselines import baseline_scores
+    from trace_core.evaluation.protocol import draw_splits as splits_of
+    from trace_core.methods.baselines import baseline_scores
     from trace_core.metrics import brier_score, expected_calibration_error
-    from trace_core.protocol import draw_splits as splits_of
 
     name = "High-Prob Token Rate"  # calibrated on the identity: the score itself
     s, h, y = synthetic_traces(900, kind="spike", mean_length=20, seed=7)
@@ -269,8 +269,8 @@ def test_rankings_from_a_part_in_score_order_equal_rank_groups_number_for_number
     from trace_core.metrics import RankGroups
 
     monkeypatch.setattr(kernels, "USE_COMPILED", False)
-    from trace_core.protocol import Ascending as _Ascending
-    from trace_core.protocol import ranking_part as _ranking_part
+    from trace_core.evaluation.protocol import Ascending as _Ascending
+    from trace_core.evaluation.protocol import ranking_part as _ranking_part
 
     rng = np.random.default_rng(3)
     raw = rng.normal(size=2000)
@@ -294,7 +294,7 @@ def test_a_transform_that_ties_distinct_scores_ranks_by_the_raw_score(monkeypatc
     score: the rankings then count the raw score's own groups, with the same numbers as otherwise."""
     import dataclasses
 
-    from trace_core.protocol import Ascending as _Ascending
+    from trace_core.evaluation.protocol import Ascending as _Ascending
 
     raw = np.array([3e-320, 1e-320, 2e-320, 0.5, 0.25])  # below the log floor: one transformed value
     assert not _Ascending.of(raw, np.log(np.maximum(raw, np.finfo(float).tiny)), np.zeros(5, np.int64)).contiguous
@@ -363,7 +363,7 @@ def test_input_errors():
 def test_tiny_unstratified_data_skips_one_class_splits_with_a_warning():
     traces = random_traces(12, seed=1)
     y = np.array([1] * 10 + [0, 0])
-    from trace_core.evaluate import SkippedSplitsWarning
+    from trace_core.evaluation.run import SkippedSplitsWarning
 
     with pytest.warns(SkippedSplitsWarning, match="splits skipped") as caught:
         result = evaluate(traces, y, config=EvaluationConfig(n_splits=20), methods=["TRACE"])

@@ -8,9 +8,9 @@ import pytest
 from helpers import random_traces
 
 from trace_core import Trace, TraceMetadata
-from trace_core.evaluate import EvaluationConfig, data_note, evaluate, evaluate_arrays
-from trace_core.registry import METHODS
-from trace_core.synthetic import synthetic_traces
+from trace_core.evaluation.run import EvaluationConfig, data_note, evaluate, evaluate_arrays
+from trace_core.methods.registry import METHODS
+from trace_core.traces.synthetic import synthetic_traces
 
 FAST = EvaluationConfig(n_splits=3)
 

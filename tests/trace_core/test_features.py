@@ -7,7 +7,7 @@ import pytest
 from helpers import make_trace, random_traces
 
 from trace_core import FEATURE_SETS, feature_matrix, feature_names, trace_risk
-from trace_core.features import feature_matrix_from_arrays, needs_entropy
+from trace_core.methods.features import feature_matrix_from_arrays, needs_entropy
 
 
 def naive_features(trace):
@@ -92,7 +92,7 @@ def test_feature_names_are_unique_within_every_set_and_needs_entropy_is_right():
 
 def test_surprisal_set_reads_no_entropy():
     traces = random_traces(20, seed=2, max_len=9)
-    from trace_core.score import stack_traces
+    from trace_core.methods.risk import stack_traces
 
     s, h = stack_traces(traces)
     np.testing.assert_array_equal(feature_matrix_from_arrays(s, feature_set="surprisal"),

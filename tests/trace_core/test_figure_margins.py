@@ -9,7 +9,7 @@ import pytest
 
 pio = pytest.importorskip("plotly.io")
 
-from trace_core.figures import reliability_figure, risk_coverage_figure, roc_figure  # noqa: E402
+from trace_core.report.figures import reliability_figure, risk_coverage_figure, roc_figure  # noqa: E402
 
 
 @pytest.mark.parametrize("template", ["none", "plotly"])

@@ -11,9 +11,9 @@ import pytest
 from helpers import make_trace
 
 from trace_core import Trace
-from trace_core.baselines import BASELINES, compute_baselines
-from trace_core.evaluate import EvaluationConfig, evaluate, evaluate_arrays
-from trace_core.fitted_baselines import (
+from trace_core.evaluation.run import EvaluationConfig, evaluate, evaluate_arrays
+from trace_core.methods.baselines import BASELINES, compute_baselines
+from trace_core.methods.fitted_baselines import (
     FITTED_BASELINES,
     TopK,
     ces_confidence,
@@ -23,8 +23,8 @@ from trace_core.fitted_baselines import (
     trace_profile_features,
     wepr_features,
 )
-from trace_core.operators import Ragged
-from trace_core.registry import METHODS, method_names
+from trace_core.methods.operators import Ragged
+from trace_core.methods.registry import METHODS, method_names
 
 
 def _trace(top_probs, surprisal=None, entropy=None) -> Trace:

@@ -8,7 +8,7 @@ import pytest
 from helpers import make_trace, random_traces
 
 from trace_core import PlattCalibrator, TracePlus, explain_trace, trace_confidence
-from trace_core.flag import score_rows, select_flagged, spike_context, spike_groups, threshold_for_risk
+from trace_core.flagging.flag import score_rows, select_flagged, spike_context, spike_groups, threshold_for_risk
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,7 @@ def test_no_spike_gives_empty_cells():
 
 def test_score_rows_on_traces_without_entropy_uses_the_named_surprisal_only_variant():
     from trace_core import Trace, TraceMetadata
-    from trace_core.score import SURPRISAL_ONLY_CONFIG
+    from trace_core.methods.risk import SURPRISAL_ONLY_CONFIG
 
     full = random_traces(30, seed=5, min_len=2)
     bare = [Trace(prompt=t.prompt, answer=t.answer, token_ids=t.token_ids, tokens=t.tokens, surprisal=t.surprisal,
@@ -149,8 +149,8 @@ def test_out_of_fold_probabilities_come_from_fits_without_each_answer():
     from helpers import random_traces
     from sklearn.metrics import roc_auc_score
 
-    from trace_core.calibrate import TracePlus
-    from trace_core.flag import out_of_fold_probabilities
+    from trace_core.calibration.calibrators import TracePlus
+    from trace_core.flagging.flag import out_of_fold_probabilities
 
     traces = random_traces(150, seed=11)
     y = np.random.default_rng(0).integers(0, 2, 150)  # labels unrelated to the traces

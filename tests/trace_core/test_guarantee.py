@@ -1,4 +1,4 @@
-"""Flagging with a guarantee (trace_core.guarantee): Learn-then-Test with fallback tests on labeled calibration
+"""Flagging with a guarantee (trace_core.flagging.guarantee): Learn-then-Test with fallback tests on labeled calibration
 answers, checked by hand on small cases and by simulation over thousands of redrawn calibration sets from known
 distributions (confident mistakes among the most confident answers included)."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from trace_core.flag import threshold_for_risk
-from trace_core.guarantee import GRID, fallback_starts, guaranteed_threshold, needed
+from trace_core.flagging.flag import threshold_for_risk
+from trace_core.flagging.guarantee import GRID, fallback_starts, guaranteed_threshold, needed
 
 REDRAWS = 2_000
 TOP = 0.97  # "confident_top": the answers with p above it are right only 70% of the time
@@ -314,7 +314,7 @@ def test_cli_group_by_certifies_each_group_and_keeps_by_its_threshold(files, cap
     from trace_core import TracePlus, write_dataset
     from trace_core.cli import main
     from trace_core.data import read_dataset
-    from trace_core.guarantee import guaranteed_thresholds
+    from trace_core.flagging.guarantee import guaranteed_thresholds
 
     folder = files["folder"]
 
@@ -383,7 +383,7 @@ def test_cli_warns_when_the_labeled_answers_repeat_prompts(files, capsys):
 
 
 def test_repeated_prompts_note_counts_repeats_only():
-    from trace_core.guarantee import repeated_prompts_note
+    from trace_core.flagging.guarantee import repeated_prompts_note
 
     assert repeated_prompts_note(["a", "b", "c"]) is None and repeated_prompts_note([]) is None
     assert repeated_prompts_note(["a", "b", "a", "a"]).startswith("2 labeled answers repeat")

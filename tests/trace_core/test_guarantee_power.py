@@ -51,7 +51,7 @@ def test_per_group_guarantees_hold_together_over_redrawn_sets():
     """Each group certified at delta / G: over redrawn calibration sets, the share of draws where some group's kept
     answers have a true risk above alpha stays within delta (+ 3 standard errors), while the pooled threshold lets
     the weak group's kept answers exceed alpha in most draws (the pooled rate hides it)."""
-    from trace_core.guarantee import guaranteed_threshold, guaranteed_thresholds
+    from trace_core.flagging.guarantee import guaranteed_threshold, guaranteed_thresholds
 
     rng = np.random.default_rng(7)
     alpha, delta, draws, n = 0.2, 0.1, 300, 1500
@@ -76,7 +76,7 @@ def test_per_group_guarantees_hold_together_over_redrawn_sets():
 
 
 def test_per_group_guarantee_checks_its_input():
-    from trace_core.guarantee import guaranteed_thresholds
+    from trace_core.flagging.guarantee import guaranteed_thresholds
 
     with pytest.raises(ValueError, match="`groups` has 2 values for 3 answers"):
         guaranteed_thresholds([0.1, 0.5, 0.9], [0, 1, 1], ["a", "b"], max_risk=0.2)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trace_core import operators as ops
+from trace_core.methods import operators as ops
 
 # Hand-computed values -------------------------------------------------------------------------------------------
 

@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trace_core.evaluate import EvaluationConfig, evaluate_arrays
-from trace_core.paired import BEST_BASELINE, average_paired, paired_comparison
-from trace_core.registry import REFERENCE
-from trace_core.results import EvaluationResult, summarise
-from trace_core.verdict import reference_sentence
+from trace_core.evaluation.paired import BEST_BASELINE, average_paired, paired_comparison
+from trace_core.evaluation.results import EvaluationResult, summarise
+from trace_core.evaluation.run import EvaluationConfig, evaluate_arrays
+from trace_core.evaluation.verdict import reference_sentence
+from trace_core.methods.registry import REFERENCE
 
 METHODS = ["TRACE+", "TRACE", "SeqLogP", "MinProb", "Mean Entropy", REFERENCE]
 
@@ -157,7 +157,7 @@ def test_a_constant_baseline_with_tiny_ece_is_marked_and_never_bolded():
 
 
 def test_protocol_marks_a_constant_score_and_never_chooses_it():
-    from trace_core.synthetic import synthetic_traces
+    from trace_core.traces.synthetic import synthetic_traces
 
     s, h, y = synthetic_traces(600, kind="surprisal_spike", mean_length=60, seed=2)
     config = EvaluationConfig(n_splits=4, metrics=("ece", "auroc"))
@@ -173,7 +173,7 @@ def test_the_indexed_tables_equal_a_pandas_pivot_with_holes_nans_and_repeated_sp
     """`_Values.wide` (plain dictionaries and numpy) against the pivot it replaced: the first value of a repeated
     split, NaN where a method lacks a split, splits ascending, the first non-NaN value where a method has values
     under two calibrators."""
-    from trace_core.paired import _Values
+    from trace_core.evaluation.paired import _Values
 
     rng = np.random.default_rng(3)
     rows = [(int(split), method, metric, calibrator, float(rng.normal()))

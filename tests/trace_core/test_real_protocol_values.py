@@ -42,12 +42,12 @@ def test_every_split_value_on_small_real_answers_equals_independent_code():
     from sklearn.metrics import average_precision_score, brier_score_loss, roc_auc_score
 
     from trace_core import EvaluationConfig, evaluate, read_dataset
-    from trace_core.baselines import compute_baselines
-    from trace_core.calibrate import TracePlus
+    from trace_core.calibration.calibrators import TracePlus
     from trace_core.data import parse_beam_logprobs
-    from trace_core.logistic import transform_scores
-    from trace_core.protocol import draw_splits
-    from trace_core.registry import METHODS
+    from trace_core.evaluation.protocol import draw_splits
+    from trace_core.methods.baselines import compute_baselines
+    from trace_core.methods.logistic import transform_scores
+    from trace_core.methods.registry import METHODS
 
     dataset = read_dataset(DATA)
     rows = np.flatnonzero(dataset.frame["family"].to_numpy() == "arithmetic")

@@ -1,4 +1,4 @@
-"""trace_core.registry: typed metric specs and method descriptors, the one description of what is compared."""
+"""trace_core.methods.registry: typed metric specs and method descriptors, the one description of what is compared."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 import trace_core
-from trace_core.baselines import BASELINES
-from trace_core.features import FEATURE_SETS
-from trace_core.fitted_baselines import FITTED_BASELINES
-from trace_core.registry import METHODS, METRICS, REFERENCE, Method, MetricSpec, get_method, method_names
+from trace_core.methods.baselines import BASELINES
+from trace_core.methods.features import FEATURE_SETS
+from trace_core.methods.fitted_baselines import FITTED_BASELINES
+from trace_core.methods.registry import METHODS, METRICS, REFERENCE, Method, MetricSpec, get_method, method_names
 
 
 def test_metric_specs_say_direction_and_input():
@@ -51,7 +51,7 @@ def test_methods_are_trace_plus_trace_every_baseline_and_the_reference_in_order(
 
 
 def test_entropy_needs_and_surprisal_only_variants():
-    from trace_core.features import needs_entropy
+    from trace_core.methods.features import needs_entropy
 
     assert METHODS["TRACE"].surprisal_only == "TRACE (surprisal-only)"
     assert METHODS["TRACE+"].surprisal_only == "TRACE+ (surprisal-only)"
@@ -101,7 +101,7 @@ def test_the_package_exports_the_registries():
         assert name in trace_core.__all__ and hasattr(trace_core, name)
     assert trace_core.METRICS is METRICS and trace_core.METHODS is METHODS
     assert trace_core.Method is Method and trace_core.MetricSpec is MetricSpec
-    from trace_core.evaluate import method_names as from_evaluate
+    from trace_core.evaluation.run import method_names as from_evaluate
 
     assert from_evaluate is method_names
 

@@ -12,7 +12,8 @@ from helpers import make_trace
 
 from trace_core.cli import main
 from trace_core.data import write_dataset
-from trace_core.evaluate import (
+from trace_core.evaluation.results import UNINFORMATIVE, report_markdown
+from trace_core.evaluation.run import (
     TRUNCATED_SHARE,
     EvaluationConfig,
     TruncatedDistributionWarning,
@@ -20,9 +21,8 @@ from trace_core.evaluate import (
     evaluate,
     evaluate_arrays,
 )
-from trace_core.results import UNINFORMATIVE, report_markdown
-from trace_core.score import stack_traces
-from trace_core.trace import Trace, TraceMetadata
+from trace_core.methods.risk import stack_traces
+from trace_core.traces.trace import Trace, TraceMetadata
 
 CONFIG = EvaluationConfig(n_splits=3, stratified=True)
 

@@ -1,4 +1,4 @@
-"""The HTML report (trace_core.report, `trace-core evaluate --report`): the tables' numbers, the verdict, every data
+"""The HTML report (trace_core.report.html, `trace-core evaluate --report`): the tables' numbers, the verdict, every data
 text escaped, settings, versions and provenance; refused before any work when the name is wrong."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from helpers import random_traces
 
 from trace_core import EvaluationConfig, evaluate
 from trace_core.cli import main
-from trace_core.report import report_html
-from trace_core.results import average_results
+from trace_core.evaluation.results import average_results
+from trace_core.report.html import report_html
 
 HOSTILE = "<script>window.__pwned=1</script>"
 
@@ -74,7 +74,7 @@ def test_figures_show_the_baselines_the_verdict_names_first():
     """figure_baselines: for Brier and AUROC, the baseline chosen most often on the calibration parts (the first the
     verdict names), then SeqLogP and Mean Entropy; without TRACE+ the same choice is read from TRACE's comparison."""
     from trace_core import evaluate_arrays, synthetic_traces
-    from trace_core.report import FIGURE_BASELINES, figure_baselines
+    from trace_core.report.html import FIGURE_BASELINES, figure_baselines
 
     surprisal, entropy, labels = synthetic_traces(600, seed=1)
     config = EvaluationConfig(n_splits=4)

@@ -12,7 +12,7 @@ from helpers import random_traces, synthetic_trace_objects
 
 from trace_core import EvaluationConfig, evaluate
 from trace_core.data import read_dataset, write_dataset
-from trace_core.evaluate import ProtocolInputs, evaluate_scores
+from trace_core.evaluation.run import ProtocolInputs, evaluate_scores
 from trace_core.scale import list_shards
 from trace_core.scale.compact import concat_compact, merge_entropy_summaries
 from trace_core.scale.evaluate import evaluate_shards, read_compact
@@ -104,7 +104,7 @@ def test_a_bad_row_is_named_by_shard_and_row_and_its_shard_keeps_the_others(tmp_
 
 
 def test_shards_with_and_without_entropy_score_every_answer_without_it_as_one_file_does(tmp_path):
-    from trace_core.trace import TraceMetadata
+    from trace_core.traces.trace import TraceMetadata
 
     traces, y = synthetic_trace_objects(400, seed=6)
     no_entropy = [t.__class__(prompt=t.prompt, answer=t.answer, token_ids=t.token_ids, tokens=t.tokens,

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 from helpers import synthetic_trace_objects
 
-from trace_core.calibrate import TracePlus
+from trace_core.calibration.calibrators import TracePlus
 from trace_core.data import read_dataset, write_dataset
-from trace_core.flag import score_rows, select_flagged
+from trace_core.flagging.flag import score_rows, select_flagged
 from trace_core.scale import list_shards, run_shards
 from trace_core.scale.flag import FLAGGED_COLUMN, ShardFlagger, flag_decisions, score_shard
 

@@ -57,7 +57,7 @@ def test_a_shard_that_cannot_be_read_on_a_worker_is_named_on_the_driver(shards, 
 def test_evaluate_and_flag_with_engine_ray_print_and_write_what_stream_does(shards, tmp_path, capsys):
     import json
 
-    from trace_core.calibrate import TracePlus
+    from trace_core.calibration.calibrators import TracePlus
     from trace_core.cli import main
     from trace_core.data import read_dataset
 

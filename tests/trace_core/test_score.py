@@ -94,7 +94,7 @@ def test_config_changes_weights_and_validates():
 
 
 def test_single_trace_must_be_wrapped_for_batch_helpers():
-    from trace_core.score import stack_traces
+    from trace_core.methods.risk import stack_traces
 
     with pytest.raises(TypeError, match="wrap a single trace"):
         stack_traces(make_trace([1.0]))
@@ -102,7 +102,7 @@ def test_single_trace_must_be_wrapped_for_batch_helpers():
 
 def test_stack_traces_gives_no_entropy_batch_when_a_trace_has_none():
     from trace_core import Trace, TraceMetadata
-    from trace_core.score import SURPRISAL_ONLY_CONFIG, stack_traces
+    from trace_core.methods.risk import SURPRISAL_ONLY_CONFIG, stack_traces
 
     absent = Trace(prompt="", answer="a", token_ids=[1], tokens=("a",), surprisal=[0.5], entropy=None,
                    top_ids=[], top_logprobs=[], metadata=TraceMetadata(entropy_source="absent"))
@@ -135,7 +135,7 @@ def naive_spikes(x, floor, margin, share):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_spike_indices_match_the_rule_written_out(seed):
-    from trace_core.score import spike_indices
+    from trace_core.methods.risk import spike_indices
 
     rng = np.random.default_rng(seed)
     for _ in range(200):
@@ -149,7 +149,7 @@ def test_spike_indices_match_the_rule_written_out(seed):
 
 
 def test_confident_answer_has_no_spike_and_spikes_follow_surprisal_only():
-    from trace_core.score import SPIKE_MIN_SURPRISAL, spike_indices
+    from trace_core.methods.risk import SPIKE_MIN_SURPRISAL, spike_indices
 
     confident = make_trace([0.0, 0.02, 0.01, 0.09], [0.3, 2.5, 0.2, 0.4])  # "1392": high entropy, likely tokens
     assert explain_trace(confident).spikes.tolist() == []
@@ -165,7 +165,7 @@ def test_confident_answer_has_no_spike_and_spikes_follow_surprisal_only():
 
 
 def test_spike_indices_validate_their_inputs():
-    from trace_core.score import spike_indices
+    from trace_core.methods.risk import spike_indices
 
     with pytest.raises(ValueError, match="1-D array of finite numbers"):
         spike_indices([[0.1, 0.2]])
@@ -251,7 +251,7 @@ def test_legacy_rule_marks_every_answer():
 @pytest.mark.slow
 def test_spike_constants_are_the_ones_chosen_on_the_validation_data():
     from bench.localisation import DEFAULT_VALIDATION, choose_rule, load_answers
-    from trace_core.score import SPIKE_MARGIN, SPIKE_MIN_SURPRISAL
+    from trace_core.methods.risk import SPIKE_MARGIN, SPIKE_MIN_SURPRISAL
 
     answers, _ = load_answers(DEFAULT_VALIDATION)
     choice = choose_rule(answers, "surprisal")
@@ -261,7 +261,7 @@ def test_spike_constants_are_the_ones_chosen_on_the_validation_data():
     always = choose_rule(answers, "surprisal", floors=[0.0], margins=[0.0])
     assert always.false_alarm == 1.0 and choice.objective > always.objective
     # The objective by hand: first wrong tokens marked minus the share of correct answers' tokens marked.
-    from trace_core.score import spike_indices
+    from trace_core.methods.risk import spike_indices
 
     wrong = [a for a in answers if a.first_wrong is not None]
     right = [a for a in answers if a.correct]

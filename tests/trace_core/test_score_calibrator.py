@@ -14,8 +14,7 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
 from trace_core import EvaluationConfig, ScoreCalibrator, Trace, TracePlus, evaluate, write_dataset
-from trace_core.baselines import compute_baselines
-from trace_core.calibrate import (
+from trace_core.calibration.calibrators import (
     CalibratorFormatError,
     calibrator_from_json,
     flaggable_methods,
@@ -25,10 +24,11 @@ from trace_core.calibrate import (
     unfitted_copy,
 )
 from trace_core.cli import main
-from trace_core.flag import FlagScore, best_flag_score, flag_scores, out_of_fold_probabilities, score_rows
-from trace_core.registry import METHODS
-from trace_core.score import trace_confidence
-from trace_core.trace import TraceMetadata
+from trace_core.flagging.flag import FlagScore, best_flag_score, flag_scores, out_of_fold_probabilities, score_rows
+from trace_core.methods.baselines import compute_baselines
+from trace_core.methods.registry import METHODS
+from trace_core.methods.risk import trace_confidence
+from trace_core.traces.trace import TraceMetadata
 
 
 def digit_changed(seed: int, n: int = 30) -> tuple[list[Trace], np.ndarray]:
@@ -199,7 +199,7 @@ def test_flagging_uses_the_score_and_out_of_fold_refits_it():
     np.testing.assert_array_equal(scored["probability_correct"].to_numpy(), model.predict_proba(traces))
     np.testing.assert_array_equal(probability_correct(model, traces), model.predict_proba(traces))
     held = out_of_fold_probabilities(traces, y, model, folds=4)
-    from trace_core.evaluate import stratified_folds
+    from trace_core.evaluation.run import stratified_folds
 
     fold = stratified_folds(y, 4)
     for k in range(4):

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trace_core.semantic import (
+from trace_core.methods.semantic import (
     EmbedderUnavailable,
     load_embedder,
     mars_confidence,
@@ -163,7 +163,7 @@ def test_token_relevance_batch_matches_single_and_batches_across_answers():
 
 
 def test_token_relevance_batch_chunks_many_answers(monkeypatch):
-    import trace_core.semantic as semantic
+    import trace_core.methods.semantic as semantic
 
     monkeypatch.setattr(semantic, "_TEXTS_PER_CHUNK", 10)
     answers = [["a", " b", " c"]] * 7  # 4 texts each: chunks of 3 answers (12 texts), 3 answers, 1 answer
@@ -199,7 +199,7 @@ def test_token_relevance_validation(call, error, match):
 
 
 def test_import_does_not_import_torch():
-    code = "import sys, trace_core.semantic; sys.exit(int('torch' in sys.modules or 'transformers' in sys.modules))"
+    code = "import sys, trace_core.methods.semantic; sys.exit(int('torch' in sys.modules or 'transformers' in sys.modules))"
     repo_root = Path(__file__).resolve().parents[2]  # so the subprocess imports this checkout
     assert subprocess.run([sys.executable, "-c", code], cwd=repo_root).returncode == 0
 
@@ -281,8 +281,8 @@ def test_semantic_baselines_run_on_traces_without_entropy():
     """TokenSAR and MARS-style read surprisal and token texts only: they run when the data hold no entropy, and give
     the same scores as with it."""
     from trace_core import Trace
-    from trace_core.baselines import BASELINES, NO_ENTROPY_REASON, compute_baselines
-    from trace_core.trace import TraceMetadata
+    from trace_core.methods.baselines import BASELINES, NO_ENTROPY_REASON, compute_baselines
+    from trace_core.traces.trace import TraceMetadata
 
     assert not BASELINES["TokenSAR"].needs_entropy and not BASELINES["MARS-style"].needs_entropy
     answers = [TOKENS[:4], ["12", " plus", " 7"], ["Yes"]]
@@ -306,8 +306,8 @@ def test_semantic_baselines_run_on_traces_without_entropy():
 def test_skipped_semantic_baselines_name_the_option_and_the_real_install_command():
     from helpers import random_traces
 
-    from trace_core.baselines import compute_baselines
     from trace_core.cli._support import cli_words as _cli_words
+    from trace_core.methods.baselines import compute_baselines
 
     scores = compute_baselines(random_traces(6, seed=1), names=["TokenSAR"])
     reason = scores.skipped["TokenSAR"]

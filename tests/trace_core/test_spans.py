@@ -12,7 +12,7 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 
 from trace_core import Trace, TraceMetadata, explain_trace
-from trace_core.spans import (
+from trace_core.methods.spans import (
     SPAN_FEATURES,
     Span,
     SpanCalibrator,
@@ -322,7 +322,14 @@ def test_score_rows_adds_the_riskiest_span_and_flags_by_it():
     import pandas as pd
 
     from trace_core import TracePlus
-    from trace_core.flag import OUTPUT_COLUMNS, SPAN_COLUMNS, previous_export, score_rows, select_flagged, unscored
+    from trace_core.flagging.flag import (
+        OUTPUT_COLUMNS,
+        SPAN_COLUMNS,
+        previous_export,
+        score_rows,
+        select_flagged,
+        unscored,
+    )
 
     traces, labels = _answers_with_a_wrong_name()
     frame = pd.DataFrame({"answer": [t.answer for t in traces]})
@@ -466,7 +473,7 @@ def test_mostly_other_script_counts_letters_as_a_plain_pass_over_every_character
     definition: a majority of the text's letters (str.isalpha) whose Unicode name is not LATIN."""
     import unicodedata
 
-    from trace_core.spans import mostly_other_script
+    from trace_core.methods.spans import mostly_other_script
 
     def plain(text):
         letters = [ch for ch in text if ch.isalpha()]

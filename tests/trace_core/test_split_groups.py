@@ -13,7 +13,7 @@ from helpers import synthetic_trace_objects
 from trace_core import EvaluationConfig, evaluate, evaluate_arrays, synthetic_traces
 from trace_core.cli import main
 from trace_core.data import write_dataset
-from trace_core.protocol import iter_splits, split_group_codes
+from trace_core.evaluation.protocol import iter_splits, split_group_codes
 
 
 def test_every_split_keeps_each_group_in_one_part_and_covers_every_answer():

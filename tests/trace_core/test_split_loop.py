@@ -11,11 +11,11 @@ import weakref
 import numpy as np
 import pytest
 
-from trace_core.evaluate import EvaluationConfig, evaluate_arrays
-from trace_core.splits import Splits, draw_splits
-from trace_core.synthetic import synthetic_traces
+from trace_core.evaluation.run import EvaluationConfig, evaluate_arrays
+from trace_core.evaluation.splits import Splits, draw_splits
+from trace_core.traces.synthetic import synthetic_traces
 
-protocol = importlib.import_module("trace_core.protocol")
+protocol = importlib.import_module("trace_core.evaluation.protocol")
 
 
 def _evaluate(n=1500, splits=4, **kwargs):
@@ -108,9 +108,9 @@ def test_the_kept_splits_are_the_drawn_ones_skipped_ones_counted():
 @pytest.mark.parametrize("threads_from", [0, 10**9])
 def test_a_released_methods_score_is_freed_after_its_run_and_the_users_inputs_are_left_whole(monkeypatch,
                                                                                             threads_from):
-    from trace_core.chunked import chunked_protocol_inputs
-    from trace_core.evaluate import evaluate_scores
-    from trace_core.results import split_frame
+    from trace_core.evaluation.chunked import chunked_protocol_inputs
+    from trace_core.evaluation.results import split_frame
+    from trace_core.evaluation.run import evaluate_scores
 
     monkeypatch.setattr(protocol, "THREADS_FROM", threads_from)
     s, h, y = synthetic_traces(1500, kind="spike", mean_length=12, seed=5)

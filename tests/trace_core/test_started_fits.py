@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trace_core.logistic import standardised_logistic
-from trace_core.scalar_calibration import PlattCalibrator
+from trace_core.calibration.scalar import PlattCalibrator
+from trace_core.methods.logistic import standardised_logistic
 
 
 def _platt_objective(cal: PlattCalibrator, x: np.ndarray, y: np.ndarray) -> float:

@@ -20,8 +20,8 @@ import pytest
 
 from trace_core import Trace, TraceMetadata
 from trace_core.data import entropy_from_top_k, read_dataset, trace_from_openai, write_dataset
-from trace_core.features import FEATURE_SETS, feature_matrix, feature_names, needs_entropy
-from trace_core.score import (
+from trace_core.methods.features import FEATURE_SETS, feature_matrix, feature_names, needs_entropy
+from trace_core.methods.risk import (
     PAPER_CONFIG,
     SURPRISAL_ONLY_CONFIG,
     TraceConfig,

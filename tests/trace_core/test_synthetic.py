@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trace_core.evaluate import EvaluationConfig, evaluate_arrays
-from trace_core.registry import REFERENCE
-from trace_core.synthetic import synthetic_traces
+from trace_core.evaluation.run import EvaluationConfig, evaluate_arrays
+from trace_core.methods.registry import REFERENCE
+from trace_core.traces.synthetic import synthetic_traces
 
 CONFIG = EvaluationConfig(n_splits=5)
 

@@ -95,7 +95,7 @@ def test_metadata_validation():
     ({"temperature": 0.0}, ValueError, r"`temperature` must be a finite real number > 0, got 0\.0"),
     ({"top_p": 1.5}, ValueError, r"`top_p` must be a finite real number in \(0, 1\], got 1\.5"),
     ({"top_k": -1}, ValueError, "`top_k` must be an int in \\[0, 2147483647\\]"),
-    # A value of the wrong type is a TypeError (the shared rule of trace_core._checks), also for 2.5 as an int.
+    # A value of the wrong type is a TypeError (the shared rule of trace_core.checks), also for 2.5 as an int.
     ({"n_alternatives": 2.5}, TypeError, "`n_alternatives` must be an int in \\[0, 1000\\], got 2.5"),
     ({"seed": "7"}, TypeError, "`seed` must be an int in \\[0, 9223372036854775807\\]"),
     ({"temperature": "hot"}, TypeError, "`temperature` must be a finite real number"),

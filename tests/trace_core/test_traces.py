@@ -12,11 +12,11 @@ import pytest
 from helpers import make_trace, random_traces
 
 from trace_core import EvaluationConfig, TracePlus, TraceTable, evaluate
-from trace_core.fitted_baselines import stack_top_logprobs
+from trace_core.methods.fitted_baselines import stack_top_logprobs
+from trace_core.methods.risk import entropy_summary, stack_traces
 from trace_core.policy import usable_rows
-from trace_core.score import entropy_summary, stack_traces
-from trace_core.trace import Trace, TraceMetadata
-from trace_core.traces import TableBuilder, gather
+from trace_core.traces.table import TableBuilder, gather
+from trace_core.traces.trace import Trace, TraceMetadata
 
 
 def _fields_equal(a: Trace, b: Trace) -> bool:
@@ -109,8 +109,8 @@ def test_evaluate_and_a_calibrator_give_the_same_numbers_on_a_table():
 def test_calibrators_read_a_table_without_making_a_trace_per_answer(monkeypatch):
     """Fitting, predicting, the drift and provenance checks and out-of-fold probabilities read a table's columns:
     the same numbers as on the list of its traces, with no Trace made per answer."""
-    from trace_core.calibrate import ScoreCalibrator, check_drift, probability_correct
-    from trace_core.flag import out_of_fold_probabilities
+    from trace_core.calibration.calibrators import ScoreCalibrator, check_drift, probability_correct
+    from trace_core.flagging.flag import out_of_fold_probabilities
 
     traces = [dataclasses.replace(t, metadata=TraceMetadata(model_id="m", model_digest="d"))
               for t in random_traces(200, seed=5)]

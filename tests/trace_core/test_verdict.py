@@ -1,4 +1,4 @@
-"""The verdict on TRACE+ (trace_core.verdict.verdict): one word per opponent and metric from a t-interval over the
+"""The verdict on TRACE+ (trace_core.evaluation.verdict.verdict): one word per opponent and metric from a t-interval over the
 splits and a minimum effect, the chosen baselines named with counts, no "+0.000 ± 0.000", the skill line, the
 no-detectable-skill sentence, and a verdict in every --group-by section of the Markdown report."""
 
@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trace_core.evaluate import EvaluationConfig, evaluate_arrays
-from trace_core.paired import BEST_BASELINE, average_paired, paired_comparison
-from trace_core.registry import METRICS, REFERENCE
-from trace_core.results import average_results, report_markdown
-from trace_core.synthetic import synthetic_traces
-from trace_core.verdict import MIN_EFFECT, auroc_skill, t_interval, verdict, verdict_word
+from trace_core.evaluation.paired import BEST_BASELINE, average_paired, paired_comparison
+from trace_core.evaluation.results import average_results, report_markdown
+from trace_core.evaluation.run import EvaluationConfig, evaluate_arrays
+from trace_core.evaluation.verdict import MIN_EFFECT, auroc_skill, t_interval, verdict, verdict_word
+from trace_core.methods.registry import METRICS, REFERENCE
+from trace_core.traces.synthetic import synthetic_traces
 
 METHODS = ["TRACE+", "TRACE", "SeqLogP", "MinProb", REFERENCE]
 T_975_19 = 2.093024054408263  # t_{0.975, 19}, from a t table
@@ -294,7 +294,7 @@ def test_one_split_gives_no_interval_and_no_skill_claim():
 
 
 def test_ece_best_baseline_is_chosen_by_calibration_brier_not_by_a_zero_isotonic_ece():
-    from trace_core.paired import CHOSEN_BY, chosen_by
+    from trace_core.evaluation.paired import CHOSEN_BY, chosen_by
 
     assert CHOSEN_BY == {"ece": "brier"} and chosen_by("ece", ["ece"]) == "ece" and chosen_by("auroc") == "auroc"
     s, h, y = synthetic_traces(600, seed=3)
@@ -313,7 +313,7 @@ def test_ece_best_baseline_is_chosen_by_calibration_brier_not_by_a_zero_isotonic
 
 
 def test_a_small_sample_bolds_nothing_and_says_the_figures_are_unreliable():
-    from trace_core.small_sample import SMALL_CLASS, SMALL_SAMPLE
+    from trace_core.evaluation.small_sample import SMALL_CLASS, SMALL_SAMPLE
 
     s, h, y = synthetic_traces(40, seed=2)
     small = evaluate_arrays(s, h, y, config=EvaluationConfig(n_splits=4, stratified=True), methods=METHODS)
@@ -322,7 +322,7 @@ def test_a_small_sample_bolds_nothing_and_says_the_figures_are_unreliable():
     assert f"fewer than {SMALL_SAMPLE} answers or fewer than {SMALL_CLASS} of either class" in note
     assert note in report_markdown({"": small}) and note in json.dumps(small.to_dict())
     # the captions say so too, instead of explaining a bold that is not there
-    from trace_core.report import report_html
+    from trace_core.report.html import report_html
 
     for text in (report_markdown({"": small}), report_html({"": small})):
         assert "Nothing is bolded: too few answers to tell the best (see the note)." in text

@@ -27,10 +27,10 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from ..settings import redact_secrets
-from ._support import CLIError, cli_words, close_progress_bars, plain_warnings
-from .options import check_options
-from .parser import build_parser
+from trace_core.cli._support import CLIError, cli_words, close_progress_bars, plain_warnings
+from trace_core.cli.options import check_options
+from trace_core.cli.parser import build_parser
+from trace_core.settings import redact_secrets
 
 __all__ = ["CLIError", "build_parser", "main"]
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .._checks import clip, shorten
-from ..settings import redact_secrets
+from trace_core.checks import clip, shorten
+from trace_core.settings import redact_secrets
 
 __all__ = ["CALIBRATOR_OUT", "DATASET_OUT", "FLAGGED_OUT", "HTML_OUT", "REPORT_OUT", "TOKENS_OUT", "CLIError",
            "check_not_input", "check_out", "cli_words", "close_progress_bars", "plain_warnings", "progress",
@@ -173,8 +173,8 @@ def cli_words(message: str) -> str:
 
 
 def say_drift(result: Any, *, quiet: bool) -> None:
-    """The drift check's result (:class:`trace_core.drift.DriftResult`) as one line on stderr: ``warning: drift: ...``
-    when a shift was found, else ``drift check: ...`` (left out with ``--quiet``)."""
+    """The drift check's result (:class:`trace_core.calibration.drift.DriftResult`) as one line on stderr: ``warning:
+    drift: ...`` when a shift was found, else ``drift check: ...`` (left out with ``--quiet``)."""
     text = result.sentence()
     line = text[:1].lower() + text[1:]
     if result.detected:

@@ -14,8 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from .._checks import counted
-from ._support import CLIError, plain_warnings, progress, shown
+from trace_core.checks import counted
+from trace_core.cli._support import CLIError, plain_warnings, progress, shown
 
 __all__ = ["chat_template_setting", "empty_answers_warning", "load_model", "read_data", "request_batch",
            "resolve_chat_template", "row_numbers", "say_template_unused", "server_applies_template", "server_urls",
@@ -42,7 +42,7 @@ def load_model(args: argparse.Namespace):
     :class:`~trace_core.record.MultiServer`) that record the traces."""
     urls = server_urls(args)
     if urls:
-        from ..record import ServerError, connect_server, connect_servers
+        from trace_core.record import ServerError, connect_server, connect_servers
 
         options = {"tokenizer": args.server_tokenizer, "api_key_env": args.api_key_env, "timeout": args.timeout,
                    "max_retries": args.retries, "concurrency": args.concurrency,
@@ -57,7 +57,7 @@ def load_model(args: argparse.Namespace):
             return connect_server(urls[0], args.server_model, **options)
         except ServerError as exc:
             raise CLIError(f"--server {shown(urls[0])}: {exc}") from exc
-    from ..record import load_model as load_local_model
+    from trace_core.record import load_model as load_local_model
 
     # A flag opts in; without it the environment's policy (off by default) applies. --threads: None is automatic (a
     # sharded run's ModelLoader carries no --threads yet: its loads choose automatically).
@@ -77,7 +77,7 @@ def chat_template_setting(lm: Any, args: argparse.Namespace, *, generating: bool
     given, else on when the model's tokenizer has a chat template (as the dashboard does); always on when the
     server applies its own (:func:`server_applies_template`). CLIError when ``--chat-template`` is given for a model
     whose tokenizer has none."""
-    from ..data.prompts import has_chat_template
+    from trace_core.data.prompts import has_chat_template
 
     given = getattr(args, "chat_template", None)
     if server_applies_template(args, generating=generating):
@@ -102,7 +102,7 @@ def template_unused(lm: Any, args: argparse.Namespace) -> bool:
     """Whether the model has a chat template that the prompts will not go through (``--no-chat-template``): an
     instruct model given a bare prompt often ends its answer at once, and its traces are not those of the answers
     the dashboard gets (which uses the template by default)."""
-    from ..data.prompts import template_unused as unused
+    from trace_core.data.prompts import template_unused as unused
 
     return unused(lm, bool(getattr(args, "chat_template", False)))
 
@@ -128,7 +128,7 @@ def warn_unseeded(config: Any, *, shards: bool) -> None:
 def empty_answers_warning(answers: Sequence[str], lm: Any, args: argparse.Namespace) -> str:
     """The warning on generated answers that are empty (:func:`~trace_core.data.prompts.empty_answers_note`, with
     :func:`template_unused` as the likely cause); "" when none is."""
-    from ..data.prompts import empty_answers_note
+    from trace_core.data.prompts import empty_answers_note
 
     return empty_answers_note(answers, template_unused=template_unused(lm, args)) or ""
 
@@ -139,7 +139,7 @@ def read_data(path: str, *, require_label: bool, args: argparse.Namespace):
     import inspect
     import warnings
 
-    from ..data import DatasetWarning, read_dataset
+    from trace_core.data import DatasetWarning, read_dataset
 
     options: dict[str, Any] = {}
     show = not getattr(args, "quiet", True)
@@ -176,8 +176,8 @@ def usable(dataset, path: str, *, consequence: str | None = None):
     ``consequence`` is None (flagging must score every row); one class only is an error saying ``consequence``."""
     from dataclasses import replace
 
-    from ..policy import one_class_message, usable_rows
-    from ..traces import gather
+    from trace_core.policy import one_class_message, usable_rows
+    from trace_core.traces.table import gather
 
     rows = usable_rows(dataset.traces, row_numbers=row_numbers(dataset))
     if rows.missing:
@@ -204,15 +204,15 @@ def usable(dataset, path: str, *, consequence: str | None = None):
 
 def trace_table(dataset) -> Any:
     """The traces of a dataset that :func:`usable` passed (every row has one) as one
-    :class:`~trace_core.traces.TraceTable`: the reader's table itself, or one made once from the list."""
-    from ..traces import TraceTable
+    :class:`~trace_core.traces.table.TraceTable`: the reader's table itself, or one made once from the list."""
+    from trace_core.traces.table import TraceTable
 
     return TraceTable.from_traces(dataset.traces)
 
 
 def write_data(frame: pd.DataFrame, traces: Sequence[Any] | None, out: str, *, quiet: bool = False) -> None:
     """``frame`` with its traces written to ``out`` (:func:`trace_core.data.write_dataset`), said on stderr."""
-    from ..data import write_dataset
+    from trace_core.data import write_dataset
 
     write_dataset(frame, out, traces=traces)
     if not quiet:

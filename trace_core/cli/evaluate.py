@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .._checks import AnswerValueError, clip, counted, shorten
-from . import common
-from ._support import (
+from trace_core.checks import AnswerValueError, clip, counted, shorten
+from trace_core.cli import common
+from trace_core.cli._support import (
     HTML_OUT,
     REPORT_OUT,
     CLIError,
@@ -26,13 +26,13 @@ from ._support import (
     progress,
     shown,
 )
-from .options import evaluation_config
+from trace_core.cli.options import evaluation_config
 
 __all__ = ["cmd_evaluate"]
 
 
 def _beams(dataset) -> list[list[float]] | None:
-    from ..data import parse_beam_logprobs
+    from trace_core.data import parse_beam_logprobs
 
     if "beam_logprobs" not in dataset.frame.columns:
         return None
@@ -45,7 +45,7 @@ def protocol_run(call: Any, *, title: str, args: argparse.Namespace, config: Any
     once for the whole report by :func:`_report_warnings`)."""
     import warnings
 
-    from ..evaluate import SkippedSplitsWarning, TruncatedDistributionWarning
+    from trace_core.evaluation.run import SkippedSplitsWarning, TruncatedDistributionWarning
 
     where = f" ({title})" if title else ""
     update, close = progress(config.n_splits, f"splits{where}", not args.quiet, unit="split")
@@ -67,7 +67,7 @@ def protocol_run(call: Any, *, title: str, args: argparse.Namespace, config: Any
 def _evaluate_one(traces: list, labels: np.ndarray, beams: list | None, *, title: str, args: argparse.Namespace,
                   config: Any, methods: list[str] | None, embedder: Any, rows: list[int], split_groups: Any = None):
     """One evaluation of a file's answers (:func:`protocol_run`), a bad answer named by its row in the file."""
-    from ..evaluate import evaluate
+    from trace_core.evaluation.run import evaluate
 
     if not args.quiet:
         where = f" ({title})" if title else ""
@@ -87,7 +87,7 @@ def _report_warnings(results: dict[str, Any]) -> None:
     """The report's notes that need a ``warning:`` line, one line each: a truncated distribution (over every answer
     evaluated; else each group where it is), extended TRACE+ variants that need entropy (asked for by --extended on
     data without it)."""
-    from ..results import extended_entropy_note, extended_needing_entropy, truncation_note
+    from trace_core.evaluation.results import extended_entropy_note, extended_needing_entropy, truncation_note
 
     last = list(results.values())[-1]  # the only result, or the average over the groups
     truncated = truncation_note(*last.certain_tokens)
@@ -132,7 +132,7 @@ def _check_outputs(args: argparse.Namespace) -> str | None:
 def _methods(args: argparse.Namespace) -> list[str] | None:
     """The methods to evaluate: ``--methods`` (None: the default ones), then with ``--extended`` the TRACE+
     feature-set and surprisal-only variants."""
-    from ..registry import METHODS, method_names
+    from trace_core.methods.registry import METHODS, method_names
 
     methods = args.methods or None
     if args.extended:  # the TRACE+ feature-set and surprisal-only variants, after the asked-for (or default) methods
@@ -144,7 +144,7 @@ def _embedder(args: argparse.Namespace) -> Any:
     """The sentence-embedding model of the semantic baselines (``--embedder``), or None without the option."""
     if args.embedder is None:
         return None
-    from ..semantic import load_embedder
+    from trace_core.methods.semantic import load_embedder
 
     return load_embedder(args.embedder or None)
 
@@ -153,8 +153,8 @@ def _by_group(args: argparse.Namespace, dataset, traces: list, labels: np.ndarra
               rows: list[int], options: dict[str, Any], split_groups: np.ndarray | None = None) -> dict[str, Any]:
     """``--group-by``: each value of the column evaluated on its own, then their average; a group with one class
     only, or too few of one class for any split, is skipped with a warning line; CLIError when none is left."""
-    from ..evaluate import NoUsableSplitError, average_results
-    from ..policy import one_class_message
+    from trace_core.evaluation.run import NoUsableSplitError, average_results
+    from trace_core.policy import one_class_message
 
     if args.group_by not in dataset.frame.columns:
         raise CLIError(f"--group-by: no column {shorten(args.group_by)}; columns are "
@@ -190,7 +190,7 @@ def _by_group(args: argparse.Namespace, dataset, traces: list, labels: np.ndarra
 
 def _table_text(results: dict[str, Any], fmt: str, calibrator: str) -> str:
     """The results as ``fmt``: Markdown (under ``calibrator``), CSV or JSON (both scalar calibrators)."""
-    from ..results import report_markdown
+    from trace_core.evaluation.results import report_markdown
 
     if fmt == "markdown":
         return report_markdown(results, calibrator=calibrator)
@@ -223,7 +223,7 @@ def _labels_words(label_source: str, matcher: str) -> str:
 
 def _write_report(args: argparse.Namespace, results: dict[str, Any], label_source: str, calibrator: str) -> None:
     """``--report``: the self-contained HTML report, with what data it was run on and how."""
-    from ..report import report_html
+    from trace_core.report.html import report_html
 
     answers = sum(r.n_answers for t, r in results.items() if t != "average")
     data = {"file": Path(args.data).name, "answers": f"{answers:,}",
@@ -238,7 +238,7 @@ def _evaluate_file(args: argparse.Namespace, *, config: Any, methods: list[str] 
                    embedder: Any) -> tuple[dict[str, Any], str]:
     """One dataset file: the results (``{"": result}``, or one per group and their average) and how the labels
     were found."""
-    from ..policy import METRICS_UNDEFINED
+    from trace_core.policy import METRICS_UNDEFINED
 
     dataset = common.usable(common.read_data(args.data, require_label=True, args=args), args.data,
                             consequence=METRICS_UNDEFINED)
@@ -269,8 +269,8 @@ def _split_groups(args: argparse.Namespace, frame: pd.DataFrame) -> np.ndarray |
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from .evaluate_shards import evaluate_sharded
-    from .score_shards import is_sharded, refuse_engine_options
+    from trace_core.cli.evaluate_shards import evaluate_sharded
+    from trace_core.cli.score_shards import is_sharded, refuse_engine_options
 
     out_format = _check_outputs(args)
     if getattr(args, "split_by", None) and args.stratified:

@@ -19,8 +19,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from .._checks import counted
-from ._support import CLIError, shown
+from trace_core.checks import counted
+from trace_core.cli._support import CLIError, shown
 
 __all__ = ["flag_sharded"]
 
@@ -35,15 +35,15 @@ def _settings(args: argparse.Namespace, calibrator_bytes: bytes, threshold: floa
 
 def _flagged_summary(folder: Path, summary: Any, *, by_span: bool = False) -> tuple[int, int, str, str | None]:
     """Rows flagged and rows written over every complete output shard (read from their ``flagged`` column),
-    :func:`~trace_core.flag.flag_summary` of them (by their labels when every such shard has a ``label`` column),
-    and, when the answers were judged by their spans, :func:`~trace_core.spans.other_script_warning` of their
-    ``answer`` column (read in the same pass)."""
+    :func:`~trace_core.flagging.flag.flag_summary` of them (by their labels when every such shard has a ``label``
+    column), and, when the answers were judged by their spans, :func:`~trace_core.methods.spans.other_script_warning` of
+    their ``answer`` column (read in the same pass)."""
     import numpy as np
     import pyarrow.parquet as pq
 
-    from ..flag import flag_summary
-    from ..scale.flag import FLAGGED_COLUMN
-    from ..spans import other_script_warning
+    from trace_core.flagging.flag import flag_summary
+    from trace_core.methods.spans import other_script_warning
+    from trace_core.scale.flag import FLAGGED_COLUMN
 
     flagged, probability, labels = [], [], []
     answers: list[str] = []
@@ -93,7 +93,7 @@ def _inputs_digest(names: list[str], digests: list[str]) -> str:
 def _stored_decision(shards: list[Any], out: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
     """The decision an earlier run recorded, when every shard's output is complete with it and it was decided on
     exactly these inputs (else None: it is decided again)."""
-    from ..scale import read_entry, stored_result
+    from trace_core.scale import read_entry, stored_result
 
     found = [read_entry(out, shard.output) for shard in shards]
     entries = [e for e in found if e is not None]
@@ -115,9 +115,9 @@ def _decisions(args: argparse.Namespace, shards: list[Any], out: Path, settings:
     """The flags a ``--coverage`` or ``--target-risk`` gives every shard's rows, decided over all of them
     (:func:`trace_core.scale.flag.flag_decisions`), and the decision as the settings record it (:func:`_decided`);
     no flags to make when every shard's output is complete with the decision an earlier run made on these inputs."""
-    from ..data import DatasetError
-    from ..scale import file_digest
-    from ..scale.flag import flag_decisions, score_shard
+    from trace_core.data import DatasetError
+    from trace_core.scale import file_digest
+    from trace_core.scale.flag import flag_decisions, score_shard
 
     stored = _stored_decision(shards, out, settings)
     if stored is not None:
@@ -139,7 +139,7 @@ def flag_sharded(args: argparse.Namespace, calibrator: Any, calibrator_bytes: by
     """Flag every shard of ``args.data`` into the folder ``args.out`` (see the module's docstring), the folder's
     lock held from before the first shard is read to the end. ``certified(args, calibrator)``: the threshold
     ``--max-risk`` certifies on ``--risk-data``."""
-    from .score_shards import locked, shard_run
+    from trace_core.cli.score_shards import locked, shard_run
 
     if args.tokens:
         raise CLIError("--tokens: not with shards (the output shards hold every flagged answer's trace); run flag "
@@ -151,9 +151,9 @@ def flag_sharded(args: argparse.Namespace, calibrator: Any, calibrator_bytes: by
 
 def _flag_locked(args: argparse.Namespace, calibrator: Any, calibrator_bytes: bytes, certified: Any,
                  run: tuple[Path, Any, dict[str, Any], list[Any]]) -> None:
-    from ..data import DatasetError
-    from ..scale.flag import ShardFlagger
-    from .score_shards import recorded_command, shard_reporter
+    from trace_core.cli.score_shards import recorded_command, shard_reporter
+    from trace_core.data import DatasetError
+    from trace_core.scale.flag import ShardFlagger
 
     out, runner, engine_options, shards = run
     threshold = args.threshold

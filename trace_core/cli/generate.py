@@ -10,12 +10,12 @@ from typing import Any
 
 import pandas as pd
 
-from .._checks import AnswerValueError, clip, counted
-from . import common
-from ._support import DATASET_OUT, CLIError, check_not_input, check_out, progress, regular_file, shown
-from .generate_shards import generate_shards
-from .options import decoding
-from .score_shards import is_sharded, refuse_engine_options
+from trace_core.checks import AnswerValueError, clip, counted
+from trace_core.cli import common
+from trace_core.cli._support import DATASET_OUT, CLIError, check_not_input, check_out, progress, regular_file, shown
+from trace_core.cli.generate_shards import generate_shards
+from trace_core.cli.options import decoding
+from trace_core.cli.score_shards import is_sharded, refuse_engine_options
 
 __all__ = ["cmd_generate"]
 
@@ -25,9 +25,9 @@ def _read_prompts(path: str, args: argparse.Namespace | None = None) -> tuple[pd
     """The prompts to generate from (:func:`trace_core.data.prompts.read_prompts`): (the rows as a frame, each row's
     `reference` or None without that column, each row's number in the file). Rows without a prompt are named in one
     warning line; the columns that describe the input's answers are left out, and said so unless ``--quiet``."""
-    from .. import settings
-    from ..data import DatasetError
-    from ..data.prompts import read_prompts, row_errors_text
+    from trace_core import settings
+    from trace_core.data import DatasetError
+    from trace_core.data.prompts import read_prompts, row_errors_text
 
     quiet = bool(getattr(args, "quiet", False))
     p = regular_file(path)  # never /dev/zero (endless) or a FIFO (blocks)
@@ -59,9 +59,9 @@ def _read_prompts(path: str, args: argparse.Namespace | None = None) -> tuple[pd
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
-    from ..data.prompts import answered_frame, matcher_hint, unlabeled_message
-    from ..record import generate_traces
-    from ..scale.generate import beam_column
+    from trace_core.data.prompts import answered_frame, matcher_hint, unlabeled_message
+    from trace_core.record import generate_traces
+    from trace_core.scale.generate import beam_column
 
     if is_sharded(args.prompts):
         generate_shards(args)

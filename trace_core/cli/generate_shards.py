@@ -20,10 +20,10 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from . import common
-from ._support import progress
-from .options import decoding
-from .score_shards import (
+from trace_core.cli import common
+from trace_core.cli._support import progress
+from trace_core.cli.options import decoding
+from trace_core.cli.score_shards import (
     ModelLoader,
     finish_report,
     loaded,
@@ -49,7 +49,7 @@ def generate_settings(args: argparse.Namespace, work: Any) -> dict[str, Any]:
 def generate_shards(args: argparse.Namespace) -> None:
     """Generate the answers of every shard of ``args.prompts`` into the folder ``args.out`` (see the module's
     docstring), the folder's lock held from before the model loads to the end."""
-    from ..scale import PROMPT_FORMATS
+    from trace_core.scale import PROMPT_FORMATS
 
     out, runner, engine_options, shards = shard_run(args, args.prompts, formats=PROMPT_FORMATS)
     with locked(out):
@@ -58,9 +58,9 @@ def generate_shards(args: argparse.Namespace) -> None:
 
 def _generate_locked(args: argparse.Namespace, out: Any, runner: Callable[..., Any], engine_options: dict[str, Any],
                      shards: list[Any]) -> None:
-    from ..data import DatasetError
-    from ..record import ServerError
-    from ..scale.generate import ShardGenerator
+    from trace_core.data import DatasetError
+    from trace_core.record import ServerError
+    from trace_core.scale.generate import ShardGenerator
 
     show = not args.quiet
     # Ray's workers draw no bars: each shard's line on the driver is the progress

@@ -11,7 +11,7 @@ column              meaning
 ``label``           1 = the answer is correct, 0 = wrong; accepted spellings: see :func:`parse_label`
 ``reference``       the gold answer, used to label the answer with a matcher when there is no ``label`` column
 trace columns       an optional pre-recorded trace: ``tokens``, ``surprisal`` (or ``logprobs``), ``entropy``, ...;
-                    every one, with its meaning, is listed in :data:`trace_core.columns.COLUMNS`. Without
+                    every one, with its meaning, is listed in :data:`trace_core.traces.columns.COLUMNS`. Without
                     ``entropy`` the trace's entropy is estimated from ``top_logprobs`` (``"top_k"``) or absent
                     (``"absent"``: chosen-token log-probabilities only, still scored by surprisal-only methods)
 ``response``        a raw model-server response with log-probabilities (:func:`trace_from_openai`: OpenAI-style,
@@ -30,25 +30,25 @@ columns, ...) raise :class:`DatasetError`.
 :func:`export_flagged` writes files for people, with spreadsheet formula injection neutralised (:func:`sanitize_cell`).
 
 Modules: ``read`` (bytes -> raw rows: ``source`` and ``table`` hold the file and table checks, ``read_csv``,
-``read_jsonl`` and ``read_parquet`` one format each; the trace columns <-> Trace are :mod:`trace_core.columns`),
+``read_jsonl`` and ``read_parquet`` one format each; the trace columns <-> Trace are :mod:`trace_core.traces.columns`),
 ``fastread`` and ``fastparse`` (many rows' trace cells decoded at once), ``labels`` (labels and matchers),
 ``prompts`` (prompt files to generate from, and the generated answers' labels), ``responses`` (API responses ->
 Trace), ``validate`` (rows checked one by one), ``dataset`` (:func:`read_dataset`: file -> :class:`LabeledDataset`),
 ``write``, ``export``.
 """
 
-from ..columns import TRACE_COLUMNS, parse_beam_logprobs, traces_to_columns
-from ..logprobs import entropy_from_top_k
-from .claim import claim_text
-from .dataset import LabeledDataset, read_dataset
-from .errors import DatasetError, DatasetWarning, RowError
-from .export import export_flagged, sanitize_cell, token_table, with_trace_columns
-from .labels import MATCHERS, label_from_reference, normalize_answer, parse_label
-from .prompts import PromptsFile, label_answers, read_prompts
-from .read import FORMATS
-from .responses import trace_from_openai
-from .review import FLIPPED_COLUMN, flip_labels, matched_span
-from .write import write_dataset
+from trace_core.data.claim import claim_text
+from trace_core.data.dataset import LabeledDataset, read_dataset
+from trace_core.data.errors import DatasetError, DatasetWarning, RowError
+from trace_core.data.export import export_flagged, sanitize_cell, token_table, with_trace_columns
+from trace_core.data.labels import MATCHERS, label_from_reference, normalize_answer, parse_label
+from trace_core.data.prompts import PromptsFile, label_answers, read_prompts
+from trace_core.data.read import FORMATS
+from trace_core.data.responses import trace_from_openai
+from trace_core.data.review import FLIPPED_COLUMN, flip_labels, matched_span
+from trace_core.data.write import write_dataset
+from trace_core.traces.columns import TRACE_COLUMNS, parse_beam_logprobs, traces_to_columns
+from trace_core.traces.logprobs import entropy_from_top_k
 
 __all__ = [
     "PromptsFile",

@@ -1,6 +1,6 @@
-"""A :class:`~trace_core.traces.TraceTable`'s trace columns as Arrow arrays, for Parquet: each built from the table's
-columns and offsets (no Python list per answer or per token), typed as the column spec says
-(:meth:`~trace_core.columns.TraceColumn.arrow_array` gives the same arrays from the per-answer lists).
+"""A :class:`~trace_core.traces.table.TraceTable`'s trace columns as Arrow arrays, for Parquet: each built from the
+table's columns and offsets (no Python list per answer or per token), typed as the column spec says
+(:meth:`~trace_core.traces.columns.TraceColumn.arrow_array` gives the same arrays from the per-answer lists).
 """
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..columns import COLUMN_BY_NAME
+from trace_core.traces.columns import COLUMN_BY_NAME
 
 if TYPE_CHECKING:
     import pyarrow
 
-    from ..traces import TraceTable
+    from trace_core.traces.table import TraceTable
 
 __all__ = ["table_arrow_columns"]
 

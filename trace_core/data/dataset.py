@@ -12,16 +12,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .. import settings
-from .._checks import check_bool, check_int, counted
-from ..columns import TRACE_COLUMNS
-from ..trace import Trace
-from ..traces import TableBuilder, TraceTable
-from .errors import DatasetWarning, RowError
-from .fastread import FastRow, build_trace
-from .labels import check_matcher_options, exact_match_hint
-from .read import PathOrBuffer, Progress, Table, read_table
-from .validate import Options, Rules, ValidRows, validate_rows
+from trace_core import settings
+from trace_core.checks import check_bool, check_int, counted
+from trace_core.data.errors import DatasetWarning, RowError
+from trace_core.data.fastread import FastRow, build_trace
+from trace_core.data.labels import check_matcher_options, exact_match_hint
+from trace_core.data.read import PathOrBuffer, Progress, Table, read_table
+from trace_core.data.validate import Options, Rules, ValidRows, validate_rows
+from trace_core.traces.columns import TRACE_COLUMNS
+from trace_core.traces.table import TableBuilder, TraceTable
+from trace_core.traces.trace import Trace
 
 __all__ = ["LabeledDataset", "read_dataset"]
 
@@ -43,8 +43,8 @@ class LabeledDataset:
         the trace columns back.
     traces : TraceTable, or list of Trace or None; length n_valid
         One per valid row. When every valid row carries a trace (the usual case) this is a
-        :class:`~trace_core.traces.TraceTable` built straight from the columns the reader decoded: ``traces[i]`` is
-        row i's Trace, and :func:`~trace_core.evaluate`, the calibrators and the scores read its columns at once.
+        :class:`~trace_core.traces.table.TraceTable` built straight from the columns the reader decoded: ``traces[i]``
+        is row i's Trace, and :func:`~trace_core.evaluate`, the calibrators and the scores read its columns at once.
         Otherwise a list with None where a row carries no trace.
     errors : list of RowError
         Every problem found; a rejected row has one or more entries.

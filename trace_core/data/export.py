@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from .._checks import check_bool, check_choice
-from .read import PathOrBuffer
-from .write import csv_bytes, csv_text, jsonl_bytes, to_plain, write_bytes
+from trace_core.checks import check_bool, check_choice
+from trace_core.data.read import PathOrBuffer
+from trace_core.data.write import csv_bytes, csv_text, jsonl_bytes, to_plain, write_bytes
 
 if TYPE_CHECKING:
-    from ..trace import Trace
+    from trace_core.traces.trace import Trace
 
 __all__ = ["export_flagged", "sanitize_cell", "token_table", "with_trace_columns"]
 
@@ -145,7 +145,7 @@ def with_trace_columns(frame: pd.DataFrame, traces: Sequence[Trace | None]) -> p
     ``top_*``, ``ranks``, ``trace_metadata``; :func:`trace_core.data.traces_to_columns`), replacing any of those
     columns it had: an export that :func:`trace_core.data.read_dataset` reads back with the same traces, so it can
     be scored again. One trace per row, in order."""
-    from ..columns import traces_to_columns
+    from trace_core.traces.columns import traces_to_columns
 
     traces = list(traces)
     if len(traces) != len(frame):

@@ -6,8 +6,8 @@ decoder). Decoded cells (a JSON Lines record's lists, Parquet's): each column's 
 cells in the plain form are taken: number cells as ``write_dataset`` writes them (compact JSON, numbers in JSON's
 grammar), lists of plain Python numbers and strings (ids may be integral floats). For anything else a front end returns
 None and the chunk is decoded cell by cell (:mod:`trace_core.data.fastread`). Each column's dtype and the Python types
-it takes as they are come from the codec's column spec (:data:`~trace_core.columns.COLUMN_BY_NAME`), as the per-row
-decoder's do. :mod:`trace_core.data.fastread` checks what is parsed here.
+it takes as they are come from the codec's column spec (:data:`~trace_core.traces.columns.COLUMN_BY_NAME`), as the
+per-row decoder's do. :mod:`trace_core.data.fastread` checks what is parsed here.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any, NoReturn, cast
 
 import numpy as np
 
-from ..cells import ABSENT, CellError, is_int64, json_cell
-from ..columns import COLUMN_BY_NAME, TraceColumn, decode_cell
-from ..trace import TraceMetadata
+from trace_core.traces.cells import ABSENT, CellError, is_int64, json_cell
+from trace_core.traces.columns import COLUMN_BY_NAME, TraceColumn, decode_cell
+from trace_core.traces.trace import TraceMetadata
 
 __all__ = ["VECTOR_COLUMNS", "Parsed", "fast_metadata", "from_lists", "from_text", "metadatas_of"]
 
@@ -298,7 +298,7 @@ def _split_tokens(cells: list[str]) -> list[list[str]]:
 
 
 def _decoded_strings(cell: str, name: str, n: int | None = None, k: int = 0) -> list[str]:
-    """A text column's cell decoded by the codec's :func:`~trace_core.columns.decode_cell`: a list of strings
+    """A text column's cell decoded by the codec's :func:`~trace_core.traces.columns.decode_cell`: a list of strings
     (``n`` given: a list of n lists of k strings, flattened); anything else is not plain."""
     try:
         value = decode_cell(cell, name)
@@ -420,7 +420,7 @@ def _numbers(items: Iterable[Any], column: TraceColumn, count: int) -> np.ndarra
 
 def _integral(values: list[float | int]) -> np.ndarray:
     """Ids written as floats (a float64 Arrow column, ``7.0`` in JSON), taken when each is an integer that fits in
-    int64 by the per-row path's own test (:func:`~trace_core.cells.is_int64`)."""
+    int64 by the per-row path's own test (:func:`~trace_core.traces.cells.is_int64`)."""
     _need(all(map(is_int64, values)))
     return np.array([int(v) for v in values], dtype=np.int64)
 

@@ -2,17 +2,18 @@
 
 A chunk of rows is decoded column by column (:mod:`trace_core.data.fastparse`: from CSV text cells, or from the decoded
 lists of JSON Lines records and Parquet; :func:`~trace_core.data.read_parquet.from_arrow`: from Parquet's Arrow arrays),
-then every check of :func:`~trace_core.columns.trace_from_cells` is made on the whole chunk's arrays at once, the rarer
-rules included (alternatives below -MAX_NATS dropped, each row keeping the fewest any step has; the top-k mass with the
-chosen token counted when its id shows it is not among them; ``surprisal`` and ``logprobs`` both given and agreeing).
-CSV cells that the text front end does not take (numbers with other spacing or in another form, JSON text of another
-writer) are decoded cell by cell with the codec's :func:`~trace_core.columns.decode_cell` and then checked together as
-decoded lists are; an answer with no token is read on its own (:func:`_empty_answer`). Every valid row is accepted here:
-only a row that some check refuses (a cell that does not decode to lists of one shape is refused too) is left to the
-per-row path (None), which decodes it with the codec to name its bad cells exactly. Both paths take each column's dtype
-and accepted types from the codec's column spec; the bounds checked here are the codec's (:mod:`trace_core.logprobs`).
-``tests/trace_core/data/test_fastread.py`` checks that both paths give the same traces and the same errors, and that no
-valid row reaches the per-row decoder; a change to the codec's rules must be made here too.
+then every check of :func:`~trace_core.traces.columns.trace_from_cells` is made on the whole chunk's arrays at once, the
+rarer rules included (alternatives below -MAX_NATS dropped, each row keeping the fewest any step has; the top-k mass
+with the chosen token counted when its id shows it is not among them; ``surprisal`` and ``logprobs`` both given and
+agreeing). CSV cells that the text front end does not take (numbers with other spacing or in another form, JSON text of
+another writer) are decoded cell by cell with the codec's :func:`~trace_core.traces.columns.decode_cell` and then
+checked together as decoded lists are; an answer with no token is read on its own (:func:`_empty_answer`). Every valid
+row is accepted here: only a row that some check refuses (a cell that does not decode to lists of one shape is refused
+too) is left to the per-row path (None), which decodes it with the codec to name its bad cells exactly. Both paths take
+each column's dtype and accepted types from the codec's column spec; the bounds checked here are the codec's
+(:mod:`trace_core.traces.logprobs`). ``tests/trace_core/data/test_fastread.py`` checks that both paths give the same
+traces and the same errors, and that no valid row reaches the per-row decoder; a change to the codec's rules must be
+made here too.
 """
 
 from __future__ import annotations
@@ -25,12 +26,18 @@ from typing import Any
 
 import numpy as np
 
-from ..cells import ABSENT, CellError, is_blank
-from ..columns import decode_cell, vocab_size_of
-from ..logprobs import ENTROPY_TOLERANCE, MAX_ENTROPY_NATS, MAX_NATS, TOP_K_MASS_TOLERANCE, entropy_from_top_k
-from ..trace import LOGPROB_TOLERANCE, Trace, TraceMetadata
-from .fastparse import Parsed, fast_metadata, from_lists, from_text
-from .read_parquet import from_arrow
+from trace_core.data.fastparse import Parsed, fast_metadata, from_lists, from_text
+from trace_core.data.read_parquet import from_arrow
+from trace_core.traces.cells import ABSENT, CellError, is_blank
+from trace_core.traces.columns import decode_cell, vocab_size_of
+from trace_core.traces.logprobs import (
+    ENTROPY_TOLERANCE,
+    MAX_ENTROPY_NATS,
+    MAX_NATS,
+    TOP_K_MASS_TOLERANCE,
+    entropy_from_top_k,
+)
+from trace_core.traces.trace import LOGPROB_TOLERANCE, Trace, TraceMetadata
 
 __all__ = ["FastRow", "build_trace", "decode_chunk", "table_row"]
 
@@ -41,7 +48,7 @@ _FAST_COLUMNS = frozenset({"tokens", "token_ids", "surprisal", "logprobs", "entr
 @dataclass
 class FastRow:
     """One row's trace parts, decoded and checked by :func:`decode_chunk`: :func:`table_row` makes it a row of a
-    :class:`~trace_core.traces.TraceTable` (no Trace made), :func:`build_trace` makes the Trace."""
+    :class:`~trace_core.traces.table.TraceTable` (no Trace made), :func:`build_trace` makes the Trace."""
 
     tokens: tuple[str, ...]
     token_ids: np.ndarray
@@ -57,7 +64,7 @@ class FastRow:
 
 
 def table_row(row: FastRow, *, prompt: str, answer: str) -> FastRow | Trace:
-    """The row with its prompt and answer, as a :class:`~trace_core.traces.TableBuilder` takes it: the row itself
+    """The row with its prompt and answer, as a :class:`~trace_core.traces.table.TableBuilder` takes it: the row itself
     when its parts are exactly what a Trace keeps, else the Trace made from them (which normalises them, or raises
     TypeError / ValueError as it would for any other trace)."""
     parts: dict[str, Any] = {

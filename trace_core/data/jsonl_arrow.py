@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from ..cells import loads_checked
-from ..columns import TRACE_COLUMNS
-from .read_parquet import ArrowBatch, ArrowRecord, system_pool
-from .table import MAX_COLUMNS
+from trace_core.data.read_parquet import ArrowBatch, ArrowRecord, system_pool
+from trace_core.data.table import MAX_COLUMNS
+from trace_core.traces.cells import loads_checked
+from trace_core.traces.columns import TRACE_COLUMNS
 
 __all__ = ["ArrowLines"]
 

@@ -13,9 +13,9 @@ from itertools import islice
 
 import numpy as np
 
-from .._checks import check_choice, check_real
-from ..cells import MAX_SHOWN, as_finite_float, is_blank, is_number, show
-from .claim import claim_text
+from trace_core.checks import check_choice, check_real
+from trace_core.data.claim import claim_text
+from trace_core.traces.cells import MAX_SHOWN, as_finite_float, is_blank, is_number, show
 
 __all__ = ["MATCHERS", "common_label", "exact_match_hint", "label_from_reference", "normalize_answer", "parse_label"]
 

@@ -20,12 +20,12 @@ from typing import Any, BinaryIO
 
 import pandas as pd
 
-from .._checks import clip
-from ..cells import is_blank, is_missing, show
-from ..columns import TRACE_COLUMNS
-from .errors import DatasetError, RowError
-from .labels import exact_match_hint, label_from_reference
-from .read import Progress, read_table
+from trace_core.checks import clip
+from trace_core.data.errors import DatasetError, RowError
+from trace_core.data.labels import exact_match_hint, label_from_reference
+from trace_core.data.read import Progress, read_table
+from trace_core.traces.cells import is_blank, is_missing, show
+from trace_core.traces.columns import TRACE_COLUMNS
 
 __all__ = ["OLD_ANSWER_COLUMNS", "PromptsFile", "answered_frame", "empty_answers_note", "label_answers",
            "has_chat_template", "prompt_problem", "read_prompts", "matcher_hint", "row_errors_text", "template_unused",
@@ -144,7 +144,7 @@ def read_prompts(source: str | Path | bytes | BinaryIO, *, name: str | None = No
         kept.append({k: v for k, v in row.items() if k not in old})
         numbers.append(number)
     if "prompt" not in table.columns:
-        from .._checks import shorten
+        from trace_core.checks import shorten
 
         raise DatasetError(f"needs a `prompt` column; found columns {shorten(table.columns)}{table.hint}")
     problems = sorted(table.errors + skipped, key=lambda e: e.row)

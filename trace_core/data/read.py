@@ -14,13 +14,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from .._checks import check_choice
-from .errors import DatasetError
-from .read_csv import csv_table
-from .read_jsonl import jsonl_table
-from .read_parquet import parquet_table
-from .source import PathOrBuffer, Progress, Reporter, check_binary, open_source
-from .table import Row, Table
+from trace_core.checks import check_choice
+from trace_core.data.errors import DatasetError
+from trace_core.data.read_csv import csv_table
+from trace_core.data.read_jsonl import jsonl_table
+from trace_core.data.read_parquet import parquet_table
+from trace_core.data.source import PathOrBuffer, Progress, Reporter, check_binary, open_source
+from trace_core.data.table import Row, Table
 
 __all__ = ["FORMATS", "PathOrBuffer", "Progress", "Row", "Table", "format_from_name", "read_table"]
 

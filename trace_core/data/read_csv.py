@@ -9,9 +9,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from .errors import DatasetError, RowError
-from .source import Lines, Reporter, Source, cell_too_long
-from .table import Row, Table, no_rows, normalize_columns, too_many
+from trace_core.data.errors import DatasetError, RowError
+from trace_core.data.source import Lines, Reporter, Source, cell_too_long
+from trace_core.data.table import Row, Table, no_rows, normalize_columns, too_many
 
 __all__ = ["csv_table"]
 

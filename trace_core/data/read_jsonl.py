@@ -15,11 +15,18 @@ from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..cells import JsonValueError, Repeated, check_surrogates, has_surrogate_escape, loads_checked, show
-from .errors import DatasetError, RowError
-from .jsonl_arrow import ArrowLines
-from .source import Lines, Reporter, Source, cell_too_long
-from .table import MAX_COLUMN_NAME, MAX_COLUMNS, Row, Table, check_header, no_rows, too_many
+from trace_core.data.errors import DatasetError, RowError
+from trace_core.data.jsonl_arrow import ArrowLines
+from trace_core.data.source import Lines, Reporter, Source, cell_too_long
+from trace_core.data.table import MAX_COLUMN_NAME, MAX_COLUMNS, Row, Table, check_header, no_rows, too_many
+from trace_core.traces.cells import (
+    JsonValueError,
+    Repeated,
+    check_surrogates,
+    has_surrogate_escape,
+    loads_checked,
+    show,
+)
 
 __all__ = ["jsonl_table"]
 

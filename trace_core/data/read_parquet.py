@@ -16,11 +16,11 @@ from typing import Any, NoReturn
 import numpy as np
 import pandas as pd
 
-from ..columns import COLUMN_BY_NAME, TRACE_COLUMNS, TraceColumn
-from .errors import DatasetError, RowError
-from .fastparse import VECTOR_COLUMNS, Parsed, metadatas_of
-from .source import Reporter, Source, cell_too_long, too_big
-from .table import Row, Table, no_rows, normalize_columns, too_many
+from trace_core.data.errors import DatasetError, RowError
+from trace_core.data.fastparse import VECTOR_COLUMNS, Parsed, metadatas_of
+from trace_core.data.source import Reporter, Source, cell_too_long, too_big
+from trace_core.data.table import Row, Table, no_rows, normalize_columns, too_many
+from trace_core.traces.columns import COLUMN_BY_NAME, TRACE_COLUMNS, TraceColumn
 
 __all__ = ["ArrowBatch", "ArrowRecord", "from_arrow", "parquet_table", "system_pool"]
 
@@ -298,7 +298,7 @@ def from_arrow(raws: Sequence[Mapping[str, Any]], columns: Sequence[str], string
     converted, ``from_lists``, the per-row path), so results and messages never depend on it. Taken: each trace
     column null in every row of the chunk (as if absent) or a list in every row, with nothing null inside; per-token
     lists as long as the tokens'; one k over the chunk; token texts as strings; numbers of a type that the column
-    spec (:data:`~trace_core.columns.COLUMN_BY_NAME`) takes without a per-value check and that convert as
+    spec (:data:`~trace_core.traces.columns.COLUMN_BY_NAME`) takes without a per-value check and that convert as
     ``np.array`` converts their Python values: ints (but uint64) into int columns; 64- and 32-bit floats, and ints
     within 2**53 (exact as floats), into float columns. ``trace_metadata`` cells are converted (one per row) and
     taken as ``from_lists`` takes them. Anything else (nulls, other lengths, ragged alternatives, JSON text, other

@@ -22,17 +22,23 @@ from typing import Any
 
 import numpy as np
 
-from ..cells import show
-from ..logprobs import MAX_NATS, entropy_from_top_k, too_much_mass
-from ..server_shapes import ParsedResponse, TokenStep
-from ..server_shapes.agreement import checked_offers, spelling_problem
-from ..server_shapes.llamacpp import detect_llamacpp, hint_llamacpp, parse_llamacpp
-from ..server_shapes.ollama import detect_ollama, hint_ollama, parse_ollama_chat, parse_ollama_generate
-from ..server_shapes.openai import ASK_FOR_LOGPROBS, has_openai_logprobs, openai_logprobs, parse_chat, parse_completions
-from ..server_shapes.responses_api import detect_responses, hint_responses, parse_responses
-from ..server_shapes.tgi import detect_tgi, hint_tgi, parse_tgi
-from ..server_shapes.vllm import detect_vllm_prompt, parse_vllm_prompt
-from ..trace import Trace, TraceMetadata
+from trace_core.server_shapes import ParsedResponse, TokenStep
+from trace_core.server_shapes.agreement import checked_offers, spelling_problem
+from trace_core.server_shapes.llamacpp import detect_llamacpp, hint_llamacpp, parse_llamacpp
+from trace_core.server_shapes.ollama import detect_ollama, hint_ollama, parse_ollama_chat, parse_ollama_generate
+from trace_core.server_shapes.openai import (
+    ASK_FOR_LOGPROBS,
+    has_openai_logprobs,
+    openai_logprobs,
+    parse_chat,
+    parse_completions,
+)
+from trace_core.server_shapes.responses_api import detect_responses, hint_responses, parse_responses
+from trace_core.server_shapes.tgi import detect_tgi, hint_tgi, parse_tgi
+from trace_core.server_shapes.vllm import detect_vllm_prompt, parse_vllm_prompt
+from trace_core.traces.cells import show
+from trace_core.traces.logprobs import MAX_NATS, entropy_from_top_k, too_much_mass
+from trace_core.traces.trace import Trace, TraceMetadata
 
 __all__ = ["RESPONSE_SHAPES", "ParsedResponse", "ResponseShape", "trace_from_openai"]
 
@@ -276,7 +282,7 @@ def trace_from_openai(response: Mapping[str, Any], *, prompt: str = "", model_id
     (``"object": "chat.completion.chunk"``, or a choice with a ``delta`` instead of a ``message``), a llama.cpp
     message with ``"stop": false``, an Ollama NDJSON line with ``"done": false``, a TGI ``/generate_stream`` event.
 
-    Bounds (the constants are in :mod:`trace_core.logprobs`, shared with the dataset's trace columns): a chosen
+    Bounds (the constants are in :mod:`trace_core.traces.logprobs`, shared with the dataset's trace columns): a chosen
     token's log-probability below ``-MAX_NATS`` (-1000; servers write -9999 for -inf) is refused; an alternative's
     below ``-MAX_NATS``, ``-inf`` included, means "no probability" and is dropped like ``-inf``; a probability must
     be within 0 and 1; a step whose alternatives, plus the chosen token when it is not among them, add up to a

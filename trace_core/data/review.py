@@ -7,10 +7,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .._checks import counted
-from .claim import claim_region, find_span, hedged_spans
-from .dataset import LabeledDataset
-from .labels import last_number_span, reference_pieces
+from trace_core.checks import counted
+from trace_core.data.claim import claim_region, find_span, hedged_spans
+from trace_core.data.dataset import LabeledDataset
+from trace_core.data.labels import last_number_span, reference_pieces
 
 __all__ = ["FLIPPED_COLUMN", "flip_labels", "matched_span"]
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .._checks import shorten
-from .errors import DatasetError
+from trace_core.checks import shorten
+from trace_core.data.errors import DatasetError
 
 __all__ = ["PathOrBuffer", "Progress", "Lines", "Reporter", "Source", "cell_too_long", "check_binary", "open_source",
            "too_big"]

@@ -12,8 +12,8 @@ from typing import Any
 
 import pandas as pd
 
-from .._checks import shorten
-from .errors import DatasetError, RowError
+from trace_core.checks import shorten
+from trace_core.data.errors import DatasetError, RowError
 
 __all__ = ["MAX_COLUMNS", "MAX_COLUMN_NAME", "Row", "Table", "check_header", "columns_text", "no_rows",
            "normalize_columns", "too_many"]

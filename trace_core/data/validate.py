@@ -12,15 +12,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .._checks import counted
-from ..cells import ABSENT, CellError, is_blank, is_int64, is_missing, json_cell, show
-from ..columns import TRACE_COLUMNS, decode_cell, trace_from_cells
-from ..trace import Trace
-from .errors import DatasetError, RowError
-from .fastread import FastRow, decode_chunk, table_row
-from .labels import LABEL_EXPECTED, common_label, label_from_reference, parse_label
-from .responses import trace_from_openai
-from .table import Table, columns_text
+from trace_core.checks import counted
+from trace_core.data.errors import DatasetError, RowError
+from trace_core.data.fastread import FastRow, decode_chunk, table_row
+from trace_core.data.labels import LABEL_EXPECTED, common_label, label_from_reference, parse_label
+from trace_core.data.responses import trace_from_openai
+from trace_core.data.table import Table, columns_text
+from trace_core.traces.cells import ABSENT, CellError, is_blank, is_int64, is_missing, json_cell, show
+from trace_core.traces.columns import TRACE_COLUMNS, decode_cell, trace_from_cells
+from trace_core.traces.trace import Trace
 
 __all__ = ["Options", "Rules", "ValidRows", "validate_rows"]
 
@@ -239,7 +239,7 @@ def _check_row(raw: Mapping[str, Any], rules: Rules, problems: list[CellError], 
     (its trace cells were); every problem found is appended to ``problems``, so a row with several bad cells
     reports them all. ``strings`` maps token texts to the one object kept for each. ``fast``: the row's trace cells
     as :func:`decode_chunk` decoded and checked them, when it did; the row's trace is then that row itself, as a
-    :class:`~trace_core.traces.TableBuilder` takes it (:func:`table_row`), not a Trace.
+    :class:`~trace_core.traces.table.TableBuilder` takes it (:func:`table_row`), not a Trace.
 
     The trace comes from the row's trace cells when any is non-empty, else from its ``response`` (see
     :func:`read_dataset`)."""

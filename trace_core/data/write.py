@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..cells import is_missing
-from ..columns import TRACE_COLUMNS, trace_column, traces_to_columns
-from ..trace import Trace
-from ..traces import TraceTable
-from .arrow import table_arrow_columns
-from .read import PathOrBuffer, format_from_name
+from trace_core.data.arrow import table_arrow_columns
+from trace_core.data.read import PathOrBuffer, format_from_name
+from trace_core.traces.cells import is_missing
+from trace_core.traces.columns import TRACE_COLUMNS, trace_column, traces_to_columns
+from trace_core.traces.table import TraceTable
+from trace_core.traces.trace import Trace
 
 __all__ = ["write_dataset"]
 

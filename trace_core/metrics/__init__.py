@@ -22,11 +22,11 @@ One module per kind, as in ``sklearn.metrics``; import every name from here:
 =================  ===========================================================================================
 """
 
-from ._common import UndefinedMetricWarning
-from .calibration import bin_probabilities, brier_score, expected_calibration_error, reliability_table
-from .intervals import bootstrap_ci, wilson_interval
-from .ranking import RankGroups, auprc, auroc, roc_curve, tpr_at_fpr
-from .selective import aurc, prr, risk_at_coverage, risk_coverage_curve
+from trace_core.metrics._common import UndefinedMetricWarning
+from trace_core.metrics.calibration import bin_probabilities, brier_score, expected_calibration_error, reliability_table
+from trace_core.metrics.intervals import bootstrap_ci, wilson_interval
+from trace_core.metrics.ranking import RankGroups, auprc, auroc, roc_curve, tpr_at_fpr
+from trace_core.metrics.selective import aurc, prr, risk_at_coverage, risk_coverage_curve
 
 __all__ = [
     "RankGroups",

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._checks import as_1d, check_labels, check_real, check_scores
+from trace_core.checks import as_1d, check_labels, check_real, check_scores
 
 __all__ = ["STRATEGIES", "UndefinedMetricWarning", "check_level", "check_pair", "checked_pair", "has_both_classes",
            "number_text"]

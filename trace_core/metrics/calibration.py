@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
-from .._checks import check_choice, check_int, check_scores
-from ._common import STRATEGIES, check_level, checked_pair
-from ._docs import fill_doc
-from .intervals import wilson_interval
-from .kernels import bin_edges_and_ids, bin_sums, brier_kernel, ece_kernel
+from trace_core.checks import check_choice, check_int, check_scores
+from trace_core.metrics._common import STRATEGIES, check_level, checked_pair
+from trace_core.metrics._docs import fill_doc
+from trace_core.metrics.intervals import wilson_interval
+from trace_core.metrics.kernels import bin_edges_and_ids, bin_sums, brier_kernel, ece_kernel
 
 __all__ = ["bin_probabilities", "brier_score", "expected_calibration_error", "reliability_table"]
 

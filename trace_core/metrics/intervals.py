@@ -12,9 +12,9 @@ from typing import overload
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._checks import check_int, shorten
-from ._common import UndefinedMetricWarning, check_level, check_pair, number_text
-from ._docs import fill_doc
+from trace_core.checks import check_int, shorten
+from trace_core.metrics._common import UndefinedMetricWarning, check_level, check_pair, number_text
+from trace_core.metrics._docs import fill_doc
 
 __all__ = ["bootstrap_ci", "wilson_interval"]
 

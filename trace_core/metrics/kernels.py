@@ -70,7 +70,7 @@ def compiled_sums() -> Any:
     if not USE_COMPILED:
         return None
     try:
-        from . import compiled_sums as loops
+        from trace_core.metrics import compiled_sums as loops
     except ImportError:
         return None
     return loops

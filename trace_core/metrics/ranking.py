@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._checks import check_labels, check_real, check_scores
-from ._common import check_pair, checked_pair, has_both_classes
-from ._docs import fill_doc
-from .kernels import ranking_of_groups, tie_groups
+from trace_core.checks import check_labels, check_real, check_scores
+from trace_core.metrics._common import check_pair, checked_pair, has_both_classes
+from trace_core.metrics._docs import fill_doc
+from trace_core.metrics.kernels import ranking_of_groups, tie_groups
 
 __all__ = ["RankGroups", "auprc", "auroc", "roc_curve", "tpr_at_fpr"]
 

@@ -8,10 +8,10 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._checks import check_real
-from ._common import check_pair, checked_pair, has_both_classes
-from ._docs import fill_doc
-from .kernels import aurc_of_groups, prr_of_aurc, tie_groups
+from trace_core.checks import check_real
+from trace_core.metrics._common import check_pair, checked_pair, has_both_classes
+from trace_core.metrics._docs import fill_doc
+from trace_core.metrics.kernels import aurc_of_groups, prr_of_aurc, tie_groups
 
 __all__ = ["aurc", "prr", "risk_at_coverage", "risk_coverage_curve"]
 

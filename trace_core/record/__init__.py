@@ -21,15 +21,15 @@ Both are imported lazily, inside functions, so ``import trace_core`` and ``impor
   loaded model is; :mod:`.http_policy` -- the one HTTP policy of its requests (retries, deadline, no redirects, size
   caps, :class:`ServerError`); :mod:`.addresses` -- server addresses in one normal form; :mod:`.multi` --
   :func:`connect_servers`: several servers of one model used as one, at most ``concurrency`` requests at each.
-* :mod:`.embedder` -- the sentence-embedding model of the semantic baselines (:mod:`trace_core.semantic`).
+* :mod:`.embedder` -- the sentence-embedding model of the semantic baselines (:mod:`trace_core.methods.semantic`).
 """
 
 from __future__ import annotations
 
-from .beam import beam_logprobs
-from .generate import generate_trace, generate_traces
-from .http_policy import ServerError
-from .load import (
+from trace_core.record.beam import beam_logprobs
+from trace_core.record.generate import generate_trace, generate_traces
+from trace_core.record.http_policy import ServerError
+from trace_core.record.load import (
     LoadedModel,
     ModelLoadError,
     ModelNotAllowedError,
@@ -39,11 +39,11 @@ from .load import (
     load_model,
     model_allowlist,
 )
-from .multi import MultiServer, connect_servers
-from .remote import ServerModel, connect_server
-from .stream import stream_trace
-from .teacher import score_answer, score_answers
-from .tokens import alternative_pieces, context_length, encode_prompt, token_pieces
+from trace_core.record.multi import MultiServer, connect_servers
+from trace_core.record.remote import ServerModel, connect_server
+from trace_core.record.stream import stream_trace
+from trace_core.record.teacher import score_answer, score_answers
+from trace_core.record.tokens import alternative_pieces, context_length, encode_prompt, token_pieces
 
 __all__ = [
     "LoadedModel",

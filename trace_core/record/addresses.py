@@ -13,8 +13,8 @@ import re
 import urllib.parse
 from typing import Any
 
-from .. import settings
-from .._checks import shorten
+from trace_core import settings
+from trace_core.checks import shorten
 
 __all__ = ["base_url_of", "key_variable_for", "served_under"]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .._checks import check_bool, check_int
-from .backends import backend_of
-from .load import LoadedModel
-from .tokens import check_prompts, encode_prompt
+from trace_core.checks import check_bool, check_int
+from trace_core.record.backends import backend_of
+from trace_core.record.load import LoadedModel
+from trace_core.record.tokens import check_prompts, encode_prompt
 
 __all__ = ["beam_logprobs"]
 

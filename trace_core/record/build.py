@@ -1,4 +1,5 @@
-"""From a backend's raw arrays to a :class:`~trace_core.trace.Trace`: one builder for generation and teacher forcing.
+"""From a backend's raw arrays to a :class:`~trace_core.traces.trace.Trace`: one builder for generation and teacher
+forcing.
 
 Sharing it keeps the two sources of traces alike in everything but ``metadata.source``: the same token pieces, the
 same dtypes, the same clipping of rounding noise and the same metadata fields.
@@ -11,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from ..columns import check_trace
-from ..trace import Trace, TraceMetadata
-from .backends import Backend, RecordedAnswer
-from .backends.completions import ServerBackend
-from .http_policy import ServerError
-from .tokens import alternative_pieces, token_pieces
+from trace_core.record.backends import Backend, RecordedAnswer
+from trace_core.record.backends.completions import ServerBackend
+from trace_core.record.http_policy import ServerError
+from trace_core.record.tokens import alternative_pieces, token_pieces
+from trace_core.traces.columns import check_trace
+from trace_core.traces.trace import Trace, TraceMetadata
 
 
 def build_trace(backend: Backend, prompt: str, recorded: RecordedAnswer, *, source: str,

@@ -1,6 +1,6 @@
 """The sentence-embedding model behind the semantic baselines: loading it offline and embedding texts.
 
-Lives in ``record/`` because it runs a torch model; :mod:`trace_core.semantic` turns its embeddings into token
+Lives in ``record/`` because it runs a torch model; :mod:`trace_core.methods.semantic` turns its embeddings into token
 relevances and scores. torch and transformers are imported inside the functions that need them.
 """
 
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._checks import check_int, check_strings, shorten
-from .folders import FolderError, check_folder_files, looks_like_path, model_folder
+from trace_core.checks import check_int, check_strings, shorten
+from trace_core.record.folders import FolderError, check_folder_files, looks_like_path, model_folder
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

@@ -1,7 +1,7 @@
 """What a Hugging Face model folder holds, and whether a name is a path or a model id.
 
-Shared by :func:`trace_core.record.load_model` and :func:`trace_core.semantic.load_embedder`, which refuse pickle
-weights the same way. Nothing here imports torch or transformers; :func:`check_folder_files` reads JSON files and
+Shared by :func:`trace_core.record.load_model` and :func:`trace_core.methods.semantic.load_embedder`, which refuse
+pickle weights the same way. Nothing here imports torch or transformers; :func:`check_folder_files` reads JSON files and
 safetensors headers (never weights) to refuse, before loading, weight files outside the folder and malformed files.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
-from .._checks import shorten
+from trace_core.checks import shorten
 
 __all__ = ["CHECKED_JSON", "INDEX_FILES", "FolderError", "FolderEscapeError", "ModelFolder", "cached_snapshot",
            "check_folder_files", "looks_like_path", "model_folder", "read_json"]

@@ -6,14 +6,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._checks import AnswerValueError, check_int
-from ..trace import DecodingConfig, Trace
-from ..traces import TraceTable
-from .backends import Backend, RecordedAnswer, backend_of
-from .build import build_trace
-from .load import LoadedModel
-from .remote import ServerModel
-from .tokens import check_prompts, encode_prompt
+from trace_core.checks import AnswerValueError, check_int
+from trace_core.record.backends import Backend, RecordedAnswer, backend_of
+from trace_core.record.build import build_trace
+from trace_core.record.load import LoadedModel
+from trace_core.record.remote import ServerModel
+from trace_core.record.tokens import check_prompts, encode_prompt
+from trace_core.traces.table import TraceTable
+from trace_core.traces.trace import DecodingConfig, Trace
 
 __all__ = ["GenerationJob", "generate_trace", "generate_traces", "prepare_generation"]
 
@@ -63,7 +63,7 @@ def generate_traces(lm: LoadedModel | ServerModel, prompts: Sequence[str], *, co
     Returns
     -------
     TraceTable
-        One answer per prompt, in order (``table[i]`` is its :class:`~trace_core.trace.Trace`; the table goes
+        One answer per prompt, in order (``table[i]`` is its :class:`~trace_core.traces.trace.Trace`; the table goes
         wherever a list of traces goes); the answer stops before the first EOS token (EOS is not part of the
         trace), and ``metadata.extra["finish_reason"]`` says "eos" or "length".
 
@@ -71,8 +71,8 @@ def generate_traces(lm: LoadedModel | ServerModel, prompts: Sequence[str], *, co
     ------
     ValueError
         A prompt plus ``config.max_new_tokens`` does not fit the model's context (an
-        :class:`~trace_core.evaluate.AnswerValueError` with the prompt's 0-based position), a prompt is empty after
-        tokenization, or ``generate_kwargs`` asks for a multi-sequence decoding method.
+        :class:`~trace_core.evaluation.run.AnswerValueError` with the prompt's 0-based position), a prompt is empty
+        after tokenization, or ``generate_kwargs`` asks for a multi-sequence decoding method.
 
     Examples
     --------

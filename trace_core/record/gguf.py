@@ -37,9 +37,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .. import settings
-from .._checks import clip, shorten
-from .gguf_header import GGUFHeader, read_header
+from trace_core import settings
+from trace_core.checks import clip, shorten
+from trace_core.record.gguf_header import GGUFHeader, read_header
 
 try:
     import fcntl
@@ -107,8 +107,8 @@ def packaged_model_file(name: str) -> Path | None:
         ``name`` is a packaged model's short name and its package is not installed: the message says how to install
         it.
     """
-    from .folders import looks_like_path
-    from .load import ModelNotFoundError
+    from trace_core.record.folders import looks_like_path
+    from trace_core.record.load import ModelNotFoundError
 
     if name not in PACKAGED_MODELS or looks_like_path(name):
         return None
@@ -130,8 +130,8 @@ def gguf_file_of(name: str | Path) -> Path | None:
     ModelLoadError
         A folder without safetensors that holds several ``.gguf`` files (which one is meant?).
     """
-    from .folders import looks_like_path
-    from .load import ModelLoadError
+    from trace_core.record.folders import looks_like_path
+    from trace_core.record.load import ModelLoadError
 
     if not looks_like_path(str(name)):
         return None
@@ -194,7 +194,7 @@ def converted_folder(path: str | Path, *, progress: Callable[[str], None] | None
     --------
     >>> folder = converted_folder("SmolLM2-135M-Instruct.Q4_1.gguf")  # doctest: +SKIP
     """
-    from .load import ModelLoadError
+    from trace_core.record.load import ModelLoadError
 
     path = Path(path).expanduser()
     shown = shorten(path.name)
@@ -239,7 +239,7 @@ def converted_folder(path: str | Path, *, progress: Callable[[str], None] | None
 
 def _convert(path: Path, out: Path, digest: str) -> None:
     """Dequantise ``path`` with transformers and save it in ``out`` (float32 safetensors, tokenizer, provenance)."""
-    from .load import ModelLoadError, torch_module
+    from trace_core.record.load import ModelLoadError, torch_module
 
     header = read_header(path)
     torch = torch_module()
@@ -285,7 +285,7 @@ def _check_model_size(torch: Any, transformers: Any, config: Any, header: GGUFHe
     """Refuse metadata that builds a model larger than the file's tensors could fill (a few small tensors and an
     ``embedding_length`` of 8,192 would allocate gigabytes before the shapes are compared). The model is built on
     torch's meta device, which allocates nothing, and its parameters and buffers counted."""
-    from .load import ModelLoadError
+    from trace_core.record.load import ModelLoadError
 
     with torch.device("meta"):
         skeleton = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=False)

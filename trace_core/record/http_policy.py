@@ -36,8 +36,8 @@ from collections.abc import Generator, Iterator
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from .. import settings
-from .._checks import clip, shorten
+from trace_core import settings
+from trace_core.checks import clip, shorten
 
 __all__ = ["BYTES_PER_ENTRY", "BYTES_PER_TOKEN", "LISTING_BYTES", "MAX_TIMEOUT", "RESPONSE_SLACK", "RefusedError",
            "ServerError", "request_json", "response_limit", "stream_events"]

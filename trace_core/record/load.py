@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import settings
-from .._checks import check_int, shorten
-from .folders import (
+from trace_core import settings
+from trace_core.checks import check_int, shorten
+from trace_core.record.folders import (
     FolderError,
     FolderEscapeError,
     ModelFolder,
@@ -27,8 +27,8 @@ from .folders import (
     looks_like_path,
     model_folder,
 )
-from .gguf import converted_folder, gguf_file_of, packaged_model_file
-from .threads import model_threads
+from trace_core.record.gguf import converted_folder, gguf_file_of, packaged_model_file
+from trace_core.record.threads import model_threads
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

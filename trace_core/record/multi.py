@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from .._checks import shorten
-from .addresses import base_url_of
-from .http_policy import ServerError
-from .remote import ServerModel, connect_server, map_in_order
+from trace_core.checks import shorten
+from trace_core.record.addresses import base_url_of
+from trace_core.record.http_policy import ServerError
+from trace_core.record.remote import ServerModel, connect_server, map_in_order
 
 __all__ = ["MultiServer", "connect_servers"]
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .._checks import check_bool, check_int, check_real, clip, shorten
-from .addresses import base_url_of
-from .folders import FolderError, looks_like_path, model_folder, read_json
-from .http_policy import LISTING_BYTES, MAX_TIMEOUT, ServerError, request_json, stream_events
+from trace_core.checks import check_bool, check_int, check_real, clip, shorten
+from trace_core.record.addresses import base_url_of
+from trace_core.record.folders import FolderError, looks_like_path, model_folder, read_json
+from trace_core.record.http_policy import LISTING_BYTES, MAX_TIMEOUT, ServerError, request_json, stream_events
 
 __all__ = ["ServerModel", "connect_server", "map_in_order"]
 
@@ -274,8 +274,8 @@ def _model_card(probe: ServerModel, model: str) -> dict[str, Any]:
 
 def _load_tokenizer(name: str, *, given: bool, model: str) -> tuple[Any, Path | None]:
     """The tokenizer ``name`` (a local folder or a cached id, offline, no remote code) and its folder."""
-    from .gguf import converted_folder, gguf_file_of
-    from .load import ModelLoadError, cached_model_folder, check_model_files
+    from trace_core.record.gguf import converted_folder, gguf_file_of
+    from trace_core.record.load import ModelLoadError, cached_model_folder, check_model_files
 
     try:
         import transformers

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .load import torch_module
+from trace_core.record.load import torch_module
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

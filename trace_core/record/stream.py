@@ -6,11 +6,11 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .._checks import check_real
-from ..trace import DecodingConfig, Trace
-from .generate import prepare_generation
-from .load import LoadedModel
-from .remote import ServerModel
+from trace_core.checks import check_real
+from trace_core.record.generate import prepare_generation
+from trace_core.record.load import LoadedModel
+from trace_core.record.remote import ServerModel
+from trace_core.traces.trace import DecodingConfig, Trace
 
 __all__ = ["stream_trace"]
 

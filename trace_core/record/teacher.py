@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .._checks import check_bool, check_int
-from ..trace import Trace
-from ..traces import TraceTable
-from .backends import backend_of
-from .build import build_trace
-from .load import LoadedModel
-from .remote import ServerModel
-from .tokens import check_prompts, encode_prompt
+from trace_core.checks import check_bool, check_int
+from trace_core.record.backends import backend_of
+from trace_core.record.build import build_trace
+from trace_core.record.load import LoadedModel
+from trace_core.record.remote import ServerModel
+from trace_core.record.tokens import check_prompts, encode_prompt
+from trace_core.traces.table import TraceTable
+from trace_core.traces.trace import Trace
 
 __all__ = ["score_answer", "score_answers"]
 
@@ -69,7 +69,7 @@ def score_answers(lm: LoadedModel | ServerModel, prompts: Sequence[str], answers
     Returns
     -------
     TraceTable
-        In the order of the inputs (``table[i]`` is answer i's :class:`~trace_core.trace.Trace`; the table goes
+        In the order of the inputs (``table[i]`` is answer i's :class:`~trace_core.traces.trace.Trace`; the table goes
         wherever a list of traces goes); ``metadata.source == "teacher_forced"``. An empty answer gives an empty
         trace.
 

@@ -25,8 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .. import settings
-from .._checks import check_int
+from trace_core import settings
+from trace_core.checks import check_int
 
 __all__ = ["SMALL_MODEL_PARAMETERS", "automatic_threads", "available_cpus", "cgroup_cpu_limit", "choose_threads",
            "model_threads", "torch_threads"]

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_bool, check_strings
-from .backends import backend_of
+from trace_core.checks import check_bool, check_strings
+from trace_core.record.backends import backend_of
 
 __all__ = ["alternative_pieces", "check_prompts", "context_length", "encode_prompt", "token_pieces"]
 

@@ -17,8 +17,8 @@ Importing this package imports neither ray (the Ray engine imports it inside its
 reaches the model through :mod:`trace_core.record`, lazily).
 """
 
-from .lock import LOCK_FILE, FolderInUseError, folder_lock
-from .manifest import (
+from trace_core.scale.lock import LOCK_FILE, FolderInUseError, folder_lock
+from trace_core.scale.manifest import (
                        ENTRY_FOLDER,
                        MANIFEST_FILE,
                        ShardEntry,
@@ -30,7 +30,7 @@ from .manifest import (
                        write_entry,
                        write_manifest,
 )
-from .shards import (
+from trace_core.scale.shards import (
                      PROMPT_FORMATS,
                      SHARD_FORMATS,
                      Shard,
@@ -40,7 +40,7 @@ from .shards import (
                      list_shards,
                      output_name,
 )
-from .stream import (
+from trace_core.scale.stream import (
                      RunSummary,
                      ShardOutput,
                      ShardResult,

@@ -1,7 +1,7 @@
 """The compact per-answer table: every method's score (or features) of each answer, its label and where it came
 from, without its per-token arrays. Evaluating shards builds one part per shard (:func:`compact_scores`) and puts
 the parts together (:func:`concat_compact`); the protocol then runs on the whole table
-(:func:`trace_core.evaluate.evaluate_scores`), so no more than one shard's per-token arrays are held at once.
+(:func:`trace_core.evaluation.run.evaluate_scores`), so no more than one shard's per-token arrays are held at once.
 
 A million answers take about 300 bytes each here (the default methods' scores and features in float64), against
 about 520 bytes of float32 surprisal and entropy at 64 tokens per answer, and far more as the traces were stored.
@@ -15,9 +15,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..evaluate import ProtocolInputs
-from ..fitted_baselines import TopKPlan
-from ..registry import METHODS
+from trace_core.evaluation.run import ProtocolInputs
+from trace_core.methods.fitted_baselines import TopKPlan
+from trace_core.methods.registry import METHODS
 
 __all__ = ["CompactScores", "compact_scores", "concat_compact", "merge_entropy_summaries"]
 
@@ -29,7 +29,7 @@ class CompactScores:
     Attributes
     ----------
     inputs : ProtocolInputs
-        Each method's score or feature matrix, one row per answer (:func:`~trace_core.evaluate.protocol_inputs`).
+        Each method's score or feature matrix, one row per answer (:func:`~trace_core.evaluation.run.protocol_inputs`).
     labels : ndarray of int8, shape (n_answers,)
         1 = correct.
     shard : ndarray of int32, shape (n_answers,)
@@ -40,7 +40,7 @@ class CompactScores:
     certain_tokens : (int, int)
         Tokens with probability exactly 1, and all tokens (the truncation note).
     entropy_summary : dict
-        :func:`trace_core.score.entropy_summary` of the answers' traces.
+        :func:`trace_core.methods.risk.entropy_summary` of the answers' traces.
     has_entropy : bool
         Whether the scores read entropy (False: the surprisal-only variants ran).
     top_k : TopKPlan or None
@@ -93,14 +93,14 @@ def compact_scores(traces: Sequence[Any], labels: Any, *, rows: Sequence[int], s
     every answer does when any answer lacks entropy; ``top_k``, the top-k plan of all the shards, has them read as
     many alternatives per token as one pass would (default: their own plan, kept in the result's ``top_k``).
 
-    The scores are :func:`~trace_core.chunked.chunked_protocol_inputs`'s (one chunk of answers at a time), checked
-    finite here, where a non-finite one can still be traced to its answer's tokens: ValueError naming the shard and
-    row (``rows``: each answer's row number in the shard).
+    The scores are :func:`~trace_core.evaluation.chunked.chunked_protocol_inputs`'s (one chunk of answers at a time),
+    checked finite here, where a non-finite one can still be traced to its answer's tokens: ValueError naming the shard
+    and row (``rows``: each answer's row number in the shard).
     """
-    from .._checks import AnswerValueError
-    from ..chunked import chunked_protocol_inputs
-    from ..evaluate import check_finite_scores
-    from ..score import entropy_summary, stack_traces
+    from trace_core.checks import AnswerValueError
+    from trace_core.evaluation.chunked import chunked_protocol_inputs
+    from trace_core.evaluation.run import check_finite_scores
+    from trace_core.methods.risk import entropy_summary, stack_traces
 
     surprisal, entropy = stack_traces(traces)
     entropy = entropy if use_entropy else None
@@ -128,7 +128,7 @@ def _texts(values: Sequence[Any] | None) -> np.ndarray | None:
 
 
 def merge_entropy_summaries(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """:func:`trace_core.score.entropy_summary` of several sets of traces put together: counts added, k values
+    """:func:`trace_core.methods.risk.entropy_summary` of several sets of traces put together: counts added, k values
     joined."""
     out: dict[str, Any] = {}
     ks: set[int] = set()

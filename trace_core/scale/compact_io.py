@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ..evaluate import ProtocolInputs
-from ..fitted_baselines import TopKPlan
-from .compact import CompactScores
+from trace_core.evaluation.run import ProtocolInputs
+from trace_core.methods.fitted_baselines import TopKPlan
+from trace_core.scale.compact import CompactScores
 
 __all__ = ["COMPACT_KEY", "compact_bytes", "compact_from_bytes"]
 

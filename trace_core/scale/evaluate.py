@@ -1,7 +1,7 @@
 """Evaluating shards: each shard read, its usable answers scored by every method and its per-token arrays let go,
 then the protocol on the compact per-answer table of all of them (:func:`evaluate_shards`).
 
-The result is the one :func:`trace_core.evaluate.evaluate` gives on the same answers in one file (tested to 1e-9):
+The result is the one :func:`trace_core.evaluation.run.evaluate` gives on the same answers in one file (tested to 1e-9):
 every method's score of an answer depends on that answer alone, and the splits are drawn over the whole table.
 Rejected rows, rows without a trace and empty answers are left out and counted per shard, each named by its shard
 and row; the other rows of their shard are kept. A shard that cannot be read at all stops the evaluation (a result
@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ..fitted_baselines import TopKPlan
-from .compact import CompactScores, compact_scores, concat_compact
-from .shards import Shard
+from trace_core.methods.fitted_baselines import TopKPlan
+from trace_core.scale.compact import CompactScores, compact_scores, concat_compact
+from trace_core.scale.shards import Shard
 
 __all__ = ["ShardAccount", "ShardedScores", "UnreadableShardError", "evaluate_shards", "evaluate_table",
            "named_shard_scores", "read_compact", "shard_scores"]
@@ -58,7 +58,7 @@ class ShardedScores:
 
 
 def _read(shard: Shard, matcher: str, tolerance: float) -> Any:
-    from ..data import DatasetWarning, read_dataset
+    from trace_core.data import DatasetWarning, read_dataset
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DatasetWarning)  # the rejected rows are in dataset.errors
@@ -81,9 +81,9 @@ def shard_scores(shard: Shard, *, methods: Sequence[str] | None = None, matcher:
     ValueError
         ``group_by`` is not a column of the shard, or a score is not finite (naming the shard and row).
     """
-    from ..data import RowError, parse_beam_logprobs
-    from ..policy import usable_rows
-    from ..traces import gather
+    from trace_core.data import RowError, parse_beam_logprobs
+    from trace_core.policy import usable_rows
+    from trace_core.traces.table import gather
 
     dataset = _read(shard, matcher, tolerance)
     rows = dataset.frame[dataset.row_column].to_numpy()
@@ -154,7 +154,7 @@ def read_compact(shards: Sequence[Shard], *, methods: Sequence[str] | None = Non
             for _, account, _ in computed:
                 on_shard(account)
     elif engine == "ray":
-        from .ray_compact import compact_on_ray
+        from trace_core.scale.ray_compact import compact_on_ray
 
         computed = compact_on_ray(shards, options, address=address, workers=workers,
                                   on_result=lambda _, result: on_shard(result[1]) if on_shard else None)
@@ -193,7 +193,7 @@ class UnreadableShardError(ValueError):
 def named_shard_scores(shard: Shard, options: dict[str, Any]) -> tuple[CompactScores | None, ShardAccount, str]:
     """:func:`shard_scores` with its keyword options as a mapping, a shard that cannot be read named in the error
     (:class:`UnreadableShardError`)."""
-    from ..data import DatasetError
+    from trace_core.data import DatasetError
 
     try:
         return shard_scores(shard, **options)
@@ -212,8 +212,8 @@ class CompactWork:
     def __call__(self, shard: Shard) -> Any:
         import pandas as pd
 
-        from .compact_io import compact_bytes
-        from .stream import ShardOutput
+        from trace_core.scale.compact_io import compact_bytes
+        from trace_core.scale.stream import ShardOutput
 
         part, account, source = named_shard_scores(shard, self.options)
         kept = pd.DataFrame(index=range(0 if part is None else len(part)))
@@ -223,7 +223,7 @@ class CompactWork:
 
 def _stored_compact(out: Path, results: Sequence[Any]) -> list[tuple[CompactScores | None, ShardAccount, str]]:
     """Each complete shard's compact table read back from its output file, with its account from its entry."""
-    from .compact_io import compact_from_bytes
+    from trace_core.scale.compact_io import compact_from_bytes
 
     computed = []
     for result in results:
@@ -250,14 +250,14 @@ def _reads_other_alternatives(part: CompactScores, plan: TopKPlan) -> bool:
 def _through_folder(shards: Sequence[Shard], options: dict[str, Any], out: Path, *, engine: str,
                     address: str | None, workers: int | None, command: str) -> list[Any]:
     """Every shard's compact table by way of the folder ``out`` (written where missing or stale, read back)."""
-    from .stream import run_shards
+    from trace_core.scale.stream import run_shards
 
     settings = {"evaluate": {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in options.items()
                              if k != "embedder"}, "embedder": options.get("embedder") is not None}
     runner: Callable[..., Any] = run_shards
     extra: dict[str, Any] = {}
     if engine == "ray":
-        from .ray_engine import run_shards_ray
+        from trace_core.scale.ray_engine import run_shards_ray
 
         runner, extra = run_shards_ray, {"address": address, "workers": workers}
     summary = runner(shards, out, CompactWork(options), settings=settings, command=command, **extra)
@@ -274,10 +274,10 @@ def evaluate_shards(shards: Sequence[Shard], *, config: Any = None, methods: Seq
                     matcher: str = "exact", tolerance: float = 1e-6, embedder: Any = None,
                     progress: Callable[[int, int], None] | None = None) -> tuple[Any, ShardedScores]:
     """The protocol on every shard's usable answers (:func:`read_compact`, then
-    :func:`trace_core.evaluate.evaluate_scores`): the :class:`~trace_core.results.EvaluationResult` (``config``: an
-    :class:`~trace_core.evaluate.EvaluationConfig`, default the paper's) and the shards' compact table with their
-    accounts."""
-    from ..evaluate import EvaluationConfig
+    :func:`trace_core.evaluation.run.evaluate_scores`): the :class:`~trace_core.evaluation.results.EvaluationResult`
+    (``config``: an :class:`~trace_core.evaluation.run.EvaluationConfig`, default the paper's) and the shards' compact
+    table with their accounts."""
+    from trace_core.evaluation.run import EvaluationConfig
 
     scores = read_compact(shards, methods=methods, matcher=matcher, tolerance=tolerance, embedder=embedder)
     result = evaluate_table(scores.table, config=EvaluationConfig() if config is None else config,
@@ -286,8 +286,8 @@ def evaluate_shards(shards: Sequence[Shard], *, config: Any = None, methods: Seq
 
 
 def evaluate_table(table: CompactScores, *, config: Any, progress: Callable[[int, int], None] | None = None) -> Any:
-    """:func:`trace_core.evaluate.evaluate_scores` on a compact table, with its data note and entropy summary."""
-    from ..evaluate import data_note, evaluate_scores
+    """:func:`trace_core.evaluation.run.evaluate_scores` on a compact table, with its data note and entropy summary."""
+    from trace_core.evaluation.run import data_note, evaluate_scores
 
     result = evaluate_scores(table.inputs, table.labels.astype(np.int64), config=config,
                              certain_tokens=table.certain_tokens,

@@ -1,10 +1,10 @@
 """The per-shard work of ``trace-core flag`` over shards: every usable row of a shard scored with the calibrator
-(:func:`trace_core.flag.score_rows`) and written with a ``flagged`` column, so that an output shard holds each of
-its input's rows once (flagged or not) and any other threshold can be applied later without scoring again.
+(:func:`trace_core.flagging.flag.score_rows`) and written with a ``flagged`` column, so that an output shard holds each
+of its input's rows once (flagged or not) and any other threshold can be applied later without scoring again.
 
 A threshold (given, or certified on labeled answers) is applied shard by shard. A coverage or a target risk is a
 rule about all the answers at once: :func:`flag_decisions` reads every shard first (its probabilities only) and
-decides which answers are flagged exactly as :func:`trace_core.flag.select_flagged` would on one file holding
+decides which answers are flagged exactly as :func:`trace_core.flagging.flag.select_flagged` would on one file holding
 every shard's rows in order; the shards are then written with those decisions.
 """
 
@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .._checks import AnswerValueError
-from .shards import Shard
-from .stream import ShardOutput
+from trace_core.checks import AnswerValueError
+from trace_core.scale.shards import Shard
+from trace_core.scale.stream import ShardOutput
 
 __all__ = ["FLAGGED_COLUMN", "ShardFlagger", "flag_decisions"]
 
@@ -34,7 +34,7 @@ class ShardFlagger:
     Parameters
     ----------
     calibrator
-        As :func:`trace_core.flag.score_rows` takes it.
+        As :func:`trace_core.flagging.flag.score_rows` takes it.
     threshold : float, optional
         Flag rows whose probability (``by``) is below it.
     decisions : mapping of str to ndarray of bool, optional
@@ -58,12 +58,12 @@ class ShardFlagger:
         self.by, self.matcher, self.tolerance = by, matcher, tolerance
 
     def scored(self, shard: Shard) -> tuple[pd.DataFrame, Any, int, list[Any]]:
-        """The shard's usable rows scored (:func:`~trace_core.flag.score_rows`), their traces, the rows read and
-        the errors of the rows left out."""
+        """The shard's usable rows scored (:func:`~trace_core.flagging.flag.score_rows`), their traces, the rows read
+        and the errors of the rows left out."""
         return score_shard(shard, self.calibrator, matcher=self.matcher, tolerance=self.tolerance)
 
     def __call__(self, shard: Shard) -> ShardOutput:
-        from ..flag import FLAG_BY
+        from trace_core.flagging.flag import FLAG_BY
 
         scored, traces, n_read, errors = self.scored(shard)
         if self.decisions is not None:
@@ -78,13 +78,13 @@ class ShardFlagger:
 
 def score_shard(shard: Shard, calibrator: Any, *, matcher: str = "exact",
                 tolerance: float = 1e-6) -> tuple[pd.DataFrame, Any, int, list[Any]]:
-    """A shard's usable rows scored by :func:`trace_core.flag.score_rows`, their traces, the rows read, and a
+    """A shard's usable rows scored by :func:`trace_core.flagging.flag.score_rows`, their traces, the rows read, and a
     :class:`~trace_core.data.RowError` for each row rejected by the reader or left out (no trace, empty answer).
     A shard that is itself a flagged output is scored again (its earlier scores and flags replaced)."""
-    from ..data import DatasetWarning, RowError, read_dataset
-    from ..flag import output_collisions, previous_export, score_rows, unscored
-    from ..policy import usable_rows
-    from ..traces import gather
+    from trace_core.data import DatasetWarning, RowError, read_dataset
+    from trace_core.flagging.flag import output_collisions, previous_export, score_rows, unscored
+    from trace_core.policy import usable_rows
+    from trace_core.traces.table import gather
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DatasetWarning)  # the rejected rows are in dataset.errors
@@ -115,10 +115,10 @@ def flag_decisions(shards: Sequence[Shard], flagger: Callable[[Shard], tuple[pd.
                    *, coverage: float | None = None, target_risk: float | None = None,
                    by: str = "answer") -> dict[str, np.ndarray]:
     """Which usable rows of every shard a ``coverage`` or ``target_risk`` flags (by shard name, in row order): the
-    rule of :func:`trace_core.flag.select_flagged` on all the shards' rows at once, in shard order. Reads every
+    rule of :func:`trace_core.flagging.flag.select_flagged` on all the shards' rows at once, in shard order. Reads every
     shard (``flagger``: :meth:`ShardFlagger.scored` or :func:`score_shard`) and keeps only each row's probability
     and label (``target_risk`` needs labels in every shard)."""
-    from ..flag import FLAG_BY, select_flagged
+    from trace_core.flagging.flag import FLAG_BY, select_flagged
 
     probabilities, labels, sizes = [], [], []
     for shard in shards:

@@ -33,7 +33,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..settings import redact_secrets
+from trace_core.settings import redact_secrets
 
 __all__ = ["ENTRY_FOLDER", "MANIFEST_FILE", "MANIFEST_VERSION", "MAX_OUTPUT_BYTES", "ShardEntry", "entry_path",
            "file_digest", "is_complete", "listed_outputs", "output_problem", "plain_settings", "read_entry",
@@ -228,7 +228,7 @@ def is_complete(entry: ShardEntry | None, out_dir: str | os.PathLike[str], *, in
     if entry is None:
         return False
     if output is None:
-        from .shards import output_name
+        from trace_core.scale.shards import output_name
 
         output = output_name(input_name)
     if output_problem(entry, output) is not None:

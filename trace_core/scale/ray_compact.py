@@ -13,7 +13,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .shards import Shard
+from trace_core.scale.shards import Shard
 
 __all__ = ["compact_on_ray"]
 
@@ -24,8 +24,8 @@ def compact_on_ray(shards: Sequence[Shard], options: Mapping[str, Any], *, addre
     """Every shard's ``(part, account, source)`` (as :func:`~trace_core.scale.evaluate.shard_scores` gives it), in
     shard order, computed by Ray actors (``workers`` at a time; ``address``: a cluster, default ``RAY_ADDRESS``,
     else a local Ray). ``on_result(index, result)`` on the driver as each one arrives."""
-    from .evaluate import named_shard_scores
-    from .ray_engine import import_ray, map_shards, quiet_data_context, ray_session
+    from trace_core.scale.evaluate import named_shard_scores
+    from trace_core.scale.ray_engine import import_ray, map_shards, quiet_data_context, ray_session
 
     step = functools.partial(named_shard_scores, options=dict(options))
     results: dict[int, Any] = {}

@@ -42,10 +42,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import settings as env
-from .lock import folder_lock
-from .shards import Shard
-from .stream import (
+from trace_core import settings as env
+from trace_core.scale.lock import folder_lock
+from trace_core.scale.shards import Shard
+from trace_core.scale.stream import (
     RunSummary,
     ShardResult,
     ShardWork,

@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._checks import clip
-from .lock import LOCK_FILE
-from .manifest import ENTRY_FOLDER, MANIFEST_FILE, MAX_OUTPUT_BYTES, is_manifest_file, listed_outputs
+from trace_core.checks import clip
+from trace_core.scale.lock import LOCK_FILE
+from trace_core.scale.manifest import ENTRY_FOLDER, MANIFEST_FILE, MAX_OUTPUT_BYTES, is_manifest_file, listed_outputs
 
 __all__ = ["PROMPT_FORMATS", "SHARD_FORMATS", "Shard", "SkippedFileWarning", "check_output_names", "is_pattern",
            "list_shards", "output_name"]

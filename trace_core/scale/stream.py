@@ -20,9 +20,8 @@ from typing import Any
 
 import pandas as pd
 
-from ..settings import redact_secrets
-from .lock import folder_lock
-from .manifest import (
+from trace_core.scale.lock import folder_lock
+from trace_core.scale.manifest import (
     MANIFEST_FILE,
     ShardEntry,
     file_digest,
@@ -35,7 +34,8 @@ from .manifest import (
     write_entry,
     write_manifest,
 )
-from .shards import SHARD_FORMATS, Shard, check_output_names
+from trace_core.scale.shards import SHARD_FORMATS, Shard, check_output_names
+from trace_core.settings import redact_secrets
 
 __all__ = ["RunSummary", "ShardOutput", "ShardResult", "ShardWork", "finish_run", "process_shard", "run_shards",
            "slim_result", "start_run", "stored_result"]
@@ -154,7 +154,7 @@ class RunSummary:
 
 
 def _version() -> str:
-    from .. import __version__
+    from trace_core import __version__
 
     return __version__
 
@@ -172,7 +172,7 @@ def _checked_output(output: Any, shard: Shard) -> ShardOutput:
 
 def _output_bytes(output: ShardOutput) -> bytes:
     """The output shard's Parquet bytes (:func:`trace_core.data.write_dataset`), or the work's own."""
-    from ..data import write_dataset
+    from trace_core.data import write_dataset
 
     if output.data is not None:
         return output.data

@@ -4,7 +4,7 @@ Each parser reads a response (or one of its ``logprobs`` objects) into :class:`T
 text, bytes and log-probability with the alternatives offered beside it, and refuses a malformed field with a
 ValueError naming it. The file importer (:mod:`trace_core.data.responses`) maps parsed responses to traces; live
 recording from a server (:mod:`trace_core.record.backends.server_steps`) maps the same steps to recorded arrays, so
-both read a layout, and check its numbers (:func:`~trace_core.logprobs.check_logprob`), alike.
+both read a layout, and check its numbers (:func:`~trace_core.traces.logprobs.check_logprob`), alike.
 
 * :mod:`.steps` -- :class:`TokenStep`, :class:`Offered`, :class:`ParsedResponse`; :mod:`.fields` -- the field
   readers every parser uses; :mod:`.agreement` -- whether what a response says twice agrees (a token's bytes and
@@ -19,6 +19,6 @@ Nothing here imports an HTTP client, torch or the dataset readers.
 
 from __future__ import annotations
 
-from .steps import Offered, ParsedResponse, TokenStep
+from trace_core.server_shapes.steps import Offered, ParsedResponse, TokenStep
 
 __all__ = ["Offered", "ParsedResponse", "TokenStep"]

@@ -15,9 +15,9 @@ import math
 import re
 from collections.abc import Callable, Hashable, Sequence
 
-from .._checks import show
-from ..logprobs import MAX_NATS
-from .steps import Offered, ParsedResponse, TokenStep
+from trace_core.checks import show
+from trace_core.server_shapes.steps import Offered, ParsedResponse, TokenStep
+from trace_core.traces.logprobs import MAX_NATS
 
 __all__ = ["CUT_AT_LENGTH", "SAME_LOGPROB", "STOP_SLACK", "bytes_agree", "checked_offers", "same_logprob",
            "spelling_problem", "unique_offers"]

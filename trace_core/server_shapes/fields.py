@@ -10,9 +10,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._checks import is_number, show
-from ..trace import LOGPROB_TOLERANCE
-from .agreement import bytes_agree
+from trace_core.checks import is_number, show
+from trace_core.server_shapes.agreement import bytes_agree
+from trace_core.traces.trace import LOGPROB_TOLERANCE
 
 __all__ = ["MAX_TOKEN_ID", "byte_list", "check_prob", "field_of", "is_int", "is_list", "object_at", "list_at",
            "streamed", "string_at", "token_bytes", "token_id_at", "token_raw"]

@@ -8,10 +8,19 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._checks import show
-from ..logprobs import check_logprob
-from .fields import check_prob, field_of, list_at, object_at, streamed, string_at, token_id_at, token_raw
-from .steps import Offered, ParsedResponse, TokenStep
+from trace_core.checks import show
+from trace_core.server_shapes.fields import (
+    check_prob,
+    field_of,
+    list_at,
+    object_at,
+    streamed,
+    string_at,
+    token_id_at,
+    token_raw,
+)
+from trace_core.server_shapes.steps import Offered, ParsedResponse, TokenStep
+from trace_core.traces.logprobs import check_logprob
 
 __all__ = ["detect_llamacpp", "hint_llamacpp", "parse_llamacpp"]
 

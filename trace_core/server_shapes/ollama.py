@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._checks import show
-from .fields import streamed
-from .openai import besides_text, content_steps
-from .steps import ParsedResponse
+from trace_core.checks import show
+from trace_core.server_shapes.fields import streamed
+from trace_core.server_shapes.openai import besides_text, content_steps
+from trace_core.server_shapes.steps import ParsedResponse
 
 __all__ = ["detect_ollama", "hint_ollama", "parse_ollama_chat", "parse_ollama_generate"]
 

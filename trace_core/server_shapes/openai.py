@@ -12,10 +12,10 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .._checks import show
-from ..logprobs import check_logprob
-from .fields import is_int, is_list, list_at, token_bytes, token_id_at, token_raw
-from .steps import Offered, ParsedResponse, TokenStep
+from trace_core.checks import show
+from trace_core.server_shapes.fields import is_int, is_list, list_at, token_bytes, token_id_at, token_raw
+from trace_core.server_shapes.steps import Offered, ParsedResponse, TokenStep
+from trace_core.traces.logprobs import check_logprob
 
 __all__ = ["ASK_FOR_LOGPROBS", "answer_choice", "besides_text", "completion_lists", "completion_steps", "content_steps",
            "has_openai_logprobs", "openai_logprobs", "parse_chat", "parse_completion_logprobs", "parse_completions"]

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._checks import show
-from .fields import list_at, object_at
-from .openai import content_steps
-from .steps import ParsedResponse, TokenStep
+from trace_core.checks import show
+from trace_core.server_shapes.fields import list_at, object_at
+from trace_core.server_shapes.openai import content_steps
+from trace_core.server_shapes.steps import ParsedResponse, TokenStep
 
 __all__ = ["ASK_RESPONSES_FOR_LOGPROBS", "detect_responses", "hint_responses", "parse_responses"]
 

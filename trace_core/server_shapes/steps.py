@@ -20,8 +20,8 @@ class Offered(NamedTuple):
     raw : bytes
         Its bytes: the response's own ``bytes`` field when it has one, else read from ``text``.
     logprob : float
-        Its log-probability, checked (:func:`~trace_core.logprobs.check_logprob`); -inf or below ``-MAX_NATS`` means
-        no probability.
+        Its log-probability, checked (:func:`~trace_core.traces.logprobs.check_logprob`); -inf or below ``-MAX_NATS``
+        means no probability.
     token_id : int or None
         Its id when the response gives one.
     """

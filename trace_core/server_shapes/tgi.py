@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._checks import show
-from ..logprobs import check_logprob
-from .fields import field_of, is_list, list_at, object_at, streamed, string_at, token_id_at
-from .steps import Offered, ParsedResponse, TokenStep
+from trace_core.checks import show
+from trace_core.server_shapes.fields import field_of, is_list, list_at, object_at, streamed, string_at, token_id_at
+from trace_core.server_shapes.steps import Offered, ParsedResponse, TokenStep
+from trace_core.traces.logprobs import check_logprob
 
 __all__ = ["detect_tgi", "hint_tgi", "parse_tgi"]
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._checks import show
-from ..logprobs import check_logprob
-from .fields import MAX_TOKEN_ID, field_of, is_int, list_at, object_at, token_id_at
-from .openai import answer_choice
-from .steps import Offered, ParsedResponse, TokenStep
+from trace_core.checks import show
+from trace_core.server_shapes.fields import MAX_TOKEN_ID, field_of, is_int, list_at, object_at, token_id_at
+from trace_core.server_shapes.openai import answer_choice
+from trace_core.server_shapes.steps import Offered, ParsedResponse, TokenStep
+from trace_core.traces.logprobs import check_logprob
 
 __all__ = ["detect_vllm_prompt", "parse_vllm_prompt", "prompt_logprob_step", "prompt_logprobs_at"]
 

@@ -78,7 +78,7 @@ def test_a_generated_shard_carries_the_note(tmp_path, monkeypatch):
 
     from trace_core.scale.generate import ShardGenerator
     from trace_core.scale.shards import Shard
-    from trace_core.trace import DecodingConfig, Trace
+    from trace_core.traces.trace import DecodingConfig, Trace
 
     path = tmp_path / "a.csv"
     path.write_text("prompt,reference\nQ: capital of France?,Paris\nQ: 3 + 4 =,7\n", encoding="utf-8")

@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 from helpers import synthetic_trace_objects
 
-from trace_core.calibrate import TracePlus
+from trace_core.calibration.calibrators import TracePlus
 from trace_core.cli import main
 from trace_core.data import export_flagged, read_dataset, sanitize_cell, write_dataset
-from trace_core.trace import Trace
+from trace_core.traces.trace import Trace
 
 HIDDEN_FORMULAS = [" =1+1", "  +cmd", "\u00a0=HYPERLINK(\"http://x\")", "\u200b=1+1", "\ufeff=1+1", "\n=1+1",
                    "\t=1+1", "\r=1+1", "\r\n@SUM(A1:A2)", "\u2028-2+3", "\u200e=1", "\u3000=1", "\u2800=1",

@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 from trace_core import Trace
-from trace_core import columns as codec
 from trace_core.data import fastparse, fastread, read_dataset, validate, write_dataset
-from trace_core.trace import TraceMetadata
+from trace_core.traces import columns as codec
+from trace_core.traces.trace import TraceMetadata
 
 _WORDS = ["a", " the", "Paris", "é", "日本", "x y", "1", "-", "\u2028", "tab\tin", 'q"uote', "back\\slash", "new\nline",
           "😀", "", " ", "[", "]", ",", "],["]

@@ -17,7 +17,7 @@ import pytest
 
 from trace_core import read_dataset, trace_confidence
 from trace_core.data import trace_from_openai
-from trace_core.score import SURPRISAL_ONLY_CONFIG
+from trace_core.methods.risk import SURPRISAL_ONLY_CONFIG
 
 RESPONSES = Path(__file__).resolve().parents[2] / "data" / "responses"
 RECORDED = ["tgi_generate_bloom560m_recorded.json", "tgi_generate_llama7b_recorded.json"]

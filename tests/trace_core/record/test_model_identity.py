@@ -15,7 +15,7 @@ from helpers import random_traces
 
 from trace_core import TracePlus, calibrator_from_json
 from trace_core.record.load import model_digest
-from trace_core.trace import TraceMetadata
+from trace_core.traces.trace import TraceMetadata
 
 DEMO = Path(__file__).resolve().parents[3] / "assets" / "demo-model"
 
@@ -89,7 +89,7 @@ def test_digest_is_checked_in_metadata_and_old_calibrator_files_load():
 def test_loading_records_the_digest_in_every_trace(monkeypatch):
     pytest.importorskip("torch")
     from trace_core.record import generate_traces, load_model
-    from trace_core.trace import DecodingConfig
+    from trace_core.traces.trace import DecodingConfig
 
     monkeypatch.chdir(DEMO.parents[1])
     by_relative = load_model("assets/demo-model", device="cpu")

@@ -20,7 +20,7 @@ from trace_core import (  # noqa: E402
     score_answer,
     score_answers,
 )
-from trace_core.evaluate import AnswerValueError  # noqa: E402
+from trace_core.evaluation.run import AnswerValueError  # noqa: E402
 from trace_core.record import beam_logprobs, encode_prompt, token_pieces  # noqa: E402
 
 PROMPTS = ["Q: What is 12 plus 7? A:", "The capital of France is", "Unicode: café"]

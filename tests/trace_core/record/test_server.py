@@ -19,7 +19,6 @@ pytest.importorskip("torch")
 from fake_server import FakeServer, fast_backoff, serve  # noqa: E402, F401 (fixtures)
 
 from trace_core import DecodingConfig, generate_traces, load_model, score_answers  # noqa: E402
-from trace_core.logprobs import entropy_from_top_k, top_k_entropy_bounds  # noqa: E402
 from trace_core.policy import fit_new_tokens, rows_over_context  # noqa: E402
 from trace_core.record import (  # noqa: E402
     ServerError,
@@ -29,6 +28,7 @@ from trace_core.record import (  # noqa: E402
     context_length,
     encode_prompt,
 )
+from trace_core.traces.logprobs import entropy_from_top_k, top_k_entropy_bounds  # noqa: E402
 
 PROMPTS = ["Q: What is 12 plus 7? A:", "The quick brown", "Unicode: caf", "Numbers: 0 1 2"]
 ANSWERS = [" 19", " fox jumps over", "é naïve 日本", " 3 4 5 6 7"]

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..load import LoadedModel
-from ..multi import MultiServer
-from ..remote import ServerModel
-from .base import Backend, RecordedAnswer
-from .completions import ServerBackend
-from .hf import HuggingFaceBackend
-from .multi import MultiServerBackend
+from trace_core.record.backends.base import Backend, RecordedAnswer
+from trace_core.record.backends.completions import ServerBackend
+from trace_core.record.backends.hf import HuggingFaceBackend
+from trace_core.record.backends.multi import MultiServerBackend
+from trace_core.record.load import LoadedModel
+from trace_core.record.multi import MultiServer
+from trace_core.record.remote import ServerModel
 
 __all__ = ["Backend", "HuggingFaceBackend", "MultiServerBackend", "RecordedAnswer", "ServerBackend", "backend_of"]
 

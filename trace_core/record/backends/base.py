@@ -2,9 +2,9 @@
 
 :func:`trace_core.record.generate_traces`, :func:`~trace_core.record.score_answers`,
 :func:`~trace_core.record.beam_logprobs` and :func:`~trace_core.record.context_length` validate their arguments,
-tokenize, check the context and build the :class:`~trace_core.trace.Trace` objects themselves; a backend only turns
-token ids into per-token arrays (:class:`RecordedAnswer`). The Hugging Face backend (:mod:`.hf`) runs a local model;
-another backend (a model server) implements the same :class:`Backend` protocol and is picked by
+tokenize, check the context and build the :class:`~trace_core.traces.trace.Trace` objects themselves; a backend only
+turns token ids into per-token arrays (:class:`RecordedAnswer`). The Hugging Face backend (:mod:`.hf`) runs a local
+model; another backend (a model server) implements the same :class:`Backend` protocol and is picked by
 :func:`trace_core.record.backends.backend_of`.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ...trace import DecodingConfig
+from trace_core.traces.trace import DecodingConfig
 
 __all__ = ["Backend", "RecordedAnswer"]
 

@@ -17,8 +17,8 @@
 
 What is exact: token ids (the local tokenizer), the chosen tokens' log-probabilities, the alternatives. The entropy is
 exact with ``full_distribution=True``; otherwise it is estimated from the top k
-(:func:`~trace_core.logprobs.entropy_from_top_k`, ``entropy_source="top_k"``) and each token's lower and upper
-bounds (:func:`~trace_core.logprobs.top_k_entropy_bounds`) go to ``metadata.extra["entropy_lower"]`` and
+(:func:`~trace_core.traces.logprobs.entropy_from_top_k`, ``entropy_source="top_k"``) and each token's lower and upper
+bounds (:func:`~trace_core.traces.logprobs.top_k_entropy_bounds`) go to ``metadata.extra["entropy_lower"]`` and
 ``["entropy_upper"]``. Ranks are exact with the full distribution and when teacher forcing (vLLM gives the answer
 token's rank); in top-k generation a token outside the top k gets rank k + 1, and ``extra["ranks_capped_at"]``
 says so. The log-probabilities are the server's: vLLM's default ``--logprobs-mode`` is the raw distribution (before
@@ -37,11 +37,8 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ...trace import DecodingConfig
-from ..http_policy import RefusedError, ServerError, response_limit
-from ..remote import ServerModel
-from .base import RecordedAnswer
-from .server_steps import (
+from trace_core.record.backends.base import RecordedAnswer
+from trace_core.record.backends.server_steps import (
     ServerStep,
     answer_arrays,
     chat_rows,
@@ -53,6 +50,9 @@ from .server_steps import (
     readable,
     shown,
 )
+from trace_core.record.http_policy import RefusedError, ServerError, response_limit
+from trace_core.record.remote import ServerModel
+from trace_core.traces.trace import DecodingConfig
 
 __all__ = ["STREAM_BYTES_PER_EVENT", "ServerBackend"]
 

@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from ...trace import DecodingConfig
-from .. import stats
-from ..load import LoadedModel, torch_module
-from ..threads import torch_threads
-from .base import RecordedAnswer
+from trace_core.record import stats
+from trace_core.record.backends.base import RecordedAnswer
+from trace_core.record.load import LoadedModel, torch_module
+from trace_core.record.threads import torch_threads
+from trace_core.traces.trace import DecodingConfig
 
 __all__ = ["HuggingFaceBackend", "generation_config"]
 

@@ -8,10 +8,10 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ...trace import DecodingConfig
-from ..multi import MultiServer
-from .base import RecordedAnswer
-from .completions import ServerBackend
+from trace_core.record.backends.base import RecordedAnswer
+from trace_core.record.backends.completions import ServerBackend
+from trace_core.record.multi import MultiServer
+from trace_core.traces.trace import DecodingConfig
 
 __all__ = ["MultiServerBackend"]
 

@@ -2,10 +2,10 @@
 
 Each answer's log-probabilities are parsed by the shape parsers the file importer uses (:mod:`trace_core.server_shapes`:
 chat ``logprobs.content``, completions ``logprobs``, vLLM ``prompt_logprobs``), so a server's numbers are checked by
-the same rules (:func:`~trace_core.logprobs.check_logprob`). Here the tokens, written ``"token_id:N"``, become ids
-below V, each step's alternatives a table ``{id: log-prob}`` held to the importer's mass rule
-(:func:`~trace_core.logprobs.too_much_mass`), and an answer's steps a :class:`~.base.RecordedAnswer`: exact entropy
-and ranks with the full distribution, else the top-k estimate with each token's lower and upper bounds.
+the same rules (:func:`~trace_core.traces.logprobs.check_logprob`). Here the tokens, written ``"token_id:N"``, become
+ids below V, each step's alternatives a table ``{id: log-prob}`` held to the importer's mass rule
+(:func:`~trace_core.traces.logprobs.too_much_mass`), and an answer's steps a :class:`~.base.RecordedAnswer`: exact
+entropy and ranks with the full distribution, else the top-k estimate with each token's lower and upper bounds.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..._checks import clip, shorten
-from ...logprobs import entropy_from_top_k, too_much_mass, top_k_entropy_bounds
-from ...server_shapes import TokenStep
-from ...server_shapes.agreement import unique_offers
-from ...server_shapes.openai import content_steps, parse_completion_logprobs
-from ...server_shapes.vllm import prompt_logprob_step
-from ..http_policy import ServerError
-from ..remote import ServerModel
-from .base import RecordedAnswer
+from trace_core.checks import clip, shorten
+from trace_core.record.backends.base import RecordedAnswer
+from trace_core.record.http_policy import ServerError
+from trace_core.record.remote import ServerModel
+from trace_core.server_shapes import TokenStep
+from trace_core.server_shapes.agreement import unique_offers
+from trace_core.server_shapes.openai import content_steps, parse_completion_logprobs
+from trace_core.server_shapes.vllm import prompt_logprob_step
+from trace_core.traces.logprobs import entropy_from_top_k, too_much_mass, top_k_entropy_bounds
 
 __all__ = ["ServerStep", "answer_arrays", "chat_rows", "choice_of", "completion_rows", "prompt_rows", "readable",
            "shown"]

@@ -1,0 +1,1 @@
+"""Calibrators (TRACE+, Platt, isotonic), reading them from JSON, and the drift check."""

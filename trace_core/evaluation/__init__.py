@@ -1,0 +1,1 @@
+"""The evaluation protocol: splits, the split loop, results, paired comparisons and the verdict."""

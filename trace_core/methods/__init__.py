@@ -1,0 +1,1 @@
+"""What scores an answer: TRACE, TRACE+'s features, the baselines, spans, and the registry of methods."""

@@ -1,0 +1,1 @@
+"""An evaluation as figures and as one self-contained HTML file."""
