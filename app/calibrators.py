@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from trace_core import ScoreCalibrator, Trace, TracePlus, TraceTable
-from trace_core.checks import clip  # noqa: PLC2701 (the library's argument checks have no public home yet)
+from trace_core.checks import clip
 from trace_core.flagging.flag import FlagScore
 
 from . import state

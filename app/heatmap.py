@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trace_core import SpanRisk, Trace, TraceExplanation, explain_trace
-from trace_core.checks import check_choice, check_int  # noqa: PLC2701 (no public home for these checks yet)
+from trace_core.checks import check_choice, check_int
 
 from .text import NEWLINE_MARK, TAB_MARK, byte_piece_note, shortened, token_units, visible_token
 

@@ -11,7 +11,7 @@ import streamlit as st
 
 from trace_core import EvaluationResult, Trace, explain_trace
 from trace_core.calibration.calibrators import load_calibrator
-from trace_core.checks import clip  # noqa: PLC2701 (the library's message helpers have no public home yet)
+from trace_core.checks import clip
 from trace_core.flagging.flag import FlagScore, best_flag_score, flag_scores
 from trace_core.methods.registry import METHODS
 

@@ -22,7 +22,7 @@ from typing import Any
 import streamlit as st
 
 from trace_core import LabeledDataset, LoadedModel, load_model, read_dataset, settings
-from trace_core.checks import clip  # noqa: PLC2701 (the library's argument checks have no public home yet)
+from trace_core.checks import clip
 from trace_core.record import check_model_allowed
 
 from .keys import digest
@@ -37,7 +37,7 @@ def preload_in_background() -> threading.Thread:
     global _preloading
     with _preload_lock:
         if _preloading is None:
-            from trace_core.calibration.calibrators import preload
+            from trace_core.evaluation.protocol import preload
 
             _preloading = threading.Thread(target=preload, name="trace-preload", daemon=True)
             _preloading.start()

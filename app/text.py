@@ -10,7 +10,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 
 # counted is the app's too: one rule for "1 row", "2 rows" in every sentence the tool prints
-from trace_core.checks import counted as counted  # noqa: PLC2701 (the library's message helpers have no public home yet)
+from trace_core.checks import counted as counted
 from trace_core.methods.spans import completing_token_of
 
 #: The longest message (characters, before escaping) an alert or caption shows; user input inside it is shortened

@@ -26,6 +26,7 @@ BENCHES = {
     "span_cost": "score_rows' riskiest-span columns vs explain_trace on the real model's test answers",
     "localisation": "spikes and peak window against the first wrong token, demo test split (vs random and last token)",
     "server_throughput": "scoring via a vLLM server at concurrency 1/4/16 vs local; bytes of top-20 vs full log-probs",
+    "import_cost": "import trace_core vs import pandas alone; the first trace_core.evaluate",
     "threads": "SmolLM2 streaming tokens/s and generate answers/s per torch thread count, idle and under a competing "
                "process",
 }

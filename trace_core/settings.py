@@ -148,7 +148,6 @@ def get(name: str) -> Any:
 
 def settings_table() -> str:
     """The settings as a Markdown table (docs/settings.md shows it)."""
-
     def shown(s: Setting) -> str:
         if s.kind == "flag":
             return "on" if s.default else "off"

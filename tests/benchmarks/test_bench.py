@@ -181,3 +181,11 @@ def test_threads_bench_runs(capsys):
     assert len(baseline) == 2 and all(row[-1] == row[-3] == "1.00" for row in baseline), out
     assert sum("auto" in " ".join(row) for row in rows) == 2, out
     assert "target: the automatic choice streams >= 5 tokens/s" in out and "under load 'one'" in out
+
+
+def test_import_cost_bench_runs(capsys):
+    from bench.import_cost import main
+
+    main(["--repeats", "1"])
+    out = capsys.readouterr().out
+    assert "import pandas (baseline)" in out and "import trace_core adds" in out

@@ -58,3 +58,35 @@ def test_sizes_count_code_lines_only(package):
     big.write_text("\n".join(f"V{i} = {i}" for i in range(401)) + "\n")
     assert lint_sizes.findings(big, module_limit=True) == [f"{big}: 401 code lines (at most 400): split it by concern"]
     assert lint_sizes.findings(big, module_limit=False) == []
+
+
+def test_the_import_graph_rule_finds_cycles_and_function_local_imports(package):
+    import lint_import_graph
+
+    (package / "a.py").write_text("from trace_core.b import B\n\nA = 1\n")
+    (package / "b.py").write_text("from trace_core.sub.c import C\n\nB = 2\n")
+    (package / "sub" / "c.py").write_text("from trace_core import a\n\nC = 3\n")  # a -> b -> sub.c -> a
+    (package / "d.py").write_text("import numpy\n\n\ndef f():\n    from trace_core.a import A\n\n    return A\n")
+    (package / "plots.py").write_text("import plotly\n")  # needs an optional dependency at its top
+    (package / "e.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from trace_core.f import F\n"
+                                  "\n\ndef g():\n    from trace_core import plots\n\n    return plots\n")
+    (package / "f.py").write_text("from trace_core.e import g\n\nF = 4\n")  # e -> f only for type checkers
+    found = lint_import_graph.findings(package.parent)
+    assert len(found) == 2, found
+    assert found[0].startswith("import cycle: trace_core.a -> trace_core.b -> trace_core.sub.c -> trace_core.a")
+    assert found[1].startswith(f"{Path('trace_core') / 'd.py'}:5: imports trace_core.a inside a function")
+    assert lint_import_graph.main([str(package.parent)]) == 1
+    (package / "sub" / "c.py").write_text("C = 3\n")
+    (package / "d.py").write_text("from trace_core.a import A\n")
+    assert lint_import_graph.main([str(package.parent)]) == 0
+
+
+def test_the_import_graph_rule_names_every_module_of_a_larger_cycle(package):
+    import lint_import_graph
+
+    (package / "a.py").write_text("from trace_core import b, c\n")
+    (package / "b.py").write_text("from trace_core import a\n")
+    (package / "c.py").write_text("from trace_core import a\n")
+    (found,) = lint_import_graph.findings(package.parent)
+    assert "trace_core.a -> trace_core.b -> trace_core.a" in found
+    assert "one of 3 modules that import each other: trace_core.a, trace_core.b, trace_core.c" in found

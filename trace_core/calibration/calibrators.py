@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from trace_core import __version__  # the package is imported by the time anything is fitted
 from trace_core.calibration.drift import (
     ALPHA,
     EXTRA_FEATURES,
@@ -37,24 +38,32 @@ from trace_core.calibration.scalar import (
     SavedCalibrator,
     check_fit_labels,
     check_fitted,
-    preload,
 )
-from trace_core.checks import AnswerValueError, check_int, check_real
+from trace_core.checks import AnswerValueError, check_choice, check_int, check_real
+from trace_core.methods.baselines import compute_baselines
 from trace_core.methods.features import feature_matrix, feature_names
 from trace_core.methods.logistic import SCORE_TRANSFORMS, sigmoid, standardised_logistic_rows, transform_scores
-from trace_core.methods.risk import as_traces
+from trace_core.methods.operators import segment_mean
+from trace_core.methods.registry import METHODS, flaggable_methods, get_method
+from trace_core.methods.risk import (
+    PAPER_CONFIG,
+    SURPRISAL_ONLY_CONFIG,
+    as_traces,
+    config_for,
+    stack_traces,
+    trace_confidence,
+)
+from trace_core.traces.table import TraceTable
 from trace_core.traces.trace import Trace
 
 __all__ = ["CALIBRATOR_WORDS", "SCORE_TRANSFORMS", "CalibratorFormatError", "IsotonicCalibrator", "NotFittedError",
            "PlattCalibrator", "ScoreCalibrator", "TracePlus", "calibrator_from_json", "check_drift",
-           "flaggable_methods", "load_calibrator", "method_scores", "preload", "probability_correct",
+           "load_calibrator", "method_scores", "probability_correct",
            "transform_scores", "unfitted_copy"]
 
 
 def _metadata_of(traces: Sequence[Trace]) -> Sequence[Any]:
     """Each trace's metadata (a table's column: no Trace made per answer; None for an item without one)."""
-    from trace_core.traces.table import TraceTable
-
     return traces.metadata if isinstance(traces, TraceTable) else [getattr(t, "metadata", None) for t in traces]
 
 
@@ -73,8 +82,6 @@ def _trace_origins(traces: Sequence[Trace]) -> dict[str, list[str]]:
 def _provenance(X: Sequence[Trace] | np.ndarray, feature_set: str | None, n_rows: int) -> dict[str, Any]:
     """Where a fit's data came from: traces' model ids, tokenizers and entropy sources (empty lists for a feature
     matrix), feature set (TracePlus only; None leaves it out), rows, date (UTC, ISO 8601) and trace_core version."""
-    from trace_core import __version__  # the package is imported by the time anything is fitted
-
     origins = _trace_origins(X) if not isinstance(X, np.ndarray) else {"model_id": [], "model_digest": [],
                                                                       "tokenizer": [], "entropy_source": [],
                                                                       "source": []}
@@ -109,9 +116,6 @@ def _extra_names(own: Sequence[str]) -> tuple[str, ...]:
 def _extra_columns(traces: Sequence[Trace], names: Sequence[str]) -> np.ndarray:
     """The extra drift features of each trace, shape (n, len(names)): answer length in tokens, mean surprisal (0 for
     an empty answer), from the stacked surprisal (a table's column: no per-answer work)."""
-    from trace_core.methods.operators import segment_mean
-    from trace_core.methods.risk import stack_traces
-
     surprisal, _ = stack_traces(traces)
     columns = {"answer_length": lambda: surprisal.lengths.astype(np.float64),
                "mean_surprisal": lambda: np.nan_to_num(np.asarray(segment_mean(surprisal), dtype=np.float64),
@@ -256,8 +260,6 @@ class TracePlus(_FittedOnTraces, SavedCalibrator):
     @property
     def score_name(self) -> str:
         """The method of the comparison this calibrator is: ``"TRACE+"`` or ``"TRACE+ (<feature set>)"``."""
-        from trace_core.methods.registry import METHODS
-
         return next((m.name for m in METHODS.values() if m.kind == "trace_plus" and m.feature_set == self.feature_set),
                     f"TRACE+ ({self.feature_set})")
 
@@ -366,24 +368,10 @@ class TracePlus(_FittedOnTraces, SavedCalibrator):
 CALIBRATOR_WORDS = {"platt": "Platt scaling", "isotonic": "isotonic regression"}
 
 
-def flaggable_methods() -> list[str]:
-    """The methods a :class:`ScoreCalibrator` can calibrate, in registry order: TRACE and its surprisal-only variant
-    and the scalar baselines computed from a trace alone (the chosen tokens' log-probabilities, the entropy, the
-    top-k alternatives). Beam and semantic baselines need more than a trace (beams, a sentence-embedding model),
-    and the fitted baselines (CES, WEPR, trace profile) are not saved as calibrators; TRACE+ is :class:`TracePlus`."""
-    from trace_core.methods.registry import METHODS
-
-    return [m.name for m in METHODS.values() if m.kind in ("trace", "baseline") and m.needs in ("trace", "top_k")]
-
-
 def method_scores(traces: Sequence[Trace], method: str) -> np.ndarray:
     """One method's raw score of each answer (higher = more likely correct), shape (n_answers,), as the evaluation
     computes it: TRACE's ``exp(-R)`` or a baseline's confidence. ValueError, saying why, when the traces lack what
     the method needs (entropy, top-k alternatives)."""
-    from trace_core.methods.baselines import compute_baselines
-    from trace_core.methods.registry import get_method
-    from trace_core.methods.risk import PAPER_CONFIG, SURPRISAL_ONLY_CONFIG, trace_confidence
-
     spec = get_method(method)
     if method not in flaggable_methods():
         raise ValueError(f"{method!r} cannot be calibrated on traces alone; calibrate one of: "
@@ -457,8 +445,6 @@ class ScoreCalibrator(_FittedOnTraces, SavedCalibrator):
         return {"method": self.method, "calibrator": self.calibrator, "C": self.C}
 
     def _check_params(self) -> str:
-        from trace_core.checks import check_choice
-        from trace_core.methods.registry import get_method
 
         check_choice(self.method, "method", flaggable_methods())
         check_choice(self.calibrator, "calibrator", list(CALIBRATOR_WORDS))
@@ -576,7 +562,6 @@ def probability_correct(calibrator: Any, traces: Sequence[Trace], *, confidence:
     if isinstance(calibrator, (TracePlus, ScoreCalibrator)):
         return calibrator.predict_proba(traces)
     if confidence is None:
-        from trace_core.methods.risk import config_for, trace_confidence
 
         confidence = trace_confidence(traces, config=config_for(traces))
     return calibrator.predict_proba(confidence)

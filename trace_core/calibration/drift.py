@@ -25,9 +25,9 @@ not tested.
 
 Overall: Bonferroni over the ``d`` features tested, ``p = min(1, d * min_j p_j)``; a shift is reported when
 ``p < alpha`` with ``alpha`` = :data:`ALPHA` = 0.001, so a same-distribution sample trips the check in at most about
-0.1% of draws (measured by simulation in ``tests/trace_core/test_drift.py``), while a clear shift in a few hundred
-answers is found. Fewer than :data:`MIN_ANSWERS` answers on either side get no verdict ("not enough answers to check").
-"""
+0.1% of draws (measured by simulation in ``tests/trace_core/calibration/test_drift.py``), while a clear shift in a few
+hundred answers is found. Fewer than :data:`MIN_ANSWERS` answers on either side get no verdict ("not enough answers to
+check"). """
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ import numpy as np
 from trace_core.calibration.drift import EXTRA_FEATURES, DriftSummary, FeatureBins
 from trace_core.checks import shorten
 from trace_core.methods.features import FEATURE_SETS
+from trace_core.methods.registry import METHODS, flaggable_methods
 from trace_core.traces.trace import ENTROPY_SOURCES
 
 __all__ = ["INNER_FIELDS", "MAX_ABS", "MAX_CENTRE", "MIN_SAMPLES", "MIN_SCALE", "FieldChecker", "converted_fields",
@@ -140,7 +141,6 @@ def _params(c: FieldChecker, kind: str, params: Any) -> dict[str, Any]:
         if max_iter is not None:
             out["max_iter"] = max_iter
     if "method" in allowed:
-        from trace_core.calibration.calibrators import flaggable_methods
 
         for key, choices in (("method", flaggable_methods()), ("calibrator", list(INNER_FIELDS))):
             value = params.get(key)
@@ -304,8 +304,6 @@ def _isotonic_fields(c: FieldChecker, obj: Mapping[str, Any], out: dict[str, Any
 
 def _score_fields(c: FieldChecker, obj: Mapping[str, Any], out: dict[str, Any]) -> None:
     """A ScoreCalibrator's own fields and those of its Platt or isotonic calibrator (``params.calibrator``)."""
-    from trace_core.methods.registry import METHODS
-
     method, calibrator = out["params"].get("method"), out["params"].get("calibrator")
     transform = obj.get("transform")
     if method is not None and "transform" in obj and transform != METHODS[method].transform:

@@ -17,10 +17,12 @@ import numpy as np
 from trace_core.calibration.reading import dumps_calibrator, parse_calibrator
 from trace_core.checks import check_labels, check_real, check_scores
 from trace_core.methods.logistic import fit_logistic_1d, sigmoid
-from trace_core.metrics.kernels import compiled
+from trace_core.metrics.kernels import (
+    compiled,
+)
 
 __all__ = ["IsotonicCalibrator", "NotFittedError", "PlattCalibrator", "SavedCalibrator", "check_fit_labels",
-           "check_fit_scores", "check_fitted", "isotonic_runs_loop", "platt_loop", "preload"]
+           "check_fit_scores", "check_fitted", "isotonic_runs_loop", "platt_loop"]
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -156,34 +158,6 @@ def _tie_runs(x: np.ndarray) -> np.ndarray:
                 extra.append(j)
                 first = x[j]
     return np.union1d(starts, np.asarray(extra, dtype=np.int64))
-
-
-def preload() -> None:
-    """Import what the calibrators load on first use: scipy's sigmoid and its isotonic regression (about half a
-    second together on a small machine), and, with numba, the protocol's compiled loops (loaded from their disk
-    cache in about a second, or compiled on a first run: several seconds; ``make install`` does it once) by one small
-    call of each. ``import trace_core`` stays light; a server calls this at start-up, on a thread, so that no user's
-    first evaluation waits for them."""
-    import scipy.optimize  # noqa: F401
-    import scipy.special  # noqa: F401
-
-    from trace_core.methods.logistic import fit_logistic_1d, standardised_logistic
-    from trace_core.metrics.kernels import RADIX_FROM, brier_and_ece_of_monotone, ranking_of_groups, stable_argsort
-
-    x = np.linspace(-1.0, 1.0, RADIX_FROM)
-    y = (np.arange(RADIX_FROM) % 3 == 0).astype(np.int64)
-    fit_logistic_1d(x, y, C=1.0)
-    standardised_logistic(np.column_stack([x, x * x]), y)
-    IsotonicCalibrator().fit_presorted(x, y)
-    ranking_of_groups(np.ones(RADIX_FROM), y[stable_argsort(-x)].astype(np.float64), both_classes=True,
-                      singletons=True)
-    brier_and_ece_of_monotone(y, (x + 1.0) / 2.0, 10)
-    PlattCalibrator().fit(x, y).predict_proba(x)
-
-    from trace_core.evaluation.protocol import Ascending  # a split's parts, as the protocol takes them
-
-    in_cal = y == 0
-    Ascending.of(x, x, y).parts(in_cal, int(in_cal.sum()))
 
 
 def isotonic_runs_loop(x: np.ndarray, y: np.ndarray, eps: float, thresholds: np.ndarray,

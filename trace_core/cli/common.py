@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,16 @@ import pandas as pd
 
 from trace_core.checks import counted
 from trace_core.cli._support import CLIError, plain_warnings, progress, shown
+from trace_core.data import DatasetWarning, read_dataset, write_dataset
+from trace_core.data.prompts import empty_answers_note, has_chat_template
+from trace_core.data.prompts import template_unused as unused
+from trace_core.evaluation.run import SkippedSplitsWarning, TruncatedDistributionWarning
+from trace_core.policy import one_class_message, usable_rows
+from trace_core.record import ServerError, connect_server, connect_servers
+from trace_core.record import load_model as load_local_model
+from trace_core.traces.table import TraceTable, gather
 
-__all__ = ["chat_template_setting", "empty_answers_warning", "load_model", "read_data", "request_batch",
+__all__ = ["chat_template_setting", "empty_answers_warning", "load_model", "protocol_run", "read_data", "request_batch",
            "resolve_chat_template", "row_numbers", "say_template_unused", "server_applies_template", "server_urls",
            "template_unused", "usable", "write_data"]
 
@@ -42,7 +51,6 @@ def load_model(args: argparse.Namespace):
     :class:`~trace_core.record.MultiServer`) that record the traces."""
     urls = server_urls(args)
     if urls:
-        from trace_core.record import ServerError, connect_server, connect_servers
 
         options = {"tokenizer": args.server_tokenizer, "api_key_env": args.api_key_env, "timeout": args.timeout,
                    "max_retries": args.retries, "concurrency": args.concurrency,
@@ -57,7 +65,6 @@ def load_model(args: argparse.Namespace):
             return connect_server(urls[0], args.server_model, **options)
         except ServerError as exc:
             raise CLIError(f"--server {shown(urls[0])}: {exc}") from exc
-    from trace_core.record import load_model as load_local_model
 
     # A flag opts in; without it the environment's policy (off by default) applies. --threads: None is automatic (a
     # sharded run's ModelLoader carries no --threads yet: its loads choose automatically).
@@ -77,8 +84,6 @@ def chat_template_setting(lm: Any, args: argparse.Namespace, *, generating: bool
     given, else on when the model's tokenizer has a chat template (as the dashboard does); always on when the
     server applies its own (:func:`server_applies_template`). CLIError when ``--chat-template`` is given for a model
     whose tokenizer has none."""
-    from trace_core.data.prompts import has_chat_template
-
     given = getattr(args, "chat_template", None)
     if server_applies_template(args, generating=generating):
         return True
@@ -102,8 +107,6 @@ def template_unused(lm: Any, args: argparse.Namespace) -> bool:
     """Whether the model has a chat template that the prompts will not go through (``--no-chat-template``): an
     instruct model given a bare prompt often ends its answer at once, and its traces are not those of the answers
     the dashboard gets (which uses the template by default)."""
-    from trace_core.data.prompts import template_unused as unused
-
     return unused(lm, bool(getattr(args, "chat_template", False)))
 
 
@@ -128,8 +131,6 @@ def warn_unseeded(config: Any, *, shards: bool) -> None:
 def empty_answers_warning(answers: Sequence[str], lm: Any, args: argparse.Namespace) -> str:
     """The warning on generated answers that are empty (:func:`~trace_core.data.prompts.empty_answers_note`, with
     :func:`template_unused` as the likely cause); "" when none is."""
-    from trace_core.data.prompts import empty_answers_note
-
     return empty_answers_note(answers, template_unused=template_unused(lm, args)) or ""
 
 
@@ -138,8 +139,6 @@ def read_data(path: str, *, require_label: bool, args: argparse.Namespace):
     summary on stderr (only its problems with ``--quiet``); CLIError when no row is valid."""
     import inspect
     import warnings
-
-    from trace_core.data import DatasetWarning, read_dataset
 
     options: dict[str, Any] = {}
     show = not getattr(args, "quiet", True)
@@ -176,9 +175,6 @@ def usable(dataset, path: str, *, consequence: str | None = None):
     ``consequence`` is None (flagging must score every row); one class only is an error saying ``consequence``."""
     from dataclasses import replace
 
-    from trace_core.policy import one_class_message, usable_rows
-    from trace_core.traces.table import gather
-
     rows = usable_rows(dataset.traces, row_numbers=row_numbers(dataset))
     if rows.missing:
         raise CLIError(f"{shown(path)}: {rows.missing_message()}; record traces first with "
@@ -205,15 +201,32 @@ def usable(dataset, path: str, *, consequence: str | None = None):
 def trace_table(dataset) -> Any:
     """The traces of a dataset that :func:`usable` passed (every row has one) as one
     :class:`~trace_core.traces.table.TraceTable`: the reader's table itself, or one made once from the list."""
-    from trace_core.traces.table import TraceTable
-
     return TraceTable.from_traces(dataset.traces)
 
 
 def write_data(frame: pd.DataFrame, traces: Sequence[Any] | None, out: str, *, quiet: bool = False) -> None:
     """``frame`` with its traces written to ``out`` (:func:`trace_core.data.write_dataset`), said on stderr."""
-    from trace_core.data import write_dataset
-
     write_dataset(frame, out, traces=traces)
     if not quiet:
         print(f"wrote {counted(len(frame), 'row')} to {out}", file=sys.stderr)
+
+
+def protocol_run(call: Any, *, title: str, args: argparse.Namespace, config: Any) -> Any:
+    """``call(progress)`` (one evaluation) with a bar of its splits on stderr and the library's warnings as plain
+    lines: skipped splits named with their group and the option that avoids them (a truncated distribution is said
+    once for the whole report by ``evaluate``'s report)."""
+    where = f" ({title})" if title else ""
+    update, close = progress(config.n_splits, f"splits{where}", not args.quiet, unit="split")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = call(update)
+        finally:
+            close()
+    plain_warnings(caught, skip=(SkippedSplitsWarning, TruncatedDistributionWarning))
+    if result.skipped_splits:
+        print(f"warning: {title or 'the data'}: {result.skipped_splits:,} of {counted(config.n_splits, 'split')} "
+              "skipped (one "
+              "class only in their calibration or evaluation part); use --stratified to keep both classes in every "
+              "part", file=sys.stderr)
+    return result

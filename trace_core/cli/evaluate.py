@@ -22,53 +22,43 @@ from trace_core.cli._support import (
     check_not_input,
     check_out,
     cli_words,
-    plain_warnings,
-    progress,
     shown,
 )
+from trace_core.cli.common import protocol_run
+from trace_core.cli.evaluate_shards import evaluate_sharded
 from trace_core.cli.options import evaluation_config
+from trace_core.cli.score_shards import is_sharded, refuse_engine_options
+from trace_core.data import parse_beam_logprobs
+from trace_core.evaluation.results import (
+    extended_entropy_note,
+    extended_needing_entropy,
+    report_markdown,
+    truncation_note,
+)
+from trace_core.evaluation.run import (
+    NoUsableSplitError,
+    average_results,
+    evaluate,
+)
+from trace_core.methods.registry import METHODS, method_names
+from trace_core.methods.semantic import load_embedder
+from trace_core.policy import METRICS_UNDEFINED, one_class_message
+from trace_core.report.html import report_html
+from trace_core.traces.table import TraceTable
 
 __all__ = ["cmd_evaluate"]
 
 
 def _beams(dataset) -> list[list[float]] | None:
-    from trace_core.data import parse_beam_logprobs
 
     if "beam_logprobs" not in dataset.frame.columns:
         return None
     return parse_beam_logprobs(dataset.frame["beam_logprobs"], common.row_numbers(dataset))
 
 
-def protocol_run(call: Any, *, title: str, args: argparse.Namespace, config: Any) -> Any:
-    """``call(progress)`` (one evaluation) with a bar of its splits on stderr and the library's warnings as plain
-    lines: skipped splits named with their group and the option that avoids them (a truncated distribution is said
-    once for the whole report by :func:`_report_warnings`)."""
-    import warnings
-
-    from trace_core.evaluation.run import SkippedSplitsWarning, TruncatedDistributionWarning
-
-    where = f" ({title})" if title else ""
-    update, close = progress(config.n_splits, f"splits{where}", not args.quiet, unit="split")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            result = call(update)
-        finally:
-            close()
-    plain_warnings(caught, skip=(SkippedSplitsWarning, TruncatedDistributionWarning))
-    if result.skipped_splits:
-        print(f"warning: {title or 'the data'}: {result.skipped_splits:,} of {counted(config.n_splits, 'split')} "
-              "skipped (one "
-              "class only in their calibration or evaluation part); use --stratified to keep both classes in every "
-              "part", file=sys.stderr)
-    return result
-
-
-def _evaluate_one(traces: list, labels: np.ndarray, beams: list | None, *, title: str, args: argparse.Namespace,
+def _evaluate_one(traces: TraceTable, labels: np.ndarray, beams: list | None, *, title: str, args: argparse.Namespace,
                   config: Any, methods: list[str] | None, embedder: Any, rows: list[int], split_groups: Any = None):
     """One evaluation of a file's answers (:func:`protocol_run`), a bad answer named by its row in the file."""
-    from trace_core.evaluation.run import evaluate
-
     if not args.quiet:
         where = f" ({title})" if title else ""
         print(f"scoring {counted(len(traces), 'answer')}{where}: TRACE features and baselines", file=sys.stderr)
@@ -87,8 +77,6 @@ def _report_warnings(results: dict[str, Any]) -> None:
     """The report's notes that need a ``warning:`` line, one line each: a truncated distribution (over every answer
     evaluated; else each group where it is), extended TRACE+ variants that need entropy (asked for by --extended on
     data without it)."""
-    from trace_core.evaluation.results import extended_entropy_note, extended_needing_entropy, truncation_note
-
     last = list(results.values())[-1]  # the only result, or the average over the groups
     truncated = truncation_note(*last.certain_tokens)
     if truncated:
@@ -132,8 +120,6 @@ def _check_outputs(args: argparse.Namespace) -> str | None:
 def _methods(args: argparse.Namespace) -> list[str] | None:
     """The methods to evaluate: ``--methods`` (None: the default ones), then with ``--extended`` the TRACE+
     feature-set and surprisal-only variants."""
-    from trace_core.methods.registry import METHODS, method_names
-
     methods = args.methods or None
     if args.extended:  # the TRACE+ feature-set and surprisal-only variants, after the asked-for (or default) methods
         methods = (methods or method_names()) + [m.name for m in METHODS.values() if m.extended]
@@ -144,18 +130,14 @@ def _embedder(args: argparse.Namespace) -> Any:
     """The sentence-embedding model of the semantic baselines (``--embedder``), or None without the option."""
     if args.embedder is None:
         return None
-    from trace_core.methods.semantic import load_embedder
 
     return load_embedder(args.embedder or None)
 
 
-def _by_group(args: argparse.Namespace, dataset, traces: list, labels: np.ndarray, beams: list | None,
+def _by_group(args: argparse.Namespace, dataset, traces: TraceTable, labels: np.ndarray, beams: list | None,
               rows: list[int], options: dict[str, Any], split_groups: np.ndarray | None = None) -> dict[str, Any]:
     """``--group-by``: each value of the column evaluated on its own, then their average; a group with one class
     only, or too few of one class for any split, is skipped with a warning line; CLIError when none is left."""
-    from trace_core.evaluation.run import NoUsableSplitError, average_results
-    from trace_core.policy import one_class_message
-
     if args.group_by not in dataset.frame.columns:
         raise CLIError(f"--group-by: no column {shorten(args.group_by)}; columns are "
                        f"{shorten(list(dataset.frame.columns))}")
@@ -171,7 +153,7 @@ def _by_group(args: argparse.Namespace, dataset, traces: list, labels: np.ndarra
             continue
         title = f"{args.group_by} = {key}"
         try:
-            groups[title] = _evaluate_one([traces[i] for i in idx], labels[idx],
+            groups[title] = _evaluate_one(traces.take(idx), labels[idx],
                                           None if beams is None else [beams[i] for i in idx],
                                           title=f"{clip(args.group_by)} = {clip(key)}",
                                           rows=[rows[i] for i in idx], **options,
@@ -190,8 +172,6 @@ def _by_group(args: argparse.Namespace, dataset, traces: list, labels: np.ndarra
 
 def _table_text(results: dict[str, Any], fmt: str, calibrator: str) -> str:
     """The results as ``fmt``: Markdown (under ``calibrator``), CSV or JSON (both scalar calibrators)."""
-    from trace_core.evaluation.results import report_markdown
-
     if fmt == "markdown":
         return report_markdown(results, calibrator=calibrator)
     if fmt == "csv":  # both scalar calibrators, one row per (method, metric, calibrator)
@@ -223,8 +203,6 @@ def _labels_words(label_source: str, matcher: str) -> str:
 
 def _write_report(args: argparse.Namespace, results: dict[str, Any], label_source: str, calibrator: str) -> None:
     """``--report``: the self-contained HTML report, with what data it was run on and how."""
-    from trace_core.report.html import report_html
-
     answers = sum(r.n_answers for t, r in results.items() if t != "average")
     data = {"file": Path(args.data).name, "answers": f"{answers:,}",
             "labels": _labels_words(label_source, args.matcher),
@@ -238,8 +216,6 @@ def _evaluate_file(args: argparse.Namespace, *, config: Any, methods: list[str] 
                    embedder: Any) -> tuple[dict[str, Any], str]:
     """One dataset file: the results (``{"": result}``, or one per group and their average) and how the labels
     were found."""
-    from trace_core.policy import METRICS_UNDEFINED
-
     dataset = common.usable(common.read_data(args.data, require_label=True, args=args), args.data,
                             consequence=METRICS_UNDEFINED)
     traces = common.trace_table(dataset)
@@ -269,8 +245,6 @@ def _split_groups(args: argparse.Namespace, frame: pd.DataFrame) -> np.ndarray |
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from trace_core.cli.evaluate_shards import evaluate_sharded
-    from trace_core.cli.score_shards import is_sharded, refuse_engine_options
 
     out_format = _check_outputs(args)
     if getattr(args, "split_by", None) and args.stratified:

@@ -12,6 +12,12 @@ import numpy as np
 
 from trace_core.checks import counted, shorten
 from trace_core.cli._support import CLIError, cli_words, shown
+from trace_core.cli.common import protocol_run
+from trace_core.cli.score_shards import check_out_folder, recorded_command, say_skipped, shard_engine
+from trace_core.evaluation.run import NoUsableSplitError, average_results
+from trace_core.policy import METRICS_UNDEFINED, one_class_message
+from trace_core.scale import list_shards
+from trace_core.scale.evaluate import UnreadableShardError, evaluate_table, read_compact
 from trace_core.settings import redact_secrets
 
 __all__ = ["evaluate_sharded"]
@@ -32,10 +38,6 @@ def _say_shard(account: Any, *, quiet: bool) -> None:
 def _read(args: argparse.Namespace, methods: list[str] | None, embedder: Any) -> Any:
     """Every shard's compact table (:func:`trace_core.scale.evaluate.read_compact`); CLIError naming the shard
     when one cannot be read."""
-    from trace_core.cli.score_shards import check_out_folder, recorded_command, say_skipped, shard_engine
-    from trace_core.scale import list_shards
-    from trace_core.scale.evaluate import UnreadableShardError, read_compact
-
     _, engine = shard_engine(args)  # checked before any work
     scores_out = check_out_folder(args.scores_out, option="--scores-out") if args.scores_out else None
     try:
@@ -57,10 +59,7 @@ def _read(args: argparse.Namespace, methods: list[str] | None, embedder: Any) ->
 
 
 def _one(table: Any, *, title: str, args: argparse.Namespace, config: Any) -> Any:
-    """The protocol on one compact table (:func:`~trace_core.cli.evaluate.protocol_run`)."""
-    from trace_core.cli.evaluate import protocol_run
-    from trace_core.scale.evaluate import evaluate_table
-
+    """The protocol on one compact table (:func:`~trace_core.cli.common.protocol_run`)."""
     if not args.quiet:
         where = f" ({title})" if title else ""
         print(f"evaluating {counted(len(table), 'answer')}{where}", file=sys.stderr)
@@ -71,9 +70,6 @@ def _one(table: Any, *, title: str, args: argparse.Namespace, config: Any) -> An
 def _by_group(args: argparse.Namespace, table: Any, config: Any) -> dict[str, Any]:
     """``--group-by`` on the compact table: each value on its own, then their average (groups with one class only,
     or too few of one class for any split, skipped with a warning line)."""
-    from trace_core.evaluation.run import NoUsableSplitError, average_results
-    from trace_core.policy import one_class_message
-
     keys = table.groups
     results, skipped = {}, 0
     for key in dict.fromkeys(keys):
@@ -99,8 +95,6 @@ def _by_group(args: argparse.Namespace, table: Any, config: Any) -> dict[str, An
 def evaluate_sharded(args: argparse.Namespace, *, config: Any, methods: list[str] | None,
                      embedder: Any) -> tuple[dict[str, Any], str]:
     """The results (``{"": result}``, or one per group and their average) and how the labels were found."""
-    from trace_core.policy import METRICS_UNDEFINED, one_class_message
-
     scores = _read(args, methods, embedder)
     table = scores.table
     if not args.quiet:

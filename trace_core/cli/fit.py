@@ -9,9 +9,14 @@ from pathlib import Path
 
 import numpy as np
 
+from trace_core.calibration.calibrators import CALIBRATOR_WORDS, ScoreCalibrator, TracePlus
 from trace_core.checks import AnswerValueError, counted, shorten
 from trace_core.cli import common
 from trace_core.cli._support import CALIBRATOR_OUT, CLIError, check_not_input, check_out, shown
+from trace_core.evaluation.small_sample import SMALL_CLASS, SMALL_SAMPLE, small_sample_note
+from trace_core.methods.features import default_feature_set, needs_entropy
+from trace_core.methods.registry import METHODS, flaggable_methods
+from trace_core.policy import NO_CALIBRATOR
 
 __all__ = ["cmd_fit"]
 
@@ -19,9 +24,6 @@ __all__ = ["cmd_fit"]
 def _fit_choice(args: argparse.Namespace) -> tuple[str | None, str | None]:
     """(TRACE+ feature set, None) or (None, scalar method) from --method and --feature-set; CLIError when they
     disagree or name something that cannot be saved as a calibrator."""
-    from trace_core.calibration.calibrators import flaggable_methods
-    from trace_core.methods.registry import METHODS
-
     method = args.method
     if method is None or (method in METHODS and METHODS[method].kind == "trace_plus"):
         feature_set = METHODS[method].feature_set if method is not None else None
@@ -42,9 +44,6 @@ def _fit_choice(args: argparse.Namespace) -> tuple[str | None, str | None]:
 
 
 def cmd_fit(args: argparse.Namespace) -> None:
-    from trace_core.calibration.calibrators import CALIBRATOR_WORDS, ScoreCalibrator, TracePlus
-    from trace_core.methods.features import default_feature_set, needs_entropy
-    from trace_core.policy import NO_CALIBRATOR
 
     check_out(args.out, CALIBRATOR_OUT)
     check_not_input(args.out, [("the input file", args.data)], written="the calibrator")
@@ -84,8 +83,6 @@ def _say_fitted(what: str, labels: np.ndarray, out: str) -> None:
     """The line saying what was fitted on how many answers of each class ("fitted TRACE+ (paper) on 328 answers (12
     correct, 316 wrong); wrote cal.json"), and a warning when they are too few, or too few of one class, for the
     probabilities to be trusted (where ``evaluate`` calls its figures unreliable: :func:`small_sample_note`)."""
-    from trace_core.evaluation.small_sample import SMALL_CLASS, SMALL_SAMPLE, small_sample_note
-
     correct = int(np.sum(labels == 1))
     print(f"fitted {what} on {counted(len(labels), 'answer')} ({correct:,} correct, {len(labels) - correct:,} wrong); "
           f"wrote {out}", file=sys.stderr)

@@ -10,6 +10,9 @@ import os
 import sys
 from typing import Any
 
+from trace_core.calibration.calibrators import check_drift, load_calibrator, probability_correct
+from trace_core.calibration.drift import DriftResult
+from trace_core.calibration.reading import MAX_CALIBRATOR_BYTES
 from trace_core.checks import AnswerValueError, counted, shorten
 from trace_core.cli import common
 from trace_core.cli._support import (
@@ -23,15 +26,27 @@ from trace_core.cli._support import (
     say_drift,
     shown,
 )
+from trace_core.cli.flag_shards import flag_sharded
+from trace_core.cli.score_shards import is_sharded, refuse_engine_options
+from trace_core.data import export_flagged, token_table, with_trace_columns
+from trace_core.flagging.flag import (
+    OUTPUT_COLUMNS,
+    flag_every,
+    flag_summary,
+    output_collisions,
+    previous_export,
+    score_rows,
+    select_flagged,
+    unscored,
+)
+from trace_core.flagging.guarantee import guaranteed_threshold, guaranteed_thresholds, repeated_prompts_note
+from trace_core.methods.spans import other_script_warning
 
 __all__ = ["cmd_flag"]
 
 
 def _load_calibrator(args: argparse.Namespace) -> tuple[Any, bytes]:
     """The calibrator of ``--calibrator`` and its bytes; CLIError, one line per problem, when it is not one."""
-    from trace_core.calibration.calibrators import load_calibrator
-    from trace_core.calibration.reading import MAX_CALIBRATOR_BYTES
-
     path = regular_file(args.calibrator)  # before it is opened: a FIFO would block
     if path.stat().st_size > MAX_CALIBRATOR_BYTES:  # before reading: a calibrator is a few kilobytes
         raise CLIError(f"{shown(args.calibrator)}: {path.stat().st_size:,} bytes is not a calibrator (at most "
@@ -45,9 +60,6 @@ def _load_calibrator(args: argparse.Namespace) -> tuple[Any, bytes]:
 
 
 def cmd_flag(args: argparse.Namespace) -> None:
-    from trace_core.cli.score_shards import is_sharded, refuse_engine_options
-    from trace_core.data import export_flagged, token_table, with_trace_columns
-    from trace_core.flagging.flag import OUTPUT_COLUMNS, output_collisions, previous_export, unscored
 
     if args.by == "span" and args.max_risk is not None:
         raise CLIError("--by span cannot be used with --max-risk: the guarantee is on the answers' probability of "
@@ -56,7 +68,6 @@ def cmd_flag(args: argparse.Namespace) -> None:
         if getattr(args, "guarantee_by", None):
             raise CLIError("--group-by works on one file, not on a folder of shards: flag each group's shards with "
                            "its own --risk-data, or join the shards into one file")
-        from trace_core.cli.flag_shards import flag_sharded
 
         flag_sharded(args, *_load_calibrator(args), certified=_certified)
         return
@@ -83,12 +94,10 @@ def cmd_flag(args: argparse.Namespace) -> None:
     dataset = common.usable(dataset, args.data)
     traces = common.trace_table(dataset)
     calibrator, _ = _load_calibrator(args)
-    from trace_core.flagging.flag import flag_summary
 
     scored = _scored(args, dataset, traces, calibrator)
     _drift(args, calibrator, traces)
     if args.by == "span":
-        from trace_core.methods.spans import other_script_warning
 
         other = other_script_warning(dataset.frame["answer"])
         if other:
@@ -114,9 +123,6 @@ def _drift(args: argparse.Namespace, calibrator: Any, traces: list, reference: l
     """The drift check of the answers being flagged (:func:`trace_core.calibration.calibrators.check_drift`): against
     the summary the calibrator keeps of its calibration answers, or against ``reference`` (the labeled answers of
     --risk-data); one line on stderr, a warning when they look drawn differently."""
-    from trace_core.calibration.calibrators import check_drift
-    from trace_core.calibration.drift import DriftResult
-
     try:
         result = check_drift(calibrator, traces, reference=reference)
     except ValueError as exc:  # a feature the reference answers cannot give (e.g. entropy)
@@ -127,8 +133,6 @@ def _drift(args: argparse.Namespace, calibrator: Any, traces: list, reference: l
 def _scored(args: argparse.Namespace, dataset: Any, traces: Any, calibrator: Any) -> Any:
     """Every row scored (:func:`trace_core.flagging.flag.score_rows`); an answer the calibrator cannot score is named by
     its row in the file."""
-    from trace_core.flagging.flag import score_rows
-
     try:
         return score_rows(dataset.frame, traces, calibrator)
     except AnswerValueError as exc:  # the library counts answers from 0; the user counts file rows
@@ -139,8 +143,6 @@ def _select(args: argparse.Namespace, scored: Any, labels: Any, calibrator: Any,
     """The rows to flag: by ``--threshold``, ``--coverage`` or ``--target-risk``, or below the threshold
     ``--max-risk`` certifies on ``--risk-data``; every row when none is certified (keeping none is the only choice
     guaranteed)."""
-    from trace_core.flagging.flag import flag_every, select_flagged
-
     threshold = args.threshold
     if args.max_risk is not None and getattr(args, "guarantee_by", None):  # one threshold per group
         return _select_by_group(args, scored, calibrator, traces)
@@ -157,8 +159,6 @@ def _select_by_group(args: argparse.Namespace, scored: Any, calibrator: Any, tra
     """The rows below their group's certified threshold (:func:`trace_core.flagging.guarantee.guaranteed_thresholds` on
     ``--risk-data``), every row of a group with none; each group's guarantee (or why there is none) on stderr."""
     import numpy as np
-
-    from trace_core.flagging.guarantee import guaranteed_thresholds
 
     column = args.guarantee_by
     if column not in scored.columns:
@@ -211,8 +211,6 @@ def _certified(args: argparse.Namespace, calibrator: Any) -> float | None:
 def _certify(args: argparse.Namespace, calibrator: Any) -> tuple[Any, Any]:
     """The guarantee on ``--risk-data`` (:func:`trace_core.flagging.guarantee.guaranteed_threshold`), said on stderr
     when it certifies a threshold, and the labeled dataset."""
-    from trace_core.flagging.guarantee import guaranteed_threshold
-
     risk, probability = _risk_probability(args, calibrator)
     guarantee = guaranteed_threshold(probability, risk.frame["label"].to_numpy(), max_risk=args.max_risk,
                                      delta=args.delta)
@@ -224,9 +222,6 @@ def _certify(args: argparse.Namespace, calibrator: Any) -> tuple[Any, Any]:
 def _risk_probability(args: argparse.Namespace, calibrator: Any) -> tuple[Any, Any]:
     """``--risk-data`` read (labeled, usable rows) and the calibrator's P(correct) of each of its answers; a warning
     when its answers repeat prompts (the guarantee assumes independent answers)."""
-    from trace_core.calibration.calibrators import probability_correct
-    from trace_core.flagging.guarantee import repeated_prompts_note
-
     if os.path.realpath(args.risk_data) == os.path.realpath(args.data):
         print(f"warning: --risk-data {shown(args.risk_data)} is the file being flagged: the guarantee is for new "
               "answers drawn like the labeled ones, not for the answers it was chosen on", file=sys.stderr)

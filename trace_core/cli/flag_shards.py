@@ -21,6 +21,12 @@ from typing import Any
 
 from trace_core.checks import counted
 from trace_core.cli._support import CLIError, shown
+from trace_core.cli.score_shards import locked, recorded_command, shard_reporter, shard_run
+from trace_core.data import DatasetError
+from trace_core.flagging.flag import flag_summary
+from trace_core.methods.spans import other_script_warning
+from trace_core.scale import file_digest, read_entry, stored_result
+from trace_core.scale.flag import FLAGGED_COLUMN, ShardFlagger, flag_decisions, score_shard
 
 __all__ = ["flag_sharded"]
 
@@ -40,10 +46,6 @@ def _flagged_summary(folder: Path, summary: Any, *, by_span: bool = False) -> tu
     their ``answer`` column (read in the same pass)."""
     import numpy as np
     import pyarrow.parquet as pq
-
-    from trace_core.flagging.flag import flag_summary
-    from trace_core.methods.spans import other_script_warning
-    from trace_core.scale.flag import FLAGGED_COLUMN
 
     flagged, probability, labels = [], [], []
     answers: list[str] = []
@@ -93,8 +95,6 @@ def _inputs_digest(names: list[str], digests: list[str]) -> str:
 def _stored_decision(shards: list[Any], out: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
     """The decision an earlier run recorded, when every shard's output is complete with it and it was decided on
     exactly these inputs (else None: it is decided again)."""
-    from trace_core.scale import read_entry, stored_result
-
     found = [read_entry(out, shard.output) for shard in shards]
     entries = [e for e in found if e is not None]
     if len(entries) != len(shards):
@@ -115,10 +115,6 @@ def _decisions(args: argparse.Namespace, shards: list[Any], out: Path, settings:
     """The flags a ``--coverage`` or ``--target-risk`` gives every shard's rows, decided over all of them
     (:func:`trace_core.scale.flag.flag_decisions`), and the decision as the settings record it (:func:`_decided`);
     no flags to make when every shard's output is complete with the decision an earlier run made on these inputs."""
-    from trace_core.data import DatasetError
-    from trace_core.scale import file_digest
-    from trace_core.scale.flag import flag_decisions, score_shard
-
     stored = _stored_decision(shards, out, settings)
     if stored is not None:
         return {}, stored
@@ -139,8 +135,6 @@ def flag_sharded(args: argparse.Namespace, calibrator: Any, calibrator_bytes: by
     """Flag every shard of ``args.data`` into the folder ``args.out`` (see the module's docstring), the folder's
     lock held from before the first shard is read to the end. ``certified(args, calibrator)``: the threshold
     ``--max-risk`` certifies on ``--risk-data``."""
-    from trace_core.cli.score_shards import locked, shard_run
-
     if args.tokens:
         raise CLIError("--tokens: not with shards (the output shards hold every flagged answer's trace); run flag "
                        "on one shard's output to get its tokens")
@@ -151,9 +145,6 @@ def flag_sharded(args: argparse.Namespace, calibrator: Any, calibrator_bytes: by
 
 def _flag_locked(args: argparse.Namespace, calibrator: Any, calibrator_bytes: bytes, certified: Any,
                  run: tuple[Path, Any, dict[str, Any], list[Any]]) -> None:
-    from trace_core.cli.score_shards import recorded_command, shard_reporter
-    from trace_core.data import DatasetError
-    from trace_core.scale.flag import ShardFlagger
 
     out, runner, engine_options, shards = run
     threshold = args.threshold

@@ -10,12 +10,17 @@ from typing import Any
 
 import pandas as pd
 
+from trace_core import settings
 from trace_core.checks import AnswerValueError, clip, counted
 from trace_core.cli import common
 from trace_core.cli._support import DATASET_OUT, CLIError, check_not_input, check_out, progress, regular_file, shown
 from trace_core.cli.generate_shards import generate_shards
 from trace_core.cli.options import decoding
 from trace_core.cli.score_shards import is_sharded, refuse_engine_options
+from trace_core.data import DatasetError
+from trace_core.data.prompts import answered_frame, matcher_hint, read_prompts, row_errors_text, unlabeled_message
+from trace_core.record import generate_traces
+from trace_core.scale.generate import beam_column
 
 __all__ = ["cmd_generate"]
 
@@ -25,10 +30,6 @@ def _read_prompts(path: str, args: argparse.Namespace | None = None) -> tuple[pd
     """The prompts to generate from (:func:`trace_core.data.prompts.read_prompts`): (the rows as a frame, each row's
     `reference` or None without that column, each row's number in the file). Rows without a prompt are named in one
     warning line; the columns that describe the input's answers are left out, and said so unless ``--quiet``."""
-    from trace_core import settings
-    from trace_core.data import DatasetError
-    from trace_core.data.prompts import read_prompts, row_errors_text
-
     quiet = bool(getattr(args, "quiet", False))
     p = regular_file(path)  # never /dev/zero (endless) or a FIFO (blocks)
     update, close = progress(0, f"reading {p.name}", not quiet and p.suffix.lower() not in (".txt", ""), unit="B")
@@ -59,9 +60,6 @@ def _read_prompts(path: str, args: argparse.Namespace | None = None) -> tuple[pd
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
-    from trace_core.data.prompts import answered_frame, matcher_hint, unlabeled_message
-    from trace_core.record import generate_traces
-    from trace_core.scale.generate import beam_column
 
     if is_sharded(args.prompts):
         generate_shards(args)

@@ -35,6 +35,10 @@ from trace_core.cli.score_shards import (
     shard_run,
     template_settings,
 )
+from trace_core.data import DatasetError
+from trace_core.record import ServerError
+from trace_core.scale import PROMPT_FORMATS
+from trace_core.scale.generate import ShardGenerator
 
 __all__ = ["generate_settings", "generate_shards"]
 
@@ -49,8 +53,6 @@ def generate_settings(args: argparse.Namespace, work: Any) -> dict[str, Any]:
 def generate_shards(args: argparse.Namespace) -> None:
     """Generate the answers of every shard of ``args.prompts`` into the folder ``args.out`` (see the module's
     docstring), the folder's lock held from before the model loads to the end."""
-    from trace_core.scale import PROMPT_FORMATS
-
     out, runner, engine_options, shards = shard_run(args, args.prompts, formats=PROMPT_FORMATS)
     with locked(out):
         _generate_locked(args, out, runner, engine_options, shards)
@@ -58,9 +60,6 @@ def generate_shards(args: argparse.Namespace) -> None:
 
 def _generate_locked(args: argparse.Namespace, out: Any, runner: Callable[..., Any], engine_options: dict[str, Any],
                      shards: list[Any]) -> None:
-    from trace_core.data import DatasetError
-    from trace_core.record import ServerError
-    from trace_core.scale.generate import ShardGenerator
 
     show = not args.quiet
     # Ray's workers draw no bars: each shard's line on the driver is the progress

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 
+from trace_core.checks import check_int, check_real
 from trace_core.cli._support import CLIError
+from trace_core.evaluation.run import EvaluationConfig
+from trace_core.traces.trace import DecodingConfig
 
 __all__ = ["check_options", "decoding", "evaluation_config"]
 
@@ -37,8 +40,6 @@ def decoding(args: argparse.Namespace, *, chat_template: bool | None = None):
     """The :class:`trace_core.traces.trace.DecodingConfig` that ``generate``'s options ask for, with ``chat_template``
     (default: ``args.chat_template``, which must be resolved for the model by then:
     :func:`~trace_core.cli.common.resolve_chat_template`)."""
-    from trace_core.traces.trace import DecodingConfig
-
     return DecodingConfig(max_new_tokens=args.max_new_tokens, do_sample=args.sample, temperature=args.temperature,
                           top_k=args.top_k, top_p=args.top_p, seed=args.seed, n_alternatives=args.alternatives,
                           chat_template=args.chat_template if chat_template is None else chat_template)
@@ -46,8 +47,6 @@ def decoding(args: argparse.Namespace, *, chat_template: bool | None = None):
 
 def evaluation_config(args: argparse.Namespace):
     """The :class:`trace_core.evaluation.run.EvaluationConfig` that ``evaluate``'s options ask for."""
-    from trace_core.evaluation.run import EvaluationConfig
-
     return EvaluationConfig(n_splits=args.splits, calibration_fraction=args.calibration_fraction,
                             stratified=args.stratified, seed=args.seed, n_bins=args.bins,
                             scalar_calibrator=args.calibrator)
@@ -56,8 +55,6 @@ def evaluation_config(args: argparse.Namespace):
 def check_options(args: argparse.Namespace) -> None:
     """Every numeric option, checked by the library's own rules before a file is read or a model loaded, so that a
     bad value never costs a run (the messages name keyword arguments; :func:`cli_words` turns them into options)."""
-    from trace_core.checks import check_int, check_real
-
     _check_model_choice(args)
     if getattr(args, "server", None):
         check_int(args.concurrency, "concurrency", minimum=1, maximum=1024)
@@ -88,8 +85,6 @@ def check_options(args: argparse.Namespace) -> None:
 
 def _check_guarantee_options(args: argparse.Namespace) -> None:
     """``--max-risk`` with its ``--delta``, ``--risk-data`` and ``--group-by``: each only with the others it needs."""
-    from trace_core.checks import check_real
-
     if getattr(args, "max_risk", None) is not None:
         check_real(args.max_risk, "max_risk", minimum=0, maximum=1, low_open=True, high_open=True)
         check_real(args.delta, "delta", minimum=0, maximum=1, low_open=True, high_open=True)

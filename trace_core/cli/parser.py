@@ -11,6 +11,9 @@ from trace_core.cli.fit import cmd_fit
 from trace_core.cli.flag import cmd_flag
 from trace_core.cli.generate import cmd_generate
 from trace_core.cli.score import cmd_score
+from trace_core.data import MATCHERS
+from trace_core.evaluation.run import SCALAR_CALIBRATORS
+from trace_core.methods.features import FEATURE_SETS
 
 __all__ = ["build_parser"]
 
@@ -74,8 +77,6 @@ def _label_options(p: argparse.ArgumentParser, *,
                    matcher_help: str = "how answers are labeled against a `reference` column when there is no "
                                        "`label` column") -> None:
     """How answers are labeled against a `reference` column (``--matcher``, ``--tolerance``)."""
-    from trace_core.data import MATCHERS
-
     p.add_argument("--matcher", default="exact", choices=list(MATCHERS), help=matcher_help + " (default %(default)s)")
     p.add_argument("--tolerance", type=float, default=1e-6,
                    help="absolute tolerance of the numeric matcher (default %(default)g)")
@@ -146,8 +147,6 @@ def _score_arguments(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def _evaluate_arguments(sub: Any, common: argparse.ArgumentParser) -> None:
     """``evaluate``'s arguments."""
-    from trace_core.evaluation.run import SCALAR_CALIBRATORS
-
     p = _subcommand(sub, common, "evaluate", help="compare TRACE+, TRACE and the baselines on held-out splits")
     p.add_argument("data", help="dataset with traces and labels (or references); or a folder or a quoted glob "
                                 "pattern of dataset files (shards), read one at a time into a per-answer table")
@@ -186,9 +185,6 @@ def _evaluate_arguments(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def _fit_arguments(sub: Any, common: argparse.ArgumentParser) -> None:
     """``fit``'s arguments."""
-    from trace_core.evaluation.run import SCALAR_CALIBRATORS
-    from trace_core.methods.features import FEATURE_SETS
-
     p = _subcommand(sub, common, "fit", help="fit a calibrator (JSON) on labeled traces: TRACE+, or TRACE or a "
                                              "baseline with Platt scaling or isotonic regression")
     p.add_argument("data", help="dataset with traces and labels (or references)")

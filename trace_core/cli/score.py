@@ -12,14 +12,14 @@ from trace_core.checks import counted
 from trace_core.cli import common
 from trace_core.cli._support import DATASET_OUT, CLIError, check_not_input, check_out, progress, shown
 from trace_core.cli.score_shards import is_sharded, refuse_engine_options, score_shards
+from trace_core.policy import usable_rows
+from trace_core.record import beam_logprobs, score_answers
+from trace_core.scale.score import over_context_message
 
 __all__ = ["cmd_score"]
 
 
 def cmd_score(args: argparse.Namespace) -> None:
-    from trace_core.policy import usable_rows
-    from trace_core.record import beam_logprobs, score_answers
-    from trace_core.scale.score import over_context_message
 
     if is_sharded(args.data):
         score_shards(args)

@@ -22,6 +22,13 @@ from typing import Any
 from trace_core.checks import counted
 from trace_core.cli import common
 from trace_core.cli._support import DATASET_OUT, CLIError, progress, shown
+from trace_core.data import DatasetError
+from trace_core.record.addresses import base_url_of
+from trace_core.scale import SHARD_FORMATS, check_output_names, is_pattern, list_shards, run_shards
+from trace_core.scale.lock import FolderInUseError, folder_lock
+from trace_core.scale.manifest import plain_settings, read_entry
+from trace_core.scale.ray_engine import RayNotInstalledError, import_ray, run_shards_ray
+from trace_core.scale.score import ShardScorer
 from trace_core.settings import redact_secrets
 
 __all__ = ["TEMPLATE_DEFAULT", "ModelLoader", "check_out_folder", "finish_report", "is_sharded", "loaded", "locked",
@@ -86,8 +93,6 @@ def recorded_command(argv: Sequence[str]) -> str:
 def is_sharded(data: str) -> bool:
     """Whether ``score`` works shard by shard: ``data`` is a folder, or a glob pattern (``*``, ``?``, ``[``) that is
     not the name of an existing file."""
-    from trace_core.scale import is_pattern
-
     return os.path.isdir(data) or (is_pattern(data) and not os.path.exists(data))
 
 
@@ -166,8 +171,6 @@ def shard_engine(args: argparse.Namespace) -> tuple[Callable[..., Any], dict[str
     Ray installed, ``--workers`` a whole number, the engine options only with ``--engine ray``, and no credentials
     in ``--server`` (the model options travel to Ray's workers; the API key stays in its environment variable).
     Any subcommand that takes :func:`~trace_core.cli.parser`'s engine options can call it."""
-    from trace_core.scale import run_shards
-
     engine = getattr(args, "engine", "stream")
     workers, address = getattr(args, "workers", None), getattr(args, "ray_address", None)
     if engine != "ray":
@@ -178,14 +181,12 @@ def shard_engine(args: argparse.Namespace) -> tuple[Callable[..., Any], dict[str
     if workers is not None and workers < 1:
         raise CLIError(f"--workers: expected a whole number >= 1, got {workers}")
     if getattr(args, "server", None):
-        from trace_core.record.addresses import base_url_of
 
         try:
             for url in common.server_urls(args):
                 base_url_of(url)
         except ValueError as exc:
             raise CLIError(f"--server: {exc}") from None
-    from trace_core.scale.ray_engine import RayNotInstalledError, import_ray, run_shards_ray
 
     try:
         import_ray()
@@ -199,8 +200,6 @@ def shard_run(args: argparse.Namespace, data: str, *,
     """What a sharded subcommand that writes a folder checks before any work: the ``--out`` folder, the engine
     (:func:`shard_engine`: its runner and options) and the shards of ``data`` (none inside the output folder;
     ``formats``: the files taken, default the dataset files)."""
-    from trace_core.scale import SHARD_FORMATS, check_output_names, list_shards
-
     out = check_out_folder(args.out)
     runner, engine_options = shard_engine(args)
     try:
@@ -221,8 +220,6 @@ def locked(out: Path) -> Iterator[Path]:
     """Hold the output folder's lock (:func:`~trace_core.scale.lock.folder_lock`) for a whole sharded command, taken
     before any work (a model loaded, a shard read): a second command writing the same folder meanwhile is refused
     in one line."""
-    from trace_core.scale.lock import FolderInUseError, folder_lock
-
     try:
         with folder_lock(out):
             yield out
@@ -238,8 +235,6 @@ _TEMPLATE_KEYS = ("chat_template", TEMPLATE_DEFAULT)
 
 def _stored_settings(out: Path, shard: Any) -> dict[str, Any] | None:
     """The settings that the manifest entry of ``shard`` in ``out`` records (None without an entry)."""
-    from trace_core.scale.manifest import read_entry
-
     entry = read_entry(out, shard.output)
     return None if entry is None else entry.settings
 
@@ -256,8 +251,6 @@ def template_settings(args: argparse.Namespace, out: Path, shards: Sequence[Any]
     without loading the model (a rerun of complete shards needs no model), and a folder made before the template
     became the default (which stored ``false`` without the mark) is never taken for this run's: its shards are made
     again (:func:`say_template_change`)."""
-    from trace_core.scale.manifest import plain_settings
-
     given = getattr(args, "chat_template", None)
     lm, value = None, given
     if given is None:
@@ -279,8 +272,6 @@ def say_template_change(out: Path, shards: Sequence[Any], settings: Mapping[str,
     """A warning naming the shards in ``out`` made with another chat-template setting and otherwise the same: they
     do not match this run's settings, so they are made again, never mixed with this run's shards (e.g. a folder made
     before the model's chat template became the default)."""
-    from trace_core.scale.manifest import plain_settings
-
     settings = plain_settings(settings)
     rest = {k: v for k, v in settings.items() if k not in _TEMPLATE_KEYS}
     other: list[tuple[str, dict[str, Any]]] = []
@@ -312,8 +303,6 @@ def score_shards(args: argparse.Namespace) -> None:
 
 def _score_locked(args: argparse.Namespace, out: Path, runner: Callable[..., Any], engine_options: dict[str, Any],
                   shards: list[Any]) -> None:
-    from trace_core.data import DatasetError
-    from trace_core.scale.score import ShardScorer
 
     show = not args.quiet
     # Ray's workers draw no bars: each shard's line on the driver is the progress

@@ -47,8 +47,9 @@ from trace_core.data.read import FORMATS
 from trace_core.data.responses import trace_from_openai
 from trace_core.data.review import FLIPPED_COLUMN, flip_labels, matched_span
 from trace_core.data.write import write_dataset
-from trace_core.traces.columns import TRACE_COLUMNS, parse_beam_logprobs, traces_to_columns
+from trace_core.traces.columns import TRACE_COLUMNS, parse_beam_logprobs
 from trace_core.traces.logprobs import entropy_from_top_k
+from trace_core.traces.table import traces_to_columns
 
 __all__ = [
     "PromptsFile",

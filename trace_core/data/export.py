@@ -13,6 +13,7 @@ import pandas as pd
 from trace_core.checks import check_bool, check_choice
 from trace_core.data.read import PathOrBuffer
 from trace_core.data.write import csv_bytes, csv_text, jsonl_bytes, to_plain, write_bytes
+from trace_core.traces.table import traces_to_columns
 
 if TYPE_CHECKING:
     from trace_core.traces.trace import Trace
@@ -145,8 +146,6 @@ def with_trace_columns(frame: pd.DataFrame, traces: Sequence[Trace | None]) -> p
     ``top_*``, ``ranks``, ``trace_metadata``; :func:`trace_core.data.traces_to_columns`), replacing any of those
     columns it had: an export that :func:`trace_core.data.read_dataset` reads back with the same traces, so it can
     be scored again. One trace per row, in order."""
-    from trace_core.traces.columns import traces_to_columns
-
     traces = list(traces)
     if len(traces) != len(frame):
         raise ValueError(f"got {len(traces)} traces for {len(frame)} rows")

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 import pandas as pd
 
-from trace_core.checks import clip
+from trace_core.checks import clip, shorten
 from trace_core.data.errors import DatasetError, RowError
 from trace_core.data.labels import exact_match_hint, label_from_reference
 from trace_core.data.read import Progress, read_table
@@ -144,7 +144,6 @@ def read_prompts(source: str | Path | bytes | BinaryIO, *, name: str | None = No
         kept.append({k: v for k, v in row.items() if k not in old})
         numbers.append(number)
     if "prompt" not in table.columns:
-        from trace_core.checks import shorten
 
         raise DatasetError(f"needs a `prompt` column; found columns {shorten(table.columns)}{table.hint}")
     problems = sorted(table.errors + skipped, key=lambda e: e.row)

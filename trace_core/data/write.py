@@ -16,8 +16,8 @@ import pandas as pd
 from trace_core.data.arrow import table_arrow_columns
 from trace_core.data.read import PathOrBuffer, format_from_name
 from trace_core.traces.cells import is_missing
-from trace_core.traces.columns import TRACE_COLUMNS, trace_column, traces_to_columns
-from trace_core.traces.table import TraceTable
+from trace_core.traces.columns import TRACE_COLUMNS, trace_column
+from trace_core.traces.table import TraceTable, traces_to_columns
 from trace_core.traces.trace import Trace
 
 __all__ = ["write_dataset"]

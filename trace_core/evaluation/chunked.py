@@ -15,13 +15,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from trace_core.evaluation.inputs import ProtocolInputs, protocol_inputs
 from trace_core.methods.fitted_baselines import TopKPlan
-from trace_core.methods.operators import Ragged, check_paired, float64
+from trace_core.methods.registry import METHODS
+from trace_core.traces.ragged import Ragged, check_paired, float64
 from trace_core.traces.table import gather
 from trace_core.traces.trace import Trace
 
 if TYPE_CHECKING:
-    from trace_core.evaluation.run import ProtocolInputs
+    pass
 
 __all__ = ["CHUNK_TOKENS", "answer_ranges", "chunked_protocol_inputs"]
 
@@ -63,8 +65,6 @@ def _layout(method: str) -> Literal["C", "F"]:
     """The memory order the split loop reads a method's features in (:class:`~trace_core.evaluation.protocol.run_splits`
     gathers a fitted baseline's and the reference's column by column, TRACE+'s as given): filled in that order
     here, they are not copied again there."""
-    from trace_core.methods.registry import METHODS
-
     return "C" if METHODS[method].kind == "trace_plus" else "F"
 
 
@@ -80,8 +80,6 @@ def chunked_protocol_inputs(surprisal: Ragged, entropy: Ragged | None, *, method
     differ between chunks (a property of the data that only some chunks have), the scores are computed again in one
     pass over all the answers, as without chunks.
     """
-    from trace_core.evaluation.run import ProtocolInputs, protocol_inputs
-
     check_paired(surprisal, entropy, who="every method needs")  # messages name answers of the whole batch
     if top_k is None and traces is not None:
         top_k = TopKPlan.of(traces)

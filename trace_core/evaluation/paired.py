@@ -21,7 +21,7 @@ Brier and ECE are compared under each scalar calibrator (``calibrator`` "platt" 
 TRACE and of the baselines; TRACE+ and the reference always use their own logistic regression); ranking metrics have
 ``calibrator`` "none".
 
-:mod:`trace_core.verdict` reads these differences as one word per opponent and metric.
+:mod:`trace_core.evaluation.verdict` reads these differences as one word per opponent and metric.
 """
 
 from __future__ import annotations
@@ -30,15 +30,12 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from trace_core.methods.registry import METHODS, METRICS
-
-if TYPE_CHECKING:  # pragma: no cover
-    from trace_core.evaluation.verdict import Verdict
 
 __all__ = ["BEST_BASELINE", "CHOSEN_BY", "FITTED", "RAW", "TIE_TOLERANCE", "PairedComparison", "average_paired",
            "chosen_by", "chosen_text", "count_text", "paired_comparison", "signif", "split_outcomes"]
@@ -127,12 +124,6 @@ class PairedComparison:
             return METRICS[metric].label + (f" (chosen by {METRICS[by].label})" if by != metric else "")
 
         return "; ".join(f"{label(r.metric)}: {r.chosen}" for r in seen.itertuples() if r.chosen)
-
-    def verdict(self, **kwargs: Any) -> Verdict | None:
-        """:func:`trace_core.evaluation.verdict.verdict` of this comparison."""
-        from trace_core.evaluation.verdict import verdict
-
-        return verdict(self, **kwargs)
 
 
 def _fixed(x: float, digits: int, sign: str = "") -> str:

@@ -46,6 +46,7 @@ from trace_core.evaluation.splits import (
 from trace_core.methods.fitted_baselines import FitBaseline, Fitted, feature_ranks
 from trace_core.methods.logistic import (
     StandardisedLogistic,
+    fit_logistic_1d,
     sigmoid,
     standardised_logistic,
     standardised_logistic_rows,
@@ -54,6 +55,7 @@ from trace_core.methods.logistic import (
 from trace_core.methods.registry import METHODS, METRICS, Method
 from trace_core.metrics import RankGroups
 from trace_core.metrics.kernels import (
+    RADIX_FROM,
     brier_and_ece_of_monotone,
     brier_kernel,
     compiled,
@@ -66,7 +68,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from trace_core.evaluation.run import EvaluationConfig
 
 __all__ = ["MAX_WORKERS", "OUT_OF_FOLD", "THREADS_FROM", "Ascending", "MethodOnSplit", "Part", "SplitRun", "Splits",
-           "draw_splits", "feature_set", "fit_reference", "is_constant", "iter_splits",
+           "draw_splits", "preload", "feature_set", "fit_reference", "is_constant", "iter_splits",
            "one_blas_thread", "out_of_fold", "probability_metric", "probability_metrics", "ranking_of_scores",
            "ranking_part", "run_splits", "split_ascending_loop", "split_group_codes", "stratified_folds", "take_rows",
            "workers_for"]
@@ -77,6 +79,7 @@ Progress = Callable[[int, int], None]
 #: faster: starting threads costs more than the work they share).
 MAX_WORKERS = 8
 THREADS_FROM = 20_000
+
 
 def workers_for(n: int, tasks: int) -> int:
     """Threads for ``tasks`` independent passes over ``n`` answers: one below :data:`THREADS_FROM` answers."""
@@ -558,3 +561,25 @@ def _run_methods(protocol: _Protocol, splits: Splits, methods: Sequence[str],
                 assert error is not None
                 raise error
         return {m: futures[m].result() for m in methods}
+
+
+def preload() -> None:
+    """Import what the calibrators load on first use: scipy's sigmoid and its isotonic regression (about half a
+    second together on a small machine), and, with numba, the protocol's compiled loops (loaded from their disk
+    cache in about a second, or compiled on a first run: several seconds; ``make install`` does it once) by one small
+    call of each. ``import trace_core`` stays light; a server calls this at start-up, on a thread, so that no user's
+    first evaluation waits for them."""
+    import scipy.optimize  # noqa: F401
+    import scipy.special  # noqa: F401
+
+    x = np.linspace(-1.0, 1.0, RADIX_FROM)
+    y = (np.arange(RADIX_FROM) % 3 == 0).astype(np.int64)
+    fit_logistic_1d(x, y, C=1.0)
+    standardised_logistic(np.column_stack([x, x * x]), y)
+    IsotonicCalibrator().fit_presorted(x, y)
+    ranking_of_groups(np.ones(RADIX_FROM), y[stable_argsort(-x)].astype(np.float64), both_classes=True,
+                      singletons=True)
+    brier_and_ece_of_monotone(y, (x + 1.0) / 2.0, 10)
+    PlattCalibrator().fit(x, y).predict_proba(x)
+    in_cal = y == 0  # a split's parts, as the protocol takes them
+    Ascending.of(x, x, y).parts(in_cal, int(in_cal.sum()))

@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from trace_core.checks import check_choice
 from trace_core.evaluation.paired import BEST_BASELINE, FITTED, RAW, PairedComparison, average_paired
 from trace_core.evaluation.small_sample import bold_caption, small_sample_note
 from trace_core.evaluation.verdict import Verdict, auroc_skill, best_baseline_values, no_skill_sentence, verdict
+from trace_core.methods.baselines import NO_ENTROPY_REASON
 from trace_core.methods.registry import METHODS, METRICS, REFERENCE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,8 +70,6 @@ def truncation_note(certain: int, total: int) -> str:
 
 def extended_needing_entropy(skipped: Mapping[str, str]) -> list[str]:
     """The extended TRACE+ variants in ``skipped`` because the data hold no entropy."""
-    from trace_core.methods.baselines import NO_ENTROPY_REASON
-
     return [m for m, why in skipped.items() if m in METHODS and METHODS[m].extended and METHODS[m].needs_entropy
             and why.startswith(NO_ENTROPY_REASON)]
 
@@ -295,7 +295,6 @@ class EvaluationResult:
         return self.config.n_splits - self.skipped_splits
 
     def _calibrator(self, calibrator: str | None) -> str:
-        from trace_core.checks import check_choice
 
         return check_choice(calibrator or self.config.scalar_calibrator, "calibrator", SCALAR_CALIBRATORS)
 

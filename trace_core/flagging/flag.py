@@ -24,9 +24,10 @@ from trace_core.calibration.calibrators import (
 )
 from trace_core.checks import check_choice, check_int, check_real, shorten
 from trace_core.evaluation.splits import OUT_OF_FOLD, stratified_folds
-from trace_core.methods.risk import as_traces, config_for, explain_trace, trace_confidence, trace_risk
+from trace_core.methods.registry import METHODS
+from trace_core.methods.risk import config_for, explain_trace, trace_confidence, trace_risk
 from trace_core.methods.spans import SpanCalibrator, completing_token_of, default_span_calibrator, riskiest_span
-from trace_core.traces.table import gather
+from trace_core.traces.table import as_traces, gather
 from trace_core.traces.trace import Trace
 
 __all__ = ["FLAG_BY", "OUT_OF_FOLD", "OUTPUT_COLUMNS", "SPAN_COLUMNS", "FlagScore", "best_flag_score", "flag_scores",
@@ -202,8 +203,6 @@ class FlagScore:
 
     def calibrator_model(self) -> TracePlus | ScoreCalibrator:
         """The unfitted calibrator of this score."""
-        from trace_core.methods.registry import METHODS
-
         if self.calibrator == "logistic":
             return TracePlus(feature_set=METHODS[self.method].feature_set or "paper")
         return ScoreCalibrator(method=self.method, calibrator=self.calibrator)
@@ -216,8 +215,6 @@ def flag_scores(result: Any) -> list[FlagScore]:
     Platt scaling and with isotonic regression), then the TRACE+ feature sets the comparison did not run (Brier NaN;
     only the surprisal set on data without entropy). The fitted baselines (CES, WEPR, trace profile), the beam and
     semantic baselines and the supervised reference are not among them."""
-    from trace_core.methods.registry import METHODS
-
     summary = result.summary
     brier = summary[(summary["metric"] == "brier") & ~summary["uninformative"]]
     means = {(m, c): float(v) for m, c, v in zip(brier["method"], brier["calibrator"], brier["mean"], strict=True)}

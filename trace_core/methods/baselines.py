@@ -68,10 +68,7 @@ import pandas as pd
 
 from trace_core.methods.fitted_baselines import TOP_K_NEEDS, TopK, epr_confidence, stack_top_logprobs
 from trace_core.methods.operators import (
-    Ragged,
-    check_paired,
     first_k_mean,
-    float64,
     last_k_mean,
     segment_max,
     segment_mean,
@@ -79,8 +76,10 @@ from trace_core.methods.operators import (
     slope,
     window_max_mean,
 )
-from trace_core.methods.risk import as_traces, stack_traces
+from trace_core.methods.risk import stack_traces
 from trace_core.methods.semantic import mars_confidence, token_relevance_batch, tokensar_confidence
+from trace_core.traces.ragged import Ragged, check_paired, float64
+from trace_core.traces.table import as_traces
 from trace_core.traces.trace import LOGPROB_TOLERANCE, Trace
 
 __all__ = ["BASELINES", "Baseline", "BaselineScores", "FIRST_K", "HIGH_PROB_THRESHOLD", "LAST_K", "NEEDS",

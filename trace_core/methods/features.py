@@ -40,18 +40,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from trace_core.checks import check_choice
-from trace_core.methods.operators import (
-    Ragged,
-    check_paired,
-    decayed_mean,
-    first_k_mean,
-    float64,
-    segment_max,
-    segment_mean,
-    slope,
-    window_max_mean,
-)
-from trace_core.methods.risk import PAPER_CONFIG, TraceConfig, as_traces, risk_from_arrays, stack_traces
+from trace_core.methods.operators import decayed_mean, first_k_mean, segment_max, segment_mean, slope, window_max_mean
+from trace_core.methods.risk import PAPER_CONFIG, TraceConfig, risk_from_arrays, stack_traces
+from trace_core.traces.ragged import Ragged, check_paired, float64
+from trace_core.traces.table import as_traces
 from trace_core.traces.trace import Trace
 
 __all__ = ["FEATURE_SETS", "LOW_PROB_THRESHOLD", "default_feature_set", "feature_matrix", "feature_matrix_from_arrays",

@@ -29,7 +29,7 @@ Trace Profile (uncertainty trace profile; Grünefeld, Højer et al. 2026, arXiv 
 
 The fitted ones are fitted like TRACE+ and the supervised reference (standardised features, the same L2 logistic
 regression with C = 1) on each split's calibration part and measured on its evaluation part. They join the
-best-baseline choice with *out-of-fold* values on the calibration part (5 folds, see :mod:`trace_core.evaluate`):
+best-baseline choice with *out-of-fold* values on the calibration part (5 folds, see :mod:`trace_core.evaluation.run`):
 in-sample, a model fitted on the part would look better there than it is and win the choice against scalar
 baselines that predict the evaluation part better.
 """
@@ -43,7 +43,9 @@ from typing import Protocol
 import numpy as np
 
 from trace_core.methods.logistic import StandardisedLogistic, standardised_logistic
-from trace_core.methods.operators import Ragged, segment_max, segment_mean, segment_var, slope
+from trace_core.methods.operators import segment_max, segment_mean, segment_var, slope
+from trace_core.traces.ragged import Ragged
+from trace_core.traces.table import TraceTable
 from trace_core.traces.trace import Trace
 
 __all__ = ["FITTED_BASELINES", "FitBaseline", "Fitted", "FittedBaseline", "TOP_K_NEEDS", "TopK", "ces_confidence",
@@ -81,7 +83,6 @@ class TopKPlan:
 
     @classmethod
     def of(cls, traces: Sequence[Trace]) -> TopKPlan:
-        from trace_core.traces.table import TraceTable
 
         if isinstance(traces, TraceTable):
             ks = traces.top_k
@@ -112,8 +113,6 @@ def stack_top_logprobs(traces: Sequence[Trace], *, plan: TopKPlan | None = None)
     """The traces' top-k log-probabilities as one :class:`TopK`, or None and the reason (fewer than
     :data:`MIN_ALTERNATIVES` stored for some answer). ``plan``: the plan of a whole these traces are part of
     (:class:`TopKPlan`), whose ``k`` (and reason) they follow; default: their own."""
-    from trace_core.traces.table import TraceTable
-
     plan = TopKPlan.of(traces) if plan is None else plan
     if plan.reason:
         return None, plan.reason

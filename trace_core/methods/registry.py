@@ -30,11 +30,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from trace_core.checks import shorten
+from trace_core.methods import features
 from trace_core.methods.baselines import BASELINES, Baseline
 from trace_core.methods.features import FEATURE_SETS
 from trace_core.methods.fitted_baselines import FITTED_BASELINES, FittedBaseline
 
-__all__ = ["METHODS", "METRICS", "REFERENCE", "Method", "MetricSpec", "get_method", "method_names"]
+__all__ = ["METHODS", "METRICS", "REFERENCE", "Method", "MetricSpec", "flaggable_methods", "get_method", "method_names"]
 
 #: The supervised likelihood reference's name (see the module docstring).
 REFERENCE = "Likelihood LR (reference)"
@@ -153,7 +155,6 @@ class Method:
 
 
 def _feature_set_needs_entropy(feature_set: str) -> bool:
-    from trace_core.methods import features
 
     needs = getattr(features, "needs_entropy", None)
     return bool(needs(feature_set)) if needs is not None else feature_set != _SURPRISAL_FEATURE_SET
@@ -196,7 +197,6 @@ def get_method(name: str) -> Method:
     try:
         return METHODS[name]
     except (KeyError, TypeError):
-        from trace_core.checks import shorten
 
         raise ValueError(f"unknown method {shorten(name)}; known: {', '.join(METHODS)}") from None
 
@@ -209,3 +209,12 @@ def method_names(*, extended: bool = False) -> list[str]:
     :func:`trace_core.evaluation.run.evaluate` also runs in place of TRACE and TRACE+ on data without entropy).
     """
     return [m.name for m in METHODS.values() if extended or not m.extended]
+
+
+def flaggable_methods() -> list[str]:
+    """The methods a :class:`~trace_core.calibration.calibrators.ScoreCalibrator` can calibrate, in registry order:
+    TRACE and its surprisal-only variant and the scalar baselines computed from a trace alone (the chosen tokens'
+    log-probabilities, the entropy, the top-k alternatives). Beam and semantic baselines need more than a trace (beams,
+    a sentence-embedding model), and the fitted baselines (CES, WEPR, trace profile) are not saved as calibrators;
+    TRACE+ is :class:`~trace_core.calibration.calibrators.TracePlus`."""
+    return [m.name for m in METHODS.values() if m.kind in ("trace", "baseline") and m.needs in ("trace", "top_k")]

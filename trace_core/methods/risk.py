@@ -22,14 +22,14 @@ import numpy as np
 from trace_core.checks import check_choice, check_int, check_real, set_checked
 from trace_core.methods.operators import (
     KERNELS,
-    Ragged,
     decay_weights,
     decayed_mean,
     length_normalized_sum,
     window_max_mean,
     window_means,
 )
-from trace_core.traces.table import TraceTable
+from trace_core.traces.ragged import Ragged
+from trace_core.traces.table import TraceTable, as_trace_list, as_traces
 from trace_core.traces.trace import ENTROPY_SOURCES, Trace
 
 __all__ = ["PAPER_CONFIG", "SIGNALS", "SPIKE_MARGIN", "SPIKE_MAX_SHARE", "SPIKE_MIN_SURPRISAL", "SURPRISAL_ONLY_CONFIG",
@@ -91,8 +91,8 @@ class TraceConfig:
 # and it is among the answer's most surprising SPIKE_MAX_SHARE of tokens (at least one). SPIKE_MIN_SURPRISAL and
 # SPIKE_MARGIN were chosen on the real model's validation answers (assets/datasets/real_validation.csv) by
 # `python -m bench.localisation` (grid search maximising "first wrong token marked" minus "share of the tokens of
-# correct answers marked"; tests/trace_core/test_score.py re-runs it); SPIKE_MAX_SHARE is fixed by design, as in the
-# earlier rule.
+# correct answers marked"; tests/trace_core/methods/test_risk.py re-runs it); SPIKE_MAX_SHARE is fixed by design, as in
+# the earlier rule.
 #: Surprisal floor of a spike, in nats: the chosen token had probability below ``exp(-SPIKE_MIN_SURPRISAL)``.
 SPIKE_MIN_SURPRISAL = 1.4
 #: How far (nats) a spike's surprisal must exceed the answer's median surprisal.
@@ -104,22 +104,6 @@ SPIKE_MAX_SHARE = 0.1
 PAPER_CONFIG = TraceConfig()
 #: TRACE (surprisal-only): ``R_s = 0.40 D_2(s) + 0.40 M_4(s) + 0.20 L_{1/4}(s)``, for traces without entropy.
 SURPRISAL_ONLY_CONFIG = TraceConfig(signal="surprisal")
-
-
-def as_trace_list(traces: Any) -> list[Trace]:
-    if isinstance(traces, Trace):
-        raise TypeError("`traces` must be a sequence of Trace objects; wrap a single trace in a list")
-    traces = list(traces)
-    for i, trace in enumerate(traces):
-        if not isinstance(trace, Trace):
-            raise TypeError(f"`traces[{i}]` must be a Trace, got {type(trace).__name__}")
-    return traces
-
-
-def as_traces(traces: Any) -> Sequence[Trace]:
-    """Many traces as the functions that take them read them: a :class:`~trace_core.traces.table.TraceTable` as it is
-    (its columns are read; no Trace is made per answer), anything else as a checked list (:func:`as_trace_list`)."""
-    return traces if isinstance(traces, TraceTable) else as_trace_list(traces)
 
 
 def all_have_entropy(traces: Sequence[Trace]) -> bool:

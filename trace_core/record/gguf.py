@@ -39,6 +39,8 @@ from typing import Any, BinaryIO
 
 from trace_core import settings
 from trace_core.checks import clip, shorten
+from trace_core.record.errors import ModelLoadError, ModelNotFoundError, torch_module
+from trace_core.record.folders import looks_like_path
 from trace_core.record.gguf_header import GGUFHeader, read_header
 
 try:
@@ -107,9 +109,6 @@ def packaged_model_file(name: str) -> Path | None:
         ``name`` is a packaged model's short name and its package is not installed: the message says how to install
         it.
     """
-    from trace_core.record.folders import looks_like_path
-    from trace_core.record.load import ModelNotFoundError
-
     if name not in PACKAGED_MODELS or looks_like_path(name):
         return None
     path = packaged_gguf(name)
@@ -130,9 +129,6 @@ def gguf_file_of(name: str | Path) -> Path | None:
     ModelLoadError
         A folder without safetensors that holds several ``.gguf`` files (which one is meant?).
     """
-    from trace_core.record.folders import looks_like_path
-    from trace_core.record.load import ModelLoadError
-
     if not looks_like_path(str(name)):
         return None
     path = Path(name).expanduser()
@@ -194,8 +190,6 @@ def converted_folder(path: str | Path, *, progress: Callable[[str], None] | None
     --------
     >>> folder = converted_folder("SmolLM2-135M-Instruct.Q4_1.gguf")  # doctest: +SKIP
     """
-    from trace_core.record.load import ModelLoadError
-
     path = Path(path).expanduser()
     shown = shorten(path.name)
     try:
@@ -239,8 +233,6 @@ def converted_folder(path: str | Path, *, progress: Callable[[str], None] | None
 
 def _convert(path: Path, out: Path, digest: str) -> None:
     """Dequantise ``path`` with transformers and save it in ``out`` (float32 safetensors, tokenizer, provenance)."""
-    from trace_core.record.load import ModelLoadError, torch_module
-
     header = read_header(path)
     torch = torch_module()
     import transformers
@@ -285,8 +277,6 @@ def _check_model_size(torch: Any, transformers: Any, config: Any, header: GGUFHe
     """Refuse metadata that builds a model larger than the file's tensors could fill (a few small tensors and an
     ``embedding_length`` of 8,192 would allocate gigabytes before the shapes are compared). The model is built on
     torch's meta device, which allocates nothing, and its parameters and buffers counted."""
-    from trace_core.record.load import ModelLoadError
-
     with torch.device("meta"):
         skeleton = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=False)
     built = sum(p.numel() for p in skeleton.parameters()) + sum(b.numel() for b in skeleton.buffers())

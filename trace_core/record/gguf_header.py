@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_core.checks import shorten
+from trace_core.record.errors import ModelLoadError
 
 __all__ = ["BYTES_PER_VALUE", "GGUFHeader", "MAX_ARRAY", "MAX_BLOCKS", "MAX_COUNT", "MAX_KEYS", "MAX_TENSORS",
            "MIN_VALUES", "TensorInfo", "read_header"]
@@ -110,8 +111,6 @@ def read_header(path: Path) -> GGUFHeader:
         The file cannot be read, the ``gguf`` package is missing, or the header breaks a bound: one line naming the
         file and what is wrong.
     """
-    from trace_core.record.load import ModelLoadError
-
     shown = shorten(path.name)
     try:
         import gguf

@@ -18,6 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from trace_core import settings
 from trace_core.checks import check_int, shorten
+from trace_core.record.errors import (
+    ModelLoadError,
+    ModelNotAllowedError,
+    ModelNotFoundError,
+    UnsafeModelError,
+    torch_module,
+)
 from trace_core.record.folders import (
     FolderError,
     FolderEscapeError,
@@ -36,22 +43,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["LoadedModel", "ModelLoadError", "ModelNotAllowedError", "ModelNotFoundError", "UnsafeModelError",
            "cached_model_folder", "check_model_allowed", "check_model_files", "load_model", "model_allowlist",
            "torch_module"]
-
-
-class ModelLoadError(RuntimeError):
-    """A model could not be loaded; the message says why and what to do."""
-
-
-class ModelNotFoundError(ModelLoadError, FileNotFoundError):
-    """The model is neither a local folder nor in the local Hugging Face cache."""
-
-
-class UnsafeModelError(ModelLoadError):
-    """Loading would need pickle weights or remote code, and the caller did not opt in."""
-
-
-class ModelNotAllowedError(ModelLoadError):
-    """The deployment's allow-list (``TRACE_MODEL_ALLOWLIST``) does not include this model."""
 
 
 @dataclass(eq=False)
@@ -108,15 +99,6 @@ def model_digest(folder: str | Path) -> str:
                 f.seek(offset)
                 h.update(f.read(_SAMPLE))
     return "sha256:" + h.hexdigest()[:16]
-
-
-def torch_module() -> Any:
-    """The torch module, or an ImportError that says which extra to install."""
-    try:
-        import torch
-    except ImportError as exc:  # pragma: no cover - exercised only without torch
-        raise ImportError("recording traces needs torch and transformers: pip install 'trace-core[record]'") from exc
-    return torch
 
 
 def _resolve_device(device: str | Any) -> Any:

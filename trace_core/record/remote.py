@@ -22,8 +22,11 @@ from typing import Any, TypeVar
 
 from trace_core.checks import check_bool, check_int, check_real, clip, shorten
 from trace_core.record.addresses import base_url_of
+from trace_core.record.errors import ModelLoadError
 from trace_core.record.folders import FolderError, looks_like_path, model_folder, read_json
+from trace_core.record.gguf import converted_folder, gguf_file_of
 from trace_core.record.http_policy import LISTING_BYTES, MAX_TIMEOUT, ServerError, request_json, stream_events
+from trace_core.record.load import cached_model_folder, check_model_files
 
 __all__ = ["ServerModel", "connect_server", "map_in_order"]
 
@@ -274,9 +277,6 @@ def _model_card(probe: ServerModel, model: str) -> dict[str, Any]:
 
 def _load_tokenizer(name: str, *, given: bool, model: str) -> tuple[Any, Path | None]:
     """The tokenizer ``name`` (a local folder or a cached id, offline, no remote code) and its folder."""
-    from trace_core.record.gguf import converted_folder, gguf_file_of
-    from trace_core.record.load import ModelLoadError, cached_model_folder, check_model_files
-
     try:
         import transformers
     except ImportError as exc:  # pragma: no cover - exercised only without transformers

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from trace_core.record.load import torch_module
+from trace_core.record.errors import torch_module
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
+
 
 def stats_in_place(x: torch.Tensor, k: int, chosen: torch.Tensor | None, *, work: torch.Tensor | None = None,
                    above: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:

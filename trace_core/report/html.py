@@ -16,9 +16,11 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from trace_core import __version__
+from trace_core.evaluation.paired import BEST_BASELINE
 from trace_core.evaluation.results import CALIBRATOR_NAMES, EvaluationResult
 from trace_core.evaluation.small_sample import bold_caption
-from trace_core.methods.registry import METHODS, METRICS
+from trace_core.methods.registry import METHODS, METRICS, REFERENCE
 
 __all__ = ["FIGURE_BASELINES", "figure_baselines", "report_html"]
 
@@ -65,8 +67,6 @@ def _metrics_table(result: EvaluationResult, calibrator: str) -> str:
 
 
 def _paired_table(result: EvaluationResult, calibrator: str) -> str:
-    from trace_core.evaluation.paired import BEST_BASELINE
-    from trace_core.methods.registry import REFERENCE
 
     if result.paired is None:
         return ""
@@ -95,8 +95,6 @@ def figure_baselines(result: EvaluationResult, calibrator: str = "platt") -> lis
     for Brier (after ``calibrator``) and AUROC, the verdict's metrics, the baseline that the calibration parts chose
     most often as the best baseline (the one the verdict names first; the same for every method compared with it);
     then :data:`FIGURE_BASELINES`; only those that ran, each once."""
-    from trace_core.evaluation.paired import BEST_BASELINE
-
     chosen: list[str] = []
     paired = result.paired
     if paired is not None:
@@ -173,8 +171,6 @@ def _section(title: str, result: EvaluationResult, calibrator: str, first: bool)
 
 def _versions() -> dict[str, str]:
     from importlib import metadata
-
-    from trace_core import __version__
 
     out = {"trace-core": __version__, "python": platform.python_version()}
     for package in ("numpy", "pandas", "scikit-learn", "scipy", "plotly"):

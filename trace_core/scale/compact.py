@@ -15,9 +15,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from trace_core.evaluation.run import ProtocolInputs
+from trace_core.checks import AnswerValueError
+from trace_core.evaluation.chunked import chunked_protocol_inputs
+from trace_core.evaluation.inputs import ProtocolInputs, check_finite_scores
 from trace_core.methods.fitted_baselines import TopKPlan
 from trace_core.methods.registry import METHODS
+from trace_core.methods.risk import entropy_summary, stack_traces
 
 __all__ = ["CompactScores", "compact_scores", "concat_compact", "merge_entropy_summaries"]
 
@@ -97,11 +100,6 @@ def compact_scores(traces: Sequence[Any], labels: Any, *, rows: Sequence[int], s
     checked finite here, where a non-finite one can still be traced to its answer's tokens: ValueError naming the shard
     and row (``rows``: each answer's row number in the shard).
     """
-    from trace_core.checks import AnswerValueError
-    from trace_core.evaluation.chunked import chunked_protocol_inputs
-    from trace_core.evaluation.run import check_finite_scores
-    from trace_core.methods.risk import entropy_summary, stack_traces
-
     surprisal, entropy = stack_traces(traces)
     entropy = entropy if use_entropy else None
     own = TopKPlan.of(traces)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from trace_core.evaluation.run import ProtocolInputs
+from trace_core.evaluation.inputs import ProtocolInputs
 from trace_core.methods.fitted_baselines import TopKPlan
 from trace_core.scale.compact import CompactScores
 

@@ -10,6 +10,7 @@ without it would not be about the data asked for).
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -19,9 +20,17 @@ from typing import Any
 
 import numpy as np
 
+from trace_core.data import DatasetError, DatasetWarning, RowError, parse_beam_logprobs, read_dataset
+from trace_core.evaluation.run import EvaluationConfig, data_note, evaluate_scores
 from trace_core.methods.fitted_baselines import TopKPlan
+from trace_core.policy import usable_rows
 from trace_core.scale.compact import CompactScores, compact_scores, concat_compact
+from trace_core.scale.compact_io import compact_bytes, compact_from_bytes
+from trace_core.scale.ray_compact import compact_on_ray
+from trace_core.scale.ray_engine import run_shards_ray
 from trace_core.scale.shards import Shard
+from trace_core.scale.stream import ShardOutput, run_shards
+from trace_core.traces.table import gather
 
 __all__ = ["ShardAccount", "ShardedScores", "UnreadableShardError", "evaluate_shards", "evaluate_table",
            "named_shard_scores", "read_compact", "shard_scores"]
@@ -58,7 +67,6 @@ class ShardedScores:
 
 
 def _read(shard: Shard, matcher: str, tolerance: float) -> Any:
-    from trace_core.data import DatasetWarning, read_dataset
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DatasetWarning)  # the rejected rows are in dataset.errors
@@ -81,10 +89,6 @@ def shard_scores(shard: Shard, *, methods: Sequence[str] | None = None, matcher:
     ValueError
         ``group_by`` is not a column of the shard, or a score is not finite (naming the shard and row).
     """
-    from trace_core.data import RowError, parse_beam_logprobs
-    from trace_core.policy import usable_rows
-    from trace_core.traces.table import gather
-
     dataset = _read(shard, matcher, tolerance)
     rows = dataset.frame[dataset.row_column].to_numpy()
     numbers = rows.tolist()
@@ -154,9 +158,8 @@ def read_compact(shards: Sequence[Shard], *, methods: Sequence[str] | None = Non
             for _, account, _ in computed:
                 on_shard(account)
     elif engine == "ray":
-        from trace_core.scale.ray_compact import compact_on_ray
-
-        computed = compact_on_ray(shards, options, address=address, workers=workers,
+        step = functools.partial(named_shard_scores, options=dict(options))
+        computed = compact_on_ray(shards, step, address=address, workers=workers,
                                   on_result=lambda _, result: on_shard(result[1]) if on_shard else None)
     elif engine == "stream":
         computed = []
@@ -193,8 +196,6 @@ class UnreadableShardError(ValueError):
 def named_shard_scores(shard: Shard, options: dict[str, Any]) -> tuple[CompactScores | None, ShardAccount, str]:
     """:func:`shard_scores` with its keyword options as a mapping, a shard that cannot be read named in the error
     (:class:`UnreadableShardError`)."""
-    from trace_core.data import DatasetError
-
     try:
         return shard_scores(shard, **options)
     except DatasetError as exc:
@@ -212,9 +213,6 @@ class CompactWork:
     def __call__(self, shard: Shard) -> Any:
         import pandas as pd
 
-        from trace_core.scale.compact_io import compact_bytes
-        from trace_core.scale.stream import ShardOutput
-
         part, account, source = named_shard_scores(shard, self.options)
         kept = pd.DataFrame(index=range(0 if part is None else len(part)))
         return ShardOutput(frame=kept, traces=None, n_read=account.read, errors=account.errors,
@@ -223,8 +221,6 @@ class CompactWork:
 
 def _stored_compact(out: Path, results: Sequence[Any]) -> list[tuple[CompactScores | None, ShardAccount, str]]:
     """Each complete shard's compact table read back from its output file, with its account from its entry."""
-    from trace_core.scale.compact_io import compact_from_bytes
-
     computed = []
     for result in results:
         entry = result.entry
@@ -250,14 +246,11 @@ def _reads_other_alternatives(part: CompactScores, plan: TopKPlan) -> bool:
 def _through_folder(shards: Sequence[Shard], options: dict[str, Any], out: Path, *, engine: str,
                     address: str | None, workers: int | None, command: str) -> list[Any]:
     """Every shard's compact table by way of the folder ``out`` (written where missing or stale, read back)."""
-    from trace_core.scale.stream import run_shards
-
     settings = {"evaluate": {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in options.items()
                              if k != "embedder"}, "embedder": options.get("embedder") is not None}
     runner: Callable[..., Any] = run_shards
     extra: dict[str, Any] = {}
     if engine == "ray":
-        from trace_core.scale.ray_engine import run_shards_ray
 
         runner, extra = run_shards_ray, {"address": address, "workers": workers}
     summary = runner(shards, out, CompactWork(options), settings=settings, command=command, **extra)
@@ -277,8 +270,6 @@ def evaluate_shards(shards: Sequence[Shard], *, config: Any = None, methods: Seq
     :func:`trace_core.evaluation.run.evaluate_scores`): the :class:`~trace_core.evaluation.results.EvaluationResult`
     (``config``: an :class:`~trace_core.evaluation.run.EvaluationConfig`, default the paper's) and the shards' compact
     table with their accounts."""
-    from trace_core.evaluation.run import EvaluationConfig
-
     scores = read_compact(shards, methods=methods, matcher=matcher, tolerance=tolerance, embedder=embedder)
     result = evaluate_table(scores.table, config=EvaluationConfig() if config is None else config,
                             progress=progress)
@@ -287,8 +278,6 @@ def evaluate_shards(shards: Sequence[Shard], *, config: Any = None, methods: Seq
 
 def evaluate_table(table: CompactScores, *, config: Any, progress: Callable[[int, int], None] | None = None) -> Any:
     """:func:`trace_core.evaluation.run.evaluate_scores` on a compact table, with its data note and entropy summary."""
-    from trace_core.evaluation.run import data_note, evaluate_scores
-
     result = evaluate_scores(table.inputs, table.labels.astype(np.int64), config=config,
                              certain_tokens=table.certain_tokens,
                              note=data_note(table.entropy_summary, has_entropy=table.has_entropy), progress=progress,

@@ -18,8 +18,12 @@ import numpy as np
 import pandas as pd
 
 from trace_core.checks import AnswerValueError
+from trace_core.data import DatasetWarning, RowError, read_dataset
+from trace_core.flagging.flag import FLAG_BY, output_collisions, previous_export, score_rows, select_flagged, unscored
+from trace_core.policy import usable_rows
 from trace_core.scale.shards import Shard
 from trace_core.scale.stream import ShardOutput
+from trace_core.traces.table import gather
 
 __all__ = ["FLAGGED_COLUMN", "ShardFlagger", "flag_decisions"]
 
@@ -63,7 +67,6 @@ class ShardFlagger:
         return score_shard(shard, self.calibrator, matcher=self.matcher, tolerance=self.tolerance)
 
     def __call__(self, shard: Shard) -> ShardOutput:
-        from trace_core.flagging.flag import FLAG_BY
 
         scored, traces, n_read, errors = self.scored(shard)
         if self.decisions is not None:
@@ -81,11 +84,6 @@ def score_shard(shard: Shard, calibrator: Any, *, matcher: str = "exact",
     """A shard's usable rows scored by :func:`trace_core.flagging.flag.score_rows`, their traces, the rows read, and a
     :class:`~trace_core.data.RowError` for each row rejected by the reader or left out (no trace, empty answer).
     A shard that is itself a flagged output is scored again (its earlier scores and flags replaced)."""
-    from trace_core.data import DatasetWarning, RowError, read_dataset
-    from trace_core.flagging.flag import output_collisions, previous_export, score_rows, unscored
-    from trace_core.policy import usable_rows
-    from trace_core.traces.table import gather
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DatasetWarning)  # the rejected rows are in dataset.errors
         dataset = read_dataset(shard.path, format=shard.format, matcher=matcher, tolerance=tolerance,
@@ -118,8 +116,6 @@ def flag_decisions(shards: Sequence[Shard], flagger: Callable[[Shard], tuple[pd.
     rule of :func:`trace_core.flagging.flag.select_flagged` on all the shards' rows at once, in shard order. Reads every
     shard (``flagger``: :meth:`ShardFlagger.scored` or :func:`score_shard`) and keeps only each row's probability
     and label (``target_risk`` needs labels in every shard)."""
-    from trace_core.flagging.flag import FLAG_BY, select_flagged
-
     probabilities, labels, sizes = [], [], []
     for shard in shards:
         scored, _, _, _ = flagger(shard)

@@ -21,10 +21,21 @@ from dataclasses import replace
 from hashlib import sha256
 from typing import Any
 
+from trace_core import settings as env
 from trace_core.checks import AnswerValueError
+from trace_core.data.prompts import (
+    answered_frame,
+    empty_answers_note,
+    matcher_hint,
+    read_prompts,
+    template_unused,
+    unlabeled_message,
+)
+from trace_core.record import beam_logprobs, generate_traces
 from trace_core.scale.score import LazyModel
 from trace_core.scale.shards import Shard
 from trace_core.scale.stream import ShardOutput
+from trace_core.traces.trace import DecodingConfig
 
 __all__ = ["SEED_SPAN", "ShardGenerator", "beam_column", "shard_seed"]
 
@@ -53,8 +64,6 @@ def beam_column(lm: Any, prompts: Sequence[str], *, num_beams: int, max_new_toke
                 chat_template: bool) -> list[str]:
     """The ``beam_logprobs`` column of generated answers: one beam search per prompt
     (:func:`trace_core.record.beam_logprobs`), as JSON text per row."""
-    from trace_core.record import beam_logprobs
-
     return [json.dumps(b) for b in beam_logprobs(lm, list(prompts), num_beams=num_beams,
                                                  max_new_tokens=max_new_tokens, chat_template=chat_template)]
 
@@ -87,14 +96,12 @@ class ShardGenerator(LazyModel):
     def __init__(self, load_model: Callable[[], Any], *, config: Any, batch_size: int = 8, num_beams: int = 0,
                  matcher: str = "exact", tolerance: float = 1e-6, max_bytes: int | None = None,
                  max_cell_chars: int | None = None, progress: ProgressFactory | None = None) -> None:
-        from trace_core.traces.trace import DecodingConfig
 
         if not isinstance(config, DecodingConfig):
             raise TypeError(f"`config` must be a DecodingConfig, got {type(config).__name__}")
         super().__init__(load_model)
         self.config, self.batch_size, self.num_beams = config, batch_size, num_beams
         self.matcher, self.tolerance = matcher, tolerance
-        from trace_core import settings as env
 
         # The driver's limits travel with the object (a worker's environment may say otherwise).
         self.max_bytes = env.get("TRACE_MAX_DATA_MB") * 2**20 if max_bytes is None else max_bytes
@@ -111,12 +118,10 @@ class ShardGenerator(LazyModel):
                 "matcher": self.matcher, "tolerance": self.tolerance}
 
     def _read(self, shard: Shard) -> Any:
-        from trace_core.data.prompts import read_prompts
 
         return read_prompts(shard.path, max_bytes=self.max_bytes, max_cell_chars=self.max_cell_chars)
 
     def _generate(self, prompts: list[str], config: Any, description: str) -> Sequence[Any]:
-        from trace_core.record import generate_traces
 
         model = self.model  # loaded before the bar starts, so a loading error is not printed after a bar's residue
         update, close = self._progress(len(prompts), description) if self._progress else (None, lambda: None)
@@ -129,14 +134,6 @@ class ShardGenerator(LazyModel):
         """Generate one shard: its rows with a prompt, answered, with their traces; the rows without a prompt as
         errors; notes on answers that are empty, that their reference cannot label, or that the exact matcher labeled
         wrong although they hold their reference."""
-        from trace_core.data.prompts import (
-            answered_frame,
-            empty_answers_note,
-            matcher_hint,
-            template_unused,
-            unlabeled_message,
-        )
-
         read = self._read(shard)
         prompts = read.frame["prompt"].astype(str).tolist()
         config = self.config

@@ -36,8 +36,8 @@ from typing import Any
 from trace_core.settings import redact_secrets
 
 __all__ = ["ENTRY_FOLDER", "MANIFEST_FILE", "MANIFEST_VERSION", "MAX_OUTPUT_BYTES", "ShardEntry", "entry_path",
-           "file_digest", "is_complete", "listed_outputs", "output_problem", "plain_settings", "read_entry",
-           "remove_leftovers", "write_atomic", "write_entry", "write_manifest"]
+           "file_digest", "is_complete", "listed_outputs", "output_name", "output_problem", "plain_settings",
+           "read_entry", "remove_leftovers", "write_atomic", "write_entry", "write_manifest"]
 
 ENTRY_FOLDER = "_manifest"
 MANIFEST_FILE = "manifest.json"
@@ -51,6 +51,20 @@ _TEMP_EXTRA = len(_TEMP_PREFIX) + 1 + 10 + 1 + 8 + len(_TEMP_SUFFIX)
 #: The longest output file name (UTF-8 bytes) a run can write: its temporary file's name must fit the file system.
 MAX_OUTPUT_BYTES = _NAME_MAX - _TEMP_EXTRA
 _MANIFEST_HEAD = re.compile(rb'\s*\{\s*"manifest_version"\s*:')  # how write_manifest's document starts
+
+_OUTPUT_SUFFIX = ".parquet"
+_SEPARATOR = "__"
+
+
+def output_name(name: str) -> str:
+    """The output file name of a shard named ``name`` (relative, ``/`` separators): ``"a/b.jsonl"`` ->
+    ``"a__b.parquet"``.
+
+    >>> output_name("2026/05/part-0.jsonl")
+    '2026__05__part-0.parquet'
+    """
+    stem = name[: -len(Path(name).suffix)] if Path(name).suffix else name
+    return stem.replace("/", _SEPARATOR) + _OUTPUT_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -228,7 +242,6 @@ def is_complete(entry: ShardEntry | None, out_dir: str | os.PathLike[str], *, in
     if entry is None:
         return False
     if output is None:
-        from trace_core.scale.shards import output_name
 
         output = output_name(input_name)
     if output_problem(entry, output) is not None:

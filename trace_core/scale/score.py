@@ -12,6 +12,9 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from trace_core.data import DatasetWarning, read_dataset
+from trace_core.policy import rows_over_context, rows_text, usable_rows
+from trace_core.record import beam_logprobs, context_length, score_answers
 from trace_core.scale.shards import Shard
 from trace_core.scale.stream import ShardOutput
 
@@ -27,9 +30,6 @@ def over_context_message(lm: Any, prompts: Sequence[str], answers: Sequence[str]
     (:func:`~trace_core.policy.rows_over_context`), named by ``rows`` (each pair's row number in its file), in one
     line; None when every pair fits. What a caller says when :func:`~trace_core.record.score_answers` refused the
     answers: the library names its first such answer by its 0-based position in the list it was given."""
-    from trace_core.policy import rows_over_context, rows_text
-    from trace_core.record import context_length
-
     over = rows_over_context(lm, prompts, answers, chat_template=chat_template)
     if not over:
         return None
@@ -101,15 +101,12 @@ class ShardScorer(LazyModel):
 
     def _read(self, shard: Shard):
         """The shard's dataset, its reader's warnings about rejected rows kept as row errors (not warned again)."""
-        from trace_core.data import DatasetWarning, read_dataset
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DatasetWarning)  # the rejected rows are in dataset.errors
             return read_dataset(shard.path, format=shard.format, matcher=self.matcher, tolerance=self.tolerance,
                                 require_label=False)
 
     def _score(self, prompts: list[str], answers: list[str], description: str) -> Sequence[Any]:
-        from trace_core.record import score_answers
 
         model = self.model  # loaded before the bar starts, so a loading error is not printed after a bar's residue
         update, close = self._progress(len(prompts), description) if self._progress else (None, lambda: None)
@@ -122,8 +119,6 @@ class ShardScorer(LazyModel):
     def __call__(self, shard: Shard) -> ShardOutput:
         """Score one shard: its valid rows with their traces, its rejected rows' errors, and a note on answers that
         cannot be scored (empty)."""
-        from trace_core.policy import usable_rows
-
         dataset = self._read(shard)
         frame = dataset.frame
         traces = list(dataset.traces)
@@ -152,8 +147,6 @@ class ShardScorer(LazyModel):
 
     def _with_beams(self, frame: Any) -> Any:
         """``frame`` with a ``beam_logprobs`` column (JSON text per row), one beam search per prompt."""
-        from trace_core.record import beam_logprobs
-
         frame = frame.copy()
         frame["beam_logprobs"] = [json.dumps(b) for b in beam_logprobs(
             self.model, frame["prompt"].astype(str).tolist(), num_beams=self.num_beams,

@@ -25,18 +25,23 @@ from pathlib import Path
 
 from trace_core.checks import clip
 from trace_core.scale.lock import LOCK_FILE
-from trace_core.scale.manifest import ENTRY_FOLDER, MANIFEST_FILE, MAX_OUTPUT_BYTES, is_manifest_file, listed_outputs
+from trace_core.scale.manifest import (
+    ENTRY_FOLDER,
+    MANIFEST_FILE,
+    MAX_OUTPUT_BYTES,
+    is_manifest_file,
+    listed_outputs,
+    output_name,
+)
 
 __all__ = ["PROMPT_FORMATS", "SHARD_FORMATS", "Shard", "SkippedFileWarning", "check_output_names", "is_pattern",
-           "list_shards", "output_name"]
+           "list_shards"]
 
 #: Extension -> format of the files a sharded run reads (``read_dataset`` reads each one).
 SHARD_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl",
                  ".csv": "csv", ".tsv": "csv"}
 #: The files ``generate`` reads prompts from: the dataset files, and text files of one prompt per line.
 PROMPT_FORMATS = {**SHARD_FORMATS, ".txt": "txt"}
-_OUTPUT_SUFFIX = ".parquet"
-_SEPARATOR = "__"
 _GLOB_CHARACTERS = frozenset("*?[")
 
 
@@ -66,17 +71,6 @@ class Shard:
 def is_pattern(spec: str) -> bool:
     """Whether ``spec`` is a glob pattern (holds ``*``, ``?`` or ``[``) rather than a path."""
     return any(c in _GLOB_CHARACTERS for c in spec)
-
-
-def output_name(name: str) -> str:
-    """The output file name of a shard named ``name`` (relative, ``/`` separators): ``"a/b.jsonl"`` ->
-    ``"a__b.parquet"``.
-
-    >>> output_name("2026/05/part-0.jsonl")
-    '2026__05__part-0.parquet'
-    """
-    stem = name[: -len(Path(name).suffix)] if Path(name).suffix else name
-    return stem.replace("/", _SEPARATOR) + _OUTPUT_SUFFIX
 
 
 def _visible(relative: Path) -> bool:

@@ -20,6 +20,8 @@ from typing import Any
 
 import pandas as pd
 
+from trace_core import __version__
+from trace_core.data import write_dataset
 from trace_core.scale.lock import folder_lock
 from trace_core.scale.manifest import (
     MANIFEST_FILE,
@@ -154,7 +156,6 @@ class RunSummary:
 
 
 def _version() -> str:
-    from trace_core import __version__
 
     return __version__
 
@@ -172,8 +173,6 @@ def _checked_output(output: Any, shard: Shard) -> ShardOutput:
 
 def _output_bytes(output: ShardOutput) -> bytes:
     """The output shard's Parquet bytes (:func:`trace_core.data.write_dataset`), or the work's own."""
-    from trace_core.data import write_dataset
-
     if output.data is not None:
         return output.data
     buffer = io.BytesIO()

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     import pyarrow
 
 __all__ = ["COLUMNS", "COLUMN_BY_NAME", "ELEMENT_TYPES", "TRACE_COLUMNS", "TraceColumn", "check_trace",
-           "parse_beam_logprobs", "trace_from_cells", "traces_to_columns", "vocab_size_of"]
+           "parse_beam_logprobs", "trace_cells", "trace_from_cells", "vocab_size_of"]
 
 #: Per element type: the numpy dtype its numbers are decoded to (None: not numbers), and the Python types whose
 #: values need no per-value check (numbers still have to be finite). A value of any other type is checked one by
@@ -148,7 +148,7 @@ COLUMNS: tuple[TraceColumn, ...] = (
 TRACE_COLUMNS: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 #: Each trace column by its name.
 COLUMN_BY_NAME: dict[str, TraceColumn] = {c.name: c for c in COLUMNS}
-_WRITTEN = tuple(c for c in COLUMNS if c.field is not None)
+WRITTEN = tuple(c for c in COLUMNS if c.field is not None)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -274,7 +274,7 @@ def _check_sign(arr: np.ndarray, name: str, *, nonnegative: bool, rule: str) -> 
     _check_bound(arr, name, arr < -LOGPROB_TOLERANCE if nonnegative else arr > LOGPROB_TOLERANCE, rule)
 
 
-_FIELD_COLUMNS = {c.field: c.name for c in _WRITTEN}
+_FIELD_COLUMNS = {c.field: c.name for c in WRITTEN}
 
 
 def _column_named_in(message: str) -> str:
@@ -451,7 +451,7 @@ def check_trace(trace: Trace) -> Trace:
     CellError
         The first problem, naming the column (a ValueError).
     """
-    cells = {name: (ABSENT if values[0] is None else values[0]) for name, values in traces_to_columns([trace]).items()}
+    cells = {name: (ABSENT if value is None else value) for name, value in trace_cells(trace).items()}
     return trace_from_cells(cells, prompt=trace.prompt, answer=trace.answer)
 
 
@@ -497,43 +497,11 @@ def _check_top_k_mass(top_logprobs: np.ndarray, top_ids: np.ndarray, surprisal: 
 # Encoding: traces -> cells
 # --------------------------------------------------------------------------------------------------
 
-def traces_to_columns(traces: Sequence[Trace | None]) -> dict[str, list[Any]]:
-    """Trace columns as plain Python lists, one entry per trace (None where a trace is None).
-
-    Parameters
-    ----------
-    traces : sequence of Trace or None
-
-    Returns
-    -------
-    dict
-        ``tokens``, ``token_ids``, ``surprisal``, ``entropy``, ``top_ids``, ``top_logprobs`` (lists per trace),
-        ``top_tokens`` and ``ranks`` (None where the trace has none) and ``trace_metadata`` (dicts): every column of
-        :data:`COLUMNS` but the read-only ``logprobs``. Together they rebuild each trace exactly (with its row's
-        prompt and answer).
-
-    Examples
-    --------
-    >>> traces_to_columns([None])["tokens"]
-    [None]
-    """
-    from trace_core.traces.table import TraceTable
-
-    if isinstance(traces, TraceTable):  # column by column
-        fields = traces.to_columns()
-        return {column.name: fields[column.field] for column in _WRITTEN}  # type: ignore[index]
-    out: dict[str, list[Any]] = {c.name: [] for c in _WRITTEN}
-    for i, trace in enumerate(traces):
-        if trace is None:
-            for values in out.values():
-                values.append(None)
-            continue
-        if not isinstance(trace, Trace):
-            raise TypeError(f"`traces[{i}]` must be a Trace or None, got {type(trace).__name__}")
-        d = trace.to_dict()
-        for column in _WRITTEN:
-            out[column.name].append(d[column.field])  # type: ignore[index]
-    return out
+def trace_cells(trace: Trace) -> dict[str, Any]:
+    """One trace's :data:`WRITTEN` columns as plain Python values (lists, dicts; None where it has none): the cells a
+    writer stores for its row, which :func:`trace_from_cells` reads back into the same trace."""
+    fields = trace.to_dict()
+    return {column.name: fields[column.field] for column in WRITTEN}  # type: ignore[index]
 
 
 def trace_column(name: str) -> TraceColumn | None:

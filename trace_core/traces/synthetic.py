@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from trace_core.checks import check_choice, check_int, check_real
-from trace_core.methods.operators import Ragged
+from trace_core.traces.ragged import Ragged
 
 __all__ = ["KINDS", "synthetic_traces"]
 

@@ -29,11 +29,11 @@ from typing import Any, overload
 
 import numpy as np
 
-from trace_core.methods.operators import Ragged
-from trace_core.traces.columns import COLUMN_BY_NAME
+from trace_core.traces.columns import COLUMN_BY_NAME, WRITTEN, trace_cells
+from trace_core.traces.ragged import Ragged
 from trace_core.traces.trace import Trace, TraceMetadata
 
-__all__ = ["TableBuilder", "TraceTable", "gather"]
+__all__ = ["TableBuilder", "TraceTable", "as_trace_list", "as_traces", "gather", "traces_to_columns"]
 
 
 def _offsets(lengths: Sequence[int]) -> np.ndarray:
@@ -116,7 +116,6 @@ class TraceTable(Sequence[Trace]):
         Trace was made)."""
         if isinstance(traces, TraceTable):
             return traces
-        from trace_core.methods.risk import as_trace_list
 
         builder = TableBuilder()
         for trace in as_trace_list(traces):
@@ -342,3 +341,55 @@ def gather(traces: Sequence[Any], indices: Sequence[int] | np.ndarray) -> Sequen
     if isinstance(traces, TraceTable):
         return traces.take(indices)
     return [traces[int(i)] for i in indices]
+
+
+def as_trace_list(traces: Any) -> list[Trace]:
+    if isinstance(traces, Trace):
+        raise TypeError("`traces` must be a sequence of Trace objects; wrap a single trace in a list")
+    traces = list(traces)
+    for i, trace in enumerate(traces):
+        if not isinstance(trace, Trace):
+            raise TypeError(f"`traces[{i}]` must be a Trace, got {type(trace).__name__}")
+    return traces
+
+
+def as_traces(traces: Any) -> Sequence[Trace]:
+    """Many traces as the functions that take them read them: a :class:`~trace_core.traces.table.TraceTable` as it is
+    (its columns are read; no Trace is made per answer), anything else as a checked list (:func:`as_trace_list`)."""
+    return traces if isinstance(traces, TraceTable) else as_trace_list(traces)
+
+
+def traces_to_columns(traces: Sequence[Trace | None]) -> dict[str, list[Any]]:
+    """Trace columns as plain Python lists, one entry per trace (None where a trace is None).
+
+    Parameters
+    ----------
+    traces : sequence of Trace or None
+
+    Returns
+    -------
+    dict
+        ``tokens``, ``token_ids``, ``surprisal``, ``entropy``, ``top_ids``, ``top_logprobs`` (lists per trace),
+        ``top_tokens`` and ``ranks`` (None where the trace has none) and ``trace_metadata`` (dicts): every column of
+        :data:`~trace_core.traces.columns.COLUMNS` but the read-only ``logprobs``. Together they rebuild each trace
+        exactly (with its row's prompt and answer).
+
+    Examples
+    --------
+    >>> traces_to_columns([None])["tokens"]
+    [None]
+    """
+    if isinstance(traces, TraceTable):  # column by column
+        fields = traces.to_columns()
+        return {column.name: fields[column.field] for column in WRITTEN}  # type: ignore[index]
+    out: dict[str, list[Any]] = {c.name: [] for c in WRITTEN}
+    for i, trace in enumerate(traces):
+        if trace is None:
+            for values in out.values():
+                values.append(None)
+            continue
+        if not isinstance(trace, Trace):
+            raise TypeError(f"`traces[{i}]` must be a Trace or None, got {type(trace).__name__}")
+        for name, value in trace_cells(trace).items():
+            out[name].append(value)
+    return out

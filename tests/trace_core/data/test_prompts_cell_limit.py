@@ -1,6 +1,6 @@
 """A prompts file whose only prompt is over the per-cell limit (``max_cell_chars``, TRACE_MAX_CELL_MB): the error names
 the row and the limit, and does not say that the file has no prompt (a file without any prompt still does:
-tests/trace_core/test_cli_generate_labels.py)."""
+tests/trace_core/cli/test_cli_generate_labels.py)."""
 
 from __future__ import annotations
 

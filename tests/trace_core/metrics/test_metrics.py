@@ -605,7 +605,7 @@ def test_rank_groups_equal_the_single_metrics_on_every_subset(ties, sort_subset)
 @pytest.mark.parametrize("rate", [0.0, 0.03, 0.5, 0.97, 1.0])
 def test_rankings_of_distinct_scores_equal_the_grouped_count_number_for_number(n, rate, monkeypatch):
     """The protocol's path for distinct scores (groups of one) gives the very numbers of the general group count (its
-    numpy form; the compiled loop sums in another order, see tests/trace_core/test_compiled_kernels.py)."""
+    numpy form; the compiled loop sums in another order, see tests/trace_core/evaluation/test_compiled_kernels.py)."""
     import trace_core.metrics.kernels as kernels
     from trace_core.metrics.kernels import ranking_of_groups as _ranking_from_groups
 

@@ -203,7 +203,7 @@ def test_the_cli_passes_threads_to_the_load(monkeypatch):
     from trace_core.cli.parser import build_parser
 
     seen = {}
-    monkeypatch.setattr("trace_core.record.load_model", lambda name, **options: seen.update(options) or "model")
+    monkeypatch.setattr(common, "load_local_model", lambda name, **options: seen.update(options) or "model")
     args = build_parser().parse_args(["generate", "prompts.txt", "--out", "x.jsonl", "--model", "m", "--threads",
                                       "3"])
     assert common.load_model(args) == "model" and seen["threads"] == 3

@@ -26,7 +26,8 @@ import numpy as np
 
 from trace_core.record import stats
 from trace_core.record.backends.base import RecordedAnswer
-from trace_core.record.load import LoadedModel, torch_module
+from trace_core.record.errors import torch_module
+from trace_core.record.load import LoadedModel
 from trace_core.record.threads import torch_threads
 from trace_core.traces.trace import DecodingConfig
 

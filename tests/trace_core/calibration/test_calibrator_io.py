@@ -15,7 +15,7 @@ from trace_core import IsotonicCalibrator, PlattCalibrator, TracePlus, calibrato
 from trace_core.calibration.calibrators import load_calibrator
 from trace_core.calibration.reading import MAX_CALIBRATOR_BYTES
 
-PAGE = Path(__file__).resolve().parents[2] / "pages" / "flag.py"
+PAGE = Path(__file__).resolve().parents[3] / "pages" / "flag.py"
 
 
 @pytest.fixture(scope="module")

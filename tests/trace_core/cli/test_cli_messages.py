@@ -114,14 +114,12 @@ def test_overflowing_values_name_the_answer_and_the_cli_names_the_file_row(label
     assert info.value.index == 6
 
     # The command line maps the position to the file's row (the reader bounds values, so inject the failure).
-    import sys
-
-    evaluate_module = sys.modules["trace_core.evaluation.run"]
+    import trace_core.cli.evaluate as evaluate_command
 
     def failing(traces, labels, **kwargs):
         raise AnswerValueError(2, "makes SeqLogP's score non-finite")
 
-    monkeypatch.setattr(evaluate_module, "evaluate", failing)
+    monkeypatch.setattr(evaluate_command, "evaluate", failing)
     frame = pd.read_json(labeled, lines=True)
     frame["label"] = frame["label"].astype(object)
     frame.loc[0, "label"] = "maybe"  # row 1 rejected: position 2 of the kept rows is file row 4

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-DATA = Path(__file__).parents[2] / "assets" / "datasets" / "real_beams_test.csv"
+DATA = Path(__file__).parents[3] / "assets" / "datasets" / "real_beams_test.csv"
 
 
 def _ece(y: np.ndarray, p: np.ndarray, bins: int = 10) -> float:

@@ -197,7 +197,7 @@ def test_every_library_import_is_a_declared_dependency():
     from pathlib import Path
 
     tomllib = pytest.importorskip("tomllib")
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     requirements = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
 

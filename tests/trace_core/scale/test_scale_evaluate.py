@@ -12,7 +12,8 @@ from helpers import random_traces, synthetic_trace_objects
 
 from trace_core import EvaluationConfig, evaluate
 from trace_core.data import read_dataset, write_dataset
-from trace_core.evaluation.run import ProtocolInputs, evaluate_scores
+from trace_core.evaluation.inputs import ProtocolInputs
+from trace_core.evaluation.run import evaluate_scores
 from trace_core.scale import list_shards
 from trace_core.scale.compact import concat_compact, merge_entropy_summaries
 from trace_core.scale.evaluate import evaluate_shards, read_compact

@@ -200,7 +200,7 @@ def test_token_relevance_validation(call, error, match):
 
 def test_import_does_not_import_torch():
     code = "import sys, trace_core.methods.semantic; sys.exit(int('torch' in sys.modules or 'transformers' in sys.modules))"
-    repo_root = Path(__file__).resolve().parents[2]  # so the subprocess imports this checkout
+    repo_root = Path(__file__).resolve().parents[3]  # so the subprocess imports this checkout
     assert subprocess.run([sys.executable, "-c", code], cwd=repo_root).returncode == 0
 
 

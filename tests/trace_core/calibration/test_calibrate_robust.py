@@ -21,7 +21,7 @@ from sklearn.linear_model import LogisticRegression
 from trace_core import PlattCalibrator, TracePlus, feature_matrix
 from trace_core.methods.baselines import BASELINES, trace_baseline_scores
 from trace_core.methods.logistic import fit_logistic, fit_logistic_1d, transform_scores
-from trace_core.methods.operators import Ragged
+from trace_core.traces.ragged import Ragged
 
 
 def skewed_chains(n: int, seed: int, positive_rate: float = 0.03) -> tuple[Ragged, np.ndarray]:

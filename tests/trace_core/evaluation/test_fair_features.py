@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from trace_core.evaluation.inputs import reference_features
 from trace_core.evaluation.protocol import fit_reference as _fit_reference
-from trace_core.evaluation.run import EvaluationConfig, evaluate_arrays, reference_features
+from trace_core.evaluation.run import EvaluationConfig, evaluate_arrays
 from trace_core.methods.features import FEATURE_SETS, feature_matrix_from_arrays, feature_names, logit_of_surprisal
 from trace_core.methods.logistic import sigmoid, transform_scores
-from trace_core.methods.operators import Ragged
 from trace_core.methods.registry import REFERENCE
+from trace_core.traces.ragged import Ragged
 
 
 def _letters(n: int = 3000, seed: int = 0):

@@ -126,7 +126,8 @@ def test_flag_names_an_answer_it_cannot_score_by_its_row(labeled, tmp_path, caps
     def failing(frame, traces, calibrator):
         raise AnswerValueError(2, "has a non-finite feature")
 
-    monkeypatch.setattr(importlib.import_module("trace_core.flagging.flag"), "score_rows", failing)
+    for where in ("trace_core.cli.flag", "trace_core.scale.flag"):  # one file's scoring and each shard's
+        monkeypatch.setattr(importlib.import_module(where), "score_rows", failing)
     target, out = (tmp_path / "in", tmp_path / "out") if sharded else (data, tmp_path / "flagged.csv")
     assert main(["flag", str(target), "--calibrator", str(tmp_path / "cal.json"), "--threshold", "0.5", "--out",
                  str(out), "--quiet"]) == 1

@@ -30,7 +30,8 @@ def _trace(prompt: str, answer: str) -> Trace:
 @pytest.fixture
 def model(monkeypatch):
     """No model is loaded: generation answers from ANSWERS; the prompts it was given are recorded."""
-    import trace_core.record as record
+    import trace_core.cli.generate as file_generation
+    import trace_core.scale.generate as shard_generation
 
     seen: list[str] = []
 
@@ -39,7 +40,8 @@ def model(monkeypatch):
         return [_trace(p, ANSWERS.get(p, " no idea")) for p in prompts]
 
     monkeypatch.setattr(common, "load_model", lambda args: object())
-    monkeypatch.setattr(record, "generate_traces", generate_traces)
+    for where in (file_generation, shard_generation):  # where one file's and each shard's answers are generated
+        monkeypatch.setattr(where, "generate_traces", generate_traces)
     return seen
 
 

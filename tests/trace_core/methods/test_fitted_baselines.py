@@ -23,8 +23,8 @@ from trace_core.methods.fitted_baselines import (
     trace_profile_features,
     wepr_features,
 )
-from trace_core.methods.operators import Ragged
 from trace_core.methods.registry import METHODS, method_names
+from trace_core.traces.ragged import Ragged
 
 
 def _trace(top_probs, surprisal=None, entropy=None) -> Trace:

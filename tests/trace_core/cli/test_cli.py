@@ -247,6 +247,26 @@ def test_evaluate_group_by_reports_each_group_and_the_average(labeled_file, tmp_
     assert "no column 'nope'" in capsys.readouterr().err
 
 
+def test_evaluate_group_by_makes_no_trace_per_answer(labeled_file, tmp_path, monkeypatch, capsys):
+    """Each group is a view of the file's table (its columns taken at the group's rows): evaluating every group
+    reads no answer of the table as a Trace, whatever the number of answers."""
+    from trace_core import TraceTable
+
+    dataset = read_dataset(labeled_file)
+    frame = dataset.frame.drop(columns=[dataset.row_column]).assign(family=["a", "b", "c"] * 40)
+    grouped = tmp_path / "grouped.jsonl"
+    write_dataset(frame, grouped, traces=dataset.traces)
+    rows_read = []
+    for name in ("__getitem__", "__iter__"):  # the two ways a table hands out its answers as Traces
+        real = getattr(TraceTable, name)
+        monkeypatch.setattr(TraceTable, name, lambda self, *a, real=real, name=name: rows_read.append(name)
+                            or real(self, *a))
+    assert main(["evaluate", str(grouped), "--splits", "2", "--methods", "TRACE", "TRACE+", "Mean Entropy",
+                 "--group-by", "family", "--quiet"]) == 0
+    assert "### family = c (40 answers" in capsys.readouterr().out
+    assert rows_read == []
+
+
 def test_group_by_reports_skipped_splits_per_group_as_plain_lines(labeled_file, tmp_path, capsys):
     dataset = read_dataset(labeled_file)
     labels = dataset.frame["label"].to_numpy()

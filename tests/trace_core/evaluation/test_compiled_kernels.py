@@ -14,7 +14,7 @@ from trace_core.methods import logistic
 from trace_core.methods.fitted_baselines import FITTED_BASELINES, ces_confidence, feature_ranks
 from trace_core.methods.logistic import fit_logistic, fit_logistic_1d, standardised_logistic
 
-REFERENCE = Path(__file__).resolve().parents[1] / "data" / "protocol_reference.json"
+REFERENCE = Path(__file__).resolve().parents[2] / "data" / "protocol_reference.json"
 
 
 @pytest.fixture
@@ -222,7 +222,7 @@ def test_preload_loads_every_compiled_loop():
               for name in re.findall(r"\bcompiled\((\w+)\)", path.read_text(encoding="utf-8"))}
     assert {"platt_loop", "split_ascending_loop", "singletons_loop"} <= wanted
     code = ("import trace_core.metrics.kernels as k\n"
-            "from trace_core.calibration.scalar import preload\n"
+            "from trace_core.evaluation.protocol import preload\n"
             "preload()\n"
             "print(' '.join(f.__name__ for f, c in k._compiled_loops.items() if c is not None and c.signatures))\n"
             "print(bool(k.compiled_sums().brier_and_ece.signatures))")

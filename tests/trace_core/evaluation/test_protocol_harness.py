@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-REFERENCE = Path(__file__).resolve().parents[1] / "data" / "protocol_reference.json"
+REFERENCE = Path(__file__).resolve().parents[2] / "data" / "protocol_reference.json"
 
 
 @pytest.mark.slow

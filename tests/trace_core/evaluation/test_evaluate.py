@@ -19,8 +19,8 @@ from trace_core.evaluation.run import (
     method_names,
 )
 from trace_core.methods.features import feature_matrix_from_arrays
-from trace_core.methods.operators import Ragged
 from trace_core.metrics import auroc
+from trace_core.traces.ragged import Ragged
 from trace_core.traces.synthetic import synthetic_traces
 
 FAST = EvaluationConfig(n_splits=5)
@@ -264,7 +264,7 @@ def test_isotonic_values_of_every_split_equal_scikit_learn_fitted_on_that_split(
 def test_rankings_from_a_part_in_score_order_equal_rank_groups_number_for_number(ties, monkeypatch):
     """Each split's rankings come from its part in the presorted order (tie groups as runs): the very numbers of
     RankGroups counting every distinct score of the subset (on the numpy path; the compiled loop sums in another
-    order, to 1e-12: tests/trace_core/test_compiled_kernels.py)."""
+    order, to 1e-12: tests/trace_core/evaluation/test_compiled_kernels.py)."""
     import trace_core.metrics.kernels as kernels
     from trace_core.metrics import RankGroups
 

@@ -179,7 +179,7 @@ def test_flag_refuses_input_columns_named_like_its_output(columns, files, capsys
     def no_scoring(*args, **kwargs):
         raise AssertionError("scored before the columns were checked")
 
-    monkeypatch.setattr("trace_core.flagging.flag.score_rows", no_scoring)
+    monkeypatch.setattr("trace_core.cli.flag.score_rows", no_scoring)
     assert main(_flag(files, str(out), data=str(data))) == 1
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(f"error: {data}: has column(s) ") and "rename them" in err

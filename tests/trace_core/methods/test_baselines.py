@@ -220,7 +220,7 @@ def test_compute_baselines_on_traces_without_entropy():
     assert result.scores["SeqLogP"].tolist() == pytest.approx(expected)
     with pytest.raises(ValueError, match="trace 1 is empty"):
         from trace_core.methods.baselines import trace_baseline_scores
-        from trace_core.methods.operators import Ragged
+        from trace_core.traces.ragged import Ragged
 
         trace_baseline_scores(Ragged.from_arrays([[1.0], []]), None)
 

@@ -296,7 +296,7 @@ def test_the_shipped_span_calibrator_is_the_one_bench_spans_fits(tmp_path):
 
     out = tmp_path / "span_calibrator.json"
     main(["--bootstrap", "2", "--write-calibrator", str(out)])
-    shipped = SpanCalibrator.from_json((Path(__file__).resolve().parents[2] / "trace_core" / "span_calibrator.json")
+    shipped = SpanCalibrator.from_json((Path(__file__).resolve().parents[3] / "trace_core" / "methods" / "span_calibrator.json")
                                        .read_text(encoding="utf-8"))
     again = SpanCalibrator.from_json(out.read_text(encoding="utf-8"))
     assert shipped.features == again.features and shipped.provenance == again.provenance

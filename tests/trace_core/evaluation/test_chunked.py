@@ -10,9 +10,9 @@ from helpers import random_traces
 
 from trace_core import EvaluationConfig, TraceTable, evaluate, evaluate_arrays, synthetic_traces
 from trace_core.evaluation.chunked import answer_ranges, chunked_protocol_inputs
-from trace_core.evaluation.run import protocol_inputs
-from trace_core.methods.operators import Ragged, float64
+from trace_core.evaluation.inputs import protocol_inputs
 from trace_core.methods.risk import stack_traces
+from trace_core.traces.ragged import Ragged, float64
 
 
 def _same_inputs(a, b) -> None:
