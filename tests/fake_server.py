@@ -46,7 +46,7 @@ from trace_core.record import http_policy
 @pytest.fixture
 def fast_backoff(monkeypatch):
     """Retries of the server client without their real waits (import this fixture into a test module to use it)."""
-    monkeypatch.setattr(http_policy, "_BACKOFF_BASE", 0.001)
+    monkeypatch.setattr(http_policy, "BACKOFF_BASE", 0.001)
 
 
 @pytest.fixture

@@ -126,7 +126,7 @@ def test_hostile_headers_are_refused_in_one_line_before_anything_converts(tiny, 
     def never(*args):
         raise AssertionError("a refused file reached the conversion")
 
-    monkeypatch.setattr(gguf_module, "_convert", never)
+    monkeypatch.setattr(gguf_module, "convert_gguf", never)
     for name, (hostile, options, fragment) in _hostile(parts).items():
         path = hostile.write(tmp_path / f"{name}.gguf", **options)
         with pytest.raises(ModelLoadError) as info:
@@ -244,7 +244,7 @@ def stuck(source, out, digest):
     (out / "model.safetensors").write_bytes(b"partial")
     print("converting", flush=True)
     time.sleep(600)
-gguf._convert = stuck
+gguf.convert_gguf = stuck
 gguf.converted_folder(sys.argv[1], progress=lambda line: None)
 """
 
@@ -265,7 +265,7 @@ def test_conversions_leave_no_lock_and_a_killed_ones_folder_is_removed_next_time
     parts = read_parts(tiny)
     a, b, c = (_changed(parts, lambda p, n=n: p.set("general.name", STR, n.encode())).write(tmp_path / f"{n}.gguf")
                for n in "abc")
-    monkeypatch.setattr(gguf_module, "_convert", _fake)
+    monkeypatch.setattr(gguf_module, "convert_gguf", _fake)
     busy = _stuck(b)  # b converting, as far as anyone can tell
     try:
         held = sorted(cache.iterdir())  # its lock file and its temporary folder

@@ -117,7 +117,7 @@ def test_teacher_forced_scoring_is_cut_off_at_the_deadline(framing, hostile, tin
 def test_a_missed_deadline_is_retried_as_the_policy_says(mode, hostile, tiny_model_dirs, monkeypatch):
     """A late answer is retried like a timeout, each attempt with its own deadline; a stream is not (someone is
     watching it: one deadline, then the error)."""
-    monkeypatch.setattr(http_policy, "_BACKOFF_BASE", 0.01)
+    monkeypatch.setattr(http_policy, "BACKOFF_BASE", 0.01)
     server = hostile()
     sm = _connect(server, tiny_model_dirs["gpt2"], max_retries=1)
     server.post_mode = mode

@@ -174,8 +174,8 @@ def test_the_dashboards_connection_check_has_its_own_short_deadline(hostile, tin
     pytest.importorskip("streamlit")
     from app import services
 
-    monkeypatch.setattr(remote, "_CHECK_TIMEOUT", 1.0)
-    monkeypatch.setattr(http_policy, "_BACKOFF_BASE", 0.01)
+    monkeypatch.setattr(remote, "CHECK_TIMEOUT", 1.0)
+    monkeypatch.setattr(http_policy, "BACKOFF_BASE", 0.01)
     server = hostile(get_mode="drip")
     services._cached_server.clear()
     started = time.monotonic()

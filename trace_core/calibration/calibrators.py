@@ -445,7 +445,6 @@ class ScoreCalibrator(_FittedOnTraces, SavedCalibrator):
         return {"method": self.method, "calibrator": self.calibrator, "C": self.C}
 
     def _check_params(self) -> str:
-
         check_choice(self.method, "method", flaggable_methods())
         check_choice(self.calibrator, "calibrator", list(CALIBRATOR_WORDS))
         check_real(self.C, "C", minimum=0, low_open=True)

@@ -50,7 +50,6 @@ __all__ = ["cmd_evaluate"]
 
 
 def _beams(dataset) -> list[list[float]] | None:
-
     if "beam_logprobs" not in dataset.frame.columns:
         return None
     return parse_beam_logprobs(dataset.frame["beam_logprobs"], common.row_numbers(dataset))
@@ -245,7 +244,6 @@ def _split_groups(args: argparse.Namespace, frame: pd.DataFrame) -> np.ndarray |
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-
     out_format = _check_outputs(args)
     if getattr(args, "split_by", None) and args.stratified:
         raise CLIError("--split-by keeps each group whole in every split and cannot also --stratified; use one")

@@ -44,7 +44,6 @@ def _fit_choice(args: argparse.Namespace) -> tuple[str | None, str | None]:
 
 
 def cmd_fit(args: argparse.Namespace) -> None:
-
     check_out(args.out, CALIBRATOR_OUT)
     check_not_input(args.out, [("the input file", args.data)], written="the calibrator")
     chosen_set, method = _fit_choice(args)

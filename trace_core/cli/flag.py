@@ -60,7 +60,6 @@ def _load_calibrator(args: argparse.Namespace) -> tuple[Any, bytes]:
 
 
 def cmd_flag(args: argparse.Namespace) -> None:
-
     if args.by == "span" and args.max_risk is not None:
         raise CLIError("--by span cannot be used with --max-risk: the guarantee is on the answers' probability of "
                        "being correct")

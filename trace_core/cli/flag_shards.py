@@ -145,7 +145,6 @@ def flag_sharded(args: argparse.Namespace, calibrator: Any, calibrator_bytes: by
 
 def _flag_locked(args: argparse.Namespace, calibrator: Any, calibrator_bytes: bytes, certified: Any,
                  run: tuple[Path, Any, dict[str, Any], list[Any]]) -> None:
-
     out, runner, engine_options, shards = run
     threshold = args.threshold
     keep_none = False

@@ -60,7 +60,6 @@ def _read_prompts(path: str, args: argparse.Namespace | None = None) -> tuple[pd
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
-
     if is_sharded(args.prompts):
         generate_shards(args)
         return

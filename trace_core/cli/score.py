@@ -20,7 +20,6 @@ __all__ = ["cmd_score"]
 
 
 def cmd_score(args: argparse.Namespace) -> None:
-
     if is_sharded(args.data):
         score_shards(args)
         return

@@ -303,7 +303,6 @@ def score_shards(args: argparse.Namespace) -> None:
 
 def _score_locked(args: argparse.Namespace, out: Path, runner: Callable[..., Any], engine_options: dict[str, Any],
                   shards: list[Any]) -> None:
-
     show = not args.quiet
     # Ray's workers draw no bars: each shard's line on the driver is the progress
     bars = None if engine_options else (lambda total, what: progress(total, what, show))

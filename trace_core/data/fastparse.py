@@ -30,7 +30,7 @@ __all__ = ["VECTOR_COLUMNS", "Parsed", "fast_metadata", "from_lists", "from_text
 VECTOR_COLUMNS = ("token_ids", "surprisal", "logprobs", "entropy", "ranks")  # the per-token number columns
 _COMMA, _MINUS, _DOT, _ZERO = b",-.0"
 _NOT_PLAIN_STRING = re.compile(r'[\\\x00-\x1f]')
-_ARROW = True  # numbers parsed with pyarrow when it is installed
+ARROW = True  # numbers parsed with pyarrow when it is installed
 _chain = itertools.chain.from_iterable
 
 
@@ -119,7 +119,7 @@ def _parse_numbers(texts: list[str], dtype: Any) -> np.ndarray | None:
 def _read_numbers(joined: str, dtype: Any) -> np.ndarray | None:
     """Comma-separated numbers parsed with pyarrow (its parser rounds correctly, as float() does, and is about twice
     as fast) or, without pyarrow, numpy; None when some text is not read whole as a number."""
-    if _ARROW:
+    if ARROW:
         try:
             import pyarrow as pa
             import pyarrow.compute as pc

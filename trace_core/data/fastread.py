@@ -79,7 +79,7 @@ def table_row(row: FastRow, *, prompt: str, answer: str) -> FastRow | Trace:
 
 def build_trace(row: FastRow, *, prompt: str, answer: str) -> Trace:
     """The Trace of a row that :func:`decode_chunk` decoded: what :func:`trace_from_cells` returns for its cells."""
-    return Trace._from_checked(prompt=prompt, answer=answer, token_ids=row.token_ids, tokens=row.tokens,
+    return Trace.from_checked(prompt=prompt, answer=answer, token_ids=row.token_ids, tokens=row.tokens,
                                surprisal=row.surprisal, entropy=row.entropy, top_ids=row.top_ids,
                                top_logprobs=row.top_logprobs, ranks=row.ranks, metadata=row.metadata,
                                top_tokens=row.top_tokens)

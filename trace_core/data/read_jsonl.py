@@ -70,7 +70,7 @@ def _jsonl_rows(lines: Lines, table: Table, max_rows: int | None) -> Iterator[Ro
                            f"{{\"prompt\": \"...\", \"answer\": \"...\", \"label\": 1}}")
 
 
-_BLOCK_ROWS = 8192           # lines read by Arrow together (a multiple of the validator's chunk of 256 rows)...
+BLOCK_ROWS = 8192           # lines read by Arrow together (a multiple of the validator's chunk of 256 rows)...
 _BLOCK_CHARS = 512 * 2**10  # ...or fewer, once they hold this many characters and a whole number of chunks...
 _BLOCK_MAX_CHARS = 8 * 2**20  # ...or this many, whatever the chunks (long lines: a block stays small)
 
@@ -90,7 +90,7 @@ def _line_rows(text_lines: Iterable[str], lines: Lines, table: Table, max_rows: 
         block.append(line)
         numbers.append(lines.number)
         size += len(line)
-        full = (len(block) >= _BLOCK_ROWS or size >= _BLOCK_MAX_CHARS
+        full = (len(block) >= BLOCK_ROWS or size >= _BLOCK_MAX_CHARS
                 or (size >= _BLOCK_CHARS and len(block) % 256 == 0))
         if full or (max_rows is not None and counts.rows + len(block) > max_rows):
             yield from _block_rows(arrow, block, numbers, table, max_rows, counts, seen, lines.src.max_cell)

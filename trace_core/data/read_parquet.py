@@ -24,7 +24,7 @@ from trace_core.traces.columns import COLUMN_BY_NAME, TRACE_COLUMNS, TraceColumn
 
 __all__ = ["ArrowBatch", "ArrowRecord", "from_arrow", "parquet_table", "system_pool"]
 
-_PARQUET_BATCH = 4096
+PARQUET_BATCH = 4096
 _TRACE_SET = frozenset(TRACE_COLUMNS)
 _EXACT_INTS = 2**53  # ints up to this size are floats exactly: converted alike by numpy and by float()
 
@@ -121,7 +121,7 @@ class _ParquetFile:
         with self.src.open() as stream:
             try:
                 batches = pq.ParquetFile(stream, read_dictionary=self.as_dictionary or None).iter_batches(
-                    batch_size=_PARQUET_BATCH)
+                    batch_size=PARQUET_BATCH)
             except (pa.ArrowException, OSError) as exc:
                 raise _unreadable(exc) from None
             while True:

@@ -26,7 +26,7 @@ __all__ = ["Options", "Rules", "ValidRows", "validate_rows"]
 
 _TRACE_SET = frozenset(TRACE_COLUMNS)
 _TEXT_COLUMNS = ("tokens", "top_tokens")  # trace columns of token text, whose strings are shared (see _share)
-_CHUNK = 256  # rows whose trace cells are decoded together (fastread.decode_chunk)
+CHUNK_ROWS = 256  # rows whose trace cells are decoded together (fastread.decode_chunk)
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ def _validate_pass(table: Table, fmt: str, options: Options,
         if pending and pending[0][2] is not rules:
             _keep_chunk(kept, pending, strings, fmt, csv_columns)
         pending.append((number, raw, rules))
-        if len(pending) >= _CHUNK:
+        if len(pending) >= CHUNK_ROWS:
             _keep_chunk(kept, pending, strings, fmt, csv_columns)
     _keep_chunk(kept, pending, strings, fmt, csv_columns)
     final = fixed or _rules_for(table.columns, table.hint, options)  # the rows are read: the columns are complete
@@ -170,7 +170,7 @@ def _keep_chunk(kept: ValidRows, pending: list[tuple[int, Any, Rules]], strings:
         return
     rules = pending[0][2]
     fast = decode_chunk([raw for _, raw, _ in pending], rules.trace_columns, strings)  # None: no trace column
-    plain = _plain_cells(pending, rules) if fast is not None else None
+    plain = plain_cells(pending, rules) if fast is not None else None
     for i, (number, raw, _) in enumerate(pending):
         row = None if fast is None else fast[i]
         cells = None if row is None or plain is None else plain[i]
@@ -183,15 +183,15 @@ def _keep_chunk(kept: ValidRows, pending: list[tuple[int, Any, Rules]], strings:
             else:
                 _append(kept, number, raw, trace, answer, label, fmt, csv_columns)
                 continue
-        _keep_row(kept, number, raw, rules, strings, fmt, csv_columns, row)
+        keep_row(kept, number, raw, rules, strings, fmt, csv_columns, row)
     pending.clear()
 
 
-def _plain_cells(pending: list[tuple[int, Any, Rules]], rules: Rules) -> list[tuple[str, str, int] | None] | None:
+def plain_cells(pending: list[tuple[int, Any, Rules]], rules: Rules) -> list[tuple[str, str, int] | None] | None:
     """Per row, its prompt, answer and label when its cells are what nearly every row holds, so that the per-row
     checks could only accept it: a non-blank text prompt, a text answer, no ``response`` to weigh, and a label in a
     common spelling (:func:`~trace_core.data.labels.common_label`) or none asked for; None for any other row, which
-    :func:`_keep_row` checks and reports. None for the whole chunk when its labels come from a reference (a matcher
+    :func:`keep_row` checks and reports. None for the whole chunk when its labels come from a reference (a matcher
     decides them)."""
     if rules.label_source not in ("label", "none"):
         return None
@@ -208,7 +208,7 @@ def _plain_cells(pending: list[tuple[int, Any, Rules]], rules: Rules) -> list[tu
     return out
 
 
-def _keep_row(kept: ValidRows, number: int, raw: Any, rules: Rules, strings: dict[str, str], fmt: str,
+def keep_row(kept: ValidRows, number: int, raw: Any, rules: Rules, strings: dict[str, str], fmt: str,
               csv_columns: list[str], fast: FastRow | None) -> None:
     problems: list[CellError] = []
     trace, answer, label, unused_response = _check_row(raw, rules, problems, strings, fast)

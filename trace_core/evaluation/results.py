@@ -295,7 +295,6 @@ class EvaluationResult:
         return self.config.n_splits - self.skipped_splits
 
     def _calibrator(self, calibrator: str | None) -> str:
-
         return check_choice(calibrator or self.config.scalar_calibrator, "calibrator", SCALAR_CALIBRATORS)
 
     def note(self, method: str) -> str:

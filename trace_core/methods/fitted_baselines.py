@@ -83,7 +83,6 @@ class TopKPlan:
 
     @classmethod
     def of(cls, traces: Sequence[Trace]) -> TopKPlan:
-
         if isinstance(traces, TraceTable):
             ks = traces.top_k
         else:

@@ -155,7 +155,6 @@ class Method:
 
 
 def _feature_set_needs_entropy(feature_set: str) -> bool:
-
     needs = getattr(features, "needs_entropy", None)
     return bool(needs(feature_set)) if needs is not None else feature_set != _SURPRISAL_FEATURE_SET
 

@@ -53,7 +53,7 @@ __all__ = [
 
 # How many texts token_relevance_batch encodes before turning them into relevances: bounds memory for many answers
 # (each answer of T tokens adds T + 1 texts) while still batching across answers.
-_TEXTS_PER_CHUNK = 4096
+TEXTS_PER_CHUNK = 4096
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -135,7 +135,7 @@ def token_relevance_batch(embedder: Embedder, token_lists: Sequence[Sequence[str
     for tokens, context in zip(answers, contexts, strict=True):
         pending.append((_relevance_texts(tokens, context), tokens))
         n_pending += len(tokens) + 1
-        if n_pending >= _TEXTS_PER_CHUNK:
+        if n_pending >= TEXTS_PER_CHUNK:
             results.extend(_relevances_of(embedder, pending, batch_size))
             pending, n_pending = [], 0
             if progress is not None:

@@ -217,7 +217,7 @@ def converted_folder(path: str | Path, *, progress: Callable[[str], None] | None
                 "(a minute or two; later loads take seconds)")
             work = Path(tempfile.mkdtemp(prefix=f".{digest}-", dir=target.parent))
             try:
-                _convert(path, work, digest)
+                convert_gguf(path, work, digest)
                 os.chmod(work, 0o755)  # mkdtemp's folder is private; a cache is read like any model folder
                 os.replace(work, target)  # whole or not at all
             finally:
@@ -231,7 +231,7 @@ def converted_folder(path: str | Path, *, progress: Callable[[str], None] | None
     return target
 
 
-def _convert(path: Path, out: Path, digest: str) -> None:
+def convert_gguf(path: Path, out: Path, digest: str) -> None:
     """Dequantise ``path`` with transformers and save it in ``out`` (float32 safetensors, tokenizer, provenance)."""
     header = read_header(path)
     torch = torch_module()

@@ -42,9 +42,9 @@ from trace_core.checks import clip, shorten
 __all__ = ["BYTES_PER_ENTRY", "BYTES_PER_TOKEN", "LISTING_BYTES", "MAX_TIMEOUT", "RESPONSE_SLACK", "RefusedError",
            "ServerError", "request_json", "response_limit", "stream_events"]
 
-#: Backoff before retry n (0-based) is ``_BACKOFF_BASE * 2**n`` seconds, at most ``_BACKOFF_CAP``, times a jitter
+#: Backoff before retry n (0-based) is ``BACKOFF_BASE * 2**n`` seconds, at most ``_BACKOFF_CAP``, times a jitter
 #: factor in [0.5, 1).
-_BACKOFF_BASE = 0.5
+BACKOFF_BASE = 0.5
 _BACKOFF_CAP = 8.0
 #: The longest ``Retry-After`` wait honoured, in seconds.
 _RETRY_AFTER_CAP = 30.0
@@ -533,7 +533,7 @@ def _backoff(attempt: int, retry_after: float | None) -> float:
     jitter."""
     if retry_after is not None:
         return min(max(retry_after, 0.0), _RETRY_AFTER_CAP)
-    return min(_BACKOFF_BASE * 2.0**attempt, _BACKOFF_CAP) * (0.5 + 0.5 * _JITTER.random())
+    return min(BACKOFF_BASE * 2.0**attempt, _BACKOFF_CAP) * (0.5 + 0.5 * _JITTER.random())
 
 
 def _api_key(api_key_env: str | None) -> str | None:

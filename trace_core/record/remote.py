@@ -35,7 +35,7 @@ _R = TypeVar("_R")
 
 #: The connection check (``GET /v1/models``) waits at most this long per attempt, with at most one retry: an
 #: unreachable or stalling server is reported within seconds, not after the long deadline answers may need.
-_CHECK_TIMEOUT = 10.0
+CHECK_TIMEOUT = 10.0
 _CHECK_RETRIES = 1
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: The endpoints answers can be generated through (``connect_server(api=...)``).
@@ -234,7 +234,7 @@ def connect_server(base_url: str, model: str, *, tokenizer: str | None = None,
     if api not in _APIS:
         raise ValueError(f"`api` must be one of {', '.join(map(repr, _APIS))}, got {shorten(api)}")
     probe = ServerModel(base_url=base, model=model, tokenizer=None, vocab_size=1, context_length=None,
-                        timeout=min(timeout, _CHECK_TIMEOUT), max_retries=min(max_retries, _CHECK_RETRIES),
+                        timeout=min(timeout, CHECK_TIMEOUT), max_retries=min(max_retries, _CHECK_RETRIES),
                         concurrency=concurrency, top_logprobs=top_logprobs, full_distribution=full_distribution,
                         api_key_env=api_key_env)
     card = _model_card(probe, model)

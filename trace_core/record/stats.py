@@ -56,7 +56,7 @@ def stats_in_place(x: torch.Tensor, k: int, chosen: torch.Tensor | None, *, work
 # of the k runs with the largest maxima (and of the tail that fills no run). torch.topk over a 50k vocabulary took
 # twice as long as the other passes of stats_in_place together; the run maxima also give the row maximum.
 _CHUNK = 128
-_CHUNKED_FROM = 32 * _CHUNK  # vocabulary size
+CHUNKED_FROM = 32 * _CHUNK  # vocabulary size
 _CHUNKED_UP_TO_K = 32
 
 
@@ -64,7 +64,7 @@ def _chunk_maxima(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] 
     """Per row of x (n, V), the maxima of the runs ``x[:, j*_CHUNK:(j+1)*_CHUNK]`` (n, V // _CHUNK) and the row
     maximum (n, 1); None where a plain ``torch.topk`` is used (short rows, large k, not a CPU)."""
     n, width = x.shape
-    if width < _CHUNKED_FROM or k > _CHUNKED_UP_TO_K or x.device.type != "cpu":
+    if width < CHUNKED_FROM or k > _CHUNKED_UP_TO_K or x.device.type != "cpu":
         return None
     runs = width // _CHUNK
     maxima = x[:, :runs * _CHUNK].reshape(n, runs, _CHUNK).amax(dim=-1)

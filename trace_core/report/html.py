@@ -67,7 +67,6 @@ def _metrics_table(result: EvaluationResult, calibrator: str) -> str:
 
 
 def _paired_table(result: EvaluationResult, calibrator: str) -> str:
-
     if result.paired is None:
         return ""
     table = result.paired.table(calibrator=calibrator, versus=(BEST_BASELINE, REFERENCE))

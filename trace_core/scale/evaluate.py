@@ -67,7 +67,6 @@ class ShardedScores:
 
 
 def _read(shard: Shard, matcher: str, tolerance: float) -> Any:
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DatasetWarning)  # the rejected rows are in dataset.errors
         return read_dataset(shard.path, format=shard.format, matcher=matcher, tolerance=tolerance,

@@ -67,7 +67,6 @@ class ShardFlagger:
         return score_shard(shard, self.calibrator, matcher=self.matcher, tolerance=self.tolerance)
 
     def __call__(self, shard: Shard) -> ShardOutput:
-
         scored, traces, n_read, errors = self.scored(shard)
         if self.decisions is not None:
             flagged = np.asarray(self.decisions[shard.name], dtype=bool)

@@ -96,7 +96,6 @@ class ShardGenerator(LazyModel):
     def __init__(self, load_model: Callable[[], Any], *, config: Any, batch_size: int = 8, num_beams: int = 0,
                  matcher: str = "exact", tolerance: float = 1e-6, max_bytes: int | None = None,
                  max_cell_chars: int | None = None, progress: ProgressFactory | None = None) -> None:
-
         if not isinstance(config, DecodingConfig):
             raise TypeError(f"`config` must be a DecodingConfig, got {type(config).__name__}")
         super().__init__(load_model)
@@ -118,11 +117,9 @@ class ShardGenerator(LazyModel):
                 "matcher": self.matcher, "tolerance": self.tolerance}
 
     def _read(self, shard: Shard) -> Any:
-
         return read_prompts(shard.path, max_bytes=self.max_bytes, max_cell_chars=self.max_cell_chars)
 
-    def _generate(self, prompts: list[str], config: Any, description: str) -> Sequence[Any]:
-
+    def generate_answers(self, prompts: list[str], config: Any, description: str) -> Sequence[Any]:
         model = self.model  # loaded before the bar starts, so a loading error is not printed after a bar's residue
         update, close = self._progress(len(prompts), description) if self._progress else (None, lambda: None)
         try:
@@ -140,7 +137,7 @@ class ShardGenerator(LazyModel):
         if config.do_sample:  # greedy answers draw nothing: the seed stays as given
             config = replace(config, seed=shard_seed(config.seed, shard.name))
         try:
-            traces = self._generate(prompts, config, f"generating {shard.name}")
+            traces = self.generate_answers(prompts, config, f"generating {shard.name}")
         except AnswerValueError as exc:  # named by the shard's row, not by the prompt's position among its prompts
             raise ValueError(f"{shard.name}: row {read.rows[exc.index]}: the answer {exc.reason}") from None
         answers = [t.answer for t in traces]

@@ -107,7 +107,6 @@ class ShardScorer(LazyModel):
                                 require_label=False)
 
     def _score(self, prompts: list[str], answers: list[str], description: str) -> Sequence[Any]:
-
         model = self.model  # loaded before the bar starts, so a loading error is not printed after a bar's residue
         update, close = self._progress(len(prompts), description) if self._progress else (None, lambda: None)
         try:

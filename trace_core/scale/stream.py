@@ -156,7 +156,6 @@ class RunSummary:
 
 
 def _version() -> str:
-
     return __version__
 
 

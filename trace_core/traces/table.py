@@ -227,7 +227,7 @@ class TraceTable(Sequence[Trace]):
         a, b = int(self.offsets[i]), int(self.offsets[i + 1])
         k = int(self.top_k[i])
         ta, tb = int(self.top_offsets[i]), int(self.top_offsets[i + 1])
-        return Trace._from_checked(
+        return Trace.from_checked(
             prompt=self.prompts[i], answer=self.answers[i], token_ids=self.token_ids[a:b], tokens=self.tokens[a:b],
             surprisal=self.surprisal[a:b], entropy=self.entropy[a:b] if self.has_entropy[i] else None,
             top_ids=self.top_ids[ta:tb].reshape(b - a, k), top_logprobs=self.top_logprobs[ta:tb].reshape(b - a, k),

@@ -245,7 +245,7 @@ class Trace:
             object.__setattr__(self, name, value)
 
     @classmethod
-    def _from_checked(cls, *, prompt: str, answer: str, token_ids: np.ndarray, tokens: tuple[str, ...],
+    def from_checked(cls, *, prompt: str, answer: str, token_ids: np.ndarray, tokens: tuple[str, ...],
                       surprisal: np.ndarray, entropy: np.ndarray | None, top_ids: np.ndarray,
                       top_logprobs: np.ndarray, ranks: np.ndarray | None, metadata: TraceMetadata,
                       top_tokens: tuple[tuple[str, ...], ...] | None) -> Trace:
@@ -275,7 +275,7 @@ class Trace:
     def _plain_parts(*, prompt: Any, answer: Any, token_ids: Any, tokens: Any, surprisal: Any, entropy: Any,
                      top_ids: Any, top_logprobs: Any, ranks: Any, metadata: Any, top_tokens: Any) -> bool:
         """Whether checked parts are already exactly what ``__post_init__`` would keep (types, dtypes, shapes, the
-        metadata's entropy source), so that they may be used as they are (:meth:`_from_checked`, and the readers'
+        metadata's entropy source), so that they may be used as they are (:meth:`from_checked`, and the readers'
         rows that go into a :class:`~trace_core.traces.table.TraceTable` without a Trace)."""
         n = len(tokens)
         shape = (n, top_ids.shape[1]) if isinstance(top_ids, np.ndarray) and top_ids.ndim == 2 else None

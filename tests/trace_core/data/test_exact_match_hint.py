@@ -89,7 +89,7 @@ def test_a_generated_shard_carries_the_note(tmp_path, monkeypatch):
                       entropy=np.array([0.5]), top_ids=np.zeros((1, 0)), top_logprobs=np.zeros((1, 0)))
                 for p in prompts]
 
-    monkeypatch.setattr(ShardGenerator, "_generate", generate)
+    monkeypatch.setattr(ShardGenerator, "generate_answers", generate)
     shard = Shard(path=path, name="a.csv", format="csv", output="a.csv")
     exact = ShardGenerator(lambda: None, config=DecodingConfig())(shard)
     assert exact.frame["label"].tolist() == [0, 1]

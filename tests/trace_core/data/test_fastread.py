@@ -188,7 +188,7 @@ def _read(data: bytes, fast: bool, monkeypatch, chunk: int, fmt: str = "csv", ar
     it can; else from their lists, as before from_arrow) or on the per-row path alone. On the fast path, every
     valid row must be taken by the vectorised check (the per-row decoder only names the problems of the others)."""
     with monkeypatch.context() as m:
-        m.setattr(validate, "_CHUNK", chunk)
+        m.setattr(validate, "CHUNK_ROWS", chunk)
         if not fast:
             m.setattr(validate, "decode_chunk", lambda *args: None)
         else:
@@ -247,7 +247,7 @@ def test_valid_files_read_alike(seed, monkeypatch):
 @pytest.fixture(params=[True, False], ids=["pyarrow", "numpy"])
 def parser(request, monkeypatch):
     """Numbers parsed with pyarrow (when installed) and with numpy (without it)."""
-    monkeypatch.setattr(fastparse, "_ARROW", request.param)
+    monkeypatch.setattr(fastparse, "ARROW", request.param)
 
 
 @pytest.mark.parametrize("seed", range(120))
@@ -692,14 +692,14 @@ def test_a_file_whose_rows_all_have_traces_reads_into_one_table(fmt, monkeypatch
     if fmt == "jsonl":
         data = _jsonl(_records(rng, header, rows))
     made: list[int] = []
-    real = Trace._from_checked.__func__
+    real = Trace.from_checked.__func__
 
     def counting(cls, **parts):
         made.append(1)
         return real(cls, **parts)
 
     with monkeypatch.context() as m:
-        m.setattr(Trace, "_from_checked", classmethod(counting))
+        m.setattr(Trace, "from_checked", classmethod(counting))
         ds = read_dataset(data, format=fmt)
     assert isinstance(ds.traces, TraceTable) and len(ds.traces) == 40 and ds.has_traces and not made
     traces = list(ds.traces)  # rows as Traces, equal to what the per-row path reads
@@ -920,7 +920,7 @@ def test_odd_parquet_files_read_as_before(seed, monkeypatch):
     data = _parquet(records, types)
     chunk = rng.choice([1, 3, 16, 256])
     with monkeypatch.context() as m:
-        m.setattr(read_parquet, "_PARQUET_BATCH", rng.choice([4, 13, 4096]))
+        m.setattr(read_parquet, "PARQUET_BATCH", rng.choice([4, 13, 4096]))
         _same(data, monkeypatch, chunk, "parquet")
         _same(data, monkeypatch, chunk, "parquet", lists=True)
 
@@ -1042,7 +1042,7 @@ _JSON_LABELS = [True, False, 0, 1, 1.0, 0.0, 2, -1, None, "1", " no ", "x", [1],
 def _lane_off(monkeypatch, data: bytes, fmt: str, **options) -> tuple[object, list]:
     """The dataset read with every row's prompt, answer and label checked by the per-row path."""
     with monkeypatch.context() as m:
-        m.setattr(validate, "_plain_cells", lambda pending, rules: None)
+        m.setattr(validate, "plain_cells", lambda pending, rules: None)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             ds = read_dataset(data, format=fmt, **options)
@@ -1067,7 +1067,7 @@ def _same_either_lane(data: bytes, monkeypatch, fmt: str, **options) -> object:
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 @pytest.mark.parametrize("seed", range(12))
 def test_odd_prompt_answer_label_and_response_cells_read_alike(seed, fmt, monkeypatch):
-    """The rows whose prompt, answer and label are plain are kept without the per-row checks (_plain_cells); every
+    """The rows whose prompt, answer and label are plain are kept without the per-row checks (plain_cells); every
     other row goes through them. Files with blank, odd and wrong prompts, answers, labels (in every spelling) and
     ``response`` cells read alike either way: the same rows kept, traces, frames, errors and notes."""
     rng = random.Random(60_000 + seed)
@@ -1090,7 +1090,7 @@ def test_odd_prompt_answer_label_and_response_cells_read_alike(seed, fmt, monkey
             record["prompt"] = rng.choice([None, 3, ["Q"]])
     data = _bytes(header, rows) if fmt == "csv" else _jsonl(records)
     with monkeypatch.context() as m:
-        m.setattr(validate, "_CHUNK", rng.choice([1, 7, 256]))
+        m.setattr(validate, "CHUNK_ROWS", rng.choice([1, 7, 256]))
         _same_either_lane(data, monkeypatch, fmt)
         _same_either_lane(data, monkeypatch, fmt, require_label=False)
 
@@ -1102,8 +1102,8 @@ def test_plain_rows_skip_the_per_row_checks(monkeypatch):
     header, rows = _csv(rng, 40, **_OPTIONS[0])
     rows[5][header.index("label")] = "1.0"  # valid, but decided by parse_label
     checked: list[int] = []
-    keep_row = validate._keep_row
-    monkeypatch.setattr(validate, "_keep_row", lambda kept, number, *args: (checked.append(number),
+    keep_row = validate.keep_row
+    monkeypatch.setattr(validate, "keep_row", lambda kept, number, *args: (checked.append(number),
                                                                            keep_row(kept, number, *args)))
     ds = read_dataset(_bytes(header, rows), format="csv")
     assert len(ds.traces) == 40 and not ds.errors

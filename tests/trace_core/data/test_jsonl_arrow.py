@@ -216,7 +216,7 @@ def test_a_long_text_cell_is_refused_as_by_the_line_reader(monkeypatch):
 def test_the_columns_of_one_block_serve_the_next_and_a_change_is_read_again(start, declined, monkeypatch):
     import trace_core.data.read_jsonl as read_jsonl
 
-    monkeypatch.setattr(read_jsonl, "_BLOCK_ROWS", 512)  # blocks of rows 1-512, 513-1024, ...
+    monkeypatch.setattr(read_jsonl, "BLOCK_ROWS", 512)  # blocks of rows 1-512, 513-1024, ...
     records = _api_records(3000, seed=3)
     for i, x in enumerate(records[start:]):  # from ``start``: another column, an int, then floats (from 2048)
         x["extra_id"] = 5 if start + i < 2048 else 5.5

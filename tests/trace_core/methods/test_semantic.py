@@ -165,7 +165,7 @@ def test_token_relevance_batch_matches_single_and_batches_across_answers():
 def test_token_relevance_batch_chunks_many_answers(monkeypatch):
     import trace_core.methods.semantic as semantic
 
-    monkeypatch.setattr(semantic, "_TEXTS_PER_CHUNK", 10)
+    monkeypatch.setattr(semantic, "TEXTS_PER_CHUNK", 10)
     answers = [["a", " b", " c"]] * 7  # 4 texts each: chunks of 3 answers (12 texts), 3 answers, 1 answer
     embedder = BagOfWordsEmbedder()
     out = token_relevance_batch(embedder, answers)

@@ -108,7 +108,7 @@ def test_a_failed_conversion_leaves_nothing_behind(written, cache, monkeypatch):
         (out / "model.safetensors").write_bytes(b"partial")
         raise ModelLoadError("GGUF file tiny.gguf could not be converted (killed)")
 
-    monkeypatch.setattr(gguf_module, "_convert", half)
+    monkeypatch.setattr(gguf_module, "convert_gguf", half)
     with pytest.raises(ModelLoadError, match="killed"):
         load_model(path, device="cpu", progress=lambda line: None)
     assert [p for p in cache.iterdir() if p.is_dir()] == []

@@ -117,7 +117,7 @@ def test_calibrators_read_a_table_without_making_a_trace_per_answer(monkeypatch)
     y = (np.array([t.surprisal.mean() for t in traces]) < 1.0).astype(int)
     table = TraceTable.from_traces(traces)
     made = []
-    real = Trace._from_checked.__func__
+    real = Trace.from_checked.__func__
 
     def counted(cls, **parts):
         made.append("".join(traceback.format_stack(limit=6)))
@@ -127,7 +127,7 @@ def test_calibrators_read_a_table_without_making_a_trace_per_answer(monkeypatch)
                        TracePlus()):
         expected = type(calibrator)(**calibrator.get_params()).fit(traces, y)
         with monkeypatch.context() as m:
-            m.setattr(Trace, "_from_checked", classmethod(counted))
+            m.setattr(Trace, "from_checked", classmethod(counted))
             fitted = calibrator.fit(table, y)
             got = probability_correct(fitted, table)
             drift = check_drift(fitted, table)
