@@ -118,24 +118,33 @@ class ShardScorer(LazyModel):
     def __call__(self, shard: Shard) -> ShardOutput:
         """Score one shard: its valid rows with their traces, its rejected rows' errors, and a note on answers that
         cannot be scored (empty)."""
-        dataset = self._read(shard)
+        return self.score_dataset(self._read(shard), name=shard.name)
+
+    def rows_to_score(self, traces: Sequence[Any]) -> list[int]:
+        """The positions this work records: the rows without a trace, or every row with ``rescore``."""
+        return [i for i, t in enumerate(traces) if t is None or self.rescore]
+
+    def score_dataset(self, dataset: Any, *, name: str) -> ShardOutput:
+        """The work of one shard on its dataset once read (a shard's, or the one file ``trace-core score`` is
+        given): the rows of :meth:`rows_to_score` recorded, with beams when asked; ``name`` (the shard's, or the
+        file's as the user gave it) starts the message on rows that do not fit the model's context."""
         frame = dataset.frame
         traces = list(dataset.traces)
-        todo = [i for i, t in enumerate(traces) if t is None or self.rescore]
+        todo = self.rows_to_score(traces)
         rows = frame[dataset.row_column].tolist()
         if todo:
             prompts = [str(frame["prompt"].iloc[i]) for i in todo]
             answers = [str(frame["answer"].iloc[i]) for i in todo]
             try:
-                new = self._score(prompts, answers, f"scoring {shard.name}")
-            except ValueError:  # named by the shard's rows, not by positions in the list scored
+                new = self._score(prompts, answers, f"scoring {name}")
+            except ValueError:  # named by the file's rows, not by positions in the list scored
                 if self._model is None:  # the model did not load: nothing was scored
                     raise
                 message = over_context_message(self._model, prompts, answers, [rows[i] for i in todo],
                                                chat_template=self.chat_template)
                 if message is None:
                     raise
-                raise ValueError(f"{shard.name}: {message}") from None
+                raise ValueError(f"{name}: {message}") from None
             for i, trace in zip(todo, new, strict=True):
                 traces[i] = trace
             if self.num_beams:
