@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import time
+
+from bench._timing import best_of
 
 #: What each interpreter runs: the baseline, then the package on top of it.
 CASES = {
@@ -29,12 +30,7 @@ BUDGET_S = 0.1
 
 def interpreter_time(code: str, repeats: int) -> float:
     """The shortest wall-clock time of a fresh interpreter running ``code`` (start-up included)."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True)
-        best = min(best, time.perf_counter() - start)
-    return best
+    return best_of(lambda: subprocess.run([sys.executable, "-c", code], check=True), repeats)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,12 +15,12 @@ import numpy as np
 
 from trace_core.checks import AnswerValueError
 from trace_core.evaluation.protocol import feature_set, workers_for
-from trace_core.methods import risk as score_module
 from trace_core.methods.baselines import NO_ENTROPY_REASON, baseline_scores
 from trace_core.methods.features import feature_matrix_from_arrays, logit_of_surprisal
 from trace_core.methods.fitted_baselines import TOP_K_NEEDS, TopK, TopKPlan, stack_top_logprobs
 from trace_core.methods.operators import segment_max, segment_mean
 from trace_core.methods.registry import METHODS, method_names
+from trace_core.methods.risk import PAPER_CONFIG, SURPRISAL_ONLY_CONFIG, risk_from_arrays
 from trace_core.traces.ragged import Ragged, check_paired
 from trace_core.traces.trace import Trace
 
@@ -131,9 +131,8 @@ def _scores(surprisal: Ragged, entropy: Ragged | None, wanted: list[str],
     for method in wanted:
         spec = METHODS[method]
         if spec.kind == "trace":
-            trace_config = (score_module.PAPER_CONFIG if spec.needs_entropy
-                            else score_module.SURPRISAL_ONLY_CONFIG)
-            risk = score_module.risk_from_arrays(surprisal, entropy if spec.needs_entropy else None, trace_config)
+            trace_config = PAPER_CONFIG if spec.needs_entropy else SURPRISAL_ONLY_CONFIG
+            risk = risk_from_arrays(surprisal, entropy if spec.needs_entropy else None, trace_config)
             scalar[method] = np.exp(-np.asarray(risk, dtype=np.float64))
         elif spec.kind == "trace_plus":
             features[method] = feature_matrix_from_arrays(surprisal, entropy, feature_set=feature_set(spec))
